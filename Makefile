@@ -1,0 +1,36 @@
+# evalkit: `make demo` and `make test` work on a fresh machine with only Python 3.11.
+PY ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install demo test lint format bench clean
+
+# Re-install only when the project's dependency list changes.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,notebook]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/evalkit demo run --db data/demo.duckdb --out reports
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check evalkit tests bench
+	$(BIN)/ruff format --check evalkit tests bench
+
+format: $(STAMP)
+	$(BIN)/ruff format evalkit tests bench
+	$(BIN)/ruff check --fix evalkit tests bench
+
+bench: $(STAMP)
+	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) reports data/*.duckdb data/*.duckdb.wal

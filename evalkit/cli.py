@@ -1,0 +1,260 @@
+"""The ``evalkit`` command. Each subcommand is a thin call into the package.
+
+Exit codes: 0 success, 1 gate blocked, 2 usage / config / corpus errors (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from evalkit.errors import EvalkitError
+
+DEFAULT_CONFIG = "corpus/evalkit.yaml"
+DEFAULT_DB = "data/evalkit.duckdb"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:2] == ["demo", "serve"]:
+        # The simulator owns its flags; hand them over untouched.
+        from evalkit.providers.demo_server import main as serve
+
+        return serve(args_list[2:]) or 0
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except EvalkitError as exc:
+        print(f"evalkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("evalkit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evalkit", description="Paired, per-slice regression testing for LLM applications."
+    )
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="run the corpus through the system under test")
+    _suite_args(run)
+    _db_arg(run)
+    run.add_argument("--label", default="run", help="a name for this run (e.g. baseline)")
+    run.add_argument("--tag", action="append", default=[], help="only cases with this tag")
+    run.add_argument("--exclude-tag", action="append", default=[], help="skip cases with this tag")
+    run.add_argument("--sealed", action="store_true", help="include corpus/sealed/ cases")
+    run.add_argument("--replays", type=int, help="replays per case (default: suite config)")
+    run.add_argument("--concurrency", type=int, help="concurrent requests (default: suite)")
+    run.add_argument("--no-cache", action="store_true", help="bypass the response cache")
+    run.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--json", metavar="FILE", help="write the run summary as JSON")
+    run.set_defaults(handler=_cmd_run)
+
+    cases = sub.add_parser("cases", help="corpus tools")
+    cases_sub = cases.add_subparsers(dest="cases_command")
+    lint = cases_sub.add_parser("lint", help="validate every case and print corpus statistics")
+    _suite_args(lint)
+    lint.add_argument("--sealed", action="store_true", help="include corpus/sealed/")
+    lint.set_defaults(handler=_cmd_lint)
+
+    runs = sub.add_parser("runs", help="list stored runs")
+    _db_arg(runs)
+    runs.set_defaults(handler=_cmd_runs)
+
+    compare = sub.add_parser("compare", help="paired comparison report of two runs")
+    _pair_args(compare)
+    compare.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    compare.add_argument("--junit", metavar="FILE", help="write JUnit XML")
+    compare.add_argument("--html", metavar="FILE", help="write the report as HTML")
+    compare.set_defaults(handler=_cmd_compare)
+
+    gate = sub.add_parser("gate", help="execute the gate notebook; exit 1 when blocked")
+    _pair_args(gate)
+    gate.add_argument("--out", default="reports", help="reports directory")
+    gate.set_defaults(handler=_cmd_gate)
+
+    override = sub.add_parser("override", help="record a gate override with a written reason")
+    _db_arg(override)
+    override.add_argument("baseline")
+    override.add_argument("candidate")
+    override.add_argument("--who", required=True)
+    override.add_argument("--reason", required=True)
+    override.set_defaults(handler=_cmd_override)
+
+    demo = sub.add_parser("demo", help="the demo simulator (`evalkit demo serve --port P`)")
+    demo_sub = demo.add_subparsers(dest="demo_command")
+    demo_sub.add_parser("serve", help="serve the simulated support assistant on 127.0.0.1")
+    return parser
+
+
+def _suite_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="suite config (evalkit.yaml)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set system.model=gpt-4.1-mini",
+    )
+    parser.add_argument("--prompt", help="system prompt file (overrides system.prompt)")
+
+
+def _db_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
+    parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for a DB lock")
+
+
+def _pair_args(parser: argparse.ArgumentParser) -> None:
+    _db_arg(parser)
+    parser.add_argument("baseline", help="baseline run id or label")
+    parser.add_argument("candidate", help="candidate run id or label")
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="suite config (gate policy)")
+    parser.add_argument(
+        "--allow-diff",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="a manifest field that may differ (the variable under test)",
+    )
+
+
+# --- handlers ------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from evalkit.cases import load_corpus
+    from evalkit.config import load_suite
+    from evalkit.runner import RunOptions, run_suite
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(
+        suite.root, sealed=args.sealed, user_template=suite.config.system.user_template
+    )
+    selection = {
+        "tags": sorted(args.tag),
+        "exclude_tags": sorted(args.exclude_tag),
+        "sealed": args.sealed,
+    }
+    corpus = corpus.select(tags=args.tag, exclude_tags=args.exclude_tag)
+    if not corpus.cases:
+        raise EvalkitError("no cases selected (check --tag / --exclude-tag)")
+    options = RunOptions(
+        label=args.label,
+        replays=args.replays,
+        concurrency=args.concurrency,
+        use_cache=False if args.no_cache else None,
+        progress=not args.no_progress,
+        resume=args.resume,
+        selection=selection,
+    )
+    with open_store(args.db, wait_s=args.wait) as store:
+        summary = run_suite(suite, corpus, store, options)
+    _print_run_summary(summary, args.db)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
+    return 0
+
+
+def _print_run_summary(summary, db: str) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=False, highlight=False)
+    scored = summary.passed + summary.failed
+    rate = f"{summary.passed / scored:.1%}" if scored else "n/a"
+    console.print(
+        f"[bold]{summary.label}[/] run {summary.run_id}: {summary.cases} cases, "
+        f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
+        f"errors {summary.errored} (pass rate {rate} of scored outputs)"
+    )
+    console.print(
+        f"  requests {summary.requests} (retries {summary.retries}), cache hits "
+        f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}; "
+        f"wall {summary.wall_s:.2f}s, "
+        f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
+        f"{summary.completion_tokens}, cost ${summary.cost_usd:.4f}"
+    )
+    console.print(f"  stored in {db} (config {summary.config_hash[:12]})")
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evalkit.cases import MIN_CRITICAL_CASES, load_corpus
+    from evalkit.config import load_suite
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
+    stats = corpus.stats(suite.config.critical_tags)
+    console = Console(highlight=False)
+    console.print(
+        f"[bold]{suite.config.suite}[/]: {stats.n_cases} cases ({stats.sealed} sealed), "
+        f"corpus hash {corpus.hash[:12]}"
+    )
+    table = Table("tag", "cases", "critical")
+    for tag, count in sorted(stats.per_tag.items(), key=lambda kv: (-kv[1], kv[0])):
+        table.add_row(tag, str(count), "yes" if tag in suite.config.critical_tags else "")
+    console.print(table)
+    console.print("criticality: " + ", ".join(f"{k} {v}" for k, v in stats.per_criticality.items()))
+    for tag, count in stats.thin_critical_tags.items():
+        console.print(
+            f"[yellow]warning[/]: critical tag {tag!r} has {count} cases (< {MIN_CRITICAL_CASES}): "
+            "it cannot gate; add cases or drop it from critical_tags"
+        )
+    return 2 if stats.thin_critical_tags else 0
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evalkit.store import open_store
+
+    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+        runs = store.runs()
+    table = Table("run_id", "label", "created_at", "status", "config")
+    for row in runs.iter_rows(named=True):
+        table.add_row(
+            row["run_id"],
+            row["label"],
+            str(row["created_at"])[:19],
+            row["status"],
+            row["config_hash"][:12],
+        )
+    Console().print(table)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    raise EvalkitError("evalkit compare: not wired yet")  # filled in by the gate work
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    raise EvalkitError("evalkit gate: not wired yet")  # filled in by the gate work
+
+
+def _cmd_override(args: argparse.Namespace) -> int:
+    from evalkit.store import open_store
+
+    with open_store(args.db, wait_s=args.wait) as store:
+        base = store.resolve_run(args.baseline)
+        cand = store.resolve_run(args.candidate)
+        store.save_override(base, cand, args.who, args.reason)
+    print(f"override recorded for {base} → {cand} by {args.who}: {args.reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp server, the demo).
+
+Two transports speak the same protocol:
+
+* ``openai`` (default, the supported path): the official ``AsyncOpenAI`` client.
+* ``lean``: one shared aiohttp session posting ``/chat/completions`` directly. It skips the
+  client's per-request model construction, which dominates CPU when a fast local endpoint is
+  called hundreds of times per second (see bench/). Same request, same parsing of the fields
+  evalkit uses, same error mapping.
+
+The client's own retries are disabled: :func:`evalkit.providers.base.complete_with_retries`
+retries with jitter and honours Retry-After, and counts what it did.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from evalkit.providers.base import ChatRequest, Completion, ProviderError, ToolCallRequest
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+
+
+class OpenAIProvider:
+    """Chat completions against ``base_url`` (None = api.openai.com)."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str,
+        timeout_s: float = 60.0,
+        transport: str = "openai",
+    ) -> None:
+        self._transport = transport
+        self._timeout_s = timeout_s
+        self._base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
+        self._api_key = api_key
+        self._client: openai.AsyncOpenAI | None = None
+        self._session: Any = None
+        if transport == "openai":
+            self._client = openai.AsyncOpenAI(
+                base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s
+            )
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        if self._client is not None:
+            return await self._complete_openai(request)
+        return await self._complete_lean(request)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._session is not None:
+            await self._session.close()
+
+    # -- official client --------------------------------------------------------------------
+
+    async def _complete_openai(self, request: ChatRequest) -> Completion:
+        assert self._client is not None
+        kwargs = _payload(request)
+        try:
+            response = await self._client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError:
+            raise ProviderError(f"timeout after {self._timeout_s:g}s", retryable=True) from None
+        except openai.APIConnectionError as exc:
+            raise ProviderError(f"connection error: {_first_line(exc)}", retryable=True) from None
+        except openai.APIStatusError as exc:
+            raise _status_error(exc.status_code, exc.response.headers, _first_line(exc)) from None
+        choice = response.choices[0] if response.choices else None
+        if choice is None:
+            raise ProviderError("response had no choices", retryable=False)
+        message = choice.message
+        calls = tuple(
+            ToolCallRequest(c.id, c.function.name, c.function.arguments or "{}")
+            for c in (message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        )
+        usage = response.usage
+        return Completion(
+            text=message.content,
+            tool_calls=calls,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            model=response.model,
+            finish_reason=choice.finish_reason,
+        )
+
+    # -- lean transport ---------------------------------------------------------------------
+
+    async def _complete_lean(self, request: ChatRequest) -> Completion:
+        import asyncio
+
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                connector=aiohttp.TCPConnector(limit=0),
+                headers={"Authorization": f"Bearer {self._api_key}"},
+            )
+        url = f"{self._base_url}/chat/completions"
+        try:
+            async with self._session.post(url, json=_payload(request)) as response:
+                body = await response.read()
+                if response.status >= 400:
+                    raise _status_error(
+                        response.status, response.headers, body[:200].decode(errors="replace")
+                    )
+        except TimeoutError:
+            raise ProviderError(f"timeout after {self._timeout_s:g}s", retryable=True) from None
+        except asyncio.TimeoutError:  # noqa: UP041 - aiohttp may raise the asyncio alias
+            raise ProviderError(f"timeout after {self._timeout_s:g}s", retryable=True) from None
+        except aiohttp.ClientError as exc:
+            raise ProviderError(f"connection error: {_first_line(exc)}", retryable=True) from None
+        try:
+            data = json.loads(body)
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ProviderError("malformed response body", retryable=False) from None
+        calls = tuple(
+            ToolCallRequest(
+                c.get("id", ""), c["function"]["name"], c["function"].get("arguments") or "{}"
+            )
+            for c in message.get("tool_calls") or ()
+        )
+        usage = data.get("usage") or {}
+        return Completion(
+            text=message.get("content"),
+            tool_calls=calls,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            model=data.get("model"),
+            finish_reason=choice.get("finish_reason"),
+        )
+
+
+def _payload(request: ChatRequest) -> dict[str, Any]:
+    payload: dict[str, Any] = {"model": request.model, "messages": request.messages}
+    payload.update({k: v for k, v in request.sampling.items() if v is not None})
+    if request.tools:
+        payload["tools"] = request.tools
+    return payload
+
+
+def _status_error(status: int, headers: Any, detail: str) -> ProviderError:
+    retry_after = _retry_after(headers)
+    return ProviderError(
+        f"HTTP {status}: {detail}"[:300],
+        retryable=status in RETRYABLE_STATUS or status >= 500,
+        retry_after=retry_after,
+    )
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("retry-after") if headers is not None else None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:200]

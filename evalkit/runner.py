@@ -1,0 +1,561 @@
+"""The async runner: every (case, replay) through the system under test, scored and stored.
+
+Bounded concurrency, retries with backoff (in :mod:`evalkit.providers.base`), a response cache,
+the tool-fixture loop for agent cases, a progress bar with rate and ETA, and batched writes:
+outputs and their scores are appended to DuckDB as they complete (every ``flush_rows`` rows or
+``flush_interval_s`` seconds, one transaction per batch), so a killed run keeps what it finished
+and ``--resume RUN_ID`` continues without repeating completed (case, replay) requests.
+
+Examples:
+    >>> summary = run_suite(suite, corpus, store, RunOptions(label="baseline"))  # doctest: +SKIP
+    >>> summary.passed, summary.errored                                           # doctest: +SKIP
+    (61, 0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+
+from evalkit.cases import Case, Corpus, canonical_json, render_messages
+from evalkit.config import Suite, build_manifest
+from evalkit.errors import EvalkitError
+from evalkit.providers import make_provider
+from evalkit.providers.base import (
+    CallStats,
+    ChatRequest,
+    Completion,
+    Provider,
+    ProviderError,
+    RateLimiter,
+    RetryPolicy,
+    complete_with_retries,
+)
+from evalkit.records import Output, Score, ToolCall
+from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, Store, initial_scoring_id, new_run_id
+from evalkit.tools import FixtureMiss, serve_tool_call
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    label: str = "run"
+    replays: int | None = None  # None: the suite's ``replays``
+    concurrency: int | None = None  # None: the suite's ``concurrency``
+    use_cache: bool | None = None  # None: the suite's ``cache``
+    progress: bool = True
+    resume: str | None = None  # run id to continue
+    selection: dict[str, Any] = field(default_factory=dict)
+    flush_rows: int = 256
+    flush_interval_s: float = 0.5
+    seed: int = 0  # jitter RNG only
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    label: str
+    config_hash: str
+    cases: int
+    outputs: int
+    passed: int
+    failed: int
+    errored: int
+    cache_hits: int
+    requests: int
+    retries: int
+    resumed_skipped: int
+    wall_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    mean_latency_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_suite(
+    suite: Suite,
+    corpus: Corpus,
+    store: Store,
+    options: RunOptions,
+    provider: Provider | None = None,
+) -> RunSummary:
+    """Run ``corpus`` through the suite's system under test and store everything."""
+    return asyncio.run(run_suite_async(suite, corpus, store, options, provider))
+
+
+async def run_suite_async(
+    suite: Suite,
+    corpus: Corpus,
+    store: Store,
+    options: RunOptions,
+    provider: Provider | None = None,
+) -> RunSummary:
+    config = suite.config
+    if options.replays is not None or options.concurrency is not None:
+        updates = {
+            k: v
+            for k, v in {"replays": options.replays, "concurrency": options.concurrency}.items()
+            if v is not None
+        }
+        suite = Suite(
+            config.model_copy(update=updates),
+            suite.path,
+            suite.root,
+            suite.system_prompt,
+            suite.tools,
+        )
+        config = suite.config
+    use_cache = config.cache if options.use_cache is None else options.use_cache
+    if options.resume:
+        run_id = store.resolve_run(options.resume)
+        manifest = store.manifest(run_id)
+        fresh = build_manifest(
+            suite, corpus, run_id=run_id, label=options.label, selection=options.selection
+        )
+        if fresh["config_hash"] != manifest["config_hash"]:
+            raise EvalkitError(
+                f"cannot resume {run_id}: the configuration changed since it started "
+                f"(config_hash {manifest['config_hash'][:12]} → {fresh['config_hash'][:12]})"
+            )
+        done = store.completed(run_id)
+        label = manifest["run"]["label"]
+    else:
+        run_id = new_run_id()
+        label = options.label
+        manifest = build_manifest(
+            suite, corpus, run_id=run_id, label=label, selection=options.selection
+        )
+        store.create_run(manifest, corpus.cases)
+        done = set()
+    work = [
+        (case, replay)
+        for case in corpus.cases
+        for replay in range(config.replays)
+        if (case.id, replay) not in done
+    ]
+    own_provider = provider is None
+    provider = provider or make_provider(config.system)
+    execution = _Execution(suite, store, run_id, provider, use_cache, options)
+    started = time.perf_counter()
+    try:
+        await execution.run(work)
+    finally:
+        execution.writer.flush()
+        if own_provider:
+            await provider.aclose()
+    wall_s = time.perf_counter() - started
+    summary = _summarize(
+        store, run_id, label, manifest["config_hash"], execution, len(done), wall_s
+    )
+    store.finish_run(run_id, "complete", summary.to_dict())
+    return summary
+
+
+class _Execution:
+    """State of one run: the provider, the cache, the writer and the counters."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        store: Store,
+        run_id: str,
+        provider: Provider,
+        use_cache: bool,
+        options: RunOptions,
+    ) -> None:
+        config = suite.config
+        self.suite = suite
+        self.store = store
+        self.run_id = run_id
+        self.provider = provider
+        self.use_cache = use_cache
+        self.options = options
+        self.scoring_id = initial_scoring_id(run_id)
+        self.semaphore = asyncio.Semaphore(config.concurrency)
+        self.retry = RetryPolicy(max_retries=config.system.max_retries)
+        self.call_stats = CallStats()
+        self.rng = random.Random(options.seed)
+        limit = config.rate_limit
+        self.limiter = RateLimiter(
+            limit.requests_per_minute if limit else None, limit.tokens_per_minute if limit else None
+        )
+        self.writer = _BatchWriter(store, options.flush_rows, options.flush_interval_s, use_cache)
+        self.cache: dict[str, str] = {}
+        self.cache_hits = 0
+        price = config.prices.get(config.system.model)
+        self.price_in = price.input_per_mtok / 1e6 if price else 0.0
+        self.price_out = price.output_per_mtok / 1e6 if price else 0.0
+        self.sampling = config.system.sampling.model_dump()
+
+    async def run(self, work: list[tuple[Case, int]]) -> None:
+        first_requests = [(case, replay, self._first_request(case)) for case, replay in work]
+        if self.use_cache and first_requests:
+            self.cache = self.store.cache_get(
+                self._cache_key(request, replay) for _, replay, request in first_requests
+            )
+        progress = _Progress(len(work), enabled=self.options.progress)
+        with progress:
+            flusher = asyncio.create_task(self.writer.run_periodic())
+            try:
+                await asyncio.gather(
+                    *(
+                        self._one(case, replay, request, progress)
+                        for case, replay, request in first_requests
+                    )
+                )
+            finally:
+                flusher.cancel()
+
+    def _first_request(self, case: Case) -> ChatRequest:
+        system = self.suite.config.system
+        messages = render_messages(case, self.suite.system_prompt, system.user_template)
+        return ChatRequest(system.model, messages, self.sampling, self.suite.tools)
+
+    def _cache_key(self, request: ChatRequest, replay: int) -> str:
+        system = self.suite.config.system
+        identity = {
+            "provider": system.provider,
+            "base_url": system.base_url,
+            "function": system.function,
+            "model": request.model,
+            "messages": request.messages,
+            "tools": request.tools,
+            "sampling": request.sampling,
+            "replay": replay,
+        }
+        return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
+
+    async def _one(
+        self, case: Case, replay: int, request: ChatRequest, progress: _Progress
+    ) -> None:
+        output, request_hash = await self._converse(case, replay, request)
+        scores: list[Score] = []
+        if output.ok and output.fail_reason is None:
+            for scorer in case.scorers:
+                try:
+                    scores.append(await scorer.ascore(output, case))
+                except Exception as exc:  # a scorer bug must not sink the run
+                    reason = f"scorer crashed: {type(exc).__name__}: {exc}"[:300]
+                    scores.append(Score(scorer.name, 0.0, False, reason, error=True))
+        cost = output.prompt_tokens * self.price_in + output.completion_tokens * self.price_out
+        self.writer.add(
+            self.run_id, self.scoring_id, case, replay, output, scores, cost, request_hash
+        )
+        progress.advance(output.error is not None)
+
+    async def _converse(self, case: Case, replay: int, request: ChatRequest) -> tuple[Output, str]:
+        """One model turn, or a tool loop served from the case's fixtures until a final answer."""
+        max_steps = self.suite.config.system.max_steps
+        messages = list(request.messages)
+        trajectory: list[ToolCall] = []
+        latency = 0.0
+        tokens_in = tokens_out = 0
+        served_model = None
+        cached_all = True
+        first_key = ""
+        for step in range(1, max_steps + 1):
+            step_request = ChatRequest(request.model, messages, request.sampling, request.tools)
+            key = self._cache_key(step_request, replay)
+            first_key = first_key or key
+            try:
+                completion, elapsed, cached = await self._complete(step_request, key, step == 1)
+            except ProviderError as exc:
+                return Output(
+                    text=None,
+                    tool_calls=tuple(trajectory),
+                    steps=step,
+                    error=exc.cause,
+                    latency_ms=latency,
+                    prompt_tokens=tokens_in,
+                    completion_tokens=tokens_out,
+                ), first_key
+            latency += elapsed
+            tokens_in += completion.prompt_tokens
+            tokens_out += completion.completion_tokens
+            served_model = completion.model or served_model
+            cached_all = cached_all and cached
+            if not completion.tool_calls:
+                return Output(
+                    text=completion.text,
+                    tool_calls=tuple(trajectory),
+                    steps=step,
+                    latency_ms=latency,
+                    prompt_tokens=tokens_in,
+                    completion_tokens=tokens_out,
+                    model=served_model,
+                    cached=cached_all,
+                ), first_key
+            messages.append(_assistant_tool_message(completion))
+            for call in completion.tool_calls:
+                try:
+                    served = serve_tool_call(
+                        case.fixtures.get("tools") or {}, call.name, call.arguments
+                    )
+                except FixtureMiss as miss:
+                    trajectory.append(ToolCall(call.name, miss.arguments, None, call.id))
+                    return Output(
+                        text=completion.text,
+                        tool_calls=tuple(trajectory),
+                        steps=step,
+                        latency_ms=latency,
+                        prompt_tokens=tokens_in,
+                        completion_tokens=tokens_out,
+                        model=served_model,
+                        cached=cached_all,
+                        fail_reason=str(miss),
+                    ), first_key
+                trajectory.append(ToolCall(call.name, served.arguments, served.response, call.id))
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.id,
+                        "content": json.dumps(served.response),
+                    }
+                )
+        return Output(
+            text=None,
+            tool_calls=tuple(trajectory),
+            steps=max_steps,
+            latency_ms=latency,
+            prompt_tokens=tokens_in,
+            completion_tokens=tokens_out,
+            model=served_model,
+            cached=cached_all,
+            fail_reason=f"no final answer within max_steps={max_steps}",
+        ), first_key
+
+    async def _complete(
+        self, request: ChatRequest, key: str, first_step: bool
+    ) -> tuple[Completion, float, bool]:
+        if self.use_cache:
+            hit = self.cache.get(key)
+            if hit is None and not first_step:
+                # later steps of a tool loop were not prefetched: look them up one by one
+                hit = self.store.cache_get([key]).get(key)
+            if hit is not None:
+                self.cache_hits += 1
+                return Completion.from_json(json.loads(hit)), 0.0, True
+        async with self.semaphore:
+            await self.limiter.acquire(_estimate_tokens(request))
+            started = time.perf_counter()
+            completion = await complete_with_retries(
+                lambda: self.provider.complete(request), self.retry, self.call_stats, self.rng
+            )
+            elapsed = (time.perf_counter() - started) * 1000
+        if self.use_cache:
+            self.writer.cache(key, json.dumps(completion.to_json()))
+        return completion, elapsed, False
+
+
+def _assistant_tool_message(completion: Completion) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": completion.text,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in completion.tool_calls
+        ],
+    }
+
+
+def _estimate_tokens(request: ChatRequest) -> int:
+    chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+    return chars // 4 + int(request.sampling.get("max_tokens") or 0)
+
+
+class _BatchWriter:
+    """Collects rows column-wise and appends them to the store in batches."""
+
+    def __init__(self, store: Store, flush_rows: int, interval_s: float, use_cache: bool) -> None:
+        self.store = store
+        self.flush_rows = flush_rows
+        self.interval_s = interval_s
+        self.outputs: dict[str, list[Any]] = {name: [] for name in OUTPUT_SCHEMA}
+        self.scores: dict[str, list[Any]] = {name: [] for name in SCORE_SCHEMA}
+        self.cache_entries: dict[str, str] = {}
+        self.pending = 0
+        self.written = 0
+        self.passed = self.failed = self.errored = 0
+
+    def add(
+        self,
+        run_id: str,
+        scoring_id: str,
+        case: Case,
+        replay: int,
+        output: Output,
+        scores: list[Score],
+        cost: float,
+        request_hash: str,
+    ) -> None:
+        row = self.outputs
+        row["run_id"].append(run_id)
+        row["case_id"].append(case.id)
+        row["replay"].append(replay)
+        row["text"].append(output.text)
+        row["tool_calls"].append(
+            json.dumps(
+                [
+                    {"name": c.name, "arguments": c.arguments, "response": c.response}
+                    for c in output.tool_calls
+                ]
+            )
+        )
+        row["steps"].append(output.steps)
+        row["error"].append(output.error)
+        row["fail_reason"].append(output.fail_reason)
+        row["latency_ms"].append(output.latency_ms)
+        row["prompt_tokens"].append(output.prompt_tokens)
+        row["completion_tokens"].append(output.completion_tokens)
+        row["cost_usd"].append(cost)
+        row["cached"].append(output.cached)
+        row["request_hash"].append(request_hash)
+        row["model"].append(output.model)
+        row["created_at"].append(dt.datetime.now(dt.UTC))
+        for index, score in enumerate(scores):
+            col = self.scores
+            col["run_id"].append(run_id)
+            col["scoring_id"].append(scoring_id)
+            col["case_id"].append(case.id)
+            col["replay"].append(replay)
+            col["scorer"].append(score.scorer)
+            col["scorer_index"].append(index)
+            col["tier"].append(case.scorers[index].tier)
+            col["score"].append(score.score)
+            col["passed"].append(score.passed)
+            col["error"].append(score.error)
+            col["reason"].append(score.reason)
+        if output.error is not None or any(s.error for s in scores):
+            self.errored += 1
+        elif output.fail_reason is None and all(s.passed for s in scores):
+            self.passed += 1
+        else:
+            self.failed += 1
+        self.pending += 1
+        if self.pending >= self.flush_rows:
+            self.flush()
+
+    def cache(self, key: str, response: str) -> None:
+        self.cache_entries[key] = response
+
+    def flush(self) -> None:
+        if not self.pending and not self.cache_entries:
+            return
+        outputs = pl.DataFrame(self.outputs, schema=OUTPUT_SCHEMA)
+        scores = pl.DataFrame(self.scores, schema=SCORE_SCHEMA)
+        entries = self.cache_entries
+        self.outputs = {name: [] for name in OUTPUT_SCHEMA}
+        self.scores = {name: [] for name in SCORE_SCHEMA}
+        self.cache_entries = {}
+        self.written += self.pending
+        self.pending = 0
+        # Cache entries first: if we die between the two, a resume re-uses the answer rather
+        # than asking again; outputs and scores of a batch land together or not at all.
+        self.store.cache_put(entries)
+        self.store.write_results(outputs, scores)
+
+    async def run_periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.flush()
+
+
+class _Progress:
+    """A rich progress bar (rate and ETA) when interactive; silent otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self._progress = None
+        self._task = None
+        self.total = total
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("[bold]evalkit run"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TimeRemainingColumn(),
+                TextColumn("errors {task.fields[errors]}"),
+                refresh_per_second=4,
+                transient=False,
+            )
+            self._task = self._progress.add_task("run", total=total, rate="", errors=0)
+        self._done = 0
+        self._errors = 0
+        self._started = time.perf_counter()
+
+    def __enter__(self) -> _Progress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def advance(self, errored: bool) -> None:
+        self._done += 1
+        self._errors += errored
+        if self._progress is not None and self._task is not None:
+            rate = self._done / max(time.perf_counter() - self._started, 1e-9)
+            self._progress.update(self._task, advance=1, rate=f"{rate:.1f}/s", errors=self._errors)
+
+
+def _summarize(
+    store: Store,
+    run_id: str,
+    label: str,
+    config_hash: str,
+    execution: _Execution,
+    skipped: int,
+    wall_s: float,
+) -> RunSummary:
+    totals = store.query(
+        "SELECT count(*) AS n, count(DISTINCT case_id) AS cases, "
+        "coalesce(sum(prompt_tokens), 0) AS pin, coalesce(sum(completion_tokens), 0) AS pout, "
+        "coalesce(sum(cost_usd), 0) AS cost, "
+        "coalesce(avg(latency_ms) FILTER (WHERE NOT cached), 0) AS lat "
+        "FROM outputs WHERE run_id = ?",
+        [run_id],
+    ).row(0, named=True)
+    writer = execution.writer
+    return RunSummary(
+        run_id=run_id,
+        label=label,
+        config_hash=config_hash,
+        cases=int(totals["cases"]),
+        outputs=int(totals["n"]),
+        passed=writer.passed,
+        failed=writer.failed,
+        errored=writer.errored,
+        cache_hits=execution.cache_hits,
+        requests=execution.call_stats.attempts,
+        retries=execution.call_stats.retries,
+        resumed_skipped=skipped,
+        wall_s=round(wall_s, 3),
+        prompt_tokens=int(totals["pin"]),
+        completion_tokens=int(totals["pout"]),
+        cost_usd=float(totals["cost"]),
+        mean_latency_ms=round(float(totals["lat"] or 0.0), 2),
+    )

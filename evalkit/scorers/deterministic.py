@@ -1,0 +1,488 @@
+"""Deterministic scorers: string, regex, JSON and number checks that need no model.
+
+Each factory checks its YAML arguments when the corpus loads (raising ``ScorerArgError`` with a
+one-line message) and returns a cheap, pure scoring function. Reasons say what was expected and
+what was found, clipped to stay readable next to a broken case.
+
+Examples:
+    >>> from evalkit.records import Output
+    >>> from evalkit.scorers.registry import build_scorer
+    >>> build_scorer("contains", {"text": "refund"})(Output("No refund yet."), None).reason
+    "found 'refund'"
+    >>> build_scorer("max_words", {"n": 2})(Output("one two three"), None).reason
+    '3 words, limit 2'
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from jsonschema.exceptions import best_match
+
+from evalkit.records import Output, Score
+from evalkit.scorers.registry import ScoreFn, ScorerArgError, check, scorer
+
+_SHOW = 40  # characters of a value quoted in a reason
+_MISSING = object()
+_REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+_EDGE_PUNCT = " .,;:!?'\"`()[]{}<>«»“”‘’*_"  # stripped from both ends by normalized_match
+_NUMBER = re.compile(
+    r"(?<![\w.])([-+\u2212]?)\$?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)([eE][-+]?\d+)?"
+)
+
+
+@scorer("exact", primary="text")
+def exact(text: str) -> ScoreFn:
+    """Pass when the stripped output equals ``text`` (also stripped), character for character."""
+    want = _want("exact", "text", text, str, "a string").strip()
+
+    def score(output: Output, case: object) -> Score:
+        got = _text(output)
+        if got == want:
+            return check(True, f"equals {_show(want)}")
+        return check(False, _diff(want, got))
+
+    return score
+
+
+@scorer("normalized_match", primary="text")
+def normalized_match(text: str) -> ScoreFn:
+    """Pass when output and ``text`` agree after casefolding, whitespace collapsing and stripping
+    surrounding punctuation, quotes and markdown emphasis."""
+    want = _loose(_want("normalized_match", "text", text, str, "a string"))
+
+    def score(output: Output, case: object) -> Score:
+        got = _loose(_text(output))
+        if got == want:
+            return check(True, f"matches {_show(want)} (normalized)")
+        return check(False, f"{_diff(want, got)} (normalized)")
+
+    return score
+
+
+@scorer("contains", primary="text")
+def contains(text: str, ignore_case: bool = True) -> ScoreFn:
+    """Pass when ``text`` occurs in the output (casefolded unless ``ignore_case``)."""
+    needle = _needle("contains", text, ignore_case)
+
+    def score(output: Output, case: object) -> Score:
+        if needle in _fold_case(output.text or "", ignore_case):
+            return check(True, f"found {_show(text)}")
+        return check(False, f"missing {_show(text)} in reply")
+
+    return score
+
+
+@scorer("not_contains", primary="text")
+def not_contains(text: str, ignore_case: bool = True) -> ScoreFn:
+    """Pass when ``text`` does not occur in the output (casefolded unless ``ignore_case``)."""
+    needle = _needle("not_contains", text, ignore_case)
+
+    def score(output: Output, case: object) -> Score:
+        at = _fold_case(output.text or "", ignore_case).find(needle)
+        if at < 0:
+            return check(True, f"no {_show(text)} in reply")
+        return check(False, f"found forbidden {_show(text)} at char {at}")
+
+    return score
+
+
+@scorer("regex", primary="pattern")
+def regex(pattern: str, flags: str = "") -> ScoreFn:
+    """Pass when ``re.search`` finds ``pattern``; ``flags`` are letters among ``imsx``."""
+    compiled = _compile("regex", pattern, flags)
+
+    def score(output: Output, case: object) -> Score:
+        match = compiled.search(output.text or "")
+        if match:
+            return check(True, f"matched {_show(match.group(0))}")
+        return check(False, f"no match for /{_clip(pattern)}/")
+
+    return score
+
+
+@scorer("forbidden_regex", primary="pattern")
+def forbidden_regex(pattern: str, flags: str = "") -> ScoreFn:
+    """Fail when ``re.search`` finds ``pattern``; the reason quotes the offending match."""
+    compiled = _compile("forbidden_regex", pattern, flags)
+
+    def score(output: Output, case: object) -> Score:
+        match = compiled.search(output.text or "")
+        if match is None:
+            return check(True, f"no match for /{_clip(pattern)}/")
+        return check(False, f"forbidden match {_show(match.group(0))} at char {match.start()}")
+
+    return score
+
+
+@scorer("json_valid")
+def json_valid() -> ScoreFn:
+    """Pass when the whole output is raw JSON (no code fence, no NaN/Infinity)."""
+
+    @_fail_without_value
+    def score(output: Output, case: object) -> Score:
+        return check(True, f"valid JSON {_json_type(_json(output))}")
+
+    return score
+
+
+@scorer("json_schema", primary="schema", files=("schema",))
+def json_schema(schema: Path) -> ScoreFn:
+    """Validate the JSON output against a JSON Schema file (``.json``, or ``.yaml``/``.yml``).
+
+    The schema's ``$schema`` picks the draft (2020-12 by default). ``format`` is an annotation, not
+    asserted: which formats jsonschema checks depends on optional packages, so results would vary
+    between machines.
+    """
+    _want("json_schema", "schema", schema, (str, Path), "a file path")
+    validator = _load_validator(Path(schema))
+
+    @_fail_without_value
+    def score(output: Output, case: object) -> Score:
+        errors = list(validator.iter_errors(_json(output)))
+        if not errors:
+            return check(True, "matches schema")
+        error = best_match(errors)
+        return check(
+            False, f"schema: {_clip(error.message, 160)} at {error.json_path}", errors=len(errors)
+        )
+
+    return score
+
+
+@scorer("json_fields", primary="fields")
+def json_fields(fields: dict[str, Any], normalize: bool = True) -> ScoreFn:
+    """Each named field (dotted path, e.g. ``customer.id``; ``items.0`` indexes a list) of the JSON
+    output equals its expected value. Strings compare casefolded and whitespace-collapsed when
+    ``normalize``; numbers compare numerically (``1 == 1.0``; ``true`` is not ``1``). Score is the
+    fraction of matching fields; passed only when all match."""
+    _want("json_fields", "fields", fields, dict, "a mapping of field -> expected value")
+    _want("json_fields", "normalize", normalize, bool, "true or false")
+    if not fields:
+        raise ScorerArgError("json_fields: fields is empty")
+    for name, value in fields.items():
+        _check_field_name("json_fields", name)
+        _check_json_value("json_fields", f"fields.{name}", value)
+
+    @_fail_without_value
+    def score(output: Output, case: object) -> Score:
+        data = _json(output)
+        if not isinstance(data, dict):
+            raise _NoValue(f"expected a JSON object, got {_json_type(data)}")
+        wrong = []
+        for name, want in fields.items():
+            got = _lookup(data, name)
+            if got is _MISSING:
+                wrong.append(f"{name}: missing")
+            elif not _same(want, got, normalize):
+                wrong.append(f"{name}: expected {_show(want)}, got {_show(got)}")
+        fraction = 1 - len(wrong) / len(fields)
+        if not wrong:
+            return check(True, f"all {len(fields)} fields match", fraction)
+        more = f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else ""
+        return check(False, "; ".join(wrong[:3]) + more, fraction, mismatches=len(wrong))
+
+    return score
+
+
+@scorer("one_of", primary="options")
+def one_of(options: list[Any], field: str | None = None, normalize: bool = True) -> ScoreFn:
+    """Pass when the output (or its JSON ``field``) is one of ``options``. With ``normalize``, text
+    compares as in ``normalized_match`` and field strings as in ``json_fields``."""
+    _want("one_of", "options", options, list, "a list")
+    _want("one_of", "normalize", normalize, bool, "true or false")
+    _check_field_name("one_of", field)
+    if not options:
+        raise ScorerArgError("one_of: options is empty")
+    for i, option in enumerate(options):
+        if field is None:
+            _want("one_of", f"options[{i}]", option, str, "a string (no field: given)")
+        else:
+            _check_json_value("one_of", f"options[{i}]", option)
+    loose = {_loose(o) if normalize else o.strip() for o in options} if field is None else set()
+    listing = _clip(", ".join(_show(o, 20) for o in options), 80)
+
+    @_fail_without_value
+    def score(output: Output, case: object) -> Score:
+        if field is None:
+            got: Any = _text(output)
+            ok = (_loose(got) if normalize else got) in loose
+        else:
+            got = _json(output, field)
+            ok = any(_same(option, got, normalize) for option in options)
+        if ok:
+            return check(True, f"{_show(got)} is one of {len(options)} options")
+        return check(False, f"expected one of [{listing}], got {_show(got)}")
+
+    return score
+
+
+@scorer("max_words", primary="n")
+def max_words(n: int, field: str | None = None) -> ScoreFn:
+    """Pass when the output (or its JSON string ``field``) has at most ``n`` words."""
+    return _limit("max_words", n, field, lambda s: len(s.split()), "words")
+
+
+@scorer("max_chars", primary="n")
+def max_chars(n: int, field: str | None = None) -> ScoreFn:
+    """Pass when the stripped output (or its JSON string ``field``) has at most ``n`` characters."""
+    return _limit("max_chars", n, field, len, "chars")
+
+
+@scorer("numeric_close", primary="value")
+def numeric_close(
+    value: float, tolerance: float = 1e-6, relative: bool = False, field: str | None = None
+) -> ScoreFn:
+    """Pass when the output's number is within ``tolerance`` of ``value`` (``tolerance * |value|``
+    when ``relative``). The number is the JSON ``field`` (which must be a JSON number) or else
+    the first number in the text: ``1,234.5``, ``$12`` and ``-3e2`` are understood."""
+    _want("numeric_close", "value", value, (int, float), "a number")
+    _want("numeric_close", "tolerance", tolerance, (int, float), "a number")
+    _want("numeric_close", "relative", relative, bool, "true or false")
+    _check_field_name("numeric_close", field)
+    if not tolerance >= 0:  # also rejects NaN
+        raise ScorerArgError(f"numeric_close: tolerance must be >= 0, got {tolerance}")
+    allowed = tolerance * abs(value) if relative else tolerance
+    band = f"{_num(value)} ± {_num(tolerance)}" + (" (relative)" if relative else "")
+
+    @_fail_without_value
+    def score(output: Output, case: object) -> Score:
+        if field is None:
+            got = _first_number(_text(output))
+        else:
+            got = _json(output, field)
+            if isinstance(got, bool) or not isinstance(got, int | float):
+                raise _NoValue(f"field {field!r} is {_json_type(got)} {_show(got)}, not a number")
+        if abs(got - value) <= allowed:
+            return check(True, f"got {_num(got)}, within {band}", got=got)
+        return check(False, f"got {_num(got)}, expected {band}", got=got)
+
+    return score
+
+
+def _want(name: str, arg: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        hint = " (quote it in YAML)" if str in kinds and value is not None else ""
+        got = f"{type(value).__name__} {_show(value)}"
+        raise ScorerArgError(f"{name}: {arg} must be {what}, got {got}{hint}")
+    return value
+
+
+def _check_field_name(name: str, field: str | None) -> None:
+    _want(name, "field", field, (str, type(None)), "a dotted field name like customer.id")
+    if field is not None and not all(field.split(".")):
+        raise ScorerArgError(f"{name}: field {field!r} has an empty part; use e.g. customer.id")
+
+
+def _check_json_value(name: str, where: str, value: Any) -> None:
+    try:  # YAML also yields dates, sets, bytes and .nan, none of which JSON output can equal
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ScorerArgError(
+            f"{name}: {where} is not a JSON value: {exc} (quote it in YAML)"
+        ) from None
+
+
+def _needle(name: str, text: str, ignore_case: bool) -> str:
+    _want(name, "text", text, str, "a string")
+    _want(name, "ignore_case", ignore_case, bool, "true or false")
+    if not text:
+        raise ScorerArgError(f"{name}: text is empty")
+    return _fold_case(text, ignore_case)
+
+
+def _fold_case(text: str, ignore_case: bool) -> str:
+    return text.casefold() if ignore_case else text
+
+
+def _compile(name: str, pattern: str, flags: str) -> re.Pattern[str]:
+    _want(name, "pattern", pattern, str, "a string")
+    _want(name, "flags", flags, str, "letters among 'imsx'")
+    if not pattern:
+        raise ScorerArgError(f"{name}: pattern is empty")
+    unknown = "".join(sorted(set(flags) - _REGEX_FLAGS.keys()))
+    if unknown:
+        raise ScorerArgError(f"{name}: unknown flag(s) {unknown!r} in {flags!r}; use 'imsx'")
+    value = re.NOFLAG
+    for letter in flags:
+        value |= _REGEX_FLAGS[letter]
+    try:
+        return re.compile(pattern, value)
+    except re.error as exc:
+        raise ScorerArgError(f"{name}: invalid regex {pattern!r}: {exc}") from None
+
+
+def _load_validator(path: Path) -> jsonschema.protocols.Validator:
+    is_yaml = path.suffix.lower() in (".yaml", ".yml")
+    try:
+        text = path.read_text(encoding="utf-8")
+        schema = yaml.safe_load(text) if is_yaml else json.loads(text)
+    except OSError as exc:
+        raise ScorerArgError(f"json_schema: cannot read {path}: {exc.strerror}") from None
+    except (ValueError, yaml.YAMLError) as exc:
+        kind = "YAML" if is_yaml else "JSON"
+        raise ScorerArgError(
+            f"json_schema: {path} is not valid {kind}: {_clip(str(exc), 120)}"
+        ) from None
+    if not isinstance(schema, dict):
+        raise ScorerArgError(f"json_schema: {path} must hold an object, got {_json_type(schema)}")
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        message = f"{_clip(exc.message, 120)} at {exc.json_path}"
+        raise ScorerArgError(f"json_schema: invalid schema {path}: {message}") from None
+    return cls(schema)
+
+
+def _limit(name: str, n: int, field: str | None, count: Callable[[str], int], unit: str) -> ScoreFn:
+    _want(name, "n", n, int, "a non-negative integer")
+    _check_field_name(name, field)
+    if n < 0:
+        raise ScorerArgError(f"{name}: n must be >= 0, got {n}")
+    where = "" if field is None else f" in {field}"
+
+    @_fail_without_value
+    def score(output: Output, case: object) -> Score:
+        got = _text(output) if field is None else _json(output, field)
+        if not isinstance(got, str):
+            raise _NoValue(f"field {field!r} is {_json_type(got)} {_show(got)}, not a string")
+        size = count(got.strip())
+        return check(size <= n, f"{size} {unit}{where}, limit {n}", count=size)
+
+    return score
+
+
+class _NoValue(Exception):
+    """The output has nothing to score (not JSON, missing field, no number): a failing score."""
+
+
+def _fail_without_value(fn: ScoreFn) -> ScoreFn:
+    @functools.wraps(fn)
+    def score(output: Output, case: Any) -> Score:
+        try:
+            return fn(output, case)
+        except _NoValue as exc:
+            return check(False, str(exc))
+
+    return score
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in JSON")
+
+
+def _json(output: Output, field: str | None = None) -> Any:
+    """The output parsed as raw JSON, or its ``field``; raises _NoValue saying why not."""
+    data = _parse_json(output.text or "")
+    if isinstance(data, _NoValue):
+        raise _NoValue(*data.args)
+    if field is None:
+        return data
+    if not isinstance(data, dict):
+        raise _NoValue(f"expected a JSON object with {field!r}, got {_json_type(data)}")
+    value = _lookup(data, field)
+    if value is _MISSING:
+        raise _NoValue(f"missing field {field!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=32)  # several JSON scorers on one output parse it once
+def _parse_json(text: str) -> Any:
+    if not text.strip():
+        return _NoValue("output is empty, expected JSON")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        if text.lstrip().startswith("```"):
+            return _NoValue("output is wrapped in a code fence, expected raw JSON")
+        return _NoValue(f"invalid JSON at line {exc.lineno} col {exc.colno}: {exc.msg}")
+    except (ValueError, RecursionError) as exc:
+        return _NoValue(f"invalid JSON: {_clip(str(exc) or type(exc).__name__, 80)}")
+
+
+def _lookup(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdecimal() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _MISSING
+    return value
+
+
+def _first_number(text: str) -> float:
+    match = _NUMBER.search(text)
+    if match is None:
+        raise _NoValue(f"no number in reply {_show(text)}")
+    sign, digits, exponent = match.groups()
+    return float(sign.replace("\u2212", "-") + digits.replace(",", "") + (exponent or ""))
+
+
+def _same(want: Any, got: Any, normalize: bool) -> bool:
+    if isinstance(want, bool) or isinstance(got, bool):
+        return type(want) is type(got) and want == got
+    if isinstance(want, int | float) and isinstance(got, int | float):
+        return want == got
+    if isinstance(want, str) and isinstance(got, str):
+        return _fold(want) == _fold(got) if normalize else want == got
+    if isinstance(want, dict) and isinstance(got, dict):
+        return want.keys() == got.keys() and all(
+            _same(v, got[k], normalize) for k, v in want.items()
+        )
+    if isinstance(want, list) and isinstance(got, list):
+        return len(want) == len(got) and all(
+            _same(w, g, normalize) for w, g in zip(want, got, strict=True)
+        )
+    return want is None and got is None
+
+
+def _text(output: Output) -> str:
+    return (output.text or "").strip()
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _loose(text: str) -> str:
+    return _fold(text).strip(_EDGE_PUNCT)
+
+
+def _clip(text: str, limit: int = _SHOW) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _show(value: Any, limit: int = _SHOW) -> str:
+    """A value as quoted in a reason: strings in repr, everything else as JSON, clipped."""
+    if isinstance(value, str):
+        return repr(_clip(value, limit))
+    return _clip(json.dumps(value, ensure_ascii=False, default=str), limit)
+
+
+def _diff(want: str, got: str) -> str:
+    at = next(
+        (i for i, (w, g) in enumerate(zip(want, got, strict=False)) if w != g),
+        min(len(want), len(got)),
+    )
+    if at < _SHOW - 10:  # the difference shows in the clipped values
+        return f"expected {_show(want)}, got {_show(got)}"
+    return f"differs at char {at}: expected {_show(want[at:])}, got {_show(got[at:])}"
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number" if isinstance(value, int | float) else "value")
+
+
+def _num(value: float) -> str:
+    return f"{value:.15g}"

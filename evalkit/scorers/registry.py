@@ -1,0 +1,147 @@
+"""Scorer registry: decorated *factories* that turn YAML arguments into a scoring function.
+
+A factory runs when the corpus loads, so bad arguments, a missing schema file or an invalid
+regex fail before any model call. Each factory returns a function ``(output, case) -> Score``.
+
+Examples:
+    >>> from evalkit.scorers.registry import scorer, build_scorer
+    >>> @scorer("shout", primary="word")
+    ... def shout(word: str):
+    ...     def score(output, case):
+    ...         ok = word.upper() in (output.text or "")
+    ...         return check(ok, f"{word.upper()!r} {'found' if ok else 'missing'}")
+    ...     return score
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalkit.records import Output, Score
+
+if TYPE_CHECKING:
+    from evalkit.cases import Case
+
+ScoreFn = Callable[[Output, "Case"], Score]
+
+#: Cost tiers: the runner applies scorers cheapest first.
+DETERMINISTIC, EXECUTABLE, SIMILARITY, JUDGE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ScorerDef:
+    """A registered scorer factory and what the loader needs to know about it."""
+
+    name: str
+    factory: Callable[..., ScoreFn]
+    tier: int = DETERMINISTIC
+    files: tuple[str, ...] = ()  # argument names that are paths relative to the corpus root
+    primary: str | None = None  # argument filled by the short form ``- contains: refund``
+    trajectory: bool = False  # scores the tool-call trajectory rather than the final text
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A scorer bound to its arguments: call it on an output."""
+
+    name: str
+    args: dict[str, Any]
+    fn: ScoreFn = field(repr=False, compare=False)
+    tier: int = DETERMINISTIC
+    file_hashes: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def __call__(self, output: Output, case: Case) -> Score:
+        return self._named(self.fn(output, case))
+
+    async def ascore(self, output: Output, case: Case) -> Score:
+        """Score an output; awaits scoring functions that are coroutines (model judges)."""
+        result = self.fn(output, case)
+        if inspect.isawaitable(result):
+            result = await result
+        return self._named(result)
+
+    def _named(self, score: Score) -> Score:
+        return Score(self.name, score.score, score.passed, score.reason, score.error, score.details)
+
+
+SCORERS: dict[str, ScorerDef] = {}
+
+
+def scorer(
+    name: str,
+    *,
+    tier: int = DETERMINISTIC,
+    files: tuple[str, ...] = (),
+    primary: str | None = None,
+    trajectory: bool = False,
+) -> Callable[[Callable[..., ScoreFn]], Callable[..., ScoreFn]]:
+    """Register a scorer factory under ``name``."""
+
+    def register(factory: Callable[..., ScoreFn]) -> Callable[..., ScoreFn]:
+        SCORERS[name] = ScorerDef(name, factory, tier, files, primary, trajectory)
+        return factory
+
+    return register
+
+
+def check(passed: bool, reason: str, score: float | None = None, **details: Any) -> Score:
+    """Build a Score from inside a scoring function (the registry fills in the name)."""
+    value = (1.0 if passed else 0.0) if score is None else float(score)
+    return Score("", value, bool(passed), reason, False, dict(details))
+
+
+def scorer_error(reason: str, **details: Any) -> Score:
+    """A score that could not be decided: counted as neither pass nor fail."""
+    return Score("", 0.0, False, reason, True, dict(details))
+
+
+class ScorerArgError(ValueError):
+    """Raised by a factory for an argument it cannot accept (the loader adds file:line:id)."""
+
+
+def build_scorer(
+    name: str, args: dict[str, Any], resolve: Callable[[str], Path] | None = None
+) -> Scorer:
+    """Bind a registered scorer to its arguments, resolving file arguments with ``resolve``.
+
+    Raises:
+        KeyError: unknown scorer name.
+        ScorerArgError: arguments the factory does not accept (message says which).
+    """
+    _ensure_builtin_scorers()
+    definition = SCORERS[name]
+    bound = dict(args)
+    file_hashes: dict[str, str] = {}
+    for arg in definition.files:
+        if arg in bound and resolve is not None:
+            path = resolve(str(bound[arg]))
+            file_hashes[str(bound[arg])] = _file_sha256(path)
+            bound[arg] = path
+    signature = inspect.signature(definition.factory)
+    try:
+        signature.bind(**bound)
+    except TypeError as exc:
+        accepted = ", ".join(signature.parameters) or "no arguments"
+        raise ScorerArgError(f"bad args for scorer {name!r}: {exc} (accepts: {accepted})") from None
+    try:
+        fn = definition.factory(**bound)
+    except ScorerArgError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ScorerArgError(f"bad args for scorer {name!r}: {exc}") from None
+    return Scorer(name, dict(args), fn, definition.tier, file_hashes)
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _ensure_builtin_scorers() -> None:
+    # Importing the modules runs their @scorer decorators.
+    from evalkit.scorers import deterministic  # noqa: F401

@@ -1,0 +1,428 @@
+"""The DuckDB store: schema, batched writes, and read helpers that return Polars frames.
+
+Only this module writes SQL. Writes are batched (one Arrow append per table per flush, inside one
+transaction), so a crash loses at most the batch in flight and never leaves half a batch behind.
+DuckDB allows one writing process per file: a second writer gets a clear :class:`StoreError`
+(optionally after waiting ``wait_s`` for the lock).
+
+Examples:
+    >>> store = open_store("data/evalkit.duckdb")          # doctest: +SKIP
+    >>> store.runs().select("run_id", "label").head(2)      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import polars as pl
+
+from evalkit.errors import StoreError
+
+if TYPE_CHECKING:
+    from evalkit.cases import Case
+
+DEFAULT_DB = Path("data/evalkit.duckdb")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR, label VARCHAR, created_at TIMESTAMPTZ, finished_at TIMESTAMPTZ,
+    config_hash VARCHAR, status VARCHAR, manifest VARCHAR, summary VARCHAR
+);
+CREATE TABLE IF NOT EXISTS cases (
+    run_id VARCHAR, case_id VARCHAR, case_hash VARCHAR, tags VARCHAR[], criticality VARCHAR,
+    sealed BOOLEAN, input VARCHAR, provenance VARCHAR, source VARCHAR
+);
+CREATE TABLE IF NOT EXISTS outputs (
+    run_id VARCHAR, case_id VARCHAR, replay INTEGER, text VARCHAR, tool_calls VARCHAR,
+    steps INTEGER, error VARCHAR, fail_reason VARCHAR, latency_ms DOUBLE, prompt_tokens BIGINT,
+    completion_tokens BIGINT, cost_usd DOUBLE, cached BOOLEAN, request_hash VARCHAR,
+    model VARCHAR, created_at TIMESTAMPTZ
+);
+CREATE TABLE IF NOT EXISTS scorings (
+    scoring_id VARCHAR, run_id VARCHAR, created_at TIMESTAMPTZ, note VARCHAR
+);
+CREATE TABLE IF NOT EXISTS scores (
+    run_id VARCHAR, scoring_id VARCHAR, case_id VARCHAR, replay INTEGER, scorer VARCHAR,
+    scorer_index INTEGER, tier INTEGER, score DOUBLE, passed BOOLEAN, error BOOLEAN, reason VARCHAR
+);
+CREATE TABLE IF NOT EXISTS overrides (
+    base_run_id VARCHAR, cand_run_id VARCHAR, who VARCHAR, reason VARCHAR, created_at TIMESTAMPTZ
+);
+CREATE TABLE IF NOT EXISTS flakes (
+    config_hash VARCHAR, measured_at TIMESTAMPTZ, case_id VARCHAR, tags VARCHAR[], runs INTEGER,
+    flips INTEGER, flake_rate DOUBLE
+);
+CREATE TABLE IF NOT EXISTS response_cache (
+    cache_key VARCHAR, response VARCHAR, created_at TIMESTAMPTZ
+);
+"""
+
+OUTPUT_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.String,
+    "case_id": pl.String,
+    "replay": pl.Int32,
+    "text": pl.String,
+    "tool_calls": pl.String,
+    "steps": pl.Int32,
+    "error": pl.String,
+    "fail_reason": pl.String,
+    "latency_ms": pl.Float64,
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "cost_usd": pl.Float64,
+    "cached": pl.Boolean,
+    "request_hash": pl.String,
+    "model": pl.String,
+    "created_at": pl.Datetime("us", "UTC"),
+}
+SCORE_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.String,
+    "scoring_id": pl.String,
+    "case_id": pl.String,
+    "replay": pl.Int32,
+    "scorer": pl.String,
+    "scorer_index": pl.Int32,
+    "tier": pl.Int32,
+    "score": pl.Float64,
+    "passed": pl.Boolean,
+    "error": pl.Boolean,
+    "reason": pl.String,
+}
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id such as ``20261130T041502-3f9a1c``."""
+    return f"{_now().strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    run_id: str
+    label: str
+    config_hash: str
+    status: str
+
+
+def open_store(
+    path: str | Path = DEFAULT_DB, *, read_only: bool = False, wait_s: float = 0.0
+) -> Store:
+    """Open (creating if needed) the DuckDB file at ``path``.
+
+    Args:
+        read_only: open for reading only (no schema creation).
+        wait_s: how long to wait for another process's write lock before failing.
+
+    Raises:
+        StoreError: the file is locked by another writer, or it is not a DuckDB database.
+    """
+    db_path = Path(path)
+    if read_only and not db_path.exists():
+        raise StoreError(f"{db_path}: no evalkit store here (run `evalkit run` first)")
+    if not read_only:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            con = duckdb.connect(str(db_path), read_only=read_only)
+            break
+        except duckdb.IOException as exc:
+            message = str(exc)
+            if "lock" not in message.lower():
+                raise StoreError(
+                    f"{db_path}: cannot open the store: {message.splitlines()[0]}"
+                ) from None
+            if time.monotonic() >= deadline:
+                pid = re.search(r"PID (\d+)", message)
+                holder = f" (PID {pid.group(1)})" if pid else ""
+                raise StoreError(
+                    f"{db_path} is being written by another process{holder}; wait for it to "
+                    "finish, pass --wait SECONDS, or use another --db"
+                ) from None
+            time.sleep(0.1)
+        except duckdb.Error as exc:
+            raise StoreError(
+                f"{db_path}: not a usable DuckDB file: {str(exc).splitlines()[0]}"
+            ) from None
+    return Store(db_path, con, read_only)
+
+
+class Store:
+    """A DuckDB-backed results store. Use :func:`open_store` to get one."""
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
+        self.path = path
+        self._con = con
+        self.read_only = read_only
+        self._con.execute("SET TimeZone = 'UTC'")
+        if not read_only:
+            self._con.execute(_SCHEMA)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def create_run(self, manifest: dict[str, Any], cases: Sequence[Case]) -> str:
+        """Record a run's manifest and the cases it will execute; returns the run id."""
+        run = manifest["run"]
+        run_id = run["run_id"]
+        case_frame = pl.DataFrame(
+            {
+                "run_id": [run_id] * len(cases),
+                "case_id": [c.id for c in cases],
+                "case_hash": [c.hash for c in cases],
+                "tags": [list(c.tags) for c in cases],
+                "criticality": [c.criticality for c in cases],
+                "sealed": [c.sealed for c in cases],
+                "input": [c.input_json() for c in cases],
+                "provenance": [json.dumps(c.provenance, sort_keys=True) for c in cases],
+                "source": [c.source for c in cases],
+            },
+            schema_overrides={"tags": pl.List(pl.String)},
+        )
+        with self._transaction():
+            self._con.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
+                [run_id, run["label"], _now(), manifest["config_hash"], json.dumps(manifest)],
+            )
+            self._append("cases", case_frame)
+            self._con.execute(
+                "INSERT INTO scorings VALUES (?, ?, ?, 'run')",
+                [initial_scoring_id(run_id), run_id, _now()],
+            )
+        return run_id
+
+    def write_results(self, outputs: pl.DataFrame, scores: pl.DataFrame) -> None:
+        """Append a batch of outputs and their scores atomically (both or neither)."""
+        if outputs.is_empty() and scores.is_empty():
+            return
+        with self._transaction():
+            if not outputs.is_empty():
+                self._append("outputs", outputs.select(list(OUTPUT_SCHEMA)))
+            if not scores.is_empty():
+                self._append("scores", scores.select(list(SCORE_SCHEMA)))
+
+    def new_scoring(self, run_id: str, note: str) -> str:
+        """Register a new scoring of a run's stored outputs (used by rescore)."""
+        count = self._con.execute(
+            "SELECT count(*) FROM scorings WHERE run_id = ?", [run_id]
+        ).fetchall()[0][0]
+        scoring_id = f"{run_id}/s{count + 1}"
+        self._con.execute(
+            "INSERT INTO scorings VALUES (?, ?, ?, ?)", [scoring_id, run_id, _now(), note]
+        )
+        return scoring_id
+
+    def write_scores(self, scores: pl.DataFrame) -> None:
+        with self._transaction():
+            self._append("scores", scores.select(list(SCORE_SCHEMA)))
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        self._con.execute(
+            "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
+            [status, _now(), json.dumps(summary), run_id],
+        )
+
+    def save_override(self, base_run_id: str, cand_run_id: str, who: str, reason: str) -> None:
+        """Record a gate override; a written reason is required."""
+        if not reason or not reason.strip():
+            raise StoreError("an override needs a written reason (--reason '...')")
+        if not who or not who.strip():
+            raise StoreError("an override needs a name (--who NAME)")
+        self._con.execute(
+            "INSERT INTO overrides VALUES (?, ?, ?, ?, ?)",
+            [base_run_id, cand_run_id, who.strip(), reason.strip(), _now()],
+        )
+
+    def save_flakes(self, config_hash: str, flakes: pl.DataFrame) -> None:
+        """Store one flake measurement (columns case_id, tags, runs, flips, flake_rate)."""
+        frame = flakes.select(
+            pl.lit(config_hash).alias("config_hash"),
+            pl.lit(_now()).dt.cast_time_unit("us").alias("measured_at"),
+            "case_id",
+            pl.col("tags").cast(pl.List(pl.String)),
+            pl.col("runs").cast(pl.Int32),
+            pl.col("flips").cast(pl.Int32),
+            pl.col("flake_rate").cast(pl.Float64),
+        )
+        with self._transaction():
+            self._append("flakes", frame)
+
+    # -- cache (keyed by provider, model, rendered request, sampling and replay index) --------
+
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        frame = pl.DataFrame({"cache_key": wanted})
+        self._con.register("_wanted", frame.to_arrow())
+        try:
+            rows = self._con.execute(
+                "SELECT c.cache_key, c.response FROM response_cache c "
+                "JOIN _wanted w USING (cache_key)"
+            ).fetchall()
+        finally:
+            self._con.unregister("_wanted")
+        return dict(rows)
+
+    def cache_put(self, entries: dict[str, str]) -> None:
+        if not entries:
+            return
+        frame = pl.DataFrame(
+            {
+                "cache_key": list(entries),
+                "response": list(entries.values()),
+                "created_at": [_now()] * len(entries),
+            }
+        )
+        with self._transaction():
+            self._append("response_cache", frame)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def runs(self) -> pl.DataFrame:
+        return self._frame(
+            "SELECT run_id, label, created_at, finished_at, config_hash, status, manifest, summary "
+            "FROM runs ORDER BY created_at"
+        )
+
+    def resolve_run(self, ref: str) -> str:
+        """A run id from an id, a unique id prefix, or a label (the latest run with it)."""
+        rows = self._con.execute(
+            "SELECT run_id FROM runs WHERE run_id = ? OR label = ? ORDER BY created_at DESC",
+            [ref, ref],
+        ).fetchall()
+        if not rows:
+            rows = self._con.execute(
+                "SELECT run_id FROM runs WHERE run_id LIKE ? ORDER BY created_at DESC", [f"{ref}%"]
+            ).fetchall()
+            if len(rows) > 1:
+                raise StoreError(f"run {ref!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
+        if not rows:
+            raise StoreError(f"{self.path}: no run with id or label {ref!r}")
+        return rows[0][0]
+
+    def manifest(self, run_id: str) -> dict[str, Any]:
+        rows = self._con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        if not rows:
+            raise StoreError(f"{self.path}: no run {run_id!r}")
+        return json.loads(rows[0][0])
+
+    def run_status(self, run_id: str) -> str:
+        rows = self._con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        if not rows:
+            raise StoreError(f"{self.path}: no run {run_id!r}")
+        return rows[0][0]
+
+    def cases(self, run_id: str) -> pl.DataFrame:
+        return self._frame("SELECT * FROM cases WHERE run_id = ? ORDER BY case_id", [run_id])
+
+    def outputs(self, run_id: str) -> pl.DataFrame:
+        return self._frame(
+            "SELECT * FROM outputs WHERE run_id = ? ORDER BY case_id, replay", [run_id]
+        )
+
+    def scores(self, run_id: str, scoring_id: str | None = None) -> pl.DataFrame:
+        """Long scores of a run: the newest scoring unless ``scoring_id`` is given."""
+        scoring_id = scoring_id or self.latest_scoring(run_id)
+        return self._frame(
+            "SELECT * FROM scores WHERE run_id = ? AND scoring_id = ? "
+            "ORDER BY case_id, replay, scorer_index",
+            [run_id, scoring_id],
+        )
+
+    def latest_scoring(self, run_id: str) -> str:
+        rows = self._con.execute(
+            "SELECT scoring_id FROM scorings WHERE run_id = ? ORDER BY created_at DESC, scoring_id "
+            "DESC LIMIT 1",
+            [run_id],
+        ).fetchall()
+        return rows[0][0] if rows else initial_scoring_id(run_id)
+
+    def scorings(self, run_id: str) -> pl.DataFrame:
+        return self._frame("SELECT * FROM scorings WHERE run_id = ? ORDER BY created_at", [run_id])
+
+    def completed(self, run_id: str) -> set[tuple[str, int]]:
+        """(case_id, replay) pairs already stored for a run (what --resume skips)."""
+        rows = self._con.execute(
+            "SELECT case_id, replay FROM outputs WHERE run_id = ?", [run_id]
+        ).fetchall()
+        return {(c, int(r)) for c, r in rows}
+
+    def overrides(self, base_run_id: str, cand_run_id: str) -> pl.DataFrame:
+        return self._frame(
+            "SELECT who, reason, created_at FROM overrides WHERE base_run_id = ? AND "
+            "cand_run_id = ? ORDER BY created_at",
+            [base_run_id, cand_run_id],
+        )
+
+    def latest_flakes(self, config_hash: str) -> pl.DataFrame:
+        return self._frame(
+            "SELECT case_id, tags, runs, flips, flake_rate, measured_at FROM flakes "
+            "WHERE config_hash = ? AND measured_at = (SELECT max(measured_at) FROM flakes "
+            "WHERE config_hash = ?) ORDER BY case_id",
+            [config_hash, config_hash],
+        )
+
+    def verdicts(self, run_id: str) -> pl.DataFrame:
+        """Per-case verdicts of a run (majority over replays; see :mod:`evalkit.analysis`)."""
+        from evalkit.analysis import verdicts
+
+        return verdicts(self.outputs(run_id), self.scores(run_id), self.cases(run_id))
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
+        """Run a read-only SQL query and return a Polars frame (for notebooks)."""
+        return self._frame(sql, list(params))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _frame(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
+        return self._con.sql(sql, params=list(params or [])).pl()
+
+    def _append(self, table: str, frame: pl.DataFrame) -> None:
+        name = f"_batch_{table}"
+        self._con.register(name, frame.to_arrow())
+        try:
+            columns = ", ".join(frame.columns)
+            self._con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {name}")
+        finally:
+            self._con.unregister(name)
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._con)
+
+
+class _Transaction:
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+
+    def __enter__(self) -> None:
+        self._con.execute("BEGIN TRANSACTION")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self._con.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def initial_scoring_id(run_id: str) -> str:
+    return f"{run_id}/s0"
