@@ -91,9 +91,33 @@ def _parser() -> argparse.ArgumentParser:
     override.add_argument("--reason", required=True)
     override.set_defaults(handler=_cmd_override)
 
+    rescore = sub.add_parser("rescore", help="re-apply current scorers to stored outputs")
+    _suite_args(rescore)
+    _db_arg(rescore)
+    rescore.add_argument("run", help="run id or label")
+    rescore.add_argument(
+        "--scorer", action="append", default=[], help="recompute only this scorer (repeatable)"
+    )
+    rescore.set_defaults(handler=_cmd_rescore)
+
+    flakes = sub.add_parser("flakes", help="rerun one configuration k times; store the flake list")
+    _suite_args(flakes)
+    _db_arg(flakes)
+    flakes.add_argument("--runs", type=int, default=5, help="how many uncached runs (k)")
+    flakes.add_argument("--tag", action="append", default=[], help="only cases with this tag")
+    flakes.add_argument("--no-progress", action="store_true")
+    flakes.set_defaults(handler=_cmd_flakes)
+
     demo = sub.add_parser("demo", help="the demo simulator (`evalkit demo serve --port P`)")
     demo_sub = demo.add_subparsers(dest="demo_command")
     demo_sub.add_parser("serve", help="serve the simulated support assistant on 127.0.0.1")
+    demo_run = demo_sub.add_parser("run", help="the whole demo: baseline, candidate, gate")
+    demo_run.add_argument("--config", default=DEFAULT_CONFIG)
+    demo_run.add_argument("--db", default="data/demo.duckdb")
+    demo_run.add_argument("--out", default="reports")
+    demo_run.add_argument("--no-gate", action="store_true", help="stop after the two runs")
+    demo_run.add_argument("--no-progress", action="store_true")
+    demo_run.set_defaults(handler=_cmd_demo_run)
     return parser
 
 
@@ -243,6 +267,75 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_gate(args: argparse.Namespace) -> int:
     raise EvalkitError("evalkit gate: not wired yet")  # filled in by the gate work
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from evalkit.cases import load_corpus
+    from evalkit.config import load_suite
+    from evalkit.rescore import rescore_run
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
+    with open_store(args.db, wait_s=args.wait) as store:
+        result = rescore_run(store, corpus, args.run, scorers=args.scorer)
+    print(
+        f"rescored {result.rescored} outputs of {result.run_id} with zero model calls "
+        f"→ scoring {result.scoring_id} ({result.carried} scores carried over)"
+    )
+    for case_id in result.skipped_input_changed:
+        print(f"  skipped {case_id}: its input changed since the run (re-run it)")
+    return 0
+
+
+def _cmd_flakes(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evalkit.cases import load_corpus
+    from evalkit.config import load_suite
+    from evalkit.flakes import measure_flakes
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
+    corpus = corpus.select(tags=args.tag)
+    with open_store(args.db, wait_s=args.wait) as store:
+        result = measure_flakes(suite, corpus, store, runs=args.runs, progress=not args.no_progress)
+    console = Console(highlight=False)
+    console.print(
+        f"{args.runs} uncached runs of config {result.config_hash[:12]}: "
+        f"{result.flaky.height} of {result.per_case.height} cases changed verdict with nothing "
+        "changed"
+    )
+    table = Table("tag", "cases", "flaky", "flake rate")
+    for row in result.per_slice.iter_rows(named=True):
+        table.add_row(row["tag"], str(row["cases"]), str(row["flaky"]), f"{row['flake_rate']:.1%}")
+    console.print(table)
+    for row in result.flaky.iter_rows(named=True):
+        console.print(f"  noisy: {row['case_id']} ({row['flips']}/{row['runs']} runs disagree)")
+    return 0
+
+
+def _cmd_demo_run(args: argparse.Namespace) -> int:
+    from evalkit.demo_run import run_demo
+
+    print("evalkit demo: the system under test is a SIMULATOR (rule-based, not an LLM)")
+    result = run_demo(
+        args.config, args.db, args.out, progress=not args.no_progress, gate=not args.no_gate
+    )
+    _print_run_summary(result.baseline, str(result.db_path))
+    _print_run_summary(result.candidate, str(result.db_path))
+    if result.gate_exit_code is not None:
+        verdict = {0: "PASSED", 1: "BLOCKED"}.get(result.gate_exit_code, "FAILED TO RUN")
+        print(f"gate: {verdict} — report: {result.report_path}")
+        if result.gate_exit_code not in (0, 1):
+            return result.gate_exit_code
+    print(
+        f"explore: evalkit compare baseline candidate --db {result.db_path}, or open "
+        "notebooks/slices.ipynb"
+    )
+    return 0
 
 
 def _cmd_override(args: argparse.Namespace) -> int:

@@ -251,6 +251,14 @@ def build_manifest(
 ) -> dict[str, Any]:
     """Everything that produced a run (never keys), plus its ``config_hash``."""
     system = suite.config.system
+    if judge_rubrics is None:
+        judge_rubrics = {
+            path: digest
+            for case in corpus.cases
+            for scorer in case.scorers
+            if scorer.tier == 3
+            for path, digest in scorer.file_hashes.items()
+        }
     template_hash = _sha(
         canonical_json({"system": suite.system_prompt, "user": system.user_template})
     )
@@ -300,8 +308,24 @@ def build_manifest(
             **_git_state(suite.root),
         },
     }
+    manifest["warnings"] = _warnings(suite)
     manifest["config_hash"] = config_hash(manifest)
     return manifest
+
+
+def _warnings(suite: Suite) -> list[str]:
+    from evalkit.judge import model_family
+
+    judge = suite.config.judge
+    if judge is None:
+        return []
+    family = model_family(judge.model)
+    if family == model_family(suite.config.system.model):
+        return [
+            f"judge {judge.model} and the system under test {suite.config.system.model} share "
+            f"the model family {family!r}: expect self-preference; prefer another family"
+        ]
+    return []
 
 
 def config_hash(manifest: dict[str, Any]) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
 import json
 import random
 import sys
@@ -26,9 +25,11 @@ from typing import Any
 
 import polars as pl
 
-from evalkit.cases import Case, Corpus, canonical_json, render_messages
+from evalkit.cache import CachedProvider, cache_key
+from evalkit.cases import Case, Corpus, render_messages
 from evalkit.config import Suite, build_manifest
-from evalkit.errors import EvalkitError
+from evalkit.errors import ConfigError, EvalkitError
+from evalkit.judge import JudgeClient
 from evalkit.providers import make_provider
 from evalkit.providers.base import (
     CallStats,
@@ -41,6 +42,7 @@ from evalkit.providers.base import (
     complete_with_retries,
 )
 from evalkit.records import Output, Score, ToolCall
+from evalkit.scorers.registry import JUDGE
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, Store, initial_scoring_id, new_run_id
 from evalkit.tools import FixtureMiss, serve_tool_call
 
@@ -146,7 +148,8 @@ async def run_suite_async(
     ]
     own_provider = provider is None
     provider = provider or make_provider(config.system)
-    execution = _Execution(suite, store, run_id, provider, use_cache, options)
+    judge = make_judge(suite, corpus, store, use_cache)
+    execution = _Execution(suite, store, run_id, provider, use_cache, options, judge)
     started = time.perf_counter()
     try:
         await execution.run(work)
@@ -154,6 +157,8 @@ async def run_suite_async(
         execution.writer.flush()
         if own_provider:
             await provider.aclose()
+        if judge is not None:
+            await judge.provider.aclose()
     wall_s = time.perf_counter() - started
     summary = _summarize(
         store, run_id, label, manifest["config_hash"], execution, len(done), wall_s
@@ -173,6 +178,7 @@ class _Execution:
         provider: Provider,
         use_cache: bool,
         options: RunOptions,
+        judge: JudgeClient | None = None,
     ) -> None:
         config = suite.config
         self.suite = suite
@@ -197,6 +203,13 @@ class _Execution:
         self.price_in = price.input_per_mtok / 1e6 if price else 0.0
         self.price_out = price.output_per_mtok / 1e6 if price else 0.0
         self.sampling = config.system.sampling.model_dump()
+        system = config.system
+        self.identity = {
+            "provider": system.provider,
+            "base_url": system.base_url,
+            "function": system.function,
+        }
+        self.judge = judge
 
     async def run(self, work: list[tuple[Case, int]]) -> None:
         first_requests = [(case, replay, self._first_request(case)) for case, replay in work]
@@ -223,18 +236,7 @@ class _Execution:
         return ChatRequest(system.model, messages, self.sampling, self.suite.tools)
 
     def _cache_key(self, request: ChatRequest, replay: int) -> str:
-        system = self.suite.config.system
-        identity = {
-            "provider": system.provider,
-            "base_url": system.base_url,
-            "function": system.function,
-            "model": request.model,
-            "messages": request.messages,
-            "tools": request.tools,
-            "sampling": request.sampling,
-            "replay": replay,
-        }
-        return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
+        return cache_key(self.identity, request, replay)
 
     async def _one(
         self, case: Case, replay: int, request: ChatRequest, progress: _Progress
@@ -244,7 +246,7 @@ class _Execution:
         if output.ok and output.fail_reason is None:
             for scorer in case.scorers:
                 try:
-                    scores.append(await scorer.ascore(output, case))
+                    scores.append(await scorer.ascore(output, case, self.judge))
                 except Exception as exc:  # a scorer bug must not sink the run
                     reason = f"scorer crashed: {type(exc).__name__}: {exc}"[:300]
                     scores.append(Score(scorer.name, 0.0, False, reason, error=True))
@@ -358,6 +360,25 @@ class _Execution:
         return completion, elapsed, False
 
 
+def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> JudgeClient | None:
+    """The run's judge client (cached), or None when no case uses a judge scorer.
+
+    Raises:
+        ConfigError: a case uses a judge scorer but the suite config has no ``judge:``.
+    """
+    if not any(s.tier == JUDGE for case in corpus.cases for s in case.scorers):
+        return None
+    config = suite.config.judge
+    if config is None:
+        raise ConfigError(
+            f"{suite.path}: cases use the judge scorer but the suite has no judge: section "
+            "(judge: {model: ..., base_url: ...})"
+        )
+    identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": config.base_url}
+    provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
+    return JudgeClient(provider, config.model, max_retries=config.max_retries)
+
+
 def _assistant_tool_message(completion: Completion) -> dict[str, Any]:
     return {
         "role": "assistant",
@@ -436,6 +457,7 @@ class _BatchWriter:
             col["passed"].append(score.passed)
             col["error"].append(score.error)
             col["reason"].append(score.reason)
+            col["details"].append(json.dumps(score.details, default=str) if score.details else None)
         if output.error is not None or any(s.error for s in scores):
             self.errored += 1
         elif output.fail_reason is None and all(s.passed for s in scores):

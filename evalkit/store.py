@@ -52,7 +52,11 @@ CREATE TABLE IF NOT EXISTS scorings (
 );
 CREATE TABLE IF NOT EXISTS scores (
     run_id VARCHAR, scoring_id VARCHAR, case_id VARCHAR, replay INTEGER, scorer VARCHAR,
-    scorer_index INTEGER, tier INTEGER, score DOUBLE, passed BOOLEAN, error BOOLEAN, reason VARCHAR
+    scorer_index INTEGER, tier INTEGER, score DOUBLE, passed BOOLEAN, error BOOLEAN, reason VARCHAR,
+    details VARCHAR
+);
+CREATE TABLE IF NOT EXISTS scoring_cases (
+    scoring_id VARCHAR, case_id VARCHAR, case_hash VARCHAR
 );
 CREATE TABLE IF NOT EXISTS overrides (
     base_run_id VARCHAR, cand_run_id VARCHAR, who VARCHAR, reason VARCHAR, created_at TIMESTAMPTZ
@@ -96,6 +100,7 @@ SCORE_SCHEMA: dict[str, pl.DataType] = {
     "passed": pl.Boolean,
     "error": pl.Boolean,
     "reason": pl.String,
+    "details": pl.String,  # JSON: judge reason/raw text, rubric hash, pairwise orders, ...
 }
 
 
@@ -223,20 +228,32 @@ class Store:
             if not scores.is_empty():
                 self._append("scores", scores.select(list(SCORE_SCHEMA)))
 
-    def new_scoring(self, run_id: str, note: str) -> str:
-        """Register a new scoring of a run's stored outputs (used by rescore)."""
-        count = self._con.execute(
-            "SELECT count(*) FROM scorings WHERE run_id = ?", [run_id]
-        ).fetchall()[0][0]
-        scoring_id = f"{run_id}/s{count + 1}"
-        self._con.execute(
-            "INSERT INTO scorings VALUES (?, ?, ?, ?)", [scoring_id, run_id, _now(), note]
-        )
-        return scoring_id
-
-    def write_scores(self, scores: pl.DataFrame) -> None:
+    def write_scoring(
+        self, run_id: str, note: str, scores: pl.DataFrame, case_hashes: dict[str, str]
+    ) -> str:
+        """Store a new scoring of a run's outputs, atomically; older scorings stay."""
         with self._transaction():
-            self._append("scores", scores.select(list(SCORE_SCHEMA)))
+            count = self._con.execute(
+                "SELECT count(*) FROM scorings WHERE run_id = ?", [run_id]
+            ).fetchall()[0][0]
+            scoring_id = f"{run_id}/s{count}"
+            self._con.execute(
+                "INSERT INTO scorings VALUES (?, ?, ?, ?)", [scoring_id, run_id, _now(), note]
+            )
+            frame = scores.select(list(SCORE_SCHEMA)).with_columns(
+                pl.lit(scoring_id).alias("scoring_id")
+            )
+            self._append("scores", frame)
+            hashes = pl.DataFrame(
+                {
+                    "scoring_id": [scoring_id] * len(case_hashes),
+                    "case_id": list(case_hashes),
+                    "case_hash": list(case_hashes.values()),
+                },
+                schema={"scoring_id": pl.String, "case_id": pl.String, "case_hash": pl.String},
+            )
+            self._append("scoring_cases", hashes)
+        return scoring_id
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
         self._con.execute(
@@ -336,7 +353,15 @@ class Store:
         return rows[0][0]
 
     def cases(self, run_id: str) -> pl.DataFrame:
-        return self._frame("SELECT * FROM cases WHERE run_id = ? ORDER BY case_id", [run_id])
+        """The cases a run executed. After a rescore against edited expectations, ``case_hash``
+        is the hash the newest scoring scored against (the stored outputs are unchanged)."""
+        scoring_id = self.latest_scoring(run_id)
+        return self._frame(
+            "SELECT c.* REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) FROM cases c "
+            "LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
+            "WHERE c.run_id = ? ORDER BY c.case_id",
+            [scoring_id, run_id],
+        )
 
     def outputs(self, run_id: str) -> pl.DataFrame:
         return self._frame(

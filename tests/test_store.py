@@ -71,6 +71,7 @@ def scores_frame(run_id: str, scoring_id: str, rows: list[tuple[str, int, bool]]
             "passed": [r[2] for r in rows],
             "error": [False] * len(rows),
             "reason": ["found" if r[2] else "missing" for r in rows],
+            "details": [None] * len(rows),
         },
         schema=SCORE_SCHEMA,
     )
@@ -107,9 +108,11 @@ def test_rescoring_keeps_old_scores_and_reads_newest(tmp_path: Path) -> None:
         store.write_results(
             outputs_frame("r1", [("a", 0, "hi")]), scores_frame("r1", "r1/s0", [("a", 0, True)])
         )
-        new = store.new_scoring("r1", "rescore")
-        store.write_scores(scores_frame("r1", new, [("a", 0, False)]))
-        assert store.latest_scoring("r1") == new
+        new = store.write_scoring(
+            "r1", "rescore", scores_frame("r1", "ignored", [("a", 0, False)]), {"a": "h-a2"}
+        )
+        assert store.latest_scoring("r1") == new == "r1/s1"
+        assert store.cases("r1")["case_hash"].to_list() == ["h-a2"]
         assert store.scores("r1")["passed"].to_list() == [False]
         assert store.scores("r1", "r1/s0")["passed"].to_list() == [True]
         assert store.scorings("r1").height == 2

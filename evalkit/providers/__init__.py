@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from evalkit.config import JudgeConfig, SystemConfig
 from evalkit.errors import ConfigError
 from evalkit.providers.base import ChatRequest, Completion, Provider, ProviderError
+
+if TYPE_CHECKING:  # config imports cases, which imports scorers, which import providers.base
+    from evalkit.config import JudgeConfig, SystemConfig
 
 __all__ = ["ChatRequest", "Completion", "Provider", "ProviderError", "make_provider"]
 
 
 def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
     """Build the provider a suite (or judge) config names. Keys come from the environment only."""
-    if isinstance(system, SystemConfig) and system.provider == "python":
+    if system.provider == "python":
         from evalkit.providers.python_callable import PythonProvider
 
         return PythonProvider(system.function or "")

@@ -18,16 +18,22 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
-from jsonschema.exceptions import best_match
 
-from evalkit.records import Output, Score
-from evalkit.scorers.registry import ScoreFn, ScorerArgError, check, scorer
+# jsonschema imports the optional rfc3987_syntax (a Lark grammar built at import: 2-5 s here)
+# only to check the "iri" format, which this scorer never asserts (formats are annotations, see
+# json_schema). Marking it unavailable keeps every `evalkit` command and notebook kernel fast.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+import jsonschema  # noqa: E402
+from jsonschema.exceptions import best_match  # noqa: E402
+
+from evalkit.records import Output, Score  # noqa: E402
+from evalkit.scorers.registry import ScoreFn, ScorerArgError, check, scorer  # noqa: E402
 
 _SHOW = 40  # characters of a value quoted in a reason
 _MISSING = object()

@@ -57,9 +57,10 @@ class Scorer:
     def __call__(self, output: Output, case: Case) -> Score:
         return self._named(self.fn(output, case))
 
-    async def ascore(self, output: Output, case: Case) -> Score:
-        """Score an output; awaits scoring functions that are coroutines (model judges)."""
-        result = self.fn(output, case)
+    async def ascore(self, output: Output, case: Case, judge: Any = None) -> Score:
+        """Score an output; awaits scoring functions that are coroutines (model judges get
+        the run's judge client)."""
+        result = self.fn(output, case, judge) if self.tier == JUDGE else self.fn(output, case)
         if inspect.isawaitable(result):
             result = await result
         return self._named(result)
@@ -144,4 +145,4 @@ def _file_sha256(path: Path) -> str:
 
 def _ensure_builtin_scorers() -> None:
     # Importing the modules runs their @scorer decorators.
-    from evalkit.scorers import deterministic  # noqa: F401
+    from evalkit.scorers import deterministic, judge  # noqa: F401
