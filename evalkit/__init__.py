@@ -42,7 +42,33 @@ _EXPORTS = {
     "load_comparison": "evalkit.analysis",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "Case",
+    "ComparabilityError",
+    "ConfigError",
+    "Corpus",
+    "CorpusError",
+    "EvalkitError",
+    "GateDecision",
+    "GatePolicy",
+    "Output",
+    "RunOptions",
+    "RunSummary",
+    "Score",
+    "Store",
+    "StoreError",
+    "Suite",
+    "ToolCall",
+    "__version__",
+    "decide",
+    "load_comparison",
+    "load_corpus",
+    "load_suite",
+    "open_store",
+    "paired_frame",
+    "run_suite",
+    "verdicts",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -24,10 +24,14 @@ def corpus_copy(tmp_path: Path) -> Path:
 
 
 def _run(root: Path, server: DemoServer, db: Path, label: str, *, sets=(), **options):
-    suite = load_suite(root / "evalkit.yaml", overrides=[f"system.base_url={server.base_url}", *sets])
+    suite = load_suite(
+        root / "evalkit.yaml", overrides=[f"system.base_url={server.base_url}", *sets]
+    )
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     with open_store(db) as store:
-        summary = run_suite(suite, corpus, store, RunOptions(label=label, progress=False, **options))
+        summary = run_suite(
+            suite, corpus, store, RunOptions(label=label, progress=False, **options)
+        )
         outputs = store.outputs(summary.run_id)
     return summary, outputs, corpus
 
@@ -44,9 +48,10 @@ def test_second_identical_run_makes_zero_requests(
     assert demo_server.stats()["requests"] == 0
     assert second.cache_hits == len(corpus.cases) and second.requests == 0
     assert second_outputs["cached"].all() and not first_outputs["cached"].any()
-    assert second_outputs.sort("case_id")["text"].to_list() == first_outputs.sort("case_id")[
-        "text"
-    ].to_list()
+    assert (
+        second_outputs.sort("case_id")["text"].to_list()
+        == first_outputs.sort("case_id")["text"].to_list()
+    )
     # --no-cache asks every question again.
     demo_server.reset_stats()
     third, _, _ = _run(corpus_copy, demo_server, db, "c", use_cache=False)
