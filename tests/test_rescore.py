@@ -66,8 +66,10 @@ def test_rescore_only_named_scorers_carries_the_rest(
         run = run_suite(suite, corpus, store, RunOptions(label="base", progress=False))
         result = rescore_run(store, corpus, run.run_id, scorers=["json_schema"])
         assert result.carried > 0 and result.rescored == run.outputs
-        assert store.scores(run.run_id).drop("scoring_id").equals(
-            store.scores(run.run_id, f"{run.run_id}/s0").drop("scoring_id")
+        assert (
+            store.scores(run.run_id)
+            .drop("scoring_id")
+            .equals(store.scores(run.run_id, f"{run.run_id}/s0").drop("scoring_id"))
         )
         with pytest.raises(EvalkitError, match="no case in the corpus uses it"):
             rescore_run(store, corpus, run.run_id, scorers=["jsn_schema"])
