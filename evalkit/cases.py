@@ -384,7 +384,7 @@ def _expand_short_forms(expect: Any, rel: str, node: Any, case_id: str) -> Any:
                     f"unknown scorer {name!r}{hint}", path=rel, line=line, case_id=case_id
                 )
             if isinstance(value, dict) and (
-                definition.primary is None or set(value) <= _parameters(definition.factory)
+                definition.primary is None or _accepts_all(definition.factory, value)
             ):
                 entry = {"scorer": name, "args": value}
             elif value is None:
@@ -403,8 +403,12 @@ def _expand_short_forms(expect: Any, rel: str, node: Any, case_id: str) -> Any:
     return expanded
 
 
-def _parameters(factory: Any) -> set[str]:
-    return set(inspect.signature(factory).parameters)
+def _accepts_all(factory: Any, keys: Iterable[str]) -> bool:
+    """Whether every key is an argument of the factory (any key, if it takes ``**kwargs``)."""
+    params = inspect.signature(factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    return set(keys) <= set(params)
 
 
 def _resolver(root: Path, rel: str, case_id: str):

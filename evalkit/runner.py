@@ -42,7 +42,7 @@ from evalkit.providers.base import (
     complete_with_retries,
 )
 from evalkit.records import Output, Score, ToolCall
-from evalkit.scorers.registry import JUDGE
+from evalkit.scorers.registry import EXECUTABLE, JUDGE
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, Store, initial_scoring_id, new_run_id
 from evalkit.tools import FixtureMiss, serve_tool_call
 
@@ -246,7 +246,10 @@ class _Execution:
         if output.ok and output.fail_reason is None:
             for scorer in case.scorers:
                 try:
-                    scores.append(await scorer.ascore(output, case, self.judge))
+                    if scorer.tier == EXECUTABLE:  # sandboxed subprocesses: keep the loop free
+                        scores.append(await asyncio.to_thread(scorer, output, case))
+                    else:
+                        scores.append(await scorer.ascore(output, case, self.judge))
                 except Exception as exc:  # a scorer bug must not sink the run
                     reason = f"scorer crashed: {type(exc).__name__}: {exc}"[:300]
                     scores.append(Score(scorer.name, 0.0, False, reason, error=True))

@@ -15,10 +15,13 @@ case fails with that reason and nothing ever reaches a live service.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from evalkit.cases import canonical_json
+
+_NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 
 
 class FixtureMiss(Exception):
@@ -44,7 +47,11 @@ def normalize_args(arguments: dict[str, Any]) -> str:
 
 def _strip(value: Any) -> Any:
     if isinstance(value, str):
-        return value.strip()
+        text = value.strip()
+        # "8812" and 8812 name the same order: models are inconsistent about quoting ids.
+        if _NUMBER.fullmatch(text):
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        return text
     if isinstance(value, dict):
         return {k: _strip(v) for k, v in value.items()}
     if isinstance(value, list):

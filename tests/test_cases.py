@@ -281,3 +281,12 @@ def test_mapping_short_forms_expand_to_the_same_args(tmp_path: Path, entry: str)
     root = make_corpus(tmp_path, {"cases/a.yaml": text})
     (scorer,) = load_corpus(root).cases[0].scorers
     assert scorer.args == {"fields": {"category": "billing"}}
+
+
+def test_short_form_for_a_factory_taking_any_argument(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "{scorer: contains, args: {text: refund}}", '{tool_called: {name: refund, order_id: "8"}}'
+    )
+    root = make_corpus(tmp_path, {"cases/a.yaml": text})
+    (scorer,) = load_corpus(root).cases[0].scorers
+    assert scorer.args == {"name": "refund", "order_id": "8"}

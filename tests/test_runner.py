@@ -154,3 +154,13 @@ def test_selection_is_recorded_in_the_manifest(python_suite, tmp_path: Path) -> 
     assert manifest["selection"] == selection
     assert sorted(cases["case_id"].to_list()) == ["agent-001", "agent-002"]
     assert manifest["provider"]["function"] == "support_app:answer"
+
+
+def test_fixture_arguments_are_normalized() -> None:
+    from evalkit.tools import FixtureMiss, serve_tool_call
+
+    keyed = {"lookup_order": [{"args": {"order_id": "8812"}, "response": {"ok": True}}]}
+    for raw in ('{"order_id": 8812}', '{"order_id": " 8812 "}', '{"order_id": "8812"}'):
+        assert serve_tool_call(keyed, "lookup_order", raw).response == {"ok": True}
+    with pytest.raises(FixtureMiss, match=r'unexpected tool call lookup_order\(order_id="8813"\)'):
+        serve_tool_call(keyed, "lookup_order", '{"order_id": "8813"}')

