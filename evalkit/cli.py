@@ -194,7 +194,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _print_run_summary(summary, db: str) -> None:
     from rich.console import Console
 
-    console = Console(stderr=False, highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     scored = summary.passed + summary.failed
     rate = f"{summary.passed / scored:.1%}" if scored else "n/a"
     console.print(
