@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/evalkit demo run --db data/demo.duckdb --out reports --no-gate
+	$(BIN)/evalkit demo run --db data/demo.duckdb --out reports
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -135,21 +135,27 @@ def pass_rate_by_slice(slices: pl.DataFrame) -> alt.LayerChart:
 
 
 def min_detectable_drop(power: pl.DataFrame) -> alt.Chart:
-    """Bars of the smallest drop each slice can detect (frame from `evalkit.gate.power_table`)."""
+    """Per slice, the smallest drift (at the assumed flip rate) and the smallest collapse (every
+    flip a break) it can detect; frame from `evalkit.gate.power_table`. Missing bar = cannot."""
+    data = power.unpivot(
+        index=["slice", "n"],
+        on=["min_detectable_drop", "min_detectable_collapse"],
+        variable_name="kind",
+        value_name="drop",
+    ).with_columns(
+        pl.col("kind").replace(
+            {"min_detectable_drop": "drift, at ψ", "min_detectable_collapse": "collapse"}
+        )
+    )
     return (
-        alt.Chart(power.filter(pl.col("min_detectable_drop").is_not_null()))
+        alt.Chart(data.drop_nulls("drop"))
         .mark_bar()
         .encode(
-            y=alt.Y("slice:N", sort="x", title=None),
-            x=alt.X(
-                "min_detectable_drop:Q", title="smallest detectable drop", axis=alt.Axis(format="%")
-            ),
-            tooltip=[
-                "slice",
-                "n",
-                alt.Tooltip("min_detectable_drop:Q", format=".1%"),
-                "required_n",
-            ],
+            y=alt.Y("slice:N", title=None),
+            yOffset="kind:N",
+            color=alt.Color("kind:N", title="smallest detectable"),
+            x=alt.X("drop:Q", title="smallest detectable drop", axis=alt.Axis(format="%")),
+            tooltip=["slice", "n", "kind", alt.Tooltip("drop:Q", format=".1%")],
         )
         .properties(title="What each slice can detect", width=420)
     )
@@ -285,3 +291,27 @@ def order_consistency(
         )
     )
     return (gap + dots).properties(title=title, width=420, height=max(26 * len(order), 60))
+
+
+def flake_rate_by_slice(per_slice: pl.DataFrame) -> alt.Chart:
+    """Share of each slice's cases that changed verdict across identical runs (the noise floor).
+
+    ``per_slice`` is :func:`evalkit.flakes.flake_slices` output: ``tag, cases, flaky, flake_rate``.
+
+    Examples:
+        >>> df = pl.DataFrame({"tag": ["a", "b"], "cases": [10, 8], "flaky": [1, 0],
+        ...                    "flake_rate": [0.1, 0.0]})
+        >>> flake_rate_by_slice(df).to_dict()["mark"]["type"]
+        'bar'
+    """
+    order = per_slice.sort("flake_rate", descending=True)["tag"].to_list()
+    return (
+        alt.Chart(per_slice)
+        .mark_bar()
+        .encode(
+            x=alt.X("flake_rate:Q", axis=alt.Axis(format="%"), title="cases that flipped"),
+            y=alt.Y("tag:N", sort=order, title=None),
+            tooltip=["tag:N", "cases:Q", "flaky:Q", alt.Tooltip("flake_rate:Q", format=".1%")],
+        )
+        .properties(title="Flake rate by slice", width=420, height=max(22 * len(order), 60))
+    )

@@ -261,12 +261,50 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gate_config(args: argparse.Namespace) -> str | None:
+    """The suite config holding the gate policy; without one, the default policy applies."""
+    if args.config == DEFAULT_CONFIG and not Path(args.config).is_file():
+        return None
+    return args.config
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
-    raise EvalkitError("evalkit compare: not wired yet")  # filled in by the gate work
+    from evalkit.analysis import load_comparison
+    from evalkit.gate import gate_comparison, load_policy
+    from evalkit.report import build_report, render_terminal, to_html, to_json, to_junit
+    from evalkit.store import open_store
+
+    policy = load_policy(_gate_config(args))
+    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+        comparison = load_comparison(store, args.baseline, args.candidate, args.allow_diff)
+        policy.validate_against(comparison.cand.cases)
+        report = build_report(comparison, gate_comparison(store, comparison, policy))
+    render_terminal(report)
+    for path, render in ((args.json, to_json), (args.junit, to_junit), (args.html, to_html)):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(render(report), encoding="utf-8")
+            print(f"wrote {path}")
+    return 0
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    raise EvalkitError("evalkit gate: not wired yet")  # filled in by the gate work
+    from evalkit.notebooks import execute_gate
+
+    run = execute_gate(
+        args.db, args.baseline, args.candidate, _gate_config(args), args.out, args.allow_diff
+    )
+    if run.exit_code == 2:
+        raise EvalkitError(run.error or "the gate could not run")
+    decision = run.decision or {}
+    print(f"gate {decision.get('status', '?')}: {args.baseline} → {args.candidate}")
+    for finding in decision.get("findings", []):
+        if finding["severity"] == "block":
+            print(f"  BLOCK tier {finding['tier']}: {finding['message']}")
+    for override in decision.get("overrides", []):
+        print(f"  override by {override['who']}: {override['reason']}")
+    print(f"report: {run.html_path} (notebook {run.notebook_path})")
+    return run.exit_code
 
 
 def _cmd_rescore(args: argparse.Namespace) -> int:

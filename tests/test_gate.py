@@ -1,0 +1,301 @@
+"""The tiered gate: the seeds' worked examples, config validation, states, flakes, overrides.
+
+`seed000_runs` (the 600-case example) and `write_store` (synthetic runs into a DuckDB file
+through the store's own writer API) are reused by tests/test_report.py and test_notebooks.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from test_analysis import MANIFEST, C, make_run
+
+from evalkit.analysis import RunData, compare, slices
+from evalkit.cases import Case
+from evalkit.errors import ConfigError
+from evalkit.gate import GatePolicy, Override, decide, gate_comparison, power_table
+from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
+
+
+def seed000_runs(cand_label: str = "cand") -> tuple[RunData, RunData]:
+    """Seed 000: 450 general, 100 billing, 50 policy cases (10 must_pass). The candidate fixes
+    18 and breaks 3 general cases, breaks 8 billing cases and fixes none, and one must_pass
+    policy case (a frozen incident) fails."""
+    base, cand = [], []
+    for i in range(450):
+        b = "p" if i < 380 else "f"
+        c = "f" if i < 3 else "p" if i < 398 else b
+        base.append(C(f"general-{i:03d}", b, ["general"]))
+        cand.append(C(f"general-{i:03d}", c, ["general"]))
+    for i in range(100):
+        base.append(C(f"billing-{i:03d}", "p" if i < 92 else "f", ["billing"]))
+        cand.append(C(f"billing-{i:03d}", "f" if i < 8 or i >= 92 else "p", ["billing"]))
+    for i in range(50):
+        crit = "must_pass" if i < 10 else "normal"
+        base.append(C(f"policy-{i:03d}", "p", ["policy"], crit))
+        cand.append(C(f"policy-{i:03d}", "r" if i == 0 else "p", ["policy"], crit))
+    return make_run("base-run", base, label="base"), make_run("cand-run", cand, label=cand_label)
+
+
+def _paired(rows: list[tuple[str, list[str], str, bool | None, bool | None]]) -> pl.DataFrame:
+    frame = pl.DataFrame(
+        rows, schema=["case_id", "tags", "criticality", "base", "cand"], orient="row"
+    )
+    return frame.with_columns(
+        base_error=pl.col("base").is_null(), cand_error=pl.col("cand").is_null(), sealed=False
+    )
+
+
+def test_seed000_blocks_on_must_pass_and_billing_while_the_aggregate_rises():
+    base, cand = seed000_runs()
+    cmp = compare(base, cand)
+    decision = decide(cmp.paired, GatePolicy.from_suite(["billing"]))
+    assert decision.blocked and decision.exit_code == 1
+    blocks = {(f.tier, f.slice): f for f in decision.blocking()}
+    assert set(blocks) == {(1, "must_pass"), (2, "billing")}
+    assert blocks[(1, "must_pass")].case_ids == ("policy-000",)
+    billing = blocks[(2, "billing")]
+    assert len(billing.case_ids) == 8
+    assert billing.statistic["p_value"] == pytest.approx(0.5**8)
+    assert -0.04 < billing.statistic["hi"] < -0.02  # "its upper bound near minus three points"
+    (state,) = decision.critical
+    assert state.state == "regressed" and (state.broken, state.fixed) == (8, 0)
+    aggregate = slices(cmp.paired).row(-1, named=True)
+    assert aggregate["slice"] == "ALL" and (aggregate["broken"], aggregate["fixed"]) == (12, 18)
+    assert aggregate["cand_pass"] - aggregate["base_pass"] == pytest.approx(0.01)
+    assert sum(len(f.case_ids) for f in decision.blocking()) == 9  # nine in blocking tiers
+
+
+def test_seed000_each_blocking_tier_blocks_on_its_own():
+    base, cand = seed000_runs()
+    paired = compare(base, cand).paired
+    only_billing = paired.with_columns(criticality=pl.lit("normal"))
+    assert decide(only_billing, GatePolicy(critical_tags=("billing",))).blocked
+    only_must_pass = decide(paired, GatePolicy())
+    assert only_must_pass.blocked and [f.tier for f in only_must_pass.blocking()] == [1]
+    assert not decide(only_billing, GatePolicy()).blocked  # a global threshold would approve
+
+
+def test_seed003_negation_six_cases_four_flips_does_not_block():
+    rows = [(f"neg-{i}", ["negation"], "normal", True, i >= 4) for i in range(6)]
+    decision = decide(_paired(rows), GatePolicy())
+    assert not decision.blocked
+    neg = slices(_paired(rows)).row(0, named=True)
+    assert (neg["broken"], neg["fixed"], neg["p_value"]) == (4, 0, 0.0625)
+    assert any(f.slice == "negation" and f.severity == "warn" for f in decision.findings)
+
+
+def test_a_six_case_critical_tag_is_a_config_error_that_says_why():
+    rows = [(f"neg-{i}", ["negation"], "normal", True, True) for i in range(6)]
+    policy = GatePolicy.from_suite(["negation"])
+    with pytest.raises(ConfigError) as err:
+        decide(_paired(rows), policy)
+    assert str(err.value) == (
+        "critical tag 'negation' has 6 cases; a one-sided exact McNemar test needs 5 one-way "
+        "flips to reach p ≤ 0.05, so a critical tag needs ≥ 8 cases — add cases or drop it "
+        "from critical_tags"
+    )
+    with pytest.raises(ConfigError, match="has 0 cases"):
+        policy.validate_against({"billing": 40})
+
+
+def test_eight_cases_five_one_way_flips_block_at_p_0_03():
+    rows = [(f"neg-{i}", ["negation"], "normal", True, i >= 5) for i in range(8)]
+    decision = decide(_paired(rows), GatePolicy.from_suite(["negation"], {"tolerance": 0.5}))
+    (finding,) = decision.blocking()
+    assert finding.statistic["p_value"] == pytest.approx(0.03125)
+    assert "McNemar p = 0.03125" in finding.message and "bootstrap" not in finding.message
+
+
+@pytest.mark.parametrize(
+    ("tags", "gate", "budgets", "match"),
+    [
+        (["a", "b", "c", "d", "e"], {}, {}, "critical_tags lists 5 tags; at most 4"),
+        (["a", "a"], {}, {}, "lists a tag twice"),
+        ([], {"alpah": 0.05}, {}, r"gate\.alpah: unknown key"),
+        ([], {"alpha": 1.5}, {}, r"gate\.alpha: invalid"),
+        ([], {"bootstrap_iters": 10}, {}, r"gate\.bootstrap_iters: invalid"),
+        ([], {}, {"mean_latency": {"limit": 1}}, r"budgets\.metric: invalid"),
+        ([], {}, {"mean_cost_usd": {"limit": 1, "action": "ignore"}}, r"budgets\.action"),
+        ([], {}, {"mean_cost_usd": {"limit": -1}}, r"budgets\.limit: invalid"),
+    ],
+)
+def test_policy_validation_is_one_line_config_errors(tags, gate, budgets, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        GatePolicy.from_suite(tags, gate, budgets, source="corpus/evalkit.yaml")
+    assert "\n" not in str(err.value) and str(err.value).startswith("corpus/evalkit.yaml")
+
+
+def test_policy_defaults_and_parsing():
+    policy = GatePolicy.from_suite(
+        ["billing"],
+        {"alpha": 0.01, "bootstrap_seed": 7},
+        {"mean_latency_ms": {"limit": 900, "action": "warn"}, "mean_cost_usd": 0.01},
+    )
+    assert (policy.alpha, policy.tolerance, policy.power, policy.bootstrap_seed) == (
+        0.01, 0.02, 0.8, 7,
+    )  # fmt: skip
+    assert [(b.metric, b.limit, b.action) for b in policy.budgets] == [
+        ("mean_latency_ms", 900.0, "warn"),
+        ("mean_cost_usd", 0.01, "block"),
+    ]
+    assert policy.min_cases() == 8  # 7 one-way flips reach p <= 0.01, 8 cases still hold them
+
+
+def test_critical_states_underpowered_names_the_n_it_needs():
+    small = [(f"b-{i}", ["billing"], "normal", True, True) for i in range(8)]
+    decision = decide(_paired(small), GatePolicy(critical_tags=("billing",)))
+    (state,) = decision.critical
+    assert state.state == "underpowered" and state.psi_assumed and state.psi == 0.02
+    assert state.required_n == 308  # Connor, one-sided, psi = delta = 0.02
+    (warning,) = [f for f in decision.findings if f.tier == 2]
+    assert warning.severity == "warn" and "needs ≈308 cases" in warning.message
+    assert "assumed" in warning.message and not decision.blocked
+    big = [(f"b-{i}", ["billing"], "normal", True, True) for i in range(400)]
+    (state,) = decide(_paired(big), GatePolicy(critical_tags=("billing",))).critical
+    assert state.state == "no evidence of regression"
+    flips = [(f"b-{i}", ["billing"], "normal", i % 10 != 0, i % 10 != 5) for i in range(400)]
+    (state,) = decide(_paired(flips), GatePolicy(critical_tags=("billing",))).critical
+    assert state.state == "underpowered" and not state.psi_assumed and state.psi == 0.2
+
+
+def test_must_pass_flake_list_and_unverified_errors():
+    rows = [
+        ("flaky", [], "must_pass", True, False),
+        ("errored", [], "must_pass", True, None),
+        ("fine", [], "must_pass", True, True),
+    ]
+    decision = decide(_paired(rows), GatePolicy(), flakes={"flaky": 0.2})
+    by_case = {f.case_ids[0]: f for f in decision.findings if f.tier == 1}
+    assert by_case["flaky"].severity == "warn" and "flake list" in by_case["flaky"].message
+    assert by_case["errored"].severity == "block" and "unverified" in by_case["errored"].message
+    assert decision.blocked and "fine" not in by_case
+    flakes = pl.DataFrame({"case_id": ["flaky"], "flake_rate": [0.0]})
+    assert decide(_paired(rows[:1]), GatePolicy(), flakes=flakes).blocked  # rate 0 = not flaky
+
+
+def test_budgets_block_or_warn_as_configured():
+    rows = [(f"c{i}", [], "normal", True, True) for i in range(10)]
+    policy = GatePolicy.from_suite(
+        [],
+        {},
+        {"mean_latency_ms": {"limit": 500}, "mean_cost_usd": {"limit": 0.01, "action": "warn"}},
+    )
+    observed = {"mean_latency_ms": 650.0, "mean_cost_usd": 0.02, "mean_total_tokens": 10.0}
+    decision = decide(_paired(rows), policy, budgets_observed=observed)
+    assert decision.blocked
+    assert sorted((f.statistic["observed"], f.severity) for f in decision.findings) == [
+        (0.02, "warn"), (650.0, "block"),
+    ]  # fmt: skip
+    assert not decide(_paired(rows), policy, budgets_observed={"mean_latency_ms": 100.0}).blocked
+
+
+def test_sizing_against_the_corpus_makes_edited_cases_underpowered_not_invalid():
+    rows = [(f"b-{i}", ["billing"], "normal", True, True) for i in range(5)]  # 3 more edited
+    policy = GatePolicy(critical_tags=("billing",))
+    with pytest.raises(ConfigError):
+        decide(_paired(rows), policy)
+    (state,) = decide(_paired(rows), policy, corpus={"billing": 8}).critical
+    assert state.state == "underpowered" and state.n == 5
+    (state,) = decide(_paired(rows[:0]), policy, corpus={"billing": 8}).critical
+    assert state.state == "underpowered" and state.n == 0 and state.p_value is None
+
+
+def test_sealed_cases_never_gate():
+    rows = [("sealed-mp", [], "must_pass", True, False)]
+    assert not decide(_paired(rows).with_columns(sealed=True), GatePolicy()).blocked
+
+
+def test_non_critical_slices_warn_with_holm_adjusted_p():
+    rows = [(f"a{i}", ["x"], "normal", True, i >= 6) for i in range(30)]
+    rows += [(f"b{i}", ["y"], "normal", True, True) for i in range(30)]
+    decision = decide(_paired(rows), GatePolicy())
+    warned = {f.slice: f for f in decision.findings if f.tier == 3}
+    assert set(warned) == {"x", "ALL"} and not decision.blocked
+    assert warned["x"].statistic["p_holm"] == pytest.approx(min(1, 3 * 0.5**6))
+
+
+def test_an_override_with_a_reason_passes_a_blocked_gate_and_is_recorded():
+    rows = [("mp", [], "must_pass", True, False)]
+    override = Override("ana", "known upstream outage; tracked in INC-12")
+    decision = decide(_paired(rows), GatePolicy(), overrides=[override, Override("bob", "  ")])
+    assert not decision.blocked and decision.overridden and decision.would_block
+    assert decision.status == "PASSED WITH OVERRIDE" and decision.exit_code == 0
+    assert decision.overrides == (override,)
+    data = json.loads(json.dumps(decision.to_dict(), default=str))
+    assert data["overrides"][0]["reason"].startswith("known upstream") and data["exit_code"] == 0
+    blank = decide(_paired(rows), GatePolicy(), overrides=[Override("bob", " ")])
+    assert blank.blocked and not blank.overridden
+
+
+def test_power_table_uses_paired_sizing():
+    table = power_table({"billing": 100, "negation": 6, "general": 450}, drop=0.05, psi=0.1)
+    rows = {r["slice"]: r for r in table.iter_rows(named=True)}
+    assert rows["negation"]["can_gate"] is False and rows["billing"]["can_gate"] is True
+    assert rows["general"]["min_detectable_drop"] < rows["billing"]["min_detectable_drop"]
+    assert rows["negation"]["min_detectable_drop"] is None  # 6 cases cannot detect even psi
+    assert rows["negation"]["min_detectable_collapse"] == 0.87  # only a near-total collapse
+    assert rows["billing"]["min_detectable_collapse"] == 0.07
+    assert rows["general"]["power"] > rows["billing"]["power"] > rows["negation"]["power"]
+
+
+def _cases_for(run: RunData) -> list[Case]:
+    return [
+        Case(
+            id=r["case_id"],
+            tags=tuple(r["tags"]),
+            criticality=r["criticality"],
+            provenance={},
+            messages=({"role": "user", "content": f"question {r['case_id']}"},),
+            vars=None,
+            fixtures={},
+            scorers=(),
+            hash=r["case_hash"],
+            source=r["source"],
+            sealed=r["sealed"],
+        )
+        for r in run.cases.iter_rows(named=True)
+    ]
+
+
+def _conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    """The store's column set and types; columns the synthetic frame lacks are null."""
+    cols = [pl.col(c) if c in frame.columns else pl.lit(None).alias(c) for c in schema]
+    return frame.select([col.cast(t) for col, t in zip(cols, schema.values(), strict=True)])
+
+
+def write_store(path: Path, runs: list[RunData]) -> None:
+    """Write synthetic runs into a DuckDB store through the store's writer API."""
+    with open_store(path) as store:
+        for run in runs:
+            manifest = run.manifest | {"run": {"run_id": run.run_id, "label": run.label}}
+            store.create_run(manifest, _cases_for(run))
+            outputs = _conform(run.outputs.with_columns(model=pl.lit("demo-model")), OUTPUT_SCHEMA)
+            scores = run.scores.with_columns(scoring_id=pl.lit(f"{run.run_id}/s0"))
+            store.write_results(outputs, _conform(scores, SCORE_SCHEMA))
+            store.finish_run(run.run_id, "complete", {})
+
+
+def test_gate_comparison_reads_flakes_and_overrides_from_the_store(tmp_path):
+    base, cand = seed000_runs()
+    write_store(tmp_path / "e.duckdb", [base, cand])
+    with open_store(tmp_path / "e.duckdb") as store:
+        from evalkit.analysis import load_comparison
+
+        cmp = load_comparison(store, "base", "cand")
+        assert cmp.paired.height == 600 and cmp.base.label == "base"
+        store.save_flakes(MANIFEST["config_hash"], pl.DataFrame({
+            "case_id": ["policy-000"], "tags": [["policy"]], "runs": [5], "flips": [2],
+            "flake_rate": [0.4]}))  # fmt: skip
+        decision = gate_comparison(store, cmp, GatePolicy(critical_tags=("billing",)))
+        assert [f.severity for f in decision.findings if f.tier == 1] == ["warn"]
+        assert decision.blocked  # billing still blocks
+        store.save_override(
+            cmp.base.run_id, cmp.cand.run_id, "ana", "billing copy change is intended"
+        )
+        decision = gate_comparison(store, cmp, GatePolicy(critical_tags=("billing",)))
+        assert decision.overridden and not decision.blocked
+        assert decision.overrides[0].who == "ana" and decision.overrides[0].created_at is not None

@@ -1,0 +1,169 @@
+"""The notebooks: structure, and execution through papermill (the gate end to end).
+
+The gate runs on a DuckDB file written through the store's writer API (`write_store`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import nbformat
+import polars as pl
+import pytest
+from test_gate import seed000_runs, write_store
+
+from evalkit.analysis import RunData
+from evalkit.cli import main
+from evalkit.errors import ConfigError
+from evalkit.gate import load_policy
+from evalkit.notebooks import _ThisPython, execute_gate, execute_notebook, notebook_path
+
+NOTEBOOKS = ["gate.ipynb", "slices.ipynb", "power.ipynb"]
+CONFIG = """\
+suite: demo
+system: {provider: demo, model: demo-model}
+critical_tags: [billing]
+budgets: {mean_latency_ms: {limit: 5000, action: block}}
+"""
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebooks_are_clean_parameterized_v4(name):
+    nb = nbformat.read(notebook_path(name), as_version=4)
+    nbformat.validate(nb)
+    assert nb.nbformat == 4 and nb.metadata.kernelspec.name == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert code[0].metadata.get("tags") == ["parameters"]
+    for stmt in ast.parse(code[0].source).body:  # literal UPPER_SNAKE assignments only
+        assert isinstance(stmt, ast.Assign) and stmt.targets[0].id.isupper()
+        ast.literal_eval(stmt.value)
+    assert not any("parameters" in c.metadata.get("tags", []) for c in code[1:])
+
+
+def test_the_kernel_is_this_interpreter():
+    manager = _ThisPython(kernel_name="python3")
+    manager.connection_file = "/tmp/kernel-x.json"
+    cmd = manager.format_kernel_cmd()
+    assert cmd[:3] == [sys.executable, "-m", "ipykernel_launcher"]
+    assert cmd[-2:] == ["-f", "/tmp/kernel-x.json"]
+
+
+def _good_candidate(base: RunData) -> RunData:
+    """The baseline with ten failing general cases fixed and nothing broken."""
+    fixes = pl.col("case_id").is_in([f"general-{i}" for i in range(390, 400)])
+    run = pl.lit("good-run")
+    scores = base.scores.with_columns(
+        run_id=run,
+        passed=pl.col("passed") | fixes,
+        score=pl.when(fixes).then(1.0).otherwise("score"),
+        reason=pl.when(fixes).then(pl.lit("found 'refund'")).otherwise("reason"),
+    )
+    cases, outputs = base.cases.with_columns(run_id=run), base.outputs.with_columns(run_id=run)
+    return replace(base, run_id="good-run", label="cand-good", cases=cases, outputs=outputs,
+                   scores=scores)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gate_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gate")
+    base, bad = seed000_runs(cand_label="cand-bad")
+    write_store(root / "evalkit.duckdb", [base, bad, _good_candidate(base)])
+    config = root / "evalkit.yaml"
+    config.write_text(CONFIG)
+    return root, config
+
+
+def test_gate_passes_with_exit_0_and_writes_the_html_report(gate_env):
+    root, config = gate_env
+    run = execute_gate(root / "evalkit.duckdb", "base", "cand-good", config, root / "reports")
+    assert run.exit_code == 0, run.error
+    out = root / "reports" / "cand-good"
+    assert run.notebook_path == out / "gate.ipynb" and run.html_path == out / "gate.html"
+    assert run.decision["status"] == "PASSED" and not run.decision["blocked"]
+    states = {s["tag"]: s["state"] for s in run.decision["critical"]}
+    assert states == {"billing": "underpowered"}
+    assert "evalkit gate: PASSED" in run.html_path.read_text()
+    for artefact in ("report.json", "junit.xml", "slice_forest.html", "slice_forest.png"):
+        assert (out / artefact).is_file(), artefact
+
+
+def test_evalkit_gate_blocks_with_exit_1_on_the_seed000_candidate(gate_env, capsys):
+    root, config = gate_env
+    db, out = str(root / "evalkit.duckdb"), root / "reports"
+    code = main(
+        ["gate", "base", "cand-bad", "--db", db, "--config", str(config), "--out", str(out)]
+    )
+    assert code == 1
+    printed = capsys.readouterr().out
+    assert "gate BLOCKED" in printed and "BLOCK tier 1: must_pass case policy-000" in printed
+    decision = json.loads((out / "cand-bad" / "decision.json").read_text())
+    blocking = [f for f in decision["findings"] if f["severity"] == "block"]
+    assert {(f["tier"], f["slice"]) for f in blocking} == {(1, "must_pass"), (2, "billing")}
+    html = (out / "cand-bad" / "gate.html").read_text()
+    assert "GateBlocked" in html and "policy-000" in html
+    junit = ET.parse(out / "cand-bad" / "junit.xml").getroot()
+    assert (junit.get("tests"), junit.get("failures")) == ("600", "12")
+    report = json.loads((out / "cand-bad" / "report.json").read_text())
+    assert report["broken"][0]["case_id"] == "policy-000"
+    args = ["gate", "base", "nobody", "--db", db, "--config", str(config), "--out", str(out)]
+    assert main(args) == 2 and not (out / "nobody").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "baseline", "allow", "message"),
+    [
+        (CONFIG.replace("[billing]", "[billing, ghost]"), "base", (), "'ghost' has 0 cases"),
+        (CONFIG.replace("critical_tags", "critical_tag"), "base", (), "unknown key 'critical_tag'"),
+        (CONFIG, "nobody", (), "no run with id or label 'nobody'"),
+        (CONFIG, "base", ("modle",), "unknown manifest field"),
+    ],
+)
+def test_gate_usage_and_config_errors_exit_2_before_any_kernel(
+    gate_env, tmp_path, config, baseline, allow, message
+):
+    root, _ = gate_env
+    (tmp_path / "evalkit.yaml").write_text(config)
+    run = execute_gate(
+        root / "evalkit.duckdb", baseline, "cand-bad", tmp_path / "evalkit.yaml", tmp_path, allow
+    )
+    assert run.exit_code == 2 and run.decision is None and message in run.error
+    assert not run.notebook_path.exists()
+
+
+def test_gate_incomparable_runs_exit_2(gate_env, tmp_path):
+    _, config = gate_env
+    db = tmp_path / "other.duckdb"
+    base, bad = seed000_runs(cand_label="cand-bad")
+    manifest = bad.manifest | {"model": {"id": "other"}, "sampling": {"temperature": 1.0}}
+    write_store(db, [base, replace(bad, manifest=manifest)])
+    run = execute_gate(db, "base", "cand-bad", config, tmp_path / "out")
+    assert run.exit_code == 2 and "refusing to compare" in run.error and "sampling" in run.error
+
+
+def test_slices_and_power_notebooks_execute(gate_env, tmp_path):
+    root, _ = gate_env
+    params = {"DB_PATH": str(root / "evalkit.duckdb"), "BASELINE": "base",
+              "CANDIDATE": "cand-bad", "TAG": "billing", "ITERS": 1000}  # fmt: skip
+    nb, ename, message = execute_notebook("slices.ipynb", tmp_path / "slices.ipynb", params)
+    assert ename is None, message
+    text = (tmp_path / "slices.ipynb").read_text()
+    assert "billing: 100 paired, 8 broken, 0 fixed" in text
+    repo = Path(__file__).resolve().parents[1]
+    params = {"CORPUS_ROOT": str(repo / "corpus"), "CONFIG": str(repo / "corpus" / "evalkit.yaml")}
+    nb, ename, message = execute_notebook("power.ipynb", tmp_path / "power.ipynb", params)
+    assert ename is None, message
+    text = nb.read_text()
+    critical = load_policy(params["CONFIG"]).critical_tags
+    assert critical and all(f"{tag}: " in text for tag in critical)
+    assert "min_detectable_drop" in text and "<svg" in text
+
+
+def test_unknown_notebook_is_a_config_error():
+    with pytest.raises(ConfigError, match="not found"):
+        notebook_path("nope.ipynb")
