@@ -32,6 +32,7 @@ import polars as pl
 
 from evalkit import stats
 from evalkit.errors import ComparabilityError, ConfigError
+from evalkit.judge_gate import JudgeGating, gated_scores, judge_gating
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -447,18 +448,35 @@ class Comparison:
     cand_verdicts: pl.DataFrame
     paired: pl.DataFrame
     changes: pl.DataFrame
+    judge_notes: tuple[str, ...] = ()  # judge checks reported but not gated, and why
 
 
-def compare(base: RunData, cand: RunData, allow_diff: Sequence[str] = ()) -> Comparison:
-    """Check comparability, then build verdicts, the paired frame and the case changes."""
+def compare(
+    base: RunData,
+    cand: RunData,
+    allow_diff: Sequence[str] = (),
+    gating: JudgeGating | None = None,
+) -> Comparison:
+    """Check comparability, then build verdicts, the paired frame and the case changes.
+
+    With ``gating``, verdicts ignore the judge checks that may not gate (uncalibrated judges);
+    their scores stay in ``base.scores``/``cand.scores`` for the report.
+    """
     differing = check_comparable(base.manifest, cand.manifest, allow_diff)
-    bv = verdicts(base.outputs, base.scores, base.cases)
-    cv = verdicts(cand.outputs, cand.scores, cand.cases)
+    base_scores, cand_scores = base.scores, cand.scores
+    if gating is not None:
+        base_scores, cand_scores = (
+            gated_scores(base_scores, gating),
+            gated_scores(cand_scores, gating),
+        )
+    bv = verdicts(base.outputs, base_scores, base.cases)
+    cv = verdicts(cand.outputs, cand_scores, cand.cases)
     paired, changes = (
         paired_frame(bv, cv, base.cases, cand.cases),
         case_changes(base.cases, cand.cases),
     )
-    return Comparison(base, cand, tuple(differing), bv, cv, paired, changes)
+    notes = tuple(gating.reasons) if gating is not None else ()
+    return Comparison(base, cand, tuple(differing), bv, cv, paired, changes, notes)
 
 
 def load_run(store: Store, ref: str) -> RunData:
@@ -471,13 +489,21 @@ def load_run(store: Store, ref: str) -> RunData:
 
 
 def load_comparison(
-    store: Store, baseline: str, candidate: str, allow_diff: Sequence[str] = ()
+    store: Store,
+    baseline: str,
+    candidate: str,
+    allow_diff: Sequence[str] = (),
+    judge_kappa_min: float = 0.6,
 ) -> Comparison:
-    """`compare` two runs read from the store.
+    """`compare` two runs read from the store; judge checks gate only where the store holds a
+    calibration record for that judge model and rubric with kappa ≥ ``judge_kappa_min``.
 
     Examples:
         >>> cmp = load_comparison(open_store("x.duckdb"), "base", "cand")  # doctest: +SKIP
         >>> flips(cmp.paired).broken.height                              # doctest: +SKIP
         12
     """
-    return compare(load_run(store, baseline), load_run(store, candidate), allow_diff)
+    base, cand = load_run(store, baseline), load_run(store, candidate)
+    both = pl.concat([base.scores, cand.scores], how="diagonal_relaxed")
+    gating = judge_gating(both, store.calibrations(), judge_kappa_min)
+    return compare(base, cand, allow_diff, gating)

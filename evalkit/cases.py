@@ -282,6 +282,8 @@ def _load_file(path: Path, root: Path, *, sealed: bool) -> list[Case]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=rel) from None
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=rel) from None
     data, node = _parse_yaml(text, rel)
     if data is None:
         return []
@@ -295,22 +297,128 @@ def _load_file(path: Path, root: Path, *, sealed: bool) -> list[Case]:
 
 
 def _parse_yaml(text: str, rel: str) -> tuple[Any, Any]:
-    loader = yaml.SafeLoader(text)
+    try:
+        return parse_yaml(text)
+    except YAMLInputError as exc:
+        raise CorpusError(exc.problem, path=rel, line=exc.line) from None
+
+
+#: Limits on one YAML document, counted after alias expansion (what a loader really walks).
+MAX_YAML_NODES = 1_000_000
+MAX_YAML_DEPTH = 64
+
+
+class YAMLInputError(Exception):
+    """A YAML document evalkit refuses: ``problem`` is one line, ``line`` 1-based or None."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        self.problem = " ".join(problem.split())[:300]
+        self.line = line
+        super().__init__(self.problem)
+
+
+def parse_yaml(text: str) -> tuple[Any, Any]:
+    """Parse one YAML document with the safe loader; returns ``(data, root node)``.
+
+    Only plain data is built (``!!python/...`` tags are refused). Before any object is built the
+    node graph is checked: a recursive alias, nesting deeper than ``MAX_YAML_DEPTH`` or more than
+    ``MAX_YAML_NODES`` nodes once aliases are expanded (a "billion laughs" bomb) is refused, so
+    nothing downstream (validation, hashing, JSON) can blow up on it.
+
+    Raises:
+        YAMLInputError: what is wrong, with the line when known.
+
+    Examples:
+        >>> parse_yaml("[a, b]")[0]
+        ['a', 'b']
+        >>> parse_yaml("a: &x [1]\\nb: *x")[0]
+        {'a': [1], 'b': [1]}
+    """
+    try:
+        loader = yaml.SafeLoader(text)  # the reader rejects control characters right here
+    except yaml.YAMLError as exc:
+        raise _yaml_problem(exc, text) from None
     try:
         node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise CorpusError(f"YAML syntax error: {problem}", path=rel, line=line) from None
+        if node is None:
+            return None, None
+        _check_graph(node)
+        return loader.construct_document(node), node
     except yaml.YAMLError as exc:
-        raise CorpusError(f"YAML error: {exc}", path=rel) from None
+        raise _yaml_problem(exc, text) from None
     except RecursionError:
-        raise CorpusError("YAML nesting too deep", path=rel) from None
+        raise YAMLInputError("YAML nesting too deep") from None
+    except (ValueError, OverflowError) as exc:  # the constructor: 2026-02-30, a 5000-digit int
+        raise YAMLInputError(f"YAML value cannot be read: {exc}") from None
     finally:
         loader.dispose()
-    return data, node
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> YAMLInputError:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        return YAMLInputError(f"YAML syntax error: {problem}", mark.line + 1 if mark else None)
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        return YAMLInputError(f"YAML error: character #x{exc.character:04x}: {exc.reason}", line)
+    return YAMLInputError(f"YAML error: {exc}")
+
+
+def _check_graph(root: yaml.Node) -> None:
+    """Refuse recursive aliases, deep nesting and alias bombs, without recursion."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, depth)
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        key = id(node)
+        children = _child_nodes(node)
+        if leaving:
+            on_path.discard(key)
+            size = 1 + sum(sizes[id(c)][0] for c in children)
+            depth = 1 + max((sizes[id(c)][1] for c in children), default=0)
+            line = node.start_mark.line + 1
+            if depth > MAX_YAML_DEPTH:
+                raise YAMLInputError(f"YAML nested deeper than {MAX_YAML_DEPTH} levels", line)
+            if size > MAX_YAML_NODES:
+                raise YAMLInputError(
+                    f"YAML expands to more than {MAX_YAML_NODES:,} values through anchors and "
+                    "aliases (an alias bomb?); write the data out or share less",
+                    line,
+                )
+            sizes[key] = (size, depth)
+            continue
+        if key in sizes:
+            continue
+        on_path.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                line = child.start_mark.line + 1
+                raise YAMLInputError("a YAML alias refers to a node that contains it", line)
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
+def _quoted(value: Any) -> str:
+    """``repr`` of a name for an error message, clipped to stay readable."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _shown_id(value: Any) -> str:
+    """A case id as error messages show it: one line, at most 80 characters."""
+    text = " ".join(str(value).split()) or repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _build_case(
@@ -323,7 +431,7 @@ def _build_case(
     case_id = raw.get("id")
     if case_id is None or case_id == "":
         raise CorpusError(f"case #{index + 1} has no id", path=rel, line=line)
-    case_id = str(case_id)
+    case_id = _shown_id(case_id)
     raw = {**raw, "expect": _expand_short_forms(raw.get("expect"), rel, node, case_id)}
     try:
         spec = CaseSpec.model_validate(raw)
@@ -337,7 +445,10 @@ def _build_case(
         if entry.scorer not in SCORERS:
             hint = _suggest(entry.scorer, SCORERS)
             raise CorpusError(
-                f"unknown scorer {entry.scorer!r}{hint}", path=rel, line=entry_line, case_id=case_id
+                f"unknown scorer {_quoted(entry.scorer)}{hint}",
+                path=rel,
+                line=entry_line,
+                case_id=case_id,
             )
         try:
             scorers.append(build_scorer(entry.scorer, entry.args, resolve))
@@ -345,6 +456,13 @@ def _build_case(
             raise CorpusError(str(exc), path=rel, line=entry_line, case_id=case_id) from None
         except CorpusError as exc:
             raise CorpusError(exc.message, path=rel, line=entry_line, case_id=case_id) from None
+        except Exception as exc:  # a factory's own bug or limit (deep JSON, huge regex repeat)
+            raise CorpusError(
+                f"scorer {entry.scorer!r} cannot use these args: {type(exc).__name__}: {exc}"[:300],
+                path=rel,
+                line=entry_line,
+                case_id=case_id,
+            ) from None
     scorers.sort(key=lambda s: s.tier)  # cheapest first (stable within a tier)
     inputs = spec.input
     return Case(
@@ -381,7 +499,7 @@ def _expand_short_forms(expect: Any, rel: str, node: Any, case_id: str) -> Any:
                 line = _seq_item_line(node, "expect", position)
                 hint = _suggest(str(name), SCORERS)
                 raise CorpusError(
-                    f"unknown scorer {name!r}{hint}", path=rel, line=line, case_id=case_id
+                    f"unknown scorer {_quoted(name)}{hint}", path=rel, line=line, case_id=case_id
                 )
             if isinstance(value, dict) and (
                 definition.primary is None or _accepts_all(definition.factory, value)
@@ -413,14 +531,19 @@ def _accepts_all(factory: Any, keys: Iterable[str]) -> bool:
 
 def _resolver(root: Path, rel: str, case_id: str):
     def resolve(name: str) -> Path:
-        candidate = Path(name)
-        if candidate.is_absolute():
-            raise CorpusError(f"file {name!r} must be relative to the corpus root")
-        resolved = (root / candidate).resolve()
-        if not resolved.is_relative_to(root):
-            raise CorpusError(f"file {name!r} is outside the corpus root {root}")
-        if not resolved.is_file():
-            raise CorpusError(f"file {name!r} not found under the corpus root {root}")
+        shown = repr(name) if len(name) <= 120 else f"{name[:120]!r}..."
+        try:
+            candidate = Path(name)
+            if candidate.is_absolute():
+                raise CorpusError(f"file {shown} must be relative to the corpus root")
+            resolved = (root / candidate).resolve()
+            if not resolved.is_relative_to(root):
+                raise CorpusError(f"file {shown} is outside the corpus root {root}")
+            if not resolved.is_file():
+                raise CorpusError(f"file {shown} not found under the corpus root {root}")
+        except (OSError, ValueError) as exc:  # NUL bytes, names too long for the OS
+            reason = getattr(exc, "strerror", None) or exc  # strerror: without the long name
+            raise CorpusError(f"file {shown} is not a usable path: {reason}") from None
         return resolved
 
     return resolve
@@ -430,6 +553,7 @@ def _describe_validation(exc: ValidationError, node: Any, case_line: int) -> tup
     error = exc.errors()[0]
     loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
     dotted = ".".join(str(p) for p in loc) or "case"
+    dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."
     line = _path_line(node, loc) or case_line
     if error["type"] == "extra_forbidden":
         parent = _model_for(loc[:-1])

@@ -32,7 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except EvalkitError as exc:
-        print(f"evalkit: error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split())  # always one line, whatever the input held
+        if len(message) > 1000:
+            message = message[:997] + "..."
+        print(f"evalkit: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("evalkit: interrupted", file=sys.stderr)
@@ -107,6 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     flakes.add_argument("--tag", action="append", default=[], help="only cases with this tag")
     flakes.add_argument("--no-progress", action="store_true")
     flakes.set_defaults(handler=_cmd_flakes)
+
+    _judge_parsers(sub)
 
     demo = sub.add_parser("demo", help="the demo simulator (`evalkit demo serve --port P`)")
     demo_sub = demo.add_subparsers(dest="demo_command")
@@ -276,7 +281,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     policy = load_policy(_gate_config(args))
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-        comparison = load_comparison(store, args.baseline, args.candidate, args.allow_diff)
+        comparison = load_comparison(
+            store, args.baseline, args.candidate, args.allow_diff, policy.judge_kappa_min
+        )
         policy.validate_against(comparison.cand.cases)
         report = build_report(comparison, gate_comparison(store, comparison, policy))
     render_terminal(report)
@@ -311,12 +318,16 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from evalkit.cases import load_corpus
     from evalkit.config import load_suite
     from evalkit.rescore import rescore_run
+    from evalkit.runner import judge_client
+    from evalkit.scorers.registry import JUDGE
     from evalkit.store import open_store
 
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
     with open_store(args.db, wait_s=args.wait) as store:
-        result = rescore_run(store, corpus, args.run, scorers=args.scorer)
+        judged = any(s.tier == JUDGE for case in corpus.cases for s in case.scorers)
+        judge = judge_client(suite, store) if judged and suite.config.judge else None
+        result = rescore_run(store, corpus, args.run, scorers=args.scorer, judge=judge)
     print(
         f"rescored {result.rescored} outputs of {result.run_id} with zero model calls "
         f"→ scoring {result.scoring_id} ({result.carried} scores carried over)"
@@ -373,6 +384,12 @@ def _cmd_demo_run(args: argparse.Namespace) -> int:
         f"explore: evalkit compare baseline candidate --db {result.db_path}, or open "
         "notebooks/slices.ipynb"
     )
+    print(
+        "judged cases use a SIMULATED judge (demo-judge-1), reported, not gated, until "
+        "calibrated: evalkit labels import data/labels/demo_reply_tone.csv "
+        f"--db {result.db_path} --run baseline && evalkit calibrate --run baseline "
+        f"--db {result.db_path}"
+    )
     return 0
 
 
@@ -384,6 +401,98 @@ def _cmd_override(args: argparse.Namespace) -> int:
         cand = store.resolve_run(args.candidate)
         store.save_override(base, cand, args.who, args.reason)
     print(f"override recorded for {base} → {cand} by {args.who}: {args.reason}")
+    return 0
+
+
+# --- judges: human labels, calibration, pairwise judging -------------------------------------
+
+
+def _judge_parsers(sub: argparse._SubParsersAction) -> None:
+    labels = sub.add_parser("labels", help="human labels for judge calibration")
+    labels_sub = labels.add_subparsers(dest="labels_command")
+    imp = labels_sub.add_parser(
+        "import",
+        help="import a CSV/JSONL of human labels (case_id or output_hash, rater, label, scorer)",
+    )
+    _db_arg(imp)
+    imp.add_argument("file", help="a .csv or .jsonl label file")
+    imp.add_argument("--run", help="pin case-level labels to this run's outputs (replay 0)")
+    imp.set_defaults(handler=_cmd_labels_import)
+
+    calibrate = sub.add_parser(
+        "calibrate", help="judge-human agreement of a run's judge; stores a calibration record"
+    )
+    _db_arg(calibrate)
+    calibrate.add_argument("--run", required=True, help="run id or label")
+    calibrate.add_argument("--scorer", default="judge", help="the judge scorer (default: judge)")
+    calibrate.add_argument("--rubric", help="rubric file (needed if the run used several)")
+    calibrate.add_argument("--level", type=float, default=0.95, help="interval level")
+    calibrate.add_argument(
+        "--binary", action="store_true", help="compare pass/fail instead of score levels"
+    )
+    calibrate.set_defaults(handler=_cmd_calibrate)
+
+    pairs = sub.add_parser(
+        "judge-pairs", help="judge each paired case of two runs in both orders (position bias)"
+    )
+    _db_arg(pairs)
+    pairs.add_argument("baseline", help="baseline run id or label")
+    pairs.add_argument("candidate", help="candidate run id or label")
+    pairs.add_argument("--rubric", required=True, help="rubric file (or relative to the corpus)")
+    pairs.add_argument("--config", default=DEFAULT_CONFIG, help="suite config (its judge:)")
+    pairs.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
+    pairs.add_argument("--no-cache", action="store_true", help="ask the judge again")
+    pairs.set_defaults(handler=_cmd_judge_pairs)
+
+
+def _cmd_labels_import(args: argparse.Namespace) -> int:
+    from evalkit.labels import import_labels
+    from evalkit.store import open_store
+
+    with open_store(args.db, wait_s=args.wait) as store:
+        result = import_labels(store, args.file, run=args.run)
+    pinned = f", pinned to run {result.run_id}" if result.run_id else ""
+    print(
+        f"imported {result.labels} labels from {result.source} ({len(result.raters)} raters, "
+        f"{result.items} items, scorer {', '.join(result.scorers)}{pinned}): {result.new} new, "
+        f"{result.replaced} replaced"
+    )
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from evalkit.calibration import calibrate
+    from evalkit.store import open_store
+
+    if not 0 < args.level < 1:
+        raise EvalkitError(f"--level {args.level}: expected a fraction such as 0.95")
+    rubric = Path(args.rubric) if args.rubric else None
+    if rubric is not None and not rubric.is_file():
+        raise EvalkitError(f"--rubric {rubric}: no such file")
+    with open_store(args.db, wait_s=args.wait) as store:
+        result = calibrate(
+            store, args.run, scorer=args.scorer, rubric=rubric, binary=args.binary, level=args.level
+        )
+    Console(highlight=False, soft_wrap=True).print(result)
+    print(f"calibration record stored in {args.db}")
+    return 0
+
+
+def _cmd_judge_pairs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from evalkit.config import load_suite
+    from evalkit.pairwise import judge_pairs
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config, overrides=args.overrides)
+    with open_store(args.db, wait_s=args.wait) as store:
+        result = judge_pairs(
+            store, suite, args.baseline, args.candidate, args.rubric, use_cache=not args.no_cache
+        )
+    Console(highlight=False, soft_wrap=True).print(result)
     return 0
 
 

@@ -23,11 +23,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalkit import __version__
-from evalkit.cases import Corpus, canonical_json
+from evalkit.cases import Corpus, YAMLInputError, canonical_json, parse_yaml
 from evalkit.errors import ConfigError
 
 DEFAULT_CONFIG = Path("corpus/evalkit.yaml")
@@ -58,9 +57,13 @@ class SystemConfig(_Strict):
     tools: str | None = None  # JSON file with OpenAI tool schemas, relative to the corpus root
     function: str | None = None  # python provider: "package.module:function"
     sampling: Sampling = Field(default_factory=Sampling)
-    timeout_s: float = 60.0
+    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_retries: int = Field(default=4, ge=0, le=20)
     max_steps: int = Field(default=8, ge=1, le=100)
+    # Which cases see the tool schemas: only agent cases (those with tool fixtures, so every
+    # call can be served) or every case (to catch a model that starts calling tools where it
+    # should simply answer; calls without a fixture then fail as unexpected).
+    offer_tools: Literal["with_fixtures", "always"] = "with_fixtures"
     transport: Literal["openai", "lean"] = "openai"
 
 
@@ -70,7 +73,7 @@ class JudgeConfig(_Strict):
     snapshot: str | None = None
     base_url: str | None = None
     api_key_env: str | None = "OPENAI_API_KEY"
-    timeout_s: float = 60.0
+    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_retries: int = Field(default=4, ge=0, le=20)
 
 
@@ -131,12 +134,14 @@ def load_suite(
     if not config_path.is_file():
         raise ConfigError(f"{config_path}: suite config not found")
     try:
-        raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise ConfigError(f"{config_path}:{line}: YAML syntax error: {exc.problem}") from None
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{config_path}: unreadable YAML ({type(exc).__name__})") from None
+        raw, _ = parse_yaml(config_path.read_text(encoding="utf-8"))
+    except YAMLInputError as exc:
+        where = f"{config_path}:{exc.line}" if exc.line else str(config_path)
+        raise ConfigError(f"{where}: {exc.problem}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{config_path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{config_path}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{config_path}: the suite config must be a YAML mapping")
     for item in overrides:
@@ -160,6 +165,7 @@ def load_suite(
     except ValidationError as exc:
         error = exc.errors()[0]
         key = ".".join(str(p) for p in error["loc"])
+        key = key if len(key) <= 80 else key[:77] + "..."
         kind = "unknown key" if error["type"] == "extra_forbidden" else "invalid value for"
         message = "" if error["type"] == "extra_forbidden" else f": {error['msg']}"
         raise ConfigError(f"{config_path}: {kind} {key!r}{message}") from None
@@ -173,8 +179,15 @@ def load_suite(
             raise ConfigError(
                 f"{config.system.tools}:{exc.lineno}: invalid JSON: {exc.msg}"
             ) from None
-        if not isinstance(tools, list):
-            raise ConfigError(f"{config.system.tools}: tool schemas must be a JSON list")
+        except RecursionError:
+            raise ConfigError(f"{config.system.tools}: JSON nested too deeply") from None
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("function", {}), dict) for t in tools
+        ):
+            raise ConfigError(
+                f"{config.system.tools}: tool schemas must be a JSON list of objects "
+                '({"type": "function", "function": {...}})'
+            )
     if config.system.provider == "python" and not config.system.function:
         raise ConfigError(
             f"{config_path}: provider 'python' needs system.function (module:function)"
@@ -193,8 +206,8 @@ def apply_override(raw: dict[str, Any], item: str, source: Path | str = "--set")
         raise ConfigError(f"--set {item!r}: expected key=value")
     key, _, text = item.partition("=")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+        value = parse_yaml(text)[0] if text.strip() else ""
+    except YAMLInputError:
         value = text
     result = json.loads(json.dumps(raw, default=str))  # deep copy of plain data
     node = result
@@ -213,10 +226,17 @@ def apply_override(raw: dict[str, Any], item: str, source: Path | str = "--set")
 def _read_optional(root: Path, name: str | None, config_path: Path, key: str) -> str | None:
     if name is None:
         return None
-    path = (root / name).resolve()
-    if not path.is_file():
-        raise ConfigError(f"{config_path}: {key} file {name!r} not found")
-    return path.read_text(encoding="utf-8")
+    shown = repr(name) if len(name) <= 120 else f"{name[:120]!r}..."
+    try:
+        path = (root / name).resolve()
+        if not path.is_file():
+            raise ConfigError(f"{config_path}: {key} file {shown} not found")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{config_path}: {key} file {shown} is not UTF-8 text") from None
+    except (OSError, ValueError) as exc:  # NUL bytes, names too long, unreadable
+        reason = getattr(exc, "strerror", None) or exc  # strerror: without the long name
+        raise ConfigError(f"{config_path}: {key} file {shown} cannot be read: {reason}") from None
 
 
 # --- manifest --------------------------------------------------------------------------------
@@ -283,6 +303,7 @@ def build_manifest(
             "hash": _sha(canonical_json(suite.tools)) if suite.tools is not None else None,
             "names": sorted(t.get("function", {}).get("name", "?") for t in suite.tools or []),
             "max_steps": system.max_steps,
+            "offer": system.offer_tools,
         },
         "sampling": system.sampling.model_dump(),
         "judge": None

@@ -41,6 +41,8 @@ def run_demo(
         stale.unlink(missing_ok=True)  # a fresh store per demo keeps the story readable
     with start_demo_server(seed=0, noise=True) as server:
         override = [f"system.base_url={server.base_url}"]
+        if load_suite(config).config.judge is not None:  # the simulator also plays the judge
+            override.append(f"judge.base_url={server.base_url}")
         baseline_suite = load_suite(config, overrides=override)
         candidate_suite = load_suite(
             config, overrides=override, prompt=baseline_suite.root / candidate_prompt

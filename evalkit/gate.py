@@ -21,7 +21,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -55,7 +55,9 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     bootstrap_iters: int = Field(10_000, ge=100)
     bootstrap_seed: int = Field(0, ge=0)
     level: float = Field(0.95, gt=0, lt=1)
-    judge_kappa_min: float | None = Field(None, ge=-1, le=1)
+    # A judge-scored check may block only when its judge model + rubric has a calibration
+    # record with kappa at or above this (see evalkit.judge_gate).
+    judge_kappa_min: float = Field(0.6, ge=-1, le=1)
 
 
 class Budget(BaseModel):
@@ -89,7 +91,7 @@ class GatePolicy:
     bootstrap_seed: int = 0
     level: float = 0.95
     budgets: tuple[Budget, ...] = ()
-    judge_kappa_min: float | None = None
+    judge_kappa_min: float = 0.6
 
     @classmethod
     def from_suite(
@@ -433,7 +435,10 @@ def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) ->
     rates = pl.concat(frames).group_by("case_id").max() if frames else None
     observed = usage_means(comparison.cand_verdicts)
     overrides = store.overrides(comparison.base.run_id, comparison.cand.run_id)
-    return decide(comparison.paired, policy, rates, observed, overrides, comparison.cand.cases)
+    decision = decide(comparison.paired, policy, rates, observed, overrides, comparison.cand.cases)
+    # Uncalibrated judges were left out of the verdicts; say so where the decision is read.
+    notes = tuple(Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes)
+    return replace(decision, findings=decision.findings + notes)
 
 
 def min_detectable_collapse(n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:

@@ -23,7 +23,9 @@ import polars as pl
 
 from evalkit.cases import Case, Corpus
 from evalkit.errors import EvalkitError
+from evalkit.judge import JudgeClient
 from evalkit.records import Output, Score, ToolCall
+from evalkit.scorers.registry import JUDGE
 from evalkit.store import SCORE_SCHEMA, Store
 
 
@@ -38,13 +40,21 @@ class RescoreResult:
 
 
 def rescore_run(
-    store: Store, corpus: Corpus, run: str, scorers: Sequence[str] = (), note: str = "rescore"
+    store: Store,
+    corpus: Corpus,
+    run: str,
+    scorers: Sequence[str] = (),
+    note: str = "rescore",
+    judge: JudgeClient | None = None,
 ) -> RescoreResult:
     """Score a run's stored outputs again with the corpus's current scorers.
 
     Args:
         scorers: recompute only these scorer names (the others are carried over from the newest
             scoring); empty = recompute all.
+        judge: the suite's judge client for judge scorers (behind the response cache, so an
+            unchanged judge request costs no model call); without one, judge scores are carried
+            over from the newest scoring.
     """
     run_id = store.resolve_run(run)
     known = {name for case in corpus.cases for name in (s.name for s in case.scorers)}
@@ -62,34 +72,54 @@ def rescore_run(
         if case_id in current and row["input"] != current[case_id].input_json()
     )
     eligible = set(stored_cases) & set(current) - set(changed)
-    carried_lookup = _carry_lookup(previous) if scorers else {}
+    carried_lookup = _carry_lookup(previous) if scorers or judge is None else {}
     columns: dict[str, list] = {name: [] for name in SCORE_SCHEMA}
-    rescored = carried = 0
-    for row in outputs.filter(pl.col("case_id").is_in(sorted(eligible))).iter_rows(named=True):
-        if row["error"] is not None or row["fail_reason"] is not None:
-            continue  # nothing to score: an outage, or a failure decided by the runner
-        case = current[row["case_id"]]
-        output = _output_from_row(row)
-        for index, scorer in enumerate(case.scorers):
-            key = (row["case_id"], row["replay"], index, scorer.name)
-            if scorers and scorer.name not in scorers and key in carried_lookup:
-                score = carried_lookup[key]
-                carried += 1
-            else:
-                score = _score(scorer, output, case)
-            _append(columns, run_id, row["case_id"], row["replay"], index, scorer.tier, score)
-        rescored += 1
+    rows = outputs.filter(pl.col("case_id").is_in(sorted(eligible)))
+    rescored, carried = asyncio.run(
+        _score_rows(rows, current, scorers, carried_lookup, judge, columns, run_id)
+    )
     frame = pl.DataFrame(columns, schema=SCORE_SCHEMA)
     hashes = {case_id: current[case_id].hash for case_id in sorted(eligible)}
     scoring_id = store.write_scoring(run_id, note, frame, hashes)
     return RescoreResult(run_id, scoring_id, rescored, carried, tuple(changed), tuple(missing))
 
 
-def _score(scorer, output: Output, case: Case) -> Score:
+async def _score_rows(
+    rows: pl.DataFrame,
+    current: dict[str, Case],
+    only: Sequence[str],
+    carried_lookup: dict[tuple, Score],
+    judge: JudgeClient | None,
+    columns: dict[str, list],
+    run_id: str,
+) -> tuple[int, int]:
+    """Score every stored output in one event loop (a judge client lives in one loop)."""
+    rescored = carried = 0
     try:
-        return (
-            asyncio.run(scorer.ascore(output, case)) if scorer.tier >= 3 else scorer(output, case)
-        )
+        for row in rows.iter_rows(named=True):
+            if row["error"] is not None or row["fail_reason"] is not None:
+                continue  # nothing to score: an outage, or a failure decided by the runner
+            case = current[row["case_id"]]
+            output = _output_from_row(row)
+            for index, scorer in enumerate(case.scorers):
+                key = (row["case_id"], row["replay"], index, scorer.name)
+                keep = (only and scorer.name not in only) or (scorer.tier == JUDGE and not judge)
+                if keep and key in carried_lookup:
+                    score = carried_lookup[key]
+                    carried += 1
+                else:
+                    score = await _score(scorer, output, case, judge)
+                _append(columns, run_id, row["case_id"], row["replay"], index, scorer.tier, score)
+            rescored += 1
+    finally:
+        if judge is not None:
+            await judge.provider.aclose()
+    return rescored, carried
+
+
+async def _score(scorer, output: Output, case: Case, judge: JudgeClient | None) -> Score:
+    try:
+        return await scorer.ascore(output, case, judge)
     except Exception as exc:  # a scorer bug is an undecided score, never a verdict
         return Score(scorer.name, 0.0, False, f"scorer crashed: {type(exc).__name__}: {exc}", True)
 

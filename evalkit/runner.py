@@ -15,6 +15,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import random
@@ -43,7 +44,14 @@ from evalkit.providers.base import (
 )
 from evalkit.records import Output, Score, ToolCall
 from evalkit.scorers.registry import EXECUTABLE, JUDGE
-from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, Store, initial_scoring_id, new_run_id
+from evalkit.store import (
+    OUTPUT_SCHEMA,
+    REOPEN_WAIT_S,
+    SCORE_SCHEMA,
+    Store,
+    initial_scoring_id,
+    new_run_id,
+)
 from evalkit.tools import FixtureMiss, serve_tool_call
 
 
@@ -217,6 +225,7 @@ class _Execution:
             self.cache = self.store.cache_get(
                 self._cache_key(request, replay) for _, replay, request in first_requests
             )
+        self.store.release()  # readers may open the file between batches from now on
         progress = _Progress(len(work), enabled=self.options.progress)
         with progress:
             flusher = asyncio.create_task(self.writer.run_periodic())
@@ -229,11 +238,17 @@ class _Execution:
                 )
             finally:
                 flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await flusher
+                await self.writer.drain()  # the batch a worker thread may still be writing
 
     def _first_request(self, case: Case) -> ChatRequest:
         system = self.suite.config.system
         messages = render_messages(case, self.suite.system_prompt, system.user_template)
-        return ChatRequest(system.model, messages, self.sampling, self.suite.tools)
+        offer = system.offer_tools == "always" or bool(case.fixtures.get("tools"))
+        return ChatRequest(
+            system.model, messages, self.sampling, self.suite.tools if offer else None
+        )
 
     def _cache_key(self, request: ChatRequest, replay: int) -> str:
         return cache_key(self.identity, request, replay)
@@ -260,15 +275,25 @@ class _Execution:
         progress.advance(output.error is not None)
 
     async def _converse(self, case: Case, replay: int, request: ChatRequest) -> tuple[Output, str]:
-        """One model turn, or a tool loop served from the case's fixtures until a final answer."""
+        """One model turn, or a tool loop served from the case's fixtures until a final answer.
+
+        Returns the output and the cache key of the first request (the request's identity).
+        """
         max_steps = self.suite.config.system.max_steps
         messages = list(request.messages)
         trajectory: list[ToolCall] = []
-        latency = 0.0
-        tokens_in = tokens_out = 0
-        served_model = None
+        usage = {"latency_ms": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+        served_model: str | None = None
         cached_all = True
         first_key = ""
+
+        def finish(text: str | None, steps: int, **outcome: str) -> tuple[Output, str]:
+            output = Output(
+                text=text, tool_calls=tuple(trajectory), steps=steps, model=served_model,
+                cached=cached_all and "error" not in outcome, **usage, **outcome,  # type: ignore[arg-type]
+            )  # fmt: skip
+            return output, first_key
+
         for step in range(1, max_steps + 1):
             step_request = ChatRequest(request.model, messages, request.sampling, request.tools)
             key = self._cache_key(step_request, replay)
@@ -276,31 +301,14 @@ class _Execution:
             try:
                 completion, elapsed, cached = await self._complete(step_request, key, step == 1)
             except ProviderError as exc:
-                return Output(
-                    text=None,
-                    tool_calls=tuple(trajectory),
-                    steps=step,
-                    error=exc.cause,
-                    latency_ms=latency,
-                    prompt_tokens=tokens_in,
-                    completion_tokens=tokens_out,
-                ), first_key
-            latency += elapsed
-            tokens_in += completion.prompt_tokens
-            tokens_out += completion.completion_tokens
+                return finish(None, step, error=exc.cause)
+            usage["latency_ms"] += elapsed
+            usage["prompt_tokens"] += completion.prompt_tokens
+            usage["completion_tokens"] += completion.completion_tokens
             served_model = completion.model or served_model
             cached_all = cached_all and cached
             if not completion.tool_calls:
-                return Output(
-                    text=completion.text,
-                    tool_calls=tuple(trajectory),
-                    steps=step,
-                    latency_ms=latency,
-                    prompt_tokens=tokens_in,
-                    completion_tokens=tokens_out,
-                    model=served_model,
-                    cached=cached_all,
-                ), first_key
+                return finish(completion.text, step)
             messages.append(_assistant_tool_message(completion))
             for call in completion.tool_calls:
                 try:
@@ -309,36 +317,11 @@ class _Execution:
                     )
                 except FixtureMiss as miss:
                     trajectory.append(ToolCall(call.name, miss.arguments, None, call.id))
-                    return Output(
-                        text=completion.text,
-                        tool_calls=tuple(trajectory),
-                        steps=step,
-                        latency_ms=latency,
-                        prompt_tokens=tokens_in,
-                        completion_tokens=tokens_out,
-                        model=served_model,
-                        cached=cached_all,
-                        fail_reason=str(miss),
-                    ), first_key
+                    return finish(completion.text, step, fail_reason=str(miss))
                 trajectory.append(ToolCall(call.name, served.arguments, served.response, call.id))
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call.id,
-                        "content": json.dumps(served.response),
-                    }
-                )
-        return Output(
-            text=None,
-            tool_calls=tuple(trajectory),
-            steps=max_steps,
-            latency_ms=latency,
-            prompt_tokens=tokens_in,
-            completion_tokens=tokens_out,
-            model=served_model,
-            cached=cached_all,
-            fail_reason=f"no final answer within max_steps={max_steps}",
-        ), first_key
+                content = json.dumps(served.response)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        return finish(None, max_steps, fail_reason=f"no final answer within max_steps={max_steps}")
 
     async def _complete(
         self, request: ChatRequest, key: str, first_step: bool
@@ -352,11 +335,19 @@ class _Execution:
                 self.cache_hits += 1
                 return Completion.from_json(json.loads(hit)), 0.0, True
         async with self.semaphore:
-            await self.limiter.acquire(_estimate_tokens(request))
+            tokens = _estimate_tokens(request)
+            attempts = 0
+
+            async def attempt() -> Completion:
+                nonlocal attempts
+                attempts += 1
+                if attempts > 1:  # retries count against the rate limit too
+                    await self.limiter.acquire(tokens)
+                return await self.provider.complete(request)
+
+            await self.limiter.acquire(tokens)  # outside the latency clock
             started = time.perf_counter()
-            completion = await complete_with_retries(
-                lambda: self.provider.complete(request), self.retry, self.call_stats, self.rng
-            )
+            completion = await complete_with_retries(attempt, self.retry, self.call_stats, self.rng)
             elapsed = (time.perf_counter() - started) * 1000
         if self.use_cache:
             self.writer.cache(key, json.dumps(completion.to_json()))
@@ -371,12 +362,23 @@ def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> J
     """
     if not any(s.tier == JUDGE for case in corpus.cases for s in case.scorers):
         return None
-    config = suite.config.judge
-    if config is None:
+    if suite.config.judge is None:
         raise ConfigError(
             f"{suite.path}: cases use the judge scorer but the suite has no judge: section "
             "(judge: {model: ..., base_url: ...})"
         )
+    return judge_client(suite, store, use_cache)
+
+
+def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeClient:
+    """The suite's judge (``judge:`` in evalkit.yaml) behind the response cache.
+
+    Raises:
+        ConfigError: the suite config has no ``judge:`` section.
+    """
+    config = suite.config.judge
+    if config is None:
+        raise ConfigError(f"{suite.path}: no judge: section (judge: {{model: ..., base_url: ...}})")
     identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": config.base_url}
     provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
     return JudgeClient(provider, config.model, max_retries=config.max_retries)
@@ -411,6 +413,10 @@ class _BatchWriter:
         self.pending = 0
         self.written = 0
         self.passed = self.failed = self.errored = 0
+        self.deferred = False  # a reader held the file at the last try: wait for the next tick
+        self._due = asyncio.Event()  # flush_rows rows are pending: wake the flusher now
+        self._writing: asyncio.Future[None] | None = None  # a batch being written in a thread
+        self._failure: BaseException | None = None  # why the last threaded write failed
 
     def add(
         self,
@@ -423,6 +429,8 @@ class _BatchWriter:
         cost: float,
         request_hash: str,
     ) -> None:
+        if self._failure is not None:  # a batch could not be written: stop the run, loudly
+            raise self._failure
         row = self.outputs
         row["run_id"].append(run_id)
         row["case_id"].append(case.id)
@@ -468,32 +476,76 @@ class _BatchWriter:
         else:
             self.failed += 1
         self.pending += 1
-        if self.pending >= self.flush_rows:
-            self.flush()
+        if self.pending >= self.flush_rows and not self.deferred:
+            self._due.set()
 
     def cache(self, key: str, response: str) -> None:
         self.cache_entries[key] = response
 
-    def flush(self) -> None:
+    def flush(self, *, wait: bool = True) -> None:
+        """Append the pending rows in one transaction, then release the file for readers.
+
+        Mid-run (``wait=False``) a file a reader holds open is not waited for: the rows stay
+        pending and the next tick tries again. The final flush waits up to ``REOPEN_WAIT_S``.
+        """
         if not self.pending and not self.cache_entries:
             return
-        outputs = pl.DataFrame(self.outputs, schema=OUTPUT_SCHEMA)
-        scores = pl.DataFrame(self.scores, schema=SCORE_SCHEMA)
-        entries = self.cache_entries
+        if not self.store.reopen(REOPEN_WAIT_S if wait else 0.0):
+            self.deferred = True
+            return
+        self._write(*self._take())
+
+    def _take(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]:
+        """Hand the pending rows over to a write (on the event loop: `add` never sees half)."""
+        batch = self.outputs, self.scores, self.cache_entries
         self.outputs = {name: [] for name in OUTPUT_SCHEMA}
         self.scores = {name: [] for name in SCORE_SCHEMA}
         self.cache_entries = {}
         self.written += self.pending
         self.pending = 0
+        return batch
+
+    def _write(
+        self, outputs: dict[str, list[Any]], scores: dict[str, list[Any]], entries: dict[str, str]
+    ) -> None:
+        """Append one batch to the opened store, then release the file for readers."""
         # Cache entries first: if we die between the two, a resume re-uses the answer rather
         # than asking again; outputs and scores of a batch land together or not at all.
         self.store.cache_put(entries)
-        self.store.write_results(outputs, scores)
+        self.store.write_results(
+            pl.DataFrame(outputs, schema=OUTPUT_SCHEMA), pl.DataFrame(scores, schema=SCORE_SCHEMA)
+        )
+        self.store.release()
 
     async def run_periodic(self) -> None:
+        """Flush every ``interval_s`` seconds, and as soon as ``flush_rows`` rows are pending.
+
+        Batches are opened, appended and released in a worker thread (DuckDB lets go of the GIL),
+        so the event loop keeps serving responses meanwhile: done on the loop, the ~50 ms it
+        takes to open and close the file stalled every request in flight, once per batch.
+        """
         while True:
-            await asyncio.sleep(self.interval_s)
-            self.flush()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._due.wait(), self.interval_s)
+            self._due.clear()
+            self.deferred = False
+            if not self.pending and not self.cache_entries:
+                continue
+            try:
+                if not await asyncio.to_thread(self.store.reopen, 0.0):
+                    self.deferred = True  # a reader holds the file: keep rows for the next tick
+                    continue
+                batch = self._take()
+                self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, *batch))
+                await asyncio.shield(self._writing)  # cancelling the flusher lets it finish
+            except Exception as exc:
+                self._failure = exc
+                raise
+
+    async def drain(self) -> None:
+        """Wait for the batch a worker thread is writing, if any; its error propagates."""
+        if self._writing is not None:
+            await self._writing
 
 
 class _Progress:

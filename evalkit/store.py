@@ -2,8 +2,12 @@
 
 Only this module writes SQL. Writes are batched (one Arrow append per table per flush, inside one
 transaction), so a crash loses at most the batch in flight and never leaves half a batch behind.
-DuckDB allows one writing process per file: a second writer gets a clear :class:`StoreError`
-(optionally after waiting ``wait_s`` for the lock).
+
+One writer, many readers: a writing store holds an exclusive lock on ``<db>.lock`` for its whole
+life, so a second writer gets a clear :class:`StoreError` (or waits ``wait_s`` for it). DuckDB
+itself lets a file be open either by one read-write process or by many read-only ones, so the
+runner closes the DuckDB file between batches (:meth:`Store.release`): a notebook can open the
+store read-only (retrying for a few seconds) while a run writes; the next batch waits for it.
 
 Examples:
     >>> store = open_store("data/evalkit.duckdb")          # doctest: +SKIP
@@ -13,14 +17,17 @@ Examples:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import os
 import re
 import secrets
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 import duckdb
 import polars as pl
@@ -28,9 +35,15 @@ import polars as pl
 from evalkit.errors import StoreError
 
 if TYPE_CHECKING:
+    from evalkit.calibration import Calibration
     from evalkit.cases import Case
 
 DEFAULT_DB = Path("data/evalkit.duckdb")
+#: A read-only open retries this long at least: a running writer holds the file only while it
+#: appends a batch (a fraction of a second).
+READ_RETRY_S = 5.0
+#: How long a writer that released the file waits for readers to let go before it gives up.
+REOPEN_WAIT_S = 60.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -68,6 +81,22 @@ CREATE TABLE IF NOT EXISTS flakes (
 CREATE TABLE IF NOT EXISTS response_cache (
     cache_key VARCHAR, response VARCHAR, created_at TIMESTAMPTZ
 );
+CREATE TABLE IF NOT EXISTS human_labels (
+    case_id VARCHAR, output_hash VARCHAR, rater VARCHAR, label INTEGER, scorer VARCHAR,
+    source VARCHAR, imported_at TIMESTAMPTZ
+);
+CREATE TABLE IF NOT EXISTS calibrations (
+    judge_model VARCHAR, judge_snapshot VARCHAR, rubric VARCHAR, rubric_hash VARCHAR,
+    scorer VARCHAR, n INTEGER, kappa DOUBLE, kappa_lo DOUBLE, kappa_hi DOUBLE,
+    weighted_kappa DOUBLE, accuracy DOUBLE, macro_f1 DOUBLE, alpha DOUBLE,
+    position_consistency DOUBLE, created_at TIMESTAMPTZ, run_id VARCHAR, figures VARCHAR
+);
+CREATE TABLE IF NOT EXISTS pairwise_judgments (
+    base_run_id VARCHAR, cand_run_id VARCHAR, case_id VARCHAR, rubric VARCHAR,
+    rubric_hash VARCHAR, judge_model VARCHAR, order_ab INTEGER, order_ba INTEGER,
+    combined INTEGER, consistent BOOLEAN, reasons VARCHAR, error VARCHAR, raw VARCHAR,
+    created_at TIMESTAMPTZ
+);
 """
 
 OUTPUT_SCHEMA: dict[str, pl.DataType] = {
@@ -101,6 +130,53 @@ SCORE_SCHEMA: dict[str, pl.DataType] = {
     "error": pl.Boolean,
     "reason": pl.String,
     "details": pl.String,  # JSON: judge reason/raw text, rubric hash, pairwise orders, ...
+}
+#: Human labels (evalkit.labels): one per (case_id or output_hash, rater, scorer).
+HUMAN_LABEL_SCHEMA: dict[str, pl.DataType] = {
+    "case_id": pl.String,
+    "output_hash": pl.String,
+    "rater": pl.String,
+    "label": pl.Int32,
+    "scorer": pl.String,
+    "source": pl.String,
+    "imported_at": pl.Datetime("us", "UTC"),
+}
+#: Judge calibration records (evalkit.calibration): what lets a judge gate.
+CALIBRATION_SCHEMA: dict[str, pl.DataType] = {
+    "judge_model": pl.String,
+    "judge_snapshot": pl.String,
+    "rubric": pl.String,
+    "rubric_hash": pl.String,
+    "scorer": pl.String,
+    "n": pl.Int32,
+    "kappa": pl.Float64,
+    "kappa_lo": pl.Float64,
+    "kappa_hi": pl.Float64,
+    "weighted_kappa": pl.Float64,
+    "accuracy": pl.Float64,
+    "macro_f1": pl.Float64,
+    "alpha": pl.Float64,
+    "position_consistency": pl.Float64,
+    "created_at": pl.Datetime("us", "UTC"),
+    "run_id": pl.String,
+    "figures": pl.String,  # JSON: intervals, per-class report, confusion matrix, length bias
+}
+#: Pairwise judge verdicts (evalkit.pairwise): 1 = base better, 2 = candidate better, 0 = tie.
+PAIRWISE_SCHEMA: dict[str, pl.DataType] = {
+    "base_run_id": pl.String,
+    "cand_run_id": pl.String,
+    "case_id": pl.String,
+    "rubric": pl.String,
+    "rubric_hash": pl.String,
+    "judge_model": pl.String,
+    "order_ab": pl.Int32,
+    "order_ba": pl.Int32,
+    "combined": pl.Int32,
+    "consistent": pl.Boolean,
+    "reasons": pl.String,  # JSON {"ab": ..., "ba": ...}
+    "error": pl.String,  # why there is no verdict (malformed judge output, provider failure)
+    "raw": pl.String,  # the malformed judge answer, kept verbatim
+    "created_at": pl.Datetime("us", "UTC"),
 }
 
 
@@ -136,16 +212,28 @@ def open_store(
     db_path = Path(path)
     if read_only and not db_path.exists():
         raise StoreError(f"{db_path}: no evalkit store here (run `evalkit run` first)")
-    if not read_only:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
+    if read_only:
+        return Store(db_path, _connect(db_path, True, max(wait_s, READ_RETRY_S)), True)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = _WriterLock.acquire(db_path, wait_s)
+    try:
+        con = _connect(db_path, False, max(wait_s, READ_RETRY_S))
+    except BaseException:
+        lock.release()
+        raise
+    return Store(db_path, con, False, lock)
+
+
+def _connect(db_path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection, retrying every 0.1 s for ``wait_s`` while another process has it."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            con = duckdb.connect(str(db_path), read_only=read_only)
-            break
-        except duckdb.IOException as exc:
+            return duckdb.connect(str(db_path), read_only=read_only)
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
             message = str(exc)
-            if "lock" not in message.lower():
+            busy = "lock" in message.lower() or "different configuration" in message
+            if not busy:
                 raise StoreError(
                     f"{db_path}: cannot open the store: {message.splitlines()[0]}"
                 ) from None
@@ -155,30 +243,156 @@ def open_store(
                 raise StoreError(
                     f"{db_path} is being written by another process{holder}; wait for it to "
                     "finish, pass --wait SECONDS, or use another --db"
+                    if read_only
+                    else f"{db_path} is held open by another process{holder}, probably a "
+                    "notebook reading it; close that store (read with `with open_store(...)`)"
                 ) from None
             time.sleep(0.1)
         except duckdb.Error as exc:
             raise StoreError(
                 f"{db_path}: not a usable DuckDB file: {str(exc).splitlines()[0]}"
             ) from None
-    return Store(db_path, con, read_only)
+
+
+class _WriterLock:
+    """An exclusive ``flock`` on ``<db>.lock``: one writing process per store file.
+
+    The kernel drops it when the process dies (even by SIGKILL), so it never goes stale. It is
+    shared within one process (DuckDB also lets one process open a file read-write twice).
+    Without ``fcntl`` (Windows) only DuckDB's own lock applies.
+    """
+
+    _held: ClassVar[dict[str, list[int]]] = {}  # lock path -> [fd, holders in this process]
+    _mutex: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+        self._released = False
+
+    @classmethod
+    def acquire(cls, db_path: Path, wait_s: float) -> _WriterLock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return cls("")
+        key = str(db_path.resolve()) + ".lock"
+        deadline = time.monotonic() + wait_s
+        with cls._mutex:
+            if key in cls._held:
+                cls._held[key][1] += 1
+                return cls(key)
+        fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                    os.close(fd)
+                    shown = f" (PID {holder})" if holder.isdigit() else ""
+                    raise StoreError(
+                        f"{db_path} is being written by another process{shown}; wait for it to "
+                        "finish, pass --wait SECONDS, or use another --db"
+                    ) from None
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        with cls._mutex:
+            cls._held[key] = [fd, 1]
+        return cls(key)
+
+    def release(self) -> None:
+        if self._released or not self._key:
+            return
+        self._released = True
+        with self._mutex:
+            entry = self._held[self._key]
+            entry[1] -= 1
+            if entry[1]:
+                return
+            del self._held[self._key]
+        os.close(entry[0])  # closing the descriptor drops the flock
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _serialized(
+    method: Callable[Concatenate[Store, _P], _R],
+) -> Callable[Concatenate[Store, _P], _R]:
+    """Run ``method`` holding the store's lock: the runner writes batches from a worker thread
+    (so the event loop keeps serving requests) while the loop may read the response cache."""
+
+    @functools.wraps(method)
+    def locked(self: Store, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 class Store:
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
-    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        con: duckdb.DuckDBPyConnection,
+        read_only: bool,
+        writer_lock: _WriterLock | None = None,
+    ) -> None:
         self.path = path
-        self._con = con
+        self._conn: duckdb.DuckDBPyConnection | None = con
         self.read_only = read_only
-        self._con.execute("SET TimeZone = 'UTC'")
+        self._writer_lock = writer_lock
+        self._lock = threading.RLock()  # see _serialized
+        con.execute("SET TimeZone = 'UTC'")
         if not read_only:
-            self._con.execute(_SCHEMA)
+            con.execute(_SCHEMA)
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    @property
+    def _con(self) -> duckdb.DuckDBPyConnection:
+        """The connection, reopened (waiting up to ``REOPEN_WAIT_S`` for readers) if released."""
+        if self._conn is None:
+            self.reopen(REOPEN_WAIT_S)
+        assert self._conn is not None
+        return self._conn
+
+    @_serialized
+    def release(self) -> None:
+        """Close the DuckDB file but keep the writer lock: readers may open it until the next
+        use of this store reopens it. Cheap to call when already released."""
+        if self._conn is not None and not self.read_only:
+            con, self._conn = self._conn, None
+            con.close()
+
+    @_serialized
+    def reopen(self, wait_s: float = 0.0) -> bool:
+        """Reopen a released store; False when readers still hold the file after ``wait_s``
+        (``wait_s`` 0: one try, for a caller that can try again later)."""
+        if self._conn is not None:
+            return True
+        try:
+            con = _connect(self.path, self.read_only, wait_s)
+        except StoreError:
+            if wait_s > 0:
+                raise
+            return False
+        con.execute("SET TimeZone = 'UTC'")
+        self._conn = con
+        return True
+
+    @_serialized
     def close(self) -> None:
-        self._con.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._writer_lock is not None:
+            self._writer_lock.release()
 
     def __enter__(self) -> Store:
         return self
@@ -218,6 +432,7 @@ class Store:
             )
         return run_id
 
+    @_serialized
     def write_results(self, outputs: pl.DataFrame, scores: pl.DataFrame) -> None:
         """Append a batch of outputs and their scores atomically (both or neither)."""
         if outputs.is_empty() and scores.is_empty():
@@ -288,6 +503,7 @@ class Store:
 
     # -- cache (keyed by provider, model, rendered request, sampling and replay index) --------
 
+    @_serialized
     def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
         wanted = list(dict.fromkeys(keys))
         if not wanted:
@@ -303,6 +519,7 @@ class Store:
             self._con.unregister("_wanted")
         return dict(rows)
 
+    @_serialized
     def cache_put(self, entries: dict[str, str]) -> None:
         if not entries:
             return
@@ -419,6 +636,121 @@ class Store:
     def query(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
         """Run a read-only SQL query and return a Polars frame (for notebooks)."""
         return self._frame(sql, list(params))
+
+    # -- judges: human labels, calibration records, pairwise judgments -----------------------
+
+    def save_human_labels(self, labels: pl.DataFrame) -> int:
+        """Store human labels (the :data:`HUMAN_LABEL_SCHEMA` columns but ``imported_at``);
+        returns how many stored labels they replaced.
+
+        A label replaces a stored one with the same (case_id, output_hash, rater, scorer), so
+        importing a file twice stores each label once (the newer value wins).
+        """
+        columns = [c for c in HUMAN_LABEL_SCHEMA if c != "imported_at"]
+        frame = labels.select(
+            *(pl.col(c).cast(HUMAN_LABEL_SCHEMA[c]) for c in columns),
+            pl.lit(_now()).dt.cast_time_unit("us").alias("imported_at"),
+        )
+        same = (
+            "coalesce(h.case_id, '') = coalesce(b.case_id, '') AND coalesce(h.output_hash, '') "
+            "= coalesce(b.output_hash, '') AND h.rater = b.rater AND h.scorer = b.scorer"
+        )
+        with self._transaction():
+            self._con.register("_new_labels", frame.to_arrow())
+            try:
+                where = f"WHERE EXISTS (SELECT 1 FROM _new_labels b WHERE {same})"
+                replaced = self._con.execute(
+                    f"SELECT count(*) FROM human_labels h {where}"
+                ).fetchall()[0][0]
+                self._con.execute(f"DELETE FROM human_labels h {where}")
+            finally:
+                self._con.unregister("_new_labels")
+            self._append("human_labels", frame)
+        return int(replaced)
+
+    def human_labels(self, scorer: str | None = None) -> pl.DataFrame:
+        """Stored human labels (only ``scorer``'s when given), in import order."""
+        if not self._has_table("human_labels"):
+            return pl.DataFrame(schema=HUMAN_LABEL_SCHEMA)
+        where, params = ("WHERE scorer = ?", [scorer]) if scorer else ("", [])
+        return self._frame(
+            f"SELECT * FROM human_labels {where} "
+            "ORDER BY imported_at, source, rater, case_id, output_hash",
+            params,
+        )
+
+    def save_calibration(self, record: Calibration) -> None:
+        """Store a judge calibration record (see :class:`evalkit.calibration.Calibration`)."""
+        frame = pl.DataFrame([record.to_row()], schema=CALIBRATION_SCHEMA)
+        with self._transaction():
+            self._append("calibrations", frame)
+
+    def calibrations(self) -> pl.DataFrame:
+        """Every calibration record, oldest first (the gate uses the latest per judge+rubric)."""
+        if not self._has_table("calibrations"):
+            return pl.DataFrame(schema=CALIBRATION_SCHEMA)
+        return self._frame("SELECT * FROM calibrations ORDER BY created_at")
+
+    def latest_calibration(self, judge_model: str, rubric_hash: str) -> Calibration | None:
+        """The newest calibration record of a judge model with a rubric, or None."""
+        from evalkit.calibration import Calibration
+
+        if not self._has_table("calibrations"):
+            return None
+        rows = self._frame(
+            "SELECT * FROM calibrations WHERE judge_model = ? AND rubric_hash = ? "
+            "ORDER BY created_at DESC LIMIT 1",
+            [judge_model, rubric_hash],
+        )
+        return Calibration.from_row(rows.row(0, named=True)) if rows.height else None
+
+    def save_pairwise_judgments(self, judgments: pl.DataFrame) -> None:
+        """Store pairwise judge verdicts (the :data:`PAIRWISE_SCHEMA` columns). They replace the
+        stored ones of the same (base run, candidate run, judge model, rubric hash)."""
+        frame = judgments.select(
+            [pl.col(c).cast(t) for c, t in PAIRWISE_SCHEMA.items() if c != "created_at"]
+        ).with_columns(pl.lit(_now()).dt.cast_time_unit("us").alias("created_at"))
+        keys = frame.select("base_run_id", "cand_run_id", "judge_model", "rubric_hash").unique()
+        with self._transaction():
+            for base, cand, model, rubric_hash in keys.rows():
+                self._con.execute(
+                    "DELETE FROM pairwise_judgments WHERE base_run_id = ? AND cand_run_id = ? "
+                    "AND judge_model = ? AND rubric_hash = ?",
+                    [base, cand, model, rubric_hash],
+                )
+            self._append("pairwise_judgments", frame)
+
+    def pairwise_judgments(
+        self,
+        base_run_id: str | None = None,
+        cand_run_id: str | None = None,
+        *,
+        judge_model: str | None = None,
+        rubric_hash: str | None = None,
+    ) -> pl.DataFrame:
+        """Stored pairwise verdicts, filtered by whichever arguments are given."""
+        if not self._has_table("pairwise_judgments"):
+            return pl.DataFrame(schema=PAIRWISE_SCHEMA)
+        filters = {
+            "base_run_id": base_run_id,
+            "cand_run_id": cand_run_id,
+            "judge_model": judge_model,
+            "rubric_hash": rubric_hash,
+        }
+        given = {k: v for k, v in filters.items() if v is not None}
+        where = " AND ".join(f"{k} = ?" for k in given)
+        return self._frame(
+            f"SELECT * FROM pairwise_judgments {'WHERE ' + where if where else ''} "
+            "ORDER BY base_run_id, cand_run_id, case_id",
+            list(given.values()),
+        )
+
+    def _has_table(self, name: str) -> bool:
+        """False for a store created before the table existed and opened read-only."""
+        rows = self._con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        ).fetchall()
+        return bool(rows[0][0])
 
     # -- internals --------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ def _run(root: Path, server: DemoServer, db: Path, label: str, *, sets=(), **opt
         root / "evalkit.yaml", overrides=[f"system.base_url={server.base_url}", *sets]
     )
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
+    # Judge calls would reach the same server and blur the request counts: leave judged cases out.
+    corpus = corpus.select(ids=[c.id for c in corpus.cases if all(s.tier < 3 for s in c.scorers)])
     with open_store(db) as store:
         summary = run_suite(
             suite, corpus, store, RunOptions(label=label, progress=False, **options)

@@ -363,8 +363,11 @@ def _passes(scorer: str, args: dict[str, Any], text: str) -> bool:
 
 
 def _case_passes(case: dict[str, Any], prompt: str, template: str) -> bool:
+    """The deterministic verdict. Judge scorers are left out: uncalibrated judges are reported,
+    not gated (tests/test_demo_judge.py checks that the simulated judge passes these cases)."""
     content = simulate(_messages(case, prompt, template))
-    return all(_passes(e["scorer"], e.get("args", {}), content) for e in case["expect"])
+    checks = [e for e in case["expect"] if e["scorer"] != "judge"]
+    return all(_passes(e["scorer"], e.get("args", {}), content) for e in checks)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _suite_and_corpus(base_url: str):
-    overrides = [f"system.base_url={base_url}"]
+    # The simulator also plays the demo suite's judge (demo-judge-1).
+    overrides = [f"system.base_url={base_url}", f"judge.base_url={base_url}"]
     suite = load_suite(REPO / "corpus" / "evalkit.yaml", overrides=overrides)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     return suite, corpus
@@ -37,7 +38,8 @@ def test_flakes_found_only_among_noisy_cases(tmp_path: Path, demo_server_factory
     flaky = set(result.flaky["case_id"].to_list())
     assert flaky, "noise on: some borderline case must change verdict across 4 runs"
     assert flaky <= borderline
-    assert server.stats()["requests"] == 4 * len(corpus.cases)  # cache bypassed
+    judged = sum(any(s.name == "judge" for s in c.scorers) for c in corpus.cases)
+    assert server.stats()["requests"] == 4 * (len(corpus.cases) + judged)  # cache bypassed
     assert stored.height == len(corpus.cases)
     assert set(stored.filter(pl.col("flips") > 0)["case_id"].to_list()) == flaky
 

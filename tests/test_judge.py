@@ -85,6 +85,7 @@ def test_pointwise_pass_and_fail_with_reason_first(tmp_path: Path) -> None:
     cold, _ = _score(scorer, lambda r: '{"reason": "cold", "score": 3}')
     assert not cold.passed and not cold.error and cold.score == 0.5
     assert cold.details["rubric_hash"] == good.details["rubric_hash"]
+    assert good.details["rubric"] == "tone.md"  # as the case names it, never an absolute path
 
 
 @pytest.mark.parametrize(

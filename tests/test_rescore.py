@@ -28,7 +28,11 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     root = tmp_path / "corpus"
     shutil.copytree(REPO / "corpus", root)
     db = tmp_path / "e.duckdb"
-    suite = load_suite(root / "evalkit.yaml", overrides=[f"system.base_url={demo_server.base_url}"])
+    overrides = [
+        f"system.base_url={demo_server.base_url}",
+        f"judge.base_url={demo_server.base_url}",
+    ]
+    suite = load_suite(root / "evalkit.yaml", overrides=overrides)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     with open_store(db) as store:
         run = run_suite(suite, corpus, store, RunOptions(label="base", progress=False))
@@ -41,7 +45,8 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     assert OLD in billing.read_text()
     billing.write_text(billing.read_text().replace(OLD, NEW, 1))
     demo_server.reset_stats()
-    code = main(["rescore", "base", "--config", str(root / "evalkit.yaml"), "--db", str(db)])
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    code = main(["rescore", "base", "--config", str(root / "evalkit.yaml"), "--db", str(db), *sets])
     assert code == 0
     assert demo_server.stats()["requests"] == 0
 
@@ -60,7 +65,11 @@ def test_rescore_only_named_scorers_carries_the_rest(
     tmp_path: Path, demo_server: DemoServer
 ) -> None:
     root = REPO / "corpus"
-    suite = load_suite(root / "evalkit.yaml", overrides=[f"system.base_url={demo_server.base_url}"])
+    overrides = [
+        f"system.base_url={demo_server.base_url}",
+        f"judge.base_url={demo_server.base_url}",
+    ]
+    suite = load_suite(root / "evalkit.yaml", overrides=overrides)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     with open_store(tmp_path / "e.duckdb") as store:
         run = run_suite(suite, corpus, store, RunOptions(label="base", progress=False))

@@ -164,3 +164,29 @@ def test_fixture_arguments_are_normalized() -> None:
         assert serve_tool_call(keyed, "lookup_order", raw).response == {"ok": True}
     with pytest.raises(FixtureMiss, match=r'unexpected tool call lookup_order\(order_id="8813"\)'):
         serve_tool_call(keyed, "lookup_order", '{"order_id": "8813"}')
+
+
+def test_run_against_the_demo_server_stores_everything(tmp_path: Path, demo_server) -> None:
+    from evalkit.config import load_suite as load
+
+    repo = Path(__file__).resolve().parents[1]
+    overrides = [
+        f"system.base_url={demo_server.base_url}",
+        "judge.base_url=" + demo_server.base_url,
+    ]
+    suite = load(repo / "corpus" / "evalkit.yaml", overrides=overrides)
+    corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
+    demo_server.reset_stats()
+    with open_store(tmp_path / "e.duckdb") as store:
+        summary = run_suite(suite, corpus, store, RunOptions(label="demo", progress=False))
+        outputs = store.outputs(summary.run_id)
+        manifest = store.manifest(summary.run_id)
+    assert outputs.height == len(corpus.cases) == summary.cases
+    assert outputs["error"].null_count() == outputs.height
+    assert (outputs["prompt_tokens"] > 0).all() and (outputs["completion_tokens"] > 0).all()
+    assert (outputs["latency_ms"] > 0).all()
+    assert (outputs["cost_usd"] > 0).all()  # from the suite's price table
+    assert set(outputs["model"].to_list()) == {"demo-support-1"}
+    assert manifest["provider"]["simulator"] is True
+    assert manifest["model"] == {"id": "demo-support-1", "snapshot": "demo-support-1"}
+    assert summary.requests == len(corpus.cases)

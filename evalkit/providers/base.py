@@ -3,12 +3,16 @@
 Retries live here, not in each provider: exponential backoff with full jitter on 429, 5xx,
 timeouts and connection errors, honouring ``Retry-After``. After the last retry the runner
 stores the output as an *error* with its cause; errors are never scored as a pass or a fail.
+
+A cause is stored and printed, so it is scrubbed first (:func:`redact_secrets`): providers may
+echo request headers or the key itself in an error body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -63,10 +67,46 @@ class Completion:
         )
 
 
+_VALUE = r"[^\s\"',;&}]+"  # a header or query-string value, up to its delimiter
+_SECRET_PATTERNS = (
+    # "Authorization: Bearer x", "'authorization': 'Basic x'", "x-api-key: x", "api_key=x"
+    re.compile(
+        r"(?i)((?:authorization|api[-_]?key)[\"']?\s*[:=]\s*[\"']?)(?:bearer\s+|basic\s+)?" + _VALUE
+    ),
+    re.compile(r"(?i)\b(bearer\s+)" + _VALUE),
+    re.compile(r"\b(sk-)[A-Za-z0-9*._-]{6,}"),  # OpenAI-style keys, masked ones included
+)
+_KNOWN_SECRETS: set[str] = set()
+
+
+def register_secret(value: str) -> None:
+    """Remember an API key so :func:`redact_secrets` removes it wherever it shows up."""
+    if value and len(value) >= 8:
+        _KNOWN_SECRETS.add(value)
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` without API keys or Authorization values.
+
+    Examples:
+        >>> redact_secrets("HTTP 401: bad key sk-proj-abc123xyz in Authorization: Bearer tok9")
+        'HTTP 401: bad key sk-[redacted] in Authorization: [redacted]'
+    """
+    for secret in _KNOWN_SECRETS:
+        text = text.replace(secret, "[redacted]")
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(r"\1[redacted]", text)
+    return text
+
+
 class ProviderError(Exception):
-    """A provider call failed. ``retryable`` errors are retried with backoff."""
+    """A provider call failed. ``retryable`` errors are retried with backoff.
+
+    ``cause`` (what the runner stores and prints) has secrets removed.
+    """
 
     def __init__(self, cause: str, *, retryable: bool, retry_after: float | None = None) -> None:
+        cause = redact_secrets(cause)
         super().__init__(cause)
         self.cause = cause
         self.retryable = retryable
@@ -102,44 +142,45 @@ class CallStats:
 
 
 class RateLimiter:
-    """A token bucket over requests and (estimated) tokens per minute."""
+    """Paces calls to ``requests_per_minute`` and (estimated) ``tokens_per_minute``.
+
+    Requests are spaced evenly, ``60 / rpm`` seconds apart with no initial burst, so no window of
+    60 seconds ever holds more than ``rpm + 1`` of them. Tokens use a bucket holding one second's
+    worth, paid after the fact: a call may start once the bucket is out of debt, then takes its
+    tokens (so one call larger than the bucket still goes, and the next ones wait it off).
+    Every attempt acquires, retries included.
+    """
 
     def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
         self._rpm = requests_per_minute
         self._tpm = tokens_per_minute
-        self._req_allow = requests_per_minute or 0.0
-        self._tok_allow = tokens_per_minute or 0.0
+        self._req_allow = 1.0
+        self._tok_capacity = tokens_per_minute / 60 if tokens_per_minute else 0.0
+        self._tok_allow = self._tok_capacity
         self._stamp = time.monotonic()
         self._lock = asyncio.Lock()
 
     async def acquire(self, tokens: int = 0) -> None:
+        """Wait until one more call (of about ``tokens`` tokens) fits the limits, then take it."""
         if self._rpm is None and self._tpm is None:
             return
         async with self._lock:
             while True:
                 now = time.monotonic()
                 elapsed, self._stamp = now - self._stamp, now
+                wait = 0.0
                 if self._rpm:
-                    self._req_allow = min(self._rpm, self._req_allow + elapsed * self._rpm / 60)
+                    self._req_allow = min(1.0, self._req_allow + elapsed * self._rpm / 60)
+                    wait = max(wait, (1.0 - self._req_allow) * 60 / self._rpm)
                 if self._tpm:
-                    self._tok_allow = min(self._tpm, self._tok_allow + elapsed * self._tpm / 60)
-                need_req = 0.0 if not self._rpm or self._req_allow >= 1 else (1 - self._req_allow)
-                want_tok = min(tokens, self._tpm or 0)
-                need_tok = (
-                    0.0
-                    if not self._tpm or self._tok_allow >= want_tok
-                    else want_tok - self._tok_allow
-                )
-                if need_req == 0 and need_tok == 0:
-                    if self._rpm:
-                        self._req_allow -= 1
-                    if self._tpm:
-                        self._tok_allow -= want_tok
+                    self._tok_allow = min(
+                        self._tok_capacity, self._tok_allow + elapsed * self._tpm / 60
+                    )
+                    wait = max(wait, -self._tok_allow * 60 / self._tpm)
+                if wait <= 1e-6:
+                    self._req_allow -= 1.0
+                    self._tok_allow -= tokens
                     return
-                wait = max(
-                    need_req * 60 / self._rpm if self._rpm else 0.0,
-                    need_tok * 60 / self._tpm if self._tpm else 0.0,
-                )
                 await asyncio.sleep(wait)
 
 

@@ -821,8 +821,18 @@ def _triage_persona(messages: Sequence[Message], **noise: Any) -> str:
     return simulate(messages, **noise)
 
 
-#: Personas by model id: the seam where a "judge" persona will be added.
-_PERSONAS: dict[str, Callable[..., str]] = {MODEL_ID: _triage_persona}
+def _judge_persona(messages: Sequence[Message], **noise: Any) -> str:
+    from evalkit.providers.demo_judge import judge  # imported late: it imports this module
+
+    return judge(messages, **noise)
+
+
+#: Personas by model id: the triage assistant, and a simulated model judge (``demo-judge-1``,
+#: see :mod:`evalkit.providers.demo_judge`).
+_PERSONAS: dict[str, Callable[..., str]] = {
+    MODEL_ID: _triage_persona,
+    "demo-judge-1": _judge_persona,
+}
 
 
 def complete(
@@ -836,10 +846,11 @@ def complete(
 ) -> dict[str, Any]:
     """Answer an OpenAI chat-completion request body with a ``chat.completion`` response dict.
 
-    Dispatches on the request shape. The model id picks the persona (``_PERSONAS``: the seam
-    for a "judge" persona). A request carrying ``tools`` is answered in text for now, which the
-    API allows (a model may decline to call a tool); the tool-calling turn (``tools`` in,
-    ``tool_calls`` out, for refund and order-lookup tickets) is the seam to fill right here.
+    Dispatches on the request shape. The model id picks the persona (``_PERSONAS``: the triage
+    assistant ``demo-support-1`` or the simulated judge ``demo-judge-1``). A request carrying
+    ``tools`` is answered in text for now, which the API allows (a model may decline to call a
+    tool); the tool-calling turn (``tools`` in, ``tool_calls`` out, for refund and order-lookup
+    tickets) is the seam to fill right here.
 
     Raises:
         InvalidRequestError: malformed body (the server answers 400).
@@ -850,7 +861,8 @@ def complete(
     persona = _PERSONAS.get(str(model))
     if persona is None:
         raise UnknownModelError(
-            f"model {model!r} is not served by the evalkit simulator (available: {MODEL_ID})"
+            f"model {model!r} is not served by the evalkit simulator "
+            f"(available: {', '.join(_PERSONAS)})"
         )
     sha = request_sha or request_sha256(body)
     content = persona(messages, seed=seed, noise=noise, occurrence=occurrence, request_sha=sha)
@@ -861,7 +873,7 @@ def complete(
         "id": f"chatcmpl-sim-{sha[:16]}-{occurrence}",
         "object": "chat.completion",
         "created": int(time.time()) if created is None else created,
-        "model": MODEL_ID,
+        "model": str(model),
         "system_fingerprint": "evalkit-simulator",
         "choices": [
             {

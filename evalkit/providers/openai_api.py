@@ -14,12 +14,20 @@ retries with jitter and honours Retry-After, and counts what it did.
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 import json
 from typing import Any
 
 import openai
 
-from evalkit.providers.base import ChatRequest, Completion, ProviderError, ToolCallRequest
+from evalkit.providers.base import (
+    ChatRequest,
+    Completion,
+    ProviderError,
+    ToolCallRequest,
+    register_secret,
+)
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
@@ -41,6 +49,7 @@ class OpenAIProvider:
         self._timeout_s = timeout_s
         self._base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
         self._api_key = api_key
+        register_secret(api_key)  # scrubbed from every ProviderError cause from now on
         self._client: openai.AsyncOpenAI | None = None
         self._session: Any = None
         if transport == "openai":
@@ -159,13 +168,35 @@ def _status_error(status: int, headers: Any, detail: str) -> ProviderError:
 
 
 def _retry_after(headers: Any) -> float | None:
-    value = headers.get("retry-after") if headers is not None else None
+    """Seconds the server asked us to wait: ``retry-after-ms``, or ``Retry-After`` as seconds
+    or as an HTTP date; None when absent or unreadable.
+
+    Examples:
+        >>> _retry_after({"retry-after": "1.5"}), _retry_after({"retry-after-ms": "250"})
+        (1.5, 0.25)
+    """
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
     if value is None:
         return None
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def judge(rubric: Path, min_score: int | None = None):
     """Pass when the judge's score is at least ``min_score`` (default: the top level minus one)."""
     try:
-        loaded = load_rubric(Path(rubric), name=str(rubric))
+        loaded = load_rubric(Path(rubric), name=getattr(rubric, "relative", "") or str(rubric))
     except (OSError, ValueError) as exc:
         raise ScorerArgError(str(exc)) from None
     levels = loaded.levels

@@ -69,6 +69,13 @@ class Scorer:
         return Score(self.name, score.score, score.passed, score.reason, score.error, score.details)
 
 
+class CorpusPath(type(Path())):  # type: ignore[misc]
+    """A resolved file argument that remembers how the case named it (``relative``), so stored
+    details and messages say ``rubrics/tone.md`` rather than a machine-specific absolute path."""
+
+    relative: str = ""
+
+
 SCORERS: dict[str, ScorerDef] = {}
 
 
@@ -119,8 +126,9 @@ def build_scorer(
     file_hashes: dict[str, str] = {}
     for arg in definition.files:
         if arg in bound and resolve is not None:
-            path = resolve(str(bound[arg]))
-            file_hashes[str(bound[arg])] = _file_sha256(path)
+            path = CorpusPath(resolve(str(bound[arg])))
+            path.relative = str(bound[arg])
+            file_hashes[path.relative] = _file_sha256(path)
             bound[arg] = path
     signature = inspect.signature(definition.factory)
     try:

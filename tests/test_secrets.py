@@ -1,0 +1,231 @@
+"""Secrets: an API key set in the environment appears nowhere evalkit writes or prints.
+
+A distinctive fake key goes into the variable the demo suite names (``api_key_env``); the demo is
+run, compared and gated through the CLI, and every byte evalkit produced — the DuckDB file (and
+every value in every table, since DuckDB compresses strings), manifests, summaries, reports,
+executed notebooks, stdout/stderr, the simulator's own output — is searched for it. Provider
+error bodies that echo the Authorization header are scrubbed before they are stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from evalkit.cases import load_corpus
+from evalkit.config import load_suite
+from evalkit.providers import make_provider
+from evalkit.providers.base import ProviderError, redact_secrets, register_secret
+from evalkit.runner import RunOptions, run_suite_async
+from evalkit.store import open_store
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "corpus" / "evalkit.yaml"
+CANARY = "sk-evalkit-canary-7f3a9c2e41d8b5a60e1f"
+FRAGMENTS = (CANARY, CANARY[3:], CANARY[-16:])  # the key, without its prefix, its tail
+
+
+def _leaks(data: bytes | str) -> list[str]:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return [f for f in FRAGMENTS if f in text]
+
+
+@pytest.fixture()
+def server_with_logs(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The demo simulator as a subprocess whose stdout and stderr go to files we can search."""
+    log = tmp_path / "server.log"
+    env = {**os.environ, "EVALKIT_DEMO_KEY": CANARY}
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "evalkit.providers.demo_server", "--port=0", "--no-noise"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "listening on " not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        base_url = log.read_text().split("listening on ", 1)[1].split()[0]
+        yield base_url, log
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_fake_key_appears_nowhere_after_run_compare_and_gate(
+    tmp_path: Path, server_with_logs: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_url, server_log = server_with_logs
+    monkeypatch.setenv("EVALKIT_DEMO_KEY", CANARY)
+    suite = load_suite(CONFIG, overrides=[f"system.base_url={base_url}"])
+    assert suite.config.system.api_key_env == "EVALKIT_DEMO_KEY"
+    assert make_provider(suite.config.system)._api_key == CANARY  # the runs really use it
+
+    work = tmp_path / "work"
+    work.mkdir()
+    db, reports = work / "e.duckdb", work / "reports"
+    sets = ["--set", f"system.base_url={base_url}"]
+    if suite.config.judge is not None:
+        sets += ["--set", f"judge.base_url={base_url}"]
+    common = ["--db", str(db)]
+    commands = [
+        ["run", "--config", str(CONFIG), *common, *sets, "--label", "baseline",
+         "--json", str(work / "baseline.json"), "--no-progress"],
+        ["run", "--config", str(CONFIG), *common, *sets, "--label", "candidate",
+         "--prompt", str(REPO / "corpus" / "prompts" / "v2.md"),
+         "--json", str(work / "candidate.json"), "--no-progress"],
+        ["compare", "baseline", "candidate", "--config", str(CONFIG), *common,
+         "--allow-diff", "prompt", "--json", str(reports / "compare.json"),
+         "--html", str(reports / "compare.html"), "--junit", str(reports / "compare.xml")],
+        ["gate", "baseline", "candidate", "--config", str(CONFIG), *common,
+         "--allow-diff", "prompt", "--out", str(reports)],
+    ]  # fmt: skip
+    printed = []
+    env = {**os.environ, "EVALKIT_DEMO_KEY": CANARY}
+    for command in commands:
+        result = subprocess.run(
+            [sys.executable, "-m", "evalkit.cli", *command],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        expected = (0, 1) if command[0] == "gate" else (0,)
+        assert result.returncode in expected, (command[0], result.stderr[-2000:])
+        printed.append(result.stdout + result.stderr)
+
+    assert not _leaks("\n".join(printed)), "printed"
+    assert not _leaks(server_log.read_bytes()), "the simulator logged it"
+    produced = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".ipynb" for p in produced), "the gate executed a notebook"
+    assert any(p.suffix == ".html" for p in produced), "reports were written"
+    for path in produced:
+        assert not _leaks(path.read_bytes()), path
+    with open_store(db, read_only=True) as store:
+        manifests = store.runs()["manifest"].to_list()
+        assert len(manifests) == 2
+        for manifest in manifests:
+            assert json.loads(manifest)["provider"]["base_url"] == base_url
+            assert not _leaks(manifest)
+        tables = store.query("SELECT table_name FROM information_schema.tables")["table_name"]
+        for table in tables:  # DuckDB compresses strings: read every value back, decompressed
+            rows = store.query(f"SELECT * FROM {table}").rows()
+            assert rows or table not in {"runs", "outputs", "scores", "cases"}, table
+            assert not _leaks(repr(rows)), table
+
+
+_ECHO_STATUS = 401
+
+
+def _echo_app() -> web.Application:
+    """An endpoint whose error bodies echo the request headers, as some proxies do."""
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        headers = dict(request.headers)
+        body = {
+            "error": {
+                "message": f"Incorrect API key provided: {headers.get('Authorization')}; "
+                f"request headers were {headers}",
+                "type": "invalid_request_error",
+            }
+        }
+        return web.json_response(body, status=_ECHO_STATUS)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.mark.parametrize("transport", ["openai", "lean"])
+def test_error_bodies_echoing_the_key_are_scrubbed_before_they_are_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    monkeypatch.setenv("EVALKIT_SECRET_TEST_KEY", CANARY)
+    root = tmp_path / "corpus"
+    (root / "cases").mkdir(parents=True)
+    (root / "cases" / "a.yaml").write_text(
+        "- id: c1\n  input: {messages: [{role: user, content: hi}]}\n  expect: [json_valid]\n"
+    )
+    seen_authorization: list[str] = []
+
+    async def scenario() -> tuple[str, str]:
+        app = _echo_app()
+
+        @web.middleware
+        async def record(request: web.Request, handler):  # type: ignore[no-untyped-def]
+            seen_authorization.append(request.headers.get("Authorization", ""))
+            return await handler(request)
+
+        app.middlewares.append(record)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        try:
+            (root / "evalkit.yaml").write_text(
+                "suite: echo\nsystem: {model: m, base_url: "
+                f"'http://{host}:{port}/v1', api_key_env: EVALKIT_SECRET_TEST_KEY, "
+                f"transport: {transport}}}\ncache: false\n"
+            )
+            suite = load_suite(root / "evalkit.yaml")
+            corpus = load_corpus(suite.root)
+            with open_store(tmp_path / "e.duckdb") as store:
+                summary = await run_suite_async(suite, corpus, store, RunOptions(progress=False))
+                error = store.outputs(summary.run_id)["error"][0]
+                dump = repr(store.query("SELECT * FROM outputs").rows())
+            return error, dump
+        finally:
+            await runner.cleanup()
+
+    error, dump = asyncio.run(scenario())
+    assert seen_authorization == [f"Bearer {CANARY}"]  # the key was sent, and echoed back
+    assert error.startswith(f"HTTP {_ECHO_STATUS}") and "[redacted]" in error, error
+    assert not _leaks(error) and not _leaks(dump)
+    assert not _leaks((tmp_path / "e.duckdb").read_bytes())
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("Authorization: Bearer abc.def-ghi", "Authorization: [redacted]"),
+        ("{'authorization': 'Bearer tok123'}", "{'authorization': '[redacted]'}"),
+        ('"Authorization": "Basic dXNlcjpwYXNz"', '"Authorization": "[redacted]"'),
+        ("x-api-key: abc123secret", "x-api-key: [redacted]"),
+        ("api_key=abc123secret&x=1", "api_key=[redacted]&x=1"),
+        ("bad key sk-proj-AbC123_xyz-987", "bad key sk-[redacted]"),
+        ("Incorrect API key provided: sk-evalk*****0e1f.", "... provided: sk-[redacted]"),
+        ("HTTP 500: The simulator failed (simulated)", None),
+        ("timeout after 1s (after 3 attempts)", None),
+    ],
+)  # fmt: skip
+def test_redact_secrets_patterns(text: str, kept: str | None) -> None:
+    """Each pattern removes the secret and keeps the text around it (None: nothing to remove)."""
+    expected = text if kept is None else kept
+    if expected.startswith("... "):
+        expected = text[: text.index(expected[4:10])] + expected[4:]
+    assert redact_secrets(text) == expected
+
+
+def test_registered_keys_are_scrubbed_whatever_they_look_like() -> None:
+    """A key with no telltale prefix is removed too, once a provider registered it."""
+    odd_key = "Zq9-odd-key-without-prefix-41c7"
+    assert odd_key in redact_secrets(f"echo {odd_key}")
+    register_secret(odd_key)
+    error = ProviderError(f"HTTP 403: key {odd_key} is not allowed", retryable=False)
+    assert odd_key not in error.cause and odd_key not in str(error)
+    assert error.cause == "HTTP 403: key [redacted] is not allowed"
