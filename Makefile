@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test lint format bench notebook clean
 
 # Re-install only when the project's dependency list changes.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,notebook]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,6 +31,11 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+# Jupyter itself is only needed to open the notebooks by hand (tests run them with papermill).
+notebook: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[notebook]'
+	$(BIN)/jupyter lab notebooks/
 
 clean:
 	rm -rf $(VENV) reports data/*.duckdb data/*.duckdb.wal
