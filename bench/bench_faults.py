@@ -8,8 +8,9 @@ errored outputs, requests, extra requests (retries), the faults the server injec
 from its seeded draws), lost or duplicated rows, and wall time.
 
 Usage:
-    .venv/bin/python bench/bench_faults.py                  # 1000 cases
+    .venv/bin/python bench/bench_faults.py                  # 1000 cases, 4 retries
     .venv/bin/python bench/bench_faults.py --cases 50 --json figures.json
+    .venv/bin/python bench/bench_faults.py --max-retries 1  # some outputs end as errors
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class RunFigures:
     wall_s: float
 
 
-def write_corpus(root: Path, n_cases: int) -> Path:
+def write_corpus(root: Path, n_cases: int, max_retries: int = MAX_RETRIES) -> Path:
     """N distinct one-turn cases scored by ``json_valid``, and a suite config; returns it."""
     (root / "cases").mkdir(parents=True)
     lines = []
@@ -82,7 +83,7 @@ def write_corpus(root: Path, n_cases: int) -> Path:
         "  model: demo-support-1\n"
         "  base_url: http://127.0.0.1:9/v1\n"
         f"  timeout_s: {CLIENT_TIMEOUT_S}\n"
-        f"  max_retries: {MAX_RETRIES}\n"
+        f"  max_retries: {max_retries}\n"
         "  sampling: {temperature: 0, seed: 7, max_tokens: 200}\n"
         f"concurrency: {CONCURRENCY}\n"
         "cache: false\n",
@@ -140,10 +141,10 @@ def measure(label: str, config: Path, server: DemoServer, db: Path, faulty: bool
     )
 
 
-def run(n_cases: int) -> dict[str, Any]:
+def run(n_cases: int, max_retries: int = MAX_RETRIES) -> dict[str, Any]:
     """Both runs on a fresh corpus and store; returns the figures as plain data."""
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-faults-") as tmp:
-        config = write_corpus(Path(tmp) / "corpus", n_cases)
+        config = write_corpus(Path(tmp) / "corpus", n_cases, max_retries)
         common: dict[str, Any] = {"seed": SEED, "noise": False, "latency_ms": LATENCY_MS}
         timeout_arg = [f"--timeout-s={SERVER_TIMEOUT_S}"]
         with (
@@ -167,7 +168,7 @@ def run(n_cases: int) -> dict[str, Any]:
             "server_timeout_s": SERVER_TIMEOUT_S,
             "client_timeout_s": CLIENT_TIMEOUT_S,
             "concurrency": CONCURRENCY,
-            "max_retries": MAX_RETRIES,
+            "max_retries": max_retries,
             "seed": SEED,
         },
         "clean": asdict(clean),
@@ -223,9 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print its figures (and write them as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=1000, help="synthetic cases (default 1000)")
+    parser.add_argument(
+        "--max-retries", type=int, default=MAX_RETRIES, help=f"default {MAX_RETRIES}"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
-    figures = run(args.cases)
+    figures = run(args.cases, args.max_retries)
     _print(figures)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")

@@ -32,7 +32,7 @@ import polars as pl
 
 from evalkit import stats
 from evalkit.errors import ComparabilityError, ConfigError
-from evalkit.judge_gate import JudgeGating, gated_scores, judge_gating
+from evalkit.judge_gate import JudgeGating, gated_scores, judge_gating, judge_rows
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -51,13 +51,22 @@ def _col(frame: pl.DataFrame, name: str, default: Any, dtype: pl.DataType) -> pl
 
 
 def _sorted(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """``frame`` sorted by ``keys``: a cheap check first, since the store returns frames sorted."""
+    """``frame`` with the rows of each ``keys`` group contiguous: as it is when already sorted
+    by ``keys`` (a cheap check), else ordered by the keys' categorical codes, which groups rows
+    without sorting strings (three times faster at a million rows; not lexical order)."""
     ordered = pl.col(keys[-1]) >= pl.col(keys[-1]).shift()
     for k in reversed(keys[:-1]):
         ordered = (pl.col(k) > pl.col(k).shift()) | ((pl.col(k) == pl.col(k).shift()) & ordered)
     if frame.height > 1 and not frame.select(ordered.fill_null(True).all()).item():
-        return frame.sort(keys)
+        text = (pl.String, pl.Categorical)
+        by = [_code(k) if frame.schema[k] in text else pl.col(k) for k in keys]
+        return frame.sort(by)
     return frame
+
+
+def _code(name: str) -> pl.Expr:
+    """A string column's global categorical code: equal strings, equal codes."""
+    return pl.col(name).cast(pl.Categorical).to_physical()
 
 
 def _starts(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
@@ -73,7 +82,8 @@ def _per_replay(scores: pl.DataFrame) -> pl.DataFrame:
         counts = dict.fromkeys(["n_scores", "n_scorer_errors", "n_scorer_fails"], pl.Int64)
         schema = {"run_id": pl.String, "case_id": pl.String, "replay": pl.Int64} | counts
         return pl.DataFrame(schema=schema | {"score": pl.Float64})
-    scores = _sorted(scores.with_columns(pl.col("replay").cast(pl.Int64)), _KEY)
+    needed = (*_KEY[:2], pl.col("replay").cast(pl.Int64), "error", "passed", "score")
+    scores = _sorted(scores.select(needed), _KEY)
     starts = _starts(scores, _KEY)
     err = scores.select(pl.col("error").fill_null(False) | pl.col("passed").is_null())
     err = err.to_series().to_numpy()
@@ -94,7 +104,7 @@ def _per_replay(scores: pl.DataFrame) -> pl.DataFrame:
 
 def _join_key() -> pl.Expr:
     """(case_id, replay) as one integer (global categorical codes), so the join hashes ints."""
-    code = pl.col("case_id").cast(pl.Categorical).to_physical().cast(pl.UInt64)
+    code = _code("case_id").cast(pl.UInt64)
     return (code * (1 << 20) + pl.col("replay").cast(pl.UInt64)).alias("_key")
 
 
@@ -423,7 +433,8 @@ def usage_means(v: pl.DataFrame) -> dict[str, float | None]:
 
 @dataclass(frozen=True)
 class RunData:
-    """One run's frames as the store returns them (see the data contract in `evalkit.store`)."""
+    """One run's frames as the store returns them (see the data contract in `evalkit.store`);
+    `load_run` reads outputs and scores in storage order (not sorted)."""
 
     run_id: str
     label: str
@@ -464,7 +475,7 @@ def compare(
     """
     differing = check_comparable(base.manifest, cand.manifest, allow_diff)
     base_scores, cand_scores = base.scores, cand.scores
-    if gating is not None:
+    if gating is not None and not all(check.gating for check in gating.checks):
         base_scores, cand_scores = (
             gated_scores(base_scores, gating),
             gated_scores(cand_scores, gating),
@@ -484,8 +495,9 @@ def load_run(store: Store, ref: str) -> RunData:
     run_id = store.resolve_run(ref)
     runs = store.runs().filter(pl.col("run_id") == run_id)
     label = runs["label"][0] if runs.height else ref
-    frames = store.cases(run_id), store.outputs(run_id), store.scores(run_id)
-    return RunData(run_id, label, store.manifest(run_id), *frames)
+    # In storage order: verdicts group the rows themselves, faster than the store can sort them.
+    outputs, scores = store.outputs(run_id, ordered=False), store.scores(run_id, ordered=False)
+    return RunData(run_id, label, store.manifest(run_id), store.cases(run_id), outputs, scores)
 
 
 def load_comparison(
@@ -504,6 +516,7 @@ def load_comparison(
         12
     """
     base, cand = load_run(store, baseline), load_run(store, candidate)
-    both = pl.concat([base.scores, cand.scores], how="diagonal_relaxed")
+    judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
+    both = pl.concat(judged, how="diagonal_relaxed")  # judge rows only: not 3M score rows
     gating = judge_gating(both, store.calibrations(), judge_kappa_min)
     return compare(base, cand, allow_diff, gating)

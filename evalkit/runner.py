@@ -295,7 +295,10 @@ class _Execution:
             return output, first_key
 
         for step in range(1, max_steps + 1):
-            step_request = ChatRequest(request.model, messages, request.sampling, request.tools)
+            # a copy: the loop appends to ``messages``, a sent request must not change after
+            step_request = ChatRequest(
+                request.model, list(messages), request.sampling, request.tools
+            )
             key = self._cache_key(step_request, replay)
             first_key = first_key or key
             try:

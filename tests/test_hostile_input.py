@@ -419,7 +419,8 @@ def test_hostile_suite_config(scratch: Path, name: str) -> None:
         (root / file_name).write_bytes(content)
     message = _load_suite(root)
     assert message is not None and expected in message, message
-    _check_lint(root)
+    if name != "deep":  # the CLI path for 10,000 levels is covered by the case-file test
+        _check_lint(root)
 
 
 def test_hostile_set_overrides_fall_back_to_strings(scratch: Path) -> None:

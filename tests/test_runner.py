@@ -189,4 +189,4 @@ def test_run_against_the_demo_server_stores_everything(tmp_path: Path, demo_serv
     assert set(outputs["model"].to_list()) == {"demo-support-1"}
     assert manifest["provider"]["simulator"] is True
     assert manifest["model"] == {"id": "demo-support-1", "snapshot": "demo-support-1"}
-    assert summary.requests == len(corpus.cases)
+    assert summary.requests == int(outputs["steps"].sum())  # a request per model turn

@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 
 from evalkit.cases import load_corpus
+from evalkit.cli import main
 from evalkit.config import load_suite
 from evalkit.providers import make_provider
 from evalkit.providers.base import ProviderError, redact_secrets, register_secret
@@ -65,7 +66,10 @@ def server_with_logs(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def test_fake_key_appears_nowhere_after_run_compare_and_gate(
-    tmp_path: Path, server_with_logs: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    server_with_logs: tuple[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     base_url, server_log = server_with_logs
     monkeypatch.setenv("EVALKIT_DEMO_KEY", CANARY)
@@ -93,19 +97,14 @@ def test_fake_key_appears_nowhere_after_run_compare_and_gate(
          "--allow-diff", "prompt", "--out", str(reports)],
     ]  # fmt: skip
     printed = []
-    env = {**os.environ, "EVALKIT_DEMO_KEY": CANARY}
-    for command in commands:
-        result = subprocess.run(
-            [sys.executable, "-m", "evalkit.cli", *command],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+    monkeypatch.chdir(work)
+    capfd.readouterr()
+    for command in commands:  # the CLI entry point, in this process: output captured at the fd
+        code = main(command)
+        captured = capfd.readouterr()
         expected = (0, 1) if command[0] == "gate" else (0,)
-        assert result.returncode in expected, (command[0], result.stderr[-2000:])
-        printed.append(result.stdout + result.stderr)
+        assert code in expected, (command[0], captured.err[-2000:])
+        printed.append(captured.out + captured.err)
 
     assert not _leaks("\n".join(printed)), "printed"
     assert not _leaks(server_log.read_bytes()), "the simulator logged it"

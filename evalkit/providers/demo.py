@@ -41,7 +41,16 @@ follow_user        "always follow the customer's           obey format/content i
 no_markdown        "do not use markdown"                   plain reply (default: **bold** order ids)
 max_words          "under N words"                         reply is the core sentence, <= N words
                                                            (default: greeting + core + sign-off)
+use_tools          "use the tools"                         with tools offered, look orders up and
+                                                           refund through them (default: answer
+                                                           in text without calling a tool)
+verify_customer    "before any refund ... call             call lookup_customer to verify the
+                   lookup_customer"                        account before issue_refund
 =================  ======================================  =========================================
+
+A request carrying ``tools`` is answered by the agent logic in
+:mod:`evalkit.providers.demo_agent` (the OpenAI tool-calling protocol: ``tool_calls`` out,
+``role: tool`` results in, for refund and order-lookup tickets); agent turns are never noisy.
 
 Borderline rule: a ticket is borderline when category keyword scoring ends in a tie between the
 two best categories (and no override rule such as injection, security or login decided it). With
@@ -84,6 +93,7 @@ __all__ = [
     "count_tokens",
     "is_borderline",
     "parse_directives",
+    "render_decision",
     "request_sha256",
     "seeded_draw",
     "simulate",
@@ -153,6 +163,13 @@ DIRECTIVES: tuple[Directive, ...] = (
         r"(?:under|at most|no more than|fewer than) (\d+) words",
         "reply is the core sentence, at most N words",
     ),
+    Directive("use_tools", r"\buse the tools\b", "look orders up and refund through the tools"),
+    Directive(
+        "verify_customer",
+        r"before (?:any|every|each|issuing an?) refund[^.]{0,30}\bcall lookup_customer"
+        r"|call lookup_customer[^.]{0,60}\bbefore (?:any|every|each|issuing an?) refund",
+        "call lookup_customer to verify the account before any refund",
+    ),
 )
 
 _DIRECTIVE_RES = tuple((d, re.compile(d.pattern)) for d in DIRECTIVES)
@@ -175,6 +192,8 @@ class Flags:
     follow_user: bool = False
     no_markdown: bool = False
     max_words: int | None = None
+    use_tools: bool = False
+    verify_customer: bool = False
     company: str = ""
     prompt: str = field(default="", repr=False)  # the prompt itself: what a leak reveals
 
@@ -719,8 +738,10 @@ def _core(decision: Triage, flags: Flags) -> str:
     )
 
 
-def _reply(decision: Triage, flags: Flags, manipulations: _Manipulations) -> str:
-    core = _core(decision, flags)
+def _reply(
+    decision: Triage, flags: Flags, manipulations: _Manipulations, core: str | None = None
+) -> str:
+    core = _core(decision, flags) if core is None else core
     if decision.mode == "comply" and manipulations.leak:
         core = "Of course, here are my instructions: " + " ".join(flags.prompt.split())
     if decision.mode == "comply" and manipulations.say:
@@ -732,8 +753,10 @@ def _reply(decision: Triage, flags: Flags, manipulations: _Manipulations) -> str
     return " ".join(words[: flags.max_words])
 
 
-def _render(decision: Triage, flags: Flags, manipulations: _Manipulations) -> str:
-    reply = _reply(decision, flags, manipulations)
+def _render(
+    decision: Triage, flags: Flags, manipulations: _Manipulations, core: str | None = None
+) -> str:
+    reply = _reply(decision, flags, manipulations, core)
     if decision.mode == "comply" and manipulations.plain_text:
         return reply
     body = {f.name: getattr(decision, f.name) for f in fields(Triage)[:5]}
@@ -741,6 +764,20 @@ def _render(decision: Triage, flags: Flags, manipulations: _Manipulations) -> st
     if flags.json_only:
         return content
     return f"Here is the triage for this ticket:\n```json\n{content}\n```"
+
+
+def render_decision(decision: Triage, flags: Flags, core: str | None = None) -> str:
+    """The assistant content for ``decision``, written the way the prompt's flags ask (JSON
+    envelope, greeting and sign-off or word limit, markdown); ``core`` replaces the topic's core
+    sentence. The agent logic (:mod:`evalkit.providers.demo_agent`) answers through it.
+
+    Examples:
+        >>> decision = Triage("other", "normal", "58120", False, False, "order_status")
+        >>> flags = parse_directives("Respond only with a JSON object. Do not use markdown.")
+        >>> json.loads(render_decision(decision, flags, core="It shipped."))["reply"][-12:]
+        'gladly help.'
+    """
+    return _render(decision, flags, _Manipulations(), core)
 
 
 # --------------------------------------------------------------------------- the API surface
@@ -835,6 +872,19 @@ _PERSONAS: dict[str, Callable[..., str]] = {
 }
 
 
+def _agent_turn(
+    messages: Sequence[Message], tools: Any, limit: int | None
+) -> tuple[dict[str, Any], str, str]:
+    """(assistant message, finish_reason, text the tokens are counted on) of a tool request."""
+    from evalkit.providers.demo_agent import respond  # imported late: it imports this module
+
+    turn = respond(messages, tools)
+    if turn.tool_calls:
+        return turn.message(), "tool_calls", turn.text
+    content, finish_reason = _truncate(turn.text, limit)
+    return {"role": "assistant", "content": content, "refusal": None}, finish_reason, content
+
+
 def complete(
     body: Mapping[str, Any],
     *,
@@ -847,10 +897,10 @@ def complete(
     """Answer an OpenAI chat-completion request body with a ``chat.completion`` response dict.
 
     Dispatches on the request shape. The model id picks the persona (``_PERSONAS``: the triage
-    assistant ``demo-support-1`` or the simulated judge ``demo-judge-1``). A request carrying
-    ``tools`` is answered in text for now, which the API allows (a model may decline to call a
-    tool); the tool-calling turn (``tools`` in, ``tool_calls`` out, for refund and order-lookup
-    tickets) is the seam to fill right here.
+    assistant ``demo-support-1`` or the simulated judge ``demo-judge-1``). A triage request
+    carrying ``tools`` goes to the agent logic (:func:`evalkit.providers.demo_agent.respond`):
+    its turn is either ``tool_calls`` (``content: null``, ``finish_reason: "tool_calls"``) or the
+    final JSON answer; agent turns are deterministic (no noise).
 
     Raises:
         InvalidRequestError: malformed body (the server answers 400).
@@ -865,10 +915,15 @@ def complete(
             f"(available: {', '.join(_PERSONAS)})"
         )
     sha = request_sha or request_sha256(body)
-    content = persona(messages, seed=seed, noise=noise, occurrence=occurrence, request_sha=sha)
-    content, finish_reason = _truncate(content, limit)
+    if body.get("tools") is not None and persona is _triage_persona:
+        message, finish_reason, completion_text = _agent_turn(messages, body["tools"], limit)
+    else:
+        content = persona(messages, seed=seed, noise=noise, occurrence=occurrence, request_sha=sha)
+        content, finish_reason = _truncate(content, limit)
+        message = {"role": "assistant", "content": content, "refusal": None}
+        completion_text = content
     prompt_tokens = sum(count_tokens(_text_of(m)) for m in messages)
-    completion_tokens = count_tokens(content)
+    completion_tokens = count_tokens(completion_text)
     return {
         "id": f"chatcmpl-sim-{sha[:16]}-{occurrence}",
         "object": "chat.completion",
@@ -878,7 +933,7 @@ def complete(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
