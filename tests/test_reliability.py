@@ -110,7 +110,10 @@ def test_faults_every_output_is_scored_or_an_error_with_its_cause(
     assert not scored_keys & error_keys
     n_scorers = {c.id: len(c.scorers) for c in corpus.cases}
     per_output = Counter(zip(scores["case_id"], scores["replay"], strict=True))
-    assert per_output == {k: n_scorers[k[0]] for k in expected - error_keys}
+    failed_outright = outputs.filter(pl.col("fail_reason").is_not_null())  # e.g. a fixture miss
+    outright_keys = zip(failed_outright["case_id"], failed_outright["replay"], strict=True)
+    unscored = error_keys | set(outright_keys)
+    assert per_output == {k: n_scorers[k[0]] for k in expected - unscored}
     # The summary counts an output as errored when the provider or a scorer (say, a judge with
     # unparseable output) could not decide it; none of that comes from transport faults here.
     undecided = scores.filter(pl.col("error"))
