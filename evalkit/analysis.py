@@ -50,62 +50,45 @@ def _col(frame: pl.DataFrame, name: str, default: Any, dtype: pl.DataType) -> pl
     return pl.col(name) if name in frame.columns else pl.lit(default, dtype=dtype).alias(name)
 
 
-def _sorted(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """``frame`` with the rows of each ``keys`` group contiguous: as it is when already sorted
-    by ``keys`` (a cheap check), else ordered by the keys' categorical codes, which groups rows
-    without sorting strings (three times faster at a million rows; not lexical order)."""
-    ordered = pl.col(keys[-1]) >= pl.col(keys[-1]).shift()
-    for k in reversed(keys[:-1]):
-        ordered = (pl.col(k) > pl.col(k).shift()) | ((pl.col(k) == pl.col(k).shift()) & ordered)
-    if frame.height > 1 and not frame.select(ordered.fill_null(True).all()).item():
-        text = (pl.String, pl.Categorical)
-        by = [_code(k) if frame.schema[k] in text else pl.col(k) for k in keys]
-        return frame.sort(by)
-    return frame
-
-
 def _code(name: str) -> pl.Expr:
     """A string column's global categorical code: equal strings, equal codes."""
     return pl.col(name).cast(pl.Categorical).to_physical()
 
 
-def _starts(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
-    """Row indices where a new group of ``keys`` starts, in a frame sorted by ``keys``."""
-    new = pl.any_horizontal([pl.col(k) != pl.col(k).shift() for k in keys]).fill_null(True)
-    return frame.select(new.arg_true()).to_series().to_numpy()
-
-
-def _per_replay(scores: pl.DataFrame) -> pl.DataFrame:
-    """Scorer counts per (run, case, replay), reduced over contiguous groups with numpy
-    (hash-grouping a million string keys is several times slower)."""
+def _per_replay(scores: pl.DataFrame) -> pl.LazyFrame:
+    """Scorer counts per (run, case, replay), keyed by ``_run, _key`` (`_keys`): grouped by
+    integers, so neither a million string keys are hashed nor the rows sorted (several times
+    slower, and the store returns rows in the order they were written)."""
+    counts = dict.fromkeys(["n_scores", "n_scorer_errors", "n_scorer_fails"], pl.Int64)
     if scores.height == 0:
-        counts = dict.fromkeys(["n_scores", "n_scorer_errors", "n_scorer_fails"], pl.Int64)
-        schema = {"run_id": pl.String, "case_id": pl.String, "replay": pl.Int64} | counts
-        return pl.DataFrame(schema=schema | {"score": pl.Float64})
-    needed = (*_KEY[:2], pl.col("replay").cast(pl.Int64), "error", "passed", "score")
-    scores = _sorted(scores.select(needed), _KEY)
-    starts = _starts(scores, _KEY)
-    err = scores.select(pl.col("error").fill_null(False) | pl.col("passed").is_null())
-    err = err.to_series().to_numpy()
-    fail = ~err & ~scores["passed"].fill_null(False).to_numpy()
-    value = np.where(err, 0.0, scores["score"].fill_null(0.0).to_numpy())
-    n = np.diff(np.r_[starts, scores.height])
-    n_err = np.add.reduceat(err.astype(np.int64), starts)
-    decided = n - n_err
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.add.reduceat(value, starts) / decided
-    return scores.select(_KEY)[starts].with_columns(
-        pl.Series("n_scores", n, pl.Int64),
-        pl.Series("n_scorer_errors", n_err, pl.Int64),
-        pl.Series("n_scorer_fails", np.add.reduceat(fail.astype(np.int64), starts), pl.Int64),
-        pl.Series("score", np.where(decided > 0, mean, np.nan)).fill_nan(None),
+        schema = {"_run": pl.UInt32, "_key": pl.UInt64} | counts | {"score": pl.Float64}
+        return pl.LazyFrame(schema=schema)
+    err = pl.col("error").fill_null(False) | pl.col("passed").is_null()
+    return (
+        scores.lazy()
+        .select(
+            *_keys(),
+            err.alias("_err"),
+            pl.col("passed").fill_null(False).alias("_pass"),
+            pl.col("score").fill_null(0.0).alias("_value"),
+        )
+        .group_by("_run", "_key")
+        .agg(
+            pl.len().alias("n_scores"),
+            pl.col("_err").sum().alias("n_scorer_errors"),
+            (~pl.col("_err") & ~pl.col("_pass")).sum().alias("n_scorer_fails"),
+            pl.col("_value").filter(~pl.col("_err")).mean().alias("score"),  # null: none decided
+        )
+        .with_columns(pl.col(*counts).cast(pl.Int64))
     )
 
 
-def _join_key() -> pl.Expr:
-    """(case_id, replay) as one integer (global categorical codes), so the join hashes ints."""
+def _keys() -> tuple[pl.Expr, pl.Expr]:
+    """``_run`` (run_id's global categorical code) and ``_key`` ((case_id, replay) as one
+    integer), so joins and group-bys hash integers, not strings."""
     code = _code("case_id").cast(pl.UInt64)
-    return (code * (1 << 20) + pl.col("replay").cast(pl.UInt64)).alias("_key")
+    key = (code * (1 << 20) + pl.col("replay").cast(pl.UInt64)).alias("_key")
+    return _code("run_id").alias("_run"), key
 
 
 def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame:
@@ -121,7 +104,6 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
         >>> replay_verdicts(out, sc).select("passed", "errored").row(0)
         (False, False)
     """
-    per_replay = _per_replay(scores).lazy().select(_join_key(), pl.exclude("case_id", "replay"))
     usage = [_col(outputs, c, None, pl.Float64) for c in _USAGE if c != "total_tokens"]
     out = (
         outputs.lazy()
@@ -133,8 +115,8 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
             _col(outputs, "fail_reason", None, pl.String),
             *usage,
         )
-        .with_columns(_join_key())
-        .join(per_replay, on=["run_id", "_key"], how="left", maintain_order="left")
+        .with_columns(*_keys())
+        .join(_per_replay(scores), on=["_run", "_key"], how="left", maintain_order="left")
         .with_columns(pl.col("n_scores", "n_scorer_errors", "n_scorer_fails").fill_null(0))
     )
     errored = pl.col("output_error").is_not_null() | (pl.col("n_scorer_errors") > 0)
@@ -170,14 +152,11 @@ def verdicts(
         >>> verdicts(out, sc).select("passed", "unstable", "n_pass", "n_fail").row(0)
         (False, True, 1, 1)
     """
-    rv = _sorted(replay_verdicts(outputs, scores), ["run_id", "case_id"])
-    ids = pl.struct("run_id", "case_id").rle_id().alias("_group")
     per_case = (
-        rv.lazy()
-        .with_columns(ids)
-        .group_by("_group", maintain_order=True)
+        replay_verdicts(outputs, scores)
+        .lazy()
+        .group_by("run_id", "case_id")  # ~100k groups: hashing their strings is cheap
         .agg(
-            pl.col("run_id", "case_id").first(),
             pl.len().alias("n_replays"),
             pl.col("passed").sum().cast(pl.Int64).alias("n_pass"),
             (pl.col("passed") == False).sum().cast(pl.Int64).alias("n_fail"),  # noqa: E712
@@ -185,7 +164,6 @@ def verdicts(
             pl.col("score").mean(),  # null for errored replays
             *[pl.col(c).cast(pl.Float64).mean() for c in _USAGE],
         )
-        .drop("_group")
     )
     if cases is not None:
         meta = cases.lazy().select("run_id", "case_id", *_META)

@@ -25,7 +25,7 @@ from evalkit.cases import Case, Corpus
 from evalkit.errors import EvalkitError
 from evalkit.judge import JudgeClient
 from evalkit.records import Output, Score, ToolCall
-from evalkit.scorers.registry import JUDGE
+from evalkit.scorers.registry import DETERMINISTIC, JUDGE, Scorer
 from evalkit.store import SCORE_SCHEMA, Store
 
 
@@ -63,8 +63,7 @@ def rescore_run(
         raise EvalkitError(f"--scorer {', '.join(unknown)}: no case in the corpus uses it")
     stored_cases = {row["case_id"]: row for row in store.cases(run_id).iter_rows(named=True)}
     current = {case.id: case for case in corpus.cases}
-    previous = store.scores(run_id)
-    outputs = store.outputs(run_id)
+    outputs = store.outputs(run_id, ordered=False)  # the new scoring is read back sorted
     missing = sorted(set(stored_cases) - set(current))
     changed = sorted(
         case_id
@@ -72,7 +71,14 @@ def rescore_run(
         if case_id in current and row["input"] != current[case_id].input_json()
     )
     eligible = set(stored_cases) & set(current) - set(changed)
-    carried_lookup = _carry_lookup(previous) if scorers or judge is None else {}
+    carry = {  # the scorers whose scores are copied from the newest scoring, not recomputed
+        s.name
+        for case in corpus.cases
+        for s in case.scorers
+        if (scorers and s.name not in scorers) or (s.tier == JUDGE and judge is None)
+    }
+    previous = store.scores(run_id, ordered=False).filter(pl.col("scorer").is_in(sorted(carry)))
+    carried_lookup = _carry_lookup(previous) if carry else {}
     columns: dict[str, list] = {name: [] for name in SCORE_SCHEMA}
     rows = outputs.filter(pl.col("case_id").is_in(sorted(eligible)))
     rescored, carried = asyncio.run(
@@ -107,6 +113,8 @@ async def _score_rows(
                 if keep and key in carried_lookup:
                     score = carried_lookup[key]
                     carried += 1
+                elif scorer.tier == DETERMINISTIC:  # plain functions: no coroutine per score
+                    score = _score_now(scorer, output, case)
                 else:
                     score = await _score(scorer, output, case, judge)
                 _append(columns, run_id, row["case_id"], row["replay"], index, scorer.tier, score)
@@ -115,6 +123,13 @@ async def _score_rows(
         if judge is not None:
             await judge.provider.aclose()
     return rescored, carried
+
+
+def _score_now(scorer: Scorer, output: Output, case: Case) -> Score:
+    try:
+        return scorer(output, case)
+    except Exception as exc:  # a scorer bug is an undecided score, never a verdict
+        return Score(scorer.name, 0.0, False, f"scorer crashed: {type(exc).__name__}: {exc}", True)
 
 
 async def _score(scorer, output: Output, case: Case, judge: JudgeClient | None) -> Score:
@@ -147,28 +162,25 @@ def _append(
     tier: int,
     score: Score,
 ) -> None:
-    values = {
-        "run_id": run_id,
-        "scoring_id": "",
-        "case_id": case_id,
-        "replay": replay,
-        "scorer": score.scorer,
-        "scorer_index": index,
-        "tier": tier,
-        "score": score.score,
-        "passed": score.passed,
-        "error": score.error,
-        "reason": score.reason,
-        "details": json.dumps(score.details, default=str) if score.details else None,
-    }
-    for name, value in values.items():
-        columns[name].append(value)
+    columns["run_id"].append(run_id)
+    columns["scoring_id"].append("")
+    columns["case_id"].append(case_id)
+    columns["replay"].append(replay)
+    columns["scorer"].append(score.scorer)
+    columns["scorer_index"].append(index)
+    columns["tier"].append(tier)
+    columns["score"].append(score.score)
+    columns["passed"].append(score.passed)
+    columns["error"].append(score.error)
+    columns["reason"].append(score.reason)
+    columns["details"].append(json.dumps(score.details, default=str) if score.details else None)
 
 
 def _output_from_row(row: dict) -> Output:
+    raw = row["tool_calls"]
     calls = tuple(
         ToolCall(c["name"], c.get("arguments") or {}, c.get("response"))
-        for c in json.loads(row["tool_calls"] or "[]")
+        for c in (json.loads(raw) if raw and raw != "[]" else ())
     )
     return Output(
         text=row["text"],

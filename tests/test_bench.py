@@ -1,0 +1,146 @@
+"""The benchmark scripts in ``bench/``, run small so they cannot rot.
+
+Each test imports a script and calls its ``main(argv)`` with reduced sizes and ``--json``, then
+checks what it computed (row counts, verdict counts, intervals), never how fast it was.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROUNDS_2 = ("--rounds", "2")
+MEM_ITERS = ("--mem-iters", "100", "1000", "--mem-iters-index", "10", "100")
+
+
+def _script(name: str) -> ModuleType:
+    """Import ``bench/<name>.py`` (the directory is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"evalkit_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(name: str, args: list[str], tmp_path: Path) -> dict[str, Any]:
+    """``main(args + --json)`` of one script; its exit code must be 0; returns the figures."""
+    out = tmp_path / f"{name}.json"
+    assert _script(name).main([*args, "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def _evalkit_run_is_complete(fig: dict[str, Any], cases: int, scorers: int = 2) -> None:
+    assert fig["outputs"] == cases  # one stored output per (case, replay)
+    assert fig["passed"] == cases  # the simulator answers bare JSON: every scorer passes
+    assert fig["scores"] == cases * scorers  # one score row per (output, scorer)
+
+
+def test_throughput_cpu_bound_alternates_evalkit_and_the_bare_loop(tmp_path: Path) -> None:
+    cases = 24
+    f = _run(
+        "bench_throughput",
+        ["cpu", "--cases", str(cases), "--latency-ms", "5", "--concurrency", "4", "8", *ROUNDS_2],
+        tmp_path,
+    )
+    assert f["cores"] and set(f["by_concurrency"]) == {"4", "8"}
+    for block in f["by_concurrency"].values():
+        assert len(block["rounds"]) == 2
+        for r in block["rounds"]:
+            for transport in ("openai", "lean"):
+                _evalkit_run_is_complete(r[transport], cases)
+                ratio = r[f"ratio_{transport}"]
+                assert ratio == pytest.approx(r[transport]["wall_s"] / r["bare"]["wall_s"])
+            assert r["bare"]["outputs"] == r["bare"]["passed"] == cases and r["bare"]["scores"] == 0
+        ratios = [r["ratio_lean"] for r in block["rounds"]]
+        assert block["summary"]["median_ratio_lean"] == pytest.approx(statistics.median(ratios))
+    for concurrency, block in f["by_concurrency"].items():
+        assert block["limit_s"] == pytest.approx(cases * 0.005 / int(concurrency))
+
+
+def test_throughput_latency_bound_reports_the_limit(tmp_path: Path) -> None:
+    f = _run(
+        "bench_throughput",
+        ["latency", "--cases", "16", "--latency-ms", "40", "--concurrency", "4"],
+        tmp_path,
+    )
+    assert f["limit_s"] == pytest.approx(16 * 0.040 / 4)
+    for transport in ("openai", "lean"):
+        run = f["runs"][transport]
+        _evalkit_run_is_complete(run, 16)
+        assert run["ratio_to_limit"] == pytest.approx(run["run_phase_s"] / f["limit_s"])
+    bare = f["bare"]
+    assert bare["outputs"] == bare["passed"] == 16
+    assert bare["ratio_to_limit"] == pytest.approx(bare["wall_s"] / f["limit_s"])
+
+
+def test_throughput_progress_on_and_off_store_the_same(tmp_path: Path) -> None:
+    f = _run(
+        "bench_throughput",
+        ["progress", "--cases", "12", "--latency-ms", "5", "--concurrency", "4", "--rounds", "1"],
+        tmp_path,
+    )
+    assert isinstance(f["tty"], bool)
+    (r,) = f["rounds"]
+    _evalkit_run_is_complete(r["on"], 12)
+    _evalkit_run_is_complete(r["off"], 12)
+    assert r["ratio"] == pytest.approx(r["on"]["wall_s"] / r["off"]["wall_s"])
+
+
+def test_analysis_counts_match_the_generator(tmp_path: Path) -> None:
+    cases, replays = 400, 5
+    f = _run(
+        "bench_analysis",
+        ["--cases", str(cases), "--replays", str(replays), "--batch-cases", "150"],
+        tmp_path,
+    )
+    assert f["verified"] and f["measured"] == f["expected"]
+    assert f["outputs"] == cases * replays * 2
+    # 3 scorers on every output, a 4th on every 4th case; errored outputs have none
+    assert 3 * f["outputs"] * 0.98 < f["score_rows"] < 3.25 * f["outputs"]
+    for side in ("base", "cand"):
+        counts = f["measured"][side]
+        assert counts["passed"] + counts["failed"] + counts["error"] == cases
+        assert counts["error"] == 1  # case 11 errors on every replay in both runs
+    assert f["measured"]["paired"] == cases - 1  # case 7 is edited in the candidate
+    assert f["all_slice"]["n"] == cases - 1 - 1  # and case 11 errored on both sides
+    assert f["slices"] == 16 + 1  # every tag, then ALL
+    assert f["gate"]["status"] in {"BLOCKED", "PASSED"}
+    assert set(f["critical"]) == {"tag-03", "tag-05"}
+
+
+def test_bootstrap_intervals_bracket_the_true_difference(tmp_path: Path) -> None:
+    f = _run(
+        "bench_bootstrap",
+        ["--cases", "1000", "--iters", "2000", "--repeats", "1", *MEM_ITERS],
+        tmp_path,
+    )
+    distinct = {k: v["distinct_differences"] for k, v in f["kinds"].items()}
+    assert distinct["passfail"] <= 3 and distinct["judge"] == 9  # multinomial path
+    assert distinct["continuous"] == 1000  # index path
+    for kind, r in f["kinds"].items():
+        assert r["lo"] < r["diff"] < r["hi"], kind
+        assert r["brackets_true"], kind
+        want = {"10", "100"} if kind == "continuous" else {"100", "1000"}
+        assert set(r["peak_mib_by_iters"]) == want
+        assert all(math.isfinite(v) and v >= 0 for v in r["peak_mib_by_iters"].values())
+
+
+def test_rescore_rows_match_the_stored_outputs(tmp_path: Path) -> None:
+    cases, replays = 60, 3
+    f = _run("bench_rescore", ["--cases", str(cases), "--replays", str(replays)], tmp_path)
+    assert f["verified"] and f["measured"] == f["expected"]
+    assert f["outputs"] == cases * replays
+    errored = sum(1 for row in range(cases * replays) if row % 97 == 5)
+    assert f["measured"]["rescored"] == cases * replays - errored
+    assert f["measured"]["score_rows"] == 4 * f["measured"]["rescored"]
+    assert f["carried"] == 0 and f["scoring_id"].endswith("/s1")
