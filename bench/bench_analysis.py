@@ -387,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=100_000, help="cases per run")
     parser.add_argument("--replays", type=int, default=5, help="replays per case")
-    parser.add_argument("--batch-cases", type=int, default=20_000, help="cases per write batch")
+    parser.add_argument("--batch-cases", type=int, default=50_000, help="cases per write batch")
     parser.add_argument("--db", type=Path, help="write the store here and keep it (profiling)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)

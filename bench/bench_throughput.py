@@ -21,6 +21,7 @@ read from ``/proc/<pid>/stat`` and printed beside them):
     (``script -qc "..." /dev/null``); the script says whether the bar was live.
 
 Usage:
+    .venv/bin/python bench/bench_throughput.py                  # all three, default sizes
     .venv/bin/python bench/bench_throughput.py latency
     .venv/bin/python bench/bench_throughput.py cpu --transport openai lean --rounds 3
     script -qc ".venv/bin/python bench/bench_throughput.py progress" /dev/null
@@ -332,10 +333,29 @@ _DEFAULTS = {
 }
 
 
+def _one(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One benchmark with ``args``, its unset sizes filled from the mode's defaults."""
+    args = argparse.Namespace(**vars(args))
+    for key, value in ({"transport": ["openai", "lean"]} | _DEFAULTS[mode]).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    bench = {"latency": bench_latency, "cpu": bench_cpu, "progress": bench_progress}[mode]
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="evalkit-bench-throughput-") as tmp:
+        figures = bench(args, Path(tmp))
+    figures["cores"] = os.cpu_count()
+    figures["loadavg_1min"] = [load_before, os.getloadavg()[0]]
+    figures["settings"] = {
+        k: getattr(args, k) for k in ("cases", "latency_ms", "concurrency", "transport", "rounds")
+    }
+    _print(mode, figures)
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one benchmark and print its figures (and write them as JSON with ``--json``)."""
+    """Run one benchmark (or all three) and print its figures (``--json``: also as JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=sorted(_DEFAULTS))
+    parser.add_argument("mode", nargs="?", default="all", choices=[*sorted(_DEFAULTS), "all"])
     parser.add_argument("--cases", type=int, help="synthetic cases")
     parser.add_argument("--latency-ms", type=float, help="server latency per request")
     parser.add_argument("--concurrency", type=int, nargs="+", help="one or more concurrencies")
@@ -346,20 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--progress", action="store_true", help="progress bar on (latency, cpu)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
-    defaults = {"transport": ["openai", "lean"]} | _DEFAULTS[args.mode]
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    bench = {"latency": bench_latency, "cpu": bench_cpu, "progress": bench_progress}[args.mode]
-    load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="evalkit-bench-throughput-") as tmp:
-        figures = bench(args, Path(tmp))
-    figures["cores"] = os.cpu_count()
-    figures["loadavg_1min"] = [load_before, os.getloadavg()[0]]
-    figures["settings"] = {
-        k: getattr(args, k) for k in ("cases", "latency_ms", "concurrency", "transport", "rounds")
-    }
-    _print(args.mode, figures)
+    if args.mode == "all":
+        figures = {mode: _one(mode, args) for mode in ("latency", "cpu", "progress")}
+    else:
+        figures = _one(args.mode, args)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")
     return 0

@@ -55,7 +55,7 @@ def _code(name: str) -> pl.Expr:
     return pl.col(name).cast(pl.Categorical).to_physical()
 
 
-def _per_replay(scores: pl.DataFrame) -> pl.LazyFrame:
+def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
     """Scorer counts per (run, case, replay), keyed by ``_run, _key`` (`_keys`): grouped by
     integers, so neither a million string keys are hashed nor the rows sorted (several times
     slower, and the store returns rows in the order they were written)."""
@@ -67,7 +67,7 @@ def _per_replay(scores: pl.DataFrame) -> pl.LazyFrame:
     return (
         scores.lazy()
         .select(
-            *_keys(),
+            *_keys(one_run),
             err.alias("_err"),
             pl.col("passed").fill_null(False).alias("_pass"),
             pl.col("score").fill_null(0.0).alias("_value"),
@@ -83,12 +83,24 @@ def _per_replay(scores: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-def _keys() -> tuple[pl.Expr, pl.Expr]:
-    """``_run`` (run_id's global categorical code) and ``_key`` ((case_id, replay) as one
-    integer), so joins and group-bys hash integers, not strings."""
+def _keys(one_run: bool) -> tuple[pl.Expr, pl.Expr]:
+    """``_run`` (run_id's global categorical code; 0 when ``one_run``: every row has the same
+    run_id) and ``_key`` ((case_id, replay) as one integer): joins and group-bys hash integers,
+    not strings."""
     code = _code("case_id").cast(pl.UInt64)
     key = (code * (1 << 20) + pl.col("replay").cast(pl.UInt64)).alias("_key")
-    return _code("run_id").alias("_run"), key
+    run = pl.lit(0, pl.UInt32) if one_run else _code("run_id")
+    return run.alias("_run"), key
+
+
+def _one_run(*frames: pl.DataFrame) -> bool:
+    """Whether every row of ``frames`` has one and the same run_id (min = max: no hashing)."""
+    bounds: set[str] = set()
+    for frame in frames:
+        if frame.height:
+            run = pl.col("run_id")
+            bounds.update(frame.select(run.min().alias("lo"), run.max().alias("hi")).row(0))
+    return len(bounds) <= 1
 
 
 def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame:
@@ -105,6 +117,7 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
         (False, False)
     """
     usage = [_col(outputs, c, None, pl.Float64) for c in _USAGE if c != "total_tokens"]
+    one_run = _one_run(outputs, scores)
     out = (
         outputs.lazy()
         .select(
@@ -115,8 +128,8 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
             _col(outputs, "fail_reason", None, pl.String),
             *usage,
         )
-        .with_columns(*_keys())
-        .join(_per_replay(scores), on=["_run", "_key"], how="left", maintain_order="left")
+        .with_columns(*_keys(one_run))
+        .join(_per_replay(scores, one_run), on=["_run", "_key"], how="left", maintain_order="left")
         .with_columns(pl.col("n_scores", "n_scorer_errors", "n_scorer_fails").fill_null(0))
     )
     errored = pl.col("output_error").is_not_null() | (pl.col("n_scorer_errors") > 0)
