@@ -39,9 +39,9 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
 
-from evalkit.analysis import flips, load_comparison, slices  # noqa: E402
-from evalkit.cases import Case  # noqa: E402
-from evalkit.gate import GatePolicy, decide  # noqa: E402
+from evalkit.compare.analysis import flips, load_comparison, slices  # noqa: E402
+from evalkit.compare.gate import GatePolicy, decide  # noqa: E402
+from evalkit.corpus.cases import Case  # noqa: E402
 from evalkit.store import (  # noqa: E402
     OUTPUT_SCHEMA,
     SCORE_SCHEMA,

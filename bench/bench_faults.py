@@ -30,11 +30,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
 
-from evalkit.cases import load_corpus  # noqa: E402
-from evalkit.config import load_suite  # noqa: E402
-from evalkit.providers.demo import seeded_draw  # noqa: E402
-from evalkit.providers.demo_server import DemoServer, start_demo_server  # noqa: E402
-from evalkit.runner import RunOptions, run_suite  # noqa: E402
+from evalkit.corpus.cases import load_corpus  # noqa: E402
+from evalkit.corpus.suite import load_suite  # noqa: E402
+from evalkit.demo.protocol import seeded_draw  # noqa: E402
+from evalkit.demo.server import DemoServer, start_demo_server  # noqa: E402
+from evalkit.run.runner import RunOptions, run_suite  # noqa: E402
 from evalkit.store import open_store  # noqa: E402
 
 ERROR_RATE, TIMEOUT_RATE = 0.2, 0.05

@@ -33,9 +33,9 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
 
-from evalkit.cases import Case, Corpus  # noqa: E402
+from evalkit.corpus.cases import Case, Corpus  # noqa: E402
 from evalkit.records import Output  # noqa: E402
-from evalkit.rescore import rescore_run  # noqa: E402
+from evalkit.run.rescore import rescore_run  # noqa: E402
 from evalkit.scorers.registry import Scorer, build_scorer  # noqa: E402
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, Store, initial_scoring_id, open_store  # noqa: E402
 

@@ -47,10 +47,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
 
-from evalkit.cases import Corpus, load_corpus, render_messages  # noqa: E402
-from evalkit.config import Suite, load_suite  # noqa: E402
-from evalkit.providers.demo_server import DemoServer, start_demo_server  # noqa: E402
-from evalkit.runner import RunOptions, run_suite  # noqa: E402
+from evalkit.corpus.cases import Corpus, load_corpus, render_messages  # noqa: E402
+from evalkit.corpus.suite import Suite, load_suite  # noqa: E402
+from evalkit.demo.server import DemoServer, start_demo_server  # noqa: E402
+from evalkit.run.runner import RunOptions, run_suite  # noqa: E402
 from evalkit.store import open_store  # noqa: E402
 
 SYSTEM_PROMPT = "Respond only with a JSON object. Keep the reply under 40 words.\n"

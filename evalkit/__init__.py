@@ -13,14 +13,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from evalkit.version import __version__
 
 _EXPORTS = {
-    "Case": "evalkit.cases",
-    "Corpus": "evalkit.cases",
-    "load_corpus": "evalkit.cases",
-    "Suite": "evalkit.config",
-    "load_suite": "evalkit.config",
+    "Case": "evalkit.corpus.cases",
+    "Corpus": "evalkit.corpus.cases",
+    "load_corpus": "evalkit.corpus.cases",
+    "Suite": "evalkit.corpus.suite",
+    "load_suite": "evalkit.corpus.suite",
     "ComparabilityError": "evalkit.errors",
     "ConfigError": "evalkit.errors",
     "CorpusError": "evalkit.errors",
@@ -29,17 +29,18 @@ _EXPORTS = {
     "Output": "evalkit.records",
     "Score": "evalkit.records",
     "ToolCall": "evalkit.records",
-    "RunOptions": "evalkit.runner",
-    "RunSummary": "evalkit.runner",
-    "run_suite": "evalkit.runner",
+    "RunOptions": "evalkit.run.runner",
+    "RunSummary": "evalkit.run.runner",
+    "run_suite": "evalkit.run.runner",
     "Store": "evalkit.store",
     "open_store": "evalkit.store",
-    "GateDecision": "evalkit.gate",
-    "GatePolicy": "evalkit.gate",
-    "decide": "evalkit.gate",
-    "paired_frame": "evalkit.analysis",
-    "verdicts": "evalkit.analysis",
-    "load_comparison": "evalkit.analysis",
+    "GateDecision": "evalkit.compare.gate",
+    "GatePolicy": "evalkit.compare.gate",
+    "decide": "evalkit.compare.gate",
+    "paired_frame": "evalkit.compare.analysis",
+    "verdicts": "evalkit.compare.analysis",
+    "run_verdicts": "evalkit.compare.analysis",
+    "load_comparison": "evalkit.compare.analysis",
 }
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "open_store",
     "paired_frame",
     "run_suite",
+    "run_verdicts",
     "verdicts",
 ]
 
@@ -85,9 +87,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from evalkit.analysis import load_comparison, paired_frame, verdicts
-    from evalkit.cases import Case, Corpus, load_corpus
-    from evalkit.config import Suite, load_suite
+    from evalkit.compare.analysis import load_comparison, paired_frame, run_verdicts, verdicts
+    from evalkit.compare.gate import GateDecision, GatePolicy, decide
+    from evalkit.corpus.cases import Case, Corpus, load_corpus
+    from evalkit.corpus.suite import Suite, load_suite
     from evalkit.errors import (
         ComparabilityError,
         ConfigError,
@@ -95,7 +98,6 @@ if TYPE_CHECKING:
         EvalkitError,
         StoreError,
     )
-    from evalkit.gate import GateDecision, GatePolicy, decide
     from evalkit.records import Output, Score, ToolCall
-    from evalkit.runner import RunOptions, RunSummary, run_suite
+    from evalkit.run.runner import RunOptions, RunSummary, run_suite
     from evalkit.store import Store, open_store

@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:2] == ["demo", "serve"]:
         # The simulator owns its flags; hand them over untouched.
-        from evalkit.providers.demo_server import main as serve
+        from evalkit.demo.server import main as serve
 
         return serve(args_list[2:]) or 0
     parser = _parser()
@@ -162,9 +162,9 @@ def _pair_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from evalkit.cases import load_corpus
-    from evalkit.config import load_suite
-    from evalkit.runner import RunOptions, run_suite
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.runner import RunOptions, run_suite
     from evalkit.store import open_store
 
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
@@ -221,8 +221,8 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from evalkit.cases import MIN_CRITICAL_CASES, load_corpus
-    from evalkit.config import load_suite
+    from evalkit.corpus.cases import MIN_CRITICAL_CASES, load_corpus
+    from evalkit.corpus.suite import load_suite
 
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
@@ -274,9 +274,9 @@ def _gate_config(args: argparse.Namespace) -> str | None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from evalkit.analysis import load_comparison
-    from evalkit.gate import gate_comparison, load_policy
-    from evalkit.report import build_report, render_terminal, to_html, to_json, to_junit
+    from evalkit.compare.analysis import load_comparison
+    from evalkit.compare.gate import gate_comparison, load_policy
+    from evalkit.compare.report import build_report, render_terminal, to_html, to_json, to_junit
     from evalkit.store import open_store
 
     policy = load_policy(_gate_config(args))
@@ -315,10 +315,10 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _cmd_rescore(args: argparse.Namespace) -> int:
-    from evalkit.cases import load_corpus
-    from evalkit.config import load_suite
-    from evalkit.rescore import rescore_run
-    from evalkit.runner import judge_client
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.rescore import rescore_run
+    from evalkit.run.runner import judge_client
     from evalkit.scorers.registry import JUDGE
     from evalkit.store import open_store
 
@@ -341,9 +341,9 @@ def _cmd_flakes(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from evalkit.cases import load_corpus
-    from evalkit.config import load_suite
-    from evalkit.flakes import measure_flakes
+    from evalkit.compare.flakes import measure_flakes
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
     from evalkit.store import open_store
 
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
@@ -367,7 +367,7 @@ def _cmd_flakes(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo_run(args: argparse.Namespace) -> int:
-    from evalkit.demo_run import run_demo
+    from evalkit.demo.run import run_demo
 
     print("evalkit demo: the system under test is a SIMULATOR (rule-based, not an LLM)")
     result = run_demo(
@@ -446,7 +446,7 @@ def _judge_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_labels_import(args: argparse.Namespace) -> int:
-    from evalkit.labels import import_labels
+    from evalkit.judges.labels import import_labels
     from evalkit.store import open_store
 
     with open_store(args.db, wait_s=args.wait) as store:
@@ -463,7 +463,7 @@ def _cmd_labels_import(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from evalkit.calibration import calibrate
+    from evalkit.judges.calibration import calibrate
     from evalkit.store import open_store
 
     if not 0 < args.level < 1:
@@ -483,8 +483,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _cmd_judge_pairs(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from evalkit.config import load_suite
-    from evalkit.pairwise import judge_pairs
+    from evalkit.corpus.suite import load_suite
+    from evalkit.judges.pairwise import judge_pairs
     from evalkit.store import open_store
 
     suite = load_suite(args.config, overrides=args.overrides)

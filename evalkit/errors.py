@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evalkit.redact import redact_secrets
+
 
 class EvalkitError(Exception):
     """Base class for errors the user can act on."""
@@ -54,3 +56,17 @@ class StoreError(EvalkitError):
 
 class ComparabilityError(EvalkitError):
     """Two runs differ in more than the declared variable under test."""
+
+
+class ProviderError(Exception):
+    """A provider call failed. ``retryable`` errors are retried with backoff.
+
+    ``cause`` (what the runner stores and prints) has secrets removed.
+    """
+
+    def __init__(self, cause: str, *, retryable: bool, retry_after: float | None = None) -> None:
+        cause = redact_secrets(cause)
+        super().__init__(cause)
+        self.cause = cause
+        self.retryable = retryable
+        self.retry_after = retry_after

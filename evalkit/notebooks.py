@@ -29,9 +29,9 @@ import papermill as pm
 from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
 
-from evalkit.analysis import check_comparable
+from evalkit.compare.analysis import check_comparable
+from evalkit.compare.gate import load_policy
 from evalkit.errors import ConfigError, EvalkitError
-from evalkit.gate import load_policy
 from evalkit.store import open_store
 
 #: Exception names (raised inside the notebook) that mean a usage or config problem: exit 2.

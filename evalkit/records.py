@@ -1,9 +1,16 @@
-"""Typed records that cross module boundaries: what a model returned, and what a scorer said."""
+"""Typed records that cross module boundaries: what a provider was asked and answered, what the
+system under test returned, and what a scorer said; plus the canonical JSON every hash uses.
+
+``Provider`` is the one interface every system under test speaks (``complete(ChatRequest)``); it
+lives here, on the ground floor, because the runner, the judge scorer and the demo all use it.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +66,85 @@ class Score:
     reason: str
     error: bool = False
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """A tool call as the model asked for it (arguments still a JSON string)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    sampling: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str | None
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str | None = None
+    finish_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tool_calls": [[c.id, c.name, c.arguments] for c in self.tool_calls],
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "model": self.model,
+            "finish_reason": self.finish_reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Completion:
+        return cls(
+            text=data["text"],
+            tool_calls=tuple(ToolCallRequest(*c) for c in data["tool_calls"]),
+            prompt_tokens=data["prompt_tokens"],
+            completion_tokens=data["completion_tokens"],
+            model=data["model"],
+            finish_reason=data["finish_reason"],
+        )
+
+
+class Provider(Protocol):
+    name: str
+
+    async def complete(self, request: ChatRequest) -> Completion: ...
+
+    async def aclose(self) -> None: ...
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical serialization: sorted keys, no whitespace, dates and numbers normalized.
+
+    Examples:
+        >>> canonical_json({"b": 1.0, "a": [True, None]})
+        '{"a":[true,null],"b":1}'
+    """
+    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalize(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    return str(value)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from evalkit.providers.demo_server import DemoServer, start_demo_server
+from evalkit.demo.server import DemoServer, start_demo_server
 
 
 @pytest.fixture(scope="module")

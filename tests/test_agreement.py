@@ -1,4 +1,4 @@
-"""evalkit.agreement against scikit-learn / scipy / statsmodels / krippendorff, the agreement
+"""evalkit.judges.agreement against scikit-learn / scipy / statsmodels / krippendorff, the agreement
 charts, and notebooks/judge_agreement.ipynb executed with papermill (PandaLM and LLMBar)."""
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from sklearn.metrics import (
 from sklearn.metrics import confusion_matrix as sk_confusion
 from statsmodels.stats.proportion import proportion_confint
 
-from evalkit import agreement, charts
-from evalkit.agreement import (
+from evalkit.compare import charts
+from evalkit.judges import agreement
+from evalkit.judges.agreement import (
     CalibrationRecord,
     agreement_summary,
     classification_report,

@@ -15,7 +15,7 @@ import pytest
 from scipy.stats import binomtest
 
 from evalkit import stats
-from evalkit.analysis import (
+from evalkit.compare.analysis import (
     RunData,
     case_changes,
     check_comparable,

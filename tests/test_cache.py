@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cases import load_corpus
-from evalkit.config import load_suite
-from evalkit.providers.demo_server import DemoServer
-from evalkit.runner import RunOptions, run_suite
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
+from evalkit.demo.server import DemoServer
+from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,24 +16,25 @@ import polars as pl
 import pytest
 
 from evalkit import stats
-from evalkit.analysis import verdicts
-from evalkit.calibration import (
+from evalkit.cli import main
+from evalkit.compare.analysis import verdicts
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
+from evalkit.demo.server import DemoServer
+from evalkit.judges.calibration import (
     Calibration,
     CalibrationError,
     calibrate_frames,
     gated_scores,
     judge_gating,
     judged_outputs,
+    latest_calibration,
 )
-from evalkit.cases import load_corpus
-from evalkit.cli import main
-from evalkit.config import load_suite
-from evalkit.judge import JudgeClient, load_rubric
-from evalkit.labels import output_hash
-from evalkit.pairwise import judge_paired_outputs
-from evalkit.providers.base import ChatRequest, Completion
-from evalkit.providers.demo_server import DemoServer
-from evalkit.runner import RunOptions, run_suite
+from evalkit.judges.labels import output_hash
+from evalkit.judges.pairwise import judge_paired_outputs
+from evalkit.records import ChatRequest, Completion
+from evalkit.run.runner import RunOptions, run_suite
+from evalkit.scorers.judge_client import JudgeClient, load_rubric
 from evalkit.store import CALIBRATION_SCHEMA, open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +147,7 @@ def test_calibrated_kappa_equals_cohen_kappa_on_the_joined_pairs(
     assert row["weighted_kappa"] == pytest.approx(weighted)
     assert json.loads(row["figures"])["n_tied"] == 1
     with open_store(demo_db, read_only=True) as store:
-        again = store.latest_calibration("demo-judge-1", load_rubric(RUBRIC).hash)
+        again = latest_calibration(store, "demo-judge-1", load_rubric(RUBRIC).hash)
         scores_frame = store.scores(store.resolve_run("candidate"))
         calibrations = store.calibrations()
     assert again is not None and again.kappa == pytest.approx(row["kappa"])

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cases import Case, canonical_json, load_corpus, render_messages
 from evalkit.cli import main
+from evalkit.corpus.cases import Case, load_corpus, render_messages
 from evalkit.errors import CorpusError
+from evalkit.records import canonical_json
 
 CONFIG = """\
 suite: tiny

@@ -25,18 +25,10 @@ import openai
 import pytest
 import yaml
 
-from evalkit.providers.demo import (
-    DIRECTIVES,
-    MODEL_ID,
-    NOISE_FLIP_P,
-    complete,
-    is_borderline,
-    parse_directives,
-    request_sha256,
-    seeded_draw,
-    simulate,
-)
-from evalkit.providers.demo_server import DemoServer, start_demo_server
+from evalkit.demo.model import complete, simulate
+from evalkit.demo.protocol import MODEL_ID, request_sha256, seeded_draw
+from evalkit.demo.server import DemoServer, start_demo_server
+from evalkit.demo.triage import DIRECTIVES, NOISE_FLIP_P, is_borderline, parse_directives
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 V1 = (CORPUS / "prompts" / "v1.md").read_text()

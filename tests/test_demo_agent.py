@@ -1,6 +1,6 @@
 """The demo agent: tool calls through the OpenAI protocol, decided from the fixtures' records.
 
-Unit tests drive :func:`evalkit.providers.demo.complete` turn by turn (protocol shapes, what the
+Unit tests drive :func:`evalkit.demo.model.complete` turn by turn (protocol shapes, what the
 agent reads from tool results, the tool directives). End-to-end tests run the corpus's agent
 cases (tag ``agent``) through the real runner against the demo server, for prompts v1 and v2, and
 check the stored trajectories: the test oracle in tests/test_demo.py has no tool loop.
@@ -18,12 +18,14 @@ import polars as pl
 import pytest
 from test_demo import TOOL_FLAGS
 
-from evalkit.cases import load_corpus
-from evalkit.config import load_suite
-from evalkit.providers.demo import MODEL_ID, InvalidRequestError, complete, parse_directives
-from evalkit.providers.demo_agent import respond
-from evalkit.providers.demo_server import DemoServer
-from evalkit.runner import RunOptions, RunSummary, run_suite
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
+from evalkit.demo.agent import respond
+from evalkit.demo.model import complete
+from evalkit.demo.protocol import MODEL_ID, InvalidRequestError
+from evalkit.demo.server import DemoServer
+from evalkit.demo.triage import parse_directives
+from evalkit.run.runner import RunOptions, RunSummary, run_suite
 from evalkit.store import open_store
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"

@@ -13,7 +13,11 @@ import pytest
 import yaml
 from test_demo import CORPUS, V1, V2, _case_passes, _load, _messages
 
-from evalkit.judge import (
+from evalkit.demo.judge import JUDGE_MODEL_ID, MALFORMED_RATE, grade_reply, judge
+from evalkit.demo.model import complete, simulate
+from evalkit.demo.server import DemoServer
+from evalkit.records import ChatRequest, Completion
+from evalkit.scorers.judge_client import (
     JudgeClient,
     MalformedJudgement,
     Rubric,
@@ -25,15 +29,6 @@ from evalkit.judge import (
     pointwise_prompt,
     render_conversation,
 )
-from evalkit.providers.base import ChatRequest, Completion
-from evalkit.providers.demo import complete, simulate
-from evalkit.providers.demo_judge import (
-    JUDGE_MODEL_ID,
-    MALFORMED_RATE,
-    grade_reply,
-    judge,
-)
-from evalkit.providers.demo_server import DemoServer
 
 RUBRIC = load_rubric(CORPUS / "rubrics" / "reply_tone.md", name="rubrics/reply_tone.md")
 CONVO = "USER: Where is my order? It has been two weeks."

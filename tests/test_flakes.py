@@ -6,11 +6,11 @@ from pathlib import Path
 
 import polars as pl
 
-from evalkit.cases import load_corpus, render_messages
-from evalkit.config import load_suite
-from evalkit.flakes import flake_slices, flake_table, measure_flakes
+from evalkit.compare.flakes import flake_slices, flake_table, measure_flakes
+from evalkit.corpus.cases import load_corpus, render_messages
+from evalkit.corpus.suite import load_suite
+from evalkit.demo.triage import is_borderline
 from evalkit.notebooks import execute_notebook
-from evalkit.providers.demo import is_borderline
 from evalkit.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 from test_analysis import MANIFEST, C, make_run
 
-from evalkit.analysis import RunData, compare, slices
-from evalkit.cases import Case
+from evalkit.compare.analysis import RunData, compare, slices
+from evalkit.compare.gate import GatePolicy, Override, decide, gate_comparison, power_table
+from evalkit.corpus.cases import Case
 from evalkit.errors import ConfigError
-from evalkit.gate import GatePolicy, Override, decide, gate_comparison, power_table
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
 
 
@@ -283,7 +283,7 @@ def test_gate_comparison_reads_flakes_and_overrides_from_the_store(tmp_path):
     base, cand = seed000_runs()
     write_store(tmp_path / "e.duckdb", [base, cand])
     with open_store(tmp_path / "e.duckdb") as store:
-        from evalkit.analysis import load_comparison
+        from evalkit.compare.analysis import load_comparison
 
         cmp = load_comparison(store, "base", "cand")
         assert cmp.paired.height == 600 and cmp.base.label == "base"

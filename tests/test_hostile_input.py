@@ -22,9 +22,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evalkit.cases import MAX_YAML_DEPTH, load_corpus
 from evalkit.cli import main
-from evalkit.config import load_suite
+from evalkit.corpus.cases import MAX_YAML_DEPTH, load_corpus
+from evalkit.corpus.suite import load_suite
 from evalkit.errors import ConfigError, CorpusError, EvalkitError
 from evalkit.scorers import SCORERS
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.judge import (
+from evalkit.records import ChatRequest, Completion, Output
+from evalkit.scorers.judge_client import (
     JudgeClient,
     MalformedJudgement,
     judge_pairwise,
@@ -16,8 +17,6 @@ from evalkit.judge import (
     model_family,
     parse_pointwise,
 )
-from evalkit.providers.base import ChatRequest, Completion
-from evalkit.records import Output
 from evalkit.scorers.registry import ScorerArgError, build_scorer
 
 RUBRIC = """# Refund tone

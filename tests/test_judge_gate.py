@@ -8,9 +8,9 @@ from pathlib import Path
 
 import polars as pl
 
-from evalkit.analysis import load_comparison
-from evalkit.calibration import Calibration
-from evalkit.gate import GatePolicy, gate_comparison
+from evalkit.compare.analysis import load_comparison
+from evalkit.compare.gate import GatePolicy, gate_comparison
+from evalkit.judges.calibration import Calibration
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
 
 DETAILS = json.dumps({"judge_model": "judge-x", "rubric": "rubrics/tone.md", "rubric_hash": "abc"})
@@ -71,12 +71,12 @@ def test_gate_blocks_on_a_judge_only_once_it_is_calibrated(tmp_path: Path) -> No
         assert len(notes) == 1 and "no calibration record" in notes[0]
         assert "reported, not gated" in notes[0]
 
-        store.save_calibration(_calibration(0.41))
+        store.save_calibration(_calibration(0.41).to_row())
         weak = gate_comparison(store, load_comparison(store, "base", "cand"), policy)
         assert not weak.blocked
         assert any("0.41" in f.message for f in weak.findings if f.slice == "judge")
 
-        store.save_calibration(_calibration(0.82))
+        store.save_calibration(_calibration(0.82).to_row())
         calibrated = load_comparison(store, "base", "cand", judge_kappa_min=0.6)
         decision = gate_comparison(store, calibrated, policy)
         assert decision.blocked

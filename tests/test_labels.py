@@ -12,11 +12,11 @@ import duckdb
 import polars as pl
 import pytest
 
-from evalkit.cases import load_corpus
 from evalkit.cli import main
-from evalkit.config import load_suite
-from evalkit.labels import LabelError, import_labels, output_hash, read_labels
-from evalkit.runner import RunOptions, run_suite
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
+from evalkit.judges.labels import LabelError, import_labels, output_hash, read_labels
+from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,5 +204,5 @@ def test_an_older_store_opened_read_only_has_no_labels_yet(tmp_path: Path) -> No
     with open_store(tmp_path / "old.duckdb", read_only=True) as store:
         assert store.human_labels().is_empty()
         assert store.calibrations().is_empty()
-        assert store.latest_calibration("m", "h") is None
+        assert store.latest_calibration_row("m", "h") is None
         assert store.pairwise_judgments().is_empty()

@@ -17,10 +17,10 @@ import polars as pl
 import pytest
 from test_gate import seed000_runs, write_store
 
-from evalkit.analysis import RunData
 from evalkit.cli import main
+from evalkit.compare.analysis import RunData
+from evalkit.compare.gate import load_policy
 from evalkit.errors import ConfigError
-from evalkit.gate import load_policy
 from evalkit.notebooks import _ThisPython, execute_gate, execute_notebook, notebook_path
 
 NOTEBOOKS = ["gate.ipynb", "slices.ipynb", "power.ipynb"]

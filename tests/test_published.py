@@ -25,8 +25,8 @@ from sklearn.metrics import (
     precision_recall_fscore_support,
 )
 
-from evalkit import agreement, published
 from evalkit.errors import EvalkitError
+from evalkit.judges import agreement, published
 
 REPO = Path(__file__).resolve().parents[1]
 PANDALM = REPO / "data" / "pandalm"

@@ -28,16 +28,17 @@ import polars as pl
 import pytest
 from aiohttp import web
 
-from evalkit.cases import Corpus, load_corpus, render_messages
 from evalkit.cli import main
-from evalkit.config import Suite, load_suite
+from evalkit.corpus.cases import Corpus, load_corpus, render_messages
+from evalkit.corpus.suite import Suite, load_suite
+from evalkit.demo.protocol import request_sha256, seeded_draw
+from evalkit.demo.server import DemoServer, ServerOptions, create_app
 from evalkit.errors import StoreError
-from evalkit.providers import make_provider
-from evalkit.providers.base import ChatRequest, Completion, Provider, RateLimiter
-from evalkit.providers.demo import request_sha256, seeded_draw
-from evalkit.providers.demo_server import DemoServer, ServerOptions, create_app
-from evalkit.providers.openai_api import _payload  # exactly the body both transports post
-from evalkit.runner import RunOptions, RunSummary, run_suite, run_suite_async
+from evalkit.records import ChatRequest, Completion, Provider
+from evalkit.retries import RateLimiter
+from evalkit.run.providers import make_provider
+from evalkit.run.providers.openai_api import _payload  # exactly the body both transports post
+from evalkit.run.runner import RunOptions, RunSummary, run_suite, run_suite_async
 from evalkit.store import Store, open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,10 +10,10 @@ import pytest
 from test_analysis import C, make_run
 from test_gate import seed000_runs, write_store
 
-from evalkit.analysis import compare
 from evalkit.cli import main
-from evalkit.gate import GatePolicy, Override, decide
-from evalkit.report import build_report, to_dict, to_html, to_json, to_junit, to_text
+from evalkit.compare.analysis import compare
+from evalkit.compare.gate import GatePolicy, Override, decide
+from evalkit.compare.report import build_report, to_dict, to_html, to_json, to_junit, to_text
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_evalkit_compare_prints_the_report_and_writes_json_junit_html(tmp_path, 
 
 
 def test_charts_put_the_aggregate_last_and_mark_the_tolerance(seed000):
-    from evalkit import charts
+    from evalkit.compare import charts
 
     spec = charts.slice_forest(seed000.slices, tolerance=0.02).to_dict()
     order = spec["layer"][0]["encoding"]["y"]["sort"]

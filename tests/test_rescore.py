@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cases import load_corpus
 from evalkit.cli import main
-from evalkit.config import load_suite
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
+from evalkit.demo.server import DemoServer
 from evalkit.errors import EvalkitError
-from evalkit.providers.demo_server import DemoServer
-from evalkit.rescore import rescore_run
-from evalkit.runner import RunOptions, run_suite
+from evalkit.run.rescore import rescore_run
+from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cases import load_corpus
-from evalkit.config import load_suite
-from evalkit.runner import RunOptions, run_suite
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
+from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
 APP = """
@@ -157,7 +157,7 @@ def test_selection_is_recorded_in_the_manifest(python_suite, tmp_path: Path) -> 
 
 
 def test_fixture_arguments_are_normalized() -> None:
-    from evalkit.tools import FixtureMiss, serve_tool_call
+    from evalkit.fixtures import FixtureMiss, serve_tool_call
 
     keyed = {"lookup_order": [{"args": {"order_id": "8812"}, "response": {"ok": True}}]}
     for raw in ('{"order_id": 8812}', '{"order_id": " 8812 "}', '{"order_id": "8812"}'):
@@ -167,7 +167,7 @@ def test_fixture_arguments_are_normalized() -> None:
 
 
 def test_run_against_the_demo_server_stores_everything(tmp_path: Path, demo_server) -> None:
-    from evalkit.config import load_suite as load
+    from evalkit.corpus.suite import load_suite as load
 
     repo = Path(__file__).resolve().parents[1]
     overrides = [

@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from evalkit.cases import load_corpus
 from evalkit.cli import main
-from evalkit.config import load_suite
-from evalkit.providers import make_provider
-from evalkit.providers.base import ProviderError, redact_secrets, register_secret
-from evalkit.runner import RunOptions, run_suite_async
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
+from evalkit.errors import ProviderError
+from evalkit.redact import redact_secrets, register_secret
+from evalkit.run.providers import make_provider
+from evalkit.run.runner import RunOptions, run_suite_async
 from evalkit.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ def server_with_logs(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     env = {**os.environ, "EVALKIT_DEMO_KEY": CANARY}
     with log.open("w") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "evalkit.providers.demo_server", "--port=0", "--no-noise"],
+            [sys.executable, "-m", "evalkit.demo.server", "--port=0", "--no-noise"],
             stdout=sink,
             stderr=subprocess.STDOUT,
             env=env,

@@ -1,7 +1,8 @@
 """The ``judge`` scorer: a pinned model grades the final answer against an anchored rubric.
 
 Judge scores are *reported*; they may block the gate only where a calibration record shows the
-judge model + rubric agree with humans at or above the policy's kappa (see evalkit.calibration).
+judge model + rubric agree with humans at or above the policy's kappa (see
+evalkit.judges.calibration).
 
 YAML:
     - {scorer: judge, args: {rubric: rubrics/refund_tone.md, min_score: 4}}
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from evalkit.judge import (
+from evalkit.errors import ProviderError
+from evalkit.records import Output, Score
+from evalkit.scorers.judge_client import (
     JudgeClient,
     MalformedJudgement,
     load_rubric,
@@ -21,12 +23,14 @@ from evalkit.judge import (
     pointwise_prompt,
     render_conversation,
 )
-from evalkit.providers.base import ProviderError
-from evalkit.records import Output, Score
-from evalkit.scorers.registry import JUDGE, ScorerArgError, check, scorer, scorer_error
-
-if TYPE_CHECKING:
-    from evalkit.cases import Case
+from evalkit.scorers.registry import (
+    JUDGE,
+    ScoredCase,
+    ScorerArgError,
+    check,
+    scorer,
+    scorer_error,
+)
 
 
 @scorer("judge", tier=JUDGE, files=("rubric",), primary="rubric")
@@ -44,7 +48,7 @@ def judge(rubric: Path, min_score: int | None = None):
         raise ScorerArgError(f"min_score must be one of the rubric's levels {list(levels)}")
     low, high = levels[0], levels[-1]
 
-    async def score(output: Output, case: Case, judge: JudgeClient | None = None) -> Score:
+    async def score(output: Output, case: ScoredCase, judge: JudgeClient | None = None) -> Score:
         if judge is None:
             return scorer_error("no judge configured (add a judge: section to evalkit.yaml)")
         conversation = (

@@ -19,14 +19,23 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from evalkit.records import Output, Score
 
-if TYPE_CHECKING:
-    from evalkit.cases import Case
 
-ScoreFn = Callable[[Output, "Case"], Score]
+class ScoredCase(Protocol):
+    """What a scoring function may read of the case it scores. ``evalkit.corpus.cases.Case``
+    has these fields; the registry needs no case model (so the corpus can validate scorer
+    arguments at load time through it without an import circle)."""
+
+    id: str
+    messages: tuple[dict[str, Any], ...] | None
+    vars: dict[str, Any] | None
+    fixtures: dict[str, Any]
+
+
+ScoreFn = Callable[[Output, ScoredCase], Score]
 
 #: Cost tiers: the runner applies scorers cheapest first.
 DETERMINISTIC, EXECUTABLE, SIMILARITY, JUDGE = 0, 1, 2, 3
@@ -54,10 +63,10 @@ class Scorer:
     tier: int = DETERMINISTIC
     file_hashes: dict[str, str] = field(default_factory=dict, compare=False)
 
-    def __call__(self, output: Output, case: Case) -> Score:
+    def __call__(self, output: Output, case: ScoredCase) -> Score:
         return self._named(self.fn(output, case))
 
-    async def ascore(self, output: Output, case: Case, judge: Any = None) -> Score:
+    async def ascore(self, output: Output, case: ScoredCase, judge: Any = None) -> Score:
         """Score an output; awaits scoring functions that are coroutines (model judges get
         the run's judge client)."""
         result = self.fn(output, case, judge) if self.tier == JUDGE else self.fn(output, case)
@@ -120,7 +129,6 @@ def build_scorer(
         KeyError: unknown scorer name.
         ScorerArgError: arguments the factory does not accept (message says which).
     """
-    _ensure_builtin_scorers()
     definition = SCORERS[name]
     bound = dict(args)
     file_hashes: dict[str, str] = {}
@@ -149,8 +157,3 @@ def _file_sha256(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _ensure_builtin_scorers() -> None:
-    # Importing the modules runs their @scorer decorators.
-    from evalkit.scorers import deterministic, judge  # noqa: F401

@@ -28,6 +28,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from evalkit.fixtures import is_keyed, normalize_args
 from evalkit.records import Output, Score, ToolCall
 from evalkit.scorers.deterministic import _clip, _want
 from evalkit.scorers.registry import ScoreFn, ScorerArgError, check, scorer, scorer_error
@@ -214,8 +215,7 @@ def _number(value: Any) -> float | None:
 
 
 def _covered(tools: dict[str, Any], call: ToolCall) -> bool:
-    """Whether the runner's fixture lookup (``evalkit.tools``) serves this call."""
-    from evalkit.tools import is_keyed, normalize_args  # tools -> cases -> scorers: import late
+    """Whether the runner's fixture lookup (``evalkit.fixtures``) serves this call."""
 
     if call.name not in tools:
         return False

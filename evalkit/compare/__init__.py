@@ -1,0 +1,2 @@
+"""From stored results to a decision: verdicts, paired frame, slices, comparability, gate,
+flakes, report and charts."""

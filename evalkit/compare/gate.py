@@ -1,0 +1,493 @@
+"""The tiered gate: a decision rule fixed before anyone looks at the results.
+
+1. **must_pass**: a must_pass case failing in the candidate blocks, unless it is on the measured
+   flake list (then it warns); a must_pass case that errored blocks as *unverified*.
+2. **critical tags** (at most 4, each with at least 8 cases): a tag *regressed*, and blocks, when
+   broken > fixed with one-sided exact McNemar p <= alpha, or when the paired bootstrap upper
+   bound of the pass-rate difference is below -tolerance. Otherwise it is *underpowered* (fewer
+   cases than Connor's paired sample size for a drop of ``tolerance``: a warning naming the n
+   needed) or shows *no evidence of regression*.
+3. everything else warns (non-critical slices use Holm-adjusted p-values) or is reported.
+4. budgets: candidate means over a declared limit block or warn, as configured.
+
+An override with a written reason turns a block into *passed with override*.
+
+Examples:
+    >>> policy = GatePolicy.from_suite(["billing"], {"alpha": 0.05}, {})
+    >>> policy.tolerance, policy.critical_tags
+    (0.02, ('billing',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evalkit import stats
+from evalkit.compare.analysis import slices, usage_means
+from evalkit.corpus.cases import MIN_CRITICAL_CASES
+from evalkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from evalkit.compare.analysis import Comparison
+    from evalkit.store import Store
+
+MAX_CRITICAL_TAGS = 4
+Severity = Literal["block", "warn", "info"]
+State = Literal["regressed", "no evidence of regression", "underpowered"]
+
+
+class GateBlocked(Exception):
+    """Raised by the last cell of ``notebooks/gate.ipynb`` when the gate blocks."""
+
+
+class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
+    model_config = ConfigDict(extra="forbid", strict=True)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    tolerance: float = Field(0.02, ge=0, lt=1)
+    power: float = Field(0.8, gt=0, lt=1)
+    bootstrap_iters: int = Field(10_000, ge=100)
+    bootstrap_seed: int = Field(0, ge=0)
+    level: float = Field(0.95, gt=0, lt=1)
+    # A judge-scored check may block only when its judge model + rubric has a calibration
+    # record with kappa at or above this (see evalkit.judges.gating).
+    judge_kappa_min: float = Field(0.6, ge=-1, le=1)
+
+
+class Budget(BaseModel):
+    """A limit on a candidate mean (see `evalkit.compare.analysis.BUDGET_METRICS`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: Literal["mean_latency_ms", "mean_total_tokens", "mean_cost_usd"]
+    limit: float = Field(ge=0)
+    action: Literal["block", "warn"] = "block"
+
+
+def _validated(model: type[BaseModel], data: dict[str, Any], where: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join([where, *map(str, err["loc"])])
+        what = "unknown key" if err["type"] == "extra_forbidden" else f"invalid ({err['msg']})"
+        raise ConfigError(f"{key}: {what}") from None
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """The gate's parameters, validated; build it with `from_suite` from ``evalkit.yaml``."""
+
+    critical_tags: tuple[str, ...] = ()
+    alpha: float = 0.05
+    tolerance: float = 0.02
+    power: float = 0.8
+    bootstrap_iters: int = 10_000
+    bootstrap_seed: int = 0
+    level: float = 0.95
+    budgets: tuple[Budget, ...] = ()
+    judge_kappa_min: float = 0.6
+
+    @classmethod
+    def from_suite(
+        cls,
+        critical_tags: Sequence[str],
+        gate: Mapping[str, Any] | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        source: str = "evalkit.yaml",
+    ) -> GatePolicy:
+        """Validate the suite's ``critical_tags``, ``gate:`` and ``budgets:`` sections.
+
+        Raises:
+            ConfigError: one line naming ``source``, the key and what to do.
+
+        Examples:
+            >>> GatePolicy.from_suite(["a", "b", "c", "d", "e"])
+            Traceback (most recent call last):
+            evalkit.errors.ConfigError: evalkit.yaml: critical_tags lists 5 tags; at most 4 ...
+        """
+        tags = tuple(critical_tags)
+        if len(tags) > MAX_CRITICAL_TAGS:
+            raise ConfigError(
+                f"{source}: critical_tags lists {len(tags)} tags; at most {MAX_CRITICAL_TAGS} are "
+                "allowed (4 tags tested at 0.05 already give a family-wise error rate near 0.19)"
+                f" — drop {len(tags) - MAX_CRITICAL_TAGS} or leave them to the report"
+            )
+        if len(set(tags)) < len(tags):
+            raise ConfigError(f"{source}: critical_tags lists a tag twice: {list(tags)}")
+        params = _validated(_Gate, dict(gate or {}), f"{source}: gate").model_dump()
+        specs = [
+            _validated(Budget, {"metric": m, **(v if isinstance(v, Mapping) else {"limit": v})},
+                       f"{source}: budgets")
+            for m, v in (budgets or {}).items()
+        ]  # fmt: skip
+        return cls(critical_tags=tags, budgets=tuple(specs), **params)
+
+    def min_cases(self) -> int:
+        """Cases a critical tag needs: 8, or more when alpha needs more one-way flips."""
+        return max(MIN_CRITICAL_CASES, stats.exact_min_flips(self.alpha))
+
+    def validate_against(self, cases: pl.DataFrame | Mapping[str, int]) -> None:
+        """Refuse a critical tag with too few cases (a frame with ``tags``, or tag counts).
+
+        Examples:
+            >>> GatePolicy(critical_tags=("negation",)).validate_against({"negation": 6})
+            Traceback (most recent call last):
+            evalkit.errors.ConfigError: critical tag 'negation' has 6 cases; a one-sided ...
+        """
+        counts = cases if isinstance(cases, Mapping) else tag_counts(cases)
+        for tag in self.critical_tags:
+            if (n := counts.get(tag, 0)) < self.min_cases():
+                raise ConfigError(
+                    f"critical tag {tag!r} has {n} cases; a one-sided exact McNemar test needs "
+                    f"{stats.exact_min_flips(self.alpha)} one-way flips to reach p ≤ "
+                    f"{self.alpha:g}, so a critical tag needs ≥ {self.min_cases()} cases — add "
+                    "cases or drop it from critical_tags"
+                )
+
+
+def tag_counts(frame: pl.DataFrame) -> dict[str, int]:
+    """Cases per tag in a frame with a ``tags`` list column (sealed cases left out)."""
+    if "sealed" in frame.columns:
+        frame = frame.filter(~pl.col("sealed").fill_null(False))
+    counts = frame.select(pl.col("tags").explode()).drop_nulls().group_by("tags").len()
+    return dict(counts.iter_rows())
+
+
+def load_policy(config_path: str | None) -> GatePolicy:
+    """The gate policy of a suite config file; no config -> the default policy."""
+    if not config_path:
+        return GatePolicy()
+    from evalkit.corpus.suite import load_suite
+
+    cfg = load_suite(config_path).config
+    return GatePolicy.from_suite(cfg.critical_tags, cfg.gate, cfg.budgets, str(config_path))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the gate found: ``tier`` 1-4 (0 = about the comparison itself)."""
+
+    tier: int
+    slice: str | None
+    case_ids: tuple[str, ...]
+    statistic: dict[str, Any]
+    message: str
+    severity: Severity
+
+
+@dataclass(frozen=True)
+class SliceState:
+    """A critical tag's outcome. ``psi`` is the flip fraction used for sizing: the observed one,
+    floored at ``tolerance`` (all flips one way) when fewer flips were seen, so ``required_n`` is
+    the fewest cases that could detect a drop of ``tolerance`` (``psi_assumed`` marks the floor)."""
+
+    tag: str
+    state: State
+    n: int
+    n_error: int
+    broken: int
+    fixed: int
+    p_value: float | None
+    diff: float | None
+    lo: float | None
+    hi: float | None
+    psi: float
+    psi_assumed: bool
+    required_n: int | None
+    power: float | None  # exact one-sided power at n for a drop of tolerance
+
+
+@dataclass(frozen=True)
+class Override:
+    """A recorded decision to ship despite a block: who, why, when."""
+
+    who: str
+    reason: str
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """The gate's verdict: ``blocked`` (after overrides), every finding, each critical state."""
+
+    blocked: bool
+    findings: tuple[Finding, ...]
+    overridden: bool = False
+    overrides: tuple[Override, ...] = ()
+    critical: tuple[SliceState, ...] = ()
+    n_paired: int = 0
+    policy: GatePolicy = field(default_factory=GatePolicy)
+
+    @property
+    def would_block(self) -> bool:
+        return any(f.severity == "block" for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.blocked else 0
+
+    @property
+    def status(self) -> str:
+        if self.blocked:
+            return "BLOCKED"
+        return "PASSED WITH OVERRIDE" if self.overridden else "PASSED"
+
+    def blocking(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "block")
+
+    def summary(self) -> str:
+        """One line: status and the blocking findings."""
+        reasons = "; ".join(f.message for f in self.blocking())
+        return f"gate {self.status}" + (f": {reasons}" if reasons else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(status=self.status, would_block=self.would_block, exit_code=self.exit_code)
+        out["policy"]["budgets"] = [b.model_dump() for b in self.policy.budgets]
+        for o in out["overrides"]:
+            o["created_at"] = o["created_at"].isoformat() if o["created_at"] else None
+        return out
+
+
+def _pts(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f} pts"
+
+
+def _must_pass(paired: pl.DataFrame, flakes: Mapping[str, float]) -> list[Finding]:
+    mp = paired.filter(pl.col("criticality") == "must_pass")
+    out = []
+    for case in mp.filter(pl.col("cand_error"))["case_id"]:
+        msg = f"must_pass case {case} errored in the candidate: unverified"
+        out.append(Finding(1, "must_pass", (case,), {}, msg, "block"))
+    for r in mp.filter(pl.col("cand") == False).iter_rows(named=True):  # noqa: E712
+        case, rate = r["case_id"], flakes.get(r["case_id"], 0.0)
+        before = {True: "passed", False: "also failed", None: "errored"}[r["base"]]
+        msg = f"must_pass case {case} fails in the candidate (baseline {before})"
+        if rate > 0:
+            msg += f", but it is on the measured flake list (flake rate {rate:.0%})"
+        out.append(Finding(1, "must_pass", (case,), {"flake_rate": rate}, msg, _sev(rate == 0)))
+    return out
+
+
+def _sev(block: bool) -> Severity:
+    return "block" if block else "warn"
+
+
+def _sizing(n: int, broken: int, fixed: int, policy: GatePolicy) -> tuple[float, bool, int, float]:
+    """``(psi, psi_assumed, required_n, power)`` for detecting a drop of ``policy.tolerance``.
+
+    ``psi`` is the observed flip fraction, floored at the tolerance (a drop of Δ needs at least
+    Δ of the cases to flip; with no flips we assume exactly that, every flip a break), so
+    ``required_n`` (Connor, one-sided) is a lower bound then. ``power`` is the exact power at n.
+
+    Examples:
+        >>> _sizing(50, 0, 0, GatePolicy())[:3]
+        (0.02, True, 308)
+    """
+    observed, tol = (broken + fixed) / n if n else 0.0, policy.tolerance
+    psi = max(observed, tol)
+    need = stats.required_n_paired(psi, tol, policy.alpha, policy.power, "one-sided")
+    return psi, observed < tol, need, stats.exact_power_paired(n, psi, tol, policy.alpha)
+
+
+def _critical(table: pl.DataFrame, policy: GatePolicy, paired: pl.DataFrame) -> tuple[list, list]:
+    states, findings = [], []
+    rows = {r["slice"]: r for r in table.iter_rows(named=True)}
+    empty = dict.fromkeys(table.columns) | {"n": 0, "n_error": 0, "broken": 0, "fixed": 0}
+    for tag in policy.critical_tags:
+        r, a, tol = rows.get(tag, empty), policy.alpha, policy.tolerance
+        n, broken, fixed, p, hi = r["n"], r["broken"], r["fixed"], r["p_value"], r["diff_hi"]
+        sub = paired.filter(pl.col("tags").list.contains(tag) & pl.col("base") & ~pl.col("cand"))
+        ids, stat = tuple(sub["case_id"]), {k: r[k] for k in ("n", "broken", "fixed", "p_value")}
+        stat |= {"diff": r["diff"], "lo": r["diff_lo"], "hi": hi}
+        psi, assumed, need, power = _sizing(n, broken, fixed, policy)
+        by_p, by_ci = broken > fixed and p is not None and p <= a, hi is not None and hi < -tol
+        head = f"critical tag {tag!r}"
+        if by_p or by_ci:
+            state: State = "regressed"
+            why = [f"one-sided exact McNemar p = {p:.4g} ≤ {a:g}"] if by_p else []
+            why += [f"paired bootstrap upper bound {_pts(hi)} < {_pts(-tol)}"] if by_ci else []
+            msg = f"{head} regressed: {broken} broken, {fixed} fixed of {n} ({_pts(r['diff'])})"
+            findings.append(Finding(2, tag, ids, stat, f"{msg}; {' and '.join(why)}", "block"))
+        elif n < need:
+            state = "underpowered"
+            msg = (
+                f"{head} is underpowered: {n} cases detect a {100 * tol:.1f}-point drop with power "
+                f"{power:.0%}; it needs ≈{need} cases (paired, flip rate ψ = {psi:.3g}"
+                f"{', assumed: no flips seen' if assumed else ''})"
+            )
+            findings.append(Finding(2, tag, ids, stat | {"required_n": need}, msg, "warn"))
+        else:
+            state = "no evidence of regression"
+        states.append(SliceState(tag, state, n, r["n_error"], broken, fixed, p, r["diff"],
+                                 r["diff_lo"], hi, psi, assumed, need, power))  # fmt: skip
+    return states, findings
+
+
+def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
+    table = table.filter(~pl.col("slice").is_in(list(policy.critical_tags)) & (pl.col("n") > 0))
+    adj = stats.holm(table["p_value"].to_numpy()) if table.height else []
+    out = []
+    for r, p_adj in zip(table.iter_rows(named=True), adj, strict=True):
+        if (r["broken"] > r["fixed"] and p_adj <= policy.alpha) or r["diff_hi"] < -policy.tolerance:
+            name = "the aggregate" if r["slice"] == "ALL" else f"slice {r['slice']!r}"
+            msg = (
+                f"{name} regressed: {r['broken']} broken, {r['fixed']} fixed of {r['n']} "
+                f"({_pts(r['diff'])}, Holm-adjusted p = {p_adj:.3g})"
+            )
+            out.append(Finding(3, r["slice"], (), {**r, "p_holm": float(p_adj)}, msg, "warn"))
+    errored = paired.filter(pl.col("cand_error") & (pl.col("criticality") != "must_pass"))
+    if errored.height:
+        msg = (
+            f"{errored.height} case(s) errored in the candidate and are left out of the comparison"
+        )
+        out.append(Finding(3, None, tuple(errored["case_id"]), {"n": errored.height}, msg, "warn"))
+    return out
+
+
+def _budget_findings(policy: GatePolicy, observed: Mapping[str, float | None]) -> list[Finding]:
+    out = []
+    for b in policy.budgets:
+        value = observed.get(b.metric)
+        if value is None:
+            out.append(
+                Finding(4, None, (), {"limit": b.limit}, f"{b.metric}: not measured", "warn")
+            )
+        elif value > b.limit:
+            stat = {"observed": value, "limit": b.limit}
+            msg = f"{b.metric} {value:.4g} is over the budget of {b.limit:g}"
+            out.append(Finding(4, None, (), stat, msg, b.action))
+    return out
+
+
+def _as_overrides(overrides: pl.DataFrame | Sequence[Override] | None) -> tuple[Override, ...]:
+    if overrides is None:
+        return ()
+    if isinstance(overrides, pl.DataFrame):
+        rows = overrides.iter_rows(named=True)
+        overrides = [Override(r["who"], r["reason"], r.get("created_at")) for r in rows]
+    return tuple(o for o in overrides if o.reason and o.reason.strip())
+
+
+def decide(
+    paired: pl.DataFrame,
+    policy: GatePolicy,
+    flakes: pl.DataFrame | Mapping[str, float] | None = None,
+    budgets_observed: Mapping[str, float | None] | None = None,
+    overrides: pl.DataFrame | Sequence[Override] | None = None,
+    corpus: pl.DataFrame | Mapping[str, int] | None = None,
+) -> GateDecision:
+    """Apply the tiers to the paired frame (sealed cases are left out: they only report).
+
+    ``flakes`` maps case id -> measured flake rate (or a frame with ``case_id, flake_rate``);
+    ``budgets_observed`` maps budget metric -> candidate mean (default: from the paired frame);
+    ``corpus`` (the candidate's cases frame, or tag counts) is what critical tags are sized
+    against, default the paired frame: edited cases then make a slice underpowered, not invalid.
+
+    Raises:
+        ConfigError: a critical tag has fewer than `GatePolicy.min_cases` cases.
+
+    Examples:
+        >>> p = pl.DataFrame({"case_id": ["a"], "tags": [["x"]], "criticality": ["must_pass"],
+        ...     "base": [True], "cand": [False], "base_error": [False], "cand_error": [False]})
+        >>> decide(p, GatePolicy()).summary()
+        'gate BLOCKED: must_pass case a fails in the candidate (baseline passed)'
+    """
+    paired = paired.with_columns(
+        pl.col("tags").cast(pl.List(pl.String)), pl.col("base", "cand").cast(pl.Boolean)
+    )
+    if "sealed" in paired.columns:
+        paired = paired.filter(~pl.col("sealed").fill_null(False))
+    policy.validate_against(paired if corpus is None else corpus)
+    if isinstance(flakes, pl.DataFrame):
+        flakes = dict(flakes.select("case_id", "flake_rate").iter_rows())
+    if budgets_observed is None:
+        cols = {c.removeprefix("cand_"): pl.col(c) for c in paired.columns if c.startswith("cand_")}
+        budgets_observed = usage_means(paired.select(**cols)) if cols else {}
+    table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.level)
+    states, critical = _critical(table, policy, paired)
+    findings = [
+        *_must_pass(paired, flakes or {}),
+        *critical,
+        *_others(table, paired, policy),
+        *_budget_findings(policy, budgets_observed),
+    ]
+    order = {"block": 0, "warn": 1, "info": 2}
+    findings.sort(key=lambda f: (order[f.severity], f.tier))
+    accepted = _as_overrides(overrides)
+    would_block = any(f.severity == "block" for f in findings)
+    blocked, overridden = would_block and not accepted, would_block and bool(accepted)
+    return GateDecision(
+        blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy
+    )
+
+
+def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) -> GateDecision:
+    """`decide` with the store's flake lists (of both configurations) and recorded overrides."""
+    hashes = {r.config_hash for r in (comparison.base, comparison.cand) if r.config_hash}
+    frames = [store.latest_flakes(h).select("case_id", "flake_rate") for h in sorted(hashes)]
+    rates = pl.concat(frames).group_by("case_id").max() if frames else None
+    observed = usage_means(comparison.cand_verdicts)
+    overrides = store.overrides(comparison.base.run_id, comparison.cand.run_id)
+    decision = decide(comparison.paired, policy, rates, observed, overrides, comparison.cand.cases)
+    # Uncalibrated judges were left out of the verdicts; say so where the decision is read.
+    notes = tuple(Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes)
+    return replace(decision, findings=decision.findings + notes)
+
+
+def min_detectable_collapse(n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """Smallest drop (in steps of 1 point, every flip a break) that the gate's exact one-sided
+    McNemar test detects with ``power`` on ``n`` cases; None when even 100 points is not enough.
+
+    Examples:
+        >>> min_detectable_collapse(13), min_detectable_collapse(6), min_detectable_collapse(4)
+        (0.47, 0.87, None)
+    """
+    for drop in np.arange(1, 101) / 100:
+        if n and stats.exact_power_paired(n, drop, drop, alpha) >= power:
+            return float(drop)
+    return None
+
+
+def power_table(
+    counts: Mapping[str, int], drop: float = 0.05, psi: float = 0.10,
+    policy: GatePolicy | None = None,
+) -> pl.DataFrame:  # fmt: skip
+    """What each slice can detect, with the paired (McNemar) sizing the gate uses.
+
+    Per slice: ``can_gate`` (n ≥ `GatePolicy.min_cases`); ``min_detectable_drop``, the drift a
+    slice detects at flip fraction ``psi`` (Connor, one-sided; null when even a drop of psi,
+    every flip a break, needs more cases); ``min_detectable_collapse`` (exact, every flip a
+    break); ``required_n`` for a net ``drop`` at flip fraction max(psi, drop); and ``power``,
+    the exact power for that drop at the slice's n. At the policy's alpha and power.
+
+    Examples:
+        >>> t = power_table({"billing": 100, "negation": 6}, drop=0.05, psi=0.10)
+        >>> t.select("slice", "required_n", "can_gate", "min_detectable_collapse").rows()
+        [('billing', 246, True, 0.07), ('negation', 246, False, 0.87)]
+    """
+    pol, psi_d = policy or GatePolicy(), max(psi, drop)
+    need = stats.required_n_paired(psi_d, drop, pol.alpha, pol.power, "one-sided")
+    rows = []
+    for tag, n in sorted(counts.items()):
+        mdd = (
+            stats.min_detectable_drop_paired(n, psi, pol.alpha, pol.power, "one-sided")
+            if n
+            else None
+        )
+        rows.append({
+            "slice": tag, "n": n, "can_gate": n >= pol.min_cases(),
+            "min_detectable_drop": None if mdd is None or np.isnan(mdd) else mdd,
+            "min_detectable_collapse": min_detectable_collapse(n, pol.alpha, pol.power),
+            "required_n": need, "power": stats.exact_power_paired(n, psi_d, drop, pol.alpha),
+        })  # fmt: skip
+    schema = {"slice": pl.String, "n": pl.Int64, "can_gate": pl.Boolean,
+              "min_detectable_drop": pl.Float64, "min_detectable_collapse": pl.Float64,
+              "required_n": pl.Int64, "power": pl.Float64}  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)

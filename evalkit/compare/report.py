@@ -1,0 +1,398 @@
+"""The comparison report: flips first, the aggregate last; terminal, JSON, JUnit XML and HTML.
+
+Examples:
+    >>> report = build_report(comparison, decision)       # doctest: +SKIP
+    >>> render_terminal(report)                            # doctest: +SKIP
+    >>> Path("gate.xml").write_text(to_junit(report))      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from evalkit.compare.analysis import Comparison, flips, replay_verdicts, slices, usage_means
+from evalkit.compare.gate import GateDecision
+
+SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
+_SYMBOL = {True: "✓", False: "✗", None: "?"}
+_USAGE_COLS = ("metric", "baseline", "candidate", "change")
+
+
+@dataclass(frozen=True)
+class ScorerNote:
+    """What one scorer (or the runner) said about the replay shown; ``passed`` None = errored."""
+
+    scorer: str
+    passed: bool | None
+    score: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class CaseDetail:
+    """A flipped case: its input, both outputs and each scorer's reason on each side."""
+
+    case_id: str
+    tags: tuple[str, ...]
+    criticality: str
+    blocking: bool
+    input: str
+    base_output: str | None
+    cand_output: str | None
+    base_notes: tuple[ScorerNote, ...]
+    cand_notes: tuple[ScorerNote, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything shown about one pair of runs; render it with the functions below."""
+
+    base_run_id: str
+    cand_run_id: str
+    base_label: str
+    cand_label: str
+    decision: GateDecision | None
+    broken: tuple[CaseDetail, ...]  # blocking tiers first; at most max_details
+    fixed: tuple[CaseDetail, ...]
+    n_broken: int
+    n_fixed: int
+    slices: pl.DataFrame  # unsealed cases; the ALL row last
+    sealed: pl.DataFrame  # sealed cases: reported, never gated
+    paired: pl.DataFrame
+    unstable: tuple[str, ...]
+    failing_both: tuple[str, ...]
+    always_passing: tuple[str, ...]
+    changes: pl.DataFrame
+    usage: dict[str, tuple[float | None, float | None]]
+    manifest_diff: tuple[str, ...]
+
+    @property
+    def aggregate(self) -> dict[str, Any]:
+        rows = self.slices.filter(pl.col("slice") == "ALL").to_dicts()
+        return rows[0] if rows else {}
+
+    def _repr_html_(self) -> str:
+        return to_html(self, charts=False)
+
+
+def _input_text(raw: str | None) -> str:
+    try:
+        data = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return raw or ""
+    if isinstance(data, dict) and data.get("messages"):
+        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in data["messages"])
+    return json.dumps(data.get("vars", data) if isinstance(data, dict) else data, sort_keys=True)
+
+
+def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
+    """Per case: the text of the first replay that agrees with the verdict, and its notes."""
+    run, v = (cmp.base, cmp.base_verdicts) if side == "base" else (cmp.cand, cmp.cand_verdicts)
+    mine = pl.col("case_id").is_in(ids)
+    out = run.outputs.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
+    sc = run.scores.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
+    agrees = (pl.col("passed") == pl.col("verdict")) | pl.col("verdict").is_null()
+    pick = (
+        replay_verdicts(out, sc)
+        .join(v.select("case_id", pl.col("passed").alias("verdict")), on="case_id")
+        .filter(agrees)
+        .group_by("case_id")
+        .agg(pl.col("replay").min())
+    )
+    text = pl.coalesce("text", pl.format("[provider error] {}", "error")).alias("text")
+    notes: dict[str, list[ScorerNote]] = {}
+    for r in out.join(pick, on=["case_id", "replay"]).iter_rows(named=True):
+        if r["fail_reason"]:
+            notes[r["case_id"]] = [ScorerNote("runner", False, None, r["fail_reason"])]
+    for r in sc.join(pick, on=["case_id", "replay"]).sort("scorer_index").iter_rows(named=True):
+        passed = None if r["error"] else r["passed"]
+        note = ScorerNote(r["scorer"], passed, r["score"], r["reason"] or "")
+        notes.setdefault(r["case_id"], []).append(note)
+    texts = out.join(pick, on=["case_id", "replay"]).select("case_id", text).iter_rows()
+    return {case: (t, tuple(notes.get(case, ()))) for case, t in texts}
+
+
+def _details(cmp: Comparison, frame: pl.DataFrame, blocking: set[str]) -> tuple[CaseDetail, ...]:
+    ids = frame["case_id"].to_list()
+    inputs = dict(
+        cmp.cand.cases.filter(pl.col("case_id").is_in(ids)).select("case_id", "input").rows()
+    )
+    base, cand = _shown(cmp, "base", ids), _shown(cmp, "cand", ids)
+    out = []
+    for case, tags, crit in frame.select("case_id", "tags", "criticality").iter_rows():
+        b_text, b_notes = base.get(case, (None, ()))
+        c_text, c_notes = cand.get(case, (None, ()))
+        text = _input_text(inputs.get(case))
+        about = (tuple(tags or ()), crit, case in blocking, text)
+        out.append(CaseDetail(case, *about, b_text, c_text, b_notes, c_notes))
+    return tuple(out)
+
+
+def build_report(
+    cmp: Comparison, decision: GateDecision | None = None, iters: int = 10_000, seed: int = 0,
+    max_details: int = 200,
+) -> Report:  # fmt: skip
+    """Assemble the report of a comparison (and of the gate's decision, when there is one).
+
+    Broken cases in blocking tiers come first, then must_pass ones. Inputs, outputs and reasons
+    are gathered for at most ``max_details`` broken and fixed cases each; counts are complete.
+    Sealed cases are summarized in their own slice table and never listed case by case.
+    """
+    if decision is not None:
+        iters, seed = decision.policy.bootstrap_iters, decision.policy.bootstrap_seed
+    p = cmp.paired
+    held = p["sealed"].fill_null(False)
+    live = p.filter(~held)
+    blocking = {c for f in (decision.blocking() if decision else ()) for c in f.case_ids}
+    broken, fixed = flips(live)
+    first = (~pl.col("case_id").is_in(list(blocking)), pl.col("criticality") != "must_pass")
+    broken = broken.sort(*first, "case_id")
+    ok = ~pl.col("base_error") & ~pl.col("cand_error")
+    base_use, cand_use = usage_means(cmp.base_verdicts), usage_means(cmp.cand_verdicts)
+    return Report(
+        cmp.base.run_id, cmp.cand.run_id, cmp.base.label, cmp.cand.label, decision,
+        _details(cmp, broken.head(max_details), blocking),
+        _details(cmp, fixed.head(max_details), blocking), broken.height, fixed.height,
+        slices(live, iters, seed), slices(p.filter(held), iters, seed),
+        p.select("case_id", "tags", "criticality", "sealed", "base", "cand", "base_error",
+                 "cand_error"),
+        tuple(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
+        tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
+        tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
+        cmp.changes, {k: (base_use[k], cand_use[k]) for k in base_use}, cmp.manifest_diff,
+    )  # fmt: skip
+
+
+# --- terminal (rich) ---------------------------------------------------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _pts(x: float | None, lo: float | None = None, hi: float | None = None) -> str:
+    if x is None:
+        return "–"
+    ci = f" [{100 * lo:+.1f}, {100 * hi:+.1f}]" if lo is not None and hi is not None else ""
+    return f"{100 * x:+.1f} pts{ci}"
+
+
+def _clip(text: str | None, width: int = 400) -> str:
+    text = "(no output)" if text is None else text
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _mark(passed: bool | None) -> str:
+    return f"[{ {True: 'green', False: 'red', None: 'yellow'}[passed] }]{_SYMBOL[passed]}[/]"
+
+
+def _case_panel(d: CaseDetail, base_label: str, cand_label: str) -> Panel:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("input", Text(_clip(d.input)))
+    for label, text, notes in ((base_label, d.base_output, d.base_notes),
+                               (cand_label, d.cand_output, d.cand_notes)):  # fmt: skip
+        grid.add_row(label, Text(_clip(text)))
+        for n in notes:
+            grid.add_row("", f"{_mark(n.passed)} {escape(n.scorer)}: {escape(n.reason[:200])}")
+    about = [", ".join(d.tags) or "untagged", d.criticality] + (["BLOCKING"] if d.blocking else [])
+    title = f"[bold]{escape(d.case_id)}[/] [dim]{escape(' · '.join(about))}[/]"
+    return Panel(grid, title=title, title_align="left")
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*[str(x) for x in row])
+    return t
+
+
+def _slice_table(frame: pl.DataFrame, title: str, critical: Sequence[str] = ()) -> Table:
+    cols = ("slice", "n", "baseline", "candidate", "broken", "fixed", "difference [95% CI]", "p")
+    rows = [
+        (escape(r["slice"]) + (" *" if r["slice"] in critical else ""), r["n"],
+         _pct(r["base_pass"]), _pct(r["cand_pass"]), r["broken"], r["fixed"],
+         _pts(r["diff"], r["diff_lo"], r["diff_hi"]),
+         "–" if r["p_value"] is None else f"{r['p_value']:.3g}")
+        for r in frame.filter(pl.col("slice") != "ALL").iter_rows(named=True)
+    ]  # fmt: skip
+    return _table(title, cols, rows)
+
+
+def _failed(notes: tuple[ScorerNote, ...]) -> str:
+    return "; ".join(f"{n.scorer}: {n.reason}" for n in notes if n.passed is False)
+
+
+def _ids(label: str, ids: Sequence[str], limit: int = 12) -> Text:
+    more = f" … and {len(ids) - limit} more" if len(ids) > limit else ""
+    listed = ", ".join(ids[:limit]) + more if ids else "none"
+    return Text.assemble((f"{label} ({len(ids)}): ", "bold"), listed)
+
+
+def _section(r: Report, name: str, max_cases: int) -> list[Any]:
+    d = r.decision
+    if name == "summary":
+        color, status = ("red" if d.blocked else "green", d.status) if d else ("blue", "COMPARE")
+        body = (f"{escape(r.base_label)} ({r.base_run_id}) → {escape(r.cand_label)} "
+                f"({r.cand_run_id})\n{r.paired.height} paired cases · {r.n_broken} broken · "
+                f"{r.n_fixed} fixed · {r.changes.height} edited/added/removed")  # fmt: skip
+        body += f"\nmanifests differ in: {', '.join(r.manifest_diff)}" if r.manifest_diff else ""
+        for o in d.overrides if d else ():
+            body += f"\n[bold]override[/] by {escape(o.who)} at {o.created_at}: {escape(o.reason)}"
+        return [Panel(body, title=f"[bold {color}]evalkit gate: {status}[/]", title_align="left")]
+    if name == "broken":
+        lead = sum(c.blocking for c in r.broken)
+        head = f"[bold red]Broken: {r.n_broken}[/] (pass → fail); {lead} in blocking tiers first"
+        rest = [c.case_id for c in r.broken[max_cases:]]
+        tail = [_ids("not shown", rest)] if rest else []
+        shown = [_case_panel(c, r.base_label, r.cand_label) for c in r.broken[:max_cases]]
+        return [head, *shown, *tail]
+    if name == "fixed":
+        rows = [
+            (c.case_id, ", ".join(c.tags), escape(_failed(c.base_notes)[:160]))
+            for c in r.fixed[:max_cases]
+        ]
+        return [
+            _table(f"Fixed: {r.n_fixed} (fail → pass)", ("case", "tags", "baseline failed"), rows)
+        ]
+    if name == "decision" and d:
+        sev = {"block": "[red]BLOCK[/]", "warn": "[yellow]warn[/]", "info": "info"}
+        found = [(sev[f.severity], f.tier, escape(f.message)) for f in d.findings]
+        out: list[Any] = [_table("Gate findings", ("", "tier", "finding"), found)]
+        color = {"regressed": "red", "underpowered": "yellow", "no evidence of regression": "green"}
+        rows = [(s.tag, f"[{color[s.state]}]{s.state}[/]", s.n, s.broken, s.fixed,
+                 "–" if s.p_value is None else f"{s.p_value:.3g}", _pts(s.diff, s.lo, s.hi),
+                 s.required_n if s.state == "underpowered" else "–")
+                for s in d.critical]  # fmt: skip
+        cols = ("tag", "state", "n", "broken", "fixed", "p", "difference [95% CI]", "needs n")
+        return out + ([_table("Critical tags", cols, rows)] if rows else [])
+    if name == "slices":
+        out = [_slice_table(r.slices, "Slices (* critical)", d.policy.critical_tags if d else ())]
+        if r.sealed.height:
+            out.append(_slice_table(r.sealed, "Sealed slices (reported, never gated)"))
+        return out
+    if name == "suite":
+        changes = [f"{c} ({k})" for c, k in r.changes.select("case_id", "change").iter_rows()]
+        usage = [(k, "–" if b is None else f"{b:.4g}", "–" if c is None else f"{c:.4g}",
+                  f"{100 * (c - b) / b:+.1f}%" if b and c is not None else "–")
+                 for k, (b, c) in r.usage.items()]  # fmt: skip
+        return [_ids("Unstable (replays disagree)", r.unstable),
+                _ids("Failing in both runs (label-error candidates)", r.failing_both),
+                _ids("Always passing (saturated)", r.always_passing, 5),
+                _ids("Not paired (edited, added, removed)", changes),
+                _table("Cost and latency, mean per case", _USAGE_COLS, usage)]  # fmt: skip
+    if name == "aggregate" and (a := r.aggregate):
+        return [f"[bold]Aggregate (last, on purpose):[/] {_pct(a['base_pass'])} → "
+                f"{_pct(a['cand_pass'])} ({_pts(a['diff'], a['diff_lo'], a['diff_hi'])}) over "
+                f"{a['n']} cases; {a['broken']} broken, {a['fixed']} fixed"]  # fmt: skip
+    return []
+
+
+def render_terminal(
+    report: Report, console: Console | None = None, max_cases: int = 20,
+    sections: Sequence[str] = SECTIONS,
+) -> None:  # fmt: skip
+    """Print the report with rich: flips first, then findings and slices, the aggregate last."""
+    console = console or Console()
+    for name in sections:
+        for item in _section(report, name, max_cases):
+            console.print(item)
+        console.print()
+
+
+def _recorded(report: Report, width: int, max_cases: int) -> Console:
+    console = Console(width=width, record=True, file=io.StringIO(), color_system="truecolor")
+    render_terminal(report, console, max_cases)
+    return console
+
+
+def to_text(report: Report, width: int = 110, max_cases: int = 20) -> str:
+    """The terminal report as plain text (for logs and tests)."""
+    return _recorded(report, width, max_cases).export_text()
+
+
+# --- JSON, JUnit XML, HTML ---------------------------------------------------------------------
+
+
+def to_dict(report: Report) -> dict[str, Any]:
+    """A JSON-ready dict of the whole report (``--json``)."""
+    r = report
+    return {
+        "baseline": {"run_id": r.base_run_id, "label": r.base_label},
+        "candidate": {"run_id": r.cand_run_id, "label": r.cand_label},
+        "decision": r.decision.to_dict() if r.decision else None,
+        "n_paired": r.paired.height, "n_broken": r.n_broken, "n_fixed": r.n_fixed,
+        "broken": [asdict(c) for c in r.broken], "fixed": [asdict(c) for c in r.fixed],
+        "slices": r.slices.to_dicts(), "sealed_slices": r.sealed.to_dicts(),
+        "unstable": list(r.unstable), "failing_both": list(r.failing_both),
+        "always_passing": list(r.always_passing), "changes": r.changes.to_dicts(),
+        "usage": {k: {"baseline": b, "candidate": c} for k, (b, c) in r.usage.items()},
+        "manifest_diff": list(r.manifest_diff), "aggregate": r.aggregate,
+    }  # fmt: skip
+
+
+def to_json(report: Report) -> str:
+    """`to_dict` serialized (datetimes as ISO strings)."""
+    return json.dumps(to_dict(report), indent=2, default=str)
+
+
+def to_junit(report: Report) -> str:
+    """JUnit XML: one testcase per paired case. Broken cases and failing must_pass cases are
+    failures, errored must_pass cases errors, other errored cases skipped.
+
+    Examples:
+        >>> root = ET.fromstring(to_junit(report))   # doctest: +SKIP
+        >>> root.get("failures")                     # doctest: +SKIP
+        '12'
+    """
+    name = f"evalkit {report.base_label} -> {report.cand_label}"
+    suite = ET.Element("testsuite", name=name)
+    notes = {c.case_id: c.cand_notes for c in report.broken}
+    counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    for r in report.paired.sort("case_id").iter_rows(named=True):
+        group = (r["tags"] or ["untagged"])[0]
+        case = ET.SubElement(suite, "testcase", name=r["case_id"], classname=f"evalkit.{group}")
+        counts["tests"] += 1
+        must = r["criticality"] == "must_pass"
+        if r["cand_error"]:
+            ET.SubElement(case, "error" if must else "skipped", message="errored in the candidate")
+            counts["errors" if must else "skipped"] += 1
+        elif r["cand"] is False and (r["base"] is True or must):
+            what = "broken: passed in the baseline" if r["base"] else "must_pass case fails"
+            failure = ET.SubElement(case, "failure", message=what)
+            lines = [
+                f"{_SYMBOL[n.passed]} {n.scorer}: {n.reason}" for n in notes.get(r["case_id"], ())
+            ]
+            failure.text = "\n".join(lines)
+            counts["failures"] += 1
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def to_html(report: Report, charts: bool = True, width: int = 120, max_cases: int = 50) -> str:
+    """The terminal report as a self-contained HTML page, with charts as inline SVG."""
+    page = _recorded(report, width, max_cases).export_html(inline_styles=True)
+    if charts and report.slices.height:
+        from evalkit.compare import charts as ch
+
+        tol = report.decision.policy.tolerance if report.decision else 0.02
+        svgs = [ch.to_svg(c) for c in (ch.slice_forest(report.slices, tol),
+                                       ch.flip_counts(report.slices))]  # fmt: skip
+        page = page.replace("</body>", "".join(f"<div>{s}</div>" for s in svgs) + "</body>")
+    return page

@@ -1,0 +1,643 @@
+"""Cases: the YAML corpus, its validation, and the canonical case hash.
+
+A case is data, not code. Every problem in a case file is reported as one line naming the file,
+the line and the case id (``cases/billing.yaml:12: case refund-017: unknown scorer 'contans'
+(did you mean 'contains'?)``), and the whole corpus is validated before anything runs.
+
+Examples:
+    >>> corpus = load_corpus("corpus")                       # doctest: +SKIP
+    >>> corpus.cases[0].id, corpus.stats().per_tag["billing"]  # doctest: +SKIP
+    ('billing-double-charge-001', 14)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import inspect
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from evalkit.errors import CorpusError
+from evalkit.records import canonical_json
+from evalkit.scorers import SCORERS, Scorer, build_scorer
+from evalkit.scorers.registry import ScorerArgError
+
+CASE_GLOBS = ("*.yaml", "*.yml")
+MIN_CRITICAL_CASES = 8
+_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+# --- validation models (extra="forbid" is the typo guard) -----------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MessageSpec(_Strict):
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+    name: str | None = None
+
+
+class InputSpec(_Strict):
+    messages: list[MessageSpec] | None = None
+    vars: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> InputSpec:
+        if (self.messages is None) == (self.vars is None):
+            raise ValueError("input needs exactly one of 'messages' or 'vars'")
+        if self.messages is not None and not self.messages:
+            raise ValueError("input.messages is empty")
+        return self
+
+
+class FixtureSpec(_Strict):
+    tools: dict[str, Any] = Field(default_factory=dict)
+    documents: list[Any] = Field(default_factory=list)
+
+
+class ProvenanceSpec(_Strict):
+    reviewer: str
+    date: dt.date | str
+    source: str | None = None
+    note: str | None = None
+
+
+class ScorerSpec(_Strict):
+    scorer: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class CaseSpec(_Strict):
+    id: str = Field(min_length=1, max_length=200)
+    tags: list[str] = Field(default_factory=list)
+    criticality: Literal["must_pass", "normal"] = "normal"
+    provenance: ProvenanceSpec | None = None
+    input: InputSpec
+    fixtures: FixtureSpec = Field(default_factory=FixtureSpec)
+    expect: list[ScorerSpec] = Field(min_length=1)
+    notes: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id_chars(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*", value):
+            raise ValueError("id may use letters, digits and _ . : / - only")
+        return value
+
+
+# --- the loaded case -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validated case, bound to its scorers.
+
+    ``hash`` is the sha256 of the canonical serialization of the case content: key order and
+    YAML formatting do not change it; any content change does.
+    """
+
+    id: str
+    tags: tuple[str, ...]
+    criticality: str
+    provenance: dict[str, Any]
+    messages: tuple[dict[str, Any], ...] | None
+    vars: dict[str, Any] | None
+    fixtures: dict[str, Any]
+    scorers: tuple[Scorer, ...] = field(repr=False)
+    hash: str
+    source: str  # "cases/billing.yaml:12", relative to the corpus root
+    sealed: bool = False
+
+    @property
+    def must_pass(self) -> bool:
+        return self.criticality == "must_pass"
+
+    def input_json(self) -> str:
+        payload = {"messages": list(self.messages)} if self.messages is not None else {}
+        if self.vars is not None:
+            payload["vars"] = self.vars
+        return json.dumps(payload, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """Counts shown by ``evalkit cases lint``."""
+
+    n_cases: int
+    per_tag: dict[str, int]
+    per_criticality: dict[str, int]
+    sealed: int
+    thin_critical_tags: dict[str, int]  # critical tags below MIN_CRITICAL_CASES
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """All cases of a suite, validated; ``file_hashes`` covers every referenced file."""
+
+    root: Path
+    cases: tuple[Case, ...]
+    file_hashes: dict[str, str]
+
+    @property
+    def hash(self) -> str:
+        digest = hashlib.sha256()
+        for case in sorted(self.cases, key=lambda c: c.id):
+            digest.update(f"{case.id}\0{case.hash}\n".encode())
+        return digest.hexdigest()
+
+    def select(
+        self,
+        tags: Iterable[str] = (),
+        exclude_tags: Iterable[str] = (),
+        ids: Iterable[str] = (),
+    ) -> Corpus:
+        """Cases having any of ``tags`` (all when empty), none of ``exclude_tags``."""
+        want, drop, only = set(tags), set(exclude_tags), set(ids)
+        chosen = tuple(
+            c
+            for c in self.cases
+            if (not want or want & set(c.tags))
+            and not drop & set(c.tags)
+            and (not only or c.id in only)
+        )
+        return Corpus(self.root, chosen, self.file_hashes)
+
+    def stats(self, critical_tags: Sequence[str] = ()) -> CorpusStats:
+        per_tag = Counter(t for c in self.cases for t in c.tags)
+        per_crit = Counter(c.criticality for c in self.cases)
+        thin = {
+            t: per_tag.get(t, 0) for t in critical_tags if per_tag.get(t, 0) < MIN_CRITICAL_CASES
+        }
+        return CorpusStats(
+            n_cases=len(self.cases),
+            per_tag=dict(sorted(per_tag.items())),
+            per_criticality=dict(sorted(per_crit.items())),
+            sealed=sum(c.sealed for c in self.cases),
+            thin_critical_tags=thin,
+        )
+
+
+# --- hashing ---------------------------------------------------------------------------------
+
+
+def case_hash(spec: CaseSpec) -> str:
+    """sha256 of the canonical form of a validated case (defaults dropped, short forms expanded)."""
+    payload = spec.model_dump(mode="json", exclude_defaults=True)
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_corpus(
+    root: str | Path,
+    *,
+    sealed: bool = False,
+    case_dirs: Sequence[str] = ("cases",),
+    user_template: str | None = None,
+) -> Corpus:
+    """Load and validate every case file under ``root/cases`` (and ``root/sealed`` if asked).
+
+    Raises:
+        CorpusError: the first problem found, as ``file:line: case id: what is wrong``.
+    """
+    root_path = Path(root).resolve()
+    if not root_path.is_dir():
+        raise CorpusError("corpus root is not a directory", path=root)
+    dirs = [*case_dirs, "sealed"] if sealed else list(case_dirs)
+    cases: list[Case] = []
+    seen: dict[str, str] = {}
+    file_hashes: dict[str, str] = {}
+    for directory in dirs:
+        for path in _case_files(root_path / directory):
+            for case in _load_file(path, root_path, sealed=directory == "sealed"):
+                if case.id in seen:
+                    raise CorpusError(
+                        f"duplicate id (first defined at {seen[case.id]})",
+                        path=case.source.rsplit(":", 1)[0],
+                        line=int(case.source.rsplit(":", 1)[1]),
+                        case_id=case.id,
+                    )
+                seen[case.id] = case.source
+                if user_template is not None:
+                    _check_vars(case, user_template)
+                for scorer in case.scorers:
+                    file_hashes.update(scorer.file_hashes)
+                cases.append(case)
+    return Corpus(root_path, tuple(cases), dict(sorted(file_hashes.items())))
+
+
+def load_cases_file(path: str | Path, root: str | Path) -> list[Case]:
+    """Validate a single case file (used by editors and tests)."""
+    return _load_file(Path(path).resolve(), Path(root).resolve(), sealed=False)
+
+
+def _case_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for pattern in CASE_GLOBS for p in directory.rglob(pattern) if p.is_file())
+
+
+def _load_file(path: Path, root: Path, *, sealed: bool) -> list[Case]:
+    rel = _relative(path, root)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=rel) from None
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=rel) from None
+    data, node = _parse_yaml(text, rel)
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise CorpusError("a case file must be a YAML list of cases", path=rel, line=1)
+    cases = []
+    for index, (raw, item_node) in enumerate(zip(data, node.value, strict=True)):
+        line = item_node.start_mark.line + 1
+        cases.append(_build_case(raw, item_node, rel, line, index, root, sealed))
+    return cases
+
+
+def _parse_yaml(text: str, rel: str) -> tuple[Any, Any]:
+    try:
+        return parse_yaml(text)
+    except YAMLInputError as exc:
+        raise CorpusError(exc.problem, path=rel, line=exc.line) from None
+
+
+#: Limits on one YAML document, counted after alias expansion (what a loader really walks).
+MAX_YAML_NODES = 1_000_000
+MAX_YAML_DEPTH = 64
+
+
+class YAMLInputError(Exception):
+    """A YAML document evalkit refuses: ``problem`` is one line, ``line`` 1-based or None."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        self.problem = " ".join(problem.split())[:300]
+        self.line = line
+        super().__init__(self.problem)
+
+
+def parse_yaml(text: str) -> tuple[Any, Any]:
+    """Parse one YAML document with the safe loader; returns ``(data, root node)``.
+
+    Only plain data is built (``!!python/...`` tags are refused). Before any object is built the
+    node graph is checked: a recursive alias, nesting deeper than ``MAX_YAML_DEPTH`` or more than
+    ``MAX_YAML_NODES`` nodes once aliases are expanded (a "billion laughs" bomb) is refused, so
+    nothing downstream (validation, hashing, JSON) can blow up on it.
+
+    Raises:
+        YAMLInputError: what is wrong, with the line when known.
+
+    Examples:
+        >>> parse_yaml("[a, b]")[0]
+        ['a', 'b']
+        >>> parse_yaml("a: &x [1]\\nb: *x")[0]
+        {'a': [1], 'b': [1]}
+    """
+    try:
+        loader = yaml.SafeLoader(text)  # the reader rejects control characters right here
+    except yaml.YAMLError as exc:
+        raise _yaml_problem(exc, text) from None
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _check_graph(node)
+        return loader.construct_document(node), node
+    except yaml.YAMLError as exc:
+        raise _yaml_problem(exc, text) from None
+    except RecursionError:
+        raise YAMLInputError("YAML nesting too deep") from None
+    except (ValueError, OverflowError) as exc:  # the constructor: 2026-02-30, a 5000-digit int
+        raise YAMLInputError(f"YAML value cannot be read: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> YAMLInputError:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        return YAMLInputError(f"YAML syntax error: {problem}", mark.line + 1 if mark else None)
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        return YAMLInputError(f"YAML error: character #x{exc.character:04x}: {exc.reason}", line)
+    return YAMLInputError(f"YAML error: {exc}")
+
+
+def _check_graph(root: yaml.Node) -> None:
+    """Refuse recursive aliases, deep nesting and alias bombs, without recursion."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, depth)
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        key = id(node)
+        children = _child_nodes(node)
+        if leaving:
+            on_path.discard(key)
+            size = 1 + sum(sizes[id(c)][0] for c in children)
+            depth = 1 + max((sizes[id(c)][1] for c in children), default=0)
+            line = node.start_mark.line + 1
+            if depth > MAX_YAML_DEPTH:
+                raise YAMLInputError(f"YAML nested deeper than {MAX_YAML_DEPTH} levels", line)
+            if size > MAX_YAML_NODES:
+                raise YAMLInputError(
+                    f"YAML expands to more than {MAX_YAML_NODES:,} values through anchors and "
+                    "aliases (an alias bomb?); write the data out or share less",
+                    line,
+                )
+            sizes[key] = (size, depth)
+            continue
+        if key in sizes:
+            continue
+        on_path.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                line = child.start_mark.line + 1
+                raise YAMLInputError("a YAML alias refers to a node that contains it", line)
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
+def _quoted(value: Any) -> str:
+    """``repr`` of a name for an error message, clipped to stay readable."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _shown_id(value: Any) -> str:
+    """A case id as error messages show it: one line, at most 80 characters."""
+    text = " ".join(str(value).split()) or repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _build_case(
+    raw: Any, node: Any, rel: str, line: int, index: int, root: Path, sealed: bool
+) -> Case:
+    if not isinstance(raw, dict):
+        raise CorpusError(
+            f"case #{index + 1} must be a mapping, got {type(raw).__name__}", path=rel, line=line
+        )
+    case_id = raw.get("id")
+    if case_id is None or case_id == "":
+        raise CorpusError(f"case #{index + 1} has no id", path=rel, line=line)
+    case_id = _shown_id(case_id)
+    raw = {**raw, "expect": _expand_short_forms(raw.get("expect"), rel, node, case_id)}
+    try:
+        spec = CaseSpec.model_validate(raw)
+    except ValidationError as exc:
+        message, key_line = _describe_validation(exc, node, line)
+        raise CorpusError(message, path=rel, line=key_line, case_id=case_id) from None
+    resolve = _resolver(root, rel, case_id)
+    scorers = []
+    for position, entry in enumerate(spec.expect):
+        entry_line = _seq_item_line(node, "expect", position) or line
+        if entry.scorer not in SCORERS:
+            hint = _suggest(entry.scorer, SCORERS)
+            raise CorpusError(
+                f"unknown scorer {_quoted(entry.scorer)}{hint}",
+                path=rel,
+                line=entry_line,
+                case_id=case_id,
+            )
+        try:
+            scorers.append(build_scorer(entry.scorer, entry.args, resolve))
+        except ScorerArgError as exc:
+            raise CorpusError(str(exc), path=rel, line=entry_line, case_id=case_id) from None
+        except CorpusError as exc:
+            raise CorpusError(exc.message, path=rel, line=entry_line, case_id=case_id) from None
+        except Exception as exc:  # a factory's own bug or limit (deep JSON, huge regex repeat)
+            raise CorpusError(
+                f"scorer {entry.scorer!r} cannot use these args: {type(exc).__name__}: {exc}"[:300],
+                path=rel,
+                line=entry_line,
+                case_id=case_id,
+            ) from None
+    scorers.sort(key=lambda s: s.tier)  # cheapest first (stable within a tier)
+    inputs = spec.input
+    return Case(
+        id=spec.id,
+        tags=tuple(spec.tags),
+        criticality=spec.criticality,
+        provenance=spec.provenance.model_dump(mode="json", exclude_none=True)
+        if spec.provenance
+        else {},
+        messages=tuple(m.model_dump(exclude_none=True) for m in inputs.messages)
+        if inputs.messages is not None
+        else None,
+        vars=dict(inputs.vars) if inputs.vars is not None else None,
+        fixtures=spec.fixtures.model_dump(mode="json"),
+        scorers=tuple(scorers),
+        hash=case_hash(spec),
+        source=f"{rel}:{line}",
+        sealed=sealed,
+    )
+
+
+def _expand_short_forms(expect: Any, rel: str, node: Any, case_id: str) -> Any:
+    """``- contains: refund`` → ``{scorer: contains, args: {text: refund}}``."""
+    if not isinstance(expect, list):
+        return expect
+    expanded = []
+    for position, entry in enumerate(expect):
+        if isinstance(entry, str):
+            entry = {entry: {}}
+        if isinstance(entry, dict) and "scorer" not in entry and len(entry) == 1:
+            name, value = next(iter(entry.items()))
+            definition = SCORERS.get(name)
+            if definition is None:
+                line = _seq_item_line(node, "expect", position)
+                hint = _suggest(str(name), SCORERS)
+                raise CorpusError(
+                    f"unknown scorer {_quoted(name)}{hint}", path=rel, line=line, case_id=case_id
+                )
+            if isinstance(value, dict) and (
+                definition.primary is None or _accepts_all(definition.factory, value)
+            ):
+                entry = {"scorer": name, "args": value}
+            elif value is None:
+                entry = {"scorer": name}
+            elif definition.primary is None:
+                line = _seq_item_line(node, "expect", position)
+                raise CorpusError(
+                    f"scorer {name!r} has no short form; write {{scorer: {name}, args: {{...}}}}",
+                    path=rel,
+                    line=line,
+                    case_id=case_id,
+                )
+            else:
+                entry = {"scorer": name, "args": {definition.primary: value}}
+        expanded.append(entry)
+    return expanded
+
+
+def _accepts_all(factory: Any, keys: Iterable[str]) -> bool:
+    """Whether every key is an argument of the factory (any key, if it takes ``**kwargs``)."""
+    params = inspect.signature(factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    return set(keys) <= set(params)
+
+
+def _resolver(root: Path, rel: str, case_id: str):
+    def resolve(name: str) -> Path:
+        shown = repr(name) if len(name) <= 120 else f"{name[:120]!r}..."
+        try:
+            candidate = Path(name)
+            if candidate.is_absolute():
+                raise CorpusError(f"file {shown} must be relative to the corpus root")
+            resolved = (root / candidate).resolve()
+            if not resolved.is_relative_to(root):
+                raise CorpusError(f"file {shown} is outside the corpus root {root}")
+            if not resolved.is_file():
+                raise CorpusError(f"file {shown} not found under the corpus root {root}")
+        except (OSError, ValueError) as exc:  # NUL bytes, names too long for the OS
+            reason = getattr(exc, "strerror", None) or exc  # strerror: without the long name
+            raise CorpusError(f"file {shown} is not a usable path: {reason}") from None
+        return resolved
+
+    return resolve
+
+
+def _describe_validation(exc: ValidationError, node: Any, case_line: int) -> tuple[str, int]:
+    error = exc.errors()[0]
+    loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    dotted = ".".join(str(p) for p in loc) or "case"
+    dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."
+    line = _path_line(node, loc) or case_line
+    if error["type"] == "extra_forbidden":
+        parent = _model_for(loc[:-1])
+        hint = _suggest(str(loc[-1]), parent.model_fields if parent else {})
+        return f"unknown field {dotted!r}{hint}", line
+    if error["type"] == "missing":
+        return f"missing required field {dotted!r}", line
+    message = error["msg"].removeprefix("Value error, ")
+    return f"invalid {dotted}: {message}", line
+
+
+def _model_for(loc: Sequence[Any]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = CaseSpec
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        annotation = model.model_fields.get(str(part))
+        if annotation is None:
+            return None
+        model = _first_model(annotation.annotation)
+    return model
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _path_line(node: Any, loc: Sequence[Any]) -> int | None:
+    """Line of the deepest YAML node reachable along ``loc`` (keys or list indices)."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == part), None)
+            if match is None:
+                return line
+            line = match[0].start_mark.line + 1
+            node = match[1]
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _seq_item_line(node: Any, key: str, position: int) -> int | None:
+    return _path_line(node, [key, position])
+
+
+def _suggest(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def template_vars(template: str) -> set[str]:
+    """Names used as ``{{name}}`` in a template."""
+    return set(_VAR.findall(template))
+
+
+def render_template(template: str, variables: dict[str, Any]) -> str:
+    """Substitute ``{{name}}`` placeholders; a missing variable raises KeyError.
+
+    Examples:
+        >>> render_template("Customer message: {{message}}", {"message": "hi"})
+        'Customer message: hi'
+    """
+    return _VAR.sub(lambda m: str(variables[m.group(1)]), template)
+
+
+def _check_vars(case: Case, user_template: str) -> None:
+    if case.vars is None:
+        return
+    missing = template_vars(user_template) - set(case.vars)
+    if missing:
+        path, line = case.source.rsplit(":", 1)
+        raise CorpusError(
+            f"input.vars lacks {sorted(missing)} used by the suite's user_template",
+            path=path,
+            line=int(line),
+            case_id=case.id,
+        )
+
+
+def render_messages(
+    case: Case, system_prompt: str | None, user_template: str | None
+) -> list[dict[str, Any]]:
+    """The chat messages sent for ``case``: the suite's system prompt, then the case's turns."""
+    variables = case.vars or {}
+    messages: list[dict[str, Any]] = []
+    if system_prompt:
+        messages.append({"role": "system", "content": render_template(system_prompt, variables)})
+    if case.messages is not None:
+        messages.extend(dict(m) for m in case.messages)
+    else:
+        template = user_template or "{{message}}"
+        messages.append({"role": "user", "content": render_template(template, variables)})
+    return messages

@@ -1,0 +1,396 @@
+"""Suite config (``corpus/evalkit.yaml``), CLI overrides, and the run manifest.
+
+The manifest pins everything that produced a run. ``config_hash`` is the sha256 of its canonical
+form minus run-specific fields, so two runs with the same hash are replays of one configuration.
+API keys are read from the environment by *name* (``api_key_env``); the key itself is never
+stored, hashed or printed.
+
+Examples:
+    >>> suite = load_suite("corpus/evalkit.yaml", overrides=["concurrency=4"])  # doctest: +SKIP
+    >>> suite.config.concurrency                                                # doctest: +SKIP
+    4
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import platform
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evalkit.corpus.cases import Corpus, YAMLInputError, parse_yaml
+from evalkit.errors import ConfigError
+from evalkit.records import canonical_json
+from evalkit.scorers.judge_client import model_family
+from evalkit.version import __version__
+
+DEFAULT_CONFIG = Path("corpus/evalkit.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sampling(_Strict):
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+
+
+class SystemConfig(_Strict):
+    """The system under test."""
+
+    provider: Literal["openai", "python", "demo"] = "openai"
+    model: str
+    snapshot: str | None = None  # pinned snapshot id when the model name is an alias
+    base_url: str | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"  # the variable's *name*; never the key
+    prompt: str | None = None  # system prompt file, relative to the corpus root
+    prompt_version: str | None = None
+    user_template: str = "{{message}}"
+    tools: str | None = None  # JSON file with OpenAI tool schemas, relative to the corpus root
+    function: str | None = None  # python provider: "package.module:function"
+    sampling: Sampling = Field(default_factory=Sampling)
+    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    max_steps: int = Field(default=8, ge=1, le=100)
+    # Which cases see the tool schemas: only agent cases (those with tool fixtures, so every
+    # call can be served) or every case (to catch a model that starts calling tools where it
+    # should simply answer; calls without a fixture then fail as unexpected).
+    offer_tools: Literal["with_fixtures", "always"] = "with_fixtures"
+    transport: Literal["openai", "lean"] = "openai"
+
+
+class JudgeConfig(_Strict):
+    provider: Literal["openai", "demo"] = "openai"
+    model: str
+    snapshot: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    max_retries: int = Field(default=4, ge=0, le=20)
+
+
+class Price(_Strict):
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class RateLimit(_Strict):
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+
+
+class SuiteConfig(_Strict):
+    suite: str
+    system: SystemConfig
+    concurrency: int = Field(default=8, ge=1, le=4096)
+    replays: int = Field(default=1, ge=1, le=100)
+    critical_tags: list[str] = Field(default_factory=list)
+    gate: dict[str, Any] = Field(default_factory=dict)
+    budgets: dict[str, Any] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    judge: JudgeConfig | None = None
+    rate_limit: RateLimit | None = None
+    cache: bool = True
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A loaded suite: its validated config plus the files it references, read once."""
+
+    config: SuiteConfig
+    path: Path
+    root: Path  # corpus root: the config file's directory
+    system_prompt: str | None
+    tools: list[dict[str, Any]] | None
+
+    def resolve(self, name: str) -> Path:
+        """A path relative to the corpus root, refused when it escapes the root."""
+        resolved = (self.root / name).resolve()
+        if not resolved.is_relative_to(self.root):
+            raise ConfigError(f"{self.path}: {name!r} is outside the corpus root {self.root}")
+        return resolved
+
+
+def load_suite(
+    path: str | Path = DEFAULT_CONFIG,
+    *,
+    overrides: list[str] | tuple[str, ...] = (),
+    prompt: str | Path | None = None,
+) -> Suite:
+    """Read ``evalkit.yaml``, apply ``--set key=value`` overrides and ``--prompt FILE``.
+
+    Raises:
+        ConfigError: one line naming the file and the offending key.
+    """
+    config_path = Path(path)
+    if not config_path.is_file():
+        raise ConfigError(f"{config_path}: suite config not found")
+    try:
+        raw, _ = parse_yaml(config_path.read_text(encoding="utf-8"))
+    except YAMLInputError as exc:
+        where = f"{config_path}:{exc.line}" if exc.line else str(config_path)
+        raise ConfigError(f"{where}: {exc.problem}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{config_path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{config_path}: cannot read: {exc.strerror or exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{config_path}: the suite config must be a YAML mapping")
+    for item in overrides:
+        raw = apply_override(raw, item, config_path)
+    root = config_path.resolve().parent
+    if prompt is not None:
+        prompt_path = Path(prompt).resolve()
+        raw.setdefault("system", {})
+        if not isinstance(raw["system"], dict):
+            raise ConfigError(f"{config_path}: 'system' must be a mapping")
+        raw["system"]["prompt"] = (
+            str(prompt_path.relative_to(root))
+            if prompt_path.is_relative_to(root)
+            else str(prompt_path)
+        )
+        raw["system"].setdefault("prompt_version", None)
+        if raw["system"]["prompt_version"] is None:
+            raw["system"]["prompt_version"] = prompt_path.stem
+    try:
+        config = SuiteConfig.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(p) for p in error["loc"])
+        key = key if len(key) <= 80 else key[:77] + "..."
+        kind = "unknown key" if error["type"] == "extra_forbidden" else "invalid value for"
+        message = "" if error["type"] == "extra_forbidden" else f": {error['msg']}"
+        raise ConfigError(f"{config_path}: {kind} {key!r}{message}") from None
+    system_prompt = _read_optional(root, config.system.prompt, config_path, "system.prompt")
+    tools_text = _read_optional(root, config.system.tools, config_path, "system.tools")
+    tools = None
+    if tools_text is not None:
+        try:
+            tools = json.loads(tools_text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"{config.system.tools}:{exc.lineno}: invalid JSON: {exc.msg}"
+            ) from None
+        except RecursionError:
+            raise ConfigError(f"{config.system.tools}: JSON nested too deeply") from None
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("function", {}), dict) for t in tools
+        ):
+            raise ConfigError(
+                f"{config.system.tools}: tool schemas must be a JSON list of objects "
+                '({"type": "function", "function": {...}})'
+            )
+    if config.system.provider == "python" and not config.system.function:
+        raise ConfigError(
+            f"{config_path}: provider 'python' needs system.function (module:function)"
+        )
+    return Suite(config, config_path.resolve(), root, system_prompt, tools)
+
+
+def apply_override(raw: dict[str, Any], item: str, source: Path | str = "--set") -> dict[str, Any]:
+    """Apply one ``key.sub=value`` override; the value is parsed as YAML (``4``, ``true``, ``[a]``).
+
+    Examples:
+        >>> apply_override({"system": {"model": "a"}}, "system.model=b")
+        {'system': {'model': 'b'}}
+    """
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key=value")
+    key, _, text = item.partition("=")
+    try:
+        value = parse_yaml(text)[0] if text.strip() else ""
+    except YAMLInputError:
+        value = text
+    result = json.loads(json.dumps(raw, default=str))  # deep copy of plain data
+    node = result
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"--set {item!r}: empty key")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {item!r}: {part!r} is not a mapping in {source}")
+        node = child
+    node[parts[-1]] = value
+    return result
+
+
+def _read_optional(root: Path, name: str | None, config_path: Path, key: str) -> str | None:
+    if name is None:
+        return None
+    shown = repr(name) if len(name) <= 120 else f"{name[:120]!r}..."
+    try:
+        path = (root / name).resolve()
+        if not path.is_file():
+            raise ConfigError(f"{config_path}: {key} file {shown} not found")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{config_path}: {key} file {shown} is not UTF-8 text") from None
+    except (OSError, ValueError) as exc:  # NUL bytes, names too long, unreadable
+        reason = getattr(exc, "strerror", None) or exc  # strerror: without the long name
+        raise ConfigError(f"{config_path}: {key} file {shown} cannot be read: {reason}") from None
+
+
+# --- manifest --------------------------------------------------------------------------------
+
+#: Manifest fields that identify a configuration; each is one logical thing a change can vary.
+COMPARABLE_FIELDS = (
+    "suite",
+    "provider",
+    "model",
+    "prompt",
+    "tools",
+    "sampling",
+    "judge",
+    "replays",
+    "scorer_files",
+    "harness",
+)
+
+
+def _sha(text: str | None) -> str | None:
+    return hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+
+
+def build_manifest(
+    suite: Suite,
+    corpus: Corpus,
+    *,
+    run_id: str,
+    label: str,
+    selection: dict[str, Any],
+    judge_rubrics: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Everything that produced a run (never keys), plus its ``config_hash``."""
+    system = suite.config.system
+    if judge_rubrics is None:
+        judge_rubrics = {
+            path: digest
+            for case in corpus.cases
+            for scorer in case.scorers
+            if scorer.tier == 3
+            for path, digest in scorer.file_hashes.items()
+        }
+    template_hash = _sha(
+        canonical_json({"system": suite.system_prompt, "user": system.user_template})
+    )
+    judge = suite.config.judge
+    manifest: dict[str, Any] = {
+        "suite": suite.config.suite,
+        "provider": {
+            "name": system.provider,
+            "base_url": system.base_url,
+            "function": system.function,
+            "simulator": system.provider == "demo" or system.model.startswith("demo-"),
+        },
+        "model": {"id": system.model, "snapshot": system.snapshot or system.model},
+        "prompt": {
+            "version": system.prompt_version
+            or (Path(system.prompt).stem if system.prompt else None),
+            "template_hash": template_hash,
+            "system_prompt_hash": _sha(suite.system_prompt),
+            "user_template_hash": _sha(system.user_template),
+        },
+        "tools": {
+            "hash": _sha(canonical_json(suite.tools)) if suite.tools is not None else None,
+            "names": sorted(t.get("function", {}).get("name", "?") for t in suite.tools or []),
+            "max_steps": system.max_steps,
+            "offer": system.offer_tools,
+        },
+        "sampling": system.sampling.model_dump(),
+        "judge": None
+        if judge is None
+        else {
+            "model": judge.model,
+            "snapshot": judge.snapshot or judge.model,
+            "provider": judge.provider,
+            "rubric_hashes": dict(sorted((judge_rubrics or {}).items())),
+        },
+        "replays": suite.config.replays,
+        "scorer_files": corpus.file_hashes,
+        "harness": {"evalkit": __version__},
+        "corpus": {"hash": corpus.hash, "n_cases": len(corpus.cases)},
+        "selection": selection,
+        "client": _client_versions(),
+        "run": {
+            "run_id": run_id,
+            "label": label,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "concurrency": suite.config.concurrency,
+            "cache": suite.config.cache,
+            **_git_state(suite.root),
+        },
+    }
+    manifest["warnings"] = _warnings(suite)
+    manifest["config_hash"] = config_hash(manifest)
+    return manifest
+
+
+def _warnings(suite: Suite) -> list[str]:
+
+    judge = suite.config.judge
+    if judge is None:
+        return []
+    family = model_family(judge.model)
+    if family == model_family(suite.config.system.model):
+        return [
+            f"judge {judge.model} and the system under test {suite.config.system.model} share "
+            f"the model family {family!r}: expect self-preference; prefer another family"
+        ]
+    return []
+
+
+def config_hash(manifest: dict[str, Any]) -> str:
+    """sha256 over the comparable fields only (run id, time, git state, corpus are excluded)."""
+    return hashlib.sha256(
+        canonical_json({k: manifest.get(k) for k in COMPARABLE_FIELDS}).encode()
+    ).hexdigest()
+
+
+def manifest_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Names of the comparable fields in which two manifests differ.
+
+    Examples:
+        >>> manifest_diff({"model": {"id": "a"}}, {"model": {"id": "b"}})
+        ['model']
+    """
+    return [k for k in COMPARABLE_FIELDS if canonical_json(a.get(k)) != canonical_json(b.get(k))]
+
+
+def _client_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("openai", "duckdb", "polars", "httpx", "aiohttp"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _git_state(where: Path) -> dict[str, Any]:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": None, "git_dirty": None}
+    if sha.returncode != 0:
+        return {"git_sha": None, "git_dirty": None}
+    return {"git_sha": sha.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}

@@ -1,0 +1,448 @@
+"""Published judge–human agreement data sets as tidy Polars frames, and their published figures.
+
+Two data sets with per-item human labels *and* per-item model-judge verdicts:
+
+- **PandaLM** (Apache-2.0, shipped in ``data/pandalm``): 999 pairwise items, three human
+  annotators, gpt-3.5-turbo and PandaLM-7B verdicts in one presentation order.
+  :func:`load_pandalm`.
+- **LLMBar** (MIT, not shipped): 419 expert-labelled pairwise items with GPT-4 verdicts in both
+  presentation orders under 8 prompting strategies. :func:`load_llmbar` reads a local copy.
+
+Verdicts use one coding everywhere: ``1`` = response/output 1 is better, ``2`` = 2 is better,
+``0`` = tie (PandaLM only). The published figures (``PANDALM_README``, ``LLMBAR_TABLE2_GPT4``)
+are what :func:`pandalm_table` and :func:`llmbar_table` reproduce exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from evalkit.errors import EvalkitError
+from evalkit.judges import agreement
+
+__all__ = [
+    "GPT35_VERDICTS",
+    "LLMBAR_STRATEGIES",
+    "LLMBAR_SUBSETS",
+    "LLMBAR_TABLE2_GPT4",
+    "PANDALM_ANNOTATOR_KAPPA",
+    "PANDALM_README",
+    "llmbar_dir",
+    "llmbar_mismatches",
+    "llmbar_statistics",
+    "llmbar_table",
+    "load_llmbar",
+    "load_pandalm",
+    "pandalm_dir",
+    "pandalm_mismatches",
+    "pandalm_table",
+    "round_half_up",
+]
+
+_REPO = Path(__file__).resolve().parents[2]
+_PANDALM_FILES = {
+    "items": "testset-v1.json",
+    "gpt35": "gpt-3.5-turbo-testset-v1.json",
+    "pandalm": "pandalm-7b-testset-v1.json",
+}
+#: gpt-3.5-turbo's raw answers -> verdict code. "garbage" (unparseable) counts as a tie, as in
+#: the PandaLM README's figures.
+GPT35_VERDICTS: dict[str, int] = {"1": 1, "2": 2, "Tie": 0, "garbage": 0}
+
+#: LLMBar subsets in the order of the paper's Table 2.
+LLMBAR_SUBSETS: tuple[str, ...] = (
+    "Natural",
+    "Adversarial/Neighbor",
+    "Adversarial/GPTInst",
+    "Adversarial/GPTOut",
+    "Adversarial/Manual",
+)
+#: Strategy folder names in the order of the paper's Table 2 (Vanilla, Vanilla*, CoT*, ...).
+LLMBAR_STRATEGIES: tuple[str, ...] = (
+    "Vanilla_NoRules",
+    "Vanilla",
+    "CoT",
+    "Swap",
+    "Swap_CoT",
+    "Metrics",
+    "Reference",
+    "Metrics_Reference",
+)
+
+#: PandaLM README, "ChatGPT VS PandaLM" (commit 233edce): percent, 2 dp, human = majority vote.
+PANDALM_README: dict[str, dict[str, float]] = {
+    "gpt35": {"accuracy": 71.07, "precision": 58.79, "recall": 57.36, "f1": 57.55},
+    "pandalm": {"accuracy": 66.77, "precision": 57.38, "recall": 57.50, "f1": 57.43},
+}
+#: PandaLM README: the annotators' pairwise Cohen's kappa, 2 dp.
+PANDALM_ANNOTATOR_KAPPA: dict[tuple[str, str], float] = {
+    ("annotator1", "annotator2"): 0.85,
+    ("annotator1", "annotator3"): 0.88,
+    ("annotator2", "annotator3"): 0.86,
+}
+
+_T2_COLUMNS = (*LLMBAR_SUBSETS, "Adversarial avg", "Average")
+# LLMBar paper Table 2, GPT-4 rows: (Acc., Agr.) per column of _T2_COLUMNS, percent, 1 dp.
+# Per-subset cells are the authors' statistics.json (correct_average, equal) rounded half-up;
+# the averages are unweighted means of the unrounded subset figures.
+_T2 = {
+    "Vanilla_NoRules": (
+        (93.5, 97.0), (64.2, 89.6), (76.6, 90.2), (76.6, 87.2),
+        (75.0, 89.1), (73.1, 89.0), (77.2, 90.6),
+    ),
+    "Vanilla": (
+        (95.5, 95.0), (78.7, 93.3), (86.4, 94.6), (77.7, 93.6),
+        (80.4, 82.6), (80.8, 91.0), (83.7, 91.8),
+    ),
+    "CoT": (
+        (94.5, 91.0), (75.0, 90.3), (83.2, 90.2), (74.5, 87.2),
+        (73.9, 82.6), (76.6, 87.6), (80.2, 88.3),
+    ),
+    "Swap": (
+        (94.5, 97.0), (77.6, 97.0), (88.0, 95.7), (73.4, 97.9),
+        (81.5, 93.5), (80.1, 96.0), (83.0, 96.2),
+    ),
+    "Swap_CoT": (
+        (94.0, 100.0), (78.7, 99.3), (85.3, 96.7), (79.8, 97.9),
+        (77.2, 93.5), (80.3, 96.8), (83.0, 97.5),
+    ),
+    "Metrics": (
+        (93.0, 94.0), (83.2, 93.3), (89.7, 90.2), (73.4, 89.4),
+        (81.5, 80.4), (82.0, 88.3), (84.2, 89.5),
+    ),
+    "Reference": (
+        (95.5, 97.0), (80.6, 89.6), (87.5, 90.2), (77.7, 85.1),
+        (84.8, 87.0), (82.6, 88.0), (85.2, 89.8),
+    ),
+    "Metrics_Reference": (
+        (96.0, 96.0), (85.4, 94.8), (89.7, 90.2), (72.3, 83.0),
+        (83.7, 84.8), (82.8, 88.2), (85.4, 89.8),
+    ),
+}  # fmt: skip
+#: {strategy: {column: (acc, agr)}} for the GPT-4 rows of LLMBar Table 2.
+LLMBAR_TABLE2_GPT4: dict[str, dict[str, tuple[float, float]]] = {
+    s: dict(zip(_T2_COLUMNS, cells, strict=True)) for s, cells in _T2.items()
+}
+
+
+def round_half_up(value: float | Fraction | Decimal | int, ndigits: int = 1) -> float:
+    """Round half away from zero at ``ndigits`` decimals (the rounding printed tables use).
+
+    Python's ``round`` rounds half to even and works on the binary float, so ``round(64.25, 1)``
+    is 64.2. Pass a :class:`~fractions.Fraction` when the exact value matters: a float that is
+    mathematically a half may sit just below it.
+
+    Examples:
+        >>> round_half_up(64.25), round(64.25, 1), round_half_up(Fraction(5, 8), 2)
+        (64.3, 64.2, 0.63)
+    """
+    if isinstance(value, Fraction):
+        dec = Decimal(value.numerator) / Decimal(value.denominator)
+    else:
+        dec = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    return float(dec.quantize(Decimal(1).scaleb(-ndigits), rounding=ROUND_HALF_UP))
+
+
+def pandalm_dir(root: str | Path | None = None) -> Path:
+    """The PandaLM folder: ``root``, else ``$EVALKIT_PANDALM_DIR``, else the shipped copy.
+
+    Examples:
+        >>> pandalm_dir().name
+        'pandalm'
+    """
+    path = Path(root or os.environ.get("EVALKIT_PANDALM_DIR") or _REPO / "data" / "pandalm")
+    missing = [f for f in _PANDALM_FILES.values() if not (path / f).is_file()]
+    if missing:
+        raise EvalkitError(
+            f"{path}: missing {', '.join(missing)}; pass root= or set EVALKIT_PANDALM_DIR to a "
+            "folder holding the PandaLM test-set files"
+        )
+    return path
+
+
+def llmbar_dir(root: str | Path | None = None) -> Path:
+    """The LLMBar folder: ``root``, else ``$EVALKIT_SHARED_DATA/judge_agreement/llmbar``, else
+    ``<repo>/../shared/data/judge_agreement/llmbar``. LLMBar is not shipped with evalkit.
+
+    Layout: ``<subset>/GPT-4/<strategy>/{result,statistics}.json``.
+    """
+    if root:
+        path = Path(root)
+    else:
+        shared = os.environ.get("EVALKIT_SHARED_DATA") or _REPO.parent / "shared" / "data"
+        path = Path(shared) / "judge_agreement" / "llmbar"
+    if not path.is_dir() or not any(path.glob("**/result.json")):
+        raise EvalkitError(
+            f"{path}: no LLMBar result.json files; pass the folder (LLMBAR_DIR in the notebook) "
+            "or set EVALKIT_SHARED_DATA"
+        )
+    return path
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EvalkitError(f"{path}: cannot read JSON ({exc})") from exc
+
+
+def load_pandalm(root: str | Path | None = None) -> pl.DataFrame:
+    """The PandaLM test set, one row per item, human and judge verdicts coded 0/1/2.
+
+    Columns: ``idx, cmp_key, motivation_app, instruction, input, response1, response2,
+    annotator1, annotator2, annotator3, human`` (majority of the three; the set has no 1-1-1
+    split, so it is never null), ``gpt35_raw`` (``"1" | "2" | "Tie" | "garbage"``), ``gpt35``
+    (mapped by ``GPT35_VERDICTS``), ``pandalm``, ``len_1, len_2`` (response lengths in
+    characters). Six responses are the JSON boolean ``true`` in the file; they become "True".
+    Raises ``EvalkitError`` if the files do not line up by ``idx`` or hold an unknown verdict.
+
+    Examples:
+        >>> df = load_pandalm()
+        >>> df.height, df["human"].value_counts(sort=True)["count"].to_list()
+        (999, [472, 422, 105])
+    """
+    path = pandalm_dir(root)
+    items, gpt, panda = (_read_json(path / f) for f in _PANDALM_FILES.values())
+    idx = [r["idx"] for r in items]
+    for name, recs in (("gpt35", gpt), ("pandalm", panda)):
+        if [r["idx"] for r in recs] != idx:
+            raise EvalkitError(f"{path / _PANDALM_FILES[name]}: idx does not line up with items")
+    unknown = {r["gpt_result"] for r in gpt} - GPT35_VERDICTS.keys()
+    if unknown:
+        raise EvalkitError(f"{path / _PANDALM_FILES['gpt35']}: unknown gpt_result {unknown}")
+    cols = ["idx", "cmp_key", "motivation_app", "instruction", "input", "response1", "response2"]
+    raters = ["annotator1", "annotator2", "annotator3"]
+    # six responses are JSON ``true`` in the file (answers to "verify the statement"): as text
+    text = {"instruction", "input", "response1", "response2"}
+    frame = pl.DataFrame(
+        {c: [str(r[c]) if c in text else r[c] for r in items] for c in cols + raters}
+    )
+    votes = pl.concat_list(raters)
+    majority = (
+        pl.when(votes.list.count_matches(0) >= 2)
+        .then(0)
+        .when(votes.list.count_matches(1) >= 2)
+        .then(1)
+        .when(votes.list.count_matches(2) >= 2)
+        .then(2)
+    )
+    return frame.with_columns(
+        majority.cast(pl.Int64).alias("human"),
+        pl.Series("gpt35_raw", [r["gpt_result"] for r in gpt]),
+        pl.Series("gpt35", [GPT35_VERDICTS[r["gpt_result"]] for r in gpt], dtype=pl.Int64),
+        pl.Series("pandalm", [int(r["pandalm_result"]) for r in panda], dtype=pl.Int64),
+        pl.col("response1").str.len_chars().alias("len_1"),
+        pl.col("response2").str.len_chars().alias("len_2"),
+    )
+
+
+def _subsets(root: Path, evaluator: str) -> list[str]:
+    found = {p.parent.relative_to(root).as_posix() for p in root.glob(f"**/{evaluator}")}
+    known = [s for s in LLMBAR_SUBSETS if s in found]
+    return known + sorted(found - set(known))
+
+
+def _select(found: list[str], wanted: Iterable[str] | None, what: str, root: Path) -> list[str]:
+    if wanted is None:
+        return found
+    wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+    missing = [w for w in wanted if w not in found]
+    if missing:
+        raise EvalkitError(f"{root}: no {what} {missing}; found {found}")
+    return wanted
+
+
+def load_llmbar(
+    root: str | Path | None = None,
+    strategies: str | Sequence[str] | None = None,
+    subsets: str | Sequence[str] | None = None,
+    evaluator: str = "GPT-4",
+) -> pl.DataFrame:
+    """LLMBar items with the judge's verdict in both orders: one row per (subset, strategy, item).
+
+    Columns: ``subset`` ("Natural", "Adversarial/Neighbor", ...), ``strategy`` (folder name),
+    ``item`` (0-based position in the subset), ``input, output_1, output_2, label`` (gold, 1|2),
+    ``winner_noswap`` (outputs shown as given), ``winner_swap`` (shown swapped), ``len_1, len_2``
+    (characters). Winners come from the *last* element of each record's ``results`` (earlier
+    elements are intermediate generations) and are already in the original numbering.
+
+    Examples:
+        >>> df = load_llmbar(strategies="CoT")  # doctest: +SKIP
+        >>> df.group_by("subset").len().sort("subset")["len"].to_list()  # doctest: +SKIP
+        [92, 47, 46, 134, 100]
+    """
+    path = llmbar_dir(root)
+    subs = _select(_subsets(path, evaluator), subsets, "subsets", path)
+    keys = ("subset", "strategy", "item", "input", "output_1", "output_2", "label")
+    keys += ("winner_noswap", "winner_swap")
+    rows: dict[str, list[Any]] = {k: [] for k in keys}
+    for sub in subs:
+        base = path / sub / evaluator
+        found = sorted(p.name for p in base.iterdir() if (p / "result.json").is_file())
+        known = [s for s in LLMBAR_STRATEGIES if s in found] + sorted(
+            set(found) - set(LLMBAR_STRATEGIES)
+        )
+        for strat in _select(known, strategies, "strategies", base):
+            file = base / strat / "result.json"
+            for i, rec in enumerate(_read_json(file)):
+                last = rec["results"][-1]
+                try:
+                    w = [int(last[f"swap = {s}"]["winner"]) for s in ("False", "True")]
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise EvalkitError(
+                        f"{file}: item {i}: no verdict in results[-1] ({exc})"
+                    ) from exc
+                values = (sub, strat, i, rec["input"], rec["output_1"], rec["output_2"])
+                values += (int(rec["label"]), w[0], w[1])
+                for key, value in zip(rows, values, strict=True):
+                    rows[key].append(value)
+    return pl.DataFrame(rows, schema_overrides={"item": pl.Int64, "label": pl.Int64}).with_columns(
+        pl.col("output_1").str.len_chars().alias("len_1"),
+        pl.col("output_2").str.len_chars().alias("len_2"),
+    )
+
+
+_PERCENT = re.compile(r"(?:(\d+) / (\d+) = )?([\d.]+)%")
+
+
+def _percent(text: str, file: Path) -> tuple[float, int | None, int | None]:
+    m = _PERCENT.fullmatch(text.strip())
+    if not m:
+        raise EvalkitError(f"{file}: cannot parse {text!r} as a percentage")
+    k, n = (int(m[1]), int(m[2])) if m[1] else (None, None)
+    return float(m[3]), k, n
+
+
+def llmbar_statistics(root: str | Path | None = None, evaluator: str = "GPT-4") -> pl.DataFrame:
+    """The authors' own figures (``statistics.json``): one row per (subset, strategy).
+
+    Columns: ``subset, strategy, n, acc`` (``correct_average``, percent), ``agr`` (``equal``,
+    percent), ``agree`` (items with the same verdict in both orders). The ``kappa_*`` fields are
+    skipped: the authors' script maps winner 2 to 0 before computing them, so they are not
+    agreement figures.
+    """
+    path = llmbar_dir(root)
+    rows = []
+    for sub in _subsets(path, evaluator):
+        for file in sorted((path / sub / evaluator).glob("*/statistics.json")):
+            stats = _read_json(file)
+            acc, _, _ = _percent(stats["correct_average"], file)
+            agr, agree, n = _percent(stats["equal"], file)
+            strat = file.parent.name
+            rows.append(
+                {"subset": sub, "strategy": strat, "n": n, "acc": acc, "agr": agr, "agree": agree}
+            )
+    return pl.DataFrame(rows)
+
+
+def pandalm_table(
+    frame: pl.DataFrame, judges: Sequence[str] = ("gpt35", "pandalm")
+) -> pl.DataFrame:
+    """The PandaLM README table from a :func:`load_pandalm` frame: percent, 2 dp, half-up.
+
+    Accuracy and unweighted macro precision/recall/F1 over {0, 1, 2}, human = majority vote,
+    computed by :func:`evalkit.judges.agreement.classification_report`.
+
+    Examples:
+        >>> pandalm_table(load_pandalm()).row(0)
+        ('gpt35', 71.07, 58.79, 57.36, 57.55)
+    """
+    rows = []
+    for judge in judges:
+        rep = agreement.classification_report(frame["human"], frame[judge], labels=(0, 1, 2))
+        values = (rep.accuracy, rep.macro_precision, rep.macro_recall, rep.macro_f1)
+        rows.append((judge, *(round_half_up(100 * v, 2) for v in values)))
+    return pl.DataFrame(
+        rows, schema=["judge", "accuracy", "precision", "recall", "f1"], orient="row"
+    )
+
+
+def llmbar_table(frame: pl.DataFrame, ndigits: int | None = 1) -> pl.DataFrame:
+    """LLMBar Table 2 from a :func:`load_llmbar` frame: one row per (strategy, column).
+
+    ``acc`` = mean over both presentation orders of [winner == label]; ``agr`` = share of items
+    with the same winner in both orders (:func:`evalkit.judges.agreement.order_summary`). Columns:
+    the
+    five subsets, then "Adversarial avg" (unweighted mean over the four adversarial subsets) and
+    "Average" (over all five). Percent, rounded half-up from exact fractions to ``ndigits``
+    (``None`` keeps full precision).
+
+    Examples:
+        >>> t = llmbar_table(load_llmbar(strategies="Vanilla_NoRules"))  # doctest: +SKIP
+        >>> t.filter(pl.col("column") == "Average").row(0)  # doctest: +SKIP
+        ('Vanilla_NoRules', 'Average', 77.2, 90.2)
+    """
+    rows = []
+    for (strat,), part in frame.group_by(["strategy"], maintain_order=True):
+        cells: dict[str, tuple[Fraction, Fraction]] = {}
+        for (sub,), g in part.group_by(["subset"], maintain_order=True):
+            s = agreement.order_summary(g["label"], g["winner_noswap"], g["winner_swap"])
+            acc = Fraction(s.correct_ab + s.correct_ba, 2 * s.n)
+            cells[str(sub)] = (acc, Fraction(s.consistent, s.n))
+        adv = [c for k, c in cells.items() if k.startswith("Adversarial/")]
+        if adv:
+            cells["Adversarial avg"] = _mean_cells(adv)
+        cells["Average"] = _mean_cells([c for k, c in cells.items() if k != "Adversarial avg"])
+        for col, (acc, agr) in cells.items():
+            out = [100 * acc, 100 * agr]
+            fmt = [float(v) if ndigits is None else round_half_up(v, ndigits) for v in out]
+            rows.append((strat, col, *fmt))
+    return pl.DataFrame(rows, schema=["strategy", "column", "acc", "agr"], orient="row")
+
+
+def _mean_cells(cells: list[tuple[Fraction, Fraction]]) -> tuple[Fraction, Fraction]:
+    return (
+        sum((c[0] for c in cells), Fraction(0)) / len(cells),
+        sum((c[1] for c in cells), Fraction(0)) / len(cells),
+    )
+
+
+def pandalm_mismatches(frame: pl.DataFrame, judge: str) -> dict[str, tuple[Any, Any]]:
+    """Published PandaLM figures that ``frame`` does *not* reproduce: {figure: (got, published)}.
+
+    Checks the judge's README row (:func:`pandalm_table`) and the annotators' pairwise kappas
+    (:func:`evalkit.judges.agreement.rater_agreement`, 2 dp). Empty when everything reproduces.
+
+    Examples:
+        >>> pandalm_mismatches(load_pandalm(), "pandalm")
+        {}
+    """
+    got = pandalm_table(frame, judges=[judge]).row(0, named=True)
+    out = {k: (got[k], v) for k, v in PANDALM_README[judge].items() if got[k] != v}
+    raters = list(dict.fromkeys(r for pair in PANDALM_ANNOTATOR_KAPPA for r in pair))
+    votes = frame.unpivot(index="idx", on=raters, variable_name="rater", value_name="label")
+    pairs = agreement.rater_agreement(votes, item="idx").pairwise
+    for a, b, kappa in pairs.select("rater_a", "rater_b", "kappa").iter_rows():
+        want = PANDALM_ANNOTATOR_KAPPA[(a, b)]
+        if round_half_up(kappa, 2) != want:
+            out[f"kappa {a}-{b}"] = (kappa, want)
+    return out
+
+
+def llmbar_mismatches(
+    frame: pl.DataFrame, strategy: str, root: str | Path | None = None
+) -> dict[str, tuple[Any, Any]]:
+    """LLMBar Table 2 cells for ``strategy`` that ``frame`` does *not* reproduce.
+
+    Compares :func:`llmbar_table` (1 dp, half-up) with ``LLMBAR_TABLE2_GPT4`` and, per subset,
+    with the authors' ``statistics.json`` under ``root``. {cell: (got, published)}; empty when
+    everything reproduces.
+    """
+    table = llmbar_table(frame.filter(pl.col("strategy") == strategy))
+    got = {col: (acc, agr) for _, col, acc, agr in table.iter_rows()}
+    out = {k: (got.get(k), v) for k, v in LLMBAR_TABLE2_GPT4[strategy].items() if got.get(k) != v}
+    authors = llmbar_statistics(root).filter(pl.col("strategy") == strategy)
+    for sub, acc, agr in authors.select("subset", "acc", "agr").iter_rows():
+        theirs = (round_half_up(acc), round_half_up(agr))
+        if got.get(sub) != theirs:
+            out[f"statistics.json {sub}"] = (got.get(sub), theirs)
+    return out

@@ -1,0 +1,1 @@
+"""Asking the system under test: runner, providers, response cache, rescore."""

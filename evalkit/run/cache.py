@@ -1,0 +1,63 @@
+"""The response cache, keyed by provider, model, rendered messages, tools, sampling and replay.
+
+The runner prefetches the keys of a whole run in one query and writes new entries with each
+batch; :class:`CachedProvider` wraps any provider for one-off calls (model judges, rescoring)
+so an unchanged judge request is answered from the store with zero model calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from evalkit.records import ChatRequest, Completion, Provider, canonical_json
+from evalkit.store import Store
+
+
+def cache_key(identity: dict[str, Any], request: ChatRequest, replay: int) -> str:
+    """sha256 over who answers (``identity``) and exactly what was asked.
+
+    Examples:
+        >>> req = ChatRequest("m", [{"role": "user", "content": "hi"}], {"temperature": 0})
+        >>> cache_key({"provider": "openai"}, req, 0) == cache_key({"provider": "openai"}, req, 1)
+        False
+    """
+    payload = {
+        **identity,
+        "model": request.model,
+        "messages": request.messages,
+        "tools": request.tools,
+        "sampling": request.sampling,
+        "replay": replay,
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+class CachedProvider:
+    """A provider whose answers are stored and re-used (when ``enabled``)."""
+
+    def __init__(
+        self, inner: Provider, store: Store, identity: dict[str, Any], enabled: bool = True
+    ) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", "cached")
+        self.store = store
+        self.identity = identity
+        self.enabled = enabled
+        self.hits = 0
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        key = cache_key(self.identity, request, 0)
+        if self.enabled:
+            hit = self.store.cache_get([key]).get(key)
+            if hit is not None:
+                self.hits += 1
+                return Completion.from_json(json.loads(hit))
+        completion = await self.inner.complete(request)
+        if self.enabled:
+            self.store.cache_put({key: json.dumps(completion.to_json())})
+        return completion
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

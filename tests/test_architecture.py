@@ -1,0 +1,223 @@
+"""The package's shape: no import circles, and each stage imports only the stages below it.
+
+The import graph is built from the source with ``ast`` (every ``import`` counts: top-level,
+inside functions and under ``TYPE_CHECKING``), so a lazy import cannot hide a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "evalkit"
+
+#: The stages, bottom first. A module may import its own stage and any stage below it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("version", "errors", "redact", "records", "fixtures", "retries", "stats"),
+    ("store",),
+    ("scorers",),
+    ("corpus",),
+    ("run",),
+    ("judges",),
+    ("compare",),
+    ("notebooks",),
+    ("demo",),
+    ("cli",),
+)
+#: The store is the ground floor of the data: nothing of analysis, judges or reports above it.
+STORE_MAY_IMPORT = {"version", "errors", "redact", "records", "store"}
+
+
+def module_names(root: Path = PACKAGE) -> dict[str, Path]:
+    """``evalkit.a.b`` -> its file, for every module and package under ``root``."""
+    names = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, str | None]]:
+    """(module, name or None) for each import statement, relative imports resolved."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                yield base, alias.name
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Edges from each evalkit module to the evalkit modules it imports.
+
+    ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``.
+    Importing a module of another subpackage also runs that subpackage's ``__init__``, so that
+    is an edge too. The root ``evalkit/__init__`` (the lazy public facade) is left out as a
+    target: every import passes through it, and it imports nothing at load time.
+    """
+    names = module_names(root)
+    graph: dict[str, set[str]] = {}
+    for module, path in names.items():
+        targets: set[str] = set()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for base, name in _imported(tree, module, path.name == "__init__.py"):
+            if not base.startswith("evalkit"):
+                continue
+            target = f"{base}.{name}" if name and f"{base}.{name}" in names else base
+            while target not in names:
+                target = target.rpartition(".")[0]
+            targets.add(target)
+            parts = target.split(".")
+            for depth in range(2, len(parts)):
+                package = ".".join(parts[:depth])
+                if not module.startswith(package + ".") and module != package:
+                    targets.add(package)
+        targets.discard(module)
+        targets.discard("evalkit")
+        graph[module] = targets
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's strongly connected components of ``graph``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def stage(module: str) -> str:
+    """``evalkit.compare.gate`` -> ``compare``; ``evalkit`` itself -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def rank(module: str) -> int:
+    for position, members in enumerate(LAYERS):
+        if stage(module) in members:
+            return position
+    raise AssertionError(f"{module} belongs to no stage in LAYERS: add it where it belongs")
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    return [sorted(c) for c in strongly_connected(graph) if len(c) > 1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in sorted(graph.items()):
+        if module == "evalkit":
+            continue
+        for target in sorted(targets):
+            if rank(target) > rank(module):
+                bad.append(f"{module} -> {target}")
+    return bad
+
+
+def store_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{module} -> {target}"
+        for module, targets in sorted(graph.items())
+        if stage(module) == "store"
+        for target in sorted(targets)
+        if stage(target) not in STORE_MAY_IMPORT
+    ]
+
+
+def test_no_import_circles() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_each_stage_imports_only_stages_below_it() -> None:
+    assert upward_imports(import_graph()) == []
+
+
+def test_store_imports_nothing_above_it() -> None:
+    assert store_imports(import_graph()) == []
+
+
+def test_every_module_belongs_to_a_stage() -> None:
+    for module in import_graph():
+        if module != "evalkit":
+            rank(module)
+
+
+# The checks themselves must be able to fail: a throwaway copy of the package with one
+# back-import added has to trip each of them.
+
+
+def _copy_with(tmp_path: Path, relative: str, line: str) -> Path:
+    import shutil
+
+    root = tmp_path / "evalkit"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / relative
+    target.write_text(target.read_text() + f"\n{line}\n")
+    return root
+
+
+def test_a_back_import_makes_a_circle(tmp_path: Path) -> None:
+    root = _copy_with(tmp_path, "scorers/registry.py", "from evalkit.scorers import judge")
+    found = circles(import_graph(root))
+    assert any("evalkit.scorers.registry" in c for c in found)
+
+
+def test_a_lazy_back_import_still_counts(tmp_path: Path) -> None:
+    root = _copy_with(
+        tmp_path,
+        "corpus/cases.py",
+        "def _late():\n    from evalkit.run.runner import run_suite  # noqa: F401",
+    )
+    assert "evalkit.corpus.cases -> evalkit.run.runner" in upward_imports(import_graph(root))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from evalkit.compare.verdicts import verdicts",
+        "from evalkit.judges.calibration import Calibration",
+        "from evalkit.compare import report",
+    ],
+)
+def test_the_store_importing_analysis_judges_or_reports_is_caught(
+    tmp_path: Path, line: str
+) -> None:
+    root = _copy_with(tmp_path, "store/db.py", f"if False:\n    {line}")
+    assert store_imports(import_graph(root)) != []
