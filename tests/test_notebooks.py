@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import polars as pl
 import pytest
-from test_gate import seed000_runs, write_store
+from synthetic_runs import seed000_runs, write_store
 
 from evalkit.cli import main
 from evalkit.compare.analysis import RunData

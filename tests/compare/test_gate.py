@@ -1,43 +1,17 @@
-"""The tiered gate: the seeds' worked examples, config validation, states, flakes, overrides.
-
-`seed000_runs` (the 600-case example) and `write_store` (synthetic runs into a DuckDB file
-through the store's own writer API) are reused by tests/test_report.py and test_notebooks.py.
-"""
+"""The tiered gate: the seeds' worked examples, config validation, states, flakes, overrides."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
-from test_analysis import MANIFEST, C, make_run
+from synthetic_runs import MANIFEST, seed000_runs, write_store
 
-from evalkit.compare.analysis import RunData, compare, slices
+from evalkit.compare.analysis import compare, slices
 from evalkit.compare.gate import GatePolicy, Override, decide, gate_comparison, power_table
-from evalkit.corpus.cases import Case
 from evalkit.errors import ConfigError
-from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
-
-
-def seed000_runs(cand_label: str = "cand") -> tuple[RunData, RunData]:
-    """Seed 000: 450 general, 100 billing, 50 policy cases (10 must_pass). The candidate fixes
-    18 and breaks 3 general cases, breaks 8 billing cases and fixes none, and one must_pass
-    policy case (a frozen incident) fails."""
-    base, cand = [], []
-    for i in range(450):
-        b = "p" if i < 380 else "f"
-        c = "f" if i < 3 else "p" if i < 398 else b
-        base.append(C(f"general-{i:03d}", b, ["general"]))
-        cand.append(C(f"general-{i:03d}", c, ["general"]))
-    for i in range(100):
-        base.append(C(f"billing-{i:03d}", "p" if i < 92 else "f", ["billing"]))
-        cand.append(C(f"billing-{i:03d}", "f" if i < 8 or i >= 92 else "p", ["billing"]))
-    for i in range(50):
-        crit = "must_pass" if i < 10 else "normal"
-        base.append(C(f"policy-{i:03d}", "p", ["policy"], crit))
-        cand.append(C(f"policy-{i:03d}", "r" if i == 0 else "p", ["policy"], crit))
-    return make_run("base-run", base, label="base"), make_run("cand-run", cand, label=cand_label)
+from evalkit.store import open_store
 
 
 def _paired(rows: list[tuple[str, list[str], str, bool | None, bool | None]]) -> pl.DataFrame:
@@ -240,43 +214,6 @@ def test_power_table_uses_paired_sizing():
     assert rows["negation"]["min_detectable_collapse"] == 0.87  # only a near-total collapse
     assert rows["billing"]["min_detectable_collapse"] == 0.07
     assert rows["general"]["power"] > rows["billing"]["power"] > rows["negation"]["power"]
-
-
-def _cases_for(run: RunData) -> list[Case]:
-    return [
-        Case(
-            id=r["case_id"],
-            tags=tuple(r["tags"]),
-            criticality=r["criticality"],
-            provenance={},
-            messages=({"role": "user", "content": f"question {r['case_id']}"},),
-            vars=None,
-            fixtures={},
-            scorers=(),
-            hash=r["case_hash"],
-            source=r["source"],
-            sealed=r["sealed"],
-        )
-        for r in run.cases.iter_rows(named=True)
-    ]
-
-
-def _conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
-    """The store's column set and types; columns the synthetic frame lacks are null."""
-    cols = [pl.col(c) if c in frame.columns else pl.lit(None).alias(c) for c in schema]
-    return frame.select([col.cast(t) for col, t in zip(cols, schema.values(), strict=True)])
-
-
-def write_store(path: Path, runs: list[RunData]) -> None:
-    """Write synthetic runs into a DuckDB store through the store's writer API."""
-    with open_store(path) as store:
-        for run in runs:
-            manifest = run.manifest | {"run": {"run_id": run.run_id, "label": run.label}}
-            store.create_run(manifest, _cases_for(run))
-            outputs = _conform(run.outputs.with_columns(model=pl.lit("demo-model")), OUTPUT_SCHEMA)
-            scores = run.scores.with_columns(scoring_id=pl.lit(f"{run.run_id}/s0"))
-            store.write_results(outputs, _conform(scores, SCORE_SCHEMA))
-            store.finish_run(run.run_id, "complete", {})
 
 
 def test_gate_comparison_reads_flakes_and_overrides_from_the_store(tmp_path):

@@ -19,7 +19,7 @@ from evalkit.judges.labels import LabelError, import_labels, output_hash, read_l
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 H1 = output_hash("first answer")
 H2 = output_hash("second answer")
 

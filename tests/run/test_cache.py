@@ -13,7 +13,7 @@ from evalkit.demo.server import DemoServer
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()

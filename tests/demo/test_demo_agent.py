@@ -3,7 +3,7 @@
 Unit tests drive :func:`evalkit.demo.model.complete` turn by turn (protocol shapes, what the
 agent reads from tool results, the tool directives). End-to-end tests run the corpus's agent
 cases (tag ``agent``) through the real runner against the demo server, for prompts v1 and v2, and
-check the stored trajectories: the test oracle in tests/test_demo.py has no tool loop.
+check the stored trajectories: the test oracle in tests/demo_oracle.py has no tool loop.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import polars as pl
 import pytest
-from test_demo import TOOL_FLAGS
+from demo_oracle import TOOL_FLAGS
 
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
@@ -28,7 +28,7 @@ from evalkit.demo.triage import parse_directives
 from evalkit.run.runner import RunOptions, RunSummary, run_suite
 from evalkit.store import open_store
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 V1 = (CORPUS / "prompts" / "v1.md").read_text()
 V2 = (CORPUS / "prompts" / "v2.md").read_text()
 TOOLS: list[dict[str, Any]] = json.loads((CORPUS / "tools" / "support_tools.json").read_text())

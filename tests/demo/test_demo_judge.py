@@ -11,7 +11,7 @@ from typing import Any
 import openai
 import pytest
 import yaml
-from test_demo import CORPUS, V1, V2, _case_passes, _load, _messages
+from demo_oracle import CORPUS, V1, V2, case_passes, load_cases, messages_for
 
 from evalkit.demo.judge import JUDGE_MODEL_ID, MALFORMED_RATE, grade_reply, judge
 from evalkit.demo.model import complete, simulate
@@ -171,7 +171,7 @@ def test_the_judge_leaves_the_demo_story_intact() -> None:
     v2), and a malformed judge answer only lands on an output that fails anyway."""
     suite = yaml.safe_load((CORPUS / "evalkit.yaml").read_text())
     template = suite["system"]["user_template"]
-    judged = [c for c in _load("cases") if any(e["scorer"] == "judge" for e in c["expect"])]
+    judged = [c for c in load_cases("cases") if any(e["scorer"] == "judge" for e in c["expect"])]
     assert 6 <= len(judged) <= 10
     assert not [c["id"] for c in judged if set(c["tags"]) & set(suite["critical_tags"])]
     assert not [c["id"] for c in judged if c.get("criticality") == "must_pass"]
@@ -181,16 +181,16 @@ def test_the_judge_leaves_the_demo_story_intact() -> None:
         args = next(e["args"] for e in case["expect"] if e["scorer"] == "judge")
         rubric = load_rubric(CORPUS / args["rubric"])
         for prompt in (V1, V2):
-            answer = simulate(_messages(case, prompt, template))
+            answer = simulate(messages_for(case, prompt, template))
             convo = render_conversation(case["input"]["messages"])
             raw = _pointwise(answer, rubric, convo=convo)
             try:
                 score, _ = parse_pointwise(raw, rubric.levels)
             except MalformedJudgement:
                 errors += 1
-                assert not _case_passes(case, prompt, template), case["id"]
+                assert not case_passes(case, prompt, template), case["id"]
                 continue
-            if _case_passes(case, prompt, template):
+            if case_passes(case, prompt, template):
                 assert score >= args["min_score"], (case["id"], score)
     assert errors == 1, "the demo shows the malformed-output path once"
 

@@ -30,7 +30,7 @@ from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, run_suite_async
 from evalkit.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "corpus" / "evalkit.yaml"
 CANARY = "sk-evalkit-canary-7f3a9c2e41d8b5a60e1f"
 FRAGMENTS = (CANARY, CANARY[3:], CANARY[-16:])  # the key, without its prefix, its tail

@@ -169,7 +169,7 @@ def test_fixture_arguments_are_normalized() -> None:
 def test_run_against_the_demo_server_stores_everything(tmp_path: Path, demo_server) -> None:
     from evalkit.corpus.suite import load_suite as load
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     overrides = [
         f"system.base_url={demo_server.base_url}",
         "judge.base_url=" + demo_server.base_url,

@@ -13,7 +13,7 @@ from evalkit.demo.triage import is_borderline
 from evalkit.notebooks import execute_notebook
 from evalkit.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _suite_and_corpus(base_url: str):

@@ -7,8 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 
 import pytest
-from test_analysis import C, make_run
-from test_gate import seed000_runs, write_store
+from synthetic_runs import C, make_run, seed000_runs, write_store
 
 from evalkit.cli import main
 from evalkit.compare.analysis import compare

@@ -37,7 +37,7 @@ from evalkit.run.runner import RunOptions, run_suite
 from evalkit.scorers.judge_client import JudgeClient, load_rubric
 from evalkit.store import CALIBRATION_SCHEMA, open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "corpus" / "evalkit.yaml"
 RUBRIC = REPO / "corpus" / "rubrics" / "reply_tone.md"
 DEMO_LABELS = REPO / "data" / "labels" / "demo_reply_tone.csv"

@@ -47,7 +47,7 @@ from evalkit.judges.agreement import (
     slice_agreement,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "judge_agreement.ipynb"
 
 

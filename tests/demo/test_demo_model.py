@@ -17,22 +17,29 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import openai
 import pytest
 import yaml
+from demo_oracle import (
+    CORPUS,
+    TOOL_FLAGS,
+    V1,
+    V2,
+    _text_cases,
+    case_passes,
+    load_cases,
+    messages_for,
+)
 
 from evalkit.demo.model import complete, simulate
 from evalkit.demo.protocol import MODEL_ID, request_sha256, seeded_draw
 from evalkit.demo.server import DemoServer, start_demo_server
 from evalkit.demo.triage import DIRECTIVES, NOISE_FLIP_P, is_borderline, parse_directives
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-V1 = (CORPUS / "prompts" / "v1.md").read_text()
-V2 = (CORPUS / "prompts" / "v2.md").read_text()
+# --------------------------------------------------------------------------- directives
+
 BASE = "Respond only with a JSON object."
 BORDERLINE = "The app crashed right after I was charged. Did my order go through?"
 
@@ -166,8 +173,7 @@ _DIRECTIVE_EFFECTS: list[tuple[str, str, str, str, Callable[[str], Any], Any, An
 ]
 
 
-# These act only when the request offers tools: tests/test_demo_agent.py pins their effects.
-TOOL_FLAGS = {"use_tools", "verify_customer"}
+# These act only when the request offers tools: tests/demo/test_demo_agent.py pins their effects.
 
 
 def test_every_directive_has_an_effect_test() -> None:
@@ -297,89 +303,13 @@ def test_max_tokens_truncates_like_the_real_api() -> None:
 # --------------------------------------------------------------------------- the corpus story
 
 
-def _load(directory: str) -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = []
-    for path in sorted((CORPUS / directory).glob("*.yaml")):
-        cases.extend(yaml.safe_load(path.read_text()))
-    return cases
-
-
-def _messages(case: dict[str, Any], prompt: str, template: str) -> list[dict[str, Any]]:
-    given = case["input"]
-    if "messages" in given:
-        turns = given["messages"]
-    else:
-        text = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: str(given["vars"][m.group(1)]), template)
-        turns = [{"role": "user", "content": text}]
-    return [{"role": "system", "content": prompt}, *turns]
-
-
-def _text_cases() -> list[dict[str, Any]]:
-    """The cases the oracle below can decide. Agent cases (tag ``agent``) need the runner's tool
-    loop and fixtures, and agent turns are never noisy: tests/test_demo_agent.py checks them
-    end to end instead."""
-    return [c for c in _load("cases") if "agent" not in c["tags"]]
-
-
-def _norm(value: Any) -> str:
-    return " ".join(str(value).casefold().split())
-
-
-def _passes(scorer: str, args: dict[str, Any], text: str) -> bool:
-    """Oracle for the scorers the demo corpus uses."""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    if scorer in ("json_valid", "json_schema", "json_fields") and parsed is None:
-        return False
-    if scorer == "json_valid":
-        return True
-    if scorer == "json_schema":
-        schema = json.loads((CORPUS / args["schema"]).read_text())
-        return jsonschema.Draft202012Validator(schema).is_valid(parsed)
-    if scorer == "json_fields":
-        for name, want in args["fields"].items():
-            got = parsed.get(name, ...) if isinstance(parsed, dict) else ...
-            if want is None or isinstance(want, bool):
-                if got is not want:
-                    return False
-            elif not isinstance(got, str) or _norm(got) != _norm(want):
-                return False
-        return True
-    if "field" in args:
-        if not isinstance(parsed, dict) or args["field"] not in parsed:
-            return False
-        text = str(parsed[args["field"]])
-    if scorer in ("contains", "not_contains"):
-        found = args["text"].lower() in text.lower()
-        return found if scorer == "contains" else not found
-    if scorer in ("regex", "forbidden_regex"):
-        flags = 0
-        for letter in args.get("flags", ""):
-            flags |= {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}[letter]
-        found = re.search(args["pattern"], text, flags) is not None
-        return found if scorer == "regex" else not found
-    if scorer == "max_words":
-        return len(text.split()) <= args["n"]
-    raise AssertionError(f"the oracle does not know scorer {scorer!r}")
-
-
-def _case_passes(case: dict[str, Any], prompt: str, template: str) -> bool:
-    """The deterministic verdict. Judge scorers are left out: uncalibrated judges are reported,
-    not gated (tests/test_demo_judge.py checks that the simulated judge passes these cases)."""
-    content = simulate(_messages(case, prompt, template))
-    checks = [e for e in case["expect"] if e["scorer"] != "judge"]
-    return all(_passes(e["scorer"], e.get("args", {}), content) for e in checks)
-
-
 @pytest.fixture(scope="module")
 def suite() -> dict[str, Any]:
     return yaml.safe_load((CORPUS / "evalkit.yaml").read_text())
 
 
 def test_corpus_is_well_formed(suite: dict[str, Any]) -> None:
-    cases, sealed = _load("cases"), _load("sealed")
+    cases, sealed = load_cases("cases"), load_cases("sealed")
     allowed = {"id", "tags", "criticality", "provenance", "input", "expect", "fixtures"}
     ids = [c["id"] for c in [*cases, *sealed]]
     assert len(ids) == len(set(ids)), "ids must be unique across cases/ and sealed/"
@@ -407,7 +337,7 @@ def test_corpus_tells_the_false_improvement_story(suite: dict[str, Any]) -> None
     template = suite["system"]["user_template"]
     cases = _text_cases()
     verdicts = {
-        c["id"]: (_case_passes(c, V1, template), _case_passes(c, V2, template)) for c in cases
+        c["id"]: (case_passes(c, V1, template), case_passes(c, V2, template)) for c in cases
     }
     broken = {i for i, (a, b) in verdicts.items() if a and not b}
     fixed = {i for i, (a, b) in verdicts.items() if b and not a}
@@ -449,7 +379,7 @@ def test_noise_never_touches_critical_slices(suite: dict[str, Any]) -> None:
     flaky = [
         c
         for c in _text_cases()
-        if any(is_borderline(_messages(c, prompt, template)) for prompt in (V1, V2))
+        if any(is_borderline(messages_for(c, prompt, template)) for prompt in (V1, V2))
     ]
     assert not [c["id"] for c in flaky if set(c["tags"]) & set(suite["critical_tags"])]
     assert not [c["id"] for c in flaky if c.get("criticality") == "must_pass"]
@@ -458,9 +388,9 @@ def test_noise_never_touches_critical_slices(suite: dict[str, Any]) -> None:
 
 def test_sealed_slice_agrees_with_the_story(suite: dict[str, Any]) -> None:
     template = suite["system"]["user_template"]
-    sealed = _load("sealed")
+    sealed = load_cases("sealed")
     verdicts = {
-        c["id"]: (_case_passes(c, V1, template), _case_passes(c, V2, template)) for c in sealed
+        c["id"]: (case_passes(c, V1, template), case_passes(c, V2, template)) for c in sealed
     }
     broken = [i for i, (a, b) in verdicts.items() if a and not b]
     assert broken and all(i.startswith("sealed-injection-") for i in broken)

@@ -16,7 +16,7 @@ from evalkit.run.rescore import rescore_run
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CASE_ID = "billing-double-charge-001"
 OLD = 'fields: {category: billing, order_id: "8812", refund: true}'
 NEW = 'fields: {category: account, order_id: "8812", refund: true}'

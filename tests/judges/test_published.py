@@ -28,7 +28,7 @@ from sklearn.metrics import (
 from evalkit.errors import EvalkitError
 from evalkit.judges import agreement, published
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PANDALM = REPO / "data" / "pandalm"
 
 # PandaLM README "ChatGPT VS PandaLM" (commit 233edce), percent: accuracy, precision, recall, F1.

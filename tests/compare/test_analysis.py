@@ -1,18 +1,15 @@
-"""Verdicts, the paired frame, flips, slices and comparability, on synthetic store frames.
-
-`make_run` builds one run's frames (cases, outputs, scores) exactly as the store returns them;
-tests/test_gate.py and tests/test_report.py reuse it.
-"""
+"""Verdicts, the paired frame, flips, slices and comparability, on synthetic store frames
+(``make_run`` in tests/synthetic_runs.py)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 import pytest
 from scipy.stats import binomtest
+from synthetic_runs import MANIFEST, C, make_run
 
 from evalkit import stats
 from evalkit.compare.analysis import (
@@ -27,77 +24,6 @@ from evalkit.compare.analysis import (
     verdicts,
 )
 from evalkit.errors import ComparabilityError, ConfigError
-
-MANIFEST = {
-    "suite": "demo",
-    "provider": {"name": "demo", "base_url": None},
-    "model": {"id": "demo-model", "snapshot": "demo-model"},
-    "prompt": {"version": "v1", "template_hash": "t1"},
-    "tools": {"hash": "tools1"},
-    "sampling": {"temperature": 0.0, "top_p": None, "seed": None, "max_tokens": None},
-    "judge": None,
-    "replays": 1,
-    "scorer_files": {},
-    "harness": {"evalkit": "0.1.0"},
-    "config_hash": "cfg",
-}
-
-
-@dataclass
-class C:
-    """A synthetic case. ``replays``: p pass, f scorer fail, r runner fail_reason, e provider
-    error, s scorer could not decide."""
-
-    id: str
-    replays: str
-    tags: list[str] = field(default_factory=list)
-    criticality: str = "normal"
-    hash: str = "h"
-    sealed: bool = False
-
-
-def make_run(run_id: str, cases: list[C], manifest: dict | None = None, label: str = "") -> RunData:
-    """One run's frames, following the store's data contract."""
-    case_rows, outs, scores = [], [], []
-    for c in cases:
-        case_rows.append({
-            "run_id": run_id, "case_id": c.id, "case_hash": c.hash, "tags": c.tags,
-            "criticality": c.criticality, "sealed": c.sealed,
-            "input": f'{{"messages": [{{"role": "user", "content": "question {c.id}"}}]}}',
-            "provenance": "{}", "source": f"cases/x.yaml:{len(case_rows) + 1}",
-        })  # fmt: skip
-        for i, r in enumerate(c.replays):
-            outs.append({
-                "run_id": run_id, "case_id": c.id, "replay": i,
-                "text": None if r == "e" else f"{run_id} says {r} to {c.id}", "tool_calls": "[]",
-                "steps": 1, "error": "timeout after 4 retries" if r == "e" else None,
-                "fail_reason": "unexpected tool call refund(x=1)" if r == "r" else None,
-                "latency_ms": 100.0, "prompt_tokens": 10, "completion_tokens": 5,
-                "cost_usd": 0.001, "cached": False,
-            })  # fmt: skip
-            if r == "e":
-                continue
-            ok = r != "f"
-            scores.append({
-                "run_id": run_id, "scoring_id": f"{run_id}/s0", "case_id": c.id, "replay": i,
-                "scorer": "contains", "scorer_index": 0, "tier": 0, "score": float(ok),
-                "passed": ok, "error": False,
-                "reason": "found 'refund'" if ok else "missing 'refund'",
-            })  # fmt: skip
-            scores.append({
-                "run_id": run_id, "scoring_id": f"{run_id}/s0", "case_id": c.id, "replay": i,
-                "scorer": "json_schema", "scorer_index": 1, "tier": 0, "score": 1.0,
-                "passed": r != "s", "error": r == "s",
-                "reason": "could not parse" if r == "s" else "valid",
-            })  # fmt: skip
-    case_schema = {"tags": pl.List(pl.String)}
-    return RunData(
-        run_id, label or run_id, dict(manifest or MANIFEST),
-        pl.DataFrame(case_rows, schema_overrides=case_schema),
-        pl.DataFrame(outs, schema_overrides={"text": pl.String, "error": pl.String,
-                                             "fail_reason": pl.String}),
-        pl.DataFrame(scores),
-    )  # fmt: skip
 
 
 def _verdict(replays: str) -> dict:

@@ -41,7 +41,7 @@ from evalkit.run.providers.openai_api import _payload  # exactly the body both t
 from evalkit.run.runner import RunOptions, RunSummary, run_suite, run_suite_async
 from evalkit.store import Store, open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "corpus" / "evalkit.yaml"
 CAUSES = ("HTTP 429", "HTTP 500", "timeout after 1s")  # what the demo server injects
 
