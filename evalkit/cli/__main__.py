@@ -1,0 +1,7 @@
+"""``python -m evalkit.cli``."""
+
+import sys
+
+from evalkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,212 @@
+"""``evalkit run``, ``cases lint``, ``runs``, ``rescore`` and ``flakes``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from evalkit.cli.options import db_arg, suite_args
+from evalkit.errors import EvalkitError
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="run the corpus through the system under test")
+    suite_args(run)
+    db_arg(run)
+    run.add_argument("--label", default="run", help="a name for this run (e.g. baseline)")
+    run.add_argument("--tag", action="append", default=[], help="only cases with this tag")
+    run.add_argument("--exclude-tag", action="append", default=[], help="skip cases with this tag")
+    run.add_argument("--sealed", action="store_true", help="include corpus/sealed/ cases")
+    run.add_argument("--replays", type=int, help="replays per case (default: suite config)")
+    run.add_argument("--concurrency", type=int, help="concurrent requests (default: suite)")
+    run.add_argument("--no-cache", action="store_true", help="bypass the response cache")
+    run.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--json", metavar="FILE", help="write the run summary as JSON")
+    run.set_defaults(handler=_cmd_run)
+
+    cases = sub.add_parser("cases", help="corpus tools")
+    cases_sub = cases.add_subparsers(dest="cases_command")
+    lint = cases_sub.add_parser("lint", help="validate every case and print corpus statistics")
+    suite_args(lint)
+    lint.add_argument("--sealed", action="store_true", help="include corpus/sealed/")
+    lint.set_defaults(handler=_cmd_lint)
+
+    runs = sub.add_parser("runs", help="list stored runs")
+    db_arg(runs)
+    runs.set_defaults(handler=_cmd_runs)
+
+    rescore = sub.add_parser("rescore", help="re-apply current scorers to stored outputs")
+    suite_args(rescore)
+    db_arg(rescore)
+    rescore.add_argument("run", help="run id or label")
+    rescore.add_argument(
+        "--scorer", action="append", default=[], help="recompute only this scorer (repeatable)"
+    )
+    rescore.set_defaults(handler=_cmd_rescore)
+
+    flakes = sub.add_parser("flakes", help="rerun one configuration k times; store the flake list")
+    suite_args(flakes)
+    db_arg(flakes)
+    flakes.add_argument("--runs", type=int, default=5, help="how many uncached runs (k)")
+    flakes.add_argument("--tag", action="append", default=[], help="only cases with this tag")
+    flakes.add_argument("--no-progress", action="store_true")
+    flakes.set_defaults(handler=_cmd_flakes)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.runner import RunOptions, run_suite
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(
+        suite.root, sealed=args.sealed, user_template=suite.config.system.user_template
+    )
+    selection = {
+        "tags": sorted(args.tag),
+        "exclude_tags": sorted(args.exclude_tag),
+        "sealed": args.sealed,
+    }
+    corpus = corpus.select(tags=args.tag, exclude_tags=args.exclude_tag)
+    if not corpus.cases:
+        raise EvalkitError("no cases selected (check --tag / --exclude-tag)")
+    options = RunOptions(
+        label=args.label,
+        replays=args.replays,
+        concurrency=args.concurrency,
+        use_cache=False if args.no_cache else None,
+        progress=not args.no_progress,
+        resume=args.resume,
+        selection=selection,
+    )
+    with open_store(args.db, wait_s=args.wait) as store:
+        summary = run_suite(suite, corpus, store, options)
+    print_run_summary(summary, args.db)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
+    return 0
+
+
+def print_run_summary(summary, db: str) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    scored = summary.passed + summary.failed
+    rate = f"{summary.passed / scored:.1%}" if scored else "n/a"
+    console.print(
+        f"[bold]{summary.label}[/] run {summary.run_id}: {summary.cases} cases, "
+        f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
+        f"errors {summary.errored} (pass rate {rate} of scored outputs)"
+    )
+    console.print(
+        f"  requests {summary.requests} (retries {summary.retries}), cache hits "
+        f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}; "
+        f"wall {summary.wall_s:.2f}s, "
+        f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
+        f"{summary.completion_tokens}, cost ${summary.cost_usd:.4f}"
+    )
+    console.print(f"  stored in {db} (config {summary.config_hash[:12]})")
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evalkit.corpus.cases import MIN_CRITICAL_CASES, load_corpus
+    from evalkit.corpus.suite import load_suite
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
+    stats = corpus.stats(suite.config.critical_tags)
+    console = Console(highlight=False)
+    console.print(
+        f"[bold]{suite.config.suite}[/]: {stats.n_cases} cases ({stats.sealed} sealed), "
+        f"corpus hash {corpus.hash[:12]}"
+    )
+    table = Table("tag", "cases", "critical")
+    for tag, count in sorted(stats.per_tag.items(), key=lambda kv: (-kv[1], kv[0])):
+        table.add_row(tag, str(count), "yes" if tag in suite.config.critical_tags else "")
+    console.print(table)
+    console.print("criticality: " + ", ".join(f"{k} {v}" for k, v in stats.per_criticality.items()))
+    for tag, count in stats.thin_critical_tags.items():
+        console.print(
+            f"[yellow]warning[/]: critical tag {tag!r} has {count} cases (< {MIN_CRITICAL_CASES}): "
+            "it cannot gate; add cases or drop it from critical_tags"
+        )
+    return 2 if stats.thin_critical_tags else 0
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evalkit.store import open_store
+
+    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+        runs = store.runs()
+    table = Table("run_id", "label", "created_at", "status", "config")
+    for row in runs.iter_rows(named=True):
+        table.add_row(
+            row["run_id"],
+            row["label"],
+            str(row["created_at"])[:19],
+            row["status"],
+            row["config_hash"][:12],
+        )
+    Console().print(table)
+    return 0
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.rescore import rescore_run
+    from evalkit.run.runner import judge_client
+    from evalkit.scorers.registry import JUDGE
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
+    with open_store(args.db, wait_s=args.wait) as store:
+        judged = any(s.tier == JUDGE for case in corpus.cases for s in case.scorers)
+        judge = judge_client(suite, store) if judged and suite.config.judge else None
+        result = rescore_run(store, corpus, args.run, scorers=args.scorer, judge=judge)
+    print(
+        f"rescored {result.rescored} outputs of {result.run_id} with zero model calls "
+        f"→ scoring {result.scoring_id} ({result.carried} scores carried over)"
+    )
+    for case_id in result.skipped_input_changed:
+        print(f"  skipped {case_id}: its input changed since the run (re-run it)")
+    return 0
+
+
+def _cmd_flakes(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evalkit.compare.flakes import measure_flakes
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
+    corpus = corpus.select(tags=args.tag)
+    with open_store(args.db, wait_s=args.wait) as store:
+        result = measure_flakes(suite, corpus, store, runs=args.runs, progress=not args.no_progress)
+    console = Console(highlight=False)
+    console.print(
+        f"{args.runs} uncached runs of config {result.config_hash[:12]}: "
+        f"{result.flaky.height} of {result.per_case.height} cases changed verdict with nothing "
+        "changed"
+    )
+    table = Table("tag", "cases", "flaky", "flake rate")
+    for row in result.per_slice.iter_rows(named=True):
+        table.add_row(row["tag"], str(row["cases"]), str(row["flaky"]), f"{row['flake_rate']:.1%}")
+    console.print(table)
+    for row in result.flaky.iter_rows(named=True):
+        console.print(f"  noisy: {row['case_id']} ({row['flips']}/{row['runs']} runs disagree)")
+    return 0
