@@ -5,8 +5,10 @@ Two data sets with per-item human labels *and* per-item model-judge verdicts:
 - **PandaLM** (Apache-2.0, shipped in ``data/pandalm``): 999 pairwise items, three human
   annotators, gpt-3.5-turbo and PandaLM-7B verdicts in one presentation order.
   :func:`load_pandalm`.
-- **LLMBar** (MIT, not shipped): 419 expert-labelled pairwise items with GPT-4 verdicts in both
-  presentation orders under 8 prompting strategies. :func:`load_llmbar` reads a local copy.
+- **LLMBar** (MIT, shipped as a compact derived copy in ``data/llmbar``): 419 expert-labelled
+  pairwise items with GPT-4 verdicts in both presentation orders under 8 prompting strategies.
+  :func:`load_llmbar` reads the shipped copy, or the upstream folder layout when given one;
+  :func:`derive_llmbar` writes the compact copy from the upstream files.
 
 Verdicts use one coding everywhere: ``1`` = response/output 1 is better, ``2`` = 2 is better,
 ``0`` = tie (PandaLM only). The published figures (``PANDALM_README``, ``LLMBAR_TABLE2_GPT4``)
@@ -36,6 +38,7 @@ __all__ = [
     "LLMBAR_TABLE2_GPT4",
     "PANDALM_ANNOTATOR_KAPPA",
     "PANDALM_README",
+    "derive_llmbar",
     "llmbar_dir",
     "llmbar_mismatches",
     "llmbar_statistics",
@@ -170,22 +173,33 @@ def pandalm_dir(root: str | Path | None = None) -> Path:
 
 
 def llmbar_dir(root: str | Path | None = None) -> Path:
-    """The LLMBar folder: ``root``, else ``$EVALKIT_SHARED_DATA/judge_agreement/llmbar``, else
-    ``<repo>/../shared/data/judge_agreement/llmbar``. LLMBar is not shipped with evalkit.
+    """The LLMBar folder: ``root``, else ``$EVALKIT_LLMBAR_DIR``, else the shipped compact copy.
 
-    Layout: ``<subset>/GPT-4/<strategy>/{result,statistics}.json``.
+    Two layouts are read. The shipped one (``data/llmbar``, written by :func:`derive_llmbar`):
+    ``items.jsonl`` and ``statistics.json``. The upstream one (a checkout's ``Dataset/LLMBar``):
+    ``<subset>/[evaluators/]GPT-4/<strategy>/{result,statistics}.json``.
+
+    Examples:
+        >>> llmbar_dir().name
+        'llmbar'
     """
-    if root:
-        path = Path(root)
-    else:
-        shared = os.environ.get("EVALKIT_SHARED_DATA") or _REPO.parent / "shared" / "data"
-        path = Path(shared) / "judge_agreement" / "llmbar"
-    if not path.is_dir() or not any(path.glob("**/result.json")):
-        raise EvalkitError(
-            f"{path}: no LLMBar result.json files; pass the folder (LLMBAR_DIR in the notebook) "
-            "or set EVALKIT_SHARED_DATA"
-        )
-    return path
+    path = Path(root or os.environ.get("EVALKIT_LLMBAR_DIR") or _REPO / "data" / "llmbar")
+    if _is_compact(path) or (path.is_dir() and any(path.glob("**/result.json"))):
+        return path
+    raise EvalkitError(
+        f"{path}: no LLMBar data (neither {_LLMBAR_ITEMS} nor result.json files); pass the folder "
+        "(LLMBAR_DIR in the notebook) or set EVALKIT_LLMBAR_DIR"
+    )
+
+
+_LLMBAR_ITEMS = "items.jsonl"
+_LLMBAR_STATS = "statistics.json"
+# statistics.json fields kept in the compact copy; the kappa_* fields are not agreement figures.
+_LLMBAR_STAT_FIELDS = ("correct_False", "correct_True", "correct_average", "correct_both", "equal")
+
+
+def _is_compact(path: Path) -> bool:
+    return (path / _LLMBAR_ITEMS).is_file() and (path / _LLMBAR_STATS).is_file()
 
 
 def _read_json(path: Path) -> Any:
@@ -245,13 +259,25 @@ def load_pandalm(root: str | Path | None = None) -> pl.DataFrame:
     )
 
 
-def _subsets(root: Path, evaluator: str) -> list[str]:
-    found = {p.parent.relative_to(root).as_posix() for p in root.glob(f"**/{evaluator}")}
-    known = [s for s in LLMBAR_SUBSETS if s in found]
-    return known + sorted(found - set(known))
+def _subsets(root: Path, evaluator: str) -> dict[str, Path]:
+    """Upstream layout: {subset: folder holding one sub-folder per strategy}. Accepts the
+    ``evaluators/`` level of an upstream checkout (``Natural/evaluators/GPT-4``) or not."""
+    found: dict[str, Path] = {}
+    for p in root.glob(f"**/{evaluator}"):
+        rel = p.parent.relative_to(root)
+        if rel.name == "evaluators":
+            rel = rel.parent
+        found[rel.as_posix()] = p
+    return _ordered(found, LLMBAR_SUBSETS)
 
 
-def _select(found: list[str], wanted: Iterable[str] | None, what: str, root: Path) -> list[str]:
+def _ordered(found: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    known = [k for k in order if k in found]
+    return {k: found[k] for k in known + sorted(set(found) - set(known))}
+
+
+def _select(found: Iterable[str], wanted: Iterable[str] | None, what: str, root: Path) -> list[str]:
+    found = list(found)
     if wanted is None:
         return found
     wanted = [wanted] if isinstance(wanted, str) else list(wanted)
@@ -259,6 +285,47 @@ def _select(found: list[str], wanted: Iterable[str] | None, what: str, root: Pat
     if missing:
         raise EvalkitError(f"{root}: no {what} {missing}; found {found}")
     return wanted
+
+
+def _strategies(base: Path) -> list[str]:
+    found = {p.name: p for p in base.iterdir() if (p / "result.json").is_file()}
+    return list(_ordered(found, LLMBAR_STRATEGIES))
+
+
+def _upstream_records(file: Path) -> list[tuple[str, str, str, int, int, int]]:
+    """(input, output_1, output_2, label, winner_noswap, winner_swap) per record of a
+    ``result.json``; the verdict is the *last* element of ``results``."""
+    out = []
+    for i, rec in enumerate(_read_json(file)):
+        last = rec["results"][-1]
+        try:
+            w = [int(last[f"swap = {s}"]["winner"]) for s in ("False", "True")]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EvalkitError(f"{file}: item {i}: no verdict in results[-1] ({exc})") from exc
+        out.append((rec["input"], rec["output_1"], rec["output_2"], int(rec["label"]), *w))
+    return out
+
+
+def _compact_items(path: Path, evaluator: str) -> dict[str, list[dict[str, Any]]]:
+    """Shipped layout: {subset: [item record, ...]} from ``items.jsonl``."""
+    meta = _read_json(path / _LLMBAR_STATS)
+    if meta.get("evaluator") != evaluator:
+        raise EvalkitError(
+            f"{path / _LLMBAR_STATS}: holds evaluator {meta.get('evaluator')!r}, not {evaluator!r}"
+        )
+    file = path / _LLMBAR_ITEMS
+    by_subset: dict[str, list[dict[str, Any]]] = {}
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EvalkitError(f"{file}: cannot read ({exc})") from exc
+    for n, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvalkitError(f"{file}:{n}: not JSON ({exc})") from exc
+        by_subset.setdefault(rec["subset"], []).append(rec)
+    return _ordered(by_subset, LLMBAR_SUBSETS)
 
 
 def load_llmbar(
@@ -276,39 +343,42 @@ def load_llmbar(
     elements are intermediate generations) and are already in the original numbering.
 
     Examples:
-        >>> df = load_llmbar(strategies="CoT")  # doctest: +SKIP
-        >>> df.group_by("subset").len().sort("subset")["len"].to_list()  # doctest: +SKIP
-        [92, 47, 46, 134, 100]
+        >>> df = load_llmbar(strategies="CoT")
+        >>> df.group_by("subset", maintain_order=True).len()["len"].to_list()
+        [100, 134, 92, 47, 46]
     """
     path = llmbar_dir(root)
-    subs = _select(_subsets(path, evaluator), subsets, "subsets", path)
     keys = ("subset", "strategy", "item", "input", "output_1", "output_2", "label")
     keys += ("winner_noswap", "winner_swap")
     rows: dict[str, list[Any]] = {k: [] for k in keys}
-    for sub in subs:
-        base = path / sub / evaluator
-        found = sorted(p.name for p in base.iterdir() if (p / "result.json").is_file())
-        known = [s for s in LLMBAR_STRATEGIES if s in found] + sorted(
-            set(found) - set(LLMBAR_STRATEGIES)
-        )
-        for strat in _select(known, strategies, "strategies", base):
-            file = base / strat / "result.json"
-            for i, rec in enumerate(_read_json(file)):
-                last = rec["results"][-1]
-                try:
-                    w = [int(last[f"swap = {s}"]["winner"]) for s in ("False", "True")]
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise EvalkitError(
-                        f"{file}: item {i}: no verdict in results[-1] ({exc})"
-                    ) from exc
-                values = (sub, strat, i, rec["input"], rec["output_1"], rec["output_2"])
-                values += (int(rec["label"]), w[0], w[1])
-                for key, value in zip(rows, values, strict=True):
-                    rows[key].append(value)
+
+    def add(sub: str, strat: str, records: Iterable[tuple[Any, ...]]) -> None:
+        for i, rec in enumerate(records):
+            for key, value in zip(rows, (sub, strat, i, *rec), strict=True):
+                rows[key].append(value)
+
+    if _is_compact(path):
+        items = _compact_items(path, evaluator)
+        for sub in _select(items, subsets, "subsets", path):
+            found = _ordered(dict.fromkeys(items[sub][0]["verdicts"]), LLMBAR_STRATEGIES)
+            for strat in _select(found, strategies, "strategies", path / sub):
+                add(sub, strat, _compact_records(items[sub], strat))
+    else:
+        bases = _subsets(path, evaluator)
+        for sub in _select(bases, subsets, "subsets", path):
+            base = bases[sub]
+            for strat in _select(_strategies(base), strategies, "strategies", base):
+                add(sub, strat, _upstream_records(base / strat / "result.json"))
     return pl.DataFrame(rows, schema_overrides={"item": pl.Int64, "label": pl.Int64}).with_columns(
         pl.col("output_1").str.len_chars().alias("len_1"),
         pl.col("output_2").str.len_chars().alias("len_2"),
     )
+
+
+def _compact_records(items: list[dict[str, Any]], strat: str) -> Iterable[tuple[Any, ...]]:
+    for r in items:
+        w = r["verdicts"][strat]
+        yield (r["input"], r["output_1"], r["output_2"], int(r["label"]), int(w[0]), int(w[1]))
 
 
 _PERCENT = re.compile(r"(?:(\d+) / (\d+) = )?([\d.]+)%")
@@ -322,6 +392,26 @@ def _percent(text: str, file: Path) -> tuple[float, int | None, int | None]:
     return float(m[3]), k, n
 
 
+def _raw_statistics(path: Path, evaluator: str) -> dict[tuple[str, str], tuple[Path, dict]]:
+    """{(subset, strategy): (file, statistics fields)} from either layout."""
+    if _is_compact(path):
+        file = path / _LLMBAR_STATS
+        meta = _read_json(file)
+        if meta.get("evaluator") != evaluator:
+            raise EvalkitError(f"{file}: holds evaluator {meta.get('evaluator')!r}")
+        subs = _ordered(meta["statistics"], LLMBAR_SUBSETS)
+        return {
+            (sub, strat): (file, fields)
+            for sub, by_strat in subs.items()
+            for strat, fields in sorted(by_strat.items())
+        }
+    return {
+        (sub, file.parent.name): (file, _read_json(file))
+        for sub, base in _subsets(path, evaluator).items()
+        for file in sorted(base.glob("*/statistics.json"))
+    }
+
+
 def llmbar_statistics(root: str | Path | None = None, evaluator: str = "GPT-4") -> pl.DataFrame:
     """The authors' own figures (``statistics.json``): one row per (subset, strategy).
 
@@ -329,19 +419,62 @@ def llmbar_statistics(root: str | Path | None = None, evaluator: str = "GPT-4") 
     percent), ``agree`` (items with the same verdict in both orders). The ``kappa_*`` fields are
     skipped: the authors' script maps winner 2 to 0 before computing them, so they are not
     agreement figures.
+
+    Examples:
+        >>> llmbar_statistics().row(0)
+        ('Natural', 'CoT', 100, 94.5, 91.0, 91)
     """
-    path = llmbar_dir(root)
     rows = []
-    for sub in _subsets(path, evaluator):
-        for file in sorted((path / sub / evaluator).glob("*/statistics.json")):
-            stats = _read_json(file)
-            acc, _, _ = _percent(stats["correct_average"], file)
-            agr, agree, n = _percent(stats["equal"], file)
-            strat = file.parent.name
-            rows.append(
-                {"subset": sub, "strategy": strat, "n": n, "acc": acc, "agr": agr, "agree": agree}
-            )
+    for (sub, strat), (file, stats) in _raw_statistics(llmbar_dir(root), evaluator).items():
+        acc, _, _ = _percent(stats["correct_average"], file)
+        agr, agree, n = _percent(stats["equal"], file)
+        rows.append(
+            {"subset": sub, "strategy": strat, "n": n, "acc": acc, "agr": agr, "agree": agree}
+        )
     return pl.DataFrame(rows)
+
+
+def derive_llmbar(upstream: str | Path, out: str | Path, evaluator: str = "GPT-4") -> Path:
+    """Write the compact copy shipped in ``data/llmbar`` from the upstream files.
+
+    ``upstream`` is a checkout's ``Dataset/LLMBar`` (or the same files without the
+    ``evaluators/`` level). Writes ``out/items.jsonl`` (one line per item: ``subset, item,
+    input, output_1, output_2, label`` and ``verdicts`` = {strategy: [winner_noswap,
+    winner_swap]}) and ``out/statistics.json`` (the authors' figures without the ``kappa_*``
+    fields). Refuses upstream files whose items differ between strategies. Returns ``out``.
+    """
+    src, dest = Path(upstream), Path(out)
+    bases = _subsets(src, evaluator)
+    if not bases:
+        raise EvalkitError(f"{src}: no <subset>/{evaluator} folders")
+    lines: list[str] = []
+    stats: dict[str, dict[str, dict[str, str]]] = {}
+    for sub, base in bases.items():
+        items: list[dict[str, Any]] | None = None
+        for strat in _strategies(base):
+            records = _upstream_records(base / strat / "result.json")
+            if items is None:
+                items = [
+                    {"subset": sub, "item": i, "input": r[0], "output_1": r[1], "output_2": r[2]}
+                    | {"label": r[3], "verdicts": {}}
+                    for i, r in enumerate(records)
+                ]
+            if [(it["input"], it["output_1"], it["output_2"], it["label"]) for it in items] != [
+                r[:4] for r in records
+            ]:
+                raise EvalkitError(f"{base / strat / 'result.json'}: items differ from {sub}'s")
+            for it, r in zip(items, records, strict=True):
+                it["verdicts"][strat] = [r[4], r[5]]
+            fields = _read_json(base / strat / "statistics.json")
+            stats.setdefault(sub, {})[strat] = {
+                k: fields[k] for k in _LLMBAR_STAT_FIELDS if k in fields
+            }
+        lines += [json.dumps(it, ensure_ascii=False) for it in items or []]
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / _LLMBAR_ITEMS).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    meta = {"evaluator": evaluator, "statistics": stats}
+    (dest / _LLMBAR_STATS).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    return dest
 
 
 def pandalm_table(
@@ -377,9 +510,9 @@ def llmbar_table(frame: pl.DataFrame, ndigits: int | None = 1) -> pl.DataFrame:
     (``None`` keeps full precision).
 
     Examples:
-        >>> t = llmbar_table(load_llmbar(strategies="Vanilla_NoRules"))  # doctest: +SKIP
-        >>> t.filter(pl.col("column") == "Average").row(0)  # doctest: +SKIP
-        ('Vanilla_NoRules', 'Average', 77.2, 90.2)
+        >>> t = llmbar_table(load_llmbar(strategies="Vanilla_NoRules"))
+        >>> t.filter(pl.col("column") == "Average").row(0)
+        ('Vanilla_NoRules', 'Average', 77.2, 90.6)
     """
     rows = []
     for (strat,), part in frame.group_by(["strategy"], maintain_order=True):

@@ -16,7 +16,7 @@ from demo_oracle import CORPUS, V1, V2, case_passes, load_cases, messages_for
 from evalkit.demo.judge import JUDGE_MODEL_ID, MALFORMED_RATE, grade_reply, judge
 from evalkit.demo.model import complete, simulate
 from evalkit.demo.server import DemoServer
-from evalkit.records import ChatRequest, Completion
+from evalkit.records import ChatRequest
 from evalkit.scorers.judge_client import (
     JudgeClient,
     MalformedJudgement,
@@ -117,41 +117,35 @@ def test_malformed_rate_is_documented_and_reproducible() -> None:
     assert other_seed != bad and abs(len(other_seed) - len(bad)) < 40
 
 
-class _Simulator:
-    """A provider that answers through the simulator in-process (no HTTP); counts requests."""
-
-    name = "sim"
-
-    def __init__(self) -> None:
-        self.requests = 0
-
-    async def complete(self, request: ChatRequest) -> Completion:
-        self.requests += 1
-        body = {"model": request.model, "messages": request.messages, **request.sampling}
-        text = complete(body)["choices"][0]["message"]["content"]
-        return Completion(text=text)
-
-    async def aclose(self) -> None:
-        return None
+def _simulated(request: ChatRequest) -> str:
+    """The simulator's answer to a request, in-process (no HTTP)."""
+    body = {"model": request.model, "messages": request.messages, **request.sampling}
+    return complete(body)["choices"][0]["message"]["content"]
 
 
-def _pairwise(first: str, second: str) -> tuple[Any, int]:
-    provider = _Simulator()
-    client = JudgeClient(provider, JUDGE_MODEL_ID)
-    verdict = asyncio.run(judge_pairwise(client, RUBRIC, CONVO, first, second))
-    return verdict, provider.requests
+@pytest.fixture
+def pairwise(scripted_provider):
+    """``pairwise(first, second)`` -> (verdict, requests) from the simulated judge."""
+
+    def run(first: str, second: str) -> tuple[Any, int]:
+        provider = scripted_provider(_simulated)
+        client = JudgeClient(provider, JUDGE_MODEL_ID)
+        verdict = asyncio.run(judge_pairwise(client, RUBRIC, CONVO, first, second))
+        return verdict, len(provider.requests)
+
+    return run
 
 
-def test_pairwise_prefers_position_a_on_near_ties_so_order_flips_show() -> None:
+def test_pairwise_prefers_position_a_on_near_ties_so_order_flips_show(pairwise) -> None:
     near_a = "Thanks, I've logged the issue with our team."  # 4 points
     near_b = "I've logged the issue with our team and will reply by email."  # 3 points
-    verdict, requests = _pairwise(near_a, near_b)
+    verdict, requests = pairwise(near_a, near_b)
     assert requests == 2
     assert (verdict.order_ab, verdict.order_ba) == (1, 2)  # "A" both times = position bias
     assert not verdict.consistent and verdict.combined == 0
-    clear, _ = _pairwise(CURT, POLITE)  # 2 vs 5 points: the better answer wins either way
+    clear, _ = pairwise(CURT, POLITE)  # 2 vs 5 points: the better answer wins either way
     assert (clear.order_ab, clear.order_ba, clear.combined) == (2, 2, 2) and clear.consistent
-    same, _ = _pairwise(POLITE, POLITE)
+    same, _ = pairwise(POLITE, POLITE)
     assert same.combined == 0 and same.consistent
 
 

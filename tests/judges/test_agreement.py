@@ -392,18 +392,6 @@ def python3_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelS
     mp.undo()
 
 
-@pytest.fixture(scope="module")
-def llmbar_dir() -> Path:
-    shared = Path(os.environ.get("EVALKIT_SHARED_DATA") or REPO.parent / "shared" / "data")
-    root = shared / "judge_agreement" / "llmbar"
-    if not (root / "Natural" / "GPT-4" / "Vanilla_NoRules" / "result.json").is_file():
-        pytest.fail(
-            f"LLMBar data not readable at {root}: set EVALKIT_SHARED_DATA to the folder holding "
-            "judge_agreement/llmbar (this test needs it; it does not skip)"
-        )
-    return root
-
-
 def test_notebook_is_committed_clean() -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
@@ -423,17 +411,16 @@ NOTEBOOK_RUNS = {
 
 @pytest.fixture(scope="module")
 def executed(
-    python3_kernel: KernelSpec, llmbar_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    python3_kernel: KernelSpec, llmbar_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path | BaseException]:
     """Execute the notebook once per data set, both at the same time (each papermill call
-    drives its own kernel process; most of a run is the kernel importing altair and scipy)."""
+    drives its own kernel process; most of a run is the kernel importing altair and scipy).
+    LLMBAR_DIR stays at its default, so the notebook reads the shipped copy (``llmbar_root``)."""
     root = tmp_path_factory.mktemp("judge_agreement")
 
     def run(dataset: str) -> Path:
         judge = NOTEBOOK_RUNS[dataset][0]
         params = {"DATASET": dataset, "JUDGE": judge, "OUTPUT_DIR": str(root), "SEED": 0}
-        if dataset == "llmbar":
-            params["LLMBAR_DIR"] = str(llmbar_dir)
         out = root / f"{dataset}.ipynb"
         papermill.execute_notebook(
             str(NOTEBOOK),

@@ -32,7 +32,6 @@ from evalkit.judges.calibration import (
 )
 from evalkit.judges.labels import output_hash
 from evalkit.judges.pairwise import judge_paired_outputs
-from evalkit.records import ChatRequest, Completion
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.scorers.judge_client import JudgeClient, load_rubric
 from evalkit.store import CALIBRATION_SCHEMA, open_store
@@ -408,24 +407,9 @@ def test_judge_rows_without_a_recorded_judge_are_never_gated() -> None:
 # --------------------------------------------------------------------------- pairwise, offline
 
 
-class _Scripted:
-    """A judge provider answering from a function of the user prompt; counts requests."""
-
-    name = "scripted"
-
-    def __init__(self, answer) -> None:
-        self.answer = answer
-        self.requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> Completion:
-        self.requests.append(request)
-        return Completion(text=self.answer(request.messages[1]["content"]))
-
-    async def aclose(self) -> None:
-        return None
-
-
-def test_order_flips_are_inconsistent_and_malformed_answers_are_error_rows() -> None:
+def test_order_flips_are_inconsistent_and_malformed_answers_are_error_rows(
+    scripted_provider,
+) -> None:
     pairs = pl.DataFrame(
         {
             "case_id": ["first-wins", "better-wins", "garbled"],
@@ -443,7 +427,7 @@ def test_order_flips_are_inconsistent_and_malformed_answers_are_error_rows() -> 
             return json.dumps({"reason": "r", "winner": "A" if "better" in a else "B"})
         return json.dumps({"reason": "first looks good", "winner": "A"})
 
-    provider = _Scripted(answer)
+    provider = scripted_provider(lambda r: answer(r.messages[1]["content"]))
     rubric = load_rubric(RUBRIC)
     rows = judge_paired_outputs(JudgeClient(provider, "j"), rubric, pairs, concurrency=2)
     by_case = {r["case_id"]: r for r in rows.iter_rows(named=True)}
@@ -459,7 +443,7 @@ def test_order_flips_are_inconsistent_and_malformed_answers_are_error_rows() -> 
     assert bad["raw"] == "A is better, I think." and "malformed judge output" in bad["error"]
 
 
-def test_pairwise_conversation_matches_the_pointwise_scorer() -> None:
+def test_pairwise_conversation_matches_the_pointwise_scorer(scripted_provider) -> None:
     seen: list[str] = []
 
     def answer(user: str) -> str:
@@ -474,5 +458,6 @@ def test_pairwise_conversation_matches_the_pointwise_scorer() -> None:
             "cand_text": ["b"],
         }
     )
-    judge_paired_outputs(JudgeClient(_Scripted(answer), "j"), load_rubric(RUBRIC), pairs)
+    provider = scripted_provider(lambda r: answer(r.messages[1]["content"]))
+    judge_paired_outputs(JudgeClient(provider, "j"), load_rubric(RUBRIC), pairs)
     assert seen[0].startswith('Conversation:\n{"message": "hello"}')

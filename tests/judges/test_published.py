@@ -1,8 +1,8 @@
 """Published judge–human figures reproduced exactly through evalkit's own functions.
 
-PandaLM is shipped in ``data/pandalm``. LLMBar is read from ``$EVALKIT_SHARED_DATA`` (default
-``<repo>/../shared/data``); it is always present in this workplace and in CI, so a missing copy
-is a failure, not a skip.
+Both data sets ship in the repository: PandaLM unmodified in ``data/pandalm``, LLMBar as a compact
+derived copy in ``data/llmbar`` (its SOURCE.md names the upstream commit and the derivation). The
+``llmbar_root`` fixture is in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import doctest
 import hashlib
 import json
-import os
 import shutil
 from collections import Counter
 from decimal import ROUND_HALF_UP, Decimal
@@ -56,18 +55,6 @@ def _half_up(x: Decimal | Fraction, places: str = "0.1") -> float:
     if isinstance(x, Fraction):
         x = Decimal(x.numerator) / Decimal(x.denominator)
     return float(x.quantize(Decimal(places), rounding=ROUND_HALF_UP))
-
-
-@pytest.fixture(scope="module")
-def llmbar_root() -> Path:
-    shared = Path(os.environ.get("EVALKIT_SHARED_DATA") or REPO.parent / "shared" / "data")
-    root = shared / "judge_agreement" / "llmbar"
-    if not (root / "Natural" / "GPT-4" / "CoT" / "result.json").is_file():
-        pytest.fail(
-            f"LLMBar data not readable at {root}: set EVALKIT_SHARED_DATA to the folder holding "
-            "judge_agreement/llmbar (the tests need it; they do not skip)"
-        )
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -229,25 +216,89 @@ def test_load_llmbar_shape(llmbar: pl.DataFrame) -> None:
     assert (llmbar["len_1"] == llmbar["output_1"].str.len_chars()).all()
 
 
-def test_load_llmbar_reads_the_last_result(llmbar_root: Path, tmp_path: Path) -> None:
-    src = llmbar_root / "Natural" / "GPT-4" / "Metrics_Reference" / "result.json"
-    records = json.loads(src.read_text())[:3]
-    assert all(len(r["results"]) == 3 for r in records)
-    # make the intermediate elements disagree with the verdict: the loader must ignore them
-    for r in records:
-        fake = {f"swap = {s}": {"winner": "2" if r["label"] == 1 else "1"} for s in (False, True)}
-        r["results"] = [fake, fake, r["results"][-1]]
-    dest = tmp_path / "Natural" / "GPT-4" / "Metrics_Reference"
-    dest.mkdir(parents=True)
-    (dest / "result.json").write_text(json.dumps(records))
+def _upstream_layout(llmbar: pl.DataFrame, root: Path, strategies: tuple[str, ...]) -> None:
+    """Write the upstream folder layout (``<subset>/evaluators/GPT-4/<strategy>``) for the first
+    three Natural items, with intermediate ``results`` elements that disagree with the verdict."""
+    for strat in strategies:
+        part = llmbar.filter((pl.col("subset") == "Natural") & (pl.col("strategy") == strat))
+        records = []
+        for row in part.head(3).iter_rows(named=True):
+            wrong = "2" if row["label"] == 1 else "1"
+            fake = {f"swap = {s}": {"winner": wrong} for s in (False, True)}
+            last = {
+                f"swap = {s}": {"completion": ["...", "stop"], "winner": str(row[f"winner_{k}"])}
+                for s, k in ((False, "noswap"), (True, "swap"))
+            }
+            keep = {k: row[k] for k in ("input", "output_1", "output_2", "label")}
+            records.append(keep | {"results": [fake, fake, last]})
+        dest = root / "Natural" / "evaluators" / "GPT-4" / strat
+        dest.mkdir(parents=True)
+        (dest / "result.json").write_text(json.dumps(records))
+        stats = {"correct_average": "50.0%", "equal": "1 / 3 = 33.3%", "kappa_False": 0.1}
+        (dest / "statistics.json").write_text(json.dumps(stats))
+
+
+def test_load_llmbar_reads_the_last_result(llmbar: pl.DataFrame, tmp_path: Path) -> None:
+    _upstream_layout(llmbar, tmp_path, ("Metrics_Reference",))
     got = published.load_llmbar(tmp_path)
-    want = [int(r["results"][-1]["swap = False"]["winner"]) for r in records]
-    assert got["winner_noswap"].to_list() == want
-    assert got["winner_swap"].to_list() == [
-        int(r["results"][-1]["swap = True"]["winner"]) for r in records
-    ]
+    want = llmbar.filter(
+        (pl.col("subset") == "Natural") & (pl.col("strategy") == "Metrics_Reference")
+    ).head(3)
+    assert got.equals(want)
     with pytest.raises(EvalkitError, match="no strategies"):
         published.load_llmbar(tmp_path, strategies="CoT")
+    file = tmp_path / "Natural" / "evaluators" / "GPT-4" / "Metrics_Reference" / "result.json"
+    broken = json.loads(file.read_text())
+    broken[1]["results"][-1] = {"swap = False": {}}
+    file.write_text(json.dumps(broken))
+    with pytest.raises(EvalkitError, match=r"result\.json: item 1: no verdict in results\[-1\]"):
+        published.load_llmbar(tmp_path)
+
+
+def test_derive_llmbar_round_trips_the_upstream_layout(
+    llmbar: pl.DataFrame, tmp_path: Path
+) -> None:
+    upstream, compact = tmp_path / "Dataset" / "LLMBar", tmp_path / "compact"
+    _upstream_layout(llmbar, upstream, ("Vanilla", "CoT"))
+    published.derive_llmbar(upstream, compact)
+    assert sorted(p.name for p in compact.iterdir()) == ["items.jsonl", "statistics.json"]
+    assert published.load_llmbar(compact).equals(published.load_llmbar(upstream))
+    assert published.llmbar_statistics(compact).equals(published.llmbar_statistics(upstream))
+    assert "kappa" not in (compact / "statistics.json").read_text()
+    line = json.loads((compact / "items.jsonl").read_text().splitlines()[0])
+    assert list(line) == ["subset", "item", "input", "output_1", "output_2", "label", "verdicts"]
+    assert list(line["verdicts"]) == ["Vanilla", "CoT"]  # Table 2 order, not alphabetical
+    # strategies whose items differ cannot share one items file
+    cot = upstream / "Natural" / "evaluators" / "GPT-4" / "CoT" / "result.json"
+    records = json.loads(cot.read_text())
+    records[0]["label"] = 3 - records[0]["label"]
+    cot.write_text(json.dumps(records))
+    with pytest.raises(EvalkitError, match="items differ"):
+        published.derive_llmbar(upstream, tmp_path / "again")
+
+
+def test_shipped_llmbar_copy_matches_its_source_note(llmbar_root: Path) -> None:
+    """The derived files are the ones SOURCE.md describes, next to the MIT licence."""
+    source = (llmbar_root / "SOURCE.md").read_text()
+    for needle in (
+        "princeton-nlp/LLMBar",
+        "900616bff90b6c6c8e1681f7d079250637c55992",
+        "2310.07641",
+        "MIT",
+        "derive_llmbar",
+    ):
+        assert needle in source, needle
+    for name in ("items.jsonl", "statistics.json"):
+        assert f"    {_git_blob(llmbar_root / name)}  {name}\n" in source, name
+    assert source.count("result.json\n") == 40 and source.count("/statistics.json\n") == 40
+    licence = (llmbar_root / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "Princeton Natural Language Processing" in licence
+    assert sorted(p.name for p in llmbar_root.iterdir()) == [
+        "LICENSE",
+        "SOURCE.md",
+        "items.jsonl",
+        "statistics.json",
+    ]
 
 
 def test_llmbar_table2_matches_statistics_json(llmbar: pl.DataFrame, llmbar_root: Path) -> None:
@@ -308,15 +359,18 @@ def test_llmbar_mismatch_is_reported_when_a_verdict_changes(
 
 
 def test_llmbar_dir_resolves_from_env(llmbar_root: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("EVALKIT_SHARED_DATA", str(llmbar_root.parents[1]))
     assert published.llmbar_dir() == llmbar_root
-    monkeypatch.setenv("EVALKIT_SHARED_DATA", str(tmp_path))
-    with pytest.raises(EvalkitError, match="EVALKIT_SHARED_DATA"):
+    monkeypatch.setenv("EVALKIT_LLMBAR_DIR", str(tmp_path))
+    with pytest.raises(EvalkitError, match="EVALKIT_LLMBAR_DIR"):
         published.llmbar_dir()
+    shutil.copytree(llmbar_root, tmp_path / "copy")
+    monkeypatch.setenv("EVALKIT_LLMBAR_DIR", str(tmp_path / "copy"))
+    assert published.llmbar_dir() == tmp_path / "copy"
+    assert published.load_llmbar(strategies="CoT", subsets="Natural").height == 100
 
 
 def test_llmbar_missing_folder_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(EvalkitError, match=r"no LLMBar result\.json"):
+    with pytest.raises(EvalkitError, match="no LLMBar data"):
         published.load_llmbar(tmp_path)
 
 

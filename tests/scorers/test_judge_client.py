@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.records import ChatRequest, Completion, Output
+from evalkit.records import ChatRequest, Output
 from evalkit.scorers.judge_client import (
     JudgeClient,
     MalformedJudgement,
@@ -28,23 +28,6 @@ RUBRIC = """# Refund tone
 """
 
 
-class ScriptedProvider:
-    """Answers judge requests from a function of the request; records every request."""
-
-    name = "scripted"
-
-    def __init__(self, answer) -> None:
-        self.answer = answer
-        self.requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> Completion:
-        self.requests.append(request)
-        return Completion(text=self.answer(request))
-
-    async def aclose(self) -> None:
-        return None
-
-
 class Case:
     messages = ({"role": "user", "content": "Refund my double charge please"},)
     vars = None
@@ -55,8 +38,8 @@ def _judge_scorer(tmp_path: Path, **args):
     return build_scorer("judge", {"rubric": "tone.md", **args}, lambda name: tmp_path / name)
 
 
-def _score(scorer, answer):
-    provider = ScriptedProvider(answer)
+def _score(scorer, answer, make_provider):
+    provider = make_provider(answer)
     client = JudgeClient(provider, "judge-model")
     result = asyncio.run(scorer.ascore(Output(text="Refund issued."), Case(), client))
     return result, provider
@@ -73,15 +56,17 @@ def test_rubric_levels_and_bad_rubrics(tmp_path: Path) -> None:
         _judge_scorer(tmp_path, min_score=9)
 
 
-def test_pointwise_pass_and_fail_with_reason_first(tmp_path: Path) -> None:
+def test_pointwise_pass_and_fail_with_reason_first(tmp_path: Path, scripted_provider) -> None:
     scorer = _judge_scorer(tmp_path, min_score=4)
-    good, provider = _score(scorer, lambda r: '{"reason": "polite, offers next step", "score": 5}')
+    good, provider = _score(
+        scorer, lambda r: '{"reason": "polite, offers next step", "score": 5}', scripted_provider
+    )
     assert good.passed and good.score == 1.0 and "polite" in good.reason and not good.error
     assert provider.requests[0].sampling == {"temperature": 0}
     system = provider.requests[0].messages[0]["content"]
     assert system.index('"reason"') < system.index('"score"')  # reason before the score
     assert "correct and polite" in system  # the rubric is in the prompt
-    cold, _ = _score(scorer, lambda r: '{"reason": "cold", "score": 3}')
+    cold, _ = _score(scorer, lambda r: '{"reason": "cold", "score": 3}', scripted_provider)
     assert not cold.passed and not cold.error and cold.score == 0.5
     assert cold.details["rubric_hash"] == good.details["rubric_hash"]
     assert good.details["rubric"] == "tone.md"  # as the case names it, never an absolute path
@@ -99,8 +84,10 @@ def test_pointwise_pass_and_fail_with_reason_first(tmp_path: Path) -> None:
         "[4]",
     ],
 )
-def test_malformed_judge_output_is_an_error_with_the_raw_text(tmp_path: Path, raw: str) -> None:
-    result, _ = _score(_judge_scorer(tmp_path), lambda r: raw)
+def test_malformed_judge_output_is_an_error_with_the_raw_text(
+    tmp_path: Path, raw: str, scripted_provider
+) -> None:
+    result, _ = _score(_judge_scorer(tmp_path), lambda r: raw, scripted_provider)
     assert result.error and not result.passed
     assert result.details["raw"] == raw
     assert "malformed judge output" in result.reason and repr(raw)[:20] in result.reason
@@ -112,7 +99,9 @@ def test_parse_pointwise_is_strict() -> None:
         parse_pointwise('{"reason": "x", "score": true}', (0, 1))
 
 
-def test_pairwise_asks_both_orders_and_counts_flips_as_inconsistent(tmp_path: Path) -> None:
+def test_pairwise_asks_both_orders_and_counts_flips_as_inconsistent(
+    tmp_path: Path, scripted_provider
+) -> None:
     rubric_path = tmp_path / "tone.md"
     rubric_path.write_text(RUBRIC)
     rubric = load_rubric(rubric_path)
@@ -127,7 +116,7 @@ def test_pairwise_asks_both_orders_and_counts_flips_as_inconsistent(tmp_path: Pa
             {"reason": "mentions refund", "winner": "A" if "refund" in a_part else "B"}
         )
 
-    biased = ScriptedProvider(always_first_position)
+    biased = scripted_provider(always_first_position)
     verdict = asyncio.run(
         judge_pairwise(JudgeClient(biased, "j"), rubric, "USER: hi", "refund done", "no")
     )
@@ -138,7 +127,7 @@ def test_pairwise_asks_both_orders_and_counts_flips_as_inconsistent(tmp_path: Pa
     assert (verdict.order_ab, verdict.order_ba) == (1, 2)
     assert not verdict.consistent and verdict.combined == 0  # position bias -> tie
 
-    fair = ScriptedProvider(prefers_refund)
+    fair = scripted_provider(prefers_refund)
     verdict = asyncio.run(
         judge_pairwise(JudgeClient(fair, "j"), rubric, "USER: hi", "no", "refund done")
     )
