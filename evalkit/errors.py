@@ -70,3 +70,12 @@ class ProviderError(Exception):
         self.cause = cause
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class IncompleteRunError(EvalkitError):
+    """A run to compare or gate is not complete: the gate cannot verify what never ran.
+
+    Exits 1 like an UNVERIFIED gate (it is one), not 2: nothing is wrong with the command.
+    """
+
+    exit_code = 1

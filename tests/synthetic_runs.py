@@ -133,13 +133,16 @@ def _conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
     return frame.select([col.cast(t) for col, t in zip(cols, schema.values(), strict=True)])
 
 
-def write_store(path: Path, runs: list[RunData]) -> None:
-    """Write synthetic runs into a DuckDB store through the store's writer API."""
+def write_store(path: Path, runs: list[RunData], status: str = "complete") -> None:
+    """Write synthetic runs into a DuckDB store through the store's writer API; ``status`` is
+    what each run ends as (``running`` leaves it as a killed run would)."""
     with open_store(path) as store:
         for run in runs:
             manifest = run.manifest | {"run": {"run_id": run.run_id, "label": run.label}}
             store.create_run(manifest, _cases_for(run))
             outputs = _conform(run.outputs.with_columns(model=pl.lit("demo-model")), OUTPUT_SCHEMA)
             scores = run.scores.with_columns(scoring_id=pl.lit(f"{run.run_id}/s0"))
-            store.write_results(outputs, _conform(scores, SCORE_SCHEMA))
-            store.finish_run(run.run_id, "complete", {})
+            if outputs.height:
+                store.write_results(outputs, _conform(scores, SCORE_SCHEMA))
+            if status != "running":
+                store.finish_run(run.run_id, status, {})

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from evalkit.cli import demo, gating, judging, running
+from evalkit.cli import baseline, demo, gating, judging, running
 from evalkit.errors import EvalkitError
 
 
@@ -43,6 +43,6 @@ def _parser() -> argparse.ArgumentParser:
         prog="evalkit", description="Paired, per-slice regression testing for LLM applications."
     )
     sub = parser.add_subparsers(dest="command")
-    for command_group in (running, gating, judging, demo):
+    for command_group in (running, gating, baseline, judging, demo):
         command_group.add_parsers(sub)
     return parser

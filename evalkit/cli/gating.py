@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from evalkit.cli.options import DEFAULT_CONFIG, db_arg, pair_args
+from evalkit.cli.options import DEFAULT_CONFIG, pair_args, pair_refs
 from evalkit.errors import EvalkitError
+
+if TYPE_CHECKING:
+    from evalkit.compare.analysis import Comparison
+    from evalkit.compare.gate import GateDecision
+    from evalkit.store import Store
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -22,12 +28,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gate.add_argument("--out", default="reports", help="reports directory")
     gate.set_defaults(handler=_cmd_gate)
 
-    override = sub.add_parser("override", help="record a gate override with a written reason")
-    db_arg(override)
-    override.add_argument("baseline")
-    override.add_argument("candidate")
-    override.add_argument("--who", required=True)
-    override.add_argument("--reason", required=True)
+    override = sub.add_parser(
+        "override",
+        help="accept the current blocking findings of a blocked pair, with who and why",
+    )
+    pair_args(override)
+    override.add_argument("--who", required=True, help="who takes the decision")
+    override.add_argument("--reason", required=True, help="why shipping despite it is right")
     override.set_defaults(handler=_cmd_override)
 
 
@@ -38,19 +45,27 @@ def _gate_config(args: argparse.Namespace) -> str | None:
     return args.config
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
+def _decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, GateDecision]:
+    """The checked pair's comparison and gate decision (refusals raise one-line errors)."""
     from evalkit.compare.analysis import load_comparison
     from evalkit.compare.gate import gate_comparison, load_policy
+    from evalkit.compare.pairing import require_complete, resolve_pair
+
+    policy = load_policy(_gate_config(args))
+    base, cand = resolve_pair(store, *pair_refs(args))
+    for run_id, role in ((base, "baseline"), (cand, "candidate")):
+        require_complete(store, run_id, role, args.allow_incomplete, args.db)
+    comparison = load_comparison(store, base, cand, args.allow_diff, policy.judge_kappa_min)
+    policy.validate_against(comparison.cand.cases)
+    return comparison, gate_comparison(store, comparison, policy)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
     from evalkit.compare.report import build_report, render_terminal, to_html, to_json, to_junit
     from evalkit.store import open_store
 
-    policy = load_policy(_gate_config(args))
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-        comparison = load_comparison(
-            store, args.baseline, args.candidate, args.allow_diff, policy.judge_kappa_min
-        )
-        policy.validate_against(comparison.cand.cases)
-        report = build_report(comparison, gate_comparison(store, comparison, policy))
+        report = build_report(*_decide_pair(store, args))
     render_terminal(report)
     for path, render in ((args.json, to_json), (args.junit, to_junit), (args.html, to_html)):
         if path:
@@ -61,18 +76,22 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
+    from evalkit.compare.pairing import require_complete, resolve_pair
     from evalkit.notebooks import execute_gate
+    from evalkit.store import open_store
 
-    run = execute_gate(
-        args.db, args.baseline, args.candidate, _gate_config(args), args.out, args.allow_diff
-    )
+    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+        base, cand = resolve_pair(store, *pair_refs(args))
+        for run_id, role in ((base, "baseline"), (cand, "candidate")):
+            require_complete(store, run_id, role, args.allow_incomplete, args.db)
+    run = execute_gate(args.db, base, cand, _gate_config(args), args.out, args.allow_diff)
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
     decision = run.decision or {}
-    print(f"gate {decision.get('status', '?')}: {args.baseline} → {args.candidate}")
+    print(f"gate {decision.get('status', '?')}: {base} → {cand}")
     for finding in decision.get("findings", []):
-        if finding["severity"] == "block":
-            print(f"  BLOCK tier {finding['tier']}: {finding['message']}")
+        if finding["severity"] in ("block", "unverified"):
+            print(f"  {finding['severity'].upper()} tier {finding['tier']}: {finding['message']}")
     for override in decision.get("overrides", []):
         print(f"  override by {override['who']}: {override['reason']}")
     print(f"report: {run.html_path} (notebook {run.notebook_path})")
@@ -83,8 +102,15 @@ def _cmd_override(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
     with open_store(args.db, wait_s=args.wait) as store:
-        base = store.resolve_run(args.baseline)
-        cand = store.resolve_run(args.candidate)
-        store.save_override(base, cand, args.who, args.reason)
+        comparison, decision = _decide_pair(store, args)
+        base, cand = comparison.base.run_id, comparison.cand.run_id
+        if not decision.uncovered:
+            raise EvalkitError(
+                f"{base} → {cand} is {decision.status}: there is no blocking finding to override"
+            )
+        store.save_override(base, cand, args.who, args.reason, decision.uncovered)
     print(f"override recorded for {base} → {cand} by {args.who}: {args.reason}")
+    for key in decision.uncovered:
+        print(f"  accepts {key}")
+    print("  a different blocking finding on this pair still blocks")
     return 0

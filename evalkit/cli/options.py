@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from evalkit.errors import ConfigError
+
 DEFAULT_CONFIG = "corpus/evalkit.yaml"
 DEFAULT_DB = "data/evalkit.duckdb"
 
@@ -28,9 +30,19 @@ def db_arg(parser: argparse.ArgumentParser) -> None:
 
 def pair_args(parser: argparse.ArgumentParser) -> None:
     db_arg(parser)
-    parser.add_argument("baseline", help="baseline run id or label")
-    parser.add_argument("candidate", help="candidate run id or label")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="[BASELINE] CANDIDATE",
+        help="run ids or labels (label@latest for the newest of several); with the candidate "
+        "alone, the baseline promoted for its suite (`evalkit baseline promote`)",
+    )
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="suite config (gate policy)")
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="compare a run that is not complete; its missing outputs count as errored",
+    )
     parser.add_argument(
         "--allow-diff",
         action="append",
@@ -38,3 +50,10 @@ def pair_args(parser: argparse.ArgumentParser) -> None:
         metavar="FIELD",
         help="a manifest field that may differ (the variable under test)",
     )
+
+
+def pair_refs(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(baseline or None, candidate) from the ``[BASELINE] CANDIDATE`` positionals."""
+    if len(args.runs) > 2:
+        raise ConfigError(f"expected [BASELINE] CANDIDATE, got {len(args.runs)} run references")
+    return (None, args.runs[0]) if len(args.runs) == 1 else (args.runs[0], args.runs[1])

@@ -1,7 +1,10 @@
 """The tiered gate: a decision rule fixed before anyone looks at the results.
 
+0. **evidence**: a candidate output that errored is not evidence of anything. Errored must_pass
+   cases, errored cases in a critical tag, more errored outputs than ``gate.max_error_rate``, or
+   nothing paired at all make the gate **UNVERIFIED**: it never passes what it did not see.
 1. **must_pass**: a must_pass case failing in the candidate blocks, unless it is on the measured
-   flake list (then it warns); a must_pass case that errored blocks as *unverified*.
+   flake list (then it warns).
 2. **critical tags** (at most 4, each with at least 8 cases): a tag *regressed*, and blocks, when
    broken > fixed with one-sided exact McNemar p <= alpha, or when the paired bootstrap upper
    bound of the pass-rate difference is below -tolerance. Otherwise it is *underpowered* (fewer
@@ -10,7 +13,8 @@
 3. everything else warns (non-critical slices use Holm-adjusted p-values) or is reported.
 4. budgets: candidate means over a declared limit block or warn, as configured.
 
-An override with a written reason turns a block into *passed with override*.
+An override (who, a written reason, when) accepts the blocking findings it was recorded for, by
+their :attr:`Finding.key`; a blocking finding no override names still blocks.
 
 Examples:
     >>> policy = GatePolicy.from_suite(["billing"], {"alpha": 0.05}, {})
@@ -20,6 +24,8 @@ Examples:
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -39,7 +45,9 @@ if TYPE_CHECKING:
     from evalkit.store import Store
 
 MAX_CRITICAL_TAGS = 4
-Severity = Literal["block", "warn", "info"]
+Severity = Literal["block", "unverified", "warn", "info"]
+#: Severities that stop the gate (unless an override accepts the finding).
+STOPPING: frozenset[str] = frozenset({"block", "unverified"})
 State = Literal["regressed", "no evidence of regression", "underpowered"]
 
 
@@ -58,6 +66,11 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # A judge-scored check may block only when its judge model + rubric has a calibration
     # record with kappa at or above this (see evalkit.judges.gating).
     judge_kappa_min: float = Field(0.6, ge=-1, le=1)
+    # ... and only after at least this many labelled items (the kappa CI's lower bound must
+    # clear judge_kappa_min, which a handful of labels never does honestly).
+    judge_min_labels: int = Field(100, ge=1)
+    # Errored candidate outputs tolerated before the gate says UNVERIFIED (a fraction).
+    max_error_rate: float = Field(0.0, ge=0, le=1)
 
 
 class Budget(BaseModel):
@@ -92,6 +105,8 @@ class GatePolicy:
     level: float = 0.95
     budgets: tuple[Budget, ...] = ()
     judge_kappa_min: float = 0.6
+    judge_min_labels: int = 100
+    max_error_rate: float = 0.0
 
     @classmethod
     def from_suite(
@@ -171,7 +186,7 @@ def load_policy(config_path: str | None) -> GatePolicy:
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing the gate found: ``tier`` 1-4 (0 = about the comparison itself)."""
+    """One thing the gate found: ``tier`` 1-4 (0 = about the evidence itself)."""
 
     tier: int
     slice: str | None
@@ -179,6 +194,17 @@ class Finding:
     statistic: dict[str, Any]
     message: str
     severity: Severity
+
+    @property
+    def key(self) -> str:
+        """The finding's identity, what an override names: tier, slice and the cases involved.
+
+        Examples:
+            >>> Finding(1, "must_pass", ("inc-7",), {}, "fails", "block").key
+            'tier1/must_pass/inc-7'
+        """
+        ids = ",".join(sorted(self.case_ids))
+        return f"tier{self.tier}/{self.slice or '-'}" + (f"/{ids}" if ids else "")
 
 
 @dataclass(frozen=True)
@@ -205,28 +231,33 @@ class SliceState:
 
 @dataclass(frozen=True)
 class Override:
-    """A recorded decision to ship despite a block: who, why, when."""
+    """A recorded decision to ship despite a block: who, why, when, and the keys of the blocking
+    findings it accepts (:attr:`Finding.key`); it covers nothing else."""
 
     who: str
     reason: str
     created_at: datetime | None = None
+    findings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class GateDecision:
     """The gate's verdict: ``blocked`` (after overrides), every finding, each critical state."""
 
-    blocked: bool
+    blocked: bool  # the gate does not pass: BLOCKED or UNVERIFIED
     findings: tuple[Finding, ...]
     overridden: bool = False
     overrides: tuple[Override, ...] = ()
     critical: tuple[SliceState, ...] = ()
     n_paired: int = 0
     policy: GatePolicy = field(default_factory=GatePolicy)
+    unverified: bool = False  # stopped by missing evidence, not by a regression
+    uncovered: tuple[str, ...] = ()  # keys of stopping findings no override accepts
 
     @property
     def would_block(self) -> bool:
-        return any(f.severity == "block" for f in self.findings)
+        """Whether the gate would stop without overrides."""
+        return any(f.severity in STOPPING for f in self.findings)
 
     @property
     def exit_code(self) -> int:
@@ -234,21 +265,30 @@ class GateDecision:
 
     @property
     def status(self) -> str:
+        """PASSED, BLOCKED, UNVERIFIED or PASSED WITH OVERRIDE."""
         if self.blocked:
-            return "BLOCKED"
+            return "UNVERIFIED" if self.unverified else "BLOCKED"
         return "PASSED WITH OVERRIDE" if self.overridden else "PASSED"
 
     def blocking(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity == "block")
+        """The findings that stop the gate (blocks and missing evidence)."""
+        return tuple(f for f in self.findings if f.severity in STOPPING)
 
     def summary(self) -> str:
-        """One line: status and the blocking findings."""
+        """One line: status and the stopping findings.
+
+        Examples:
+            >>> GateDecision(False, ()).summary()
+            'gate PASSED'
+        """
         reasons = "; ".join(f.message for f in self.blocking())
         return f"gate {self.status}" + (f": {reasons}" if reasons else "")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(status=self.status, would_block=self.would_block, exit_code=self.exit_code)
+        for finding, row in zip(self.findings, out["findings"], strict=True):
+            row["key"] = finding.key
         out["policy"]["budgets"] = [b.model_dump() for b in self.policy.budgets]
         for o in out["overrides"]:
             o["created_at"] = o["created_at"].isoformat() if o["created_at"] else None
@@ -259,12 +299,15 @@ def _pts(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f} pts"
 
 
-def _must_pass(paired: pl.DataFrame, flakes: Mapping[str, float]) -> list[Finding]:
+def _must_pass(
+    paired: pl.DataFrame, flakes: Mapping[str, float], causes: Mapping[str, str]
+) -> list[Finding]:
     mp = paired.filter(pl.col("criticality") == "must_pass")
     out = []
     for case in mp.filter(pl.col("cand_error"))["case_id"]:
-        msg = f"must_pass case {case} errored in the candidate: unverified"
-        out.append(Finding(1, "must_pass", (case,), {}, msg, "block"))
+        cause = f" ({causes[case]})" if case in causes else ""
+        msg = f"must_pass case {case} errored in the candidate{cause}: unverified"
+        out.append(Finding(1, "must_pass", (case,), {}, msg, "unverified"))
     for r in mp.filter(pl.col("cand") == False).iter_rows(named=True):  # noqa: E712
         case, rate = r["case_id"], flakes.get(r["case_id"], 0.0)
         before = {True: "passed", False: "also failed", None: "errored"}[r["base"]]
@@ -342,12 +385,72 @@ def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> li
                 f"({_pts(r['diff'])}, Holm-adjusted p = {p_adj:.3g})"
             )
             out.append(Finding(3, r["slice"], (), {**r, "p_holm": float(p_adj)}, msg, "warn"))
-    errored = paired.filter(pl.col("cand_error") & (pl.col("criticality") != "must_pass"))
-    if errored.height:
+    return out
+
+
+_ATTEMPTS = re.compile(r"\s*\(after \d+ attempts\)$")
+
+
+def top_causes(errors: Sequence[str | None], k: int = 3) -> list[tuple[str, int]]:
+    """The ``k`` most common error causes with their counts (retry counts folded together).
+
+    Examples:
+        >>> top_causes(["HTTP 400: bad model (after 5 attempts)", "HTTP 400: bad model", None])
+        [('HTTP 400: bad model', 2)]
+    """
+    shown = [_ATTEMPTS.sub("", e.strip())[:160] for e in errors if e]
+    return Counter(shown).most_common(k)
+
+
+def _causes_text(causes: Sequence[tuple[str, int]]) -> str:
+    return "; ".join(f"{n} × {cause}" for cause, n in causes)
+
+
+def _named(ids: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _evidence(
+    paired: pl.DataFrame, policy: GatePolicy, errors: pl.DataFrame | None
+) -> list[Finding]:
+    """Tier 0: what the gate could not see. Errored candidate cases in a critical tag, more
+    errored outputs than ``max_error_rate``, or no paired case at all make it UNVERIFIED."""
+    if paired.height == 0:
+        msg = "no case is paired between the runs (nothing ran, or every case was edited)"
+        return [Finding(0, None, (), {"n": 0}, f"{msg}: nothing was verified", "unverified")]
+    errored = paired.filter(pl.col("cand_error"))
+    if errors is not None and errors.height:
+        failed = errors.filter(pl.col("error").is_not_null())
+        n_outputs, n_errored = errors.height, failed.height
+        causes = top_causes(failed["error"].to_list())
+        by_case = dict(failed.group_by("case_id", maintain_order=True).first()
+                       .select("case_id", "error").iter_rows())  # fmt: skip
+    else:
+        n_outputs, n_errored, causes, by_case = paired.height, errored.height, [], {}
+    out = []
+    for tag in policy.critical_tags:
+        ids = errored.filter(pl.col("tags").list.contains(tag))["case_id"].to_list()
+        if ids:
+            why = top_causes([by_case.get(i) for i in ids])
+            msg = (
+                f"critical tag {tag!r}: {len(ids)} case(s) errored in the candidate "
+                f"({_named(ids)}), so the tag is unverified"
+                + (f"; causes: {_causes_text(why)}" if why else "")
+            )
+            out.append(Finding(0, tag, tuple(ids), {"n_error": len(ids)}, msg, "unverified"))
+    rate = n_errored / n_outputs if n_outputs else 0.0
+    if n_errored and rate > policy.max_error_rate:
+        ids = errored["case_id"].to_list()
         msg = (
-            f"{errored.height} case(s) errored in the candidate and are left out of the comparison"
+            f"{n_errored} of {n_outputs} candidate outputs errored ({rate:.0%}, more than "
+            f"gate.max_error_rate {policy.max_error_rate:.0%})"
+            + (f"; top causes: {_causes_text(causes)}" if causes else "")
+            + (f"; cases with no verdict: {_named(ids)}" if ids else "")
         )
-        out.append(Finding(3, None, tuple(errored["case_id"]), {"n": errored.height}, msg, "warn"))
+        stat = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
+        stat["top_causes"] = [[c, n] for c, n in causes]
+        out.append(Finding(0, "errors", tuple(ids), stat, msg, "unverified"))
     return out
 
 
@@ -371,8 +474,31 @@ def _as_overrides(overrides: pl.DataFrame | Sequence[Override] | None) -> tuple[
         return ()
     if isinstance(overrides, pl.DataFrame):
         rows = overrides.iter_rows(named=True)
-        overrides = [Override(r["who"], r["reason"], r.get("created_at")) for r in rows]
+        overrides = [
+            Override(r["who"], r["reason"], r.get("created_at"), tuple(r.get("findings") or ()))
+            for r in rows
+        ]
     return tuple(o for o in overrides if o.reason and o.reason.strip())
+
+
+def _override_notes(
+    stopping: Sequence[Finding], accepted: Sequence[Override]
+) -> tuple[list[Finding], list[str]]:
+    """Which override accepts which stopping finding, and the keys none accepts."""
+    notes, uncovered = [], []
+    for finding in stopping:
+        by = [o for o in accepted if finding.key in o.findings]
+        if by:
+            who = ", ".join(f"{o.who} ({o.reason})" for o in by)
+            msg = f"accepted by the override of {who}: {finding.message}"
+            stat = {"key": finding.key}
+            notes.append(Finding(finding.tier, finding.slice, finding.case_ids, stat, msg, "info"))
+        else:
+            uncovered.append(finding.key)
+    if accepted and uncovered:
+        msg = f"no override accepts {len(uncovered)} stopping finding(s): {', '.join(uncovered)}"
+        notes.append(Finding(0, "overrides", (), {"uncovered": uncovered}, msg, "info"))
+    return notes, uncovered
 
 
 def decide(
@@ -382,6 +508,7 @@ def decide(
     budgets_observed: Mapping[str, float | None] | None = None,
     overrides: pl.DataFrame | Sequence[Override] | None = None,
     corpus: pl.DataFrame | Mapping[str, int] | None = None,
+    errors: pl.DataFrame | None = None,
 ) -> GateDecision:
     """Apply the tiers to the paired frame (sealed cases are left out: they only report).
 
@@ -389,6 +516,8 @@ def decide(
     ``budgets_observed`` maps budget metric -> candidate mean (default: from the paired frame);
     ``corpus`` (the candidate's cases frame, or tag counts) is what critical tags are sized
     against, default the paired frame: edited cases then make a slice underpowered, not invalid.
+    ``errors`` (the candidate's outputs: ``case_id, error``) counts errored outputs and names
+    their causes; without it errors are counted per paired case.
 
     Raises:
         ConfigError: a critical tag has fewer than `GatePolicy.min_cases` cases.
@@ -412,20 +541,32 @@ def decide(
         budgets_observed = usage_means(paired.select(**cols)) if cols else {}
     table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.level)
     states, critical = _critical(table, policy, paired)
+    causes: dict[str, str] = {}
+    if errors is not None and errors.height:
+        failed = errors.filter(pl.col("error").is_not_null())
+        causes = dict(failed.group_by("case_id", maintain_order=True).first()
+                      .select("case_id", "error").iter_rows())  # fmt: skip
     findings = [
-        *_must_pass(paired, flakes or {}),
+        *_evidence(paired, policy, errors),
+        *_must_pass(paired, flakes or {}, causes),
         *critical,
         *_others(table, paired, policy),
         *_budget_findings(policy, budgets_observed),
     ]
-    order = {"block": 0, "warn": 1, "info": 2}
-    findings.sort(key=lambda f: (order[f.severity], f.tier))
     accepted = _as_overrides(overrides)
-    would_block = any(f.severity == "block" for f in findings)
-    blocked, overridden = would_block and not accepted, would_block and bool(accepted)
+    stopping = [f for f in findings if f.severity in STOPPING]
+    notes, uncovered = _override_notes(stopping, accepted)
+    findings += notes
+    order = {"block": 0, "unverified": 1, "warn": 2, "info": 3}
+    findings.sort(key=lambda f: (order[f.severity], f.tier))
+    open_findings = [f for f in stopping if f.key in uncovered]
+    blocked = bool(open_findings)
+    unverified = blocked and all(f.severity == "unverified" for f in open_findings)
+    overridden = bool(stopping) and not blocked
     return GateDecision(
-        blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy
-    )
+        blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy,
+        unverified, tuple(uncovered),
+    )  # fmt: skip
 
 
 def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) -> GateDecision:
@@ -435,10 +576,38 @@ def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) ->
     rates = pl.concat(frames).group_by("case_id").max() if frames else None
     observed = usage_means(comparison.cand_verdicts)
     overrides = store.overrides(comparison.base.run_id, comparison.cand.run_id)
-    decision = decide(comparison.paired, policy, rates, observed, overrides, comparison.cand.cases)
+    errors = _candidate_errors(comparison)
+    decision = decide(
+        comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors
+    )
     # Uncalibrated judges were left out of the verdicts; say so where the decision is read.
     notes = tuple(Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes)
     return replace(decision, findings=decision.findings + notes)
+
+
+def _candidate_errors(comparison: Comparison) -> pl.DataFrame:
+    """The candidate's outputs of paired, unsealed cases (``case_id, error``); a missing output
+    (an incomplete run compared with ``--allow-incomplete``) counts as an errored one."""
+    paired = comparison.paired.filter(~pl.col("sealed").fill_null(False))["case_id"]
+    outputs = comparison.cand.outputs
+    cols = [pl.col("case_id"), (pl.col("error") if "error" in outputs.columns
+                                else pl.lit(None, pl.String)).alias("error")]  # fmt: skip
+    present = outputs.select(cols).filter(pl.col("case_id").is_in(paired.implode()))
+    replays = int(comparison.cand.manifest.get("replays") or 1)
+    seen = present.group_by("case_id").len()
+    missing = (
+        pl.DataFrame({"case_id": paired}).join(seen, on="case_id", how="left")
+        .with_columns(pl.col("len").fill_null(0))
+        .filter(pl.col("len") < replays)
+    )  # fmt: skip
+    filler = [
+        {"case_id": r["case_id"], "error": "no output stored (the run is incomplete)"}
+        for r in missing.iter_rows(named=True)
+        for _ in range(replays - r["len"])
+    ]
+    if filler:
+        present = pl.concat([present, pl.DataFrame(filler, schema=present.schema)])
+    return present
 
 
 def min_detectable_collapse(n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:

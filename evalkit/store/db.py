@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import functools
 import json
 import secrets
@@ -31,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from evalkit.errors import StoreError
+from evalkit.store.decisions import DecisionRecords
 from evalkit.store.lock import WriterLock, connect_duckdb
 from evalkit.store.schema import (
     CALIBRATION_SCHEMA,
@@ -130,7 +132,7 @@ def _serialized(
     return locked
 
 
-class Store:
+class Store(DecisionRecords):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(
@@ -272,17 +274,6 @@ class Store:
             [status, _now(), json.dumps(summary), run_id],
         )
 
-    def save_override(self, base_run_id: str, cand_run_id: str, who: str, reason: str) -> None:
-        """Record a gate override; a written reason is required."""
-        if not reason or not reason.strip():
-            raise StoreError("an override needs a written reason (--reason '...')")
-        if not who or not who.strip():
-            raise StoreError("an override needs a name (--who NAME)")
-        self._con.execute(
-            "INSERT INTO overrides VALUES (?, ?, ?, ?, ?)",
-            [base_run_id, cand_run_id, who.strip(), reason.strip(), _now()],
-        )
-
     def save_flakes(self, config_hash: str, flakes: pl.DataFrame) -> None:
         """Store one flake measurement (columns case_id, tags, runs, flips, flake_rate)."""
         frame = flakes.select(
@@ -338,11 +329,27 @@ class Store:
         )
 
     def resolve_run(self, ref: str) -> str:
-        """A run id from an id, a unique id prefix, or a label (the latest run with it)."""
+        """A run id from an id, a unique id prefix, a label that names one run, or
+        ``label@latest`` (the newest run with that label).
+
+        Raises:
+            StoreError: no such run, or a label or prefix that names several runs (listed).
+        """
+        label, latest = (ref[: -len("@latest")], True) if ref.endswith("@latest") else (ref, False)
+        exact = self._con.execute("SELECT run_id FROM runs WHERE run_id = ?", [ref]).fetchall()
+        if exact:
+            return exact[0][0]
         rows = self._con.execute(
-            "SELECT run_id FROM runs WHERE run_id = ? OR label = ? ORDER BY created_at DESC",
-            [ref, ref],
+            "SELECT run_id, created_at FROM runs WHERE label = ? ORDER BY created_at DESC",
+            [label],
         ).fetchall()
+        if len(rows) > 1 and not latest:
+            listed = ", ".join(f"{r[0]} ({str(r[1])[:19]})" for r in rows[:5])
+            more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+            raise StoreError(
+                f"label {label!r} names {len(rows)} runs: {listed}{more}; pass a run id, or "
+                f"{label}@latest for the newest"
+            )
         if not rows:
             rows = self._con.execute(
                 "SELECT run_id FROM runs WHERE run_id LIKE ? ORDER BY created_at DESC", [f"{ref}%"]
@@ -350,7 +357,16 @@ class Store:
             if len(rows) > 1:
                 raise StoreError(f"run {ref!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
         if not rows:
-            raise StoreError(f"{self.path}: no run with id or label {ref!r}")
+            labels = [
+                r[0]
+                for r in self._con.execute(
+                    "SELECT DISTINCT label FROM runs ORDER BY label"
+                ).fetchall()
+            ]
+            hint = difflib.get_close_matches(label, labels, n=1)
+            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+            known = f"; labels: {', '.join(labels[:20])}" if labels else "; the store has no runs"
+            raise StoreError(f"{self.path}: no run with id or label {ref!r}{suggestion}{known}")
         return rows[0][0]
 
     def manifest(self, run_id: str) -> dict[str, Any]:
@@ -412,13 +428,6 @@ class Store:
             "SELECT case_id, replay FROM outputs WHERE run_id = ?", [run_id]
         ).fetchall()
         return {(c, int(r)) for c, r in rows}
-
-    def overrides(self, base_run_id: str, cand_run_id: str) -> pl.DataFrame:
-        return self._frame(
-            "SELECT who, reason, created_at FROM overrides WHERE base_run_id = ? AND "
-            "cand_run_id = ? ORDER BY created_at",
-            [base_run_id, cand_run_id],
-        )
 
     def latest_flakes(self, config_hash: str) -> pl.DataFrame:
         return self._frame(

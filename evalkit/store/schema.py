@@ -33,6 +33,11 @@ CREATE TABLE IF NOT EXISTS scoring_cases (
 CREATE TABLE IF NOT EXISTS overrides (
     base_run_id VARCHAR, cand_run_id VARCHAR, who VARCHAR, reason VARCHAR, created_at TIMESTAMPTZ
 );
+-- The blocking findings (their keys, JSON list) an override accepts; it covers nothing else.
+ALTER TABLE overrides ADD COLUMN IF NOT EXISTS findings VARCHAR;
+CREATE TABLE IF NOT EXISTS baselines (
+    suite VARCHAR, run_id VARCHAR, who VARCHAR, reason VARCHAR, promoted_at TIMESTAMPTZ
+);
 CREATE TABLE IF NOT EXISTS flakes (
     config_hash VARCHAR, measured_at TIMESTAMPTZ, case_id VARCHAR, tags VARCHAR[], runs INTEGER,
     flips INTEGER, flake_rate DOUBLE

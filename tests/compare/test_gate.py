@@ -145,7 +145,9 @@ def test_must_pass_flake_list_and_unverified_errors():
     decision = decide(_paired(rows), GatePolicy(), flakes={"flaky": 0.2})
     by_case = {f.case_ids[0]: f for f in decision.findings if f.tier == 1}
     assert by_case["flaky"].severity == "warn" and "flake list" in by_case["flaky"].message
-    assert by_case["errored"].severity == "block" and "unverified" in by_case["errored"].message
+    assert (
+        by_case["errored"].severity == "unverified" and "unverified" in by_case["errored"].message
+    )
     assert decision.blocked and "fine" not in by_case
     flakes = pl.DataFrame({"case_id": ["flaky"], "flake_rate": [0.0]})
     assert decide(_paired(rows[:1]), GatePolicy(), flakes=flakes).blocked  # rate 0 = not flaky
@@ -179,8 +181,64 @@ def test_sizing_against_the_corpus_makes_edited_cases_underpowered_not_invalid()
 
 
 def test_sealed_cases_never_gate():
-    rows = [("sealed-mp", [], "must_pass", True, False)]
-    assert not decide(_paired(rows).with_columns(sealed=True), GatePolicy()).blocked
+    rows = [("sealed-mp", [], "must_pass", True, False), ("open", [], "normal", True, True)]
+    paired = _paired(rows).with_columns(sealed=pl.col("case_id") == "sealed-mp")
+    assert not decide(paired, GatePolicy()).blocked
+
+
+def test_nothing_paired_is_unverified_not_passed():
+    rows = [("sealed-mp", [], "must_pass", True, True)]
+    decision = decide(_paired(rows).with_columns(sealed=True), GatePolicy())
+    assert decision.status == "UNVERIFIED" and decision.exit_code == 1
+    assert "nothing was verified" in decision.summary()
+
+
+def test_all_errored_candidate_is_unverified_with_causes_and_no_must_pass_case():
+    rows = [(f"c{i}", ["general"], "normal", True, None) for i in range(35)]
+    errors = pl.DataFrame(
+        {"case_id": [f"c{i}" for i in range(35)],
+         "error": ["HTTP 400: Invalid model name gpt-5-typo (after 1 attempts)"] * 35}
+    )  # fmt: skip
+    decision = decide(_paired(rows), GatePolicy(), errors=errors)
+    assert decision.status == "UNVERIFIED" and decision.blocked and decision.exit_code == 1
+    (finding,) = decision.blocking()
+    assert "35 of 35 candidate outputs errored" in finding.message
+    assert "35 × HTTP 400: Invalid model name gpt-5-typo" in finding.message
+    assert "c0" in finding.message
+
+
+def test_errors_under_max_error_rate_pass_but_not_in_a_critical_tag():
+    rows = [(f"c{i:02d}", ["billing"], "normal", True, True) for i in range(20)]
+    rows[0] = ("c00", ["billing"], "normal", True, None)
+    lenient = GatePolicy.from_suite([], {"max_error_rate": 0.1})
+    assert decide(_paired(rows), lenient).status == "PASSED"
+    critical = GatePolicy.from_suite(["billing"], {"max_error_rate": 0.1})
+    decision = decide(_paired(rows), critical)
+    assert decision.status == "UNVERIFIED"
+    assert decision.blocking()[0].key == "tier0/billing/c00"
+    assert decide(_paired(rows), GatePolicy()).status == "UNVERIFIED"  # default rate 0
+
+
+def test_a_regression_beside_missing_evidence_is_blocked_not_unverified():
+    rows = [("mp", [], "must_pass", True, False), ("err", [], "normal", True, None)]
+    assert decide(_paired(rows), GatePolicy()).status == "BLOCKED"
+
+
+def test_an_override_accepts_only_the_findings_it_names():
+    rows = [("inc-1", [], "must_pass", True, False), ("ok", [], "normal", True, True)]
+    first = decide(_paired(rows), GatePolicy())
+    (key,) = first.uncovered
+    override = Override("ana", "incident replayed by hand", findings=(key,))
+    assert decide(_paired(rows), GatePolicy(), overrides=[override]).status == (
+        "PASSED WITH OVERRIDE"
+    )
+    rows.append(("inc-2", [], "must_pass", True, False))  # a new, different blocking finding
+    later = decide(_paired(rows), GatePolicy(), overrides=[override])
+    assert later.status == "BLOCKED" and later.uncovered == ("tier1/must_pass/inc-2",)
+    notes = " ".join(f.message for f in later.findings if f.severity == "info")
+    assert "accepted by the override of ana" in notes and "tier1/must_pass/inc-2" in notes
+    blanket = Override("bob", "ship it")  # names nothing: accepts nothing
+    assert decide(_paired(rows), GatePolicy(), overrides=[blanket]).status == "BLOCKED"
 
 
 def test_non_critical_slices_warn_with_holm_adjusted_p():
@@ -194,14 +252,18 @@ def test_non_critical_slices_warn_with_holm_adjusted_p():
 
 def test_an_override_with_a_reason_passes_a_blocked_gate_and_is_recorded():
     rows = [("mp", [], "must_pass", True, False)]
-    override = Override("ana", "known upstream outage; tracked in INC-12")
+    override = Override(
+        "ana", "known upstream outage; tracked in INC-12", None, ("tier1/must_pass/mp",)
+    )
     decision = decide(_paired(rows), GatePolicy(), overrides=[override, Override("bob", "  ")])
     assert not decision.blocked and decision.overridden and decision.would_block
     assert decision.status == "PASSED WITH OVERRIDE" and decision.exit_code == 0
     assert decision.overrides == (override,)
     data = json.loads(json.dumps(decision.to_dict(), default=str))
     assert data["overrides"][0]["reason"].startswith("known upstream") and data["exit_code"] == 0
-    blank = decide(_paired(rows), GatePolicy(), overrides=[Override("bob", " ")])
+    blank = decide(
+        _paired(rows), GatePolicy(), overrides=[Override("bob", " ", None, ("tier1/must_pass/mp",))]
+    )
     assert blank.blocked and not blank.overridden
 
 
@@ -231,8 +293,9 @@ def test_gate_comparison_reads_flakes_and_overrides_from_the_store(tmp_path):
         assert [f.severity for f in decision.findings if f.tier == 1] == ["warn"]
         assert decision.blocked  # billing still blocks
         store.save_override(
-            cmp.base.run_id, cmp.cand.run_id, "ana", "billing copy change is intended"
-        )
+            cmp.base.run_id, cmp.cand.run_id, "ana", "billing copy change is intended",
+            findings=decision.uncovered,
+        )  # fmt: skip
         decision = gate_comparison(store, cmp, GatePolicy(critical_tags=("billing",)))
         assert decision.overridden and not decision.blocked
         assert decision.overrides[0].who == "ana" and decision.overrides[0].created_at is not None

@@ -1,0 +1,100 @@
+"""Which two runs a comparison is about: run references, the promoted baseline, completeness.
+
+A gate that compares the wrong runs verifies nothing, so this is strict: a label that names
+several runs is an error (:meth:`evalkit.store.Store.resolve_run`), a candidate without a named
+baseline is compared with the baseline a person promoted for its suite, a run is never compared
+with itself, and an incomplete run is refused unless the caller counts its missing outputs as
+errors (``allow_incomplete``).
+
+Examples:
+    >>> base, cand = resolve_pair(store, None, "candidate")   # doctest: +SKIP
+    >>> require_complete(store, cand, "candidate")            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from evalkit.errors import ConfigError, IncompleteRunError
+from evalkit.store import Store
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """How much of a run is stored: ``expected`` = cases × replays."""
+
+    run_id: str
+    status: str
+    cases: int
+    replays: int
+    stored: int
+
+    @property
+    def expected(self) -> int:
+        return self.cases * self.replays
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete" and self.stored >= self.expected
+
+
+def completeness(store: Store, run_id: str) -> Completeness:
+    """What ``run_id`` holds against what it was asked to run."""
+    replays = int(store.manifest(run_id).get("replays") or 1)
+    cases = store.cases(run_id).height
+    return Completeness(
+        run_id, store.run_status(run_id), cases, replays, len(store.completed(run_id))
+    )
+
+
+def require_complete(
+    store: Store, run_id: str, role: str, allow_incomplete: bool = False, db: str | None = None
+) -> Completeness:
+    """Refuse an incomplete run with the command that completes it.
+
+    With ``allow_incomplete`` the run is accepted and its missing outputs count as errored
+    (the gate is then UNVERIFIED wherever they matter).
+
+    Raises:
+        IncompleteRunError: the run's status is not ``complete`` or outputs are missing.
+    """
+    state = completeness(store, run_id)
+    if state.complete or allow_incomplete:
+        return state
+    where = f" --db {shlex.quote(db)}" if db else ""
+    raise IncompleteRunError(
+        f"the {role} run {run_id} is incomplete (status {state.status}, {state.stored} of "
+        f"{state.expected} outputs stored): finish it with `evalkit run --resume {run_id}{where}`"
+        " (same --config/--set/--prompt as it started with), or pass --allow-incomplete to count "
+        "the missing outputs as errored (the gate is then unverified where they matter)"
+    )
+
+
+def resolve_pair(store: Store, baseline: str | None, candidate: str) -> tuple[str, str]:
+    """(baseline run id, candidate run id). Without ``baseline``, the baseline promoted for the
+    candidate's suite (``evalkit baseline promote``).
+
+    Raises:
+        ConfigError: no promoted baseline, or both references name the same run.
+        StoreError: an unknown or ambiguous reference.
+    """
+    cand = store.resolve_run(candidate)
+    if baseline is None:
+        suite = store.manifest(cand).get("suite") or ""
+        promoted = store.current_baseline(suite)
+        if promoted is None:
+            raise ConfigError(
+                f"suite {suite!r} has no promoted baseline: promote one with `evalkit baseline "
+                "promote RUN --who NAME --reason TEXT`, or name it: `evalkit gate BASELINE "
+                f"{candidate}`"
+            )
+        base = promoted
+    else:
+        base = store.resolve_run(baseline)
+    if base == cand:
+        raise ConfigError(
+            f"refusing to compare run {cand} with itself: the baseline and the candidate must be "
+            "different runs"
+        )
+    return base, cand
