@@ -26,6 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalkit.corpus.cases import Corpus, YAMLInputError, parse_yaml
+from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
+from evalkit.corpus.selection import TierConfig
 from evalkit.errors import ConfigError
 from evalkit.records import canonical_json
 from evalkit.scorers.judge_client import model_family
@@ -43,6 +45,13 @@ class Sampling(_Strict):
     top_p: float | None = None
     seed: int | None = None
     max_tokens: int | None = None
+
+
+class IndexConfig(_Strict):
+    """The retrieval index a system reads: part of the config hash, as the corpus is."""
+
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
 
 
 class SystemConfig(_Strict):
@@ -67,6 +76,12 @@ class SystemConfig(_Strict):
     # should simply answer; calls without a fixture then fail as unexpected).
     offer_tools: Literal["with_fixtures", "always"] = "with_fixtures"
     transport: Literal["openai", "lean"] = "openai"
+    # What the cache key and config hash know of the system beyond the request: the code
+    # (python: the function's module, plus these globs relative to the config's directory), a
+    # version string for what evalkit cannot hash (a deployed service), the retrieval index.
+    code_paths: list[str] = Field(default_factory=list)
+    version: str | None = None
+    index: IndexConfig | None = None
 
 
 class JudgeConfig(_Strict):
@@ -101,6 +116,7 @@ class SuiteConfig(_Strict):
     judge: JudgeConfig | None = None
     rate_limit: RateLimit | None = None
     cache: bool = True
+    tiers: dict[str, TierConfig] = Field(default_factory=dict)  # named selections (--tier)
 
 
 @dataclass(frozen=True)
@@ -247,6 +263,7 @@ def _read_optional(root: Path, name: str | None, config_path: Path, key: str) ->
 COMPARABLE_FIELDS = (
     "suite",
     "provider",
+    "system",
     "model",
     "prompt",
     "tools",
@@ -293,6 +310,7 @@ def build_manifest(
             "function": system.function,
             "simulator": system.provider == "demo" or system.model.startswith("demo-"),
         },
+        "system": system_identity(suite),
         "model": {"id": system.model, "snapshot": system.snapshot or system.model},
         "prompt": {
             "version": system.prompt_version
@@ -321,6 +339,7 @@ def build_manifest(
         "harness": {"evalkit": __version__},
         "corpus": {"hash": corpus.hash, "n_cases": len(corpus.cases)},
         "selection": selection,
+        "requests": request_settings(suite),
         "client": _client_versions(),
         "run": {
             "run_id": run_id,
@@ -334,6 +353,31 @@ def build_manifest(
     manifest["warnings"] = _warnings(suite)
     manifest["config_hash"] = config_hash(manifest)
     return manifest
+
+
+def system_identity(suite: Suite) -> dict[str, Any]:
+    """What identifies the system under test beyond the request: its code, version and index."""
+    system = suite.config.system
+    function = system.function if system.provider == "python" else None
+    code = code_fingerprint(function, system.code_paths, suite.root)
+    return {
+        "code": code,
+        "code_fingerprint": fingerprint_digest(code),
+        "version": system.version,
+        "index": system.index.model_dump() if system.index else None,
+    }
+
+
+def request_settings(suite: Suite) -> dict[str, Any]:
+    """How requests were made (recorded, not hashed: they change no answer)."""
+    config = suite.config
+    system = config.system.model_dump()
+    keep = ("transport", "timeout_s", "max_retries", "max_retry_after_s")
+    return {
+        **{k: system[k] for k in keep if k in system},
+        "concurrency": config.concurrency,
+        "rate_limit": config.rate_limit.model_dump() if config.rate_limit else None,
+    }
 
 
 def _warnings(suite: Suite) -> list[str]:

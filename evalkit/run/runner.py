@@ -1,10 +1,11 @@
 """The async runner: every (case, replay) through the system under test, scored and stored.
 
-Bounded concurrency, retries with backoff (in :mod:`evalkit.retries`), a response cache,
-the tool-fixture loop for agent cases, a progress bar with rate and ETA, and batched writes:
-outputs and their scores are appended to DuckDB as they complete (every ``flush_rows`` rows or
-``flush_interval_s`` seconds, one transaction per batch), so a killed run keeps what it finished
-and ``--resume RUN_ID`` continues without repeating completed (case, replay) requests.
+Bounded concurrency, retries with backoff (in :mod:`evalkit.retries`), a response cache keyed
+on the system's identity (code fingerprint, version, index) as well as the request, the
+tool-fixture loop for agent cases, a progress bar (:mod:`evalkit.run.progress`) and batched
+writes (:mod:`evalkit.run.writer`): a killed run keeps what it finished and ``--resume RUN_ID``
+continues without repeating completed (case, replay) requests. The summary
+(:mod:`evalkit.run.summary`) is read back from the store, so a resumed run counts all of it.
 
 Examples:
     >>> summary = run_suite(suite, corpus, store, RunOptions(label="baseline"))  # doctest: +SKIP
@@ -15,34 +16,48 @@ Examples:
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import random
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
-
-import polars as pl
 
 from evalkit.corpus.cases import Case, Corpus, render_messages
 from evalkit.corpus.suite import Suite, build_manifest
-from evalkit.errors import ConfigError, EvalkitError, ProviderError
+from evalkit.errors import ConfigError, EvalkitError, ProviderError, StoreError
 from evalkit.fixtures import FixtureMiss, serve_tool_call
 from evalkit.records import ChatRequest, Completion, Output, Provider, Score, ToolCall
 from evalkit.retries import CallStats, RateLimiter, RetryPolicy, complete_with_retries
 from evalkit.run.cache import CachedProvider, cache_key
+from evalkit.run.caveats import config_warnings, result_warnings
+from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
+from evalkit.run.summary import RunSummary, SessionCounts, summarize
+from evalkit.run.writer import BatchWriter
 from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import EXECUTABLE, JUDGE
-from evalkit.store import (
-    OUTPUT_SCHEMA,
-    REOPEN_WAIT_S,
-    SCORE_SCHEMA,
-    Store,
-    initial_scoring_id,
-    new_run_id,
-)
+from evalkit.store import Store, initial_scoring_id, new_run_id
+
+__all__ = ["RunOptions", "RunStart", "RunSummary", "judge_client", "make_judge", "run_suite"]
+
+#: Version of the runner's cache entries (completion + the latency and cost it had when
+#: produced); part of every key, so entries of an older layout are never read as this one.
+CACHE_ENTRY_VERSION = 2
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """Handed to ``RunOptions.on_start`` once the run is recorded, before any model call."""
+
+    run_id: str
+    label: str
+    resumed: bool
+    expected_outputs: int  # selected cases × replays
+    stored: int  # outputs already stored (a resume)
+    to_do: int
+    use_cache: bool
+    warnings: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -50,37 +65,15 @@ class RunOptions:
     label: str = "run"
     replays: int | None = None  # None: the suite's ``replays``
     concurrency: int | None = None  # None: the suite's ``concurrency``
-    use_cache: bool | None = None  # None: the suite's ``cache``
+    use_cache: bool | None = None  # None: the suite's ``cache`` (a resume: the run's own)
     progress: bool = True
     resume: str | None = None  # run id to continue
+    retry_errors: bool = False  # with ``resume``: ask stored errors again
     selection: dict[str, Any] = field(default_factory=dict)
     flush_rows: int = 256
     flush_interval_s: float = 0.5
     seed: int = 0  # jitter RNG only
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    label: str
-    config_hash: str
-    cases: int
-    outputs: int
-    passed: int
-    failed: int
-    errored: int
-    cache_hits: int
-    requests: int
-    retries: int
-    resumed_skipped: int
-    wall_s: float
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    mean_latency_ms: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    on_start: Callable[[RunStart], None] | None = None  # e.g. print the run id
 
 
 def run_suite(
@@ -101,6 +94,11 @@ async def run_suite_async(
     options: RunOptions,
     provider: Provider | None = None,
 ) -> RunSummary:
+    """:func:`run_suite` inside a running event loop.
+
+    A run that stops on an exception is marked ``failed`` (``interrupted`` on Ctrl-C or a
+    cancel) with what it stored kept, and can be continued with ``--resume``.
+    """
     config = suite.config
     if options.replays is not None or options.concurrency is not None:
         updates = {
@@ -116,10 +114,11 @@ async def run_suite_async(
             suite.tools,
         )
         config = suite.config
-    use_cache = config.cache if options.use_cache is None else options.use_cache
+    retried = 0
     if options.resume:
         run_id = store.resolve_run(options.resume)
         manifest = store.manifest(run_id)
+        corpus = _resumed_cases(store, run_id, corpus)
         fresh = build_manifest(
             suite, corpus, run_id=run_id, label=options.label, selection=options.selection
         )
@@ -128,41 +127,108 @@ async def run_suite_async(
                 f"cannot resume {run_id}: the configuration changed since it started "
                 f"(config_hash {manifest['config_hash'][:12]} → {fresh['config_hash'][:12]})"
             )
+        # A --no-cache run stays uncached when resumed; a cached one may be resumed uncached.
+        use_cache = bool(manifest["run"].get("cache", True)) and options.use_cache is not False
+        if options.retry_errors:
+            retried = store.drop_errored_outputs(run_id)
         done = store.completed(run_id)
         label = manifest["run"]["label"]
+        before = [*fresh["warnings"], *config_warnings(suite, corpus)]
     else:
+        if options.retry_errors:
+            raise EvalkitError("--retry-errors continues a stored run: use it with --resume")
+        use_cache = config.cache if options.use_cache is None else options.use_cache
         run_id = new_run_id()
         label = options.label
         manifest = build_manifest(
             suite, corpus, run_id=run_id, label=label, selection=options.selection
         )
+        manifest["run"]["cache"] = use_cache
+        before = [*manifest["warnings"], *config_warnings(suite, corpus)]
+        manifest["warnings"] = before
         store.create_run(manifest, corpus.cases)
         done = set()
+    expected = len(corpus.cases) * config.replays
     work = [
         (case, replay)
         for case in corpus.cases
         for replay in range(config.replays)
         if (case.id, replay) not in done
     ]
+    if options.on_start is not None:
+        options.on_start(
+            RunStart(
+                run_id, label, bool(options.resume), expected, len(done), len(work), use_cache,
+                tuple(before),
+            )
+        )  # fmt: skip
     own_provider = provider is None
-    provider = provider or make_provider(config.system)
-    judge = make_judge(suite, corpus, store, use_cache)
-    execution = _Execution(suite, store, run_id, provider, use_cache, options, judge)
     started = time.perf_counter()
+    execution: _Execution | None = None
     try:
-        await execution.run(work)
-    finally:
-        execution.writer.flush()
-        if own_provider:
-            await provider.aclose()
-        if judge is not None:
-            await judge.provider.aclose()
-    wall_s = time.perf_counter() - started
-    summary = _summarize(
-        store, run_id, label, manifest["config_hash"], execution, len(done), wall_s
+        provider = provider or make_provider(config.system)
+        judge = make_judge(suite, corpus, store, use_cache)
+        execution = _Execution(suite, store, run_id, provider, use_cache, options, judge, manifest)
+        try:
+            await execution.run(work)
+        finally:
+            execution.writer.flush()
+            if own_provider:
+                await provider.aclose()
+            if judge is not None:
+                await judge.provider.aclose()
+    except BaseException as exc:
+        _mark_stopped(store, run_id, exc)
+        if isinstance(exc, StoreError):
+            raise StoreError(
+                f"{exc} — run {run_id} keeps every output stored so far; once the store is "
+                f"free, continue it with: evalkit run --resume {run_id}"
+            ) from None
+        raise
+    session = SessionCounts(
+        requests=execution.call_stats.attempts,
+        retries=execution.call_stats.retries,
+        cache_hits=execution.cache_hits,
+        resumed_skipped=len(done),
+        retried_errors=retried,
+        wall_s=time.perf_counter() - started,
     )
-    store.finish_run(run_id, "complete", summary.to_dict())
+    summary = summarize(
+        store, run_id, label, manifest["config_hash"], expected_outputs=expected, session=session
+    )
+    warnings = [*before, *result_warnings(summary.outputs, summary.cached_outputs, expected)]
+    summary = replace(summary, warnings=tuple(warnings))
+    store.set_warnings(run_id, warnings)
+    store.finish_run(run_id, "complete" if summary.complete else "incomplete", summary.to_dict())
     return summary
+
+
+def _resumed_cases(store: Store, run_id: str, corpus: Corpus) -> Corpus:
+    """The run's own cases from ``corpus``; refused when one of them is no longer there."""
+    stored = store.cases(run_id)["case_id"].to_list()
+    present = {case.id for case in corpus.cases}
+    missing = [case_id for case_id in stored if case_id not in present]
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise EvalkitError(
+            f"cannot resume {run_id}: {len(missing)} of its cases are not in the corpus "
+            f"({shown}); resume with the selection the run started with"
+        )
+    return corpus.select(ids=stored)
+
+
+def _mark_stopped(store: Store, run_id: str, exc: BaseException) -> None:
+    """Record why a run stopped, if the store can be reached without waiting."""
+    interrupted = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
+    status = "interrupted" if interrupted else "failed"
+    reason = f"{type(exc).__name__}: {exc}"[:300]
+    try:
+        if store.reopen(0.0):
+            store.finish_run(run_id, status, {"stopped": reason})
+    except Exception:  # the original error matters more than this bookkeeping
+        pass
 
 
 class _Execution:
@@ -176,7 +242,8 @@ class _Execution:
         provider: Provider,
         use_cache: bool,
         options: RunOptions,
-        judge: JudgeClient | None = None,
+        judge: JudgeClient | None,
+        manifest: dict[str, Any],
     ) -> None:
         config = suite.config
         self.suite = suite
@@ -194,19 +261,14 @@ class _Execution:
         self.limiter = RateLimiter(
             limit.requests_per_minute if limit else None, limit.tokens_per_minute if limit else None
         )
-        self.writer = _BatchWriter(store, options.flush_rows, options.flush_interval_s, use_cache)
+        self.writer = BatchWriter(store, options.flush_rows, options.flush_interval_s)
         self.cache: dict[str, str] = {}
         self.cache_hits = 0
         price = config.prices.get(config.system.model)
         self.price_in = price.input_per_mtok / 1e6 if price else 0.0
         self.price_out = price.output_per_mtok / 1e6 if price else 0.0
         self.sampling = config.system.sampling.model_dump()
-        system = config.system
-        self.identity = {
-            "provider": system.provider,
-            "base_url": system.base_url,
-            "function": system.function,
-        }
+        self.identity = system_cache_identity(suite, manifest)
         self.judge = judge
 
     async def run(self, work: list[tuple[Case, int]]) -> None:
@@ -216,7 +278,7 @@ class _Execution:
                 self._cache_key(request, replay) for _, replay, request in first_requests
             )
         self.store.release()  # readers may open the file between batches from now on
-        progress = _Progress(len(work), enabled=self.options.progress)
+        progress = Progress(len(work), enabled=self.options.progress)
         with progress:
             flusher = asyncio.create_task(self.writer.run_periodic())
             try:
@@ -243,10 +305,8 @@ class _Execution:
     def _cache_key(self, request: ChatRequest, replay: int) -> str:
         return cache_key(self.identity, request, replay)
 
-    async def _one(
-        self, case: Case, replay: int, request: ChatRequest, progress: _Progress
-    ) -> None:
-        output, request_hash = await self._converse(case, replay, request)
+    async def _one(self, case: Case, replay: int, request: ChatRequest, progress: Progress) -> None:
+        output, request_hash, cost = await self._converse(case, replay, request)
         scores: list[Score] = []
         if output.ok and output.fail_reason is None:
             for scorer in case.scorers:
@@ -258,16 +318,18 @@ class _Execution:
                 except Exception as exc:  # a scorer bug must not sink the run
                     reason = f"scorer crashed: {type(exc).__name__}: {exc}"[:300]
                     scores.append(Score(scorer.name, 0.0, False, reason, error=True))
-        cost = output.prompt_tokens * self.price_in + output.completion_tokens * self.price_out
         self.writer.add(
             self.run_id, self.scoring_id, case, replay, output, scores, cost, request_hash
         )
         progress.advance(output.error is not None)
 
-    async def _converse(self, case: Case, replay: int, request: ChatRequest) -> tuple[Output, str]:
+    async def _converse(
+        self, case: Case, replay: int, request: ChatRequest
+    ) -> tuple[Output, str, float]:
         """One model turn, or a tool loop served from the case's fixtures until a final answer.
 
-        Returns the output and the cache key of the first request (the request's identity).
+        Returns the output, the cache key of the first request (the request's identity) and
+        the cost of its turns (a cached turn costs what it cost when it was produced).
         """
         max_steps = self.suite.config.system.max_steps
         messages = list(request.messages)
@@ -276,13 +338,14 @@ class _Execution:
         served_model: str | None = None
         cached_all = True
         first_key = ""
+        cost = 0.0
 
-        def finish(text: str | None, steps: int, **outcome: str) -> tuple[Output, str]:
+        def finish(text: str | None, steps: int, **outcome: str) -> tuple[Output, str, float]:
             output = Output(
                 text=text, tool_calls=tuple(trajectory), steps=steps, model=served_model,
                 cached=cached_all and "error" not in outcome, **usage, **outcome,  # type: ignore[arg-type]
             )  # fmt: skip
-            return output, first_key
+            return output, first_key, cost
 
         for step in range(1, max_steps + 1):
             # a copy: the loop appends to ``messages``, a sent request must not change after
@@ -292,12 +355,15 @@ class _Execution:
             key = self._cache_key(step_request, replay)
             first_key = first_key or key
             try:
-                completion, elapsed, cached = await self._complete(step_request, key, step == 1)
+                completion, latency_ms, turn_cost, cached = await self._complete(
+                    step_request, key, step == 1
+                )
             except ProviderError as exc:
                 return finish(None, step, error=exc.cause)
-            usage["latency_ms"] += elapsed
+            usage["latency_ms"] += latency_ms
             usage["prompt_tokens"] += completion.prompt_tokens
             usage["completion_tokens"] += completion.completion_tokens
+            cost += turn_cost
             served_model = completion.model or served_model
             cached_all = cached_all and cached
             if not completion.tool_calls:
@@ -318,7 +384,9 @@ class _Execution:
 
     async def _complete(
         self, request: ChatRequest, key: str, first_step: bool
-    ) -> tuple[Completion, float, bool]:
+    ) -> tuple[Completion, float, float, bool]:
+        """One model turn: ``(completion, latency_ms, cost_usd, cached)``. A cached turn keeps
+        the latency and cost it had when it was produced."""
         if self.use_cache:
             hit = self.cache.get(key)
             if hit is None and not first_step:
@@ -326,7 +394,9 @@ class _Execution:
                 hit = self.store.cache_get([key]).get(key)
             if hit is not None:
                 self.cache_hits += 1
-                return Completion.from_json(json.loads(hit)), 0.0, True
+                entry = json.loads(hit)
+                completion = Completion.from_json(entry)
+                return completion, entry["latency_ms"], entry["cost_usd"], True
         async with self.semaphore:
             tokens = _estimate_tokens(request)
             attempts = 0
@@ -342,9 +412,36 @@ class _Execution:
             started = time.perf_counter()
             completion = await complete_with_retries(attempt, self.retry, self.call_stats, self.rng)
             elapsed = (time.perf_counter() - started) * 1000
+        cost = (
+            completion.prompt_tokens * self.price_in + completion.completion_tokens * self.price_out
+        )
         if self.use_cache:
-            self.writer.cache(key, json.dumps(completion.to_json()))
-        return completion, elapsed, False
+            entry = {**completion.to_json(), "latency_ms": elapsed, "cost_usd": cost}
+            self.writer.cache(key, json.dumps(entry))
+        return completion, elapsed, cost, False
+
+
+def system_cache_identity(suite: Suite, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Who answers, for the cache key: provider, endpoint, function, pinned snapshot, and the
+    system's code fingerprint, version and index (from the manifest), so an edit to any of them
+    is a cache miss. Keys of fields a suite leaves unset are omitted, so adding a field keeps
+    the existing keys of suites that do not use it."""
+    system = suite.config.system
+    identity: dict[str, Any] = {
+        "provider": system.provider,
+        "base_url": system.base_url,
+        "function": system.function,
+        "entry": CACHE_ENTRY_VERSION,
+    }
+    described = manifest.get("system") or {}
+    extra = {
+        "snapshot": system.snapshot,
+        "code": described.get("code_fingerprint"),
+        "version": described.get("version"),
+        "index": described.get("index"),
+    }
+    identity.update({k: v for k, v in extra.items() if v is not None})
+    return identity
 
 
 def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> JudgeClient | None:
@@ -374,7 +471,9 @@ def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeCli
         raise ConfigError(f"{suite.path}: no judge: section (judge: {{model: ..., base_url: ...}})")
     identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": config.base_url}
     provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
-    return JudgeClient(provider, config.model, max_retries=config.max_retries)
+    return JudgeClient(
+        provider, config.model, max_retries=config.max_retries, snapshot=config.snapshot
+    )
 
 
 def _assistant_tool_message(completion: Completion) -> dict[str, Any]:
@@ -391,270 +490,3 @@ def _assistant_tool_message(completion: Completion) -> dict[str, Any]:
 def _estimate_tokens(request: ChatRequest) -> int:
     chars = sum(len(str(m.get("content") or "")) for m in request.messages)
     return chars // 4 + int(request.sampling.get("max_tokens") or 0)
-
-
-class _BatchWriter:
-    """Collects rows column-wise and appends them to the store in batches."""
-
-    POLL_S = 0.05  # how often the flusher looks for a due batch
-
-    def __init__(self, store: Store, flush_rows: int, interval_s: float, use_cache: bool) -> None:
-        self.store = store
-        self.flush_rows = flush_rows
-        self.interval_s = interval_s
-        self.outputs: dict[str, list[Any]] = {name: [] for name in OUTPUT_SCHEMA}
-        self.scores: dict[str, list[Any]] = {name: [] for name in SCORE_SCHEMA}
-        self.cache_entries: dict[str, str] = {}
-        self.pending = 0
-        self.written = 0
-        self.passed = self.failed = self.errored = 0
-        self.deferred = False  # a reader held the file at the last try: wait for the next tick
-        self._due = False  # flush_rows rows are pending: the flusher writes them at its next poll
-        self._writing: asyncio.Future[None] | None = None  # a batch being written in a thread
-        self._failure: BaseException | None = None  # why the last threaded write failed
-
-    def add(
-        self,
-        run_id: str,
-        scoring_id: str,
-        case: Case,
-        replay: int,
-        output: Output,
-        scores: list[Score],
-        cost: float,
-        request_hash: str,
-    ) -> None:
-        if self._failure is not None:  # a batch could not be written: stop the run, loudly
-            raise self._failure
-        row = self.outputs
-        row["run_id"].append(run_id)
-        row["case_id"].append(case.id)
-        row["replay"].append(replay)
-        row["text"].append(output.text)
-        row["tool_calls"].append(
-            json.dumps(
-                [
-                    {"name": c.name, "arguments": c.arguments, "response": c.response}
-                    for c in output.tool_calls
-                ]
-            )
-        )
-        row["steps"].append(output.steps)
-        row["error"].append(output.error)
-        row["fail_reason"].append(output.fail_reason)
-        row["latency_ms"].append(output.latency_ms)
-        row["prompt_tokens"].append(output.prompt_tokens)
-        row["completion_tokens"].append(output.completion_tokens)
-        row["cost_usd"].append(cost)
-        row["cached"].append(output.cached)
-        row["request_hash"].append(request_hash)
-        row["model"].append(output.model)
-        row["created_at"].append(dt.datetime.now(dt.UTC))
-        for index, score in enumerate(scores):
-            col = self.scores
-            col["run_id"].append(run_id)
-            col["scoring_id"].append(scoring_id)
-            col["case_id"].append(case.id)
-            col["replay"].append(replay)
-            col["scorer"].append(score.scorer)
-            col["scorer_index"].append(index)
-            col["tier"].append(case.scorers[index].tier)
-            col["score"].append(score.score)
-            col["passed"].append(score.passed)
-            col["error"].append(score.error)
-            col["reason"].append(score.reason)
-            col["details"].append(json.dumps(score.details, default=str) if score.details else None)
-        if output.error is not None or any(s.error for s in scores):
-            self.errored += 1
-        elif output.fail_reason is None and all(s.passed for s in scores):
-            self.passed += 1
-        else:
-            self.failed += 1
-        self.pending += 1
-        if self.pending >= self.flush_rows and not self.deferred:
-            self._due = True
-
-    def cache(self, key: str, response: str) -> None:
-        self.cache_entries[key] = response
-
-    def flush(self, *, wait: bool = True) -> None:
-        """Append the pending rows in one transaction, then release the file for readers.
-
-        Mid-run (``wait=False``) a file a reader holds open is not waited for: the rows stay
-        pending and the next tick tries again. The final flush waits up to ``REOPEN_WAIT_S``.
-        """
-        if not self.pending and not self.cache_entries:
-            return
-        if not self.store.reopen(REOPEN_WAIT_S if wait else 0.0):
-            self.deferred = True
-            return
-        self._write(*self._take())
-
-    def _take(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]:
-        """Hand the pending rows over to a write (on the event loop: `add` never sees half)."""
-        batch = self.outputs, self.scores, self.cache_entries
-        self.outputs = {name: [] for name in OUTPUT_SCHEMA}
-        self.scores = {name: [] for name in SCORE_SCHEMA}
-        self.cache_entries = {}
-        self.written += self.pending
-        self.pending = 0
-        return batch
-
-    def _write(
-        self, outputs: dict[str, list[Any]], scores: dict[str, list[Any]], entries: dict[str, str]
-    ) -> None:
-        """Append one batch to the opened store, then release the file for readers."""
-        # Cache entries first: if we die between the two, a resume re-uses the answer rather
-        # than asking again; outputs and scores of a batch land together or not at all.
-        self.store.cache_put(entries)
-        self.store.write_results(
-            pl.DataFrame(outputs, schema=OUTPUT_SCHEMA), pl.DataFrame(scores, schema=SCORE_SCHEMA)
-        )
-        self.store.release()
-
-    async def run_periodic(self) -> None:
-        """Flush every ``interval_s`` seconds, and as soon as ``flush_rows`` rows are pending.
-
-        Batches are opened, appended and released in a worker thread (DuckDB lets go of the GIL),
-        so the event loop keeps serving responses meanwhile: done on the loop, the ~50 ms it
-        takes to open and close the file stalled every request in flight, once per batch.
-        """
-        loop = asyncio.get_running_loop()
-        next_tick = loop.time() + self.interval_s
-        while True:
-            # A short poll, not asyncio.wait_for on an Event: on Python 3.11 wait_for can
-            # swallow the cancellation that ends the run, and the run then never returns.
-            await asyncio.sleep(min(self.POLL_S, self.interval_s))
-            now = loop.time()
-            if not self._due and now < next_tick:
-                continue
-            self._due, self.deferred, next_tick = False, False, now + self.interval_s
-            if not self.pending and not self.cache_entries:
-                continue
-            try:
-                if not await asyncio.to_thread(self.store.reopen, 0.0):
-                    self.deferred = True  # a reader holds the file: keep rows for the next tick
-                    continue
-                batch = self._take()
-                self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, *batch))
-                await asyncio.shield(self._writing)  # cancelling the flusher lets it finish
-            except Exception as exc:
-                self._failure = exc
-                raise
-
-    async def drain(self) -> None:
-        """Wait for the batch a worker thread may be writing; raise why a write failed."""
-        if self._writing is not None:
-            (outcome,) = await asyncio.gather(self._writing, return_exceptions=True)
-            if isinstance(outcome, Exception) and self._failure is None:
-                self._failure = outcome  # it failed after the flusher was cancelled
-        if self._failure is not None:
-            raise self._failure
-
-
-class _Progress:
-    """A rich progress bar (rate and ETA) when interactive; silent otherwise.
-
-    Completions are counted in plain ints and handed to rich at most every ``UPDATE_S`` seconds
-    (it redraws 4 times a second anyway): a rich update per completion cost about 2% of a
-    CPU-bound run.
-    """
-
-    UPDATE_S = 0.2
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self._progress = None
-        self._task = None
-        self.total = total
-        if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TaskProgressColumn,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("[bold]evalkit run"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TaskProgressColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TimeRemainingColumn(),
-                TextColumn("errors {task.fields[errors]}"),
-                refresh_per_second=4,
-                transient=False,
-            )
-            self._task = self._progress.add_task("run", total=total, rate="", errors=0)
-        self._done = 0
-        self._errors = 0
-        self._started = time.perf_counter()
-        self._next_update = self._started
-
-    def __enter__(self) -> _Progress:
-        if self._progress is not None:
-            self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._push(time.perf_counter())
-            self._progress.stop()
-
-    def advance(self, errored: bool) -> None:
-        self._done += 1
-        self._errors += errored
-        if self._progress is not None:
-            now = time.perf_counter()
-            if now >= self._next_update or self._done == self.total:
-                self._next_update = now + self.UPDATE_S
-                self._push(now)
-
-    def _push(self, now: float) -> None:
-        if self._progress is not None and self._task is not None:
-            rate = self._done / max(now - self._started, 1e-9)
-            self._progress.update(
-                self._task, completed=self._done, rate=f"{rate:.1f}/s", errors=self._errors
-            )
-
-
-def _summarize(
-    store: Store,
-    run_id: str,
-    label: str,
-    config_hash: str,
-    execution: _Execution,
-    skipped: int,
-    wall_s: float,
-) -> RunSummary:
-    totals = store.query(
-        "SELECT count(*) AS n, count(DISTINCT case_id) AS cases, "
-        "coalesce(sum(prompt_tokens), 0) AS pin, coalesce(sum(completion_tokens), 0) AS pout, "
-        "coalesce(sum(cost_usd), 0) AS cost, "
-        "coalesce(avg(latency_ms) FILTER (WHERE NOT cached), 0) AS lat "
-        "FROM outputs WHERE run_id = ?",
-        [run_id],
-    ).row(0, named=True)
-    writer = execution.writer
-    return RunSummary(
-        run_id=run_id,
-        label=label,
-        config_hash=config_hash,
-        cases=int(totals["cases"]),
-        outputs=int(totals["n"]),
-        passed=writer.passed,
-        failed=writer.failed,
-        errored=writer.errored,
-        cache_hits=execution.cache_hits,
-        requests=execution.call_stats.attempts,
-        retries=execution.call_stats.retries,
-        resumed_skipped=skipped,
-        wall_s=round(wall_s, 3),
-        prompt_tokens=int(totals["pin"]),
-        completion_tokens=int(totals["pout"]),
-        cost_usd=float(totals["cost"]),
-        mean_latency_ms=round(float(totals["lat"] or 0.0), 2),
-    )

@@ -274,6 +274,29 @@ class Store(DecisionRecords):
             [status, _now(), json.dumps(summary), run_id],
         )
 
+    def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
+        """Replace ``manifest["warnings"]`` of a run (the config hash does not cover them)."""
+        manifest = self.manifest(run_id)
+        manifest["warnings"] = list(warnings)
+        self._con.execute(
+            "UPDATE runs SET manifest = ? WHERE run_id = ?", [json.dumps(manifest), run_id]
+        )
+
+    def drop_errored_outputs(self, run_id: str) -> int:
+        """Delete a run's errored outputs (and any scores of them), atomically, so a resume
+        asks those requests again (``--retry-errors``); returns how many were dropped."""
+        with self._transaction():
+            keys = "SELECT case_id, replay FROM outputs WHERE run_id = ? AND error IS NOT NULL"
+            (count,) = self._con.execute(f"SELECT count(*) FROM ({keys})", [run_id]).fetchone()
+            self._con.execute(
+                f"DELETE FROM scores WHERE run_id = ? AND (case_id, replay) IN ({keys})",
+                [run_id, run_id],
+            )
+            self._con.execute(
+                "DELETE FROM outputs WHERE run_id = ? AND error IS NOT NULL", [run_id]
+            )
+        return int(count)
+
     def save_flakes(self, config_hash: str, flakes: pl.DataFrame) -> None:
         """Store one flake measurement (columns case_id, tags, runs, flips, flake_rate)."""
         frame = flakes.select(

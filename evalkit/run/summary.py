@@ -1,0 +1,156 @@
+"""The run summary, read back from the store so a resumed run counts every stored output.
+
+Counters of this process (requests, retries, cache hits, wall time) describe the session that
+just ran; everything else (verdict counts, tokens, cost, latency, error causes) covers the whole
+run. Cost is split into what was spent now and what was served from the response cache (outputs
+that came from cache keep the latency, tokens and cost they had when first produced).
+
+Examples:
+    >>> ErrorCause("HTTP 400: Invalid model name", 35).render()
+    '35 × HTTP 400: Invalid model name'
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from evalkit.store import Store, initial_scoring_id
+
+#: How many distinct error causes a summary lists.
+TOP_CAUSES = 5
+
+
+@dataclass(frozen=True)
+class ErrorCause:
+    """One cause of errored outputs and how many outputs it took."""
+
+    cause: str
+    count: int
+
+    def render(self, width: int = 160) -> str:
+        text = " ".join(self.cause.split())
+        return f"{self.count} × {text if len(text) <= width else text[: width - 1] + '…'}"
+
+
+@dataclass(frozen=True)
+class SessionCounts:
+    """What this process did (a resumed run's earlier sessions are not in it)."""
+
+    requests: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    resumed_skipped: int = 0
+    retried_errors: int = 0
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    label: str
+    config_hash: str
+    cases: int
+    outputs: int
+    passed: int
+    failed: int
+    errored: int
+    cache_hits: int
+    requests: int
+    retries: int
+    resumed_skipped: int
+    wall_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float  # spent + served from cache
+    mean_latency_ms: float
+    expected_outputs: int = 0  # selected cases × replays
+    cached_outputs: int = 0  # outputs served entirely from the response cache
+    cost_spent_usd: float = 0.0
+    cost_cached_usd: float = 0.0
+    retried_errors: int = 0  # stored errors asked again (--retry-errors)
+    error_causes: tuple[ErrorCause, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def all_errored(self) -> bool:
+        """Every stored output errored: the run verified nothing."""
+        return self.outputs > 0 and self.errored == self.outputs
+
+    @property
+    def complete(self) -> bool:
+        return self.outputs >= self.expected_outputs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(
+    store: Store,
+    run_id: str,
+    label: str,
+    config_hash: str,
+    *,
+    expected_outputs: int,
+    session: SessionCounts,
+    warnings: tuple[str, ...] = (),
+) -> RunSummary:
+    """The whole run's figures from the store, with this session's counters."""
+    scoring_id = initial_scoring_id(run_id)
+    totals = store.query(
+        "WITH s AS (SELECT case_id, replay, bool_or(error) AS serr, bool_and(passed) AS ok "
+        "  FROM scores WHERE run_id = ? AND scoring_id = ? GROUP BY case_id, replay), "
+        "o AS (SELECT o.*, o.error IS NOT NULL OR coalesce(s.serr, false) AS errored, "
+        "  o.fail_reason IS NULL AND coalesce(s.ok, true) AS ok "
+        "  FROM outputs o LEFT JOIN s USING (case_id, replay) WHERE o.run_id = ?) "
+        "SELECT count(*) AS n, count(DISTINCT case_id) AS cases, "
+        "count(*) FILTER (WHERE errored) AS errored, "
+        "count(*) FILTER (WHERE NOT errored AND ok) AS passed, "
+        "count(*) FILTER (WHERE cached) AS cached, "
+        "coalesce(sum(prompt_tokens), 0) AS pin, coalesce(sum(completion_tokens), 0) AS pout, "
+        "coalesce(sum(cost_usd), 0) AS cost, "
+        "coalesce(sum(cost_usd) FILTER (WHERE cached), 0) AS cost_cached, "
+        "coalesce(avg(latency_ms), 0) AS lat FROM o",
+        [run_id, scoring_id, run_id],
+    ).row(0, named=True)
+    outputs, errored, passed = int(totals["n"]), int(totals["errored"]), int(totals["passed"])
+    cost, cost_cached = float(totals["cost"]), float(totals["cost_cached"])
+    return RunSummary(
+        run_id=run_id,
+        label=label,
+        config_hash=config_hash,
+        cases=int(totals["cases"]),
+        outputs=outputs,
+        passed=passed,
+        failed=outputs - errored - passed,
+        errored=errored,
+        cache_hits=session.cache_hits,
+        requests=session.requests,
+        retries=session.retries,
+        resumed_skipped=session.resumed_skipped,
+        wall_s=round(session.wall_s, 3),
+        prompt_tokens=int(totals["pin"]),
+        completion_tokens=int(totals["pout"]),
+        cost_usd=cost,
+        mean_latency_ms=round(float(totals["lat"] or 0.0), 2),
+        expected_outputs=expected_outputs,
+        cached_outputs=int(totals["cached"]),
+        cost_spent_usd=cost - cost_cached,
+        cost_cached_usd=cost_cached,
+        retried_errors=session.retried_errors,
+        error_causes=error_causes(store, run_id),
+        warnings=warnings,
+    )
+
+
+def error_causes(store: Store, run_id: str, top: int = TOP_CAUSES) -> tuple[ErrorCause, ...]:
+    """The most frequent causes of errored outputs: the system's errors, then scorer errors."""
+    rows = store.query(
+        "SELECT cause, count(*) AS n FROM ("
+        "  SELECT error AS cause FROM outputs WHERE run_id = ? AND error IS NOT NULL "
+        "  UNION ALL SELECT 'scorer ' || scorer || ': ' || coalesce(reason, '') FROM scores "
+        "  WHERE run_id = ? AND scoring_id = ? AND error) "
+        "GROUP BY cause ORDER BY n DESC, cause LIMIT ?",
+        [run_id, run_id, initial_scoring_id(run_id), top],
+    )
+    return tuple(ErrorCause(r["cause"], int(r["n"])) for r in rows.iter_rows(named=True))
