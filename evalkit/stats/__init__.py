@@ -1,0 +1,95 @@
+"""Statistics for paired regression gates: exact McNemar, small-n intervals, bootstraps, sizing,
+agreement.
+
+Pure functions (numpy + scipy only): arrays or counts in, floats or frozen dataclasses out.
+Resampling functions take ``seed`` (an int or a ``np.random.Generator``, from which one int is
+drawn) and record the int seed; passing ``result.seed`` back reproduces the result exactly. The
+global numpy RNG is never used. One module per concept:
+
+- `evalkit.stats.exact`: `mcnemar_exact` (and mid-p), `exact_min_flips`, `holm`;
+- `evalkit.stats.intervals`: `wilson_interval`, `clopper_pearson_interval`, and
+  `paired_diff_interval`, the pass/fail slice interval that holds at small n;
+- `evalkit.stats.bootstrap`: `paired_bootstrap` (percentile or BCa), `cluster_bootstrap`,
+  `clustered_se`, for graded scores and clustered cases;
+- `evalkit.stats.sizing`: paired (Connor, Wald), unpaired (equal rate, two rates) and replay
+  (Miller 2024) sample sizes, `exact_power_paired`;
+- `evalkit.stats.agreement`: `cohen_kappa(_ci)`, `krippendorff_alpha`, `fleiss_kappa`.
+
+Every name is re-exported here: ``from evalkit import stats; stats.mcnemar_exact(4, 0)``.
+
+>>> mcnemar_exact(4, 0), paired_diff_interval(4, 0, 8).hi
+(0.0625, 0.0)
+"""
+
+from evalkit.stats._base import Alternative, Interval, Seed, Sides
+from evalkit.stats.agreement import (
+    KappaResult,
+    Weights,
+    cohen_kappa,
+    cohen_kappa_ci,
+    fleiss_kappa,
+    krippendorff_alpha,
+)
+from evalkit.stats.bootstrap import (
+    BootMethod,
+    BootstrapResult,
+    cluster_bootstrap,
+    clustered_se,
+    paired_bootstrap,
+)
+from evalkit.stats.exact import McNemarResult, exact_min_flips, holm, mcnemar, mcnemar_exact
+from evalkit.stats.intervals import (
+    PairedInterval,
+    PairedMethod,
+    clopper_pearson_interval,
+    paired_diff_interval,
+    tango_score,
+    wilson_interval,
+)
+from evalkit.stats.sizing import (
+    exact_power_paired,
+    min_detectable_drop_paired,
+    required_n,
+    required_n_paired,
+    required_n_paired_wald,
+    required_n_replays,
+    required_n_two_rates,
+    required_n_unpaired,
+)
+
+__all__ = [
+    "Alternative",
+    "BootMethod",
+    "BootstrapResult",
+    "Interval",
+    "KappaResult",
+    "McNemarResult",
+    "PairedInterval",
+    "PairedMethod",
+    "Seed",
+    "Sides",
+    "Weights",
+    "clopper_pearson_interval",
+    "cluster_bootstrap",
+    "clustered_se",
+    "cohen_kappa",
+    "cohen_kappa_ci",
+    "exact_min_flips",
+    "exact_power_paired",
+    "fleiss_kappa",
+    "holm",
+    "krippendorff_alpha",
+    "mcnemar",
+    "mcnemar_exact",
+    "min_detectable_drop_paired",
+    "paired_bootstrap",
+    "paired_diff_interval",
+    "required_n",
+    "required_n_paired",
+    "required_n_paired_wald",
+    "required_n_replays",
+    "required_n_two_rates",
+    "required_n_unpaired",
+    "tango_score",
+    "wilson_interval",
+]
