@@ -21,11 +21,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--json", metavar="FILE", help="write the report as JSON")
     compare.add_argument("--junit", metavar="FILE", help="write JUnit XML")
     compare.add_argument("--html", metavar="FILE", help="write the report as HTML")
+    compare.add_argument("--markdown", metavar="FILE", help="write the pull-request Markdown")
     compare.set_defaults(handler=_cmd_compare)
 
     gate = sub.add_parser("gate", help="execute the gate notebook; exit 1 when blocked")
     pair_args(gate)
     gate.add_argument("--out", default="reports", help="reports directory")
+    gate.add_argument(
+        "--markdown", metavar="FILE", help="also copy the Markdown report (gate.md) to FILE"
+    )
     gate.set_defaults(handler=_cmd_gate)
 
     override = sub.add_parser(
@@ -55,19 +59,27 @@ def _decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, Ga
     base, cand = resolve_pair(store, *pair_refs(args))
     for run_id, role in ((base, "baseline"), (cand, "candidate")):
         require_complete(store, run_id, role, args.allow_incomplete, args.db)
-    comparison = load_comparison(store, base, cand, args.allow_diff, policy.judge_kappa_min)
+    comparison = load_comparison(
+        store, base, cand, args.allow_diff, policy.judge_kappa_min, policy.judge_min_labels
+    )
     policy.validate_against(comparison.cand.cases)
     return comparison, gate_comparison(store, comparison, policy)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from evalkit.compare.report import build_report, render_terminal, to_html, to_json, to_junit
+    from evalkit.compare.html import to_html
+    from evalkit.compare.junit import to_junit
+    from evalkit.compare.markdown import to_markdown
+    from evalkit.compare.report import build_report, render_terminal, to_json
     from evalkit.store import open_store
 
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         report = build_report(*_decide_pair(store, args))
     render_terminal(report)
-    for path, render in ((args.json, to_json), (args.junit, to_junit), (args.html, to_html)):
+    link = Path(args.html).name if args.html else None
+    renderers = ((args.json, to_json), (args.junit, to_junit), (args.html, to_html),
+                 (args.markdown, lambda r: to_markdown(r, link)))  # fmt: skip
+    for path, render in renderers:
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(render(report), encoding="utf-8")
@@ -87,13 +99,21 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     run = execute_gate(args.db, base, cand, _gate_config(args), args.out, args.allow_diff)
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
+    from evalkit.compare.report import inert  # model text never drives the terminal
+
     decision = run.decision or {}
     print(f"gate {decision.get('status', '?')}: {base} → {cand}")
     for finding in decision.get("findings", []):
         if finding["severity"] in ("block", "unverified"):
-            print(f"  {finding['severity'].upper()} tier {finding['tier']}: {finding['message']}")
+            what = inert(finding["message"])
+            print(f"  {finding['severity'].upper()} tier {finding['tier']}: {what}")
     for override in decision.get("overrides", []):
-        print(f"  override by {override['who']}: {override['reason']}")
+        print(f"  override by {inert(override['who'])}: {inert(override['reason'])}")
+    markdown = run.notebook_path.with_name("gate.md")
+    if args.markdown and markdown.is_file():
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(markdown.read_text(encoding="utf-8"), encoding="utf-8")
+        print(f"wrote {args.markdown}")
     print(f"report: {run.html_path} (notebook {run.notebook_path})")
     return run.exit_code
 

@@ -25,78 +25,206 @@ def save_chart(chart: alt.TopLevelMixin, path_stem: str | Path, png: bool = True
 
 # --- paired comparison charts (slices frame from `evalkit.compare.analysis.slices`) ---
 
+#: Okabe–Ito colours: distinguishable with every common colour-vision deficiency.
+BROKEN, FIXED, NEUTRAL, BASELINE, CANDIDATE = "#D55E00", "#0072B2", "#7f7f7f", "#E69F00", "#56B4E9"
+_AGG = "ALL (aggregate)"
+
 
 def _slice_rows(slices: pl.DataFrame) -> pl.DataFrame:
     return slices.filter(pl.col("n") > 0).with_columns(
-        pl.when(pl.col("slice") == "ALL")
-        .then(pl.lit("ALL (aggregate)"))
-        .otherwise("slice")
-        .alias("slice")
+        pl.when(pl.col("slice") == "ALL").then(pl.lit(_AGG)).otherwise("slice").alias("slice")
     )
 
 
-def slice_forest(slices: pl.DataFrame, tolerance: float | None = 0.02) -> alt.LayerChart:
+def _labelled(data: pl.DataFrame, critical: tuple[str, ...]) -> pl.DataFrame:
+    """Adds ``label`` ("★ billing (n=100)"), ``critical`` and ``order`` (critical tags first in
+    their policy order, then the other slices, the aggregate last)."""
+    crit = pl.col("slice").is_in(list(critical))
+    rank = pl.col("slice").replace_strict(
+        {t: i for i, t in enumerate(critical)}, default=len(critical), return_dtype=pl.Int64
+    )
+    star = pl.when(crit).then(pl.lit("★ ")).otherwise(pl.lit(""))
+    return (
+        data.with_columns(
+            crit.alias("critical"),
+            pl.format("{}{} (n={})", star, "slice", "n").alias("label"),
+            pl.when(pl.col("slice") == _AGG).then(len(critical) + 1).otherwise(rank).alias("_g"),
+        )
+        .sort("_g", "slice")
+        .with_row_index("order")
+        .drop("_g")
+    )
+
+
+def _limit(data: pl.DataFrame, tolerance: float) -> float:
+    """Half-width of the forest plot's axis: wide enough for most intervals and the tolerance,
+    so one huge interval does not squash the rest (it is clipped with an arrow)."""
+    ends = pl.concat([data["diff_lo"].abs(), data["diff_hi"].abs()]).drop_nulls()
+    q = float(ends.quantile(0.8) or 0.0) if ends.len() else 0.0
+    return min(1.0, max(0.1, 2.5 * tolerance, (q * 1.15 * 20 // 1 + 1) / 20))
+
+
+def slice_forest(
+    slices: pl.DataFrame,
+    tolerance: float | None = 0.02,
+    critical: tuple[str, ...] | list[str] = (),
+    method: str = "paired bootstrap 95% interval",
+) -> alt.LayerChart:
     """Forest plot: each slice's paired pass-rate difference (candidate − baseline) with its
-    bootstrap interval, the aggregate last; a dashed rule marks ``-tolerance``.
+    interval, one row per slice labelled with its n; critical tags (★) first, the aggregate last.
+
+    A labelled rule marks no change (0) and ``-tolerance``; intervals reaching past the axis are
+    clipped there with an arrow. Colour says whether the interval lies below zero (worse), above
+    (better) or across it.
 
     Examples:
         >>> from evalkit.compare.analysis import slices
-        >>> chart = slice_forest(slices(paired))  # doctest: +SKIP
+        >>> chart = slice_forest(slices(paired), 0.02, ["billing"])  # doctest: +SKIP
     """
-    data = _slice_rows(slices)
-    order = data["slice"].to_list()
-    y = alt.Y("slice:N", sort=order, title=None)
+    tol = tolerance or 0.0
+    data = _labelled(_slice_rows(slices), tuple(critical))
+    lim = _limit(data, tol)
+    lo, hi = pl.col("diff_lo"), pl.col("diff_hi")
+    data = data.with_columns(
+        pl.when(hi < 0)
+        .then(pl.lit("worse: interval below 0"))
+        .when(lo > 0)
+        .then(pl.lit("better: interval above 0"))
+        .otherwise(pl.lit("interval includes 0"))
+        .alias("reading"),
+        lo.clip(-lim, lim).alias("lo_c"),
+        hi.clip(-lim, lim).alias("hi_c"),
+        pl.col("diff").clip(-lim, lim).alias("diff_c"),
+        (pl.col("diff").abs() > lim).alias("clipped_point"),
+    )
+    order = data["label"].to_list()
+    height = max(24 * len(order), 80)
+    y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
+    x_axis = alt.Axis(format="+.0%", title="pass-rate difference, candidate − baseline (points)")
+    x_scale = alt.Scale(domain=[-lim, lim], clamp=True)
+    readings = ["worse: interval below 0", "interval includes 0", "better: interval above 0"]
+    color = alt.Color(
+        "reading:N",
+        title="interval",
+        scale=alt.Scale(domain=readings, range=[BROKEN, NEUTRAL, FIXED]),
+        legend=alt.Legend(orient="bottom"),
+    )
+    tip = [
+        "slice",
+        "n",
+        "broken",
+        "fixed",
+        alt.Tooltip("diff:Q", format="+.1%", title="diff"),
+        alt.Tooltip("diff_lo:Q", format="+.1%", title="lower"),
+        alt.Tooltip("diff_hi:Q", format="+.1%", title="upper"),
+        alt.Tooltip("p_value:Q", format=".3g", title="one-sided p"),
+    ]
     base = alt.Chart(data).encode(y=y)
-    rule = base.mark_rule().encode(
-        x=alt.X(
-            "diff_lo:Q",
-            title="pass-rate difference, candidate − baseline",
-            axis=alt.Axis(format="+%"),
-        ),
-        x2="diff_hi:Q",
+    rule = base.mark_rule(strokeWidth=2).encode(
+        x=alt.X("lo_c:Q", scale=x_scale, axis=x_axis), x2="hi_c:Q", color=color
     )
-    point = base.mark_point(filled=True, size=60).encode(
-        x="diff:Q",
-        color=alt.condition(alt.datum.diff_hi < 0, alt.value("#c0392b"), alt.value("#2c3e50")),
-        tooltip=[
-            "slice",
-            "n",
-            "broken",
-            "fixed",
-            alt.Tooltip("diff:Q", format="+.1%"),
-            alt.Tooltip("p_value:Q", format=".3g"),
-        ],
+    point = base.mark_point(filled=True, size=70, opacity=1).encode(
+        x="diff_c:Q",
+        color=color,
+        tooltip=tip,
+        shape=alt.condition(alt.datum.clipped_point, alt.value("diamond"), alt.value("circle")),
     )
-    layers = [rule, point, alt.Chart(pl.DataFrame({"x": [0.0]})).mark_rule().encode(x="x:Q")]
-    if tolerance:
-        tol = pl.DataFrame({"x": [-tolerance]})
-        layers.append(alt.Chart(tol).mark_rule(strokeDash=[4, 4], color="#c0392b").encode(x="x:Q"))
-    return alt.layer(*layers).properties(title="Paired difference per slice", width=420)
-
-
-def flip_counts(slices: pl.DataFrame) -> alt.Chart:
-    """Broken (pass → fail) and fixed (fail → pass) cases per slice, side by side."""
-    data = _slice_rows(slices).unpivot(
-        index="slice", on=["broken", "fixed"], variable_name="flip", value_name="cases"
+    left = (
+        base.transform_filter(alt.datum.diff_lo < -lim)
+        .mark_point(shape="triangle-left", filled=True, size=90)
+        .encode(x=alt.datum(-lim), color=color)
     )
-    return (
-        alt.Chart(data)
-        .mark_bar()
-        .encode(
-            y=alt.Y("slice:N", sort=None, title=None),
-            yOffset="flip:N",
-            x=alt.X("cases:Q", title="cases"),
-            color=alt.Color(
-                "flip:N", scale=alt.Scale(domain=["broken", "fixed"], range=["#c0392b", "#27ae60"])
-            ),
-            tooltip=["slice", "flip", "cases"],
+    right = (
+        base.transform_filter(alt.datum.diff_hi > lim)
+        .mark_point(shape="triangle-right", filled=True, size=90)
+        .encode(x=alt.datum(lim), color=color)
+    )
+    refs = [{"x": 0.0, "what": "no change", "align": "left", "dx": 3}]
+    if tol:
+        refs.append({"x": -tol, "what": f"−tolerance ({100 * tol:.0f} pts)", "align": "right",
+                     "dx": -3})  # fmt: skip
+    ref_rule = alt.Chart(pl.DataFrame(refs)).mark_rule(strokeDash=[4, 4], color="#444")
+    ref_rule = ref_rule.encode(x="x:Q")
+    ref_text = [
+        alt.Chart(pl.DataFrame([r]))
+        .mark_text(
+            align=r["align"], dx=r["dx"], dy=-4, baseline="bottom", fontSize=10, color="#444"
         )
-        .properties(title="Flips per slice", width=420)
+        .encode(x="x:Q", y=alt.value(0), text="what:N")
+        for r in refs
+    ]
+    subtitle = f"bars: {method}; ★ critical tag; ◆ / ▶ clipped at ±{100 * lim:.0f} pts"
+    return alt.layer(rule, point, left, right, ref_rule, *ref_text).properties(
+        title=alt.Title("Paired difference per slice", subtitle=subtitle),
+        width=620,
+        height=height,
     )
+
+
+def flip_counts(
+    slices: pl.DataFrame, critical: tuple[str, ...] | list[str] = ()
+) -> alt.VConcatChart:
+    """Diverging bars per slice: broken cases (pass → fail) to the left, fixed (fail → pass) to
+    the right; the aggregate is its own panel below, so its size does not set the scale."""
+    rows = _labelled(_slice_rows(slices), tuple(critical))
+    long = rows.select(
+        "slice",
+        "label",
+        "order",
+        pl.lit("broken (pass → fail)").alias("flip"),
+        (-pl.col("broken")).alias("cases"),
+        pl.col("broken").alias("count"),
+    ).vstack(
+        rows.select(
+            "slice",
+            "label",
+            "order",
+            pl.lit("fixed (fail → pass)").alias("flip"),
+            pl.col("fixed").alias("cases"),
+            pl.col("fixed").alias("count"),
+        )
+    )
+    color = alt.Color(
+        "flip:N",
+        title="flip",
+        legend=alt.Legend(orient="bottom"),
+        scale=alt.Scale(
+            domain=["broken (pass → fail)", "fixed (fail → pass)"], range=[BROKEN, FIXED]
+        ),
+    )
+    x_title = "cases: ← broken · fixed →"
+
+    def panel(data: pl.DataFrame, title: str) -> alt.LayerChart:
+        order = data.sort("order")["label"].unique(maintain_order=True).to_list()
+        top = max(int(data["count"].max() or 0), 1)
+        y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
+        x = alt.X(
+            "cases:Q",
+            title=x_title,
+            scale=alt.Scale(domain=[-top, top], nice=True),
+            axis=alt.Axis(format="d", labelExpr="abs(datum.value)"),
+        )
+        bars = (
+            alt.Chart(data, title=title)
+            .mark_bar()
+            .encode(
+                y=y,
+                x=x,
+                color=color,
+                tooltip=["slice", "flip", alt.Tooltip("count:Q", title="cases")],
+            )
+        )
+        zero = alt.Chart(pl.DataFrame({"x": [0]})).mark_rule(color="#444").encode(x="x:Q")
+        return (bars + zero).properties(width=620, height=max(22 * len(order), 40))
+
+    parts = [panel(long.filter(pl.col("slice") != _AGG), "Flips per slice")]
+    if (agg := long.filter(pl.col("slice") == _AGG)).height:
+        parts.append(panel(agg, "Flips over all paired cases (own scale)"))
+    return alt.vconcat(*parts).resolve_scale(x="independent")
 
 
 def pass_rate_by_slice(slices: pl.DataFrame) -> alt.LayerChart:
-    """Baseline and candidate pass rates per slice with Wilson intervals."""
+    """Baseline and candidate pass rates per slice with Wilson intervals, side by side."""
     rows = _slice_rows(slices)
     data = pl.concat(
         [
@@ -106,32 +234,41 @@ def pass_rate_by_slice(slices: pl.DataFrame) -> alt.LayerChart:
                 pl.col(f"{p}_pass").alias("pass_rate"),
                 pl.col(f"{p}_lo").alias("lo"),
                 pl.col(f"{p}_hi").alias("hi"),
+                "n",
             )
             for run, p in (("baseline", "base"), ("candidate", "cand"))
         ]
     )
-    enc = {"y": alt.Y("slice:N", sort=None, title=None), "yOffset": "run:N", "color": "run:N"}
-    bars = (
-        alt.Chart(data)
-        .mark_rule()
-        .encode(
-            x=alt.X(
-                "lo:Q", title="pass rate", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)
-            ),
-            x2="hi:Q",
-            **enc,
-        )
+    order = rows["slice"].to_list()
+    color = alt.Color(
+        "run:N",
+        title="run",
+        legend=alt.Legend(orient="bottom"),
+        scale=alt.Scale(domain=["baseline", "candidate"], range=[BASELINE, FIXED]),
     )
+    enc = {
+        "y": alt.Y("slice:N", sort=order, title=None),
+        "yOffset": alt.YOffset("run:N"),
+        "color": color,
+    }
+    x = alt.X(
+        "lo:Q",
+        title="pass rate (Wilson 95% interval)",
+        axis=alt.Axis(format="%"),
+        scale=alt.Scale(domain=[0, 1]),
+    )
+    bars = alt.Chart(data).mark_rule(strokeWidth=2).encode(x=x, x2="hi:Q", **enc)
     points = (
         alt.Chart(data)
-        .mark_point(filled=True)
+        .mark_point(filled=True, size=50, opacity=1)
         .encode(
             x="pass_rate:Q",
-            tooltip=["slice", "run", alt.Tooltip("pass_rate:Q", format=".1%")],
+            tooltip=["slice", "run", "n", alt.Tooltip("pass_rate:Q", format=".1%")],
             **enc,
         )
     )
-    return (bars + points).properties(title="Pass rate by slice", width=420)
+    height = max(30 * len(order), 80)
+    return (bars + points).properties(title="Pass rate by slice", width=620, height=height)
 
 
 def min_detectable_drop(power: pl.DataFrame) -> alt.Chart:

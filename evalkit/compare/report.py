@@ -1,18 +1,27 @@
-"""The comparison report: flips first, the aggregate last; terminal, JSON, JUnit XML and HTML.
+"""The comparison report: flips first, the aggregate last; the terminal and JSON renderings.
+
+`build_report` gathers everything shown about a pair of runs into a `Report`; the renderers are
+plain functions of it: `render_terminal` / `to_text` and `to_json` here, `evalkit.compare.html`
+(the page), `evalkit.compare.markdown` (the pull-request comment), `evalkit.compare.junit`.
+
+Text that came from a model, a corpus or a scorer reaches a terminal only through `inert`:
+escape sequences (``ESC[2J``, ``ESC]0;title``, a fake green "gate PASSED") are shown, never
+obeyed.
 
 Examples:
     >>> report = build_report(comparison, decision)       # doctest: +SKIP
     >>> render_terminal(report)                            # doctest: +SKIP
-    >>> Path("gate.xml").write_text(to_junit(report))      # doctest: +SKIP
+    >>> inert("ok\x1b[2J")
+    'ok\\x1b[2J'
 """
 
 from __future__ import annotations
 
 import io
 import json
-import xml.etree.ElementTree as ET
+import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import polars as pl
@@ -28,6 +37,28 @@ from evalkit.compare.gate import GateDecision
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
 _SYMBOL = {True: "✓", False: "✗", None: "?"}
 _USAGE_COLS = ("metric", "baseline", "candidate", "change")
+#: Each gate status and its colour; any other status string renders in the last one.
+STATUS_COLORS = {"PASSED": "green", "BLOCKED": "red", "UNVERIFIED": "dark_orange",
+                 "PASSED WITH OVERRIDE": "yellow", "COMPARE": "blue"}  # fmt: skip
+#: Severities that stop the gate (``evalkit.compare.gate``: blocks and missing evidence).
+STOPPING = ("block", "unverified")
+# C0 and C1 control characters (tab and newline kept) and the bidirectional overrides.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str | None) -> str:
+    """``text`` with every control character shown as a ``\\xNN`` / ``\\uNNNN`` escape, so
+    a model output cannot clear the screen, retitle the window or forge coloured lines.
+
+    Examples:
+        >>> inert("\x1b]0;pwned\x07gate \x1b[32mPASSED")
+        '\\x1b]0;pwned\\x07gate \\x1b[32mPASSED'
+    """
+    if not text:
+        return text or ""
+    return _CONTROL.sub(
+        lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text
+    )
 
 
 @dataclass(frozen=True)
@@ -77,14 +108,33 @@ class Report:
     changes: pl.DataFrame
     usage: dict[str, tuple[float | None, float | None]]
     manifest_diff: tuple[str, ...]
+    suite: str = "evalkit"
+    # Every case failing or errored in the candidate -> what its scorers (or the runner) said.
+    cand_reasons: dict[str, str] = field(default_factory=dict)
+    # Each differing manifest leaf: "model.id demo-1 → demo-2".
+    manifest_changes: tuple[str, ...] = ()
 
     @property
     def aggregate(self) -> dict[str, Any]:
         rows = self.slices.filter(pl.col("slice") == "ALL").to_dicts()
         return rows[0] if rows else {}
 
-    def _repr_html_(self) -> str:
-        return to_html(self, charts=False)
+    @property
+    def status(self) -> str:
+        """The gate's status, or ``COMPARE`` for a comparison without a decision."""
+        return str(getattr(self.decision, "status", None) or "COMPARE")
+
+    @property
+    def critical_tags(self) -> tuple[str, ...]:
+        return tuple(self.decision.policy.critical_tags) if self.decision else ()
+
+    def stopping(self) -> tuple[Any, ...]:
+        """The findings that stop the gate (blocking or unverified), in the gate's order."""
+        return (
+            tuple(f for f in self.decision.findings if f.severity in STOPPING)
+            if self.decision
+            else ()
+        )
 
 
 def _input_text(raw: str | None) -> str:
@@ -140,6 +190,39 @@ def _details(cmp: Comparison, frame: pl.DataFrame, blocking: set[str]) -> tuple[
     return tuple(out)
 
 
+def _reasons(run: Any, ids: list[str]) -> dict[str, str]:
+    """Per case: what failed it in ``run`` (failing or undecided scorers, the runner, the
+    provider), each distinct reason once, in scorer order."""
+    mine = pl.col("case_id").is_in(ids)
+    failing = mine & ((pl.col("passed") == False) | pl.col("error").fill_null(False))  # noqa: E712
+    scored = run.scores.filter(failing).sort("case_id", "replay", "scorer_index")
+    said = [scored.select("case_id", pl.format("{}: {}", "scorer", pl.col("reason").fill_null("")))]
+    out = run.outputs.filter(mine)
+    for col, fmt in (("error", "provider error: {}"), ("fail_reason", "runner: {}")):
+        if col in out.columns:
+            said.append(out.select("case_id", pl.format(fmt, col)))
+    rows = pl.concat([f.rename({f.columns[1]: "why"}) for f in said]).drop_nulls()
+    grouped = rows.unique(maintain_order=True).group_by("case_id", maintain_order=True)
+    return dict(grouped.agg(pl.col("why").str.join("; ")).iter_rows())
+
+
+def _leaves(a: Any, b: Any, path: str) -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            x for k in sorted(set(a) | set(b)) for x in _leaves(a.get(k), b.get(k), f"{path}.{k}")
+        ]
+    if a == b:
+        return []
+    short = [v if isinstance(v, str) else json.dumps(v, default=str) for v in (a, b)]
+    short = [v if len(v) <= 48 else v[:47] + "…" for v in short]
+    return [f"{path}: {short[0]} → {short[1]}"]
+
+
+def _manifest_changes(cmp: Comparison) -> tuple[str, ...]:
+    base, cand = cmp.base.manifest or {}, cmp.cand.manifest or {}
+    return tuple(x for f in cmp.manifest_diff for x in _leaves(base.get(f), cand.get(f), f))
+
+
 def build_report(
     cmp: Comparison, decision: GateDecision | None = None, iters: int = 10_000, seed: int = 0,
     max_details: int = 200,
@@ -172,21 +255,44 @@ def build_report(
         tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
         tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
         cmp.changes, {k: (base_use[k], cand_use[k]) for k in base_use}, cmp.manifest_diff,
+        str((cmp.cand.manifest or {}).get("suite") or "evalkit"),
+        _reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
+        _manifest_changes(cmp),
     )  # fmt: skip
 
 
 # --- terminal (rich) ---------------------------------------------------------------------------
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f}%"
+def fmt_pct(x: float | None, digits: int = 1) -> str:
+    """A rate as a percentage (``–`` when missing)."""
+    return "–" if x is None else f"{100 * x:.{digits}f}%"
 
 
-def _pts(x: float | None, lo: float | None = None, hi: float | None = None) -> str:
+def fmt_pts(x: float | None, lo: float | None = None, hi: float | None = None) -> str:
+    """A difference of rates in percentage points, with its interval when given."""
     if x is None:
         return "–"
     ci = f" [{100 * lo:+.1f}, {100 * hi:+.1f}]" if lo is not None and hi is not None else ""
     return f"{100 * x:+.1f} pts{ci}"
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value to 3 significant digits (``–`` when there is none).
+
+    Examples:
+        >>> fmt_p(0.00390625), fmt_p(1.0), fmt_p(None)
+        ('0.00391', '1', '–')
+    """
+    return "–" if p is None else f"{p:.3g}"
+
+
+_pct, _pts = fmt_pct, fmt_pts
+
+
+def _m(text: Any) -> str:
+    """Data inside rich markup: inert and markup-escaped."""
+    return escape(inert(str(text)))
 
 
 def _clip(text: str | None, width: int = 400) -> str:
@@ -202,14 +308,14 @@ def _case_panel(d: CaseDetail, base_label: str, cand_label: str) -> Panel:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("input", Text(_clip(d.input)))
+    grid.add_row("input", Text(inert(_clip(d.input))))
     for label, text, notes in ((base_label, d.base_output, d.base_notes),
                                (cand_label, d.cand_output, d.cand_notes)):  # fmt: skip
-        grid.add_row(label, Text(_clip(text)))
+        grid.add_row(Text(inert(label)), Text(inert(_clip(text))))
         for n in notes:
-            grid.add_row("", f"{_mark(n.passed)} {escape(n.scorer)}: {escape(n.reason[:200])}")
+            grid.add_row("", f"{_mark(n.passed)} {_m(n.scorer)}: {_m(n.reason[:200])}")
     about = [", ".join(d.tags) or "untagged", d.criticality] + (["BLOCKING"] if d.blocking else [])
-    title = f"[bold]{escape(d.case_id)}[/] [dim]{escape(' · '.join(about))}[/]"
+    title = f"[bold]{_m(d.case_id)}[/] [dim]{_m(' · '.join(about))}[/]"
     return Panel(grid, title=title, title_align="left")
 
 
@@ -225,10 +331,9 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
 def _slice_table(frame: pl.DataFrame, title: str, critical: Sequence[str] = ()) -> Table:
     cols = ("slice", "n", "baseline", "candidate", "broken", "fixed", "difference [95% CI]", "p")
     rows = [
-        (escape(r["slice"]) + (" *" if r["slice"] in critical else ""), r["n"],
+        (_m(r["slice"]) + (" *" if r["slice"] in critical else ""), r["n"],
          _pct(r["base_pass"]), _pct(r["cand_pass"]), r["broken"], r["fixed"],
-         _pts(r["diff"], r["diff_lo"], r["diff_hi"]),
-         "–" if r["p_value"] is None else f"{r['p_value']:.3g}")
+         _pts(r["diff"], r["diff_lo"], r["diff_hi"]), fmt_p(r["p_value"]))
         for r in frame.filter(pl.col("slice") != "ALL").iter_rows(named=True)
     ]  # fmt: skip
     return _table(title, cols, rows)
@@ -241,20 +346,25 @@ def _failed(notes: tuple[ScorerNote, ...]) -> str:
 def _ids(label: str, ids: Sequence[str], limit: int = 12) -> Text:
     more = f" … and {len(ids) - limit} more" if len(ids) > limit else ""
     listed = ", ".join(ids[:limit]) + more if ids else "none"
-    return Text.assemble((f"{label} ({len(ids)}): ", "bold"), listed)
+    return Text.assemble((f"{label} ({len(ids)}): ", "bold"), inert(listed))
 
 
 def _section(r: Report, name: str, max_cases: int) -> list[Any]:
     d = r.decision
     if name == "summary":
-        color, status = ("red" if d.blocked else "green", d.status) if d else ("blue", "COMPARE")
-        body = (f"{escape(r.base_label)} ({r.base_run_id}) → {escape(r.cand_label)} "
-                f"({r.cand_run_id})\n{r.paired.height} paired cases · {r.n_broken} broken · "
+        color = STATUS_COLORS.get(r.status, "magenta")
+        body = (f"{_m(r.base_label)} ({_m(r.base_run_id)}) → {_m(r.cand_label)} "
+                f"({_m(r.cand_run_id)})\n{r.paired.height} paired cases · {r.n_broken} broken · "
                 f"{r.n_fixed} fixed · {r.changes.height} edited/added/removed")  # fmt: skip
-        body += f"\nmanifests differ in: {', '.join(r.manifest_diff)}" if r.manifest_diff else ""
+        body += (
+            f"\nmanifests differ in: {_m(', '.join(r.manifest_diff))}" if r.manifest_diff else ""
+        )
+        for f in r.stopping():
+            body += f"\n[bold {color}]{_m(f.severity.upper())}[/] tier {f.tier}: {_m(f.message)}"
         for o in d.overrides if d else ():
-            body += f"\n[bold]override[/] by {escape(o.who)} at {o.created_at}: {escape(o.reason)}"
-        return [Panel(body, title=f"[bold {color}]evalkit gate: {status}[/]", title_align="left")]
+            body += f"\n[bold]override[/] by {_m(o.who)} at {o.created_at}: {_m(o.reason)}"
+        title = f"[bold {color}]evalkit gate: {_m(r.status)}[/]"
+        return [Panel(body, title=title, title_align="left")]
     if name == "broken":
         lead = sum(c.blocking for c in r.broken)
         head = f"[bold red]Broken: {r.n_broken}[/] (pass → fail); {lead} in blocking tiers first"
@@ -264,25 +374,26 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
         return [head, *shown, *tail]
     if name == "fixed":
         rows = [
-            (c.case_id, ", ".join(c.tags), escape(_failed(c.base_notes)[:160]))
+            (_m(c.case_id), _m(", ".join(c.tags)), _m(_failed(c.base_notes)[:160]))
             for c in r.fixed[:max_cases]
         ]
         return [
             _table(f"Fixed: {r.n_fixed} (fail → pass)", ("case", "tags", "baseline failed"), rows)
         ]
     if name == "decision" and d:
-        sev = {"block": "[red]BLOCK[/]", "warn": "[yellow]warn[/]", "info": "info"}
-        found = [(sev[f.severity], f.tier, escape(f.message)) for f in d.findings]
+        sev = {"block": "[red]BLOCK[/]", "unverified": "[dark_orange]UNVERIFIED[/]",
+               "warn": "[yellow]warn[/]", "info": "info"}  # fmt: skip
+        found = [(sev.get(f.severity, _m(f.severity)), f.tier, _m(f.message)) for f in d.findings]
         out: list[Any] = [_table("Gate findings", ("", "tier", "finding"), found)]
         color = {"regressed": "red", "underpowered": "yellow", "no evidence of regression": "green"}
-        rows = [(s.tag, f"[{color[s.state]}]{s.state}[/]", s.n, s.broken, s.fixed,
-                 "–" if s.p_value is None else f"{s.p_value:.3g}", _pts(s.diff, s.lo, s.hi),
+        rows = [(_m(s.tag), f"[{color.get(s.state, 'white')}]{s.state}[/]", s.n, s.broken, s.fixed,
+                 fmt_p(s.p_value), _pts(s.diff, s.lo, s.hi),
                  s.required_n if s.state == "underpowered" else "–")
                 for s in d.critical]  # fmt: skip
         cols = ("tag", "state", "n", "broken", "fixed", "p", "difference [95% CI]", "needs n")
         return out + ([_table("Critical tags", cols, rows)] if rows else [])
     if name == "slices":
-        out = [_slice_table(r.slices, "Slices (* critical)", d.policy.critical_tags if d else ())]
+        out = [_slice_table(r.slices, "Slices (* critical)", r.critical_tags)]
         if r.sealed.height:
             out.append(_slice_table(r.sealed, "Sealed slices (reported, never gated)"))
         return out
@@ -307,7 +418,9 @@ def render_terminal(
     report: Report, console: Console | None = None, max_cases: int = 20,
     sections: Sequence[str] = SECTIONS,
 ) -> None:  # fmt: skip
-    """Print the report with rich: flips first, then findings and slices, the aggregate last."""
+    """Print the report with rich: flips first, then findings and slices, the aggregate last.
+
+    Every string from a model, the corpus or a scorer goes through `inert` first."""
     console = console or Console()
     for name in sections:
         for item in _section(report, name, max_cases):
@@ -326,7 +439,7 @@ def to_text(report: Report, width: int = 110, max_cases: int = 20) -> str:
     return _recorded(report, width, max_cases).export_text()
 
 
-# --- JSON, JUnit XML, HTML ---------------------------------------------------------------------
+# --- JSON -------------------------------------------------------------------------------------
 
 
 def to_dict(report: Report) -> dict[str, Any]:
@@ -349,50 +462,3 @@ def to_dict(report: Report) -> dict[str, Any]:
 def to_json(report: Report) -> str:
     """`to_dict` serialized (datetimes as ISO strings)."""
     return json.dumps(to_dict(report), indent=2, default=str)
-
-
-def to_junit(report: Report) -> str:
-    """JUnit XML: one testcase per paired case. Broken cases and failing must_pass cases are
-    failures, errored must_pass cases errors, other errored cases skipped.
-
-    Examples:
-        >>> root = ET.fromstring(to_junit(report))   # doctest: +SKIP
-        >>> root.get("failures")                     # doctest: +SKIP
-        '12'
-    """
-    name = f"evalkit {report.base_label} -> {report.cand_label}"
-    suite = ET.Element("testsuite", name=name)
-    notes = {c.case_id: c.cand_notes for c in report.broken}
-    counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
-    for r in report.paired.sort("case_id").iter_rows(named=True):
-        group = (r["tags"] or ["untagged"])[0]
-        case = ET.SubElement(suite, "testcase", name=r["case_id"], classname=f"evalkit.{group}")
-        counts["tests"] += 1
-        must = r["criticality"] == "must_pass"
-        if r["cand_error"]:
-            ET.SubElement(case, "error" if must else "skipped", message="errored in the candidate")
-            counts["errors" if must else "skipped"] += 1
-        elif r["cand"] is False and (r["base"] is True or must):
-            what = "broken: passed in the baseline" if r["base"] else "must_pass case fails"
-            failure = ET.SubElement(case, "failure", message=what)
-            lines = [
-                f"{_SYMBOL[n.passed]} {n.scorer}: {n.reason}" for n in notes.get(r["case_id"], ())
-            ]
-            failure.text = "\n".join(lines)
-            counts["failures"] += 1
-    for key, value in counts.items():
-        suite.set(key, str(value))
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
-
-
-def to_html(report: Report, charts: bool = True, width: int = 120, max_cases: int = 50) -> str:
-    """The terminal report as a self-contained HTML page, with charts as inline SVG."""
-    page = _recorded(report, width, max_cases).export_html(inline_styles=True)
-    if charts and report.slices.height:
-        from evalkit.compare import charts as ch
-
-        tol = report.decision.policy.tolerance if report.decision else 0.02
-        svgs = [ch.to_svg(c) for c in (ch.slice_forest(report.slices, tol),
-                                       ch.flip_counts(report.slices))]  # fmt: skip
-        page = page.replace("</body>", "".join(f"<div>{s}</div>" for s in svgs) + "</body>")
-    return page

@@ -1,0 +1,206 @@
+"""The report as a Markdown pull-request comment (seed 003's per-rubric report).
+
+The decision and its reasons first; then one table row per tag (n, baseline and candidate pass
+counts, broken b, fixed c, one-sided exact McNemar p, the paired interval, the verdict); then
+the broken cases, blocking tiers first, each with what its failing scorer said; the aggregate
+last. It always fits in one GitHub comment (`GITHUB_COMMENT_LIMIT` characters): lists that do
+not fit are cut with a count of what was left out and a pointer to the full HTML report.
+
+Everything that came from a model, a scorer or the corpus is escaped: it cannot open a link,
+ping a team, close a ``<details>`` or break the table.
+
+Examples:
+    >>> text = to_markdown(report, link="gate.html")        # doctest: +SKIP
+    >>> len(text) <= GITHUB_COMMENT_LIMIT                    # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+
+import polars as pl
+
+from evalkit.compare.report import Report, fmt_p, fmt_pct, fmt_pts, inert
+
+#: GitHub's limit on the body of an issue or pull-request comment, in characters.
+GITHUB_COMMENT_LIMIT = 65_536
+STATUS_ICON = {"PASSED": "🟢", "BLOCKED": "🔴", "UNVERIFIED": "🟠",
+               "PASSED WITH OVERRIDE": "🟡", "COMPARE": "🔵"}  # fmt: skip
+_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>@:])")
+_MAX_REASONS = 25
+
+
+def md(text: object, width: int | None = None) -> str:
+    """One line of inert, escaped Markdown text (clipped to ``width`` characters first).
+
+    Examples:
+        >>> md("see [here](http://x) @team | <b>")
+        'see \\\\[here\\\\]\\\\(http\\\\://x\\\\) \\\\@team \\\\| &lt;b&gt;'
+    """
+    raw = " ".join(inert(str(text)).split())
+    if width is not None and len(raw) > width:
+        raw = raw[: width - 1] + "…"
+    return (
+        html.escape(_SPECIAL.sub(r"\\\1", raw), quote=False)
+        .replace("\\&lt;", "&lt;")
+        .replace("\\&gt;", "&gt;")
+    )
+
+
+def _ids(ids: Sequence[str], limit: int = 6) -> str:
+    shown = ", ".join(f"`{md(i, 60).replace('`', '')}`" for i in ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _statistic(stat: dict) -> str:
+    parts = []
+    if stat.get("n") is not None and stat.get("broken") is not None:
+        parts.append(f"{stat['broken']} broken / {stat.get('fixed', 0)} fixed of {stat['n']}")
+    if stat.get("p_value") is not None:
+        parts.append(f"p = {fmt_p(stat['p_value'])}")
+    if stat.get("hi") is not None:
+        parts.append(fmt_pts(stat.get("diff"), stat.get("lo"), stat["hi"]))
+    if stat.get("observed") is not None:
+        parts.append(f"{stat['observed']:.4g} > {stat.get('limit')}")
+    return "; ".join(parts)
+
+
+def _finding_line(f: object) -> str:
+    stat = _statistic(getattr(f, "statistic", None) or {})
+    ids = tuple(getattr(f, "case_ids", ()) or ())
+    bits = [f"**{md(str(f.severity).upper())}** tier {f.tier}"]  # type: ignore[attr-defined]
+    bits.append(f"`{md(f.slice, 60).replace('`', '')}`" if f.slice else "—")  # type: ignore[attr-defined]
+    bits += [stat] if stat else []
+    bits += [f"cases {_ids(ids)}"] if ids else []
+    return f"- {' · '.join(bits)}: {md(f.message, 400)}"  # type: ignore[attr-defined]
+
+
+def _verdicts(report: Report) -> dict[str, str]:
+    d = report.decision
+    out = {s.tag: f"**{s.state}** (critical)" for s in (d.critical if d else ())}
+    for f in d.findings if d else ():
+        if f.slice and f.slice not in out and f.severity != "info" and f.tier == 3:
+            out[f.slice] = "regressed (reported, not gated)"
+    return out
+
+
+def tag_rows(report: Report) -> list[dict]:
+    """The per-tag table's rows: critical tags first, then the others; the aggregate is not here.
+
+    Each row: ``tag, n, base_k, cand_k, broken, fixed, p_value, diff, lo, hi, verdict``.
+    """
+    verdicts, critical = _verdicts(report), report.critical_tags
+    rows = []
+    for r in report.slices.filter(pl.col("slice") != "ALL").iter_rows(named=True):
+        n = r["n"]
+        rows.append({
+            "tag": r["slice"], "n": n, "critical": r["slice"] in critical,
+            "base_k": round((r["base_pass"] or 0) * n), "cand_k": round((r["cand_pass"] or 0) * n),
+            "broken": r["broken"], "fixed": r["fixed"], "p_value": r["p_value"],
+            "diff": r["diff"], "lo": r["diff_lo"], "hi": r["diff_hi"],
+            "verdict": verdicts.get(r["slice"], "no evidence of regression" if n else "no cases"),
+        })  # fmt: skip
+    rows.sort(key=lambda x: (not x["critical"], critical.index(x["tag"]) if x["critical"] else 0))
+    return rows
+
+
+def _table(rows: list[dict]) -> list[str]:
+    head = [
+        "| tag | n | baseline pass | candidate pass | broken b | fixed c | one-sided exact p | "
+        "difference [95% CI] | verdict |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    body = [
+        f"| {'**' + md(r['tag'], 60) + '**' if r['critical'] else md(r['tag'], 60)} | {r['n']} "
+        f"| {r['base_k']} | {r['cand_k']} | {r['broken']} | {r['fixed']} | {fmt_p(r['p_value'])} "
+        f"| {fmt_pts(r['diff'], r['lo'], r['hi'])} | {r['verdict']} |"
+        for r in rows
+    ]
+    return head + body
+
+
+def _broken_line(report: Report, case: object) -> str:
+    c = case
+    why = "; ".join(f"{n.scorer}: {n.reason}" for n in c.cand_notes if n.passed is not True)  # type: ignore[attr-defined]
+    why = why or report.cand_reasons.get(c.case_id, "")  # type: ignore[attr-defined]
+    about = ", ".join(c.tags) or "untagged"  # type: ignore[attr-defined]
+    lead = " **blocking**" if c.blocking else ""  # type: ignore[attr-defined]
+    return (
+        f"- `{md(c.case_id, 80).replace('`', '')}` ({md(about, 80)}; {md(c.criticality)}){lead}: "  # type: ignore[attr-defined]
+        f"{md(why, 300) or 'no reason recorded'}"
+    )
+
+
+def _fit(lines: list[str], budget: int, more: str) -> list[str]:
+    """The leading ``lines`` that fit in ``budget`` characters, then a line counting the rest."""
+    out, used = [], 0
+    for i, line in enumerate(lines):
+        tail = len(more.format(n=len(lines) - i)) + 2
+        if used + len(line) + 1 + tail > budget:
+            return [*out, more.format(n=len(lines) - i)]
+        out.append(line)
+        used += len(line) + 1
+    return out
+
+
+def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COMMENT_LIMIT) -> str:
+    """The Markdown report, at most ``limit`` characters; ``link`` points at the full report."""
+    r, where = report, f"[the full report]({link})" if link else "the full HTML report"
+    icon = STATUS_ICON.get(r.status, "⚪")
+    head = [
+        f"## {icon} evalkit gate: {md(r.status)}",
+        "",
+        f"**{md(r.suite)}**: {md(r.base_label)} (`{md(r.base_run_id)}`) → {md(r.cand_label)} "
+        f"(`{md(r.cand_run_id)}`) · {r.paired.height} paired cases · **{r.n_broken} broken** · "
+        f"{r.n_fixed} fixed · {r.changes.height} edited/added/removed",
+    ]
+    if r.manifest_changes:
+        head.append(f"Manifests differ in: {md('; '.join(r.manifest_changes), 600)}")
+    stopping = [_finding_line(f) for f in r.stopping()]
+    reasons = ["", "### Why", ""] if stopping else []
+    listed = [x for x in _fit(stopping[:_MAX_REASONS], 12_000, "") if x]
+    reasons += listed
+    if len(stopping) > len(listed):
+        reasons.append(f"- … and {len(stopping) - len(listed)} more: see {where}")
+    for o in r.decision.overrides if r.decision else ():
+        reasons.append(f"- override by **{md(o.who)}** at {o.created_at}: {md(o.reason, 400)}")
+    warns = [f for f in (r.decision.findings if r.decision else ()) if f.severity == "warn"]
+    if warns:
+        items = _fit([_finding_line(f) for f in warns], 8_000, "- … and {n} more")
+        reasons += ["", f"<details><summary>{len(warns)} warning(s)</summary>", "", *items,
+                    "", "</details>"]  # fmt: skip
+    a = r.aggregate
+    tail = ["", "### Aggregate (last, on purpose)", ""]
+    tail.append(
+        f"{fmt_pct(a.get('base_pass'))} → {fmt_pct(a.get('cand_pass'))} "
+        f"({fmt_pts(a.get('diff'), a.get('diff_lo'), a.get('diff_hi'))}) over {a.get('n')} "
+        f"cases; {a.get('broken')} broken, {a.get('fixed')} fixed"
+        if a
+        else "no paired cases"
+    )
+    tail += ["", f"<sub>evalkit · details, outputs and charts: {where}</sub>"]
+    table = ["", "### Per tag (critical in bold)", "", *_table(tag_rows(r))]
+    fixed = []
+    if r.n_fixed:
+        ids = [c.case_id for c in r.fixed]
+        fixed = ["", f"### Fixed: {r.n_fixed} (fail → pass)", "", _ids(ids, 20)]
+    used = sum(len(x) + 1 for x in head + reasons + tail + fixed) + 200
+    if used + sum(len(x) + 1 for x in table) > limit // 2:
+        table = _fit(
+            table, limit // 2, "| … and {n} more tags: see " + where + " | | | | | | | | |"
+        )
+    used += sum(len(x) + 1 for x in table)
+    broken = ["", f"### Broken: {r.n_broken} (pass → fail), blocking tiers first", ""]
+    items = _fit([_broken_line(r, c) for c in r.broken], limit - used - 300, "")
+    shown = len([x for x in items if x])
+    broken += [x for x in items if x]
+    if r.n_broken > shown:
+        broken.append(f"- … and {r.n_broken - shown} more broken cases: see {where}")
+    text = "\n".join(head + reasons + table + (broken if r.n_broken else []) + fixed + tail) + "\n"
+    if len(text) > limit:  # a last resort: never post a comment GitHub refuses
+        cut = f"\n\n… truncated at {limit} characters: see {where}\n"
+        text = text[: limit - len(cut)] + cut
+    return text

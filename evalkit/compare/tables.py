@@ -1,0 +1,197 @@
+"""Display tables (great_tables): what notebooks and the HTML report show as formatted tables.
+
+Each function takes plain values (Polars frames, dicts from ``to_dict()``) and returns a
+``great_tables.GT``, which renders itself in Jupyter; ``.as_raw_html()`` gives the HTML (cell
+text is escaped). Percentages show as percentages, p-values to 3 significant digits, and every
+row is shown: no silent truncation, whatever the number of slices.
+
+Examples:
+    >>> from evalkit.compare.analysis import slices
+    >>> slice_table(slices(paired), critical=["billing"])   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+from great_tables import GT, loc, style
+
+from evalkit.compare.report import fmt_p, fmt_pts, inert
+
+_STATUS_ICON = {"PASSED": "✓", "BLOCKED": "✗", "UNVERIFIED": "?", "PASSED WITH OVERRIDE": "⚠"}
+
+
+def status_class(status: str) -> str:
+    """The CSS class of a gate status: ``status-passed``, ``status-passed-with-override``, ...
+
+    Examples:
+        >>> status_class("PASSED WITH OVERRIDE")
+        'status-passed-with-override'
+    """
+    return "status-" + (re.sub(r"[^a-z]+", "-", status.lower()).strip("-") or "unknown")
+
+
+def status_icon(status: str) -> str:
+    return _STATUS_ICON.get(status, "•")
+
+
+def _gt(frame: pl.DataFrame, id: str, title: str | None = None, note: str | None = None) -> GT:
+    table = GT(frame, id=id).sub_missing(missing_text="–")
+    if title:
+        table = table.tab_header(title=title)
+    if note:
+        table = table.tab_source_note(note)
+    return table.tab_options(
+        table_font_size="13px", data_row_padding="3px", table_margin_left="0px"
+    )
+
+
+def slice_table(
+    slices: pl.DataFrame,
+    critical: Sequence[str] = (),
+    title: str | None = "Slices",
+    id: str = "evalkit-slices",
+) -> GT:
+    """One row per slice (the ``ALL`` row last, as `analysis.slices` orders it): n, errored,
+    pass rates, flips, the paired difference with its interval, the one-sided exact p."""
+    crit = list(critical)
+    frame = slices.select(
+        pl.when(pl.col("slice").is_in(crit))
+        .then(pl.format("★ {}", "slice"))
+        .otherwise("slice")
+        .alias("slice"),
+        "n",
+        "n_error",
+        "base_pass",
+        "cand_pass",
+        "broken",
+        "fixed",
+        pl.struct("diff", "diff_lo", "diff_hi")
+        .map_elements(lambda r: fmt_pts(r["diff"], r["diff_lo"], r["diff_hi"]), pl.String)
+        .alias("difference"),
+        pl.col("p_value").map_elements(fmt_p, pl.String).alias("p"),
+    )
+    rows = [i for i, s in enumerate(slices["slice"].to_list()) if s in crit or s == "ALL"]
+    note = "★ critical tag (gated); p: one-sided exact McNemar; interval: paired bootstrap"
+    table = (
+        _gt(frame, id, title, note)
+        .fmt_percent(columns=["base_pass", "cand_pass"], decimals=1)
+        .cols_label(
+            n_error="errored",
+            base_pass="baseline",
+            cand_pass="candidate",
+            difference="difference [95% CI]",
+            p="p (one-sided)",
+        )
+        .cols_align("right", columns=["difference", "p"])
+    )
+    if rows:
+        table = table.tab_style(style.text(weight="bold"), loc.body(rows=rows))
+    return table
+
+
+def critical_table(critical: Sequence[Mapping[str, Any]], id: str = "evalkit-critical") -> GT:
+    """Critical tags' states (``GateDecision.to_dict()["critical"]``)."""
+    frame = pl.DataFrame(
+        [
+            {
+                "tag": c["tag"],
+                "state": c["state"],
+                "n": c["n"],
+                "broken": c["broken"],
+                "fixed": c["fixed"],
+                "p": fmt_p(c.get("p_value")),
+                "difference": fmt_pts(c.get("diff"), c.get("lo"), c.get("hi")),
+                "power": c.get("power"),
+                "needs n": c.get("required_n") if c["state"] == "underpowered" else None,
+            }
+            for c in critical
+        ],
+        schema={
+            "tag": pl.String,
+            "state": pl.String,
+            "n": pl.Int64,
+            "broken": pl.Int64,
+            "fixed": pl.Int64,
+            "p": pl.String,
+            "difference": pl.String,
+            "power": pl.Float64,
+            "needs n": pl.Int64,
+        },
+    )
+    note = "power: exact one-sided power at n for a drop of the tolerance"
+    table = _gt(frame, id, "Critical tags", note).fmt_percent(columns="power", decimals=0)
+    for state, color in (("regressed", "#fbe3d6"), ("underpowered", "#fff4cc")):
+        rows = [i for i, s in enumerate(frame["state"].to_list()) if s == state]
+        if rows:
+            table = table.tab_style(style.fill(color), loc.body(rows=rows))
+    return table
+
+
+def findings_table(findings: Sequence[Mapping[str, Any]], id: str = "evalkit-findings") -> GT:
+    """Every finding: severity, tier, slice, cases, message (``to_dict()["findings"]``)."""
+    frame = pl.DataFrame(
+        [
+            {
+                "severity": f["severity"],
+                "tier": f["tier"],
+                "slice": f.get("slice"),
+                "cases": len(f.get("case_ids") or ()),
+                "finding": inert(f["message"]),
+            }
+            for f in findings
+        ],
+        schema={
+            "severity": pl.String,
+            "tier": pl.Int64,
+            "slice": pl.String,
+            "cases": pl.Int64,
+            "finding": pl.String,
+        },
+    )
+    return _gt(frame, id, "Gate findings")
+
+
+def usage_table(
+    usage: Mapping[str, tuple[float | None, float | None]], id: str = "evalkit-usage"
+) -> GT:
+    """Mean latency, tokens and cost per case, baseline and candidate, and the relative change."""
+    frame = pl.DataFrame(
+        [
+            {
+                "metric": k,
+                "baseline": b,
+                "candidate": c,
+                "change": (c - b) / b if b and c is not None else None,
+            }
+            for k, (b, c) in usage.items()
+        ],
+        schema={
+            "metric": pl.String,
+            "baseline": pl.Float64,
+            "candidate": pl.Float64,
+            "change": pl.Float64,
+        },
+    )
+    return (
+        _gt(frame, id, "Cost and latency, mean per case")
+        .fmt_number(columns=["baseline", "candidate"], n_sigfig=4)
+        .fmt_percent(columns="change", decimals=1, force_sign=True)
+    )
+
+
+def decision_html(decision: Mapping[str, Any]) -> str:
+    """A gate decision (``GateDecision.to_dict()``) as HTML: status, then the findings table."""
+    status = str(decision.get("status", "?"))
+    head = (
+        f'<div class="evalkit-status {status_class(status)}" style="font-weight:bold;'
+        f'font-size:1.2em">{status_icon(status)} gate {html.escape(status)}</div>'
+    )
+    findings = decision.get("findings") or []
+    table = findings_table(findings).as_raw_html() if findings else "<p>no findings</p>"
+    crit = decision.get("critical") or []
+    return head + table + (critical_table(crit).as_raw_html() if crit else "")
