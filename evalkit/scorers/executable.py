@@ -4,33 +4,9 @@
 ``sql_result`` runs generated SQL against a fixture DuckDB database opened read-only and compares
 result sets. Every failure mode fails the case with a one-line reason and lets the run go on.
 
-What the Python sandbox does, in layers:
-
-* a separate interpreter, ``python -I -S -B``: isolated mode (no ``PYTHON*`` variables, no user
-  site, no script directory on ``sys.path``), no ``site`` (so only the standard library imports),
-  no bytecode writes; a minimal environment (``PATH``, ``HOME`` and ``TMPDIR`` = the sandbox);
-* a fresh ``tempfile.mkdtemp()`` as the working directory, removed afterwards;
-* resource limits set before exec: address space (``RLIMIT_AS`` = ``memory_mb``), CPU seconds,
-  file size, open files, no core dumps, and no new processes or threads (``RLIMIT_NPROC`` = 0;
-  Linux ignores it for root);
-* a wall-clock limit: the child runs in its own session and the whole process group is killed;
-* an audit hook (:pep:`578`), installed before the untrusted code runs, that refuses network
-  operations (``socket.connect``, ``bind``, ``getaddrinfo``, ``sendto`` …), spawning processes
-  (``subprocess.Popen``, ``os.system``, ``os.exec*``, ``os.fork`` …), loading native code
-  (``ctypes``), and writes outside the sandbox directory (``open`` with a write mode or flags,
-  ``os.remove``/``rename``/``mkdir``/``chmod``/…, ``shutil.rmtree``/``copy*``/``move``, and
-  handles on outside directories) after resolving symlinks. A refusal is recorded even if the
-  code catches the exception, and fails the case.
-
-This is defence in depth for *evaluating model output*, not a security boundary against a
-determined attacker. Audit hooks run inside the same interpreter as the code they watch, and can be
-bypassed: the classic way is ``ctypes`` (call libc directly, or clear the interpreter's hook list).
-Importing ``ctypes`` is refused here, but the same reach is available through interpreter
-internals, object/frame tricks or a crafted extension module; some operations raise no audit event
-at all; reads are not restricted; the result channel can be forged; and for root
-``RLIMIT_NPROC`` does nothing. For hostile code use OS isolation: an unprivileged user in Linux
-namespaces (an empty network namespace, a read-only mount namespace with one writable tmpfs)
-under a seccomp filter — e.g. nsjail, bubblewrap or gVisor — or a throwaway container or VM.
+The Python sandbox (Linux namespaces, a read-only private filesystem, no parent environment,
+limits, an authenticated result) is described in :mod:`evalkit.scorers.sandbox`; it fails closed
+when isolation is unavailable. Reasons are scrubbed of registered secrets before they leave.
 
 ``sql_result`` relies on DuckDB itself, behind a first filter that accepts only a single
 ``SELECT`` statement: the database opens ``read_only=True`` with ``enable_external_access=false``
@@ -43,23 +19,17 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import datetime as dt
 import hashlib
 import json
 import math
 import os
 import re
-import resource
-import select
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -67,6 +37,7 @@ from typing import Any
 import duckdb
 
 from evalkit.records import Output, Score
+from evalkit.redact import redact_secrets
 from evalkit.scorers.deterministic import _clip, _want
 from evalkit.scorers.registry import (
     EXECUTABLE,
@@ -76,31 +47,16 @@ from evalkit.scorers.registry import (
     scorer,
     scorer_error,
 )
+from evalkit.scorers.sandbox import ISOLATED, UNSAFE_LOCAL, SandboxResult, run_python
 
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _MAX_ROWS = 10_000  # a query returning more rows fails rather than filling memory
 _PAIRING_CAP = 250_000  # missing x extra rows compared within float tolerance, at most
-_FILE_LIMIT = 16 << 20  # bytes any file (and the captured stdout/stderr) may reach
+_MAX_RESULT_BYTES = 64 << 20  # text and blob bytes a query result may hold, at most
 _REASON = 300
 
 
 # --- python_tests ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SandboxResult:
-    """What happened to one sandboxed run: ``status`` is ``ok`` when the tests ran to the end.
-
-    Other statuses: ``syntax``, ``crash`` (the code raised on import), ``entry`` (``entry`` not
-    defined), ``timeout``, ``memory``, ``blocked`` (a refused operation), ``died`` (the
-    interpreter ended without a result).
-    """
-
-    status: str
-    passed: tuple[str, ...] = ()
-    failed: tuple[tuple[str, str], ...] = ()
-    message: str = ""
-    stderr: str = field(default="", repr=False)
 
 
 @scorer("python_tests", tier=EXECUTABLE, files=("tests",), primary="tests")
@@ -110,6 +66,7 @@ def python_tests(
     timeout_s: float = 10,
     memory_mb: int = 256,
     entry: str | None = None,
+    sandbox: str = ISOLATED,
 ) -> ScoreFn:
     """Run the output's Python code, then every top-level ``test_*`` function of the tests.
 
@@ -119,6 +76,10 @@ def python_tests(
     directly and can also ``import solution``; a test passes when it returns without raising.
     ``entry`` names a function the code must define. Only the standard library is importable.
     Score is the fraction of tests passed; the case passes when all pass.
+
+    The code runs in Linux namespaces (:mod:`evalkit.scorers.sandbox`); where they are
+    unavailable every case is a scorer error naming why. ``sandbox: unsafe-local`` runs it with
+    no isolation, for trusted code only: every reason then starts with ``[UNSAFE-LOCAL]``.
     """
     if (tests is None) == (tests_inline is None):
         raise ScorerArgError("python_tests: give exactly one of tests (a file) or tests_inline")
@@ -133,64 +94,35 @@ def python_tests(
         raise ScorerArgError(f"python_tests: memory_mb must be in [64, 65536], got {memory_mb}")
     if entry is not None and not entry.isidentifier():
         raise ScorerArgError(f"python_tests: entry {entry!r} is not a Python name")
+    if sandbox not in (ISOLATED, UNSAFE_LOCAL):
+        raise ScorerArgError(
+            f"python_tests: sandbox must be {ISOLATED} or {UNSAFE_LOCAL}, got {sandbox!r}"
+        )
     source = tests_inline if tests is None else _read_tests(Path(tests))
-    _check_tests(source)
+    names = _check_tests(source)
+    label = "[UNSAFE-LOCAL] " if sandbox == UNSAFE_LOCAL else ""
 
     def score(output: Output, case: object) -> Score:
         code = extract_code(output.text or "", ("python", "py", "python3"))
         if not code.strip():
             return check(False, "no code in output")
         try:
-            result = run_python(code, source, timeout_s=timeout_s, memory_mb=memory_mb, entry=entry)
+            result = run_python(
+                code,
+                source,
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+                entry=entry,
+                test_names=names,
+                isolation=sandbox,
+            )
         except OSError as exc:
-            return scorer_error(f"sandbox did not start: {exc}")
-        return _judge(result, timeout_s, memory_mb)
+            return scorer_error(redact_secrets(f"{label}sandbox did not start: {exc}"))
+        judged = _judge(result, timeout_s, memory_mb)
+        reason = _clip(redact_secrets(label + judged.reason), _REASON)
+        return dataclasses.replace(judged, reason=reason)
 
     return score
-
-
-def run_python(
-    code: str, tests: str, *, timeout_s: float = 10, memory_mb: int = 256, entry: str | None = None
-) -> SandboxResult:
-    """Run ``code`` then the ``test_*`` functions of ``tests`` in the sandbox described above."""
-    sandbox = tempfile.mkdtemp(prefix="evalkit-sandbox-")
-    private = tempfile.mkdtemp(prefix="evalkit-io-")  # payload and captured output, not writable
-    try:
-        payload = Path(private, "in.json")
-        payload.write_text(json.dumps({"code": code, "tests": tests, "entry": entry}))
-        env = {"PATH": "/usr/bin:/bin", "HOME": sandbox, "TMPDIR": sandbox, "LC_ALL": "C.UTF-8"}
-        command = [sys.executable, "-I", "-S", "-B", "-X", "utf8", "-c", _HARNESS]
-        limits = (memory_mb << 20, math.ceil(timeout_s) + 1)
-        with (
-            payload.open("rb") as stdin,
-            open(Path(private, "out"), "w+b") as stdout,
-            open(Path(private, "err"), "w+b") as stderr,
-        ):
-            # preexec_fn runs between fork and exec. CPython warns it can deadlock when other
-            # threads hold locks; ours takes none (no imports, only setrlimit). If that ever
-            # bites, set the same limits first thing in the harness instead.
-            process = subprocess.Popen(
-                command,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=sandbox,
-                env=env,
-                start_new_session=True,
-                preexec_fn=lambda: _limit_child(*limits),
-            )
-            timed_out = not _wait_unreaped(process, timeout_s)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)  # the child and anything it left behind
-            process.wait()
-            err = _tail(stderr)
-            if timed_out:
-                return SandboxResult("timeout", stderr=err)
-            report = _last_json(_tail(stdout))
-        return _result(report, process.returncode, err)
-    finally:
-        shutil.rmtree(sandbox, ignore_errors=True)
-        shutil.rmtree(private, ignore_errors=True)
 
 
 def extract_code(text: str, languages: tuple[str, ...]) -> str:
@@ -211,35 +143,6 @@ def extract_code(text: str, languages: tuple[str, ...]) -> str:
     return text
 
 
-def _wait_unreaped(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` for the child to exit, *without reaping it*: while it is a zombie
-    its process-group id cannot be reused, so killing the group afterwards is safe."""
-    try:
-        pidfd = os.pidfd_open(process.pid)
-    except (AttributeError, OSError):  # not Linux >= 5.3: poll, reaping (tiny pid-reuse window)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    try:
-        poller = select.poll()  # not select.select: a busy runner may hold fds above 1024
-        poller.register(pidfd, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
-    finally:
-        os.close(pidfd)
-
-
-def _limit_child(memory: int, cpu_seconds: int) -> None:
-    """Runs in the forked child before exec: only async-signal-safe-ish setrlimit calls."""
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE_LIMIT, _FILE_LIMIT))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-
-
 def _judge(result: SandboxResult, timeout_s: float, memory_mb: int) -> Score:
     status = result.status
     if status == "timeout":
@@ -256,45 +159,15 @@ def _judge(result: SandboxResult, timeout_s: float, memory_mb: int) -> Score:
         more = f" (+{len(result.failed) - 2} more)" if len(result.failed) > 2 else ""
         reason = f"{len(result.failed)}/{total} tests failed: {shown}{more}"
         return check(False, _clip(reason, _REASON), len(result.passed) / total)
+    if status == "unavailable":
+        message = f"sandbox unavailable, code not run: {result.message}"
+        return scorer_error(message + " (sandbox: unsafe-local runs trusted code unisolated)")
+    if status == "forged":
+        return check(
+            False, _clip(f"forged result rejected: {result.message}", _REASON), status=status
+        )
     prefix = {"syntax": "syntax error in code: ", "crash": "code raised "}.get(status, "")
     return check(False, _clip(prefix + result.message, _REASON), status=status)
-
-
-def _result(report: dict[str, Any] | None, returncode: int, err: str) -> SandboxResult:
-    if report is not None and report.get("status") == "ok":
-        failed = tuple((str(n), str(m)) for n, m in report.get("failed", []))
-        return SandboxResult("ok", tuple(report.get("passed", [])), failed, stderr=err)
-    if report is not None:
-        message = str(report.get("message", ""))
-        return SandboxResult(str(report["status"]), message=message, stderr=err)
-    if "MemoryError" in err:
-        return SandboxResult("memory", stderr=err)
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
-        meaning = {
-            "SIGXCPU": "CPU time limit exceeded",
-            "SIGXFSZ": f"file size limit {_FILE_LIMIT >> 20} MB exceeded",
-            "SIGSEGV": "interpreter crashed (stack overflow?)",
-        }.get(name, "interpreter killed")
-        return SandboxResult("died", message=f"{meaning} ({name})", stderr=err)
-    last = err.strip().splitlines()[-1:] or ["no output"]
-    message = f"interpreter exited with code {returncode} before the tests finished: {last[0]}"
-    return SandboxResult("died", message=message, stderr=err)
-
-
-def _tail(file: Any, limit: int = 64 << 10) -> str:
-    file.seek(0, os.SEEK_END)
-    file.seek(max(0, file.tell() - limit))
-    return file.read().decode("utf-8", "replace")
-
-
-def _last_json(text: str) -> dict[str, Any] | None:
-    for line in reversed(text.strip().splitlines()):
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict) and "status" in value:
-                return value
-    return None
 
 
 def _read_tests(path: Path) -> str:
@@ -304,7 +177,7 @@ def _read_tests(path: Path) -> str:
         raise ScorerArgError(f"python_tests: cannot read tests {path}: {exc}") from None
 
 
-def _check_tests(source: str) -> None:
+def _check_tests(source: str) -> tuple[str, ...]:
     try:
         tree = ast.parse(source, "tests")
     except SyntaxError as exc:
@@ -316,164 +189,7 @@ def _check_tests(source: str) -> None:
     ]
     if not names:
         raise ScorerArgError("python_tests: the tests define no top-level test_* function")
-
-
-# The harness runs inside the sandboxed interpreter. It reads everything it needs first, installs
-# the audit hook, then runs the untrusted code and the tests, and writes one JSON line to the
-# original stdout (the code's own stdout is redirected to stderr).
-_HARNESS = r"""
-import gc, json, linecache, os, sys, traceback, types
-
-def main():
-    payload = json.loads(sys.stdin.read())
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    root = os.path.realpath(os.getcwd())
-    blocked = []
-    reserve = [bytearray(1 << 20)]
-
-    def report(status, **fields):
-        reserve.clear()
-        gc.collect()
-        fields["status"] = status
-        os.write(result_fd, (json.dumps(fields) + "\n").encode())
-        os._exit(0)
-
-    def outside(path, dir_fd=None):
-        if isinstance(path, int):
-            return False
-        path = os.fsdecode(os.fspath(path))
-        base = os.getcwd()
-        if isinstance(dir_fd, int) and dir_fd >= 0:
-            base = os.readlink("/proc/self/fd/%d" % dir_fd)
-        real = os.path.realpath(os.path.join(base, path))
-        return real != root and not real.startswith(root + os.sep) and real != "/dev/null"
-
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    # event -> ((index of a path written, index of its dir_fd or None), ...)
-    writes = {"os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),),
-              "os.chmod": ((0, 2),), "os.chown": ((0, 3),), "os.utime": ((0, 3),),
-              "os.truncate": ((0, None),), "os.setxattr": ((0, None),),
-              "os.removexattr": ((0, None),), "os.chflags": ((0, None),),
-              "os.lchflags": ((0, None),), "os.rename": ((0, 2), (1, 3)),
-              "os.link": ((1, 3),), "os.symlink": ((1, 2),), "shutil.rmtree": ((0, 1),),
-              "shutil.chown": ((0, None),), "shutil.copyfile": ((1, None),),
-              "shutil.copymode": ((1, None),), "shutil.copystat": ((1, None),),
-              "shutil.copytree": ((1, None),), "shutil.move": ((0, None), (1, None)),
-              "shutil.make_archive": ((0, None),), "sqlite3.connect": ((0, None),)}
-    addressed = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}
-    net = addressed | {"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex",
-                       "socket.gethostbyaddr", "socket.getnameinfo"}
-    spawn = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-             "os.fork", "os.forkpty", "pty.spawn", "os.kill", "os.killpg", "os.startfile"}
-
-    def refuse(message):
-        blocked.append(message)
-        raise PermissionError("evalkit sandbox: " + message)
-
-    def hook(event, args):
-        if event == "open":
-            path, mode, flags = args
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & write_flags)
-            if writing and outside(path):
-                refuse("write outside sandbox blocked: %s" % os.fsdecode(os.fspath(path)))
-            # The event does not carry os.open's dir_fd, so a directory handle from outside could
-            # aim a relative write anywhere: handles on outside directories are refused.
-            if not writing and outside(path) and os.path.isdir(path):
-                refuse("write outside sandbox blocked: directory handle %s" % os.fsdecode(path))
-        elif event in writes:
-            for at, fd_at in writes[event]:
-                path = args[at] if at < len(args) else None
-                if path is None or (event == "sqlite3.connect" and path in (":memory:", "")):
-                    continue
-                dir_fd = args[fd_at] if fd_at is not None and fd_at < len(args) else None
-                if outside(path, dir_fd):
-                    shown = path if isinstance(path, int) else os.fsdecode(os.fspath(path))
-                    refuse("write outside sandbox blocked: %s (%s)" % (shown, event))
-        elif event in net:
-            target = args[1] if event in addressed else args[0]
-            if isinstance(target, tuple):
-                target = ":".join(str(part) for part in target[:2])
-            refuse("network access blocked: %s %s" % (event, target))
-        elif event in spawn:
-            refuse("process spawning blocked: %s" % event)
-        elif event.startswith("ctypes."):
-            refuse("native code blocked: %s" % event)
-
-    try:
-        code = compile(payload["code"], "solution.py", "exec")
-    except (SyntaxError, ValueError) as exc:
-        line, why = getattr(exc, "lineno", "?"), getattr(exc, "msg", str(exc))
-        report("syntax", message="line %s: %s" % (line, why))
-    tests = compile(payload["tests"], "tests.py", "exec")
-    for filename in ("solution.py", "tests.py"):  # so tracebacks can quote the failing line
-        source = payload["code" if filename == "solution.py" else "tests"]
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    module = types.ModuleType("solution")
-    module.__file__ = os.path.join(root, "solution.py")
-    sys.modules["solution"] = module
-    sys.addaudithook(hook)
-
-    def where(exc, filename):
-        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-            if frame.filename == filename:
-                return " at line %s: %s" % (frame.lineno, (frame.line or "").strip())
-        return ""
-
-    def describe(exc, filename):
-        try:
-            detail = str(exc)
-        except BaseException:
-            detail = ""
-        text = "%s: %s" % (type(exc).__name__, detail) if detail else type(exc).__name__
-        return text[:200] + where(exc, filename)[:200]
-
-    def stop_if_blocked():
-        if blocked:
-            report("blocked", message=blocked[0])
-
-    try:
-        exec(code, module.__dict__)
-    except MemoryError:
-        module.__dict__.clear()
-        report("memory")
-    except BaseException as exc:
-        stop_if_blocked()
-        report("crash", message=describe(exc, "solution.py"))
-    stop_if_blocked()
-    entry = payload["entry"]
-    if entry and not callable(module.__dict__.get(entry)):
-        report("entry", message="code does not define %s()" % entry)
-    namespace = {k: v for k, v in module.__dict__.items() if not k.startswith("__")}
-    namespace["__name__"] = "tests"
-    try:
-        exec(tests, namespace)
-    except MemoryError:
-        namespace.clear()
-        report("memory")
-    except BaseException as exc:
-        stop_if_blocked()
-        report("crash", message="the tests raised on import: " + describe(exc, "tests.py"))
-    passed, failed = [], []
-    for name, fn in list(namespace.items()):
-        if not (name.startswith("test_") and callable(fn)):
-            continue
-        try:
-            fn()
-            passed.append(name)
-        except MemoryError:
-            namespace.clear()
-            module.__dict__.clear()
-            report("memory")
-        except BaseException as exc:
-            failed.append((name, describe(exc, "tests.py")))
-        stop_if_blocked()
-    report("ok", passed=passed, failed=failed)
-
-main()
-"""
+    return tuple(dict.fromkeys(names))
 
 
 # --- sql_result --------------------------------------------------------------------------------
@@ -571,7 +287,7 @@ def run_sql(db: Path, sql: str, timeout_s: float = 10) -> list[tuple[Any, ...]]:
     timer = threading.Timer(timeout_s, connection.interrupt)
     timer.start()
     try:
-        rows = connection.execute(sql).fetchmany(_MAX_ROWS + 1)
+        rows = _fetch_bounded(connection.execute(sql))
     except duckdb.InterruptException:
         raise QueryError(f"timeout after {timeout_s:g}s") from None
     except duckdb.Error as exc:
@@ -582,6 +298,23 @@ def run_sql(db: Path, sql: str, timeout_s: float = 10) -> list[tuple[Any, ...]]:
     if len(rows) > _MAX_ROWS:
         raise QueryError(f"query returned more than {_MAX_ROWS} rows")
     return [_row(row) for row in rows]
+
+
+def _fetch_bounded(cursor: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
+    """At most ``_MAX_ROWS + 1`` rows, fetched in batches; raises when their text and blob
+    values pass ``_MAX_RESULT_BYTES`` (a few huge strings fill memory as surely as many rows)."""
+    rows: list[tuple[Any, ...]] = []
+    size = 0
+    while len(rows) <= _MAX_ROWS:
+        batch = cursor.fetchmany(min(256, _MAX_ROWS + 1 - len(rows)))
+        if not batch:
+            break
+        for row in batch:
+            size += sum(len(v) for v in row if isinstance(v, str | bytes))
+        if size > _MAX_RESULT_BYTES:
+            raise QueryError(f"query result holds more than {_MAX_RESULT_BYTES >> 20} MB of text")
+        rows.extend(batch)
+    return rows
 
 
 def _connect(db: Path) -> duckdb.DuckDBPyConnection:

@@ -246,8 +246,13 @@ def test_changing_files_outside_the_sandbox_is_blocked(
     keep.write_text("original")
     prelude = f"KEEP = {str(keep)!r}\nDIR = {str(keep.parent)!r}\n"
     result = score(python_scorer(), prelude + code)
-    assert result.reason.startswith("write outside sandbox blocked: ")
-    if event is not None:
+    # The audit hook names the refusal; where it is not consulted (chdir first), the outside
+    # directory is simply absent from the sandbox's private view of the filesystem.
+    absent = (
+        f"code raised FileNotFoundError: [Errno 2] No such file or directory: {str(keep.parent)!r}"
+    )
+    assert result.reason.startswith(("write outside sandbox blocked: ", absent))
+    if event is not None and not result.reason.startswith(absent):
         assert result.reason.endswith(f"({event})")
     assert keep.read_text() == "original"
     assert sorted(p.name for p in keep.parent.iterdir()) == ["keep.txt"]

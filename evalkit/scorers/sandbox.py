@@ -1,0 +1,529 @@
+"""The sandbox ``python_tests`` runs model-written code in: Linux namespaces, then a harness.
+
+Containment is the operating system's job, not the interpreter's. Each run starts, through
+``unshare`` and ``setpriv`` from util-linux:
+
+* **new user, PID, network, mount, IPC and UTS namespaces**: the code is root only inside its own
+  user namespace and holds no capabilities at all once it runs (``setpriv --inh-caps=-all
+  --bounding-set=-all --no-new-privs``); it sees only its own processes (a fresh ``/proc``), so
+  it cannot read another process's environment or signal one; its network namespace has no
+  interface but a downed loopback, so nothing it sends leaves it; it may not create further user
+  namespaces (``user.max_user_namespaces = 0`` inside);
+* **a private, read-only view of the filesystem**: a new root (``pivot_root``, the old root
+  unmounted) holding read-only binds of ``/usr`` (plus ``/lib*`` and ``/bin`` when they are real
+  directories) and of the Python installation, ``/dev/null``, ``zero``, ``random``, ``urandom``,
+  and one writable, size-capped tmpfs mounted at the run's temp dir, which is also its working
+  directory, ``HOME`` and ``TMPDIR``. Nothing it writes reaches the disk;
+* **no parent environment**: the launcher starts from an empty environment, the interpreter gets
+  ``PATH``, ``HOME``, ``TMPDIR`` and ``LC_ALL`` only; API keys are never in the child;
+* **limits**: address space (``memory_mb``), CPU seconds, file size, open files, no core dumps and
+  a cap on processes (``prlimit``; Linux does not apply ``RLIMIT_NPROC`` to the real root user),
+  plus a wall-clock limit after which the whole namespace is killed. When the first process of a
+  PID namespace ends, the kernel kills every other one, so nothing (not even a ``setsid``
+  grandchild) outlives the scorer;
+* **an authenticated result**: the parent hands the harness a per-run nonce through a pipe that
+  is closed before the code runs; a result line without it is rejected as forged, and the parent
+  checks the reported test names against the tests it parsed itself.
+
+Inside, the harness keeps its :pep:`578` audit hook. It is *not* a boundary (it shares the
+interpreter with the code it watches); it turns the common refusals (network, writes outside the
+temp dir, spawning, ``ctypes``, frame and ``gc`` introspection) into clear reasons.
+
+What is *not* contained: CPU time up to the limits, the kernel's attack surface (there is no
+seccomp filter), reads of the world-readable files under ``/usr`` and the Python installation,
+and the honesty of the verdict itself: the tests run in the same interpreter as the code, so code
+that subverts that interpreter can still make its own tests pass. It cannot reach anything
+outside the sandbox to do so.
+
+If the namespaces cannot be created (no ``unshare``, user namespaces disabled), ``python_tests``
+fails closed with the reason. ``sandbox: unsafe-local`` runs the code without isolation (the
+audit hook and rlimits only): for trusted code, and labelled so in every reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import resource
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FILE_LIMIT = 16 << 20  # bytes any file (and the captured stdout/stderr) may reach
+_TMPFS_MB = 64  # the writable temp dir, in memory
+_MAX_PROCESSES = 32
+ISOLATED, UNSAFE_LOCAL = "namespaces", "unsafe-local"
+_UNSHARE = (  # the flags: user, pid (forked, killed with unshare), net, mount, ipc, uts
+    *("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child"),
+    *("--net", "--mount", "--ipc", "--uts", "--propagation", "private"),
+)
+_TOOLS = ("unshare", "setpriv", "prlimit", "sh", "mount", "umount", "pivot_root")
+_LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+
+# Runs as root of the new user namespace, before any untrusted code: builds the new root, drops
+# every capability, applies the limits and execs the interpreter. Arguments: the new root, the
+# temp dir, the tmpfs size, the limits, then the read-only binds (absolute host paths), "--",
+# and the command.
+_SETUP = r"""
+set -eu
+R=$1 W=$2 SIZE=$3 AS=$4 CPU=$5 FSIZE=$6 NPROC=$7
+shift 7
+mount -t tmpfs -o size=1m,mode=755,nosuid,nodev tmpfs "$R"
+mkdir -p "$R/proc" "$R/dev" "$R/old" "$R$W"
+while [ "$1" != "--" ]; do
+  if [ -L "$1" ]; then
+    ln -s "$(readlink "$1")" "$R$1"
+  else
+    mkdir -p "$R$1"
+    mount --rbind "$1" "$R$1"
+    mount -o remount,bind,ro,nosuid,nodev "$R$1"
+  fi
+  shift
+done
+shift
+for d in null zero random urandom; do
+  touch "$R/dev/$d"
+  mount --bind "/dev/$d" "$R/dev/$d"
+done
+mount -t tmpfs -o size="$SIZE",mode=700,nosuid,nodev tmpfs "$R$W"
+mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
+echo 0 > "$R/proc/sys/user/max_user_namespaces"
+mount -o remount,ro,bind "$R"
+cd "$R"
+pivot_root . old
+umount -l /old
+cd "$W"
+exec setpriv --no-new-privs --inh-caps=-all --bounding-set=-all \
+  prlimit --as="$AS" --cpu="$CPU" --fsize="$FSIZE" --nofile=64 --core=0 --nproc="$NPROC" -- \
+  /usr/bin/env -i PATH=/usr/bin:/bin HOME="$W" TMPDIR="$W" LC_ALL=C.UTF-8 "$@"
+"""
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What happened to one sandboxed run: ``status`` is ``ok`` when the tests ran to the end.
+
+    Other statuses: ``syntax``, ``crash`` (the code raised on import), ``entry`` (``entry`` not
+    defined), ``timeout``, ``memory``, ``blocked`` (a refused operation), ``died`` (the
+    interpreter ended without a result), ``forged`` (a result the harness did not write),
+    ``unavailable`` (isolation could not be set up; nothing ran).
+    """
+
+    status: str
+    passed: tuple[str, ...] = ()
+    failed: tuple[tuple[str, str], ...] = ()
+    message: str = ""
+    stderr: str = field(default="", repr=False)
+
+
+def isolation_problem() -> str | None:
+    """Why namespaced isolation cannot run here, or None when it can (probed once)."""
+    return _probe(_UNSHARE, _TOOLS)
+
+
+@functools.cache
+def _probe(unshare: tuple[str, ...], tools: tuple[str, ...]) -> str | None:
+    missing = [tool for tool in tools if shutil.which(tool, path=_LAUNCH_ENV["PATH"]) is None]
+    if missing:
+        return f"{', '.join(missing)} not found (install util-linux)"
+    if not sys.platform.startswith("linux"):
+        return f"Linux namespaces are not available on {sys.platform}"
+    command = [*unshare, "sh", "-c", "mount -t proc proc /proc && echo ok"]
+    try:
+        done = subprocess.run(command, capture_output=True, env=_LAUNCH_ENV, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare did not run: {exc}"
+    if done.returncode != 0 or done.stdout.strip() != b"ok":
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
+        return f"unshare failed (user namespaces disabled?): {lines[-1][:200]}"
+    return None
+
+
+def run_python(
+    code: str,
+    tests: str,
+    *,
+    timeout_s: float = 10,
+    memory_mb: int = 256,
+    entry: str | None = None,
+    test_names: tuple[str, ...] | None = None,
+    isolation: str = ISOLATED,
+) -> SandboxResult:
+    """Run ``code`` then the ``test_*`` functions of ``tests`` in the sandbox described above.
+
+    ``test_names``, when given, are the tests the parent expects a result for: a result naming
+    any other set is rejected as forged. ``isolation`` is ``namespaces`` (fails closed with
+    status ``unavailable`` when they cannot be created) or ``unsafe-local``.
+    """
+    if isolation == ISOLATED:
+        problem = isolation_problem()
+        if problem is not None:
+            return SandboxResult("unavailable", message=problem)
+    sandbox = tempfile.mkdtemp(prefix="evalkit-sandbox-")
+    private = tempfile.mkdtemp(prefix="evalkit-io-")  # captured output and the new root
+    nonce = secrets.token_hex(16)
+    try:
+        harness = [os.path.realpath(sys.executable), "-I", "-S", "-B", "-X", "utf8", "-c"]
+        limits = (memory_mb << 20, math.ceil(timeout_s) + 1)
+        if isolation == ISOLATED:
+            root = Path(private, "root")
+            root.mkdir()
+            command = [*_UNSHARE, "sh", "-c", _SETUP, "sh", str(root), sandbox]
+            command += [f"{_TMPFS_MB}m", str(limits[0]), str(limits[1]), str(FILE_LIMIT)]
+            command += [str(_MAX_PROCESSES), *_read_only_binds(), "--", *harness, _HARNESS]
+            env, preexec = dict(_LAUNCH_ENV), None
+        else:
+            command = [*harness, _HARNESS]
+            env = {"PATH": "/usr/bin:/bin", "HOME": sandbox, "TMPDIR": sandbox, "LC_ALL": "C.UTF-8"}
+            # preexec_fn runs between fork and exec; ours takes no locks (only setrlimit).
+            preexec = functools.partial(_limit_child, *limits)
+        names = list(test_names) if test_names is not None else None
+        payload = {"code": code, "tests": tests, "entry": entry, "names": names, "nonce": nonce}
+        with (
+            open(Path(private, "out"), "w+b") as stdout,
+            open(Path(private, "err"), "w+b") as stderr,
+        ):
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=sandbox,
+                env=env,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
+            timed_out = not _feed_and_wait(process, json.dumps(payload).encode(), timeout_s)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)  # unshare, and with it the namespace
+            process.wait()
+            err = _tail(stderr)
+            if timed_out:
+                return SandboxResult("timeout", stderr=err)
+            report, forged = _authentic_report(_tail(stdout), nonce)
+        if report is None and forged:
+            return SandboxResult("forged", message="a result the harness did not write", stderr=err)
+        return _result(report, process.returncode, err, test_names)
+    finally:
+        shutil.rmtree(sandbox, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _read_only_binds() -> list[str]:
+    """Host paths the sandbox sees read-only: /usr, the top-level library and binary folders
+    (symlinks into /usr on merged-/usr systems), and the Python installation."""
+    paths = ["/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        if os.path.lexists(f"/{name}"):
+            paths.append(f"/{name}")
+    for prefix in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}:
+        if not any(prefix == p or prefix.startswith(p + "/") for p in paths):
+            paths.append(prefix)
+    return paths
+
+
+def _feed_and_wait(process: subprocess.Popen[bytes], payload: bytes, timeout_s: float) -> bool:
+    """Write the payload to the child's stdin (a pipe, closed after), then wait up to
+    ``timeout_s`` for it to exit without reaping it. False on timeout."""
+    assert process.stdin is not None
+    os.set_blocking(process.stdin.fileno(), False)
+    view, deadline = memoryview(payload), time.monotonic() + timeout_s
+    try:
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _, writable, _ = select.select([], [process.stdin], [], min(left, 0.5))
+            if writable:
+                try:
+                    view = view[os.write(process.stdin.fileno(), view) :]
+                except BrokenPipeError:
+                    break
+            elif process.poll() is not None:
+                break
+    finally:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+    return _wait_unreaped(process, max(0.0, deadline - time.monotonic()))
+
+
+def _wait_unreaped(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for the child to exit, *without reaping it*: while it is a zombie
+    its process-group id cannot be reused, so killing the group afterwards is safe."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3: poll, reaping (tiny pid-reuse window)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()  # not select.select: a busy runner may hold fds above 1024
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
+    finally:
+        os.close(pidfd)
+
+
+def _limit_child(memory: int, cpu_seconds: int) -> None:
+    """``unsafe-local`` only; runs in the forked child before exec: only setrlimit calls."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+def _result(
+    report: dict[str, Any] | None,
+    returncode: int,
+    err: str,
+    test_names: tuple[str, ...] | None,
+) -> SandboxResult:
+    if report is not None and report.get("status") == "ok":
+        passed = tuple(str(n) for n in report.get("passed", []))
+        failed = tuple((str(n), str(m)) for n, m in report.get("failed", []))
+        reported = sorted([*passed, *(n for n, _ in failed)])
+        if test_names is not None and reported != sorted(test_names):
+            message = f"result names tests {reported[:5]}, expected {sorted(test_names)[:5]}"
+            return SandboxResult("forged", message=message, stderr=err)
+        return SandboxResult("ok", passed, failed, stderr=err)
+    if report is not None:
+        message = str(report.get("message", ""))
+        return SandboxResult(str(report["status"]), message=message, stderr=err)
+    if "MemoryError" in err:
+        return SandboxResult("memory", stderr=err)
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        meaning = {
+            "SIGXCPU": "CPU time limit exceeded",
+            "SIGXFSZ": f"file size limit {FILE_LIMIT >> 20} MB exceeded",
+            "SIGSEGV": "interpreter crashed (stack overflow?)",
+        }.get(name, "interpreter killed")
+        return SandboxResult("died", message=f"{meaning} ({name})", stderr=err)
+    last = err.strip().splitlines()[-1:] or ["no output"]
+    message = f"interpreter exited with code {returncode} before the tests finished: {last[0]}"
+    return SandboxResult("died", message=message, stderr=err)
+
+
+def _tail(file: Any, limit: int = 64 << 10) -> str:
+    file.seek(0, os.SEEK_END)
+    file.seek(max(0, file.tell() - limit))
+    return file.read().decode("utf-8", "replace")
+
+
+def _authentic_report(text: str, nonce: str) -> tuple[dict[str, Any] | None, bool]:
+    """The last result line carrying ``nonce``, and whether any line looked like a result."""
+    forged = False
+    for line in reversed(text.strip().splitlines()):
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict) and "status" in value:
+                if value.get("nonce") == nonce and isinstance(value["status"], str):
+                    return value, forged
+                forged = True
+    return None, forged
+
+
+# The harness runs inside the sandboxed interpreter. Its main thread reads everything it needs
+# from its stdin pipe and closes it, installs the audit hook, and never runs untrusted code: the
+# code, the tests' import and each test run in short-lived worker threads (``_call``, whose
+# frames hold nothing but their own result box). The main thread describes exceptions (walking
+# tracebacks itself, no linecache) and writes one JSON line carrying the nonce to the original
+# stdout (the code's stdout goes to stderr). The nonce lives only in the main thread's frame; the
+# hook refuses, off the main thread, the introspection that would reach it (other threads'
+# frames, gc, tracing, /proc/self/mem).
+_HARNESS = r"""
+import _thread, gc, json, os, sys, threading, types
+
+def _call(box, fn, args):
+    try:
+        box.append(("ok", fn(*args)))
+    except MemoryError:
+        box.append(("memory", None))
+    except BaseException as exc:
+        try:
+            detail = str(exc)
+        except BaseException:
+            detail = ""
+        try:
+            name = str(type(exc).__name__)
+        except BaseException:
+            name = "exception"
+        box.append(("raised", exc, (name + ": " + detail if detail else name)[:200]))
+
+def main():
+    raw = sys.stdin.buffer.read()
+    payload = json.loads(raw)
+    del raw
+    os.close(0)
+    nonce = payload.pop("nonce")
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    root = os.path.realpath(os.getcwd())
+    blocked = []
+    reserve = [bytearray(1 << 20)]
+    get_ident, main_ident = _thread.get_ident, _thread.get_ident()
+    traceback_of = BaseException.__traceback__.__get__
+
+    def report(status, **fields):
+        reserve.clear()
+        gc.collect()
+        fields["status"] = status
+        fields["nonce"] = nonce
+        os.write(result_fd, (json.dumps(fields) + "\n").encode())
+        os._exit(0)
+
+    def outside(path, dir_fd=None):
+        if isinstance(path, int):
+            return False
+        path = os.fsdecode(os.fspath(path))
+        base = os.getcwd()
+        if isinstance(dir_fd, int) and dir_fd >= 0:
+            base = os.readlink("/proc/self/fd/%d" % dir_fd)
+        real = os.path.realpath(os.path.join(base, path))
+        return real != root and not real.startswith(root + os.sep) and real != "/dev/null"
+
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    # event -> ((index of a path written, index of its dir_fd or None), ...)
+    writes = {"os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),),
+              "os.chmod": ((0, 2),), "os.chown": ((0, 3),), "os.utime": ((0, 3),),
+              "os.truncate": ((0, None),), "os.setxattr": ((0, None),),
+              "os.removexattr": ((0, None),), "os.chflags": ((0, None),),
+              "os.lchflags": ((0, None),), "os.rename": ((0, 2), (1, 3)),
+              "os.link": ((1, 3),), "os.symlink": ((1, 2),), "shutil.rmtree": ((0, 1),),
+              "shutil.chown": ((0, None),), "shutil.copyfile": ((1, None),),
+              "shutil.copymode": ((1, None),), "shutil.copystat": ((1, None),),
+              "shutil.copytree": ((1, None),), "shutil.move": ((0, None), (1, None)),
+              "shutil.make_archive": ((0, None),), "sqlite3.connect": ((0, None),)}
+    addressed = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}
+    net = addressed | {"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex",
+                       "socket.gethostbyaddr", "socket.getnameinfo"}
+    spawn = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+             "os.fork", "os.forkpty", "pty.spawn", "os.kill", "os.killpg", "os.startfile"}
+    introspect = {"sys._current_frames", "sys._current_exceptions", "sys.settrace",
+                  "sys.setprofile", "gc.get_objects", "gc.get_referrers", "gc.get_referents"}
+    secret_files = ("mem", "environ", "map_files", "pagemap")
+
+    def refuse(message):
+        blocked.append(message)
+        raise PermissionError("evalkit sandbox: " + message)
+
+    def hook(event, args):
+        if get_ident() == main_ident:
+            return  # the main thread runs only the harness
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, (str, bytes)) and os.fsdecode(path).startswith("/proc/"):
+                if os.fsdecode(path).rstrip("/").rsplit("/", 1)[-1] in secret_files:
+                    refuse("introspection blocked: %s" % os.fsdecode(path))
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & write_flags)
+            if writing and outside(path):
+                refuse("write outside sandbox blocked: %s" % os.fsdecode(os.fspath(path)))
+            # The event does not carry os.open's dir_fd, so a directory handle from outside could
+            # aim a relative write anywhere: handles on outside directories are refused.
+            if not writing and outside(path) and os.path.isdir(path):
+                refuse("write outside sandbox blocked: directory handle %s" % os.fsdecode(path))
+        elif event in writes:
+            for at, fd_at in writes[event]:
+                path = args[at] if at < len(args) else None
+                if path is None or (event == "sqlite3.connect" and path in (":memory:", "")):
+                    continue
+                dir_fd = args[fd_at] if fd_at is not None and fd_at < len(args) else None
+                if outside(path, dir_fd):
+                    shown = path if isinstance(path, int) else os.fsdecode(os.fspath(path))
+                    refuse("write outside sandbox blocked: %s (%s)" % (shown, event))
+        elif event in net:
+            target = args[1] if event in addressed else args[0]
+            if isinstance(target, tuple):
+                target = ":".join(str(part) for part in target[:2])
+            refuse("network access blocked: %s %s" % (event, target))
+        elif event in spawn:
+            refuse("process spawning blocked: %s" % event)
+        elif event.startswith("ctypes."):
+            refuse("native code blocked: %s" % event)
+        elif event in introspect:
+            refuse("introspection blocked: %s" % event)
+
+    try:
+        code = compile(payload["code"], "solution.py", "exec")
+    except (SyntaxError, ValueError) as exc:
+        line, why = getattr(exc, "lineno", "?"), getattr(exc, "msg", str(exc))
+        report("syntax", message="line %s: %s" % (line, why))
+    tests = compile(payload["tests"], "tests.py", "exec")
+    sources = {"solution.py": payload["code"].splitlines(),
+               "tests.py": payload["tests"].splitlines()}
+    module = types.ModuleType("solution")
+    module.__file__ = os.path.join(root, "solution.py")
+    sys.modules["solution"] = module
+    sys.addaudithook(hook)
+
+    def run(fn, *args):
+        box = []
+        worker = threading.Thread(target=_call, args=(box, fn, args), daemon=True)
+        worker.start()
+        worker.join()
+        if blocked:
+            report("blocked", message=blocked[0])
+        if not box or box[0][0] == "memory":
+            module.__dict__.clear()
+            report("memory")
+        return box[0]
+
+    def describe(outcome, filename):
+        _, exc, text = outcome
+        tb, found = traceback_of(exc), None
+        while tb is not None:  # C-level attributes only: no code of the model's runs here
+            if tb.tb_frame.f_code.co_filename == filename:
+                found = tb.tb_lineno
+            tb = tb.tb_next
+        if found is None:
+            return text
+        lines = sources[filename]
+        quoted = lines[found - 1].strip() if 0 < found <= len(lines) else ""
+        return text + (" at line %s: %s" % (found, quoted))[:200]
+
+    outcome = run(exec, code, module.__dict__)
+    if outcome[0] == "raised":
+        report("crash", message=describe(outcome, "solution.py"))
+    entry = payload["entry"]
+    if entry and not callable(module.__dict__.get(entry)):
+        report("entry", message="code does not define %s()" % entry)
+    namespace = {k: v for k, v in module.__dict__.items() if not k.startswith("__")}
+    namespace["__name__"] = "tests"
+    outcome = run(exec, tests, namespace)
+    if outcome[0] == "raised":
+        report("crash", message="the tests raised on import: " + describe(outcome, "tests.py"))
+    passed, failed = [], []
+    names = payload["names"]
+    if names is None:
+        names = [n for n, f in namespace.items() if n.startswith("test_") and callable(f)]
+    for name in names:
+        fn = namespace.get(name)
+        if type(fn) is not types.FunctionType:
+            failed.append((name, "not a function"))
+            continue
+        outcome = run(fn)
+        if outcome[0] == "ok":
+            passed.append(name)
+        else:
+            failed.append((name, describe(outcome, "tests.py")))
+    report("ok", passed=passed, failed=failed)
+
+main()
+"""
