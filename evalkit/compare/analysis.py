@@ -27,7 +27,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
 import polars as pl
 
 from evalkit import stats
@@ -291,7 +290,10 @@ _RATES = ["base_pass", "base_lo", "base_hi", "cand_pass", "cand_lo", "cand_hi"]
 _DIFFS = ["diff", "diff_lo", "diff_hi", "p_value"]
 _SLICE_SCHEMA: dict[str, Any] = {"slice": pl.String, "n": pl.Int64, "n_error": pl.Int64}
 _SLICE_SCHEMA |= dict.fromkeys(_RATES, pl.Float64) | {"broken": pl.Int64, "fixed": pl.Int64}
-_SLICE_SCHEMA |= dict.fromkeys(_DIFFS, pl.Float64)
+_SLICE_SCHEMA |= dict.fromkeys(_DIFFS, pl.Float64) | {"interval_method": pl.String}
+#: How ``diff_lo, diff_hi`` are computed for pass/fail verdicts (`stats.paired_diff_interval`):
+#: Tango's score interval, reaching 0 where the exact McNemar test finds no evidence.
+INTERVAL_METHOD = "tango-exact"
 
 
 def _per_slice(paired: pl.DataFrame) -> pl.DataFrame:
@@ -317,43 +319,53 @@ def _per_slice(paired: pl.DataFrame) -> pl.DataFrame:
 
 def slice_stats(
     n: int, base_k: int, cand_k: int, broken: int, fixed: int, iters: int = 10_000, **kw: Any
-) -> dict[str, float | None]:
-    """Pass rates with Wilson intervals, paired bootstrap of the difference, one-sided McNemar.
+) -> dict[str, Any]:
+    """Pass rates with Wilson intervals, an interval for the paired difference, one-sided McNemar.
 
-    Pass/fail differences take three values (-1, 0, +1), so the bootstrap is drawn from the
-    counts alone: the result equals `stats.paired_bootstrap` on the slice's own arrays.
-    ``kw`` (``seed``, ``level``) goes to `stats.paired_bootstrap`; n = 0 gives None statistics.
+    The difference's interval is `stats.paired_diff_interval` ("tango-exact", named in
+    ``interval_method``): nominal coverage at small n, and ``diff_hi < 0`` only where the exact
+    one-sided McNemar p <= (1 - level) / 2, so an interval block never fires where the exact test
+    sees no evidence (the percentile bootstrap gave 4 broken of 8 an upper bound of -12.5 points
+    at p = 0.0625, and no flips the point [0, 0]). ``kw``: ``level`` (default 0.95); ``iters``
+    and ``seed`` are accepted for callers that still pass them (pass/fail needs no resampling).
+    n = 0 gives None statistics.
 
     Examples:
         >>> s = slice_stats(100, 92, 84, broken=8, fixed=0)
-        >>> round(s["diff"], 2), round(s["p_value"], 4), s["diff_hi"] < -0.02
-        (-0.08, 0.0039, True)
+        >>> round(s["diff"], 2), round(s["p_value"], 4), round(s["diff_hi"], 3)
+        (-0.08, 0.0039, -0.04)
+        >>> s["interval_method"]
+        'tango-exact'
+        >>> slice_stats(8, 8, 4, broken=4, fixed=0)["diff_hi"]  # p = 0.0625: no evidence
+        0.0
     """
     out: dict[str, Any] = dict.fromkeys(_RATES + _DIFFS) | {"broken": broken, "fixed": fixed}
+    out["interval_method"] = None
     if n == 0:
         return out
-    diffs = np.repeat([-1.0, 0.0, 1.0], [broken, n - broken - fixed, fixed])
-    boot = stats.paired_bootstrap(np.zeros(n), diffs, iters=iters, **kw)
     level = kw.get("level", 0.95)
     for side, k in (("base", base_k), ("cand", cand_k)):
         lo, hi = stats.wilson_interval(k, n, level)
         out |= {f"{side}_pass": k / n, f"{side}_lo": lo, f"{side}_hi": hi}
+    diff = stats.paired_diff_interval(broken, fixed, n, level, INTERVAL_METHOD)
     p = stats.mcnemar_exact(broken, fixed, "greater")
-    return out | dict(zip(_DIFFS, (boot.diff, boot.lo, boot.hi, p), strict=True))
+    out["interval_method"] = diff.method
+    return out | dict(zip(_DIFFS, (diff.diff, diff.lo, diff.hi, p), strict=True))
 
 
 def slices(
     paired: pl.DataFrame, iters: int = 10_000, seed: int = 0, level: float = 0.95
 ) -> pl.DataFrame:
     """Per-tag statistics plus an ``ALL`` row (last); cases errored on either side are excluded
-    from ``n`` and counted in ``n_error``. ``p_value`` is one-sided (candidate breaks more).
+    from ``n`` and counted in ``n_error``. ``p_value`` is one-sided (candidate breaks more);
+    ``diff_lo, diff_hi`` are `slice_stats`' small-n interval, its method in ``interval_method``.
 
     Examples:
         >>> p = pl.DataFrame({"case_id": list("abcd"), "tags": [["x"]] * 4,
         ...     "base": [True] * 4, "cand": [False] * 4, "base_error": [False] * 4,
         ...     "cand_error": [False] * 4})
-        >>> slices(p).select("slice", "n", "broken", "p_value").rows()
-        [('x', 4, 4, 0.0625), ('ALL', 4, 4, 0.0625)]
+        >>> slices(p).select("slice", "n", "broken", "p_value", "diff_hi").rows()
+        [('x', 4, 4, 0.0625, 0.0), ('ALL', 4, 4, 0.0625, 0.0)]
     """
     counts = _per_slice(paired).sort(pl.col("slice") == "ALL", "slice")
     rows = []

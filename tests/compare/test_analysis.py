@@ -118,7 +118,7 @@ def test_slices_match_scipy_and_put_the_aggregate_last():
     assert (all_row["n"], all_row["broken"], all_row["fixed"]) == (40, 8, 3)
 
 
-def test_slice_bootstrap_equals_the_bootstrap_of_the_cases_own_arrays():
+def test_slice_interval_is_the_small_n_paired_interval_of_the_cases_own_counts():
     rng = np.random.default_rng(0)
     base, cand = rng.random(300) < 0.8, rng.random(300) < 0.75
     paired = pl.DataFrame({
@@ -126,10 +126,12 @@ def test_slice_bootstrap_equals_the_bootstrap_of_the_cases_own_arrays():
         "cand": cand, "base_error": False, "cand_error": False,
     })  # fmt: skip
     row = slices(paired, iters=2000, seed=11).row(0, named=True)
-    direct = stats.paired_bootstrap(base.astype(float), cand.astype(float), iters=2000, seed=11)
+    broken, fixed = int((base & ~cand).sum()), int((~base & cand).sum())
+    direct = stats.paired_diff_interval(broken, fixed, 300)
     assert (row["diff"], row["diff_lo"], row["diff_hi"]) == pytest.approx(
         (direct.diff, direct.lo, direct.hi)
     )
+    assert row["interval_method"] == direct.method == "tango-exact"
 
 
 def test_comparability_refuses_two_undeclared_differences_and_names_them():
