@@ -18,10 +18,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--tag", action="append", default=[], help="only cases with this tag")
     run.add_argument("--exclude-tag", action="append", default=[], help="skip cases with this tag")
     run.add_argument("--sealed", action="store_true", help="include corpus/sealed/ cases")
+    run.add_argument("--tier", help="a selection named in the suite's tiers: (e.g. smoke)")
     run.add_argument("--replays", type=int, help="replays per case (default: suite config)")
     run.add_argument("--concurrency", type=int, help="concurrent requests (default: suite)")
     run.add_argument("--no-cache", action="store_true", help="bypass the response cache")
     run.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run")
+    run.add_argument(
+        "--retry-errors", action="store_true", help="with --resume: ask stored errors again"
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--json", metavar="FILE", help="write the run summary as JSON")
     run.set_defaults(handler=_cmd_run)
@@ -56,23 +60,61 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import sys
+
     from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.selection import Selection, resolve_selection
     from evalkit.corpus.suite import load_suite
-    from evalkit.run.runner import RunOptions, run_suite
+    from evalkit.run.runner import RunOptions, RunStart, run_suite
     from evalkit.store import open_store
 
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    if args.resume:
+        if args.tier or args.tag or args.exclude_tag or args.sealed:
+            raise EvalkitError(
+                "--resume continues the run with the selection it started with: "
+                "drop --tier/--tag/--exclude-tag/--sealed"
+            )
+        _require_store(args.db)
+        with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+            stored = store.manifest(store.resolve_run(args.resume)).get("selection") or {}
+        selection = Selection(
+            stored.get("tier"),
+            tuple(stored.get("tags") or ()),
+            tuple(stored.get("exclude_tags") or ()),
+            tuple(stored.get("skip_scorers") or ()),
+            bool(stored.get("sealed")),
+        )
+    else:
+        selection = resolve_selection(
+            suite.config.tiers,
+            args.tier,
+            tags=args.tag,
+            exclude_tags=args.exclude_tag,
+            sealed=args.sealed,
+        )
     corpus = load_corpus(
-        suite.root, sealed=args.sealed, user_template=suite.config.system.user_template
+        suite.root, sealed=selection.sealed, user_template=suite.config.system.user_template
     )
-    selection = {
-        "tags": sorted(args.tag),
-        "exclude_tags": sorted(args.exclude_tag),
-        "sealed": args.sealed,
-    }
-    corpus = corpus.select(tags=args.tag, exclude_tags=args.exclude_tag)
+    corpus = selection.apply(corpus)
     if not corpus.cases:
-        raise EvalkitError("no cases selected (check --tag / --exclude-tag)")
+        raise EvalkitError("no cases selected (check --tier / --tag / --exclude-tag)")
+    started: list[RunStart] = []
+
+    def announce(start: RunStart) -> None:  # before any model call, on a terminal or not
+        started.append(start)
+        what = (
+            f"resuming run {start.run_id} ({start.label}): {start.stored} of "
+            f"{start.expected_outputs} outputs stored, {start.to_do} to go"
+            if start.resumed
+            else f"run {start.run_id} ({start.label}) started: {start.expected_outputs} outputs"
+        )
+        tier = f", tier {selection.tier}" if selection.tier else ""
+        cache = "" if start.use_cache else ", cache off"
+        print(f"evalkit: {what}{tier}{cache}", file=sys.stderr, flush=True)
+        for warning in start.warnings:
+            print(f"evalkit: warning: {warning}", file=sys.stderr, flush=True)
+
     options = RunOptions(
         label=args.label,
         replays=args.replays,
@@ -80,34 +122,69 @@ def _cmd_run(args: argparse.Namespace) -> int:
         use_cache=False if args.no_cache else None,
         progress=not args.no_progress,
         resume=args.resume,
-        selection=selection,
+        retry_errors=args.retry_errors,
+        selection=selection.to_manifest(),
+        on_start=announce,
     )
-    with open_store(args.db, wait_s=args.wait) as store:
-        summary = run_suite(suite, corpus, store, options)
+    try:
+        with open_store(args.db, wait_s=args.wait) as store:
+            summary = run_suite(suite, corpus, store, options)
+    except KeyboardInterrupt:
+        if started:
+            run_id = started[0].run_id
+            print(
+                f"evalkit: run {run_id} interrupted; what finished is stored. Continue it with: "
+                f"evalkit run --resume {run_id} --db {args.db}",
+                file=sys.stderr,
+            )
+        return 130
     print_run_summary(summary, args.db)
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
-    return 0
+    return 1 if summary.all_errored else 0
+
+
+def _require_store(db: str) -> None:
+    """Refuse a command that reads stored runs when ``db`` holds no store (never create one)."""
+    if not Path(db).is_file():
+        raise EvalkitError(f"{db}: no evalkit store here (run `evalkit run --db {db}` first)")
 
 
 def print_run_summary(summary, db: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(highlight=False, soft_wrap=True)
     scored = summary.passed + summary.failed
     rate = f"{summary.passed / scored:.1%}" if scored else "n/a"
     console.print(
-        f"[bold]{summary.label}[/] run {summary.run_id}: {summary.cases} cases, "
+        f"[bold]{escape(summary.label)}[/] run {summary.run_id}: {summary.cases} cases, "
         f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
         f"errors {summary.errored} (pass rate {rate} of scored outputs)"
     )
     console.print(
-        f"  requests {summary.requests} (retries {summary.retries}), cache hits "
-        f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}; "
-        f"wall {summary.wall_s:.2f}s, "
-        f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
-        f"{summary.completion_tokens}, cost ${summary.cost_usd:.4f}"
+        f"  this session: requests {summary.requests} (retries {summary.retries}), cache hits "
+        f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}"
+        + (f", errors asked again {summary.retried_errors}" if summary.retried_errors else "")
+        + f"; wall {summary.wall_s:.2f}s"
     )
+    console.print(
+        f"  {summary.cached_outputs} of {summary.outputs} outputs from cache; "
+        f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
+        f"{summary.completion_tokens}, cost spent ${summary.cost_spent_usd:.4f} "
+        f"+ served from cache ${summary.cost_cached_usd:.4f}"
+    )
+    if summary.error_causes:
+        console.print("  top error causes:")
+        for cause in summary.error_causes:
+            console.print(f"    {escape(cause.render())}")
+    for warning in summary.warnings:
+        console.print(f"  [yellow]warning[/]: {escape(warning)}")
+    if summary.all_errored:
+        console.print(
+            f"  [red]every output errored[/]: this run verified nothing; fix the causes above, "
+            f"then `evalkit run --resume {summary.run_id} --retry-errors`"
+        )
     console.print(f"  stored in {db} (config {summary.config_hash[:12]})")
 
 
@@ -168,6 +245,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from evalkit.scorers.registry import JUDGE
     from evalkit.store import open_store
 
+    _require_store(args.db)
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
     with open_store(args.db, wait_s=args.wait) as store:

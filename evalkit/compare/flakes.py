@@ -49,19 +49,34 @@ def measure_flakes(
     progress: bool = False,
     provider: Provider | None = None,
 ) -> FlakeResult:
-    """Run the configuration ``runs`` times without the cache and store the flake list."""
+    """Run the configuration ``runs`` times without the cache and store the flake list.
+
+    A run that stops on an error is marked ``failed`` by the runner (never left ``running``)
+    and no flake list is stored; the error names the runs that completed.
+
+    Raises:
+        EvalkitError: fewer than 2 runs, or one of the runs failed.
+    """
     if runs < 2:
         raise EvalkitError("evalkit flakes needs --runs 2 or more to see anything move")
-    summaries: list[RunSummary] = [
-        run_suite(
-            suite,
-            corpus,
-            store,
-            RunOptions(label=f"{label}-{i + 1}", use_cache=False, progress=progress),
-            provider,
+    started: list[str] = []
+    summaries: list[RunSummary] = []
+    for i in range(runs):
+        options = RunOptions(
+            label=f"{label}-{i + 1}",
+            use_cache=False,
+            progress=progress,
+            on_start=lambda start: started.append(start.run_id),
         )
-        for i in range(runs)
-    ]
+        try:
+            summaries.append(run_suite(suite, corpus, store, options, provider))
+        except Exception as exc:
+            failed = started[-1] if len(started) > len(summaries) else "(not started)"
+            done = ", ".join(s.run_id for s in summaries) or "none"
+            raise EvalkitError(
+                f"flakes: run {i + 1} of {runs} ({failed}) failed and is marked failed: {exc}; "
+                f"completed runs: {done}; no flake list was stored — rerun evalkit flakes"
+            ) from exc
     hashes = {s.config_hash for s in summaries}
     if len(hashes) != 1:  # cannot happen unless the config changed mid-measurement
         raise EvalkitError(f"flake runs disagree on config_hash: {sorted(hashes)}")

@@ -6,6 +6,10 @@ string (the final answer) or a dict with ``text`` and optionally ``tool_calls``
 It may be a coroutine function; a plain function runs in a worker thread. An exception it raises
 is stored as an error (never a pass or a fail).
 
+The manifest and the cache key carry a fingerprint of the function's module file, so an edit
+is never answered from the cache; within one process (a notebook) a module evalkit imported is
+re-imported when its file changed since, so the code that answers is the code that was hashed.
+
 Examples:
     >>> def answer(messages, **context):                     # doctest: +SKIP
     ...     return my_app.reply(messages[-1]["content"])
@@ -14,12 +18,14 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import inspect
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from evalkit.errors import ConfigError, ProviderError
@@ -35,6 +41,7 @@ def load_callable(spec: str) -> Callable[..., Any]:
         sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
+        module = _fresh(module)
     except ImportError as exc:
         raise ConfigError(
             f"system.function {spec!r}: cannot import {module_name!r}: {exc}"
@@ -47,6 +54,25 @@ def load_callable(spec: str) -> Callable[..., Any]:
     if not callable(target):
         raise ConfigError(f"system.function {spec!r} is not callable")
     return target
+
+
+#: sha256 of each module file as evalkit last imported it (module name -> digest).
+_LOADED: dict[str, str] = {}
+
+
+def _fresh(module: ModuleType) -> ModuleType:
+    """``module``, re-imported if its source file changed since evalkit last imported it."""
+    path = getattr(module, "__file__", None)
+    if not path or not Path(path).is_file():
+        return module
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if _LOADED.get(module.__name__, digest) != digest:
+        cached = getattr(module, "__cached__", None)  # byte code is checked by mtime and size
+        if cached:  # only: an edit within the same second could otherwise run the old code
+            Path(cached).unlink(missing_ok=True)
+        module = importlib.reload(module)
+    _LOADED[module.__name__] = digest
+    return module
 
 
 class PythonProvider:
