@@ -31,7 +31,13 @@ import polars as pl
 
 from evalkit import stats
 from evalkit.errors import ComparabilityError, ConfigError
-from evalkit.judges.gating import JudgeGating, gated_scores, judge_gating, judge_rows
+from evalkit.judges.gating import (
+    JudgeGating,
+    gated_scores,
+    judge_gating,
+    judge_rows,
+    ungated_scores,
+)
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -392,10 +398,12 @@ def _leaf_diffs(a: Any, b: Any, path: str) -> Iterable[str]:
 def check_comparable(
     base_manifest: dict[str, Any], cand_manifest: dict[str, Any], allow_diff: Sequence[str] = ()
 ) -> list[str]:
-    """The comparable manifest fields that differ; refuse when more than one differs undeclared.
+    """The comparable manifest fields that differ; refuse what the declaration does not cover.
 
-    One differing field is the variable under test. More are refused unless every one is
-    declared in ``allow_diff`` (``--allow-diff FIELD``).
+    Without ``allow_diff`` one differing field is the variable under test and more are refused.
+    With ``allow_diff`` (``--allow-diff FIELD``, the declared variables under test) every
+    differing field must be declared: ``--allow-diff prompt`` refuses a pair that differs in
+    ``model``. A declared field that does not differ is a warning (:func:`comparability_warnings`).
 
     Raises:
         ComparabilityError: naming each differing field and its values.
@@ -415,18 +423,33 @@ def check_comparable(
         )
     differing = manifest_diff(base_manifest, cand_manifest)
     undeclared = [f for f in differing if f not in allow_diff]
-    if len(differing) > 1 and undeclared:
+    if undeclared and (allow_diff or len(differing) > 1):
         details = "; ".join(
             next(iter(_leaf_diffs(base_manifest.get(f), cand_manifest.get(f), f)), f)
             for f in differing
         )
         flags = " ".join(f"--allow-diff {f}" for f in undeclared)
+        declared = f" (declared: {', '.join(allow_diff)})" if allow_diff else ""
         raise ComparabilityError(
-            f"refusing to compare: the runs' manifests differ in {len(differing)} fields "
-            f"({', '.join(differing)}): {details}; compare runs that differ only in the "
-            f"variable under test, or declare the extra differences with {flags}"
+            f"refusing to compare: the runs' manifests differ in {len(differing)} field(s) "
+            f"({', '.join(differing)}){declared}: {details}; compare runs that differ only in "
+            f"the variable under test, or declare the other differences with {flags}"
         )
     return differing
+
+
+def comparability_warnings(differing: Sequence[str], allow_diff: Sequence[str]) -> list[str]:
+    """A warning per declared variable under test that did not change between the runs.
+
+    Examples:
+        >>> comparability_warnings(["prompt"], ["prompt", "model"])
+        ['--allow-diff model: the runs do not differ in model (is this the pair you meant?)']
+    """
+    return [
+        f"--allow-diff {f}: the runs do not differ in {f} (is this the pair you meant?)"
+        for f in allow_diff
+        if f not in differing
+    ]
 
 
 def usage_means(v: pl.DataFrame) -> dict[str, float | None]:
@@ -473,6 +496,10 @@ class Comparison:
     paired: pl.DataFrame
     changes: pl.DataFrame
     judge_notes: tuple[str, ...] = ()  # judge checks reported but not gated, and why
+    warnings: tuple[str, ...] = ()  # for the person reading the report (comparability, runs)
+    # Verdicts of the judge checks that may not gate (uncalibrated), paired like ``paired``:
+    # their flips are reported, labelled "judge not calibrated — reported, not gated".
+    judge_paired: pl.DataFrame | None = None
 
 
 def compare(
@@ -488,19 +515,46 @@ def compare(
     """
     differing = check_comparable(base.manifest, cand.manifest, allow_diff)
     base_scores, cand_scores = base.scores, cand.scores
+    judge_paired = None
     if gating is not None and not all(check.gating for check in gating.checks):
         base_scores, cand_scores = (
             gated_scores(base_scores, gating),
             gated_scores(cand_scores, gating),
         )
+        judge_paired = _ungated_judge_paired(base, cand, gating)
     bv = verdicts(base.outputs, base_scores, base.cases)
     cv = verdicts(cand.outputs, cand_scores, cand.cases)
     paired, changes = (
         paired_frame(bv, cv, base.cases, cand.cases),
         case_changes(base.cases, cand.cases),
     )
+    if judge_paired is not None:
+        # A case whose every check is an ungated judge has nothing that may gate: it is not
+        # errored (its outputs exist); it leaves the gated pairing and is reported instead.
+        scored = pl.concat([base_scores["case_id"], cand_scores["case_id"]]).unique()
+        failed = pl.concat(
+            [r.outputs.filter(pl.col("error").is_not_null())["case_id"] for r in (base, cand)]
+        )
+        paired = paired.filter(
+            pl.col("case_id").is_in(scored.implode()) | pl.col("case_id").is_in(failed.implode())
+        )
     notes = tuple(gating.reasons) if gating is not None else ()
-    return Comparison(base, cand, tuple(differing), bv, cv, paired, changes, notes)
+    warnings = [*comparability_warnings(differing, allow_diff)]
+    for run, role in ((base, "baseline"), (cand, "candidate")):
+        warnings += [f"{role} run: {w}" for w in run.manifest.get("warnings") or ()]
+    return Comparison(
+        base, cand, tuple(differing), bv, cv, paired, changes, notes, tuple(warnings), judge_paired
+    )
+
+
+def _ungated_judge_paired(base: RunData, cand: RunData, gating: JudgeGating) -> pl.DataFrame:
+    """The paired frame of the judge checks that may not gate, on the cases they scored."""
+    judged = [ungated_scores(run.scores, gating) for run in (base, cand)]
+    sides = [verdicts(r.outputs, s, r.cases) for r, s in zip((base, cand), judged, strict=True)]
+    frame = paired_frame(*sides, base.cases, cand.cases)
+    return frame.filter(
+        pl.col("case_id").is_in(pl.concat([s["case_id"] for s in judged]).implode())
+    )
 
 
 def load_run(store: Store, ref: str) -> RunData:
@@ -519,9 +573,11 @@ def load_comparison(
     candidate: str,
     allow_diff: Sequence[str] = (),
     judge_kappa_min: float = 0.6,
+    judge_min_labels: int = 100,
 ) -> Comparison:
     """`compare` two runs read from the store; judge checks gate only where the store holds a
-    calibration record for that judge model and rubric with kappa ≥ ``judge_kappa_min``.
+    calibration record for that judge model, snapshot, prompt version and rubric on at least
+    ``judge_min_labels`` items whose kappa interval's lower bound is ≥ ``judge_kappa_min``.
 
     Examples:
         >>> cmp = load_comparison(open_store("x.duckdb"), "base", "cand")  # doctest: +SKIP
@@ -531,5 +587,5 @@ def load_comparison(
     base, cand = load_run(store, baseline), load_run(store, candidate)
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
     both = pl.concat(judged, how="diagonal_relaxed")  # judge rows only: not 3M score rows
-    gating = judge_gating(both, store.calibrations(), judge_kappa_min)
+    gating = judge_gating(both, store.calibrations(), judge_kappa_min, judge_min_labels)
     return compare(base, cand, allow_diff, gating)

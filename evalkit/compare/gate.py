@@ -580,9 +580,49 @@ def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) ->
     decision = decide(
         comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors
     )
-    # Uncalibrated judges were left out of the verdicts; say so where the decision is read.
-    notes = tuple(Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes)
-    return replace(decision, findings=decision.findings + notes)
+    # Uncalibrated judges were left out of the verdicts; say so where the decision is read,
+    # with the flips they would have caused.
+    notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
+    notes += ungated_judge_flips(comparison.judge_paired, policy)
+    return replace(decision, findings=decision.findings + tuple(notes))
+
+
+#: How ungated judge results are labelled wherever they are shown.
+NOT_GATED = "judge not calibrated — reported, not gated"
+
+
+def ungated_judge_flips(judge_paired: pl.DataFrame | None, policy: GatePolicy) -> list[Finding]:
+    """Per tag (critical tags first) and per case, the flips of judge checks that may not gate.
+
+    Examples:
+        >>> p = pl.DataFrame({"case_id": ["a"], "tags": [["tone"]], "base": [True],
+        ...     "cand": [False], "base_error": [False], "cand_error": [False]})
+        >>> ungated_judge_flips(p, GatePolicy())[0].message[:57]
+        "tag 'tone': 1 case(s) broken, 0 fixed by the judge (judge"
+    """
+    if judge_paired is None or judge_paired.is_empty():
+        return []
+    decided = judge_paired.filter(~pl.col("base_error") & ~pl.col("cand_error"))
+    broken = decided.filter(pl.col("base") & ~pl.col("cand"))
+    fixed = decided.filter(~pl.col("base") & pl.col("cand"))
+    tags = {t for frame in (broken, fixed) for t in frame["tags"].explode().drop_nulls()}
+    out = []
+    for tag in sorted(tags, key=lambda tag: (tag not in policy.critical_tags, tag)):
+        ids = broken.filter(pl.col("tags").list.contains(tag))["case_id"].to_list()
+        n_fixed = fixed.filter(pl.col("tags").list.contains(tag)).height
+        critical = " (critical)" if tag in policy.critical_tags else ""
+        msg = (
+            f"tag {tag!r}{critical}: {len(ids)} case(s) broken, {n_fixed} fixed by the judge "
+            f"({NOT_GATED})" + (f": {_named(ids)}" if ids else "")
+        )
+        stat = {"broken": len(ids), "fixed": n_fixed, "gated": False}
+        out.append(Finding(3, tag, tuple(ids), stat, msg, "warn" if ids else "info"))
+    for case in broken["case_id"]:
+        msg = (
+            f"case {case} fails the judge in the candidate, passed it in the baseline ({NOT_GATED})"
+        )
+        out.append(Finding(3, "judge-flip", (case,), {"gated": False}, msg, "info"))
+    return out
 
 
 def _candidate_errors(comparison: Comparison) -> pl.DataFrame:

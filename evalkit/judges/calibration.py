@@ -111,6 +111,7 @@ class Calibration:
     created_at: datetime
     run_id: str | None
     figures: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    judge_prompt: str | None = None  # the judge prompt version the labels were judged with
 
     @classmethod
     def from_record(
@@ -123,6 +124,7 @@ class Calibration:
         run_id: str | None,
         alpha: float | None,
         figures: Mapping[str, Any],
+        judge_prompt: str | None = None,
     ) -> Calibration:
         """Extend :class:`evalkit.judges.agreement.CalibrationRecord` with what the store keeps."""
         return cls(
@@ -143,6 +145,7 @@ class Calibration:
             created_at=record.created_at,
             run_id=run_id,
             figures=dict(figures),
+            judge_prompt=judge_prompt,
         )
 
     def to_row(self) -> dict[str, Any]:
@@ -154,7 +157,7 @@ class Calibration:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Calibration:
         """Inverse of :meth:`to_row` (reads a ``calibrations`` row)."""
-        values = {k: row[k] for k in cls.__dataclass_fields__ if k != "figures"}
+        values = {k: row.get(k) for k in cls.__dataclass_fields__ if k != "figures"}
         return cls(**values, figures=json.loads(row.get("figures") or "{}"))
 
 
@@ -266,6 +269,7 @@ def judged_outputs(
         judge_details("judge_model").alias("judge_model"),
         judge_details("rubric").alias("rubric"),
         judge_details("rubric_hash").alias("rubric_hash"),
+        judge_details("judge_prompt").alias("judge_prompt"),
         judge_details("judge_score").cast(pl.Int64).alias("judge_score"),
         pl.col("replay").cast(pl.Int64),
     )
@@ -289,6 +293,7 @@ def judged_outputs(
             pl.col("judge_model").drop_nulls().first(),
             pl.col("rubric").drop_nulls().first(),
             pl.col("rubric_hash").drop_nulls().first(),
+            pl.col("judge_prompt").drop_nulls().first(),
             pl.col("length").first(),
             pl.len().alias("n_scores"),
             pl.col("_undecided").sum().alias("n_errors"),
@@ -366,7 +371,11 @@ def calibrate_frames(
     if judged.is_empty():
         rubric_note = f" with rubric {rubric_path}" if rubric_path else ""
         raise CalibrationError(f"{where} has no {scorer!r} judge scores{rubric_note}")
-    fixes = {"rubric_hash": "choose one with --rubric PATH", "judge_model": "calibrate one judge"}
+    fixes = {
+        "rubric_hash": "choose one with --rubric PATH",
+        "judge_model": "calibrate one judge",
+        "judge_prompt": "calibrate one judge prompt version",
+    }
     for column, fix in fixes.items():
         seen = judged[column].drop_nulls().unique().sort().to_list()
         if len(seen) > 1:
@@ -446,6 +455,7 @@ def calibrate_frames(
         run_id=run_id,
         alpha=raters.alpha if raters is not None else None,
         figures=figures,
+        judge_prompt=judged["judge_prompt"].drop_nulls().first(),
     )
     pinned = votes.join(kept.select("case_id", "output_hash"), on=["case_id", "output_hash"])
     return CalibrationResult(

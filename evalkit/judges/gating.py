@@ -36,6 +36,7 @@ __all__ = [
     "judge_gating",
     "judge_rows",
     "short_path",
+    "ungated_scores",
 ]
 
 
@@ -79,6 +80,11 @@ class JudgeCheck:
     kappa: float | None
     calibrated_at: datetime | None
     reason: str
+    judge_snapshot: str | None = None
+    judge_prompt: str | None = None
+    kappa_lo: float | None = None
+    kappa_hi: float | None = None
+    n_labels: int = 0  # labelled items behind the calibration record
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,11 @@ class JudgeGating:
             "kappa": pl.Float64,
             "calibrated_at": pl.Datetime("us", "UTC"),
             "reason": pl.String,
+            "judge_snapshot": pl.String,
+            "judge_prompt": pl.String,
+            "kappa_lo": pl.Float64,
+            "kappa_hi": pl.Float64,
+            "n_labels": pl.Int64,
         }
         return (
             pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
@@ -125,20 +136,35 @@ class JudgeGating:
 def _keys() -> pl.Expr:
     return pl.concat_str(
         pl.col("scorer"),
-        judge_details("judge_model").fill_null(""),
-        judge_details("rubric_hash").fill_null(""),
+        *(judge_details(k).fill_null("") for k in _CHECK_FIELDS),
         separator="\x00",
     )
 
 
-def judge_gating(scores: pl.DataFrame, calibrations: pl.DataFrame, kappa_min: float) -> JudgeGating:
+def _check_key(check: JudgeCheck) -> str:
+    values = (check.judge_model, check.judge_snapshot, check.judge_prompt, check.rubric_hash)
+    return "\x00".join((check.scorer, *(v or "" for v in values)))
+
+
+#: What identifies a judge check in the score details, besides the scorer name.
+_CHECK_FIELDS = ("judge_model", "judge_snapshot", "judge_prompt", "rubric_hash")
+
+
+def judge_gating(
+    scores: pl.DataFrame,
+    calibrations: pl.DataFrame,
+    kappa_min: float,
+    min_labels: int = 100,
+) -> JudgeGating:
     """Decide, per judge check in ``scores``, whether it may gate.
 
-    A judge check is a (scorer, judge model, rubric hash) found in the ``details`` of tier-3
-    score rows. It may gate when the *latest* record in ``calibrations`` (the
-    ``store.calibrations()`` frame) for its judge model and rubric hash has kappa >=
-    ``kappa_min``. Otherwise it is reported, not gated, and ``reason`` says why: no record,
-    kappa below the minimum, kappa undefined, or no judge model recorded on the scores.
+    A judge check is a (scorer, judge model, snapshot, judge prompt version, rubric hash) found
+    in the ``details`` of tier-3 score rows. It may gate only when the *latest* record in
+    ``calibrations`` (the ``store.calibrations()`` frame) for exactly that judge model,
+    snapshot, rubric hash and prompt version measured at least ``min_labels`` labelled items
+    and the **lower bound** of its kappa interval is at least ``kappa_min``: a kappa of 0.74
+    on 9 labels (interval 0.00 to 1.00) is no evidence that the judge agrees with people.
+    Otherwise it is reported, not gated, and ``reason`` says why.
 
     Examples:
         >>> scores = pl.DataFrame({"scorer": ["judge"], "tier": [3],
@@ -148,47 +174,81 @@ def judge_gating(scores: pl.DataFrame, calibrations: pl.DataFrame, kappa_min: fl
     """
     rows = scores.filter(judge_rows(scores)).with_columns(
         judge_details("judge_model").alias("judge_model"),
+        judge_details("judge_snapshot").alias("judge_snapshot"),
+        judge_details("judge_prompt").alias("judge_prompt"),
         judge_details("rubric").alias("rubric"),
         judge_details("rubric_hash").alias("rubric_hash"),
     )
+    keys = ["scorer", "judge_model", "judge_snapshot", "judge_prompt", "rubric_hash"]
     found = (
-        rows.group_by("scorer", "judge_model", "rubric_hash", maintain_order=True)
+        rows.group_by(keys, maintain_order=True)
         .agg(pl.col("rubric").drop_nulls().first(), pl.len().alias("n"))
-        .sort("scorer", "judge_model", "rubric_hash", nulls_last=True)
+        .sort(keys, nulls_last=True)
     )
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     if not calibrations.is_empty():
         for row in calibrations.sort("created_at").iter_rows(named=True):
-            latest[(row["judge_model"], row["rubric_hash"])] = row
+            key = (row["judge_model"], row.get("judge_snapshot"), row.get("judge_prompt"),
+                   row["rubric_hash"])  # fmt: skip
+            latest[key] = row
     checks = []
-    for scorer, model, rubric_hash, rubric, n in found.rows():
-        name = f"judge {model} with {short_path(rubric)} (rubric {(rubric_hash or '?')[:8]})"
-        record = latest.get((model, rubric_hash)) if model and rubric_hash else None
-        kappa = record["kappa"] if record else None
-        kappa = None if kappa is None or math.isnan(kappa) else float(kappa)
+    for scorer, model, snapshot, prompt, rubric_hash, rubric, n in found.rows():
+        pinned = f"{model}@{snapshot}" if snapshot else f"{model}"
+        name = f"judge {pinned} with {short_path(rubric)} (rubric {(rubric_hash or '?')[:8]})"
+        record = (
+            latest.get((model, snapshot, prompt, rubric_hash)) if model and rubric_hash else None
+        )
+        kappa, lo, hi = (_number(record.get(k)) if record else None
+                         for k in ("kappa", "kappa_lo", "kappa_hi"))  # fmt: skip
+        labels = int(record["n"]) if record and record.get("n") is not None else 0
         when = record["created_at"] if record else None
-        gating = kappa is not None and kappa >= kappa_min
+        gating = lo is not None and lo >= kappa_min and labels >= min_labels
         if model is None or rubric_hash is None:
             reason = (
                 f"scorer {scorer}: no judge model or rubric recorded on {n} score(s) (the judge "
                 "was not configured or never answered) — reported, not gated"
             )
         elif record is None:
-            reason = f"{name} has no calibration record — reported, not gated"
+            others = [k for k in latest if k[0] == model and k[3] == rubric_hash]
+            stale = (
+                " for this snapshot and judge prompt (a record exists for another: recalibrate)"
+                if others
+                else ""
+            )
+            reason = f"{name} has no calibration record{stale} — reported, not gated"
         else:
-            seen = f"n={record['n']}, calibrated {str(when)[:10]}"
-            if kappa is None:
-                reason = f"{name}: kappa undefined ({seen}) — reported, not gated"
-            elif gating:
-                reason = f"{name}: kappa {kappa:.2f} ≥ {kappa_min:.2f} ({seen}) — gates"
+            seen = (
+                f"kappa {_fmt(kappa)} [{_fmt(lo)}, {_fmt(hi)}], n={labels}, calibrated "
+                f"{str(when)[:10]}"
+            )
+            if gating:
+                reason = f"{name}: {seen}; lower bound ≥ {kappa_min:.2f} — gates"
+            elif labels < min_labels:
+                reason = (
+                    f"{name}: {seen}; needs ≥ {min_labels} labelled items "
+                    f"(gate.judge_min_labels) — reported, not gated"
+                )
             else:
                 reason = (
-                    f"{name}: kappa {kappa:.2f} < {kappa_min:.2f} ({seen}) — reported, not gated"
+                    f"{name}: {seen}; the lower bound is not ≥ {kappa_min:.2f} "
+                    "(gate.judge_kappa_min) — reported, not gated"
                 )
-        checks.append(
-            JudgeCheck(scorer, model, rubric, rubric_hash, n, gating, kappa, when, reason)
-        )
+        check = JudgeCheck(
+            scorer, model, rubric, rubric_hash, n, gating, kappa, when, reason,
+            snapshot, prompt, lo, hi, labels,
+        )  # fmt: skip
+        checks.append(check)
     return JudgeGating(tuple(checks), kappa_min)
+
+
+def _number(value: Any) -> float | None:
+    return (
+        None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def gated_scores(scores: pl.DataFrame, gating: JudgeGating) -> pl.DataFrame:
@@ -200,9 +260,18 @@ def gated_scores(scores: pl.DataFrame, gating: JudgeGating) -> pl.DataFrame:
         >>> gated_scores(scores, judge_gating(scores, pl.DataFrame(), 0.6))["scorer"].to_list()
         ['contains']
     """
-    allowed = [
-        "\x00".join((c.scorer, c.judge_model or "", c.rubric_hash or ""))
-        for c in gating.checks
-        if c.gating
-    ]
+    allowed = [_check_key(c) for c in gating.checks if c.gating]
     return scores.filter(~judge_rows(scores) | _keys().is_in(allowed))
+
+
+def ungated_scores(scores: pl.DataFrame, gating: JudgeGating) -> pl.DataFrame:
+    """Only the judge rows that may not gate: what the report shows as "reported, not gated".
+
+    Examples:
+        >>> scores = pl.DataFrame({"scorer": ["contains", "judge"], "tier": [0, 3],
+        ...     "details": [None, '{"judge_model": "m", "rubric_hash": "h"}']})
+        >>> ungated_scores(scores, judge_gating(scores, pl.DataFrame(), 0.6))["scorer"].to_list()
+        ['judge']
+    """
+    allowed = [_check_key(c) for c in gating.checks if c.gating]
+    return scores.filter(judge_rows(scores) & ~_keys().is_in(allowed))

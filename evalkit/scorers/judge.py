@@ -16,11 +16,13 @@ from pathlib import Path
 from evalkit.errors import ProviderError
 from evalkit.records import Output, Score
 from evalkit.scorers.judge_client import (
+    POINTWISE_SYSTEM,
     JudgeClient,
     MalformedJudgement,
     load_rubric,
     parse_pointwise,
     pointwise_prompt,
+    prompt_version,
     render_conversation,
 )
 from evalkit.scorers.registry import (
@@ -31,6 +33,9 @@ from evalkit.scorers.registry import (
     scorer,
     scorer_error,
 )
+
+#: The pointwise judge prompt's version, recorded on every judge score (calibrations key on it).
+JUDGE_PROMPT = prompt_version(POINTWISE_SYSTEM)
 
 
 @scorer("judge", tier=JUDGE, files=("rubric",), primary="rubric")
@@ -57,7 +62,13 @@ def judge(rubric: Path, min_score: int | None = None):
             else json.dumps(case.vars, sort_keys=True)
         )
         request = judge.request(*pointwise_prompt(loaded, conversation, output.text or ""))
-        details = {"judge_model": judge.model, "rubric": loaded.path, "rubric_hash": loaded.hash}
+        details = {
+            "judge_model": judge.model,
+            "judge_snapshot": getattr(judge, "snapshot", None),
+            "judge_prompt": JUDGE_PROMPT,
+            "rubric": loaded.path,
+            "rubric_hash": loaded.hash,
+        }
         try:
             raw = await judge.ask(request)
         except ProviderError as exc:

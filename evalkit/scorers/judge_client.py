@@ -136,14 +136,30 @@ class PairwiseVerdict:
         return self.order_ab if self.consistent else 0
 
 
+def prompt_version(template: str) -> str:
+    """A short, stable name for a judge prompt template: ``sha256:<12 hex>`` of its text.
+
+    Calibration records are keyed on it, so editing the judge's instructions needs a new
+    calibration before the judge gates again.
+    """
+    return "sha256:" + hashlib.sha256(template.encode()).hexdigest()[:12]
+
+
 class JudgeClient:
     """A pinned judge model behind a provider, at temperature 0, with retries."""
 
     def __init__(
-        self, provider: Provider, model: str, *, max_retries: int = 4, seed: int = 0
+        self,
+        provider: Provider,
+        model: str,
+        *,
+        max_retries: int = 4,
+        seed: int = 0,
+        snapshot: str | None = None,
     ) -> None:
         self.provider = provider
         self.model = model
+        self.snapshot = snapshot  # the pinned version, when the endpoint names one
         self.retry = RetryPolicy(max_retries=max_retries)
         self.stats = CallStats()
         self._rng = random.Random(seed)

@@ -55,6 +55,8 @@ CREATE TABLE IF NOT EXISTS calibrations (
     weighted_kappa DOUBLE, accuracy DOUBLE, macro_f1 DOUBLE, alpha DOUBLE,
     position_consistency DOUBLE, created_at TIMESTAMPTZ, run_id VARCHAR, figures VARCHAR
 );
+-- The judge prompt version the calibration measured (a changed prompt needs a new one).
+ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS judge_prompt VARCHAR;
 CREATE TABLE IF NOT EXISTS pairwise_judgments (
     base_run_id VARCHAR, cand_run_id VARCHAR, case_id VARCHAR, rubric VARCHAR,
     rubric_hash VARCHAR, judge_model VARCHAR, order_ab INTEGER, order_ba INTEGER,
@@ -124,6 +126,7 @@ CALIBRATION_SCHEMA: dict[str, pl.DataType] = {
     "created_at": pl.Datetime("us", "UTC"),
     "run_id": pl.String,
     "figures": pl.String,  # JSON: intervals, per-class report, confusion matrix, length bias
+    "judge_prompt": pl.String,
 }
 #: Pairwise judge verdicts (evalkit.judges.pairwise): 1 = base better, 2 = candidate better, 0 =
 #: tie.

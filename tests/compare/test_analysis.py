@@ -219,3 +219,26 @@ def test_analysis_scales_to_a_million_outputs():
     assert bv.height == 200_000 and bv["n_replays"].sum() == 1_000_000
     assert table.filter(pl.col("slice") == "ALL")["n"][0] + table["n_error"][-1] == 200_000
     assert elapsed < 15, f"verdicts + pairing + slices of 1M outputs took {elapsed:.1f}s"
+
+
+def test_allow_diff_names_the_variable_under_test_and_nothing_else():
+    model_only = MANIFEST | {"model": {"id": "other-model", "snapshot": "other-model"}}
+    with pytest.raises(ComparabilityError) as caught:
+        check_comparable(MANIFEST, model_only, allow_diff=["prompt"])
+    message = str(caught.value)
+    assert "differ in 1 field(s) (model) (declared: prompt)" in message
+    assert "--allow-diff model" in message
+    assert check_comparable(MANIFEST, model_only) == ["model"]  # undeclared: one variable is fine
+    prompt_only = MANIFEST | {"prompt": {"version": "v2", "template_hash": "t2"}}
+    assert check_comparable(MANIFEST, prompt_only, allow_diff=["prompt"]) == ["prompt"]
+
+
+def test_a_declared_field_that_did_not_differ_is_a_warning_in_the_comparison():
+    from evalkit.compare.analysis import compare
+
+    base = make_run("b", [C("a", "p")])
+    cand = make_run("c", [C("a", "p")], manifest=MANIFEST | {"prompt": {"version": "v2"}})
+    comparison = compare(base, cand, allow_diff=["prompt", "model"])
+    assert comparison.warnings == (
+        "--allow-diff model: the runs do not differ in model (is this the pair you meant?)",
+    )

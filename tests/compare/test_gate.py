@@ -6,7 +6,7 @@ import json
 
 import polars as pl
 import pytest
-from synthetic_runs import MANIFEST, seed000_runs, write_store
+from synthetic_runs import MANIFEST, C, make_run, seed000_runs, write_store
 
 from evalkit.compare.analysis import compare, slices
 from evalkit.compare.gate import GatePolicy, Override, decide, gate_comparison, power_table
@@ -301,3 +301,46 @@ def test_gate_comparison_reads_flakes_and_overrides_from_the_store(tmp_path):
         decision = gate_comparison(store, cmp, GatePolicy(critical_tags=("billing",)))
         assert decision.overridden and not decision.blocked
         assert decision.overrides[0].who == "ana" and decision.overrides[0].created_at is not None
+
+
+def _with_judge(run, judge_fails: set[str], only_judge: set[str] = frozenset()):
+    """``run`` plus an uncalibrated judge check on every case (failing on ``judge_fails``);
+    cases in ``only_judge`` keep the judge as their only check."""
+    from evalkit.compare.analysis import RunData
+
+    details = json.dumps({"judge_model": "judge-x", "rubric": "r.md", "rubric_hash": "abc"})
+    judge = run.scores.filter(pl.col("scorer_index") == 0).with_columns(
+        scorer=pl.lit("judge"), scorer_index=pl.lit(2), tier=pl.lit(3), error=pl.lit(False),
+        passed=~pl.col("case_id").is_in(list(judge_fails)),
+        reason=pl.lit("judge says"), details=pl.lit(details),
+    )  # fmt: skip
+    judge = judge.with_columns(score=pl.col("passed").cast(pl.Float64))
+    kept = run.scores.filter(~pl.col("case_id").is_in(list(only_judge)))
+    scores = pl.concat([kept, judge], how="diagonal_relaxed")
+    return RunData(run.run_id, run.label, run.manifest, run.cases, run.outputs, scores)
+
+
+def test_uncalibrated_judge_flips_are_reported_per_case_and_tag_while_checks_still_gate():
+    from evalkit.compare.analysis import compare
+    from evalkit.judges.gating import judge_gating
+
+    cases = [C(f"tone-{i:02d}", "p", ["tone"]) for i in range(10)]
+    broken_by_judge = {f"tone-{i:02d}" for i in range(6)}
+    base = _with_judge(make_run("b", cases), set(), only_judge={"tone-09"})
+    cand = _with_judge(make_run("c", cases), broken_by_judge, only_judge={"tone-09"})
+    gating = judge_gating(pl.concat([base.scores, cand.scores]), pl.DataFrame(), 0.6)
+    comparison = compare(base, cand, gating=gating)
+    # the deterministic checks of the same cases still pair and gate; the judge-only case
+    # is neither errored nor paired
+    assert comparison.paired.height == 9 and not comparison.paired["cand_error"].any()
+    policy = GatePolicy(critical_tags=("tone",))
+    decision = decide(comparison.paired, policy, corpus={"tone": 10})
+    assert decision.status == "PASSED" and not any(f.slice == "errors" for f in decision.findings)
+    from evalkit.compare.gate import ungated_judge_flips
+
+    flips = ungated_judge_flips(comparison.judge_paired, policy)
+    by_tag = next(f for f in flips if f.slice == "tone")
+    assert "tag 'tone' (critical): 6 case(s) broken, 0 fixed by the judge" in by_tag.message
+    assert "judge not calibrated — reported, not gated" in by_tag.message
+    per_case = sorted(f.case_ids[0] for f in flips if f.slice == "judge-flip")
+    assert per_case == sorted(broken_by_judge)

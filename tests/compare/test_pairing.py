@@ -20,6 +20,12 @@ def _cases(prefix: str, verdict: str, n: int = 10) -> list[C]:
     return [C(f"{prefix}-{i:02d}", verdict, ["general"]) for i in range(n)]
 
 
+@pytest.fixture(autouse=True)
+def _no_critical_tags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the CLI where ``corpus/evalkit.yaml`` is absent: the default gate policy applies."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "runs.duckdb"

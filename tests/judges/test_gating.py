@@ -82,3 +82,46 @@ def test_gate_blocks_on_a_judge_only_once_it_is_calibrated(tmp_path: Path) -> No
         assert decision.blocked
         assert [f.tier for f in decision.findings if f.severity == "block"] == [1]
         assert not calibrated.judge_notes
+
+
+def _record(**changes: object) -> Calibration:
+    from dataclasses import replace
+
+    return replace(_calibration(0.82), **changes)
+
+
+def test_nine_labels_cannot_let_a_judge_gate(tmp_path: Path) -> None:
+    policy = GatePolicy(judge_kappa_min=0.6)
+    with open_store(tmp_path / "e.duckdb") as store:
+        _run(store, "base", judge_passes=True)
+        _run(store, "cand", judge_passes=False)
+        store.save_calibration(_record(n=9, kappa=0.74, kappa_lo=0.0, kappa_hi=1.0).to_row())
+        decision = gate_comparison(store, load_comparison(store, "base", "cand"), policy)
+    assert not decision.blocked
+    (note,) = [f.message for f in decision.findings if f.slice == "judge"]
+    assert "kappa 0.74 [0.00, 1.00], n=9" in note and "needs ≥ 100 labelled items" in note
+
+
+def test_a_high_kappa_with_a_low_interval_bound_does_not_gate(tmp_path: Path) -> None:
+    with open_store(tmp_path / "e.duckdb") as store:
+        _run(store, "base", judge_passes=True)
+        _run(store, "cand", judge_passes=False)
+        store.save_calibration(_record(n=150, kappa=0.7, kappa_lo=0.55).to_row())
+        decision = gate_comparison(store, load_comparison(store, "base", "cand"), GatePolicy())
+    assert not decision.blocked
+    (note,) = [f.message for f in decision.findings if f.slice == "judge"]
+    assert "lower bound is not ≥ 0.60" in note
+
+
+def test_a_calibration_of_another_snapshot_or_prompt_does_not_apply(tmp_path: Path) -> None:
+    with open_store(tmp_path / "e.duckdb") as store:
+        _run(store, "base", judge_passes=True)
+        _run(store, "cand", judge_passes=False)
+        store.save_calibration(_record(judge_snapshot="judge-x-2026-01").to_row())
+        decision = gate_comparison(store, load_comparison(store, "base", "cand"), GatePolicy())
+        assert not decision.blocked
+        (note,) = [f.message for f in decision.findings if f.slice == "judge"]
+        assert "a record exists for another: recalibrate" in note
+        store.save_calibration(_record(judge_prompt="sha256:000000000000").to_row())
+        decision = gate_comparison(store, load_comparison(store, "base", "cand"), GatePolicy())
+        assert not decision.blocked
