@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from evalkit.errors import ConfigError
 
 DEFAULT_CONFIG = "corpus/evalkit.yaml"
 DEFAULT_DB = "data/evalkit.duckdb"
+#: Where ``--config`` is looked for when not given: a project made by ``evalkit init`` keeps it
+#: beside its cases; this repository keeps the demo suite's in corpus/.
+CONFIG_SEARCH = ("evalkit.yaml", DEFAULT_CONFIG)
+_CONFIG_HELP = "suite config (default: ./evalkit.yaml, else corpus/evalkit.yaml)"
+
+
+def find_config() -> str:
+    """The first of ``CONFIG_SEARCH`` that exists in the working directory, else the default."""
+    return next((c for c in CONFIG_SEARCH if Path(c).is_file()), DEFAULT_CONFIG)
 
 
 def suite_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="suite config (evalkit.yaml)")
+    parser.add_argument("--config", default=None, help=_CONFIG_HELP)
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -37,7 +47,7 @@ def pair_args(parser: argparse.ArgumentParser) -> None:
         help="run ids or labels (label@latest for the newest of several); with the candidate "
         "alone, the baseline promoted for its suite (`evalkit baseline promote`)",
     )
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="suite config (gate policy)")
+    parser.add_argument("--config", default=None, help=_CONFIG_HELP + "; its gate policy")
     parser.add_argument(
         "--allow-incomplete",
         action="store_true",

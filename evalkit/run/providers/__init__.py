@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -25,12 +26,57 @@ def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
     from evalkit.run.providers.openai_api import OpenAIProvider
 
     transport = getattr(system, "transport", "openai")
-    return OpenAIProvider(
+    provider = OpenAIProvider(
         base_url=system.base_url,
         api_key=api_key,
         timeout_s=system.timeout_s,
         transport=transport,
     )
+    if api_key != PLACEHOLDER_KEY:
+        return provider
+    variable = system.api_key_env or "OPENAI_API_KEY"
+    if (variable, system.base_url) not in _NOTED:
+        _NOTED.add((variable, system.base_url))
+        print(
+            f"evalkit: note: {variable} is not set; sending the placeholder key "
+            f"{PLACEHOLDER_KEY!r} to the loopback endpoint {system.base_url}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return _PlaceholderKeyed(provider, variable)
+
+
+_NOTED: set[tuple[str, str | None]] = set()  # (variable, endpoint) already named this process
+#: What a loopback endpoint gets when ``api_key_env`` names an unset variable.
+PLACEHOLDER_KEY = "evalkit-local-no-key"
+
+
+class _PlaceholderKeyed:
+    """A provider sent the placeholder key: a 401/400/403 it gets names the unset variable."""
+
+    def __init__(self, inner: Provider, variable: str) -> None:
+        self._inner = inner
+        self._variable = variable
+        self.name = getattr(inner, "name", "openai")
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        try:
+            return await self._inner.complete(request)
+        except ProviderError as exc:
+            if str(exc).startswith(("HTTP 401", "HTTP 400", "HTTP 403")):
+                raise ProviderError(
+                    f"{exc} (sent the placeholder key {PLACEHOLDER_KEY!r}: {self._variable} is "
+                    "not set; set it to the endpoint's key)",
+                    retryable=exc.retryable,
+                    retry_after=exc.retry_after,
+                ) from None
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def api_key_for(system: SystemConfig | JudgeConfig) -> str:
@@ -40,7 +86,7 @@ def api_key_for(system: SystemConfig | JudgeConfig) -> str:
         return key
     host = urlparse(system.base_url or "").hostname or ""
     if system.provider == "demo" or host in {"127.0.0.1", "localhost", "::1"}:
-        return "evalkit-local-no-key"
+        return PLACEHOLDER_KEY
     raise ConfigError(
         f"no API key: set the environment variable {system.api_key_env or 'OPENAI_API_KEY'} "
         f"(system.api_key_env) for {system.base_url or 'the OpenAI API'}"

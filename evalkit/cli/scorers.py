@@ -1,0 +1,82 @@
+"""``evalkit scorers``: every registered scorer with its arguments, defaults and a description."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from typing import Any
+
+_TIERS = {0: "deterministic", 1: "executable", 2: "similarity", 3: "judge"}
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    scorers = sub.add_parser("scorers", help="list every scorer, its arguments and defaults")
+    scorers.add_argument("--json", action="store_true", help="print a JSON list instead")
+    scorers.set_defaults(handler=_cmd_scorers)
+
+
+def describe_scorers() -> list[dict[str, Any]]:
+    """One dict per registered scorer: name, tier, module, description (first docstring
+    sentence), the short-form argument, and each argument with its default and whether it is a
+    file relative to the corpus root."""
+    import evalkit.scorers  # noqa: F401  (registers the built-in scorers)
+    from evalkit.scorers.registry import SCORERS
+
+    out = []
+    for name, definition in sorted(SCORERS.items()):
+        args = []
+        for param in inspect.signature(definition.factory).parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                args.append({"name": f"**{param.name}", "required": False})
+                continue
+            arg: dict[str, Any] = {"name": param.name, "required": param.default is param.empty}
+            if param.default is not param.empty:
+                arg["default"] = param.default
+            if param.name in definition.files:
+                arg["file"] = True
+            args.append(arg)
+        out.append(
+            {
+                "name": name,
+                "tier": _TIERS.get(definition.tier, str(definition.tier)),
+                "module": definition.factory.__module__,
+                "description": _first_sentence(definition.factory.__doc__),
+                "short_form": definition.primary,
+                "args": args,
+            }
+        )
+    return out
+
+
+def _first_sentence(doc: str | None) -> str:
+    text = " ".join((doc or "").split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+def _signature(entry: dict[str, Any]) -> str:
+    parts = []
+    for arg in entry["args"]:
+        if arg["required"] or arg["name"].startswith("**"):
+            parts.append(arg["name"])
+        else:
+            parts.append(f"{arg['name']}={json.dumps(arg['default'], default=str)}")
+    return ", ".join(parts)
+
+
+def _cmd_scorers(args: argparse.Namespace) -> int:
+    entries = describe_scorers()
+    if args.json:
+        print(json.dumps(entries, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("scorer", "tier", "arguments (default)", "what it checks", show_lines=False)
+    for e in entries:
+        short = f"\n[dim]- {e['name']}: <{e['short_form']}>[/]" if e["short_form"] else ""
+        name = e["name"] + short
+        table.add_row(name, e["tier"], _signature(e), e["description"])
+    Console(highlight=False).print(table)
+    return 0

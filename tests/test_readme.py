@@ -1,0 +1,121 @@
+"""The README's tour and its CI example run as written, so they cannot rot.
+
+The tour's blocks marked ``<!-- readme-test: run -->`` run in one bash session in a scratch
+folder holding a copy of ``corpus/``, with this venv's ``evalkit`` first on PATH, against a demo
+simulator the tour itself starts on a free port. The GitHub Actions example is a real file,
+quoted verbatim in the README; its shell step runs in a scratch git repository whose
+``origin/main`` holds the baseline prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+WORKFLOW = REPO / "examples" / "github-actions" / "evalkit.yml"
+MARK = "<!-- readme-test: run -->"
+
+
+def _blocks(text: str, lang: str) -> list[tuple[int, str]]:
+    """(start offset, dedented body) of every fenced block in ``lang``, list-indented or not."""
+    fence = re.compile(rf"^( *)```{lang}\n(.*?)^\1```$", re.S | re.M)
+    return [(m.start(), textwrap.dedent(m[2])) for m in fence.finditer(text)]
+
+
+def _marked(text: str) -> list[str]:
+    return [body for start, body in _blocks(text, "bash") if text[:start].rstrip().endswith(MARK)]
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "PYTEST_"))}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["COLUMNS"] = "120"
+    env["HOME"] = str(tmp)  # nothing from the user's home leaks in
+    return env
+
+
+def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # stop the simulator whatever happens (the tour stops it itself on success)
+    prologue = "set -euo pipefail\ntrap 'kill ${EVALKIT_DEMO_PID:-} 2>/dev/null || true' EXIT\n"
+    return subprocess.run(
+        ["bash", "-c", prologue + script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+
+
+def test_the_tour_activates_the_venv_make_builds() -> None:
+    first = _blocks(README[README.index("## A five-minute tour") :], "bash")[0][1]
+    assert first.startswith(". .venv/bin/activate\n")
+    assert "VENV := .venv" in (REPO / "Makefile").read_text()
+    assert len(_marked(README)) == 3
+
+
+def test_the_tour_runs_as_written(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "corpus", tmp_path / "corpus")
+    result = _bash("\n".join(_marked(README)), tmp_path, _env(tmp_path))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "evalkit demo simulator" not in result.stdout  # the server's own output is not ours
+    assert re.search(r"baseline run \S+: \d\d+ cases", out), out[-3000:]
+    assert re.search(r"candidate run \S+: \d\d+ cases", out)
+    assert out.count("EVALKIT_DEMO_KEY is not set; sending the placeholder key") == 2  # per run
+    assert "gate exit 1" in out  # v2 is the False Improvement: it blocks
+    assert "my-assistant: 5 cases" in out  # init's four cases plus the tour's
+    assert re.search(r"baseline run \S+: 5 cases", out)
+    assert "json_fields" in out and "forbidden_regex" in out  # evalkit scorers
+    assert (tmp_path / "my-evals" / "data" / "evalkit.duckdb").is_file()
+    assert "duplicate id" not in out and "Traceback" not in out
+
+
+def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
+    text = WORKFLOW.read_text()
+    assert any(body == text for _, body in _blocks(README, "yaml")), "README quotes another YAML"
+    flow = yaml.safe_load(text)
+    steps = flow["jobs"]["gate"]["steps"]
+    checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))
+    assert checkout["with"]["fetch-depth"] == 0  # history for the base branch's prompt
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "reports/"
+    script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
+    paths = re.findall(r"(?<![\w$])[\w.-]+/[\w./-]+\.(?:md|yaml|json)\b", script)
+    assert "corpus/prompts/v1.md" in paths
+    for path in paths:
+        assert (REPO / path).is_file(), path
+    for tag in re.findall(r"--tag (\S+)", script):
+        assert f"[{tag}" in (REPO / "corpus" / "cases").joinpath(f"{tag}.yaml").read_text()
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_runs(tmp_path: Path) -> None:
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
+    script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO / "corpus", work / "corpus")
+    env = _env(tmp_path) | {"GITHUB_BASE_REF": "main", "RUNNER_TEMP": str(tmp_path)}
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
+    for command in (
+        ["init", "-q"],
+        ["add", "corpus"],
+        ["commit", "-q", "-m", "base"],
+        ["update-ref", "refs/remotes/origin/main", "HEAD"],
+    ):
+        subprocess.run([*git, *command], cwd=work, env=env, check=True, capture_output=True)
+    result = _bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert (tmp_path / "base.md").read_text() == (REPO / "corpus/prompts/v1.md").read_text()
+    assert list((work / "reports").glob("*/gate.html")), out[-2000:]
