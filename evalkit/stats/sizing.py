@@ -84,7 +84,7 @@ def required_n_paired_wald(
     n = (z_a + z_b)^2 (psi - delta^2) / delta^2: the variance of the mean paired difference,
     (psi - delta^2) / n, under both hypotheses. Never more than Connor's form, which uses the
     larger null variance psi; the two agree as delta^2 / psi -> 0. Edge cases: as
-    `required_n_paired`; psi = |delta| gives 1 (no variance: one case shows the change).
+    `required_n_paired`.
 
     Examples:
         >>> required_n_paired_wald(0.10, 0.05), required_n_paired(0.10, 0.05)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from evalkit import stats
 from evalkit.stats import (
     exact_power_paired,
     mcnemar_exact,
@@ -147,3 +148,88 @@ def test_exact_power_properties() -> None:
     assert powers == sorted(powers) and powers[-1] > 0.9
     with pytest.raises(ValueError):
         exact_power_paired(10, 0.1, 0.2)
+
+
+# --- two rates, Wald, replays (issue 13, item 4) -----------------------------------------------
+
+
+def test_required_n_two_rates_matches_statsmodels() -> None:
+    from statsmodels.stats.proportion import samplesize_proportions_2indep_onetail
+
+    for p1 in (0.5, 0.7, 0.8, 0.9, 0.95, 0.99):
+        for d in (-0.2, -0.1, -0.05, -0.02, 0.01, 0.03):
+            p2 = p1 + d
+            if not 0 <= p2 <= 1:
+                continue
+            for sides, alt in (("two-sided", "two-sided"), ("one-sided", "larger")):
+                for power in (0.8, 0.9):
+                    ref = samplesize_proportions_2indep_onetail(
+                        p2 - p1, p1, power, alpha=0.05, alternative=alt
+                    )
+                    got = stats.required_n_two_rates(p1, p2, 0.05, power, sides)
+                    assert got == math.ceil(ref - 1e-9), (p1, p2, sides, power)
+    # equal-rate form is the two-rate form with both variances at the mean rate
+    assert abs(stats.required_n_two_rates(0.9, 0.85) - required_n_unpaired(0.875, 0.05)) <= 3
+    for bad in [(0.5, 0.5), (-0.1, 0.5), (0.5, 1.2)]:
+        with pytest.raises(ValueError):
+            stats.required_n_two_rates(*bad)
+
+
+def test_required_n_paired_wald_closed_form_and_relation_to_connor() -> None:
+    z = sps.norm.isf(0.025) + sps.norm.ppf(0.8)
+    for psi in (0.02, 0.05, 0.1, 0.3, 0.6):
+        for delta in (0.01, 0.02, 0.05):
+            if delta > psi:
+                continue
+            want = math.ceil(z**2 * (psi - delta**2) / delta**2 - 1e-9)
+            got = stats.required_n_paired_wald(psi, delta)
+            assert got == max(1, want)
+            assert got <= required_n_paired(psi, delta)  # Connor's null variance is larger
+    with pytest.raises(ValueError):
+        stats.required_n_paired_wald(0.05, 0.1)  # a net change larger than the flip rate
+
+
+def test_required_n_paired_wald_reaches_its_power_by_simulation() -> None:
+    rng = np.random.default_rng(7)
+    psi, delta = 0.2, 0.1
+    n = stats.required_n_paired_wald(psi, delta, alternative="one-sided")
+    z_crit = sps.norm.isf(0.05)
+    pb, pf = (psi + delta) / 2, (psi - delta) / 2
+    draws = rng.multinomial(n, [pb, pf, 1 - psi], size=20_000)
+    d = (draws[:, 0] - draws[:, 1]) / n
+    var = ((draws[:, 0] + draws[:, 1]) / n - d**2) / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        power = np.mean(d / np.sqrt(var) > z_crit)
+    assert power == pytest.approx(0.8, abs=0.04)
+
+
+def test_required_n_replays_is_miller_eq_9_and_reaches_its_power() -> None:
+    z = sps.norm.isf(0.025) + sps.norm.ppf(0.8)
+    for omega2, sigma2, k in [(0.04, 0.1, 1), (0.04, 0.1, 5), (0.01, (0.2, 0.1), (3, 7))]:
+        s_a, s_b = sigma2 if isinstance(sigma2, tuple) else (sigma2, sigma2)
+        k_a, k_b = k if isinstance(k, tuple) else (k, k)
+        want = math.ceil(z**2 * (omega2 + s_a / k_a + s_b / k_b) / 0.05**2 - 1e-9)
+        assert stats.required_n_replays(0.05, omega2, sigma2, k) == want
+    # many replays: only the between-case term is left
+    assert stats.required_n_replays(0.05, 0.04, 0.1, 10**9) == math.ceil(z**2 * 0.04 / 0.05**2)
+    # simulation: per-case pass probabilities, K Bernoulli replays, a z-test on the means
+    rng = np.random.default_rng(3)
+    k, delta = 4, 0.1
+    p_base = rng.beta(2, 2, 200_000)  # a population of cases
+    p_cand = np.clip(p_base - delta + rng.normal(0, 0.1, p_base.size), 0, 1)
+    diff = p_cand - p_base
+    omega2 = float(diff.var())
+    sig_a, sig_b = float((p_base * (1 - p_base)).mean()), float((p_cand * (1 - p_cand)).mean())
+    n = stats.required_n_replays(float(-diff.mean()), omega2, (sig_a, sig_b), k)
+    hits, reps = 0, 2000
+    for _ in range(reps):
+        idx = rng.integers(0, p_base.size, n)
+        a = rng.binomial(k, p_base[idx]) / k
+        b = rng.binomial(k, p_cand[idx]) / k
+        d = b - a
+        hits += abs(d.mean() / (d.std(ddof=1) / math.sqrt(n))) > sps.norm.isf(0.025)
+    assert hits / reps == pytest.approx(0.8, abs=0.04)
+    for bad in [dict(delta=0.0), dict(omega2=-1.0), dict(replays=0)]:
+        args = dict(delta=0.05, omega2=0.04, sigma2=0.1, replays=1) | bad
+        with pytest.raises(ValueError):
+            stats.required_n_replays(**args)  # type: ignore[arg-type]
