@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import papermill as pm
 from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
@@ -93,8 +94,36 @@ def execute_notebook(
     return output, None, None
 
 
+#: Cells a report never shows: papermill's exception banner and anchor, the notebook's own intro.
+HIDDEN_TAGS = {"papermill-error-cell-tag", "notebook-only"}
+
+
+def to_report_html(notebook: Path, title: str = "evalkit gate") -> Path:
+    """Render an executed notebook as a report page, ``<same name>.html`` next to it.
+
+    Outputs only (no code, no prompts), in the page style of `evalkit.compare.html`; cells
+    tagged `HIDDEN_TAGS` are left out, and so is the traceback of the ``GateBlocked`` the last
+    cell raises on purpose (any other error stays visible: it is a bug, not a verdict).
+    """
+    from evalkit.compare.html import page
+
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells = [c for c in nb.cells if not HIDDEN_TAGS & set(c.metadata.get("tags", []))]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if o.get("ename") != "GateBlocked"]
+    exporter = HTMLExporter(
+        template_name="basic", exclude_input=True, exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )  # fmt: skip
+    body, _ = exporter.from_notebook_node(nb)
+    html_path = notebook.with_suffix(".html")
+    html_path.write_text(page(body, title), encoding="utf-8")
+    return html_path
+
+
 def to_html(notebook: Path) -> Path:
-    """Render an executed notebook to ``<same name>.html`` next to it (nbconvert)."""
+    """Render an executed notebook to ``<same name>.html`` next to it (nbconvert, with code)."""
     body, _ = HTMLExporter().from_filename(str(notebook))
     html_path = notebook.with_suffix(".html")
     html_path.write_text(body, encoding="utf-8")
@@ -129,9 +158,11 @@ def execute_gate(
 ) -> GateRun:
     """Execute the gate notebook into ``<out_dir>/<candidate>/`` (`report_dir`).
 
-    Writes ``gate.ipynb``, ``gate.html`` and the notebook's artefacts (``decision.json``,
-    ``report.json``, ``junit.xml``, charts). Usage and config errors found by `preflight`
-    return exit code 2 before any kernel starts (no notebook is written then). Other exceptions
+    Writes ``gate.ipynb`` (the executed notebook, kept as the artefact), ``gate.html`` (its
+    outputs as a report page: `to_report_html`) and the notebook's artefacts (``decision.json``,
+    ``report.json``, ``junit.xml``, ``gate.md``, charts as SVG and PNG). Usage and config
+    errors found by `preflight` return exit code 2 before any kernel starts (no notebook is
+    written then). Other exceptions
     raised in the notebook (bugs, not verdicts) propagate as `papermill.PapermillExecutionError`
     after the HTML is written.
     """
@@ -148,13 +179,15 @@ def execute_gate(
         "ALLOW_DIFF": list(allow_diff), "OUTPUT_DIR": str(out),
     }  # fmt: skip
     nb, ename, message = execute_notebook("gate.ipynb", out / "gate.ipynb", params, timeout_s)
-    html_path = to_html(nb)
     if decision_file.is_file():
         decision = json.loads(decision_file.read_text(encoding="utf-8"))
+        status = decision.get("status", "?")
+        html_path = to_report_html(nb, f"evalkit gate {status}: {baseline} → {candidate}")
         code = 1 if decision["blocked"] else 0
         if ename not in (None, "GateBlocked"):
             raise pm.PapermillExecutionError(0, 0, "", ename or "", message or "", [])
         return GateRun(code, nb, html_path, decision_file, decision)
+    html_path = to_html(nb)  # no decision: show the notebook as it ran, code and error
     if ename in USAGE_ERRORS:
         return GateRun(2, nb, html_path, None, None, message)
     if ename is None:

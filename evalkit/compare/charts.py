@@ -1,6 +1,8 @@
 """Altair charts: each function takes Polars frames and returns an ``alt.Chart``.
 
-Save with :func:`save_chart` (HTML always, PNG through vl-convert-python).
+Save with :func:`save_chart` (SVG, and PNG at 2×, through vl-convert-python: offline); embed
+with :func:`to_svg`. Colours are Okabe–Ito (colour-blind safe); every chart has a title, axis
+titles with units and a legend.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ import polars as pl
 
 
 def save_chart(chart: alt.TopLevelMixin, path_stem: str | Path, png: bool = True) -> list[Path]:
-    """Write ``<stem>.html`` (and ``<stem>.png`` when ``png``); return the written paths."""
+    """Write ``<stem>.svg`` (and ``<stem>.png`` at 2×, when ``png``), both rendered offline by
+    vl-convert (an Altair ``.html`` would load Vega from a CDN); return the written paths."""
+    import vl_convert
+
     stem = Path(path_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    written = [stem.with_suffix(".html")]
-    chart.save(str(written[0]))
+    spec = chart.to_dict()
+    written = [stem.with_suffix(".svg")]
+    written[0].write_text(vl_convert.vegalite_to_svg(spec), encoding="utf-8")
     if png:
         written.append(stem.with_suffix(".png"))
-        chart.save(str(written[1]), format="png", scale_factor=1.0)
+        written[1].write_bytes(vl_convert.vegalite_to_png(spec, scale=2.0))
     return written
 
 

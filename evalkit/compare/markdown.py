@@ -29,16 +29,17 @@ from evalkit.compare.report import Report, fmt_p, fmt_pct, fmt_pts, inert
 GITHUB_COMMENT_LIMIT = 65_536
 STATUS_ICON = {"PASSED": "🟢", "BLOCKED": "🔴", "UNVERIFIED": "🟠",
                "PASSED WITH OVERRIDE": "🟡", "COMPARE": "🔵"}  # fmt: skip
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>@:])")
+# What could format, link, ping or break a table mid-line (":" stops bare-URL autolinks).
+_SPECIAL = re.compile(r"([\\`*_\[\]|~<>@:])")
 _MAX_REASONS = 25
 
 
 def md(text: object, width: int | None = None) -> str:
-    """One line of inert, escaped Markdown text (clipped to ``width`` characters first).
+    r"""One line of inert, escaped Markdown text (clipped to ``width`` characters first).
 
     Examples:
         >>> md("see [here](http://x) @team | <b>")
-        'see \\\\[here\\\\]\\\\(http\\\\://x\\\\) \\\\@team \\\\| &lt;b&gt;'
+        'see \\[here\\](http\\://x) \\@team \\| &lt;b&gt;'
     """
     raw = " ".join(inert(str(text)).split())
     if width is not None and len(raw) > width:
@@ -50,8 +51,20 @@ def md(text: object, width: int | None = None) -> str:
     )
 
 
+def code(text: object, width: int = 80) -> str:
+    """An inline code span: literal in Markdown (no links, mentions or HTML), so not escaped;
+    backticks and line breaks are dropped.
+
+    Examples:
+        >>> code("a_b <i>")
+        '`a_b <i>`'
+    """
+    raw = " ".join(inert(str(text)).replace("`", "'").split())
+    return f"`{raw if len(raw) <= width else raw[: width - 1] + '…'}`"
+
+
 def _ids(ids: Sequence[str], limit: int = 6) -> str:
-    shown = ", ".join(f"`{md(i, 60).replace('`', '')}`" for i in ids[:limit])
+    shown = ", ".join(code(i, 60) for i in ids[:limit])
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
@@ -72,7 +85,7 @@ def _finding_line(f: object) -> str:
     stat = _statistic(getattr(f, "statistic", None) or {})
     ids = tuple(getattr(f, "case_ids", ()) or ())
     bits = [f"**{md(str(f.severity).upper())}** tier {f.tier}"]  # type: ignore[attr-defined]
-    bits.append(f"`{md(f.slice, 60).replace('`', '')}`" if f.slice else "—")  # type: ignore[attr-defined]
+    bits.append(code(f.slice, 60) if f.slice else "—")  # type: ignore[attr-defined]
     bits += [stat] if stat else []
     bits += [f"cases {_ids(ids)}"] if ids else []
     return f"- {' · '.join(bits)}: {md(f.message, 400)}"  # type: ignore[attr-defined]
@@ -129,7 +142,7 @@ def _broken_line(report: Report, case: object) -> str:
     about = ", ".join(c.tags) or "untagged"  # type: ignore[attr-defined]
     lead = " **blocking**" if c.blocking else ""  # type: ignore[attr-defined]
     return (
-        f"- `{md(c.case_id, 80).replace('`', '')}` ({md(about, 80)}; {md(c.criticality)}){lead}: "  # type: ignore[attr-defined]
+        f"- {code(c.case_id)} ({md(about, 80)}; {md(c.criticality)}){lead}: "  # type: ignore[attr-defined]
         f"{md(why, 300) or 'no reason recorded'}"
     )
 
@@ -153,8 +166,8 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
     head = [
         f"## {icon} evalkit gate: {md(r.status)}",
         "",
-        f"**{md(r.suite)}**: {md(r.base_label)} (`{md(r.base_run_id)}`) → {md(r.cand_label)} "
-        f"(`{md(r.cand_run_id)}`) · {r.paired.height} paired cases · **{r.n_broken} broken** · "
+        f"**{md(r.suite)}**: {md(r.base_label)} ({code(r.base_run_id)}) → {md(r.cand_label)} "
+        f"({code(r.cand_run_id)}) · {r.paired.height} paired cases · **{r.n_broken} broken** · "
         f"{r.n_fixed} fixed · {r.changes.height} edited/added/removed",
     ]
     if r.manifest_changes:

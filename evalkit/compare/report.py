@@ -1,4 +1,4 @@
-"""The comparison report: flips first, the aggregate last; the terminal and JSON renderings.
+r"""The comparison report: flips first, the aggregate last; the terminal and JSON renderings.
 
 `build_report` gathers everything shown about a pair of runs into a `Report`; the renderers are
 plain functions of it: `render_terminal` / `to_text` and `to_json` here, `evalkit.compare.html`
@@ -47,7 +47,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 
 
 def inert(text: str | None) -> str:
-    """``text`` with every control character shown as a ``\\xNN`` / ``\\uNNNN`` escape, so
+    r"""``text`` with every control character shown as a ``\xNN`` / ``\uNNNN`` escape, so
     a model output cannot clear the screen, retitle the window or forge coloured lines.
 
     Examples:
