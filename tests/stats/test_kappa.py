@@ -195,3 +195,53 @@ def test_fleiss_kappa_matches_statsmodels() -> None:
     for bad in ([[3, 0], [2, 0]], [[1, 0], [0, 1]], [1, 2]):
         with pytest.raises(ValueError):
             fleiss_kappa(bad)
+
+
+# --- the declared scale (issue 13, item 3) -----------------------------------------------------
+
+
+def test_weighted_kappa_ci_uses_the_declared_scale_like_sklearn() -> None:
+    from sklearn.metrics import cohen_kappa_score
+
+    h, j = [5, 5, 2, 1, 1, 2], [5, 2, 5, 1, 1, 2]  # a 1-5 scale; the raters used only 1, 2, 5
+    scale = [1, 2, 3, 4, 5]
+    assert cohen_kappa_score(h, j, weights="quadratic") == pytest.approx(0.75)
+    ref = cohen_kappa_score(h, j, weights="quadratic", labels=scale)
+    assert ref == pytest.approx(0.4808, abs=1e-4)
+    for method in ("bootstrap", "asymptotic"):
+        r = cohen_kappa_ci(h, j, weights="quadratic", labels=scale, method=method, iters=500)
+        assert r.kappa == pytest.approx(ref)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        used = rng.choice(scale, size=int(rng.integers(2, 5)), replace=False)
+        n = int(rng.integers(5, 60))
+        a, b = rng.choice(used, n), rng.choice(used, n)
+        for w in (None, "linear", "quadratic"):
+            want = cohen_kappa_score(a, b, weights=w, labels=scale)
+            got = cohen_kappa_ci(a, b, weights=w, labels=scale, iters=200)
+            if math.isnan(want):
+                assert math.isnan(got.kappa)
+            else:
+                assert got.kappa == pytest.approx(want, abs=1e-12)
+                assert got.lo <= got.kappa + 1e-12 and got.hi >= got.kappa - 1e-12
+
+
+def test_asymptotic_kappa_ci_on_the_declared_scale_matches_statsmodels() -> None:
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    rng = np.random.default_rng(4)
+    for _ in range(30):
+        n = int(rng.integers(10, 80))
+        a, b = rng.choice([1, 2, 5], n), rng.choice([1, 2, 5], n)
+        table = np.zeros((5, 5))
+        np.add.at(table, (a - 1, b - 1), 1)
+        ref = cohens_kappa(table, wt="quadratic")
+        got = cohen_kappa_ci(a, b, weights="quadratic", labels=[1, 2, 3, 4, 5], method="asymptotic")
+        assert got.kappa == pytest.approx(ref.kappa, abs=1e-10)
+        assert (got.lo, got.hi) == pytest.approx((ref.kappa_low, ref.kappa_upp), abs=1e-8)
+
+
+def test_one_item_kappa_has_no_interval() -> None:
+    for method in ("bootstrap", "asymptotic"):
+        r = cohen_kappa_ci([1], [2], method=method, iters=100)
+        assert r.n == 1 and math.isnan(r.lo) and math.isnan(r.hi) and math.isnan(r.se)
