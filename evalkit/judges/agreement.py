@@ -25,6 +25,18 @@ import numpy as np
 import polars as pl
 
 from evalkit import stats
+from evalkit.judges.bias import (  # re-exported: agreement.X stays the one place to look
+    Labels,
+    LengthBias,
+    OrderSummary,
+    combine_orders,
+    label_array,
+    length_bias,
+    order_by_slice,
+    order_summary,
+    position_consistency,
+    score_length_correlation,
+)
 
 __all__ = [
     "AgreementSummary",
@@ -47,30 +59,12 @@ __all__ = [
     "slice_agreement",
 ]
 
-Labels = Sequence[Any] | np.ndarray | pl.Series
-
-
-def _array(x: Labels, name: str) -> np.ndarray:
-    if isinstance(x, pl.Series):
-        if x.null_count():
-            raise ValueError(f"{name} has {x.null_count()} nulls; drop or map them first")
-        arr = x.to_numpy()
-    else:
-        arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
-    if arr.dtype.kind == "f" and np.isnan(arr).any():
-        raise ValueError(f"{name} contains NaN; drop or map missing labels first")
-    if arr.dtype == object and any(v is None for v in arr):
-        raise ValueError(f"{name} contains None; drop or map missing labels first")
-    return arr
-
 
 def _codes(
     human: Labels, judge: Labels, labels: Sequence[Any] | None
 ) -> tuple[np.ndarray, np.ndarray, tuple[Any, ...]]:
     """Both raters' labels as indices into ``labels`` (default: sorted labels seen)."""
-    h, j = _array(human, "human"), _array(judge, "judge")
+    h, j = label_array(human, "human"), label_array(judge, "judge")
     if h.shape != j.shape:
         raise ValueError(f"human and judge differ in length: {h.size} vs {j.size}")
     if labels is None:
@@ -284,13 +278,18 @@ def agreement_summary(
 
     ``labels`` fixes the classes and, when ``ordinal``, their order for the quadratic-weighted
     kappa (pairwise verdicts are ordinal as ``(1, 0, 2)``: output 1 better < tie < output 2
-    better). Edge cases: n = 0 -> ValueError; constant identical labels -> kappa nan with nan
-    bounds (agreement is perfect but chance agreement is too).
+    better). Both kappas and their intervals use every label in ``labels``, used or not. Edge
+    cases: n = 0 -> ValueError; constant identical labels -> kappa nan with nan bounds (agreement
+    is perfect but chance agreement is too); one item -> nan bounds (no interval from one item).
 
     Examples:
         >>> s = agreement_summary([1, 1, 2, 2, 0, 1], [1, 1, 2, 1, 0, 1], labels=(1, 0, 2))
         >>> s.agree, round(s.accuracy, 4), round(s.kappa, 4)
         (5, 0.8333, 0.7143)
+        >>> s = agreement_summary([5, 5, 2, 1, 1, 2], [5, 2, 5, 1, 1, 2], labels=range(1, 6),
+        ...                       ordinal=True, iters=200)
+        >>> round(s.weighted_kappa, 2)  # on the 1-5 scale; 0.75 on the labels seen (1, 2, 5)
+        0.48
     """
     h, j, labs = _codes(human, judge, labels)
     n = int(h.size)
@@ -299,10 +298,15 @@ def agreement_summary(
     agree = int((h == j).sum())
     ci = stats.wilson_interval(agree, n, level)
     # codes 0..k-1 follow the order of ``labels``, so the weighted kappa uses that order
-    kap = stats.cohen_kappa_ci(h, j, level=level, iters=iters, seed=seed)
+    # ... and on the whole declared scale, used or not: a 1-5 scale whose raters used only 1, 2
+    # and 5 weighs 2 vs 5 as three steps, not one (and the interval resamples that table too)
+    scale = np.arange(len(labs))
+    kap = stats.cohen_kappa_ci(h, j, level=level, iters=iters, seed=seed, labels=scale)
     wk: stats.KappaResult | None = None
     if ordinal:
-        wk = stats.cohen_kappa_ci(h, j, level=level, weights="quadratic", iters=iters, seed=seed)
+        wk = stats.cohen_kappa_ci(
+            h, j, level=level, weights="quadratic", iters=iters, seed=seed, labels=scale
+        )
     return AgreementSummary(
         n=n,
         labels=labs,
@@ -351,234 +355,6 @@ def slice_agreement(
         pl.Series("lo", [b.lo for b in bounds], dtype=pl.Float64),
         pl.Series("hi", [b.hi for b in bounds], dtype=pl.Float64),
     ).sort("agreement", "slice")
-
-
-def _orders(ab: Labels, ba: Labels) -> tuple[np.ndarray, np.ndarray]:
-    a, b = _array(ab, "verdict_order_ab"), _array(ba, "verdict_order_ba")
-    if a.shape != b.shape:
-        raise ValueError(f"the two orders differ in length: {a.size} vs {b.size}")
-    if a.size == 0:
-        raise ValueError("no items")
-    return a, b
-
-
-def position_consistency(verdict_order_ab: Labels, verdict_order_ba: Labels) -> float:
-    """Share of items whose verdict is the same when the two outputs are shown in either order.
-
-    Both verdicts must already be in the original numbering (1 = output 1 better, whichever
-    position it was shown in). 1.0 = no position effect. Edge case: n = 0 -> ValueError.
-
-    Examples:
-        >>> position_consistency([1, 2, 2, 1], [1, 2, 1, 1])
-        0.75
-    """
-    a, b = _orders(verdict_order_ab, verdict_order_ba)
-    return float((a == b).mean())
-
-
-def combine_orders(verdict_order_ab: Labels, verdict_order_ba: Labels, tie: Any = 0) -> np.ndarray:
-    """One verdict from both orders: the common verdict where they agree, ``tie`` where not.
-
-    Examples:
-        >>> combine_orders([1, 2, 2, 1], [1, 2, 1, 0]).tolist()
-        [1, 2, 0, 0]
-    """
-    a, b = _orders(verdict_order_ab, verdict_order_ba)
-    return np.where(a == b, a, np.asarray(tie))
-
-
-@dataclass(frozen=True)
-class OrderSummary:
-    """Counts from judging every item in both orders, against a gold label.
-
-    ``first_ab``/``first_ba`` count verdicts for the output shown *first* (output 1 in order
-    a,b; output 2 in order b,a); ``decisive_*`` count non-tie verdicts in each order.
-    """
-
-    n: int
-    correct_ab: int
-    correct_ba: int
-    correct_both: int
-    consistent: int
-    first_ab: int
-    first_ba: int
-    decisive_ab: int
-    decisive_ba: int
-
-    @property
-    def accuracy_ab(self) -> float:
-        return self.correct_ab / self.n
-
-    @property
-    def accuracy_ba(self) -> float:
-        return self.correct_ba / self.n
-
-    @property
-    def accuracy(self) -> float:
-        """Mean accuracy over both orders (LLMBar's "Acc.")."""
-        return (self.correct_ab + self.correct_ba) / (2 * self.n)
-
-    @property
-    def consistency(self) -> float:
-        """Share of items with the same verdict in both orders (LLMBar's "Agr.")."""
-        return self.consistent / self.n
-
-    @property
-    def first_position_rate(self) -> float:
-        """Share of decisive verdicts that went to the output shown first (0.5 = no bias)."""
-        d = self.decisive_ab + self.decisive_ba
-        return (self.first_ab + self.first_ba) / d if d else math.nan
-
-
-def order_summary(
-    label: Labels, verdict_order_ab: Labels, verdict_order_ba: Labels
-) -> OrderSummary:
-    """Accuracy in each order, consistency across orders and the first-position preference.
-
-    Verdicts in the original numbering (1, 2, or 0 for a tie). Edge case: n = 0 -> ValueError.
-
-    Examples:
-        >>> s = order_summary([1, 2, 2, 1], [1, 2, 2, 1], [1, 1, 1, 1])
-        >>> s.accuracy, s.consistency, s.first_position_rate
-        (0.75, 0.5, 0.25)
-    """
-    a, b = _orders(verdict_order_ab, verdict_order_ba)
-    g = _array(label, "label")
-    if g.shape != a.shape:
-        raise ValueError(f"label and verdicts differ in length: {g.size} vs {a.size}")
-    return OrderSummary(
-        n=int(a.size),
-        correct_ab=int((a == g).sum()),
-        correct_ba=int((b == g).sum()),
-        correct_both=int(((a == g) & (b == g)).sum()),
-        consistent=int((a == b).sum()),
-        first_ab=int((a == 1).sum()),
-        first_ba=int((b == 2).sum()),
-        decisive_ab=int(np.isin(a, (1, 2)).sum()),
-        decisive_ba=int(np.isin(b, (1, 2)).sum()),
-    )
-
-
-def order_by_slice(
-    frame: pl.DataFrame, label: str, verdict_ab: str, verdict_ba: str, by: str
-) -> pl.DataFrame:
-    """:func:`order_summary` per slice, in order of first appearance.
-
-    Columns: ``slice, n, accuracy_ab, accuracy_ba, accuracy`` (mean of the two),
-    ``consistency`` (same verdict both orders), ``both_correct`` (right in both orders: the
-    accuracy of the combined verdict when inconsistent pairs count as ties), and
-    ``first_position_rate``.
-
-    Examples:
-        >>> df = pl.DataFrame({"g": [1, 2, 2, 1], "ab": [1, 2, 2, 1], "ba": [1, 1, 2, 2],
-        ...                    "s": ["x", "x", "y", "y"]})
-        >>> order_by_slice(df, "g", "ab", "ba", "s").select("slice", "consistency").rows()
-        [('x', 0.5), ('y', 0.5)]
-    """
-    rows = []
-    for (name,), part in frame.group_by([by], maintain_order=True):
-        s = order_summary(part[label], part[verdict_ab], part[verdict_ba])
-        rows.append(
-            {
-                "slice": str(name),
-                "n": s.n,
-                "accuracy_ab": s.accuracy_ab,
-                "accuracy_ba": s.accuracy_ba,
-                "accuracy": s.accuracy,
-                "consistency": s.consistency,
-                "both_correct": s.correct_both / s.n,
-                "first_position_rate": s.first_position_rate,
-            }
-        )
-    return pl.DataFrame(rows)
-
-
-def _rank(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share the mean rank), as ``scipy.stats.rankdata``."""
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    return (ends - (counts - 1) / 2)[inverse].astype(float)
-
-
-def _pearson(x: np.ndarray, y: np.ndarray) -> float:
-    if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan
-    return float(np.corrcoef(x, y)[0, 1])
-
-
-@dataclass(frozen=True)
-class LengthBias:
-    """Does the judge prefer the longer output?
-
-    ``share_longer`` (Wilson ``lo``/``hi``) is the share of decisive verdicts on unequal-length
-    pairs that picked the longer output (0.5 = no preference). ``point_biserial`` is Pearson's r
-    between "picked output 2" (0/1) and ``len_2 - len_1`` over decisive verdicts; ``spearman`` is
-    the same on ranks (robust to a few very long outputs). Compare with the same figures for the
-    human labels: longer answers may really be better.
-    """
-
-    n: int
-    n_decisive: int
-    n_unequal: int
-    picked_longer: int
-    share_longer: float
-    lo: float
-    hi: float
-    point_biserial: float
-    spearman: float
-
-
-def length_bias(verdicts: Labels, len_1: Labels, len_2: Labels, level: float = 0.95) -> LengthBias:
-    """Length preference of pairwise verdicts (1 / 2; ties = 0 are left out).
-
-    Edge cases: n = 0 -> ValueError; no decisive verdict on unequal lengths -> share and bounds
-    nan; a constant verdict or length difference -> correlations nan.
-
-    Examples:
-        >>> b = length_bias([2, 2, 1, 0], [10, 50, 40, 5], [30, 60, 20, 9])
-        >>> b.picked_longer, b.n_unequal, b.share_longer
-        (3, 3, 1.0)
-    """
-    v = _array(verdicts, "verdicts")
-    l1 = _array(len_1, "len_1").astype(float)
-    l2 = _array(len_2, "len_2").astype(float)
-    if not v.shape == l1.shape == l2.shape:
-        raise ValueError(f"verdicts and lengths differ in length: {v.size}, {l1.size}, {l2.size}")
-    if v.size == 0:
-        raise ValueError("no items")
-    keep = np.isin(v, (1, 2))
-    picked2, diff = (v[keep] == 2).astype(float), (l2 - l1)[keep]
-    unequal = diff != 0
-    longer = int(((picked2 == 1) & (diff > 0)).sum() + ((picked2 == 0) & (diff < 0)).sum())
-    m = int(unequal.sum())
-    lo, hi = stats.wilson_interval(longer, m, level) if m else (math.nan, math.nan)
-    return LengthBias(
-        n=int(v.size),
-        n_decisive=int(keep.sum()),
-        n_unequal=m,
-        picked_longer=longer,
-        share_longer=longer / m if m else math.nan,
-        lo=lo,
-        hi=hi,
-        point_biserial=_pearson(picked2, diff),
-        spearman=_pearson(_rank(picked2), _rank(diff)),
-    )
-
-
-def score_length_correlation(scores: Labels, lengths: Labels) -> float:
-    """Spearman's rank correlation between pointwise judge scores and output length.
-
-    Edge cases: fewer than 2 items or a constant input -> nan.
-
-    Examples:
-        >>> round(score_length_correlation([1, 2, 3, 5], [10, 30, 20, 40]), 4)
-        0.8
-    """
-    s = _array(scores, "scores").astype(float)
-    n = _array(lengths, "lengths").astype(float)
-    if s.shape != n.shape:
-        raise ValueError(f"scores and lengths differ in length: {s.size} vs {n.size}")
-    return _pearson(_rank(s), _rank(n)) if s.size else math.nan
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from sklearn.metrics import (
 from sklearn.metrics import confusion_matrix as sk_confusion
 from statsmodels.stats.proportion import proportion_confint
 
+from evalkit import stats
 from evalkit.compare import charts
 from evalkit.judges import agreement
 from evalkit.judges.agreement import (
@@ -464,3 +465,40 @@ def test_notebook_runs_and_reproduces(
         assert (folder / f"{name}.html").is_file()
     record = json.loads((folder / "calibration.json").read_text())
     assert record["dataset"] == dataset and record["n"] == (999 if dataset == "pandalm" else 419)
+
+
+def test_summary_kappas_use_the_declared_scale_like_sklearn() -> None:
+    # issue 13, item 3: labels= was ignored, so the weighted kappa ran on the labels seen
+    from sklearn.metrics import cohen_kappa_score
+
+    scale = (1, 2, 3, 4, 5)
+    h, j = [5, 5, 2, 1, 1, 2], [5, 2, 5, 1, 1, 2]  # the raters used only 1, 2 and 5
+    s = agreement_summary(h, j, labels=scale, ordinal=True, iters=300)
+    assert s.weighted_kappa == pytest.approx(0.4808, abs=1e-4)
+    assert cohen_kappa_score(h, j, weights="quadratic") == pytest.approx(0.75)  # the old answer
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        n = int(rng.integers(6, 50))
+        used = rng.choice(scale, size=3, replace=False)
+        a, b = rng.choice(used, n), rng.choice(used, n)
+        s = agreement_summary(a, b, labels=scale, ordinal=True, iters=200, seed=2)
+        want = cohen_kappa_score(a, b, weights="quadratic", labels=list(scale))
+        if np.isnan(want):
+            continue
+        assert s.weighted_kappa == pytest.approx(want, abs=1e-12)
+        ci = stats.cohen_kappa_ci(a, b, weights="quadratic", labels=scale, iters=200, seed=2)
+        assert (s.weighted_kappa_lo, s.weighted_kappa_hi) == pytest.approx((ci.lo, ci.hi))
+        assert s.kappa == pytest.approx(cohen_kappa_score(a, b, labels=list(scale)), abs=1e-12)
+
+
+def test_a_one_item_summary_has_no_kappa_interval() -> None:
+    s = agreement_summary([1], [2], labels=(1, 2), ordinal=True, iters=100)
+    assert np.isnan(s.kappa_lo) and np.isnan(s.kappa_hi)
+    assert np.isnan(s.weighted_kappa_lo) and np.isnan(s.weighted_kappa_hi)
+
+
+def test_bias_functions_moved_but_agreement_still_names_them() -> None:
+    from evalkit.judges import bias
+
+    for name in ("position_consistency", "order_summary", "length_bias", "combine_orders"):
+        assert getattr(agreement, name) is getattr(bias, name)
