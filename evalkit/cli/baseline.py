@@ -25,19 +25,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    from evalkit.compare.pairing import require_complete
+    from evalkit.compare.pairing import require_complete, run_tier
     from evalkit.store import open_store
 
     with open_store(args.db, wait_s=args.wait) as store:
         run_id = store.resolve_run(args.run)
         require_complete(store, run_id, "promoted", db=args.db)
-        suite = store.manifest(run_id).get("suite") or ""
-        previous = store.current_baseline(suite)
-        store.promote_baseline(suite, run_id, args.who, args.reason)
+        suite, tier = store.manifest(run_id).get("suite") or "", run_tier(store, run_id)
+        previous = store.current_baseline(suite, tier)
+        store.promote_baseline(suite, run_id, args.who, args.reason, tier)
     was = f" (was {previous})" if previous else ""
-    print(
-        f"baseline of suite {suite!r} is now {run_id}{was}, promoted by {args.who}: {args.reason}"
-    )
+    which = f"suite {suite!r}" + (f" tier {tier!r}" if tier else "")
+    print(f"baseline of {which} is now {run_id}{was}")
+    print(f"  promoted by {args.who}: {args.reason}")
     return 0
 
 
@@ -52,13 +52,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if history.is_empty():
         print("no baseline promoted yet: `evalkit baseline promote RUN --who NAME --reason TEXT`")
         return 0
-    table = Table("suite", "run", "promoted at", "who", "reason", "current")
-    seen: set[str] = set()
+    table = Table("suite", "tier", "run", "promoted at", "who", "reason", "current")
+    seen: set[tuple[str, str | None]] = set()
     for row in history.iter_rows(named=True):
-        current = row["suite"] not in seen
-        seen.add(row["suite"])
+        key = (row["suite"], row["tier"])
+        current = key not in seen
+        seen.add(key)
         when = str(row["promoted_at"])[:19]
-        table.add_row(row["suite"], row["run_id"], when, row["who"], row["reason"],
-                      "yes" if current else "")  # fmt: skip
-    Console().print(table)
+        table.add_row(row["suite"], row["tier"] or "(full)", row["run_id"], when, row["who"],
+                      row["reason"], "yes" if current else "")  # fmt: skip
+    Console(width=160).print(table)
     return 0

@@ -53,16 +53,17 @@ def _decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, Ga
     """The checked pair's comparison and gate decision (refusals raise one-line errors)."""
     from evalkit.compare.analysis import load_comparison
     from evalkit.compare.gate import gate_comparison, load_policy
-    from evalkit.compare.pairing import require_complete, resolve_pair
+    from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
 
     policy = load_policy(_gate_config(args))
     base, cand = resolve_pair(store, *pair_refs(args))
+    require_tier(store, (base, cand), args.tier)
     for run_id, role in ((base, "baseline"), (cand, "candidate")):
         require_complete(store, run_id, role, args.allow_incomplete, args.db)
     comparison = load_comparison(
         store, base, cand, args.allow_diff, policy.judge_kappa_min, policy.judge_min_labels
     )
-    policy.validate_against(comparison.cand.cases)
+    policy.validate_against(comparison.cand.cases, comparison.cand.manifest.get("selection"))
     return comparison, gate_comparison(store, comparison, policy)
 
 
@@ -88,12 +89,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    from evalkit.compare.pairing import require_complete, resolve_pair
+    from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
     from evalkit.notebooks import execute_gate
     from evalkit.store import open_store
 
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         base, cand = resolve_pair(store, *pair_refs(args))
+        require_tier(store, (base, cand), args.tier)
         for run_id, role in ((base, "baseline"), (cand, "candidate")):
             require_complete(store, run_id, role, args.allow_incomplete, args.db)
     run = execute_gate(args.db, base, cand, _gate_config(args), args.out, args.allow_diff)

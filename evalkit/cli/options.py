@@ -49,6 +49,10 @@ def pair_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--config", default=None, help=_CONFIG_HELP + "; its gate policy")
     parser.add_argument(
+        "--tier",
+        help="the named selection (tiers: in evalkit.yaml) both runs executed, e.g. smoke",
+    )
+    parser.add_argument(
         "--allow-incomplete",
         action="store_true",
         help="compare a run that is not complete; its missing outputs count as errored",

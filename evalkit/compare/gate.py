@@ -48,7 +48,7 @@ MAX_CRITICAL_TAGS = 4
 Severity = Literal["block", "unverified", "warn", "info"]
 #: Severities that stop the gate (unless an override accepts the finding).
 STOPPING: frozenset[str] = frozenset({"block", "unverified"})
-State = Literal["regressed", "no evidence of regression", "underpowered"]
+State = Literal["regressed", "no evidence of regression", "underpowered", "not in this selection"]
 
 
 class GateBlocked(Exception):
@@ -147,8 +147,16 @@ class GatePolicy:
         """Cases a critical tag needs: 8, or more when alpha needs more one-way flips."""
         return max(MIN_CRITICAL_CASES, stats.exact_min_flips(self.alpha))
 
-    def validate_against(self, cases: pl.DataFrame | Mapping[str, int]) -> None:
+    def validate_against(
+        self,
+        cases: pl.DataFrame | Mapping[str, int],
+        selection: Mapping[str, Any] | None = None,
+    ) -> None:
         """Refuse a critical tag with too few cases (a frame with ``tags``, or tag counts).
+
+        With a partial ``selection`` (a run manifest's ``selection`` naming a tier or tags) a
+        critical tag with too few selected cases is no error: the gate reports it as not gated
+        in this selection, and the full suite gates it.
 
         Examples:
             >>> GatePolicy(critical_tags=("negation",)).validate_against({"negation": 6})
@@ -156,14 +164,28 @@ class GatePolicy:
             evalkit.errors.ConfigError: critical tag 'negation' has 6 cases; a one-sided ...
         """
         counts = cases if isinstance(cases, Mapping) else tag_counts(cases)
+        if is_partial(selection):
+            return
         for tag in self.critical_tags:
-            if (n := counts.get(tag, 0)) < self.min_cases():
+            # No case at all: the run's selection (a tier, --tag) left the tag out. The gate
+            # reports it as not in this selection; `cases lint` and `run` catch unknown tags.
+            if 0 < (n := counts.get(tag, 0)) < self.min_cases():
                 raise ConfigError(
                     f"critical tag {tag!r} has {n} cases; a one-sided exact McNemar test needs "
                     f"{stats.exact_min_flips(self.alpha)} one-way flips to reach p ≤ "
                     f"{self.alpha:g}, so a critical tag needs ≥ {self.min_cases()} cases — add "
                     "cases or drop it from critical_tags"
                 )
+
+
+def is_partial(selection: Mapping[str, Any] | None) -> bool:
+    """Whether a run manifest's ``selection`` ran only part of the suite (a tier or tags).
+
+    Examples:
+        >>> is_partial({"tier": "smoke", "tags": ["smoke"]}), is_partial({"tags": []})
+        (True, False)
+    """
+    return bool(selection) and any(selection.get(k) for k in ("tier", "tags", "exclude_tags"))
 
 
 def tag_counts(frame: pl.DataFrame) -> dict[str, int]:
@@ -339,11 +361,24 @@ def _sizing(n: int, broken: int, fixed: int, policy: GatePolicy) -> tuple[float,
     return psi, observed < tol, need, stats.exact_power_paired(n, psi, tol, policy.alpha)
 
 
-def _critical(table: pl.DataFrame, policy: GatePolicy, paired: pl.DataFrame) -> tuple[list, list]:
+def _critical(
+    table: pl.DataFrame, policy: GatePolicy, paired: pl.DataFrame, counts: Mapping[str, int]
+) -> tuple[list, list]:
     states, findings = [], []
     rows = {r["slice"]: r for r in table.iter_rows(named=True)}
     empty = dict.fromkeys(table.columns) | {"n": 0, "n_error": 0, "broken": 0, "fixed": 0}
     for tag in policy.critical_tags:
+        if counts.get(tag, 0) < policy.min_cases():  # only a partial selection gets here
+            n_sel = counts.get(tag, 0)
+            msg = (
+                f"critical tag {tag!r} is not in this selection ({n_sel} of its cases ran, "
+                f"≥ {policy.min_cases()} are needed to gate): not gated here; the full suite "
+                "gates it"
+            )
+            findings.append(Finding(2, tag, (), {"n": n_sel}, msg, "info"))
+            states.append(SliceState(tag, "not in this selection", n_sel, 0, 0, 0, None, None,
+                                     None, None, 0.0, False, None, None))  # fmt: skip
+            continue
         r, a, tol = rows.get(tag, empty), policy.alpha, policy.tolerance
         n, broken, fixed, p, hi = r["n"], r["broken"], r["fixed"], r["p_value"], r["diff_hi"]
         sub = paired.filter(pl.col("tags").list.contains(tag) & pl.col("base") & ~pl.col("cand"))
@@ -509,6 +544,7 @@ def decide(
     overrides: pl.DataFrame | Sequence[Override] | None = None,
     corpus: pl.DataFrame | Mapping[str, int] | None = None,
     errors: pl.DataFrame | None = None,
+    selection: Mapping[str, Any] | None = None,
 ) -> GateDecision:
     """Apply the tiers to the paired frame (sealed cases are left out: they only report).
 
@@ -517,7 +553,9 @@ def decide(
     ``corpus`` (the candidate's cases frame, or tag counts) is what critical tags are sized
     against, default the paired frame: edited cases then make a slice underpowered, not invalid.
     ``errors`` (the candidate's outputs: ``case_id, error``) counts errored outputs and names
-    their causes; without it errors are counted per paired case.
+    their causes; without it errors are counted per paired case. ``selection`` is the
+    candidate manifest's: in a partial one (a tier) a critical tag with too few selected cases
+    is reported as not in this selection instead of refused.
 
     Raises:
         ConfigError: a critical tag has fewer than `GatePolicy.min_cases` cases.
@@ -533,14 +571,16 @@ def decide(
     )
     if "sealed" in paired.columns:
         paired = paired.filter(~pl.col("sealed").fill_null(False))
-    policy.validate_against(paired if corpus is None else corpus)
+    counts_from = paired if corpus is None else corpus
+    counts = counts_from if isinstance(counts_from, Mapping) else tag_counts(counts_from)
+    policy.validate_against(counts, selection)
     if isinstance(flakes, pl.DataFrame):
         flakes = dict(flakes.select("case_id", "flake_rate").iter_rows())
     if budgets_observed is None:
         cols = {c.removeprefix("cand_"): pl.col(c) for c in paired.columns if c.startswith("cand_")}
         budgets_observed = usage_means(paired.select(**cols)) if cols else {}
     table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.level)
-    states, critical = _critical(table, policy, paired)
+    states, critical = _critical(table, policy, paired, counts)
     causes: dict[str, str] = {}
     if errors is not None and errors.height:
         failed = errors.filter(pl.col("error").is_not_null())
@@ -577,13 +617,17 @@ def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) ->
     observed = usage_means(comparison.cand_verdicts)
     overrides = store.overrides(comparison.base.run_id, comparison.cand.run_id)
     errors = _candidate_errors(comparison)
+    selection = comparison.cand.manifest.get("selection")
     decision = decide(
-        comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors
-    )
+        comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors,
+        selection,
+    )  # fmt: skip
     # Uncalibrated judges were left out of the verdicts; say so where the decision is read,
     # with the flips they would have caused.
     notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
     notes += ungated_judge_flips(comparison.judge_paired, policy)
+    # Warnings from the runs and the comparison reach the person with the decision.
+    notes += [Finding(0, "warnings", (), {}, w, "warn") for w in comparison.warnings]
     return replace(decision, findings=decision.findings + tuple(notes))
 
 

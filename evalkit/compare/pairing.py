@@ -71,6 +71,32 @@ def require_complete(
     )
 
 
+def run_tier(store: Store, run_id: str) -> str | None:
+    """The tier (named selection) a run executed, or None for the full suite."""
+    return (store.manifest(run_id).get("selection") or {}).get("tier")
+
+
+def require_tier(store: Store, run_ids: tuple[str, str], tier: str | None) -> None:
+    """Refuse a pair whose runs did not both execute ``tier`` (``--tier``); without ``tier``,
+    refuse runs of two different tiers (their cases and checks differ by design).
+
+    Raises:
+        ConfigError: naming each run and the tier it ran.
+    """
+    ran = {run_id: run_tier(store, run_id) for run_id in run_ids}
+    shown = ", ".join(f"{r} ran {t or 'the full suite'}" for r, t in ran.items())
+    if tier is not None and any(t != tier for t in ran.values()):
+        raise ConfigError(
+            f"--tier {tier}: both runs must have run that tier ({shown}); run them with "
+            f"`evalkit run --tier {tier}`"
+        )
+    if tier is None and len(set(ran.values())) > 1:
+        raise ConfigError(
+            f"the runs executed different selections ({shown}): gate runs of one tier "
+            "against each other (--tier NAME)"
+        )
+
+
 def resolve_pair(store: Store, baseline: str | None, candidate: str) -> tuple[str, str]:
     """(baseline run id, candidate run id). Without ``baseline``, the baseline promoted for the
     candidate's suite (``evalkit baseline promote``).
@@ -81,11 +107,12 @@ def resolve_pair(store: Store, baseline: str | None, candidate: str) -> tuple[st
     """
     cand = store.resolve_run(candidate)
     if baseline is None:
-        suite = store.manifest(cand).get("suite") or ""
-        promoted = store.current_baseline(suite)
+        suite, tier = store.manifest(cand).get("suite") or "", run_tier(store, cand)
+        promoted = store.current_baseline(suite, tier)
         if promoted is None:
+            which = f"suite {suite!r}" + (f" tier {tier!r}" if tier else "")
             raise ConfigError(
-                f"suite {suite!r} has no promoted baseline: promote one with `evalkit baseline "
+                f"{which} has no promoted baseline: promote one with `evalkit baseline "
                 "promote RUN --who NAME --reason TEXT`, or name it: `evalkit gate BASELINE "
                 f"{candidate}`"
             )

@@ -58,23 +58,30 @@ class DecisionRecords:
         keys = [json.loads(f) if f else [] for f in frame["findings"]]
         return frame.with_columns(pl.Series("findings", keys, dtype=pl.List(pl.String)))
 
-    def promote_baseline(self, suite: str, run_id: str, who: str, reason: str) -> None:
-        """Make ``run_id`` the baseline of ``suite`` from now on (the history is kept)."""
+    def promote_baseline(
+        self, suite: str, run_id: str, who: str, reason: str, tier: str | None = None
+    ) -> None:
+        """Make ``run_id`` the baseline of ``suite`` (of its ``tier``, a named selection) from
+        now on; the history is kept."""
         who, reason = _required(who, reason, "promoting a baseline")
         self._con.execute(
-            "INSERT INTO baselines VALUES (?, ?, ?, ?, ?)", [suite, run_id, who, reason, _now()]
+            "INSERT INTO baselines (suite, run_id, who, reason, promoted_at, tier) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [suite, run_id, who, reason, _now(), tier],
         )
 
     def baselines(self, suite: str | None = None) -> pl.DataFrame:
-        """Every promotion, newest first: ``suite, run_id, who, reason, promoted_at``."""
+        """Every promotion, newest first: ``suite, tier, run_id, who, reason, promoted_at``."""
         where, params = ("WHERE suite = ?", [suite]) if suite else ("", [])
         return self._frame(
-            f"SELECT suite, run_id, who, reason, promoted_at FROM baselines {where} "
+            f"SELECT suite, tier, run_id, who, reason, promoted_at FROM baselines {where} "
             "ORDER BY promoted_at DESC",
             params,
         )
 
-    def current_baseline(self, suite: str) -> str | None:
-        """The run id promoted last for ``suite``, or None."""
-        rows = self.baselines(suite)
+    def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
+        """The run id promoted last for ``suite`` (and ``tier``; None = the full suite)."""
+        rows = self.baselines(suite).filter(
+            pl.col("tier").is_null() if tier is None else pl.col("tier") == tier
+        )
         return rows["run_id"][0] if rows.height else None

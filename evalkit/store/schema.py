@@ -38,6 +38,8 @@ ALTER TABLE overrides ADD COLUMN IF NOT EXISTS findings VARCHAR;
 CREATE TABLE IF NOT EXISTS baselines (
     suite VARCHAR, run_id VARCHAR, who VARCHAR, reason VARCHAR, promoted_at TIMESTAMPTZ
 );
+-- A tier (a named selection such as smoke) has its own baseline; NULL is the full suite.
+ALTER TABLE baselines ADD COLUMN IF NOT EXISTS tier VARCHAR;
 CREATE TABLE IF NOT EXISTS flakes (
     config_hash VARCHAR, measured_at TIMESTAMPTZ, case_id VARCHAR, tags VARCHAR[], runs INTEGER,
     flips INTEGER, flake_rate DOUBLE

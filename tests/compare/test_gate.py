@@ -74,8 +74,17 @@ def test_a_six_case_critical_tag_is_a_config_error_that_says_why():
         "flips to reach p ≤ 0.05, so a critical tag needs ≥ 8 cases — add cases or drop it "
         "from critical_tags"
     )
-    with pytest.raises(ConfigError, match="has 0 cases"):
-        policy.validate_against({"billing": 40})
+    policy.validate_against({"billing": 40})  # none selected: reported, not a config error
+
+
+def test_a_critical_tag_outside_the_selection_is_reported_not_an_error():
+    rows = [(f"smoke-{i}", ["smoke"], "normal", True, True) for i in range(10)]
+    decision = decide(_paired(rows), GatePolicy.from_suite(["billing", "smoke"]))
+    assert decision.status == "PASSED"
+    states = {s.tag: s.state for s in decision.critical}
+    assert states == {"billing": "not in this selection", "smoke": "underpowered"}
+    (note,) = [f for f in decision.findings if f.slice == "billing"]
+    assert note.severity == "info" and "not in this selection" in note.message
 
 
 def test_eight_cases_five_one_way_flips_block_at_p_0_03():

@@ -152,3 +152,28 @@ def test_an_override_records_the_findings_it_accepts(tmp_path: Path, capsys) -> 
     assert main(["compare", *args, "--json", str(out)]) == 0
     assert json.loads(out.read_text())["decision"]["status"] == "PASSED WITH OVERRIDE"
     assert pl.DataFrame and MANIFEST
+
+
+def test_warnings_reach_the_decision_and_errored_cases_are_not_label_error_candidates(
+    tmp_path: Path,
+) -> None:
+    from evalkit.compare.analysis import load_comparison
+    from evalkit.compare.gate import GatePolicy, gate_comparison
+    from evalkit.compare.report import build_report
+
+    db = tmp_path / "w.duckdb"
+    warned = MANIFEST | {"warnings": ["model alias 'gpt-x' is not pinned to a snapshot"]}
+    cases = [*_cases("c", "p"), C("gone", "e", ["general"]), C("bad", "f", ["general"])]
+    base_cases = [*_cases("c", "p"), C("gone", "f", ["general"]), C("bad", "f", ["general"])]
+    write_store(db, [make_run("b1", base_cases, label="baseline"),
+                     make_run("c1", cases, manifest=warned, label="candidate")])  # fmt: skip
+    with open_store(db) as store:
+        comparison = load_comparison(store, "b1", "c1")
+        decision = gate_comparison(
+            store, comparison, GatePolicy.from_suite([], {"max_error_rate": 0.5})
+        )
+    messages = [f.message for f in decision.findings if f.slice == "warnings"]
+    assert messages == ["candidate run: model alias 'gpt-x' is not pinned to a snapshot"]
+    report = build_report(comparison, decision)
+    assert report.failing_both == ("bad",)  # "gone" errored: it is not a label-error candidate
+    assert pl.DataFrame is not None
