@@ -1,0 +1,149 @@
+"""The gate's operating characteristics: how often the real ``gate.decide`` blocks a critical tag.
+
+Each simulated corpus has four critical tags of ``n`` cases each (normal criticality, so only the
+critical tier can block). A case's true verdict passes with probability ``--pass-rate``; each run
+observes it through a measured flake rate f: two runs of an unchanged system disagree on a case
+with probability f (each run flips the true verdict with probability e, 2 e (1 - e) = f).
+
+(a) No true change: the per-tag false-block rate at each n and flake rate (must be <= alpha within
+    Monte-Carlo error: the exact McNemar test is valid at any n, and the small-n interval never
+    blocks where it sees no evidence), and the family-wise rate with 1-4 critical tags (the
+    seed's "four tags at 0.05 is near 0.19" is the bound 1 - 0.95^4; the measured rate is lower
+    because the exact test is conservative).
+(b) True regressions of ``--drops`` points (that share of the tag's cases turns from pass to
+    fail in the candidate): the per-tag power at each n.
+
+Usage:
+    .venv/bin/python bench/bench_gate_oc.py
+    .venv/bin/python bench/bench_gate_oc.py --n 8 100 --flake 0.05 --reps 300 --json f.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evalkit.compare.gate import decide  # noqa: E402
+from evalkit.compare.policy import GatePolicy  # noqa: E402
+
+TAGS = ("tag-a", "tag-b", "tag-c", "tag-d")
+
+
+def _flip_prob(flake: float) -> float:
+    """Per-run flip probability e with 2 e (1 - e) = flake (two runs disagree at rate flake)."""
+    return (1 - math.sqrt(1 - 2 * flake)) / 2
+
+
+def _frame(n: int) -> pl.DataFrame:
+    k = n * len(TAGS)
+    return pl.DataFrame({
+        "case_id": [f"c{i}" for i in range(k)],
+        "tags": [[TAGS[i // n]] for i in range(k)],
+        "criticality": ["normal"] * k,
+        "base_error": [False] * k, "cand_error": [False] * k,
+    })  # fmt: skip
+
+
+def _blocked_tags(
+    frame: pl.DataFrame, base: np.ndarray, cand: np.ndarray, policy: GatePolicy
+) -> list[bool]:
+    decision = decide(frame.with_columns(base=pl.Series(base), cand=pl.Series(cand)), policy)
+    return [s.state == "regressed" for s in decision.critical]
+
+
+def simulate(
+    n: int, flake: float, drop: float, reps: int, pass_rate: float, rng: np.random.Generator
+) -> np.ndarray:
+    """(reps, 4) booleans: whether each critical tag blocked in each simulated comparison."""
+    frame, policy = _frame(n), GatePolicy(critical_tags=TAGS)
+    e, k = _flip_prob(flake), n * len(TAGS)
+    out = np.zeros((reps, len(TAGS)), dtype=bool)
+    for r in range(reps):
+        truth = rng.random(k) < pass_rate
+        cand_truth = truth.copy()
+        if drop:  # exactly round(drop * n) true passes of each tag break
+            for t in range(len(TAGS)):
+                passes = np.flatnonzero(truth[t * n : (t + 1) * n]) + t * n
+                m = min(passes.size, round(drop * n))
+                cand_truth[rng.choice(passes, m, replace=False)] = False
+        base = truth ^ (rng.random(k) < e)
+        cand = cand_truth ^ (rng.random(k) < e)
+        out[r] = _blocked_tags(frame, base, cand, policy)
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    rng = np.random.default_rng(args.seed)
+    alpha = GatePolicy().alpha
+    null: list[dict[str, Any]] = []
+    for flake in args.flake:
+        for n in args.n:
+            blocks = simulate(n, flake, 0.0, args.reps, args.pass_rate, rng)
+            rate = float(blocks.mean())
+            se = math.sqrt(alpha * (1 - alpha) / blocks.size)
+            fwer = {str(t): float(blocks[:, :t].any(1).mean()) for t in range(1, len(TAGS) + 1)}
+            null.append({"n": n, "flake": flake, "per_tag": rate, "mc_se": se, "fwer": fwer})
+    power: list[dict[str, Any]] = []
+    for drop in args.drops:
+        for n in args.n:
+            blocks = simulate(n, args.power_flake, drop, args.power_reps, args.pass_rate, rng)
+            power.append({"n": n, "drop": drop, "flake": args.power_flake,
+                          "power": float(blocks.mean())})  # fmt: skip
+    return {
+        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "alpha": alpha, "tolerance": GatePolicy().tolerance, "null": null, "power": power,
+    }  # fmt: skip
+
+
+def _print(f: dict[str, Any]) -> None:
+    s = f["settings"]
+    print(f"gate OC: alpha {f['alpha']}, tolerance {f['tolerance']}, pass rate "
+          f"{s['pass_rate']}, seed {s['seed']}; {s['reps']} corpora x 4 tags per cell")  # fmt: skip
+    print("(a) no true change: false-block rate per critical tag, and family-wise with 1-4 tags")
+    print("| flake | n | per tag (± MC s.e.) | 1 tag | 2 tags | 3 tags | 4 tags |")
+    print("|---|---|---|---|---|---|---|")
+    for r in f["null"]:
+        fw = " | ".join(f"{r['fwer'][str(t)]:.3f}" for t in range(1, 5))
+        print(f"| {r['flake']:.0%} | {r['n']} | {r['per_tag']:.4f} ± {r['mc_se']:.4f} | {fw} |")
+    print(f"(b) power per critical tag (flake {s['power_flake']:.0%}, {s['power_reps']} corpora)")
+    drops = sorted({r["drop"] for r in f["power"]})
+    print("| n | " + " | ".join(f"drop {100 * d:.0f} pts" for d in drops) + " |")
+    print("|---|" + "---|" * len(drops))
+    for n in sorted({r["n"] for r in f["power"]}):
+        cells = {r["drop"]: r["power"] for r in f["power"] if r["n"] == n}
+        print(f"| {n} | " + " | ".join(f"{cells[d]:.3f}" for d in drops) + " |")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the simulation and print its tables (and write them as JSON with ``--json``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[8, 13, 30, 100, 300])
+    parser.add_argument("--flake", type=float, nargs="+", default=[0.0, 0.02, 0.05])
+    parser.add_argument("--drops", type=float, nargs="+", default=[0.05, 0.10, 0.20])
+    parser.add_argument("--reps", type=int, default=1000, help="corpora per null cell")
+    parser.add_argument("--power-reps", type=int, default=250, help="corpora per power cell")
+    parser.add_argument("--power-flake", type=float, default=0.02)
+    parser.add_argument("--pass-rate", type=float, default=0.85)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    figures = measure(args)
+    _print(figures)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
