@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -19,11 +20,24 @@ from synthetic_runs import seed000_runs, write_store
 
 from evalkit.cli import main
 from evalkit.compare.analysis import RunData
-from evalkit.compare.gate import load_policy
+from evalkit.compare.policy import load_policy
 from evalkit.errors import ConfigError
-from evalkit.notebooks import _ThisPython, execute_gate, execute_notebook, notebook_path
+from evalkit.notebooks import (
+    _ThisPython,
+    execute_gate,
+    execute_notebook,
+    notebook_path,
+    to_report_html,
+)
 
-NOTEBOOKS = ["gate.ipynb", "slices.ipynb", "power.ipynb"]
+NOTEBOOKS = [
+    "gate.ipynb",
+    "slices.ipynb",
+    "power.ipynb",
+    "flakiness.ipynb",
+    "judge_agreement.ipynb",
+]
+EXTERNAL_SCRIPT = re.compile(r"<script[^>]+src=|cdn\.jsdelivr|cdnjs|unpkg\.com", re.I)
 CONFIG = """\
 suite: demo
 system: {provider: demo, model: demo-model}
@@ -88,9 +102,20 @@ def test_gate_passes_with_exit_0_and_writes_the_html_report(gate_env):
     assert run.decision["status"] == "PASSED" and not run.decision["blocked"]
     states = {s["tag"]: s["state"] for s in run.decision["critical"]}
     assert states == {"billing": "underpowered"}
-    assert "evalkit gate: PASSED" in run.html_path.read_text()
-    for artefact in ("report.json", "junit.xml", "slice_forest.html", "slice_forest.png"):
+    _assert_a_report(run.html_path.read_text(), "PASSED")
+    for artefact in ("report.json", "junit.xml", "gate.md", "slice_forest.svg", "slice_forest.png"):
         assert (out / artefact).is_file(), artefact
+
+
+def _assert_a_report(page: str, status: str) -> None:
+    """gate.html reads as a report: decision first, no code, banner or traceback, inline SVG."""
+    assert page.index(f"evalkit gate: {status}") < page.index('id="broken"')
+    if 'id="case-' in page:
+        assert page.index(f"evalkit gate: {status}") < page.index('id="case-')
+    assert "Exception was encountered" not in page and "Traceback" not in page
+    assert "jp-InputArea" not in page and "jp-CodeCell" not in page.split("jp-OutputArea")[0]
+    assert "import " not in page and "GateBlocked" not in page
+    assert page.count("<svg") >= 2 and not EXTERNAL_SCRIPT.search(page)
 
 
 def test_evalkit_gate_blocks_with_exit_1_on_the_seed000_candidate(gate_env, capsys):
@@ -102,14 +127,19 @@ def test_evalkit_gate_blocks_with_exit_1_on_the_seed000_candidate(gate_env, caps
     assert code == 1
     printed = capsys.readouterr().out
     assert "gate BLOCKED" in printed and "BLOCK tier 1: must_pass case policy-000" in printed
-    decision = json.loads((out / "cand-bad" / "decision.json").read_text())
+    report_dir = Path(re.search(r"report: (\S+)/gate.html", printed)[1])  # by run id or label
+    decision = json.loads((report_dir / "decision.json").read_text())
     blocking = [f for f in decision["findings"] if f["severity"] == "block"]
     assert {(f["tier"], f["slice"]) for f in blocking} == {(1, "must_pass"), (2, "billing")}
-    html = (out / "cand-bad" / "gate.html").read_text()
-    assert "GateBlocked" in html and "policy-000" in html
-    junit = ET.parse(out / "cand-bad" / "junit.xml").getroot()
-    assert (junit.get("tests"), junit.get("failures")) == ("600", "12")
-    report = json.loads((out / "cand-bad" / "report.json").read_text())
+    html = (report_dir / "gate.html").read_text()
+    _assert_a_report(html, "BLOCKED")
+    assert html.index("must_pass case policy-000 fails") < html.index('id="case-policy-000"')
+    assert "GateBlocked" in (report_dir / "gate.ipynb").read_text()  # papermill failed it
+    md = (report_dir / "gate.md").read_text()
+    assert md.startswith("## 🔴 evalkit gate: BLOCKED") and "(gate.html)" in md
+    junit = ET.parse(report_dir / "junit.xml").getroot()
+    assert (junit.get("tests"), junit.get("failures")) == ("601", "73")
+    report = json.loads((report_dir / "report.json").read_text())
     assert report["broken"][0]["case_id"] == "policy-000"
     args = ["gate", "base", "nobody", "--db", db, "--config", str(config), "--out", str(out)]
     assert main(args) == 2 and not (out / "nobody").exists()
@@ -148,12 +178,14 @@ def test_gate_incomparable_runs_exit_2(gate_env, tmp_path):
 
 def test_slices_and_power_notebooks_execute(gate_env, tmp_path):
     root, _ = gate_env
-    params = {"DB_PATH": str(root / "evalkit.duckdb"), "BASELINE": "base",
+    params = {"DB_PATH": str(root / "evalkit.duckdb"), "BASELINE": "base", "CONFIG": "",
               "CANDIDATE": "cand-bad", "TAG": "billing", "ITERS": 1000}  # fmt: skip
     nb, ename, message = execute_notebook("slices.ipynb", tmp_path / "slices.ipynb", params)
     assert ename is None, message
     text = (tmp_path / "slices.ipynb").read_text()
     assert "billing: 100 paired, 8 broken, 0 fixed" in text
+    assert text.count("image/svg+xml") >= 3 and "case-policy-000" in text
+    assert not EXTERNAL_SCRIPT.search(to_report_html(nb).read_text())
     repo = Path(__file__).resolve().parents[1]
     params = {"CORPUS_ROOT": str(repo / "corpus"), "CONFIG": str(repo / "corpus" / "evalkit.yaml")}
     nb, ename, message = execute_notebook("power.ipynb", tmp_path / "power.ipynb", params)
@@ -162,6 +194,15 @@ def test_slices_and_power_notebooks_execute(gate_env, tmp_path):
     critical = load_policy(params["CONFIG"]).critical_tags
     assert critical and all(f"{tag}: " in text for tag in critical)
     assert "min_detectable_drop" in text and "<svg" in text
+    assert not EXTERNAL_SCRIPT.search(to_report_html(nb).read_text())
+
+
+def test_judge_agreement_notebook_renders_offline(tmp_path):
+    params = {"OUTPUT_DIR": str(tmp_path / "out")}
+    nb, ename, message = execute_notebook("judge_agreement.ipynb", tmp_path / "j.ipynb", params)
+    assert ename is None, message
+    assert "image/svg+xml" in nb.read_text()
+    assert not EXTERNAL_SCRIPT.search(to_report_html(nb).read_text())
 
 
 def test_unknown_notebook_is_a_config_error():
