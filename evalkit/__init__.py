@@ -34,8 +34,8 @@ _EXPORTS = {
     "run_suite": "evalkit.run.runner",
     "Store": "evalkit.store",
     "open_store": "evalkit.store",
-    "GateDecision": "evalkit.compare.gate",
-    "GatePolicy": "evalkit.compare.gate",
+    "GateDecision": "evalkit.compare.decision",
+    "GatePolicy": "evalkit.compare.policy",
     "decide": "evalkit.compare.gate",
     "paired_frame": "evalkit.compare.analysis",
     "verdicts": "evalkit.compare.analysis",
@@ -88,7 +88,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from evalkit.compare.analysis import load_comparison, paired_frame, run_verdicts, verdicts
-    from evalkit.compare.gate import GateDecision, GatePolicy, decide
+    from evalkit.compare.decision import GateDecision
+    from evalkit.compare.gate import decide
+    from evalkit.compare.policy import GatePolicy
     from evalkit.corpus.cases import Case, Corpus, load_corpus
     from evalkit.corpus.suite import Suite, load_suite
     from evalkit.errors import (

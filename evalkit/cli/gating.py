@@ -11,7 +11,7 @@ from evalkit.errors import EvalkitError
 
 if TYPE_CHECKING:
     from evalkit.compare.analysis import Comparison
-    from evalkit.compare.gate import GateDecision
+    from evalkit.compare.decision import GateDecision
     from evalkit.store import Store
 
 
@@ -52,8 +52,9 @@ def _gate_config(args: argparse.Namespace) -> str | None:
 def _decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, GateDecision]:
     """The checked pair's comparison and gate decision (refusals raise one-line errors)."""
     from evalkit.compare.analysis import load_comparison
-    from evalkit.compare.gate import gate_comparison, load_policy
+    from evalkit.compare.gate import gate_comparison
     from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
+    from evalkit.compare.policy import load_policy
 
     policy = load_policy(_gate_config(args))
     base, cand = resolve_pair(store, *pair_refs(args))

@@ -279,7 +279,7 @@ def pass_rate_by_slice(slices: pl.DataFrame) -> alt.LayerChart:
 
 def min_detectable_drop(power: pl.DataFrame) -> alt.Chart:
     """Per slice, the smallest drift (at the assumed flip rate) and the smallest collapse (every
-    flip a break) it can detect; frame from `evalkit.compare.gate.power_table`. Missing bar =
+    flip a break) it can detect; frame from `evalkit.compare.power.power_table`. Missing bar =
     cannot."""
     data = power.unpivot(
         index=["slice", "n"],

@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evalkit.compare.analysis import Comparison, flips, replay_verdicts, slices, usage_means
-from evalkit.compare.gate import GateDecision
+from evalkit.compare.decision import GateDecision
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
 _SYMBOL = {True: "✓", False: "✗", None: "?"}

@@ -9,7 +9,10 @@ import pytest
 from synthetic_runs import MANIFEST, C, make_run, seed000_runs, write_store
 
 from evalkit.compare.analysis import compare, slices
-from evalkit.compare.gate import GatePolicy, Override, decide, gate_comparison, power_table
+from evalkit.compare.decision import Override
+from evalkit.compare.gate import decide, gate_comparison
+from evalkit.compare.policy import GatePolicy
+from evalkit.compare.power import power_table
 from evalkit.errors import ConfigError
 from evalkit.store import open_store
 

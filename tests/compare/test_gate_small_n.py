@@ -8,7 +8,8 @@ import pytest
 from scipy.stats import binomtest
 
 from evalkit.compare.analysis import slices
-from evalkit.compare.gate import GatePolicy, decide
+from evalkit.compare.gate import decide
+from evalkit.compare.policy import GatePolicy
 
 
 def _tag(n: int, broken: int, fixed: int = 0, tag: str = "negation") -> pl.DataFrame:

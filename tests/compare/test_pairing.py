@@ -118,7 +118,8 @@ def test_a_killed_candidate_is_refused_with_the_resume_command(tmp_path: Path, c
 
 def test_an_all_errored_candidate_gates_unverified_through_the_store(tmp_path: Path) -> None:
     from evalkit.compare.analysis import load_comparison
-    from evalkit.compare.gate import GatePolicy, gate_comparison
+    from evalkit.compare.gate import gate_comparison
+    from evalkit.compare.policy import GatePolicy
 
     db = tmp_path / "e.duckdb"
     write_store(db, [make_run("b1", _cases("c", "p"), label="baseline"),
@@ -158,7 +159,8 @@ def test_warnings_reach_the_decision_and_errored_cases_are_not_label_error_candi
     tmp_path: Path,
 ) -> None:
     from evalkit.compare.analysis import load_comparison
-    from evalkit.compare.gate import GatePolicy, gate_comparison
+    from evalkit.compare.gate import gate_comparison
+    from evalkit.compare.policy import GatePolicy
     from evalkit.compare.report import build_report
 
     db = tmp_path / "w.duckdb"

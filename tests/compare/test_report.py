@@ -16,10 +16,12 @@ from synthetic_runs import C, make_run, seed000_runs, write_store
 from evalkit import stats
 from evalkit.cli import main
 from evalkit.compare.analysis import compare
-from evalkit.compare.gate import GatePolicy, Override, decide
+from evalkit.compare.decision import Override
+from evalkit.compare.gate import decide
 from evalkit.compare.html import to_html
 from evalkit.compare.junit import to_junit
 from evalkit.compare.markdown import GITHUB_COMMENT_LIMIT, tag_rows, to_markdown
+from evalkit.compare.policy import GatePolicy
 from evalkit.compare.report import build_report, inert, render_terminal, to_dict, to_json, to_text
 
 

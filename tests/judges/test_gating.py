@@ -9,7 +9,8 @@ from pathlib import Path
 import polars as pl
 
 from evalkit.compare.analysis import load_comparison
-from evalkit.compare.gate import GatePolicy, gate_comparison
+from evalkit.compare.gate import gate_comparison
+from evalkit.compare.policy import GatePolicy
 from evalkit.judges.calibration import Calibration
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
 

@@ -1,0 +1,131 @@
+"""What the gate decides: findings (each with a key an override can name), the critical tags'
+states, overrides, and the decision with its four states — PASSED, BLOCKED, UNVERIFIED and
+PASSED WITH OVERRIDE."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from evalkit.compare.policy import GatePolicy
+
+Severity = Literal["block", "unverified", "warn", "info"]
+#: Severities that stop the gate (unless an override accepts the finding).
+STOPPING: frozenset[str] = frozenset({"block", "unverified"})
+State = Literal["regressed", "no evidence of regression", "underpowered", "not in this selection"]
+
+
+class GateBlocked(Exception):
+    """Raised by the last cell of ``notebooks/gate.ipynb`` when the gate blocks."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the gate found: ``tier`` 1-4 (0 = about the evidence itself)."""
+
+    tier: int
+    slice: str | None
+    case_ids: tuple[str, ...]
+    statistic: dict[str, Any]
+    message: str
+    severity: Severity
+
+    @property
+    def key(self) -> str:
+        """The finding's identity, what an override names: tier, slice and the cases involved.
+
+        Examples:
+            >>> Finding(1, "must_pass", ("inc-7",), {}, "fails", "block").key
+            'tier1/must_pass/inc-7'
+        """
+        ids = ",".join(sorted(self.case_ids))
+        return f"tier{self.tier}/{self.slice or '-'}" + (f"/{ids}" if ids else "")
+
+
+@dataclass(frozen=True)
+class SliceState:
+    """A critical tag's outcome. ``psi`` is the flip fraction used for sizing: the observed one,
+    floored at ``tolerance`` (all flips one way) when fewer flips were seen, so ``required_n`` is
+    the fewest cases that could detect a drop of ``tolerance`` (``psi_assumed`` marks the floor)."""
+
+    tag: str
+    state: State
+    n: int
+    n_error: int
+    broken: int
+    fixed: int
+    p_value: float | None
+    diff: float | None
+    lo: float | None
+    hi: float | None
+    psi: float
+    psi_assumed: bool
+    required_n: int | None
+    power: float | None  # exact one-sided power at n for a drop of tolerance
+
+
+@dataclass(frozen=True)
+class Override:
+    """A recorded decision to ship despite a block: who, why, when, and the keys of the blocking
+    findings it accepts (:attr:`Finding.key`); it covers nothing else."""
+
+    who: str
+    reason: str
+    created_at: datetime | None = None
+    findings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """The gate's verdict: ``blocked`` (after overrides), every finding, each critical state."""
+
+    blocked: bool  # the gate does not pass: BLOCKED or UNVERIFIED
+    findings: tuple[Finding, ...]
+    overridden: bool = False
+    overrides: tuple[Override, ...] = ()
+    critical: tuple[SliceState, ...] = ()
+    n_paired: int = 0
+    policy: GatePolicy = field(default_factory=GatePolicy)
+    unverified: bool = False  # stopped by missing evidence, not by a regression
+    uncovered: tuple[str, ...] = ()  # keys of stopping findings no override accepts
+
+    @property
+    def would_block(self) -> bool:
+        """Whether the gate would stop without overrides."""
+        return any(f.severity in STOPPING for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.blocked else 0
+
+    @property
+    def status(self) -> str:
+        """PASSED, BLOCKED, UNVERIFIED or PASSED WITH OVERRIDE."""
+        if self.blocked:
+            return "UNVERIFIED" if self.unverified else "BLOCKED"
+        return "PASSED WITH OVERRIDE" if self.overridden else "PASSED"
+
+    def blocking(self) -> tuple[Finding, ...]:
+        """The findings that stop the gate (blocks and missing evidence)."""
+        return tuple(f for f in self.findings if f.severity in STOPPING)
+
+    def summary(self) -> str:
+        """One line: status and the stopping findings.
+
+        Examples:
+            >>> GateDecision(False, ()).summary()
+            'gate PASSED'
+        """
+        reasons = "; ".join(f.message for f in self.blocking())
+        return f"gate {self.status}" + (f": {reasons}" if reasons else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(status=self.status, would_block=self.would_block, exit_code=self.exit_code)
+        for finding, row in zip(self.findings, out["findings"], strict=True):
+            row["key"] = finding.key
+        out["policy"]["budgets"] = [b.model_dump() for b in self.policy.budgets]
+        for o in out["overrides"]:
+            o["created_at"] = o["created_at"].isoformat() if o["created_at"] else None
+        return out

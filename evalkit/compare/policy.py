@@ -1,0 +1,175 @@
+"""The gate's policy, fixed before anyone looks at results: critical tags, alpha, tolerance,
+error and judge thresholds, budgets (``critical_tags``, ``gate:`` and ``budgets:`` in
+evalkit.yaml), and the checks ``cases lint``, ``run`` and ``gate`` all apply to it.
+
+Examples:
+    >>> policy = GatePolicy.from_suite(["billing"], {"alpha": 0.05}, {})
+    >>> policy.tolerance, policy.critical_tags
+    (0.02, ('billing',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evalkit import stats
+from evalkit.corpus.cases import MIN_CRITICAL_CASES
+from evalkit.errors import ConfigError
+
+MAX_CRITICAL_TAGS = 4
+
+
+class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
+    model_config = ConfigDict(extra="forbid", strict=True)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    tolerance: float = Field(0.02, ge=0, lt=1)
+    power: float = Field(0.8, gt=0, lt=1)
+    bootstrap_iters: int = Field(10_000, ge=100)
+    bootstrap_seed: int = Field(0, ge=0)
+    level: float = Field(0.95, gt=0, lt=1)
+    # A judge-scored check may block only when its judge model + rubric has a calibration
+    # record with kappa at or above this (see evalkit.judges.gating).
+    judge_kappa_min: float = Field(0.6, ge=-1, le=1)
+    # ... and only after at least this many labelled items (the kappa CI's lower bound must
+    # clear judge_kappa_min, which a handful of labels never does honestly).
+    judge_min_labels: int = Field(100, ge=1)
+    # Errored candidate outputs tolerated before the gate says UNVERIFIED (a fraction).
+    max_error_rate: float = Field(0.0, ge=0, le=1)
+
+
+class Budget(BaseModel):
+    """A limit on a candidate mean (see `evalkit.compare.analysis.BUDGET_METRICS`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: Literal["mean_latency_ms", "mean_total_tokens", "mean_cost_usd"]
+    limit: float = Field(ge=0)
+    action: Literal["block", "warn"] = "block"
+
+
+def _validated(model: type[BaseModel], data: dict[str, Any], where: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join([where, *map(str, err["loc"])])
+        what = "unknown key" if err["type"] == "extra_forbidden" else f"invalid ({err['msg']})"
+        raise ConfigError(f"{key}: {what}") from None
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """The gate's parameters, validated; build it with `from_suite` from ``evalkit.yaml``."""
+
+    critical_tags: tuple[str, ...] = ()
+    alpha: float = 0.05
+    tolerance: float = 0.02
+    power: float = 0.8
+    bootstrap_iters: int = 10_000
+    bootstrap_seed: int = 0
+    level: float = 0.95
+    budgets: tuple[Budget, ...] = ()
+    judge_kappa_min: float = 0.6
+    judge_min_labels: int = 100
+    max_error_rate: float = 0.0
+
+    @classmethod
+    def from_suite(
+        cls,
+        critical_tags: Sequence[str],
+        gate: Mapping[str, Any] | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        source: str = "evalkit.yaml",
+    ) -> GatePolicy:
+        """Validate the suite's ``critical_tags``, ``gate:`` and ``budgets:`` sections.
+
+        Raises:
+            ConfigError: one line naming ``source``, the key and what to do.
+
+        Examples:
+            >>> GatePolicy.from_suite(["a", "b", "c", "d", "e"])
+            Traceback (most recent call last):
+            evalkit.errors.ConfigError: evalkit.yaml: critical_tags lists 5 tags; at most 4 ...
+        """
+        tags = tuple(critical_tags)
+        if len(tags) > MAX_CRITICAL_TAGS:
+            raise ConfigError(
+                f"{source}: critical_tags lists {len(tags)} tags; at most {MAX_CRITICAL_TAGS} are "
+                "allowed (4 tags tested at 0.05 already give a family-wise error rate near 0.19)"
+                f" — drop {len(tags) - MAX_CRITICAL_TAGS} or leave them to the report"
+            )
+        if len(set(tags)) < len(tags):
+            raise ConfigError(f"{source}: critical_tags lists a tag twice: {list(tags)}")
+        params = _validated(_Gate, dict(gate or {}), f"{source}: gate").model_dump()
+        specs = [
+            _validated(Budget, {"metric": m, **(v if isinstance(v, Mapping) else {"limit": v})},
+                       f"{source}: budgets")
+            for m, v in (budgets or {}).items()
+        ]  # fmt: skip
+        return cls(critical_tags=tags, budgets=tuple(specs), **params)
+
+    def min_cases(self) -> int:
+        """Cases a critical tag needs: 8, or more when alpha needs more one-way flips."""
+        return max(MIN_CRITICAL_CASES, stats.exact_min_flips(self.alpha))
+
+    def validate_against(
+        self,
+        cases: pl.DataFrame | Mapping[str, int],
+        selection: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Refuse a critical tag with too few cases (a frame with ``tags``, or tag counts).
+
+        With a partial ``selection`` (a run manifest's ``selection`` naming a tier or tags) a
+        critical tag with too few selected cases is no error: the gate reports it as not gated
+        in this selection, and the full suite gates it.
+
+        Examples:
+            >>> GatePolicy(critical_tags=("negation",)).validate_against({"negation": 6})
+            Traceback (most recent call last):
+            evalkit.errors.ConfigError: critical tag 'negation' has 6 cases; a one-sided ...
+        """
+        counts = cases if isinstance(cases, Mapping) else tag_counts(cases)
+        if is_partial(selection):
+            return
+        for tag in self.critical_tags:
+            # No case at all: the run's selection (a tier, --tag) left the tag out. The gate
+            # reports it as not in this selection; `cases lint` and `run` catch unknown tags.
+            if 0 < (n := counts.get(tag, 0)) < self.min_cases():
+                raise ConfigError(
+                    f"critical tag {tag!r} has {n} cases; a one-sided exact McNemar test needs "
+                    f"{stats.exact_min_flips(self.alpha)} one-way flips to reach p ≤ "
+                    f"{self.alpha:g}, so a critical tag needs ≥ {self.min_cases()} cases — add "
+                    "cases or drop it from critical_tags"
+                )
+
+
+def is_partial(selection: Mapping[str, Any] | None) -> bool:
+    """Whether a run manifest's ``selection`` ran only part of the suite (a tier or tags).
+
+    Examples:
+        >>> is_partial({"tier": "smoke", "tags": ["smoke"]}), is_partial({"tags": []})
+        (True, False)
+    """
+    return bool(selection) and any(selection.get(k) for k in ("tier", "tags", "exclude_tags"))
+
+
+def tag_counts(frame: pl.DataFrame) -> dict[str, int]:
+    """Cases per tag in a frame with a ``tags`` list column (sealed cases left out)."""
+    if "sealed" in frame.columns:
+        frame = frame.filter(~pl.col("sealed").fill_null(False))
+    counts = frame.select(pl.col("tags").explode()).drop_nulls().group_by("tags").len()
+    return dict(counts.iter_rows())
+
+
+def load_policy(config_path: str | None) -> GatePolicy:
+    """The gate policy of a suite config file; no config -> the default policy."""
+    if not config_path:
+        return GatePolicy()
+    from evalkit.corpus.suite import load_suite
+
+    cfg = load_suite(config_path).config
+    return GatePolicy.from_suite(cfg.critical_tags, cfg.gate, cfg.budgets, str(config_path))
