@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evalkit.cli.options import db_arg, suite_args
 from evalkit.errors import EvalkitError
+
+if TYPE_CHECKING:
+    from evalkit.corpus.cases import Case
+    from evalkit.corpus.suite import Suite
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -96,9 +103,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     corpus = load_corpus(
         suite.root, sealed=selection.sealed, user_template=suite.config.system.user_template
     )
+    full_counts = _tag_counts(corpus.cases)
     corpus = selection.apply(corpus)
     if not corpus.cases:
         raise EvalkitError("no cases selected (check --tier / --tag / --exclude-tag)")
+    partial = bool(selection.tier or selection.tags or selection.exclude_tags)
+    for warning in _policy_warnings(suite, full_counts, corpus.cases if partial else None):
+        print(f"evalkit: warning: {warning}", file=sys.stderr, flush=True)
     started: list[RunStart] = []
 
     def announce(start: RunStart) -> None:  # before any model call, on a terminal or not
@@ -197,6 +208,7 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
+    _policy_warnings(suite, _tag_counts(corpus.cases))  # the gate's checks, before any run
     stats = corpus.stats(suite.config.critical_tags)
     console = Console(highlight=False)
     console.print(
@@ -288,3 +300,18 @@ def _cmd_flakes(args: argparse.Namespace) -> int:
     for row in result.flaky.iter_rows(named=True):
         console.print(f"  noisy: {row['case_id']} ({row['flips']}/{row['runs']} runs disagree)")
     return 0
+
+
+def _tag_counts(cases: Sequence[Case]) -> dict[str, int]:
+    """Cases per tag, sealed cases left out (they never gate)."""
+    return dict(Counter(tag for case in cases if not case.sealed for tag in case.tags))
+
+
+def _policy_warnings(
+    suite: Suite, corpus_counts: dict[str, int], selected: Sequence[Case] | None = None
+) -> list[str]:
+    """The gate policy checks (``check_policy``): raise on a bad policy, return warnings."""
+    from evalkit.compare.policy import check_policy
+
+    counts = _tag_counts(selected) if selected is not None else None
+    return check_policy(suite.config, corpus_counts, counts, str(suite.path))

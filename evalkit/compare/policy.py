@@ -173,3 +173,53 @@ def load_policy(config_path: str | None) -> GatePolicy:
 
     cfg = load_suite(config_path).config
     return GatePolicy.from_suite(cfg.critical_tags, cfg.gate, cfg.budgets, str(config_path))
+
+
+def check_policy(
+    suite_config: Any,
+    corpus_counts: Mapping[str, int],
+    selected_counts: Mapping[str, int] | None = None,
+    source: str = "evalkit.yaml",
+) -> list[str]:
+    """The gate policy checks ``cases lint``, ``run`` and ``gate`` share, before any model call.
+
+    ``corpus_counts`` are cases per tag in the whole corpus (sealed cases left out);
+    ``selected_counts`` those of a partial selection (a tier or ``--tag``), where a critical tag
+    with too few cases is a warning (it is not gated in that selection) rather than an error.
+
+    Returns:
+        Warnings for the person (one line each).
+
+    Raises:
+        ConfigError: more than 4 critical tags, a critical tag no case carries (with a
+            did-you-mean), or one with fewer cases than the exact test needs.
+
+    Examples:
+        >>> from types import SimpleNamespace as NS
+        >>> cfg = NS(critical_tags=["biling"], gate={}, budgets={})
+        >>> check_policy(cfg, {"billing": 12})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        evalkit.errors.ConfigError: evalkit.yaml: critical_tags: no case has the tag 'biling' ...
+    """
+    import difflib
+
+    policy = GatePolicy.from_suite(
+        suite_config.critical_tags, suite_config.gate, suite_config.budgets, source
+    )
+    for tag in policy.critical_tags:
+        if not corpus_counts.get(tag):
+            guess = difflib.get_close_matches(tag, list(corpus_counts), n=1)
+            hint = f"; did you mean {guess[0]!r}?" if guess else ""
+            raise ConfigError(
+                f"{source}: critical_tags: no case has the tag {tag!r}{hint} (tags in the "
+                f"corpus: {', '.join(sorted(corpus_counts)[:20])})"
+            )
+    policy.validate_against(corpus_counts)
+    warnings = []
+    for tag in policy.critical_tags if selected_counts is not None else ():
+        if (n := selected_counts.get(tag, 0)) < policy.min_cases():
+            warnings.append(
+                f"critical tag {tag!r} has {n} case(s) in this selection (≥ {policy.min_cases()} "
+                "gate): it is not gated on this run's selection"
+            )
+    return warnings

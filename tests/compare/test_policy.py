@@ -1,0 +1,65 @@
+"""The gate policy is checked before any model call, the same way by lint, run and gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalkit.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _suite(tmp_path: Path, **changes: object) -> Path:
+    """A copy of the demo suite with its evalkit.yaml changed."""
+    import shutil
+
+    root = tmp_path / "corpus"
+    shutil.copytree(REPO / "corpus", root)
+    config = yaml.safe_load((root / "evalkit.yaml").read_text())
+    config.update(changes)
+    (root / "evalkit.yaml").write_text(yaml.safe_dump(config))
+    return root / "evalkit.yaml"
+
+
+def test_lint_exits_2_on_five_critical_tags(tmp_path: Path, capsys) -> None:
+    config = _suite(tmp_path, critical_tags=["billing", "injection", "policy", "account", "orders"])
+    assert main(["cases", "lint", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "critical_tags lists 5 tags; at most 4" in err and str(config) in err
+
+
+def test_lint_names_an_unknown_critical_tag_with_a_did_you_mean(tmp_path: Path, capsys) -> None:
+    config = _suite(tmp_path, critical_tags=["biling"])
+    assert main(["cases", "lint", "--config", str(config)]) == 2
+    assert "no case has the tag 'biling'; did you mean 'billing'?" in capsys.readouterr().err
+
+
+def test_run_refuses_a_bad_policy_before_any_model_call(tmp_path: Path, capsys) -> None:
+    config = _suite(tmp_path, critical_tags=["biling"])
+    # a base_url nothing listens on: the refusal must come before any request is tried
+    args = ["run", "--config", str(config), "--db", str(tmp_path / "x.duckdb"), "--no-progress",
+            "--set", "system.base_url=http://127.0.0.1:9/v1"]  # fmt: skip
+    assert main(args) == 2
+    assert "no case has the tag 'biling'" in capsys.readouterr().err
+    assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_a_tier_run_warns_about_critical_tags_it_cannot_gate(
+    tmp_path: Path, demo_server, capsys
+) -> None:
+    args = ["run", "--config", str(REPO / "corpus" / "evalkit.yaml"), "--tier", "smoke",
+            "--db", str(tmp_path / "s.duckdb"), "--no-progress",
+            "--set", f"system.base_url={demo_server.base_url}"]  # fmt: skip
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "critical tag 'billing' has 3 case(s) in this selection" in err
+
+
+@pytest.mark.parametrize("tags", [["billing"], []])
+def test_the_full_corpus_policy_passes_lint(tags: list[str], capsys) -> None:
+    args = ["cases", "lint", "--config", str(REPO / "corpus" / "evalkit.yaml")]
+    assert main(args) == 0, capsys.readouterr().err
+    assert tags is not None
