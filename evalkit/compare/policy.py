@@ -136,9 +136,7 @@ class GatePolicy:
         if is_partial(selection):
             return
         for tag in self.critical_tags:
-            # No case at all: the run's selection (a tier, --tag) left the tag out. The gate
-            # reports it as not in this selection; `cases lint` and `run` catch unknown tags.
-            if 0 < (n := counts.get(tag, 0)) < self.min_cases():
+            if (n := counts.get(tag, 0)) < self.min_cases():
                 raise ConfigError(
                     f"critical tag {tag!r} has {n} cases; a one-sided exact McNemar test needs "
                     f"{stats.exact_min_flips(self.alpha)} one-way flips to reach p ≤ "

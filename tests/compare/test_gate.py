@@ -77,12 +77,17 @@ def test_a_six_case_critical_tag_is_a_config_error_that_says_why():
         "flips to reach p ≤ 0.05, so a critical tag needs ≥ 8 cases — add cases or drop it "
         "from critical_tags"
     )
-    policy.validate_against({"billing": 40})  # none selected: reported, not a config error
+    with pytest.raises(ConfigError, match="has 0 cases"):
+        policy.validate_against({"billing": 40})
+    policy.validate_against({"billing": 40}, {"tier": "smoke"})  # a tier leaves it out: fine
 
 
 def test_a_critical_tag_outside_the_selection_is_reported_not_an_error():
     rows = [(f"smoke-{i}", ["smoke"], "normal", True, True) for i in range(10)]
-    decision = decide(_paired(rows), GatePolicy.from_suite(["billing", "smoke"]))
+    policy = GatePolicy.from_suite(["billing", "smoke"])
+    with pytest.raises(ConfigError, match="'billing' has 0 cases"):
+        decide(_paired(rows), policy)  # the full suite: a critical tag nobody has is an error
+    decision = decide(_paired(rows), policy, selection={"tier": "smoke", "tags": ["smoke"]})
     assert decision.status == "PASSED"
     states = {s.tag: s.state for s in decision.critical}
     assert states == {"billing": "not in this selection", "smoke": "underpowered"}
