@@ -1,4 +1,6 @@
-"""The response cache, keyed by provider, model, rendered messages, tools, sampling and replay.
+"""The response cache, keyed by who answers (provider, endpoint, function, snapshot, and the
+system's code fingerprint, version and index) and exactly what was asked (model, rendered
+messages, tools, sampling, replay index).
 
 The runner prefetches the keys of a whole run in one query and writes new entries with each
 batch; :class:`CachedProvider` wraps any provider for one-off calls (model judges, rescoring)
@@ -11,8 +13,13 @@ import hashlib
 import json
 from typing import Any
 
+from evalkit.corpus.suite import Suite
 from evalkit.records import ChatRequest, Completion, Provider, canonical_json
 from evalkit.store import Store
+
+#: Version of the runner's cache entries (completion + the latency and cost it had when
+#: produced); part of every key, so entries of an older layout are never read as this one.
+CACHE_ENTRY_VERSION = 2
 
 
 def cache_key(identity: dict[str, Any], request: ChatRequest, replay: int) -> str:
@@ -32,6 +39,28 @@ def cache_key(identity: dict[str, Any], request: ChatRequest, replay: int) -> st
         "replay": replay,
     }
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def system_cache_identity(suite: Suite, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Who answers, for the cache key: provider, endpoint, function, pinned snapshot, and the
+    system's code fingerprint, version and index (from the manifest), so an edit to any of them
+    is a cache miss (fields a suite leaves unset are left out of the key)."""
+    system = suite.config.system
+    identity: dict[str, Any] = {
+        "provider": system.provider,
+        "base_url": system.base_url,
+        "function": system.function,
+        "entry": CACHE_ENTRY_VERSION,
+    }
+    described = manifest.get("system") or {}
+    extra = {
+        "snapshot": system.snapshot,
+        "code": described.get("code_fingerprint"),
+        "version": described.get("version"),
+        "index": described.get("index"),
+    }
+    identity.update({k: v for k, v in extra.items() if v is not None})
+    return identity
 
 
 class CachedProvider:

@@ -29,7 +29,7 @@ from evalkit.errors import ConfigError, EvalkitError, ProviderError, StoreError
 from evalkit.fixtures import FixtureMiss, serve_tool_call
 from evalkit.records import ChatRequest, Completion, Output, Provider, Score, ToolCall
 from evalkit.retries import CallStats, RateLimiter, RetryPolicy, complete_with_retries
-from evalkit.run.cache import CachedProvider, cache_key
+from evalkit.run.cache import CachedProvider, cache_key, system_cache_identity
 from evalkit.run.caveats import config_warnings, result_warnings
 from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
@@ -40,10 +40,6 @@ from evalkit.scorers.registry import EXECUTABLE, JUDGE
 from evalkit.store import Store, initial_scoring_id, new_run_id
 
 __all__ = ["RunOptions", "RunStart", "RunSummary", "judge_client", "make_judge", "run_suite"]
-
-#: Version of the runner's cache entries (completion + the latency and cost it had when
-#: produced); part of every key, so entries of an older layout are never read as this one.
-CACHE_ENTRY_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -419,29 +415,6 @@ class _Execution:
             entry = {**completion.to_json(), "latency_ms": elapsed, "cost_usd": cost}
             self.writer.cache(key, json.dumps(entry))
         return completion, elapsed, cost, False
-
-
-def system_cache_identity(suite: Suite, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Who answers, for the cache key: provider, endpoint, function, pinned snapshot, and the
-    system's code fingerprint, version and index (from the manifest), so an edit to any of them
-    is a cache miss. Keys of fields a suite leaves unset are omitted, so adding a field keeps
-    the existing keys of suites that do not use it."""
-    system = suite.config.system
-    identity: dict[str, Any] = {
-        "provider": system.provider,
-        "base_url": system.base_url,
-        "function": system.function,
-        "entry": CACHE_ENTRY_VERSION,
-    }
-    described = manifest.get("system") or {}
-    extra = {
-        "snapshot": system.snapshot,
-        "code": described.get("code_fingerprint"),
-        "version": described.get("version"),
-        "index": described.get("index"),
-    }
-    identity.update({k: v for k, v in extra.items() if v is not None})
-    return identity
 
 
 def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> JudgeClient | None:

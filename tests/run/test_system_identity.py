@@ -237,3 +237,42 @@ def test_resuming_a_no_cache_run_stays_uncached(
     assert status == "complete"
     # the summary of a resumed run counts the whole run, not only what the resume asked
     assert (resumed.outputs, resumed.passed, resumed.resumed_skipped) == (8, 8, stored)
+
+
+def test_transport_and_request_settings_are_recorded_not_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    corpus = load_corpus(repo / "corpus")
+
+    def manifest(*sets: str) -> dict:
+        suite = load_suite(repo / "corpus" / "evalkit.yaml", overrides=list(sets))
+        return build_manifest(suite, corpus, run_id="r", label="l", selection={})
+
+    default = manifest()
+    lean = manifest("system.transport=lean", "system.max_retries=1", "system.timeout_s=5")
+    limited = manifest("rate_limit={requests_per_minute: 600}")
+    assert default["requests"]["transport"] == "openai"
+    assert (lean["requests"]["transport"], lean["requests"]["max_retries"]) == ("lean", 1)
+    assert lean["requests"]["timeout_s"] == 5.0
+    assert limited["requests"]["rate_limit"]["requests_per_minute"] == 600
+    # how requests are made changes no answer: the runs stay comparable replays
+    assert default["config_hash"] == lean["config_hash"] == limited["config_hash"]
+
+
+def test_config_warnings_name_unpinned_models_and_thin_judge_replays(tmp_path: Path) -> None:
+    from evalkit.run.caveats import config_warnings, result_warnings
+
+    repo = Path(__file__).resolve().parents[2]
+    corpus = load_corpus(repo / "corpus")
+    sets = ["system.model=gpt-4o", "judge.model=claude-sonnet-4", "critical_tags=[orders]"]
+    warnings = config_warnings(load_suite(repo / "corpus" / "evalkit.yaml", overrides=sets), corpus)
+    assert any("model 'gpt-4o' is an alias with no pinned snapshot" in w for w in warnings)
+    assert any("judge model 'claude-sonnet-4' is an alias" in w for w in warnings)
+    assert any("replays 1 < 5 where a judge decides critical tag(s) orders" in w for w in warnings)
+    pinned = [*sets, "system.snapshot=gpt-4o-2024-08-06", "judge.snapshot=x-1", "replays=5"]
+    suite = load_suite(repo / "corpus" / "evalkit.yaml", overrides=pinned)
+    assert config_warnings(suite, corpus) == []
+    assert result_warnings(10, 2, 12) == [
+        "incomplete run: 10 of 12 outputs (selected cases × replays) stored"
+    ]
