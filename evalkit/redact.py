@@ -1,11 +1,20 @@
 """Secret redaction: API keys and Authorization values never reach a stored or printed string.
 
-Keys the process uses are registered (:func:`register_secret`); anything that looks like a key or
-an Authorization header is masked by pattern as well.
+Keys the process uses are registered (:func:`register_secret`; providers register theirs, and
+variables of the environment whose names say they hold a key, token, secret or password are
+registered on first use). A registered key is removed wherever it shows up, and so are its common
+masked forms: a prefix of it, a run of ``*`` (or ``•``, ``…``, ``...``), then a suffix of it, as
+in ``sk-evalk*****0e1f`` or ``custkey-****aa90``.
+
+Two strengths: :func:`redact_known` removes only registered keys and their masked forms (so it
+changes no other byte: used on model outputs and cached responses), :func:`redact_secrets` also
+masks anything that looks like a key, an Authorization header or the password of a URL (used on
+errors and reasons).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 _VALUE = r"[^\s\"',;&}]+"  # a header or query-string value, up to its delimiter
@@ -16,14 +25,57 @@ _SECRET_PATTERNS = (
     ),
     re.compile(r"(?i)\b(bearer\s+)" + _VALUE),
     re.compile(r"\b(sk-)[A-Za-z0-9*._-]{6,}"),  # OpenAI-style keys, masked ones included
+    re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)"),  # scheme://user:PASS@
+)
+_MASKED = re.compile(r"([A-Za-z0-9_.\-]*?)(?:\*{2,}|•{2,}|…|\.{3,})+([A-Za-z0-9_\-]*)")
+_MASK_CHARS = ("**", "••", "…", "...")
+_SECRET_NAME = re.compile(
+    r"(?i)(api[_-]?key|(^|_)key$|token|secret|passw(or)?d|credential|(^|_)auth$)"
 )
 _KNOWN_SECRETS: set[str] = set()
+_ENVIRONMENT_READ = False
+REDACTED = "[redacted]"
 
 
 def register_secret(value: str) -> None:
     """Remember an API key so :func:`redact_secrets` removes it wherever it shows up."""
     if value and len(value) >= 8:
         _KNOWN_SECRETS.add(value)
+
+
+def register_environment_secrets(environ: dict[str, str] | None = None) -> None:
+    """Register the values of variables named like keys (``*_API_KEY``, ``*_TOKEN``,
+    ``*SECRET*``, ``*PASSWORD*``, ...); called on the first redaction with ``os.environ``."""
+    global _ENVIRONMENT_READ
+    _ENVIRONMENT_READ = True
+    for name, value in (os.environ if environ is None else environ).items():
+        if _SECRET_NAME.search(name):
+            register_secret(value)
+
+
+def has_secrets() -> bool:
+    """Whether any key is registered (callers skip scrubbing entirely when none is)."""
+    if not _ENVIRONMENT_READ:
+        register_environment_secrets()
+    return bool(_KNOWN_SECRETS)
+
+
+def redact_known(text: str) -> str:
+    """``text`` without registered keys and their masked forms; every other byte is kept.
+
+    Examples:
+        >>> register_secret("custkey-7d01e5a3aa90")
+        >>> redact_known("key custkey-7d01e5a3aa90, shown as custkey-****aa90 in the log")
+        'key [redacted], shown as [redacted] in the log'
+    """
+    if not has_secrets() or not text:
+        return text
+    for secret in _KNOWN_SECRETS:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if any(mask in text for mask in _MASK_CHARS):
+        text = _MASKED.sub(_unmask, text)
+    return text
 
 
 def redact_secrets(text: str) -> str:
@@ -33,8 +85,34 @@ def redact_secrets(text: str) -> str:
         >>> redact_secrets("HTTP 401: bad key sk-proj-abc123xyz in Authorization: Bearer tok9")
         'HTTP 401: bad key sk-[redacted] in Authorization: [redacted]'
     """
-    for secret in _KNOWN_SECRETS:
-        text = text.replace(secret, "[redacted]")
+    text = redact_known(text)
     for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(r"\1[redacted]", text)
+        text = pattern.sub(r"\1" + REDACTED, text)
     return text
+
+
+def strip_userinfo(url: str | None) -> str | None:
+    """``url`` without a ``user:password@`` part (a key in a URL is still a key).
+
+    Examples:
+        >>> strip_userinfo("https://me:sk-abc@proxy.example/v1")
+        'https://proxy.example/v1'
+    """
+    if not url or "@" not in url:
+        return url
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@]*@", r"\1", url)
+
+
+def _unmask(match: re.Match[str]) -> str:
+    left, right = match.group(1), match.group(2)
+    if len(left) + len(right) < 3:
+        return match.group(0)
+    for secret in _KNOWN_SECRETS:
+        if (
+            secret.startswith(left)
+            and secret.endswith(right)
+            and len(left) + len(right) < len(secret)
+            and (len(left) >= 3 or len(right) >= 3)
+        ):
+            return REDACTED
+    return match.group(0)

@@ -22,9 +22,14 @@ from evalkit.records import Completion
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How often and how long to retry. ``Retry-After`` is honoured up to
+    ``max_retry_after_s``; a server asking for longer gets no retry: the case stores an error
+    saying what the server asked for, instead of holding a concurrency slot for an hour."""
+
     max_retries: int = 4
     base_delay_s: float = 0.25
     max_delay_s: float = 20.0
+    max_retry_after_s: float = 60.0
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
         """Full-jitter exponential backoff; ``Retry-After`` is a floor, not a suggestion."""
@@ -96,6 +101,13 @@ async def complete_with_retries(
         try:
             return await call()
         except ProviderError as exc:
+            wait = exc.retry_after
+            if exc.retryable and wait is not None and wait > policy.max_retry_after_s:
+                raise ProviderError(
+                    f"{exc.cause} (the server asked to wait {wait:.0f}s, more than "
+                    f"max_retry_after_s = {policy.max_retry_after_s:g}s; not retried)",
+                    retryable=False,
+                ) from None
             if not exc.retryable or attempt >= policy.max_retries:
                 if attempt:
                     raise ProviderError(

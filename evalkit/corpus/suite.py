@@ -30,6 +30,7 @@ from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
 from evalkit.corpus.selection import TierConfig
 from evalkit.errors import ConfigError
 from evalkit.records import canonical_json
+from evalkit.redact import strip_userinfo
 from evalkit.scorers.judge_client import model_family
 from evalkit.version import __version__
 
@@ -306,7 +307,7 @@ def build_manifest(
         "suite": suite.config.suite,
         "provider": {
             "name": system.provider,
-            "base_url": system.base_url,
+            "base_url": strip_userinfo(system.base_url),  # a password in the URL is a key
             "function": system.function,
             "simulator": system.provider == "demo" or system.model.startswith("demo-"),
         },

@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from evalkit.errors import StoreError
+from evalkit.redact import has_secrets, redact_known, redact_secrets
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.lock import WriterLock, connect_duckdb
 from evalkit.store.schema import (
@@ -235,6 +236,7 @@ class Store(DecisionRecords):
         """Append a batch of outputs and their scores atomically (both or neither)."""
         if outputs.is_empty() and scores.is_empty():
             return
+        outputs, scores = _scrub_outputs(outputs), _scrub_scores(scores)
         with self._transaction():
             if not outputs.is_empty():
                 self._append("outputs", outputs.select(list(OUTPUT_SCHEMA)))
@@ -245,6 +247,7 @@ class Store(DecisionRecords):
         self, run_id: str, note: str, scores: pl.DataFrame, case_hashes: dict[str, str]
     ) -> str:
         """Store a new scoring of a run's outputs, atomically; older scorings stay."""
+        scores = _scrub_scores(scores)
         with self._transaction():
             count = self._con.execute(
                 "SELECT count(*) FROM scorings WHERE run_id = ?", [run_id]
@@ -336,7 +339,7 @@ class Store(DecisionRecords):
         frame = pl.DataFrame(
             {
                 "cache_key": list(entries),
-                "response": list(entries.values()),
+                "response": [_scrub_json(v) for v in entries.values()],
                 "created_at": [_now()] * len(entries),
             }
         )
@@ -627,3 +630,54 @@ def _string_lists(values: Sequence[Sequence[str]]) -> pl.Series:
 
 def initial_scoring_id(run_id: str) -> str:
     return f"{run_id}/s0"
+
+
+# -- the storage boundary: registered secrets are never written ----------------------------------
+
+
+def _scrub(frame: pl.DataFrame, columns: dict[str, Callable[[str], str]]) -> pl.DataFrame:
+    """``frame`` with each named string column passed through its redaction (a no-op when no
+    secret is registered)."""
+    if frame.is_empty() or not has_secrets():
+        return frame
+    return frame.with_columns(
+        pl.col(name).map_elements(fn, return_dtype=pl.String, skip_nulls=True)
+        for name, fn in columns.items()
+        if name in frame.columns and frame.schema[name] == pl.String
+    )
+
+
+def _scrub_outputs(frame: pl.DataFrame) -> pl.DataFrame:
+    # Output text keeps every byte but a registered key; errors lose anything key-shaped.
+    return _scrub(
+        frame,
+        {"text": redact_known, "tool_calls": _scrub_json, "error": redact_secrets,
+         "fail_reason": redact_secrets},
+    )  # fmt: skip
+
+
+def _scrub_scores(frame: pl.DataFrame) -> pl.DataFrame:
+    return _scrub(frame, {"reason": redact_secrets, "details": _scrub_json})
+
+
+def _scrub_json(text: str) -> str:
+    """A JSON document without registered keys: scrubbed value by value, so the result is still
+    valid JSON (a key inside an escaped string is found after decoding)."""
+    if not has_secrets() or (redact_known(text) == text and "\\u" not in text):
+        return text  # keys are plain ASCII: one hidden in the JSON would need a \u escape
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return redact_known(text)
+    cleaned = _scrub_value(value)
+    return text if cleaned == value else json.dumps(cleaned, ensure_ascii=False)
+
+
+def _scrub_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_known(value)
+    if isinstance(value, list):
+        return [_scrub_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub_value(v) for k, v in value.items()}
+    return value

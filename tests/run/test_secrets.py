@@ -208,7 +208,7 @@ def test_error_bodies_echoing_the_key_are_scrubbed_before_they_are_stored(
         ("x-api-key: abc123secret", "x-api-key: [redacted]"),
         ("api_key=abc123secret&x=1", "api_key=[redacted]&x=1"),
         ("bad key sk-proj-AbC123_xyz-987", "bad key sk-[redacted]"),
-        ("Incorrect API key provided: sk-evalk*****0e1f.", "... provided: sk-[redacted]"),
+        ("Incorrect API key provided: sk-other*****9c2d.", "... provided: sk-[redacted]"),
         ("HTTP 500: The simulator failed (simulated)", None),
         ("timeout after 1s (after 3 attempts)", None),
     ],

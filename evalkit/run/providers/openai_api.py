@@ -11,7 +11,16 @@ Two transports speak the same protocol:
   second (see bench/).
 
 Both send the same request, parse the response with the same function (:func:`_completion`)
-and map errors the same way.
+and map errors the same way. ``timeout_s`` is a total deadline for one attempt (connecting,
+sending and reading the whole body), in both.
+
+Every response is validated here, at the boundary: a body that is not a chat completion of the
+expected shape (``content`` an object or a number, a numeric ``model``, token counts that are not
+plausible integers, ...) is a non-retryable :class:`ProviderError` naming the HTTP status, the
+field and what was wrong, with a short snippet of the body: that case stores an error, the run
+goes on, and nothing is cached. Text is kept losslessly; the one exception is a lone UTF-16
+surrogate (``"\ud800"`` in the JSON), which no UTF-8 store can hold: it is replaced by the six
+characters of its escape, ``\ud800``.
 
 The client's own retries are disabled: :func:`evalkit.retries.complete_with_retries`
 retries with jitter and honours Retry-After, and counts what it did.
@@ -19,19 +28,25 @@ retries with jitter and honours Retry-After, and counts what it did.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import email.utils
 import json
+import math
+import re
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from evalkit.errors import ProviderError
 from evalkit.records import ChatRequest, Completion, ToolCallRequest
-from evalkit.redact import register_secret
+from evalkit.redact import register_secret, strip_userinfo
 
 if TYPE_CHECKING:
     import openai
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+_MAX_TOKENS = 10**9  # a token count above this is not a count
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class OpenAIProvider:
@@ -49,9 +64,15 @@ class OpenAIProvider:
     ) -> None:
         self._transport = transport
         self._timeout_s = timeout_s
-        self._base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
+        # Authorization is the Bearer key; URL credentials are dropped (aiohttp refuses both).
+        self._base_url = (strip_userinfo(base_url) or "https://api.openai.com/v1").rstrip("/")
         self._api_key = api_key
         register_secret(api_key)  # scrubbed from every ProviderError cause from now on
+        userinfo = urlsplit(base_url or "")
+        for part in (userinfo.password, userinfo.username):
+            if part:  # a key in the URL is a key: never stored, whatever string carries it
+                register_secret(unquote(part))
+                register_secret(part)
         self._client: openai.AsyncOpenAI | None = None
         self._session: Any = None
         if transport == "openai":
@@ -79,16 +100,19 @@ class OpenAIProvider:
 
         assert self._client is not None
         try:
-            body = await self._client.post(
-                "/chat/completions", body=_payload(request), cast_to=bytes
-            )
-        except openai.APITimeoutError:
+            # httpx's timeout bounds each read, not the body: a server trickling one byte per
+            # half second would never trip it. The deadline covers the whole attempt.
+            async with asyncio.timeout(self._timeout_s):
+                body = await self._client.post(
+                    "/chat/completions", body=_payload(request), cast_to=bytes
+                )
+        except (openai.APITimeoutError, TimeoutError):
             raise ProviderError(f"timeout after {self._timeout_s:g}s", retryable=True) from None
         except openai.APIConnectionError as exc:
-            raise ProviderError(f"connection error: {_first_line(exc)}", retryable=True) from None
+            raise ProviderError(f"connection error: {_cause(exc)}", retryable=True) from None
         except openai.APIStatusError as exc:
             raise _status_error(exc.status_code, exc.response.headers, _first_line(exc)) from None
-        return _completion(body)
+        return _completion(body, 200)
 
     # -- lean transport ---------------------------------------------------------------------
 
@@ -116,48 +140,118 @@ class OpenAIProvider:
         except asyncio.TimeoutError:  # noqa: UP041 - aiohttp may raise the asyncio alias
             raise ProviderError(f"timeout after {self._timeout_s:g}s", retryable=True) from None
         except aiohttp.ClientError as exc:
-            raise ProviderError(f"connection error: {_first_line(exc)}", retryable=True) from None
-        return _completion(body)
+            raise ProviderError(f"connection error: {_cause(exc)}", retryable=True) from None
+        return _completion(body, response.status)
 
 
-def _completion(body: bytes) -> Completion:
-    """The fields evalkit uses from a ``chat.completion`` response body (both transports).
+def _completion(body: bytes, status: int = 200) -> Completion:
+    """The fields evalkit uses from a ``chat.completion`` response body (both transports),
+    validated: every field has the type and range evalkit stores.
 
     Tool calls without a ``function`` (other tool types) are skipped.
 
     Raises:
-        ProviderError: not retryable: no choices, or a body that is not a chat completion.
+        ProviderError: not retryable: no choices, or a body that is not a chat completion; the
+            cause names ``status``, the field and what was wrong, and quotes the body's start.
 
     Examples:
         >>> body = b'{"model": "m", "choices": [{"message": {"content": "hi"}}], "usage": {}}'
         >>> _completion(body).text, _completion(body).prompt_tokens
         ('hi', 0)
-    """
+        >>> _completion(b'{"choices": [{"message": {"content": 7}}]}')
+        Traceback (most recent call last):
+        ...
+        evalkit.errors.ProviderError: malformed response body (HTTP 200): choices[0].message.content is int, expected a string or null; body: {"choices": [{"message": {"content": 7}}]}
+    """  # noqa: E501
     try:
-        data = json.loads(body)
-        choices = data["choices"]
-        if not choices:
-            raise ProviderError("response had no choices", retryable=False)
-        choice = choices[0]
-        message = choice["message"]
-        calls = tuple(
-            ToolCallRequest(
-                c.get("id") or "", c["function"]["name"], c["function"].get("arguments") or "{}"
-            )
-            for c in message.get("tool_calls") or ()
-            if c.get("function") is not None
-        )
-        usage = data.get("usage") or {}
-        return Completion(
-            text=message.get("content"),
-            tool_calls=calls,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            model=data.get("model"),
-            finish_reason=choice.get("finish_reason"),
-        )
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise ProviderError("malformed response body", retryable=False) from None
+        return _parse(json.loads(body))
+    except _Malformed as exc:
+        problem = str(exc)
+    except (ValueError, RecursionError) as exc:
+        problem = f"not JSON ({type(exc).__name__}: {_first_line(exc)[:80]})"
+    snippet = " ".join(body[:120].decode("utf-8", "replace").split())
+    raise ProviderError(
+        f"malformed response body (HTTP {status}): {problem}; body: {snippet}", retryable=False
+    )
+
+
+class _Malformed(Exception):
+    """One thing wrong with a response body (the message names the field)."""
+
+
+def _parse(data: Any) -> Completion:
+    if not isinstance(data, dict):
+        raise _Malformed(f"the body is {_kind(data)}, expected an object")
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise _Malformed(f"choices is {_kind(choices)}, expected a list")
+    if not choices:
+        raise ProviderError("response had no choices", retryable=False)
+    choice = _field(choices[0], "choices[0]", dict, "an object")
+    message = _field(choice.get("message"), "choices[0].message", dict, "an object")
+    content = _optional(message.get("content"), "choices[0].message.content", str)
+    calls = []
+    raw_calls = _optional(message.get("tool_calls"), "choices[0].message.tool_calls", list) or []
+    for i, call in enumerate(raw_calls):
+        where = f"choices[0].message.tool_calls[{i}]"
+        call = _field(call, where, dict, "an object")
+        function = call.get("function")
+        if function is None:
+            continue
+        function = _field(function, f"{where}.function", dict, "an object")
+        name = _field(function.get("name"), f"{where}.function.name", str, "a string")
+        arguments = _optional(function.get("arguments"), f"{where}.function.arguments", str)
+        call_id = _optional(call.get("id"), f"{where}.id", str)
+        calls.append(ToolCallRequest(_text(call_id or ""), _text(name), _text(arguments or "{}")))
+    usage = _optional(data.get("usage"), "usage", dict) or {}
+    model = _optional(data.get("model"), "model", str)
+    finish = _optional(choice.get("finish_reason"), "choices[0].finish_reason", str)
+    return Completion(
+        text=None if content is None else _text(content),
+        tool_calls=tuple(calls),
+        prompt_tokens=_tokens(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        completion_tokens=_tokens(usage.get("completion_tokens"), "usage.completion_tokens"),
+        model=None if model is None else _text(model),
+        finish_reason=None if finish is None else _text(finish),
+    )
+
+
+def _field(value: Any, where: str, kind: type, expected: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise _Malformed(f"{where} is {_kind(value)}, expected {expected}")
+    return value
+
+
+def _optional(value: Any, where: str, kind: type) -> Any:
+    if value is None or isinstance(value, kind):
+        return value
+    expected = {str: "a string", list: "a list", dict: "an object"}[kind]
+    raise _Malformed(f"{where} is {_kind(value)}, expected {expected} or null")
+
+
+def _tokens(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value) if abs(value) <= _MAX_TOKENS else value
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_TOKENS:
+        shown = repr(value)[:40]
+        raise _Malformed(f"{where} is {shown}, expected an integer in [0, {_MAX_TOKENS:.0e}]")
+    return value
+
+
+def _text(value: str) -> str:
+    """``value`` with each lone surrogate replaced by its six-character escape (``\\udXXX``),
+    so it can be stored as UTF-8; every other character is kept."""
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _payload(request: ChatRequest) -> dict[str, Any]:
@@ -212,3 +306,14 @@ def _retry_after(headers: Any) -> float | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:200]
+
+
+def _cause(exc: BaseException) -> str:
+    """What went wrong under a transport's generic wrapper ("Connection error."): the innermost
+    exception's type and first line, e.g. ``RemoteProtocolError: peer closed connection``."""
+    inner = exc
+    while inner.__cause__ is not None or inner.__context__ is not None:
+        inner = inner.__cause__ or inner.__context__  # type: ignore[assignment]
+    if inner is exc:
+        return f"{type(exc).__name__}: {_first_line(exc)}"
+    return f"{type(inner).__name__}: {_first_line(inner)}"
