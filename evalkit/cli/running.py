@@ -108,8 +108,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not corpus.cases:
         raise EvalkitError("no cases selected (check --tier / --tag / --exclude-tag)")
     partial = bool(selection.tier or selection.tags or selection.exclude_tags)
-    for warning in _policy_warnings(suite, full_counts, corpus.cases if partial else None):
-        print(f"evalkit: warning: {warning}", file=sys.stderr, flush=True)
+    policy = _policy_warnings(suite, full_counts, corpus.cases if partial else None)
     started: list[RunStart] = []
 
     def announce(start: RunStart) -> None:  # before any model call, on a terminal or not
@@ -136,6 +135,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         retry_errors=args.retry_errors,
         selection=selection.to_manifest(),
         on_start=announce,
+        warnings=tuple(policy),  # printed by announce and kept in manifest["warnings"]
     )
     try:
         with open_store(args.db, wait_s=args.wait) as store:
@@ -193,8 +193,9 @@ def print_run_summary(summary, db: str) -> None:
         console.print(f"  [yellow]warning[/]: {escape(warning)}")
     if summary.all_errored:
         console.print(
-            f"  [red]every output errored[/]: this run verified nothing; fix the causes above, "
-            f"then `evalkit run --resume {summary.run_id} --retry-errors`"
+            "  [red]every output errored[/]: this run verified nothing; fix the causes above "
+            "and run again (if they were passing, e.g. an outage: "
+            f"`evalkit run --resume {summary.run_id} --retry-errors`)"
         )
     console.print(f"  stored in {db} (config {summary.config_hash[:12]})")
 

@@ -70,6 +70,7 @@ class RunOptions:
     flush_interval_s: float = 0.5
     seed: int = 0  # jitter RNG only
     on_start: Callable[[RunStart], None] | None = None  # e.g. print the run id
+    warnings: tuple[str, ...] = ()  # the caller's own (gate policy), kept with the run's
 
 
 def run_suite(
@@ -129,7 +130,7 @@ async def run_suite_async(
             retried = store.drop_errored_outputs(run_id)
         done = store.completed(run_id)
         label = manifest["run"]["label"]
-        before = [*fresh["warnings"], *config_warnings(suite, corpus)]
+        before = [*fresh["warnings"], *config_warnings(suite, corpus), *options.warnings]
     else:
         if options.retry_errors:
             raise EvalkitError("--retry-errors continues a stored run: use it with --resume")
@@ -140,7 +141,7 @@ async def run_suite_async(
             suite, corpus, run_id=run_id, label=label, selection=options.selection
         )
         manifest["run"]["cache"] = use_cache
-        before = [*manifest["warnings"], *config_warnings(suite, corpus)]
+        before = [*manifest["warnings"], *config_warnings(suite, corpus), *options.warnings]
         manifest["warnings"] = before
         store.create_run(manifest, corpus.cases)
         done = set()
