@@ -102,7 +102,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     run = execute_gate(args.db, base, cand, _gate_config(args), args.out, args.allow_diff)
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
-    from evalkit.compare.report import inert  # model text never drives the terminal
+    from evalkit.compare.formatting import inert  # model text never drives the terminal
 
     decision = run.decision or {}
     print(f"gate {decision.get('status', '?')}: {base} → {cand}")

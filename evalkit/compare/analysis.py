@@ -497,9 +497,23 @@ class Comparison:
     changes: pl.DataFrame
     judge_notes: tuple[str, ...] = ()  # judge checks reported but not gated, and why
     warnings: tuple[str, ...] = ()  # for the person reading the report (comparability, runs)
+
     # Verdicts of the judge checks that may not gate (uncalibrated), paired like ``paired``:
     # their flips are reported, labelled "judge not calibrated — reported, not gated".
     judge_paired: pl.DataFrame | None = None
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the pair's runs and its per-slice table (percentages, 3-digit p)."""
+        from html import escape
+
+        from evalkit.compare.tables import slice_table  # great_tables: only when displayed
+
+        head = (
+            f"<p><b>{escape(self.base.label)}</b> ({escape(self.base.run_id)}) → "
+            f"<b>{escape(self.cand.label)}</b> ({escape(self.cand.run_id)}): "
+            f"{self.paired.height} paired cases</p>"
+        )
+        return head + slice_table(slices(self.paired)).as_raw_html()
 
 
 def compare(

@@ -120,6 +120,12 @@ class GateDecision:
         reasons = "; ".join(f.message for f in self.blocking())
         return f"gate {self.status}" + (f": {reasons}" if reasons else "")
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows the decision as a formatted table: status first, then each finding."""
+        from evalkit.compare.tables import decision_html  # great_tables: only when displayed
+
+        return decision_html(self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(status=self.status, would_block=self.would_block, exit_code=self.exit_code)

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from evalkit.compare.report import Report, fmt_p, fmt_pct, fmt_pts, inert
+from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
+from evalkit.compare.report import Report
 
 #: GitHub's limit on the body of an issue or pull-request comment, in characters.
 GITHUB_COMMENT_LIMIT = 65_536

@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 from great_tables import GT, loc, style
 
-from evalkit.compare.report import fmt_p, fmt_pts, inert
+from evalkit.compare.formatting import fmt_p, fmt_pts, inert
 
 _STATUS_ICON = {"PASSED": "✓", "BLOCKED": "✗", "UNVERIFIED": "?", "PASSED WITH OVERRIDE": "⚠"}
 

@@ -361,3 +361,16 @@ def test_uncalibrated_judge_flips_are_reported_per_case_and_tag_while_checks_sti
     assert "judge not calibrated — reported, not gated" in by_tag.message
     per_case = sorted(f.case_ids[0] for f in flips if f.slice == "judge-flip")
     assert per_case == sorted(broken_by_judge)
+
+
+def test_decision_and_comparison_render_as_formatted_html_in_jupyter():
+    from evalkit.compare.analysis import compare
+
+    base, cand = seed000_runs()
+    comparison = compare(base, cand)
+    decision = decide(comparison.paired, GatePolicy(critical_tags=("billing",)))
+    page = decision._repr_html_()
+    assert "BLOCKED" in page and "must_pass case policy-000 fails" in page
+    table = comparison._repr_html_()
+    assert "600 paired cases" in table and "billing" in table and "%" in table
+    assert "<script" not in table

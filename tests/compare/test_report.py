@@ -17,12 +17,13 @@ from evalkit import stats
 from evalkit.cli import main
 from evalkit.compare.analysis import compare
 from evalkit.compare.decision import Override
+from evalkit.compare.formatting import inert
 from evalkit.compare.gate import decide
 from evalkit.compare.html import to_html
 from evalkit.compare.junit import to_junit
 from evalkit.compare.markdown import GITHUB_COMMENT_LIMIT, tag_rows, to_markdown
 from evalkit.compare.policy import GatePolicy
-from evalkit.compare.report import build_report, inert, render_terminal, to_dict, to_json, to_text
+from evalkit.compare.report import build_report, render_terminal, to_dict, to_json, to_text
 
 
 @pytest.fixture(scope="module")

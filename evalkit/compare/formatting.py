@@ -1,0 +1,47 @@
+"""How numbers and untrusted text are shown in every report: rates as percentages, differences
+in points with their interval, p-values to 3 significant digits, control characters escaped."""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 control characters (tab and newline kept) and the bidirectional overrides.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str | None) -> str:
+    r"""``text`` with every control character shown as a ``\xNN`` / ``\uNNNN`` escape, so
+    a model output cannot clear the screen, retitle the window or forge coloured lines.
+
+    Examples:
+        >>> inert("\x1b]0;pwned\x07gate \x1b[32mPASSED")
+        '\\x1b]0;pwned\\x07gate \\x1b[32mPASSED'
+    """
+    if not text:
+        return text or ""
+    return _CONTROL.sub(
+        lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text
+    )
+
+
+def fmt_pct(x: float | None, digits: int = 1) -> str:
+    """A rate as a percentage (``–`` when missing)."""
+    return "–" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def fmt_pts(x: float | None, lo: float | None = None, hi: float | None = None) -> str:
+    """A difference of rates in percentage points, with its interval when given."""
+    if x is None:
+        return "–"
+    ci = f" [{100 * lo:+.1f}, {100 * hi:+.1f}]" if lo is not None and hi is not None else ""
+    return f"{100 * x:+.1f} pts{ci}"
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value to 3 significant digits (``–`` when there is none).
+
+    Examples:
+        >>> fmt_p(0.00390625), fmt_p(1.0), fmt_p(None)
+        ('0.00391', '1', '–')
+    """
+    return "–" if p is None else f"{p:.3g}"
