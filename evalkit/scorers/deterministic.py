@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import regex as _regex
 import yaml
 
 # jsonschema imports the optional rfc3987_syntax (a Lark grammar built at import: 2-5 s here)
@@ -33,7 +34,13 @@ import jsonschema  # noqa: E402
 from jsonschema.exceptions import best_match  # noqa: E402
 
 from evalkit.records import Output, Score  # noqa: E402
-from evalkit.scorers.registry import ScoreFn, ScorerArgError, check, scorer  # noqa: E402
+from evalkit.scorers.registry import (  # noqa: E402
+    ScoreFn,
+    ScorerArgError,
+    check,
+    scorer,
+    scorer_error,
+)
 
 _SHOW = 40  # characters of a value quoted in a reason
 _MISSING = object()
@@ -101,12 +108,18 @@ def not_contains(text: str, ignore_case: bool = True) -> ScoreFn:
 
 
 @scorer("regex", primary="pattern")
-def regex(pattern: str, flags: str = "") -> ScoreFn:
-    """Pass when ``re.search`` finds ``pattern``; ``flags`` are letters among ``imsx``."""
+def regex(pattern: str, flags: str = "", timeout_s: float = 1.0) -> ScoreFn:
+    """Pass when ``re.search`` finds ``pattern``; ``flags`` are letters among ``imsx``.
+
+    A search taking longer than ``timeout_s`` (catastrophic backtracking) is a scorer error for
+    that case; it runs with the GIL released, so other work goes on meanwhile."""
     compiled = _compile("regex", pattern, flags)
+    _want("regex", "timeout_s", timeout_s, (int, float), "a number of seconds")
 
     def score(output: Output, case: object) -> Score:
-        match = compiled.search(output.text or "")
+        match = _search(compiled, output.text or "", timeout_s)
+        if isinstance(match, Score):
+            return match
         if match:
             return check(True, f"matched {_show(match.group(0))}")
         return check(False, f"no match for /{_clip(pattern)}/")
@@ -115,12 +128,16 @@ def regex(pattern: str, flags: str = "") -> ScoreFn:
 
 
 @scorer("forbidden_regex", primary="pattern")
-def forbidden_regex(pattern: str, flags: str = "") -> ScoreFn:
-    """Fail when ``re.search`` finds ``pattern``; the reason quotes the offending match."""
+def forbidden_regex(pattern: str, flags: str = "", timeout_s: float = 1.0) -> ScoreFn:
+    """Fail when ``re.search`` finds ``pattern``; the reason quotes the offending match.
+    ``timeout_s`` bounds the search as for ``regex``."""
     compiled = _compile("forbidden_regex", pattern, flags)
+    _want("forbidden_regex", "timeout_s", timeout_s, (int, float), "a number of seconds")
 
     def score(output: Output, case: object) -> Score:
-        match = compiled.search(output.text or "")
+        match = _search(compiled, output.text or "", timeout_s)
+        if isinstance(match, Score):
+            return match
         if match is None:
             return check(True, f"no match for /{_clip(pattern)}/")
         return check(False, f"forbidden match {_show(match.group(0))} at char {match.start()}")
@@ -309,7 +326,15 @@ def _fold_case(text: str, ignore_case: bool) -> str:
     return text.casefold() if ignore_case else text
 
 
-def _compile(name: str, pattern: str, flags: str) -> re.Pattern[str]:
+def _search(compiled: Any, text: str, timeout_s: float) -> Any:
+    """``compiled.search(text)`` stopped after ``timeout_s`` (a scorer error then)."""
+    try:
+        return compiled.search(text, timeout=timeout_s, concurrent=True)
+    except TimeoutError:
+        return scorer_error(f"regex timed out after {timeout_s:g}s (catastrophic backtracking?)")
+
+
+def _compile(name: str, pattern: str, flags: str) -> Any:
     _want(name, "pattern", pattern, str, "a string")
     _want(name, "flags", flags, str, "letters among 'imsx'")
     if not pattern:
@@ -321,8 +346,9 @@ def _compile(name: str, pattern: str, flags: str) -> re.Pattern[str]:
     for letter in flags:
         value |= _REGEX_FLAGS[letter]
     try:
-        return re.compile(pattern, value)
-    except re.error as exc:
+        re.compile(pattern, value)  # the syntax users write is re's; regex runs it (version 0)
+        return _regex.compile(pattern, int(value) | _regex.VERSION0)
+    except (re.error, _regex.error) as exc:
         raise ScorerArgError(f"{name}: invalid regex {pattern!r}: {exc}") from None
 
 
