@@ -42,9 +42,7 @@ class BootstrapResult:
     method: BootMethod = "percentile"
 
 
-def _bca_bounds(
-    boot: np.ndarray, theta: float, d: np.ndarray, level: float
-) -> tuple[float, float]:
+def _bca_bounds(boot: np.ndarray, theta: float, d: np.ndarray, level: float) -> tuple[float, float]:
     """BCa bounds (Efron 1987) for the mean of ``d`` from its bootstrap means ``boot``.
 
     Bias correction z0 from the share of resamples below ``theta`` (ties count half, as scipy);
