@@ -462,7 +462,7 @@ def test_notebook_runs_and_reproduces(
     for name in pngs:
         png = folder / f"{name}.png"
         assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
-        assert (folder / f"{name}.html").is_file()
+        assert (folder / f"{name}.svg").is_file()
     record = json.loads((folder / "calibration.json").read_text())
     assert record["dataset"] == dataset and record["n"] == (999 if dataset == "pandalm" else 419)
 
