@@ -24,15 +24,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from evalkit.corpus.yaml_input import (  # noqa: F401 - the reader's names stay importable here
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    YAMLInputError,
+    find_yaml_files,
+    node_line,
+    parse_yaml,
+    read_yaml_file,
+)
 from evalkit.errors import CorpusError
 from evalkit.records import canonical_json
 from evalkit.scorers import SCORERS, Scorer, build_scorer
 from evalkit.scorers.registry import ScorerArgError
 
 CASE_GLOBS = ("*.yaml", "*.yml")
+#: Refused before parsing (a 50 MB flat list grows to gigabytes in a YAML loader); a module
+#: setting, like the YAML limits: ``evalkit.corpus.cases.MAX_CASE_FILE_BYTES = 64 << 20``.
+MAX_CASE_FILE_BYTES = 20 << 20
+MAX_CASES_PER_FILE = 100_000
 MIN_CRITICAL_CASES = 8
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -222,7 +234,7 @@ def load_corpus(
     seen: dict[str, str] = {}
     file_hashes: dict[str, str] = {}
     for directory in dirs:
-        for path in _case_files(root_path / directory):
+        for path in find_yaml_files(root_path / directory, root_path, CASE_GLOBS):
             for case in _load_file(path, root_path, sealed=directory == "sealed"):
                 if case.id in seen:
                     raise CorpusError(
@@ -245,135 +257,24 @@ def load_cases_file(path: str | Path, root: str | Path) -> list[Case]:
     return _load_file(Path(path).resolve(), Path(root).resolve(), sealed=False)
 
 
-def _case_files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(p for pattern in CASE_GLOBS for p in directory.rglob(pattern) if p.is_file())
-
-
 def _load_file(path: Path, root: Path, *, sealed: bool) -> list[Case]:
     rel = _relative(path, root)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=rel) from None
-    except OSError as exc:
-        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=rel) from None
-    data, node = _parse_yaml(text, rel)
+    data, node = read_yaml_file(path, rel, MAX_CASE_FILE_BYTES)
     if data is None:
         return []
     if not isinstance(data, list):
         raise CorpusError("a case file must be a YAML list of cases", path=rel, line=1)
+    if len(data) > MAX_CASES_PER_FILE:
+        raise CorpusError(
+            f"{len(data):,} cases in one file, more than {MAX_CASES_PER_FILE:,}; split it",
+            path=rel,
+            line=1,
+        )
     cases = []
     for index, (raw, item_node) in enumerate(zip(data, node.value, strict=True)):
         line = item_node.start_mark.line + 1
         cases.append(_build_case(raw, item_node, rel, line, index, root, sealed))
     return cases
-
-
-def _parse_yaml(text: str, rel: str) -> tuple[Any, Any]:
-    try:
-        return parse_yaml(text)
-    except YAMLInputError as exc:
-        raise CorpusError(exc.problem, path=rel, line=exc.line) from None
-
-
-#: Limits on one YAML document, counted after alias expansion (what a loader really walks).
-MAX_YAML_NODES = 1_000_000
-MAX_YAML_DEPTH = 64
-
-
-class YAMLInputError(Exception):
-    """A YAML document evalkit refuses: ``problem`` is one line, ``line`` 1-based or None."""
-
-    def __init__(self, problem: str, line: int | None = None) -> None:
-        self.problem = " ".join(problem.split())[:300]
-        self.line = line
-        super().__init__(self.problem)
-
-
-def parse_yaml(text: str) -> tuple[Any, Any]:
-    """Parse one YAML document with the safe loader; returns ``(data, root node)``.
-
-    Only plain data is built (``!!python/...`` tags are refused). Before any object is built the
-    node graph is checked: a recursive alias, nesting deeper than ``MAX_YAML_DEPTH`` or more than
-    ``MAX_YAML_NODES`` nodes once aliases are expanded (a "billion laughs" bomb) is refused, so
-    nothing downstream (validation, hashing, JSON) can blow up on it.
-
-    Raises:
-        YAMLInputError: what is wrong, with the line when known.
-
-    Examples:
-        >>> parse_yaml("[a, b]")[0]
-        ['a', 'b']
-        >>> parse_yaml("a: &x [1]\\nb: *x")[0]
-        {'a': [1], 'b': [1]}
-    """
-    try:
-        loader = yaml.SafeLoader(text)  # the reader rejects control characters right here
-    except yaml.YAMLError as exc:
-        raise _yaml_problem(exc, text) from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, None
-        _check_graph(node)
-        return loader.construct_document(node), node
-    except yaml.YAMLError as exc:
-        raise _yaml_problem(exc, text) from None
-    except RecursionError:
-        raise YAMLInputError("YAML nesting too deep") from None
-    except (ValueError, OverflowError) as exc:  # the constructor: 2026-02-30, a 5000-digit int
-        raise YAMLInputError(f"YAML value cannot be read: {exc}") from None
-    finally:
-        loader.dispose()
-
-
-def _yaml_problem(exc: yaml.YAMLError, text: str) -> YAMLInputError:
-    if isinstance(exc, yaml.MarkedYAMLError):
-        mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "invalid YAML"
-        return YAMLInputError(f"YAML syntax error: {problem}", mark.line + 1 if mark else None)
-    if isinstance(exc, yaml.reader.ReaderError):
-        line = text.count("\n", 0, max(exc.position, 0)) + 1
-        return YAMLInputError(f"YAML error: character #x{exc.character:04x}: {exc.reason}", line)
-    return YAMLInputError(f"YAML error: {exc}")
-
-
-def _check_graph(root: yaml.Node) -> None:
-    """Refuse recursive aliases, deep nesting and alias bombs, without recursion."""
-    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, depth)
-    on_path: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, leaving = stack.pop()
-        key = id(node)
-        children = _child_nodes(node)
-        if leaving:
-            on_path.discard(key)
-            size = 1 + sum(sizes[id(c)][0] for c in children)
-            depth = 1 + max((sizes[id(c)][1] for c in children), default=0)
-            line = node.start_mark.line + 1
-            if depth > MAX_YAML_DEPTH:
-                raise YAMLInputError(f"YAML nested deeper than {MAX_YAML_DEPTH} levels", line)
-            if size > MAX_YAML_NODES:
-                raise YAMLInputError(
-                    f"YAML expands to more than {MAX_YAML_NODES:,} values through anchors and "
-                    "aliases (an alias bomb?); write the data out or share less",
-                    line,
-                )
-            sizes[key] = (size, depth)
-            continue
-        if key in sizes:
-            continue
-        on_path.add(key)
-        stack.append((node, True))
-        for child in children:
-            if id(child) in on_path:
-                line = child.start_mark.line + 1
-                raise YAMLInputError("a YAML alias refers to a node that contains it", line)
-            if id(child) not in sizes:
-                stack.append((child, False))
 
 
 def _quoted(value: Any) -> str:
@@ -386,14 +287,6 @@ def _shown_id(value: Any) -> str:
     """A case id as error messages show it: one line, at most 80 characters."""
     text = " ".join(str(value).split()) or repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    return []
 
 
 def _build_case(
@@ -529,7 +422,7 @@ def _describe_validation(exc: ValidationError, node: Any, case_line: int) -> tup
     loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
     dotted = ".".join(str(p) for p in loc) or "case"
     dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."
-    line = _path_line(node, loc) or case_line
+    line = node_line(node, loc) or case_line
     if error["type"] == "extra_forbidden":
         parent = _model_for(loc[:-1])
         hint = _suggest(str(loc[-1]), parent.model_fields if parent else {})
@@ -562,28 +455,8 @@ def _first_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _path_line(node: Any, loc: Sequence[Any]) -> int | None:
-    """Line of the deepest YAML node reachable along ``loc`` (keys or list indices)."""
-    line = None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next(((k, v) for k, v in node.value if k.value == part), None)
-            if match is None:
-                return line
-            line = match[0].start_mark.line + 1
-            node = match[1]
-        elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
-        ):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
-
-
 def _seq_item_line(node: Any, key: str, position: int) -> int | None:
-    return _path_line(node, [key, position])
+    return node_line(node, [key, position])
 
 
 def _suggest(name: str, choices: Iterable[str]) -> str:

@@ -429,3 +429,103 @@ def test_hostile_set_overrides_fall_back_to_strings(scratch: Path) -> None:
     suite = load_suite(root / "evalkit.yaml", overrides=["gate.alpha=&a [*a]", "suite=[unclosed"])
     assert suite.config.gate["alpha"] == "&a [*a]"
     assert suite.config.suite == "[unclosed"
+
+
+# --- bounded input: size, duplicate keys, symlinks ----------------------------------------------
+
+
+def test_an_oversize_case_file_is_refused_before_it_is_parsed(scratch: Path) -> None:
+    """A 25 MB flat list (gigabytes once a YAML loader holds it) is refused in one line, fast,
+    without reading it into memory."""
+    root = _corpus(scratch, cases=b"")
+    with (root / "cases" / "hostile.yaml").open("wb") as sink:
+        for _ in range(25):
+            sink.write(b"- x\n" * (_MB // 4))
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        message = _load_cases(root)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = (root / "cases" / "hostile.yaml").stat().st_size / (1 << 20)
+    assert message is not None and message.startswith(f"cases/hostile.yaml: file is {size:.1f} MB")
+    assert "more than the 20 MB limit" in message
+    assert time.perf_counter() - started < 2 and peak < 10 * _MB
+    _check_lint(root)
+
+
+def test_a_huge_document_under_the_size_limit_stops_at_the_node_limit(scratch: Path) -> None:
+    root = _corpus(scratch, cases=b"- x\n" * 1_200_000)  # 4.8 MB, 1.2M values
+    started = time.perf_counter()
+    message = _load_cases(root)
+    assert message is not None and "more than 1,000,000 values" in message, message
+    assert time.perf_counter() - started < 60
+
+
+@pytest.mark.parametrize(
+    ("content", "key", "lines"),
+    [
+        (b"- id: a\n  expect: [json_valid]\n  expect: [{max_words: 3}]\n", "expect", (2, 3)),
+        (b"- id: a\n  tags: [x]\n  id: b\n  expect: [json_valid]\n", "id", (1, 3)),
+        (b"- {id: a, input: {vars: {m: 1, m: 2}}, expect: [json_valid]}\n", "m", (1, 1)),
+    ],
+)
+def test_a_key_given_twice_is_an_error_naming_both_lines(
+    scratch: Path, content: bytes, key: str, lines: tuple[int, int]
+) -> None:
+    root = _corpus(scratch, cases=content)
+    message = _load_cases(root)
+    first, second = lines
+    assert message == (
+        f"cases/hostile.yaml:{second}: duplicate key '{key}' (lines {first} and {second}): "
+        "YAML would keep only the last; remove one"
+    )
+    _check_lint(root)
+
+
+def test_a_duplicate_key_in_the_suite_config_is_refused(scratch: Path) -> None:
+    root = _corpus(scratch, suite=SUITE + b"suite: again\n")
+    message = _load_suite(root)
+    assert message is not None and "duplicate key 'suite' (lines 1 and 6)" in message, message
+
+
+def test_merge_keys_may_still_override(scratch: Path) -> None:
+    content = (
+        b"- &base {id: a, input: {vars: {message: m}}, expect: [json_valid]}\n"
+        b"- {<<: *base, id: b}\n"
+    )
+    root = _corpus(scratch, cases=content)
+    assert _load_cases(root) is None
+    assert [c.id for c in load_corpus(root).cases] == ["a", "b"]
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_symlinks_leaving_the_root_are_refused_for_files_and_directories(
+    scratch: Path, kind: str
+) -> None:
+    root = _corpus(scratch)
+    outside = Path(tempfile.mkdtemp(dir=scratch))
+    (outside / "more.yaml").write_text(
+        "- id: smuggled\n  input: {vars: {message: x}}\n  expect: [json_valid]\n"
+    )
+    link = root / "cases" / ("linked.yaml" if kind == "file" else "linked")
+    link.symlink_to(outside / "more.yaml" if kind == "file" else outside)
+    message = _load_cases(root)
+    assert message is not None, "loaded (or skipped) without a word"
+    name = "linked.yaml" if kind == "file" else "linked"
+    assert message.startswith(f"cases/{name}: symlinked {kind} leaves the corpus root"), message
+    _check_lint(root)
+
+
+def test_symlinks_inside_the_root_are_followed(scratch: Path) -> None:
+    root = _corpus(scratch)
+    shared = root / "shared"
+    shared.mkdir()
+    (shared / "more.yaml").write_text(
+        "- id: shared-1\n  input: {vars: {message: x}}\n  expect: [json_valid]\n"
+    )
+    (root / "cases" / "shared").symlink_to(shared)
+    (root / "cases" / "loop").symlink_to(root / "cases")  # a cycle is walked once
+    assert _load_cases(root) is None
+    assert sorted(c.id for c in load_corpus(root).cases) == ["ok-001", "shared-1", "vars-001"]

@@ -1,0 +1,255 @@
+"""Reading YAML evalkit did not write: one document, plain data, bounded, no silent overwrites.
+
+Used for case files and the suite config alike. Before any Python object is built the node graph
+is checked: a recursive alias, nesting deeper than ``MAX_YAML_DEPTH``, more than
+``MAX_YAML_NODES`` nodes (while composing, and again once aliases are expanded: a "billion
+laughs" bomb) and a key given twice in one mapping (YAML would keep the last one silently) are
+refused with one line naming the lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalkit.errors import CorpusError
+
+#: Limits on one YAML document, counted after alias expansion (what a loader really walks).
+MAX_YAML_NODES = 1_000_000
+MAX_YAML_DEPTH = 64
+
+
+class YAMLInputError(Exception):
+    """A YAML document evalkit refuses: ``problem`` is one line, ``line`` 1-based or None."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        self.problem = " ".join(problem.split())[:300]
+        self.line = line
+        super().__init__(self.problem)
+
+
+def parse_yaml(text: str) -> tuple[Any, Any]:
+    """Parse one YAML document with the safe loader; returns ``(data, root node)``.
+
+    Only plain data is built (``!!python/...`` tags are refused). Before any object is built the
+    node graph is checked (see the module docstring), so nothing downstream (validation,
+    hashing, JSON) can blow up on it, and no key silently replaces another.
+
+    Raises:
+        YAMLInputError: what is wrong, with the line when known.
+
+    Examples:
+        >>> parse_yaml("[a, b]")[0]
+        ['a', 'b']
+        >>> parse_yaml("a: &x [1]\\nb: *x")[0]
+        {'a': [1], 'b': [1]}
+        >>> parse_yaml("id: a\\nexpect: []\\nid: b")
+        Traceback (most recent call last):
+        ...
+        evalkit.corpus.yaml_input.YAMLInputError: duplicate key 'id' (lines 1 and 3): YAML would keep only the last; remove one
+    """  # noqa: E501
+    try:
+        loader = _BoundedLoader(text)  # the reader rejects control characters right here
+    except yaml.YAMLError as exc:
+        raise _yaml_problem(exc, text) from None
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _check_graph(node)
+        return loader.construct_document(node), node
+    except yaml.YAMLError as exc:
+        raise _yaml_problem(exc, text) from None
+    except RecursionError:
+        raise YAMLInputError("YAML nesting too deep") from None
+    except (ValueError, OverflowError) as exc:  # the constructor: 2026-02-30, a 5000-digit int
+        raise YAMLInputError(f"YAML value cannot be read: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> YAMLInputError:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        return YAMLInputError(f"YAML syntax error: {problem}", mark.line + 1 if mark else None)
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        return YAMLInputError(f"YAML error: character #x{exc.character:04x}: {exc.reason}", line)
+    return YAMLInputError(f"YAML error: {exc}")
+
+
+def _check_graph(root: yaml.Node) -> None:
+    """Refuse recursive aliases, deep nesting and alias bombs, without recursion."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, depth)
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        key = id(node)
+        children = _child_nodes(node)
+        if not leaving and isinstance(node, yaml.MappingNode):
+            _check_keys(node)
+        if leaving:
+            on_path.discard(key)
+            size = 1 + sum(sizes[id(c)][0] for c in children)
+            depth = 1 + max((sizes[id(c)][1] for c in children), default=0)
+            line = node.start_mark.line + 1
+            if depth > MAX_YAML_DEPTH:
+                raise YAMLInputError(f"YAML nested deeper than {MAX_YAML_DEPTH} levels", line)
+            if size > MAX_YAML_NODES:
+                raise YAMLInputError(
+                    f"YAML expands to more than {MAX_YAML_NODES:,} values through anchors and "
+                    "aliases (an alias bomb?); write the data out or share less",
+                    line,
+                )
+            sizes[key] = (size, depth)
+            continue
+        if key in sizes:
+            continue
+        on_path.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                line = child.start_mark.line + 1
+                raise YAMLInputError("a YAML alias refers to a node that contains it", line)
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _check_keys(node: yaml.MappingNode) -> None:
+    """Refuse a mapping that gives one scalar key twice (merge keys ``<<`` may override)."""
+    first: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        ident = (key.tag, key.value)
+        line = key.start_mark.line + 1
+        if ident in first:
+            shown = key.value if len(key.value) <= 60 else key.value[:57] + "..."
+            raise YAMLInputError(
+                f"duplicate key {shown!r} (lines {first[ident]} and {line}): YAML would keep "
+                "only the last; remove one",
+                line,
+            )
+        first[ident] = line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """The safe loader, counting nodes as it composes them: a huge flat document is refused at
+    ``MAX_YAML_NODES`` instead of being held in memory whole first."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._composed = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._composed += 1
+        if self._composed > MAX_YAML_NODES:
+            mark = self.peek_event().start_mark
+            raise YAMLInputError(
+                f"YAML has more than {MAX_YAML_NODES:,} values; split the file", mark.line + 1
+            )
+        return super().compose_node(parent, index)
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def read_yaml_file(path: Path, rel: str, max_bytes: int) -> tuple[Any, Any]:
+    """``parse_yaml`` of a file, refused before reading when larger than ``max_bytes``.
+
+    Raises:
+        CorpusError: ``rel:line: what is wrong``, one line.
+    """
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise CorpusError(
+                f"file is {size / (1 << 20):.1f} MB, more than the {max_bytes / (1 << 20):g} MB "
+                "limit; split it into several files",
+                path=rel,
+            )
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=rel) from None
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=rel) from None
+    try:
+        return parse_yaml(text)
+    except YAMLInputError as exc:
+        raise CorpusError(exc.problem, path=rel, line=exc.line) from None
+
+
+def find_yaml_files(directory: Path, root: Path, globs: Sequence[str]) -> list[Path]:
+    """Files matching ``globs`` under ``directory``, following symlinks that stay inside
+    ``root``; a symlink (to a file or a directory) that leaves it is refused, never loaded or
+    skipped silently.
+
+    Raises:
+        CorpusError: the first symlink leaving ``root``.
+    """
+    if not directory.is_dir():
+        return []
+    found: list[Path] = []
+    visited: set[Path] = set()
+    pending = [directory]
+    while pending:
+        current = pending.pop()
+        real = current.resolve()
+        if real in visited:  # a link cycle, or a folder linked twice
+            continue
+        visited.add(real)
+        for entry in sorted(current.iterdir()):
+            if entry.is_symlink():
+                target = entry.resolve()
+                if not target.is_relative_to(root):
+                    kind = "directory" if target.is_dir() else "file"
+                    raise CorpusError(
+                        f"symlinked {kind} leaves the corpus root (-> {target}); copy it in "
+                        "or link to something inside the root",
+                        path=_relative(entry, root),
+                    )
+            if entry.is_dir():
+                pending.append(entry)
+            elif entry.is_file() and any(entry.match(glob) for glob in globs):
+                found.append(entry)
+    return sorted(found)
+
+
+def node_line(node: Any, loc: Sequence[Any]) -> int | None:
+    """Line of the deepest YAML node reachable along ``loc`` (keys or list indices)."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == part), None)
+            if match is None:
+                return line
+            line = match[0].start_mark.line + 1
+            node = match[1]
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
