@@ -39,9 +39,11 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
 
-from evalkit.compare.analysis import flips, load_comparison, slices  # noqa: E402
+from evalkit.compare.analysis import load_comparison  # noqa: E402
 from evalkit.compare.gate import decide  # noqa: E402
+from evalkit.compare.paired import flips  # noqa: E402
 from evalkit.compare.policy import GatePolicy  # noqa: E402
+from evalkit.compare.slices import slices  # noqa: E402
 from evalkit.corpus.cases import Case  # noqa: E402
 from evalkit.store import (  # noqa: E402
     OUTPUT_SCHEMA,

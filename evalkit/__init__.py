@@ -37,9 +37,9 @@ _EXPORTS = {
     "GateDecision": "evalkit.compare.decision",
     "GatePolicy": "evalkit.compare.policy",
     "decide": "evalkit.compare.gate",
-    "paired_frame": "evalkit.compare.analysis",
-    "verdicts": "evalkit.compare.analysis",
-    "run_verdicts": "evalkit.compare.analysis",
+    "paired_frame": "evalkit.compare.paired",
+    "verdicts": "evalkit.compare.verdicts",
+    "run_verdicts": "evalkit.compare.verdicts",
     "load_comparison": "evalkit.compare.analysis",
 }
 
@@ -87,10 +87,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from evalkit.compare.analysis import load_comparison, paired_frame, run_verdicts, verdicts
+    from evalkit.compare.analysis import load_comparison
     from evalkit.compare.decision import GateDecision
     from evalkit.compare.gate import decide
+    from evalkit.compare.paired import paired_frame
     from evalkit.compare.policy import GatePolicy
+    from evalkit.compare.verdicts import run_verdicts, verdicts
     from evalkit.corpus.cases import Case, Corpus, load_corpus
     from evalkit.corpus.suite import Suite, load_suite
     from evalkit.errors import (

@@ -30,7 +30,7 @@ import papermill as pm
 from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
 
-from evalkit.compare.analysis import check_comparable
+from evalkit.compare.comparability import check_comparable
 from evalkit.compare.policy import load_policy
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.store import open_store

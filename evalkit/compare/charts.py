@@ -29,7 +29,7 @@ def save_chart(chart: alt.TopLevelMixin, path_stem: str | Path, png: bool = True
     return written
 
 
-# --- paired comparison charts (slices frame from `evalkit.compare.analysis.slices`) ---
+# --- paired comparison charts (slices frame from `evalkit.compare.slices.slices`) ---
 
 #: Okabe–Ito colours: distinguishable with every common colour-vision deficiency.
 BROKEN, FIXED, NEUTRAL, BASELINE, CANDIDATE = "#D55E00", "#0072B2", "#7f7f7f", "#E69F00", "#56B4E9"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from evalkit.compare.analysis import verdicts
+from evalkit.compare.verdicts import verdicts
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from evalkit import stats
-from evalkit.compare.analysis import slices, usage_means
 from evalkit.compare.decision import (
     STOPPING,
     Finding,
@@ -44,6 +43,8 @@ from evalkit.compare.decision import (
     State,
 )
 from evalkit.compare.policy import GatePolicy, tag_counts
+from evalkit.compare.slices import slices
+from evalkit.compare.verdicts import usage_means
 
 if TYPE_CHECKING:
     from evalkit.compare.analysis import Comparison
@@ -359,9 +360,27 @@ def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) ->
     # with the flips they would have caused.
     notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
     notes += ungated_judge_flips(comparison.judge_paired, policy)
+    notes += _cache_share(comparison)
     # Warnings from the runs and the comparison reach the person with the decision.
     notes += [Finding(0, "warnings", (), {}, w, "warn") for w in comparison.warnings]
     return replace(decision, findings=decision.findings + tuple(notes))
+
+
+def _cache_share(comparison: Comparison) -> list[Finding]:
+    """How much of the candidate was served from the response cache (its latency and cost are
+    those measured when each answer was first produced)."""
+    outputs = comparison.cand.outputs
+    if "cached" not in outputs.columns or outputs.is_empty():
+        return []
+    cached = int(outputs["cached"].fill_null(False).sum())
+    if not cached:
+        return []
+    share = cached / outputs.height
+    msg = (
+        f"{cached} of {outputs.height} candidate outputs ({share:.0%}) came from the response "
+        "cache (latency and cost as first measured)"
+    )
+    return [Finding(0, "cache", (), {"cached": cached, "outputs": outputs.height}, msg, "info")]
 
 
 #: How ungated judge results are labelled wherever they are shown.

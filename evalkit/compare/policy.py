@@ -43,7 +43,7 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
 
 
 class Budget(BaseModel):
-    """A limit on a candidate mean (see `evalkit.compare.analysis.BUDGET_METRICS`)."""
+    """A limit on a candidate mean (see `evalkit.compare.verdicts.BUDGET_METRICS`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     metric: Literal["mean_latency_ms", "mean_total_tokens", "mean_cost_usd"]

@@ -30,9 +30,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evalkit.compare.analysis import Comparison, flips, replay_verdicts, slices, usage_means
+from evalkit.compare.analysis import Comparison
 from evalkit.compare.decision import GateDecision
 from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
+from evalkit.compare.paired import flips
+from evalkit.compare.slices import slices
+from evalkit.compare.verdicts import replay_verdicts, usage_means
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
 _SYMBOL = {True: "✓", False: "✗", None: "?"}

@@ -56,7 +56,7 @@ def slice_table(
     title: str | None = "Slices",
     id: str = "evalkit-slices",
 ) -> GT:
-    """One row per slice (the ``ALL`` row last, as `analysis.slices` orders it): n, errored,
+    """One row per slice (the ``ALL`` row last, as `slices.slices` orders it): n, errored,
     pass rates, flips, the paired difference with its interval, the one-sided exact p."""
     crit = list(critical)
     frame = slices.select(

@@ -221,13 +221,17 @@ def judge_gating(
                 f"kappa {_fmt(kappa)} [{_fmt(lo)}, {_fmt(hi)}], n={labels}, calibrated "
                 f"{str(when)[:10]}"
             )
-            if gating:
+            if kappa is None:
+                reason = f"{name}: kappa undefined ({seen}) — reported, not gated"
+            elif gating:
                 reason = f"{name}: {seen}; lower bound ≥ {kappa_min:.2f} — gates"
             elif labels < min_labels:
                 reason = (
                     f"{name}: {seen}; needs ≥ {min_labels} labelled items "
                     f"(gate.judge_min_labels) — reported, not gated"
                 )
+            elif lo is None:
+                reason = f"{name}: {seen}; kappa has no interval — reported, not gated"
             else:
                 reason = (
                     f"{name}: {seen}; the lower bound is not ≥ {kappa_min:.2f} "

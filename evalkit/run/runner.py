@@ -446,7 +446,10 @@ def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeCli
     identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": config.base_url}
     provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
     return JudgeClient(
-        provider, config.model, max_retries=config.max_retries, snapshot=config.snapshot
+        provider,
+        config.model,
+        max_retries=config.max_retries,
+        snapshot=config.snapshot or config.model,  # as the manifest records it
     )
 
 

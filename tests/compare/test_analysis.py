@@ -12,17 +12,11 @@ from scipy.stats import binomtest
 from synthetic_runs import MANIFEST, C, make_run
 
 from evalkit import stats
-from evalkit.compare.analysis import (
-    RunData,
-    case_changes,
-    check_comparable,
-    compare,
-    flips,
-    paired_frame,
-    replay_verdicts,
-    slices,
-    verdicts,
-)
+from evalkit.compare.analysis import RunData, compare
+from evalkit.compare.comparability import check_comparable
+from evalkit.compare.paired import case_changes, flips, paired_frame
+from evalkit.compare.slices import slices
+from evalkit.compare.verdicts import replay_verdicts, verdicts
 from evalkit.errors import ComparabilityError, ConfigError
 
 

@@ -8,11 +8,12 @@ import polars as pl
 import pytest
 from synthetic_runs import MANIFEST, C, make_run, seed000_runs, write_store
 
-from evalkit.compare.analysis import compare, slices
+from evalkit.compare.analysis import compare
 from evalkit.compare.decision import Override
 from evalkit.compare.gate import decide, gate_comparison
 from evalkit.compare.policy import GatePolicy
 from evalkit.compare.power import power_table
+from evalkit.compare.slices import slices
 from evalkit.errors import ConfigError
 from evalkit.store import open_store
 

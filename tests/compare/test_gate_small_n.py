@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 from scipy.stats import binomtest
 
-from evalkit.compare.analysis import slices
 from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
+from evalkit.compare.slices import slices
 
 
 def _tag(n: int, broken: int, fixed: int = 0, tag: str = "negation") -> pl.DataFrame:

@@ -17,7 +17,7 @@ import pytest
 
 from evalkit import stats
 from evalkit.cli import main
-from evalkit.compare.analysis import verdicts
+from evalkit.compare.verdicts import verdicts
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
 from evalkit.demo.server import DemoServer
@@ -151,9 +151,13 @@ def test_calibrated_kappa_equals_cohen_kappa_on_the_joined_pairs(
         calibrations = store.calibrations()
     assert again is not None and again.kappa == pytest.approx(row["kappa"])
     # The stored record drives the gate rule.
-    strict = judge_gating(scores_frame, calibrations, kappa_min=0.99)
-    assert not strict.gating and f"kappa {row['kappa']:.2f} < 0.99" in strict.reasons[0]
-    lenient = judge_gating(scores_frame, calibrations, kappa_min=row["kappa"] - 0.01)
+    few = judge_gating(scores_frame, calibrations, kappa_min=0.0)
+    assert not few.gating and f"n={row['n']}" in few.reasons[0]
+    assert "needs ≥ 100 labelled items" in few.reasons[0]
+    n = row["n"]
+    strict = judge_gating(scores_frame, calibrations, kappa_min=0.99, min_labels=n)
+    assert not strict.gating and "the lower bound is not ≥ 0.99" in strict.reasons[0]
+    lenient = judge_gating(scores_frame, calibrations, row["kappa_lo"] - 0.01, min_labels=n)
     assert lenient.gating == {("judge", load_rubric(RUBRIC).hash)}
 
 
@@ -340,8 +344,9 @@ def _calibrations(*records: tuple[str, str, float, datetime]) -> pl.DataFrame:
     rows = [
         Calibration(
             judge_model=model, judge_snapshot=None, rubric="rubrics/tone.md",
-            rubric_hash=rubric_hash, scorer="judge", n=40, kappa=kappa, kappa_lo=None,
-            kappa_hi=None, weighted_kappa=None, accuracy=0.8, macro_f1=0.7, alpha=None,
+            rubric_hash=rubric_hash, scorer="judge", n=200, kappa=kappa,
+            kappa_lo=kappa - 0.05, kappa_hi=kappa + 0.05, weighted_kappa=None, accuracy=0.8,
+            macro_f1=0.7, alpha=None,
             position_consistency=None, created_at=when, run_id="r",
         ).to_row()
         for model, rubric_hash, kappa, when in records
@@ -374,13 +379,13 @@ def test_calibrated_judge_gates_and_a_weak_one_does_not() -> None:
     scores, outputs = _gate_frames()
     good = judge_gating(scores, _calibrations(("m", "3f2a9c", 0.72, JAN)), kappa_min=0.6)
     assert good.gating == {("judge", "3f2a9c")} and good.reasons == ()
-    assert "kappa 0.72 ≥ 0.60" in good.checks[0].reason
+    assert "kappa 0.72 [0.67, 0.77], n=200" in good.checks[0].reason
+    assert "lower bound ≥ 0.60 — gates" in good.checks[0].reason
     assert _verdict(gated_scores(scores, good), outputs) == {"a": False, "b": True}
     weak = judge_gating(scores, _calibrations(("m", "3f2a9c", 0.41, JAN)), kappa_min=0.6)
     assert not weak.gating
-    assert (
-        "kappa 0.41 < 0.60 (n=40, calibrated 2026-01-01) — reported, not gated" in weak.reasons[0]
-    )
+    assert "kappa 0.41 [0.36, 0.46], n=200, calibrated 2026-01-01" in weak.reasons[0]
+    assert "the lower bound is not ≥ 0.60 (gate.judge_kappa_min)" in weak.reasons[0]
     assert _verdict(gated_scores(scores, weak), outputs) == {"a": True, "b": True}
 
 

@@ -1,0 +1,99 @@
+"""Per-slice statistics of a paired frame: pass rates, paired difference with an interval of
+nominal coverage at its n, and the one-sided exact McNemar p-value, one row per tag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from evalkit import stats
+
+_RATES = ["base_pass", "base_lo", "base_hi", "cand_pass", "cand_lo", "cand_hi"]
+_DIFFS = ["diff", "diff_lo", "diff_hi", "p_value"]
+_SLICE_SCHEMA: dict[str, Any] = {"slice": pl.String, "n": pl.Int64, "n_error": pl.Int64}
+_SLICE_SCHEMA |= dict.fromkeys(_RATES, pl.Float64) | {"broken": pl.Int64, "fixed": pl.Int64}
+_SLICE_SCHEMA |= dict.fromkeys(_DIFFS, pl.Float64) | {"interval_method": pl.String}
+#: How ``diff_lo, diff_hi`` are computed for pass/fail verdicts (`stats.paired_diff_interval`):
+#: Tango's score interval, reaching 0 where the exact McNemar test finds no evidence.
+INTERVAL_METHOD = "tango-exact"
+
+
+def _per_slice(paired: pl.DataFrame) -> pl.DataFrame:
+    rows = paired.select(
+        pl.col("tags").cast(pl.List(pl.String)).alias("slice"),
+        (pl.col("base_error") | pl.col("cand_error")).alias("err"),
+        pl.col("base").fill_null(False).alias("b"),
+        pl.col("cand").fill_null(False).alias("c"),
+    )
+    long = pl.concat(
+        [rows.explode("slice").drop_nulls("slice"), rows.with_columns(slice=pl.lit("ALL"))]
+    )
+    ok = ~pl.col("err")
+    return long.group_by("slice").agg(
+        ok.sum().cast(pl.Int64).alias("n"),
+        pl.col("err").sum().cast(pl.Int64).alias("n_error"),
+        (pl.col("b") & ok).sum().cast(pl.Int64).alias("base_k"),
+        (pl.col("c") & ok).sum().cast(pl.Int64).alias("cand_k"),
+        (pl.col("b") & ~pl.col("c") & ok).sum().cast(pl.Int64).alias("broken"),
+        (~pl.col("b") & pl.col("c") & ok).sum().cast(pl.Int64).alias("fixed"),
+    )
+
+
+def slice_stats(
+    n: int, base_k: int, cand_k: int, broken: int, fixed: int, iters: int = 10_000, **kw: Any
+) -> dict[str, Any]:
+    """Pass rates with Wilson intervals, an interval for the paired difference, one-sided McNemar.
+
+    The difference's interval is `stats.paired_diff_interval` ("tango-exact", named in
+    ``interval_method``): nominal coverage at small n, and ``diff_hi < 0`` only where the exact
+    one-sided McNemar p <= (1 - level) / 2, so an interval block never fires where the exact test
+    sees no evidence (the percentile bootstrap gave 4 broken of 8 an upper bound of -12.5 points
+    at p = 0.0625, and no flips the point [0, 0]). ``kw``: ``level`` (default 0.95); ``iters``
+    and ``seed`` are accepted for callers that still pass them (pass/fail needs no resampling).
+    n = 0 gives None statistics.
+
+    Examples:
+        >>> s = slice_stats(100, 92, 84, broken=8, fixed=0)
+        >>> round(s["diff"], 2), round(s["p_value"], 4), round(s["diff_hi"], 3)
+        (-0.08, 0.0039, -0.04)
+        >>> s["interval_method"]
+        'tango-exact'
+        >>> slice_stats(8, 8, 4, broken=4, fixed=0)["diff_hi"]  # p = 0.0625: no evidence
+        0.0
+    """
+    out: dict[str, Any] = dict.fromkeys(_RATES + _DIFFS) | {"broken": broken, "fixed": fixed}
+    out["interval_method"] = None
+    if n == 0:
+        return out
+    level = kw.get("level", 0.95)
+    for side, k in (("base", base_k), ("cand", cand_k)):
+        lo, hi = stats.wilson_interval(k, n, level)
+        out |= {f"{side}_pass": k / n, f"{side}_lo": lo, f"{side}_hi": hi}
+    diff = stats.paired_diff_interval(broken, fixed, n, level, INTERVAL_METHOD)
+    p = stats.mcnemar_exact(broken, fixed, "greater")
+    out["interval_method"] = diff.method
+    return out | dict(zip(_DIFFS, (diff.diff, diff.lo, diff.hi, p), strict=True))
+
+
+def slices(
+    paired: pl.DataFrame, iters: int = 10_000, seed: int = 0, level: float = 0.95
+) -> pl.DataFrame:
+    """Per-tag statistics plus an ``ALL`` row (last); cases errored on either side are excluded
+    from ``n`` and counted in ``n_error``. ``p_value`` is one-sided (candidate breaks more);
+    ``diff_lo, diff_hi`` are `slice_stats`' small-n interval, its method in ``interval_method``.
+
+    Examples:
+        >>> p = pl.DataFrame({"case_id": list("abcd"), "tags": [["x"]] * 4,
+        ...     "base": [True] * 4, "cand": [False] * 4, "base_error": [False] * 4,
+        ...     "cand_error": [False] * 4})
+        >>> slices(p).select("slice", "n", "broken", "p_value", "diff_hi").rows()
+        [('x', 4, 4, 0.0625, 0.0), ('ALL', 4, 4, 0.0625, 0.0)]
+    """
+    counts = _per_slice(paired).sort(pl.col("slice") == "ALL", "slice")
+    rows = []
+    for r in counts.iter_rows(named=True):  # one iteration per slice, not per case
+        k = (r["n"], r["base_k"], r["cand_k"], r["broken"], r["fixed"])
+        s = slice_stats(*k, iters, seed=seed, level=level)
+        rows.append({"slice": r["slice"], "n": r["n"], "n_error": r["n_error"], **s})
+    return pl.DataFrame(rows, schema=_SLICE_SCHEMA)

@@ -1,0 +1,214 @@
+"""Verdicts: per (case, replay), then per case by majority over replays (Polars).
+
+Data flows one way: outputs + scores -> replay verdicts -> case verdicts (majority over replays)
+-> paired frame of two runs -> flips and per-slice statistics. Every function takes frames (so
+notebooks and tests need no database); `load_comparison` is the thin wrapper over a store.
+
+A (case, replay) is *errored* when the provider failed (``error``), a scorer could not decide,
+or nothing scored it; errors are never counted as pass or fail (the runner's summary counts the
+same way). Otherwise it *fails* when the runner set ``fail_reason`` or any scorer failed, and
+*passes* when every scorer passed.
+
+Examples:
+    >>> import polars as pl
+    >>> out = pl.DataFrame({"run_id": ["r"] * 3, "case_id": ["a"] * 3, "replay": [0, 1, 2],
+    ...     "error": [None, None, "timeout"], "fail_reason": [None] * 3})
+    >>> sc = pl.DataFrame({"run_id": ["r"] * 2, "case_id": ["a"] * 2, "replay": [0, 1],
+    ...     "scorer": ["contains"] * 2, "score": [1.0, 0.0], "passed": [True, False],
+    ...     "error": [False, False]})
+    >>> verdicts(out, sc).select("case_id", "passed", "unstable", "n_error").row(0)
+    ('a', False, True, 1)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from evalkit.store import Store
+
+_KEY = ["run_id", "case_id", "replay"]
+#: Case columns every verdict frame carries, and the usage columns averaged per case.
+CASE_META = ["case_hash", "tags", "criticality", "sealed"]
+USAGE_COLUMNS = ["latency_ms", "prompt_tokens", "completion_tokens", "total_tokens", "cost_usd"]
+#: Budget metrics, as named in ``evalkit.yaml`` ``budgets:``, and the verdict column behind each.
+BUDGET_METRICS = dict(
+    mean_latency_ms="latency_ms", mean_total_tokens="total_tokens", mean_cost_usd="cost_usd"
+)
+
+
+def _col(frame: pl.DataFrame, name: str, default: Any, dtype: pl.DataType) -> pl.Expr:
+    return pl.col(name) if name in frame.columns else pl.lit(default, dtype=dtype).alias(name)
+
+
+def _code(name: str) -> pl.Expr:
+    """A string column's global categorical code: equal strings, equal codes."""
+    return pl.col(name).cast(pl.Categorical).to_physical()
+
+
+def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
+    """Scorer counts per (run, case, replay), keyed by ``_run, _key`` (`_keys`): grouped by
+    integers, so neither a million string keys are hashed nor the rows sorted (several times
+    slower, and the store returns rows in the order they were written)."""
+    counts = dict.fromkeys(["n_scores", "n_scorer_errors", "n_scorer_fails"], pl.Int64)
+    if scores.height == 0:
+        schema = {"_run": pl.UInt32, "_key": pl.UInt64} | counts | {"score": pl.Float64}
+        return pl.LazyFrame(schema=schema)
+    err = pl.col("error").fill_null(False) | pl.col("passed").is_null()
+    return (
+        scores.lazy()
+        .select(
+            *_keys(one_run),
+            err.alias("_err"),
+            pl.col("passed").fill_null(False).alias("_pass"),
+            pl.col("score").fill_null(0.0).alias("_value"),
+        )
+        .group_by("_run", "_key")
+        .agg(
+            pl.len().alias("n_scores"),
+            pl.col("_err").sum().alias("n_scorer_errors"),
+            (~pl.col("_err") & ~pl.col("_pass")).sum().alias("n_scorer_fails"),
+            pl.col("_value").filter(~pl.col("_err")).mean().alias("score"),  # null: none decided
+        )
+        .with_columns(pl.col(*counts).cast(pl.Int64))
+    )
+
+
+def _keys(one_run: bool) -> tuple[pl.Expr, pl.Expr]:
+    """``_run`` (run_id's global categorical code; 0 when ``one_run``: every row has the same
+    run_id) and ``_key`` ((case_id, replay) as one integer): joins and group-bys hash integers,
+    not strings."""
+    code = _code("case_id").cast(pl.UInt64)
+    key = (code * (1 << 20) + pl.col("replay").cast(pl.UInt64)).alias("_key")
+    run = pl.lit(0, pl.UInt32) if one_run else _code("run_id")
+    return run.alias("_run"), key
+
+
+def _one_run(*frames: pl.DataFrame) -> bool:
+    """Whether every row of ``frames`` has one and the same run_id (min = max: no hashing)."""
+    bounds: set[str] = set()
+    for frame in frames:
+        if frame.height:
+            run = pl.col("run_id")
+            bounds.update(frame.select(run.min().alias("lo"), run.max().alias("hi")).row(0))
+    return len(bounds) <= 1
+
+
+def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame:
+    """One row per (run, case, replay): ``passed`` (null when errored) and ``errored``.
+
+    ``score`` is the mean of the scorers that decided; usage columns are carried through.
+
+    Examples:
+        >>> out = pl.DataFrame({"run_id": ["r"], "case_id": ["a"], "replay": [0],
+        ...     "error": [None], "fail_reason": ["unexpected tool call x()"]})
+        >>> sc = out.select("run_id", "case_id", "replay").with_columns(scorer=pl.lit("s"),
+        ...     score=pl.lit(1.0), passed=pl.lit(True), error=pl.lit(False))
+        >>> replay_verdicts(out, sc).select("passed", "errored").row(0)
+        (False, False)
+    """
+    usage = [_col(outputs, c, None, pl.Float64) for c in USAGE_COLUMNS if c != "total_tokens"]
+    one_run = _one_run(outputs, scores)
+    out = (
+        outputs.lazy()
+        .select(
+            "run_id",
+            "case_id",
+            pl.col("replay").cast(pl.Int64),
+            _col(outputs, "error", None, pl.String).alias("output_error"),
+            _col(outputs, "fail_reason", None, pl.String),
+            *usage,
+        )
+        .with_columns(*_keys(one_run))
+        .join(_per_replay(scores, one_run), on=["_run", "_key"], how="left", maintain_order="left")
+        .with_columns(pl.col("n_scores", "n_scorer_errors", "n_scorer_fails").fill_null(0))
+    )
+    errored = pl.col("output_error").is_not_null() | (pl.col("n_scorer_errors") > 0)
+    failed = pl.col("fail_reason").is_not_null() | (pl.col("n_scorer_fails") > 0)
+    unscored = pl.col("n_scores") == 0
+    passed = pl.when(errored).then(None).when(failed).then(False).when(unscored).then(None)
+    passed = passed.otherwise(True)
+    return (
+        out.with_columns(
+            passed.alias("passed"),
+            (pl.col("prompt_tokens") + pl.col("completion_tokens")).alias("total_tokens"),
+        )
+        .with_columns(pl.col("passed").is_null().alias("errored"))
+        .select(*_KEY, "passed", "errored", "output_error", "fail_reason", "score", *USAGE_COLUMNS)
+        .collect()
+    )
+
+
+def verdicts(
+    outputs: pl.DataFrame, scores: pl.DataFrame, cases: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """One verdict per (run, case): majority over decided replays, ties fail.
+
+    ``passed`` is null and ``error`` true when every replay errored; ``unstable`` is true when
+    decided replays disagree. With ``cases``, every case of the run appears (a case with no
+    output is an error) and its ``case_hash, tags, criticality, sealed`` are attached.
+
+    Examples:
+        >>> out = pl.DataFrame({"run_id": ["r"] * 2, "case_id": ["a"] * 2, "replay": [0, 1],
+        ...     "error": [None, None], "fail_reason": [None, None]})
+        >>> sc = out.select("run_id", "case_id", "replay").with_columns(scorer=pl.lit("s"),
+        ...     score=pl.Series([1.0, 0.0]), passed=pl.Series([True, False]), error=pl.lit(False))
+        >>> verdicts(out, sc).select("passed", "unstable", "n_pass", "n_fail").row(0)
+        (False, True, 1, 1)
+    """
+    per_case = (
+        replay_verdicts(outputs, scores)
+        .lazy()
+        .group_by("run_id", "case_id")  # ~100k groups: hashing their strings is cheap
+        .agg(
+            pl.len().alias("n_replays"),
+            pl.col("passed").sum().cast(pl.Int64).alias("n_pass"),
+            (pl.col("passed") == False).sum().cast(pl.Int64).alias("n_fail"),  # noqa: E712
+            pl.col("errored").sum().cast(pl.Int64).alias("n_error"),
+            pl.col("score").mean(),  # null for errored replays
+            *[pl.col(c).cast(pl.Float64).mean() for c in USAGE_COLUMNS],
+        )
+    )
+    if cases is not None:
+        meta = cases.lazy().select("run_id", "case_id", *CASE_META)
+        per_case = meta.join(per_case, on=["run_id", "case_id"], how="left").with_columns(
+            pl.col("n_replays", "n_pass", "n_fail", "n_error").fill_null(0)
+        )
+    return (
+        per_case.with_columns((pl.col("n_pass") + pl.col("n_fail") == 0).alias("error"))
+        .with_columns(
+            pl.when(pl.col("n_pass") + pl.col("n_fail") > 0)
+            .then(pl.col("n_pass") > pl.col("n_fail"))
+            .alias("passed"),
+            ((pl.col("n_pass") > 0) & (pl.col("n_fail") > 0)).alias("unstable"),
+        )
+        .sort("run_id", "case_id")
+        .collect()
+    )
+
+
+def run_verdicts(store: Store, ref: str) -> pl.DataFrame:
+    """Per-case verdicts of a stored run (a run id or label), as :func:`verdicts` computes them.
+
+    Examples:
+        >>> run_verdicts(open_store("data/demo.duckdb"), "candidate")  # doctest: +SKIP
+    """
+    run_id = store.resolve_run(ref)
+    return verdicts(store.outputs(run_id), store.scores(run_id), store.cases(run_id))
+
+
+def usage_means(v: pl.DataFrame) -> dict[str, float | None]:
+    """Budget metrics of one run's verdicts: mean latency, total tokens and cost per case.
+
+    Examples:
+        >>> usage_means(pl.DataFrame({"latency_ms": [100.0, 300.0], "total_tokens": [10, 30],
+        ...     "cost_usd": [0.1, 0.3]}))["mean_latency_ms"]
+        200.0
+    """
+    means = {
+        m: v[c].cast(pl.Float64).mean() if c in v.columns else None
+        for m, c in BUDGET_METRICS.items()
+    }
+    return {m: None if x is None else float(x) for m, x in means.items()}  # type: ignore[arg-type]
