@@ -17,10 +17,11 @@ Containment is the operating system's job, not the interpreter's. Each run start
 * **no parent environment**: the launcher starts from an empty environment, the interpreter gets
   ``PATH``, ``HOME``, ``TMPDIR`` and ``LC_ALL`` only; API keys are never in the child;
 * **limits**: address space (``memory_mb``), CPU seconds, file size, open files, no core dumps and
-  a cap on processes (``prlimit``; Linux does not apply ``RLIMIT_NPROC`` to the real root user),
-  plus a wall-clock limit after which the whole namespace is killed. When the first process of a
-  PID namespace ends, the kernel kills every other one, so nothing (not even a ``setsid``
-  grandchild) outlives the scorer;
+  a cap on processes (``prlimit``; Linux does not apply ``RLIMIT_NPROC`` to the real root user,
+  so the namespace's own ``kernel.pid_max`` is set to 320 as well, where the kernel namespaces
+  it, 6.14 and later), plus a wall-clock limit after which the whole namespace is killed. When
+  the first process of a PID namespace ends, the kernel kills every other one, so nothing (not
+  even a ``setsid`` grandchild) outlives the scorer;
 * **an authenticated result**: the parent hands the harness a per-run nonce through a pipe that
   is closed before the code runs; a result line without it is rejected as forged, and the parent
   checks the reported test names against the tests it parsed itself.
@@ -62,7 +63,8 @@ from typing import Any
 
 FILE_LIMIT = 16 << 20  # bytes any file (and the captured stdout/stderr) may reach
 _TMPFS_MB = 64  # the writable temp dir, in memory
-_MAX_PROCESSES = 32
+_MAX_PROCESSES = 32  # RLIMIT_NPROC: enforced for every user but the real root
+_PID_MAX = 320  # the namespace's own pid_max (Linux >= 6.14; 301 is the least it takes)
 ISOLATED, UNSAFE_LOCAL = "namespaces", "unsafe-local"
 _UNSHARE = (  # the flags: user, pid (forked, killed with unshare), net, mount, ipc, uts
     *("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child"),
@@ -77,8 +79,8 @@ _LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 # and the command.
 _SETUP = r"""
 set -eu
-R=$1 W=$2 SIZE=$3 AS=$4 CPU=$5 FSIZE=$6 NPROC=$7
-shift 7
+R=$1 W=$2 SIZE=$3 AS=$4 CPU=$5 FSIZE=$6 NPROC=$7 PIDS=$8
+shift 8
 mount -t tmpfs -o size=1m,mode=755,nosuid,nodev tmpfs "$R"
 mkdir -p "$R/proc" "$R/dev" "$R/old" "$R$W"
 while [ "$1" != "--" ]; do
@@ -99,6 +101,7 @@ done
 mount -t tmpfs -o size="$SIZE",mode=700,nosuid,nodev tmpfs "$R$W"
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 echo 0 > "$R/proc/sys/user/max_user_namespaces"
+{ echo "$PIDS" > "$R/proc/sys/kernel/pid_max"; } 2>/dev/null || true
 mount -o remount,ro,bind "$R"
 cd "$R"
 pivot_root . old
@@ -181,7 +184,8 @@ def run_python(
             root.mkdir()
             command = [*_UNSHARE, "sh", "-c", _SETUP, "sh", str(root), sandbox]
             command += [f"{_TMPFS_MB}m", str(limits[0]), str(limits[1]), str(FILE_LIMIT)]
-            command += [str(_MAX_PROCESSES), *_read_only_binds(), "--", *harness, _HARNESS]
+            command += [str(_MAX_PROCESSES), str(_PID_MAX), *_read_only_binds(), "--"]
+            command += [*harness, _HARNESS]
             env, preexec = dict(_LAUNCH_ENV), None
         else:
             command = [*harness, _HARNESS]

@@ -35,9 +35,13 @@ FORK_EXEC = textwrap.dedent(
     def spawn(argv, setsid=False):
         exe = [os.fsencode(argv[0])]
         r, w = os.pipe()
-        return _posixsubprocess.fork_exec(
-            argv, exe, True, (w,), None, None, -1, -1, -1, -1, -1, -1, r, w,
-            True, setsid, -1, None, None, None, -1, None, False)
+        try:
+            return _posixsubprocess.fork_exec(
+                argv, exe, True, (w,), None, None, -1, -1, -1, -1, -1, -1, r, w,
+                True, setsid, -1, None, None, None, -1, None, False)
+        finally:
+            os.close(r)
+            os.close(w)
     """
 )
 
@@ -274,3 +278,26 @@ def test_nothing_of_the_parent_environment_is_inherited() -> None:
     reason = score(scorer, GOOD).reason
     assert "['HOME', 'LC_ALL', 'PATH', 'TMPDIR']" in reason, reason
     assert os.environ.get("PATH")  # the parent's own is untouched
+
+
+def test_a_fork_bomb_is_capped_and_gone_afterwards() -> None:
+    marker = "4343.29"
+    code = FORK_EXEC + textwrap.dedent(
+        f"""\
+        started = 0
+        for _ in range(2000):
+            try:
+                spawn([b"/bin/sleep", b"{marker}"])
+                started += 1
+            except OSError:
+                break
+        raise RuntimeError("started %d" % started)
+        """
+    )
+    result = score(python_scorer(timeout_s=20), code)
+    started = int(result.reason.split("started ")[1].split()[0])
+    assert started < 400, result.reason
+    deadline = time.monotonic() + 2
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_with(marker) == []
