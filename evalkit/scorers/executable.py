@@ -306,7 +306,7 @@ def _fetch_bounded(cursor: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = []
     size = 0
     while len(rows) <= _MAX_ROWS:
-        batch = cursor.fetchmany(min(256, _MAX_ROWS + 1 - len(rows)))
+        batch = cursor.fetchmany(min(32, _MAX_ROWS + 1 - len(rows)))
         if not batch:
             break
         for row in batch:

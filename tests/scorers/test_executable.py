@@ -593,3 +593,12 @@ def test_a_broken_fixture_script_or_database_fails_at_load(fixtures: Path) -> No
     with pytest.raises(ScorerArgError, match=r"sql_result: cannot open .*notadb\.duckdb"):
         build_scorer("sql_result", {"db": "notadb.duckdb", "expected": [[1]]}, resolve)
     assert not list(Path(tempfile.gettempdir(), "evalkit-fixtures").glob("*.tmp*"))
+
+
+def test_huge_string_results_are_refused_not_held(fixtures: Path) -> None:
+    """Few rows, each a 30 MB string: the byte budget stops it, not the row cap."""
+    scorer = sql_scorer(fixtures, expected=[[1]], timeout_s=20)
+    started = time.monotonic()
+    result = score(scorer, "SELECT repeat('x', 30000000) FROM range(5)")
+    assert result.reason == "query error: query result holds more than 64 MB of text"
+    assert time.monotonic() - started < 20
