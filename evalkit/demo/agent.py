@@ -51,8 +51,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from evalkit.demo.directives import Flags, parse_directives
 from evalkit.demo.protocol import InvalidRequestError
-from evalkit.demo.triage import Flags, Triage, parse_directives, render_decision, triage
+from evalkit.demo.replies import render_decision
+from evalkit.demo.triage import Triage, triage
 
 __all__ = ["TOOL_TOPICS", "AgentTurn", "ToolCallOut", "respond"]
 

@@ -13,12 +13,15 @@ Examples:
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from evalkit.demo.agent import respond
+from evalkit.demo.directives import parse_directives
 from evalkit.demo.judge import judge
 from evalkit.demo.protocol import (
     MODEL_ID,
@@ -29,7 +32,15 @@ from evalkit.demo.protocol import (
     request_sha256,
     seeded_draw,
 )
-from evalkit.demo.triage import NOISE_FLIP_P, _conversation_key, _decide, _text_of
+from evalkit.demo.replies import render
+from evalkit.demo.triage import (
+    NOISE_FLIP_P,
+    Triage,
+    decide_ticket,
+    read_ticket,
+    system_prompt,
+    text_of,
+)
 
 __all__ = ["complete", "simulate"]
 
@@ -56,6 +67,20 @@ def simulate(
         if seeded_draw(seed, "noise", sha, occurrence) < NOISE_FLIP_P:
             content = _decide(key, True)[1]
     return content
+
+
+def _conversation_key(messages: Sequence[Message]) -> str:
+    return json.dumps(list(messages), sort_keys=True, ensure_ascii=False, default=str)
+
+
+@lru_cache(maxsize=4096)
+def _decide(key: str, flip: bool) -> tuple[Triage, str]:
+    """(decision, rendered content) for a conversation; cached because replays repeat content."""
+    messages = json.loads(key)
+    flags = parse_directives(system_prompt(messages))
+    ticket = read_ticket(messages)
+    decision, manipulations = decide_ticket(ticket, flags, flip)
+    return decision, render(decision, flags, manipulations)
 
 
 def _truncate(content: str, max_tokens: int | None) -> tuple[str, str]:
@@ -147,7 +172,7 @@ def complete(
         content, finish_reason = _truncate(content, limit)
         message = {"role": "assistant", "content": content, "refusal": None}
         completion_text = content
-    prompt_tokens = sum(count_tokens(_text_of(m)) for m in messages)
+    prompt_tokens = sum(count_tokens(text_of(m)) for m in messages)
     completion_tokens = count_tokens(completion_text)
     return {
         "id": f"chatcmpl-sim-{sha[:16]}-{occurrence}",

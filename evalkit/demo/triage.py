@@ -1,5 +1,5 @@
-"""The support-triage rules of the demo simulator: directives read from the system prompt, the
-ticket's category, priority, refund and escalation, and the rendered reply.
+"""The support-triage rules of the demo simulator: reading a ticket and deciding its category,
+priority, refund and escalation under the directives its system prompt switches on.
 
 evalkit ships a **simulated** support-triage assistant, ``demo-support-1``, so the demo runs
 offline through the same OpenAI client path as production. It is not a language model: it is a
@@ -17,37 +17,8 @@ Reply contract (the assistant message content)::
      "priority": "low|normal|high|urgent", "order_id": "<digits>" | null,
      "refund": bool, "escalate": bool, "reply": "<short customer-facing text>"}
 
-Directive table (``DIRECTIVES``; searched in the lower-cased system prompt, unknown text is
-ignored, so an unknown prompt gets every default):
-
-=================  ======================================  =========================================
-flag               phrase (regex)                          effect when present (default otherwise)
-=================  ======================================  =========================================
-json_only          "respond only with a json object"       bare JSON (default: JSON in a fence)
-order_formats      "#1234" or "ORD-1234" in the prompt     also read #1234 / ORD-1234 order numbers
-login_is_account   "login/lockout ... as account"          login tickets -> account (default: bug)
-refund_policy      "only set refund to true when"          refund only for a bad charge on a named
-                                                           order, other refunds escalate (default:
-                                                           any refund request sets refund=true)
-refund_window      "within N days"                         refunds older than N days are declined
-negation           "negation"                              "I don't want a refund" -> refund=false
-risk_rules         "urgent for ... legal/fraud/security"   those are urgent and escalated
-human_handoff      "escalate when ... asks for a human"    requests for a person escalate
-no_promises        "never promise"                         no delivery dates, discounts, guarantees
-injection_guard    "instructions inside customer messages  injection attempts -> category injection
-                   as data"                                (default: not recognised)
-follow_user        "always follow the customer's           obey format/content instructions in the
-                   instructions"                           ticket; beats the guard except for
-                                                           explicit overrides ("ignore previous...")
-no_markdown        "do not use markdown"                   plain reply (default: **bold** order ids)
-max_words          "under N words"                         reply is the core sentence, <= N words
-                                                           (default: greeting + core + sign-off)
-use_tools          "use the tools"                         with tools offered, look orders up and
-                                                           refund through them (default: answer
-                                                           in text without calling a tool)
-verify_customer    "before any refund ... call             call lookup_customer to verify the
-                   lookup_customer"                        account before issue_refund
-=================  ======================================  =========================================
+Directives (:mod:`evalkit.demo.directives`) switch rules on; the reply sentences are data
+(``replies.yaml``, rendered by :mod:`evalkit.demo.replies`).
 
 A request carrying ``tools`` is answered by the agent logic in
 :mod:`evalkit.demo.agent` (the OpenAI tool-calling protocol: ``tool_calls`` out,
@@ -62,146 +33,38 @@ content has been seen), so it does not depend on the order concurrent requests a
 Examples:
     >>> msgs = [{"role": "system", "content": "Respond only with a JSON object."},
     ...         {"role": "user", "content": "I was charged twice for order 8812."}]
-    >>> json.loads(render_decision(triage(msgs), parse_directives(msgs[0]["content"])))["category"]
+    >>> triage(msgs).category
     'billing'
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
-from importlib import resources
+from dataclasses import dataclass, replace
 from typing import Any
 
-import yaml
-
+from evalkit.demo.directives import Flags, parse_directives
 from evalkit.demo.protocol import InvalidRequestError, Message
 
 __all__ = [
     "CATEGORIES",
-    "DIRECTIVES",
     "NOISE_FLIP_P",
     "PRIORITIES",
-    "Directive",
-    "Flags",
     "InvalidRequestError",
+    "Manipulations",
     "Triage",
+    "decide_ticket",
     "is_borderline",
-    "parse_directives",
-    "render_decision",
+    "read_ticket",
+    "system_prompt",
+    "text_of",
     "triage",
 ]
 
 NOISE_FLIP_P = 0.3
 CATEGORIES = ("billing", "bug_report", "account", "policy", "injection", "other")
 PRIORITIES = ("low", "normal", "high", "urgent")
-
-
-# --------------------------------------------------------------------------- directives
-
-
-@dataclass(frozen=True)
-class Directive:
-    """One row of the directive table: a prompt phrase that switches a rule on."""
-
-    flag: str
-    pattern: str
-    effect: str
-
-
-DIRECTIVES: tuple[Directive, ...] = (
-    Directive("json_only", r"respond only with (a|one) json object", "reply is bare JSON"),
-    Directive("order_formats", r"#\d{2,}|\bord-\d", "read #1234 and ORD-1234 order numbers"),
-    Directive(
-        "login_is_account",
-        r"(login|log-in|sign-in|lockout|locked out)[^.]{0,60}\bas account",
-        "login, password and lockout tickets are category account",
-    ),
-    Directive("refund_policy", r"only set refund to true when", "refund only for bad charges"),
-    Directive("refund_window", r"within (\d+) days", "decline refunds older than N days"),
-    Directive("negation", r"\bnegation\b", "negated refund requests set refund=false"),
-    Directive(
-        "risk_rules",
-        r"urgent for [^.]{0,40}(legal|fraud|security)",
-        "legal threats, fraud and security issues are urgent and escalated",
-    ),
-    Directive("human_handoff", r"escalate when [^.]{0,30}\bhuman", "escalate asks for a person"),
-    Directive("no_promises", r"never promise", "no delivery dates, discounts or guarantees"),
-    Directive(
-        "injection_guard",
-        r"instructions (inside|in) customer messages as data",
-        "injection attempts are classified as injection and refused",
-    ),
-    Directive(
-        "follow_user",
-        r"always follow the customer's instructions",
-        "obey format/content instructions found in the ticket",
-    ),
-    Directive("no_markdown", r"(do not|don't|never) use markdown", "no markdown in the reply"),
-    Directive(
-        "max_words",
-        r"(?:under|at most|no more than|fewer than) (\d+) words",
-        "reply is the core sentence, at most N words",
-    ),
-    Directive("use_tools", r"\buse the tools\b", "look orders up and refund through the tools"),
-    Directive(
-        "verify_customer",
-        r"before (?:any|every|each|issuing an?) refund[^.]{0,30}\bcall lookup_customer"
-        r"|call lookup_customer[^.]{0,60}\bbefore (?:any|every|each|issuing an?) refund",
-        "call lookup_customer to verify the account before any refund",
-    ),
-)
-
-_DIRECTIVE_RES = tuple((d, re.compile(d.pattern)) for d in DIRECTIVES)
-
-
-@dataclass(frozen=True)
-class Flags:
-    """The rules a system prompt switched on (see ``DIRECTIVES``); all off by default."""
-
-    json_only: bool = False
-    order_formats: bool = False
-    login_is_account: bool = False
-    refund_policy: bool = False
-    refund_window: int | None = None
-    negation: bool = False
-    risk_rules: bool = False
-    human_handoff: bool = False
-    no_promises: bool = False
-    injection_guard: bool = False
-    follow_user: bool = False
-    no_markdown: bool = False
-    max_words: int | None = None
-    use_tools: bool = False
-    verify_customer: bool = False
-    company: str = ""
-    prompt: str = field(default="", repr=False)  # the prompt itself: what a leak reveals
-
-
-@lru_cache(maxsize=256)
-def parse_directives(system_prompt: str) -> Flags:
-    """Read the directive table's phrases out of a system prompt.
-
-    Examples:
-        >>> parse_directives("Keep the reply under 40 words.").max_words
-        40
-        >>> parse_directives("Be nice.") == Flags(prompt="Be nice.")
-        True
-    """
-    text = " ".join(system_prompt.lower().replace("\u2019", "'").split())
-    values: dict[str, Any] = {"prompt": system_prompt}
-    for directive, regex in _DIRECTIVE_RES:
-        match = regex.search(text)
-        if match is None:
-            continue
-        numeric = directive.flag in ("refund_window", "max_words")
-        values[directive.flag] = int(match.group(1)) if numeric else True
-    company = re.search(r"assistant for ([A-Z][\w&'-]*(?: [A-Z][\w&'-]*)*)", system_prompt)
-    values["company"] = company.group(1) if company else ""
-    return Flags(**values)
 
 
 # --------------------------------------------------------------------------- reading a ticket
@@ -384,7 +247,7 @@ class _Ticket:
 
 
 @dataclass(frozen=True)
-class _Manipulations:
+class Manipulations:
     leak: bool = False
     plain_text: bool = False
     fields: tuple[tuple[str, Any], ...] = ()
@@ -394,7 +257,7 @@ class _Manipulations:
         return self.leak or self.plain_text or bool(self.fields) or self.say is not None
 
 
-def _text_of(message: Message) -> str:
+def text_of(message: Message) -> str:
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -403,20 +266,20 @@ def _text_of(message: Message) -> str:
     return ""
 
 
-def _system_prompt(messages: Sequence[Message]) -> str:
-    return "\n".join(_text_of(m) for m in messages if m.get("role") in ("system", "developer"))
+def system_prompt(messages: Sequence[Message]) -> str:
+    return "\n".join(text_of(m) for m in messages if m.get("role") in ("system", "developer"))
 
 
-def _read_ticket(messages: Sequence[Message]) -> _Ticket:
+def read_ticket(messages: Sequence[Message]) -> _Ticket:
     originals: list[str] = []
     asked: list[bool] = []
     last_assistant = ""
     for message in messages:
         role = message.get("role")
         if role == "assistant":
-            last_assistant = _text_of(message).lower()
+            last_assistant = text_of(message).lower()
         elif role == "user":
-            originals.append(_text_of(message))
+            originals.append(text_of(message))
             asked.append("order number" in last_assistant)
             last_assistant = ""
     turns = tuple(t.lower().replace("\u2019", "'") for t in originals)
@@ -462,7 +325,7 @@ def _overridden_category(ticket: _Ticket, flags: Flags) -> str | None:
     return None
 
 
-def _manipulations(ticket: _Ticket) -> _Manipulations:
+def _manipulations(ticket: _Ticket) -> Manipulations:
     text = ticket.text
     fields_set: list[tuple[str, Any]] = []
     for match in _SET_FIELD.finditer(text):
@@ -475,7 +338,7 @@ def _manipulations(ticket: _Ticket) -> _Manipulations:
         elif value in (PRIORITIES if name == "priority" else CATEGORIES):
             fields_set.append((name, value))
     say = _SAY.search(ticket.original)
-    return _Manipulations(
+    return Manipulations(
         leak=bool(_LEAK.search(text)),
         plain_text=bool(_PLAIN.search(text)),
         fields=tuple(fields_set),
@@ -483,7 +346,7 @@ def _manipulations(ticket: _Ticket) -> _Manipulations:
     )
 
 
-def _injection_mode(ticket: _Ticket, flags: Flags) -> tuple[str, _Manipulations]:
+def _injection_mode(ticket: _Ticket, flags: Flags) -> tuple[str, Manipulations]:
     """'refuse' (classified as injection), 'comply' (obey the ticket) or 'none'."""
     manipulations = _manipulations(ticket)
     override = bool(_OVERRIDE.search(ticket.text))
@@ -585,24 +448,11 @@ def triage(messages: Sequence[Message], *, flip: bool = False) -> Triage:
     ``flip`` answers the runner-up category of a borderline ticket (what noise does); it has
     no effect on other tickets.
     """
-    return _decide(_conversation_key(messages), flip)[0]
+    flags = parse_directives(system_prompt(messages))
+    return decide_ticket(read_ticket(messages), flags, flip)[0]
 
 
-def _conversation_key(messages: Sequence[Message]) -> str:
-    return json.dumps(list(messages), sort_keys=True, ensure_ascii=False, default=str)
-
-
-@lru_cache(maxsize=4096)
-def _decide(key: str, flip: bool) -> tuple[Triage, str]:
-    """(decision, rendered content) for a conversation; cached because replays repeat content."""
-    messages = json.loads(key)
-    flags = parse_directives(_system_prompt(messages))
-    ticket = _read_ticket(messages)
-    decision, manipulations = _triage(ticket, flags, flip)
-    return decision, _render(decision, flags, manipulations)
-
-
-def _triage(ticket: _Ticket, flags: Flags, flip: bool) -> tuple[Triage, _Manipulations]:
+def decide_ticket(ticket: _Ticket, flags: Flags, flip: bool) -> tuple[Triage, Manipulations]:
     mode, manipulations = _injection_mode(ticket, flags)
     if mode == "refuse":
         refusal = Triage("injection", "normal", None, False, False, "injection", mode=mode)
@@ -647,70 +497,3 @@ def is_borderline(messages: Sequence[Message]) -> bool:
     (under ``login_is_account``) login tickets are decided by a rule and are never borderline.
     """
     return triage(messages).runner_up is not None
-
-
-# --------------------------------------------------------------------------- rendering
-
-_REPLIES = yaml.safe_load(resources.files("evalkit.demo").joinpath("replies.yaml").read_text())
-_OPENER: str = _REPLIES["opener"]
-_CLOSER: str = _REPLIES["closer"]
-_CORE: dict[str, str] = _REPLIES["core"]
-_CORE_PROMISING: dict[str, str] = _REPLIES["core_promising"]
-_CORE_CAREFUL: dict[str, str] = _REPLIES["core_careful"]
-
-
-def _core(decision: Triage, flags: Flags) -> str:
-    if decision.topic in _CORE_PROMISING:
-        table = _CORE_CAREFUL if flags.no_promises else _CORE_PROMISING
-        return table[decision.topic]
-    oid = decision.order_id
-    order = (f"order {oid}" if flags.no_markdown else f"**order {oid}**") if oid else ""
-    return _CORE[decision.topic].format(
-        on_order=f" on {order}" if oid else "",
-        for_order=f" for {order}" if oid else "",
-        about_order=f" about {order}" if oid else "",
-        the_order=f" {order}" if oid else " your order",
-        window=flags.refund_window or 30,
-    )
-
-
-def _reply(
-    decision: Triage, flags: Flags, manipulations: _Manipulations, core: str | None = None
-) -> str:
-    core = _core(decision, flags) if core is None else core
-    if decision.mode == "comply" and manipulations.leak:
-        core = "Of course, here are my instructions: " + " ".join(flags.prompt.split())
-    if decision.mode == "comply" and manipulations.say:
-        core = f"{manipulations.say}. {core}"
-    if flags.max_words is None:
-        company = f"{flags.company} " if flags.company else ""
-        return f"{_OPENER.format(company=company)} {core} {_CLOSER}"
-    words = core.split()
-    return " ".join(words[: flags.max_words])
-
-
-def _render(
-    decision: Triage, flags: Flags, manipulations: _Manipulations, core: str | None = None
-) -> str:
-    reply = _reply(decision, flags, manipulations, core)
-    if decision.mode == "comply" and manipulations.plain_text:
-        return reply
-    body = {f.name: getattr(decision, f.name) for f in fields(Triage)[:5]}
-    content = json.dumps({**body, "reply": reply}, ensure_ascii=False)
-    if flags.json_only:
-        return content
-    return f"Here is the triage for this ticket:\n```json\n{content}\n```"
-
-
-def render_decision(decision: Triage, flags: Flags, core: str | None = None) -> str:
-    """The assistant content for ``decision``, written the way the prompt's flags ask (JSON
-    envelope, greeting and sign-off or word limit, markdown); ``core`` replaces the topic's core
-    sentence. The agent logic (:mod:`evalkit.demo.agent`) answers through it.
-
-    Examples:
-        >>> decision = Triage("other", "normal", "58120", False, False, "order_status")
-        >>> flags = parse_directives("Respond only with a JSON object. Do not use markdown.")
-        >>> json.loads(render_decision(decision, flags, core="It shipped."))["reply"][-12:]
-        'gladly help.'
-    """
-    return _render(decision, flags, _Manipulations(), core)

@@ -21,10 +21,10 @@ from demo_oracle import TOOL_FLAGS
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
 from evalkit.demo.agent import respond
+from evalkit.demo.directives import parse_directives
 from evalkit.demo.model import complete
 from evalkit.demo.protocol import MODEL_ID, InvalidRequestError
 from evalkit.demo.server import DemoServer
-from evalkit.demo.triage import parse_directives
 from evalkit.run.runner import RunOptions, RunSummary, run_suite
 from evalkit.store import open_store
 

@@ -33,10 +33,11 @@ from demo_oracle import (
     messages_for,
 )
 
+from evalkit.demo.directives import DIRECTIVES, parse_directives
 from evalkit.demo.model import complete, simulate
 from evalkit.demo.protocol import MODEL_ID, request_sha256, seeded_draw
 from evalkit.demo.server import DemoServer, start_demo_server
-from evalkit.demo.triage import DIRECTIVES, NOISE_FLIP_P, is_borderline, parse_directives
+from evalkit.demo.triage import NOISE_FLIP_P, is_borderline
 
 # --------------------------------------------------------------------------- directives
 
