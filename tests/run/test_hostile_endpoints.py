@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 from aiohttp import web
 
+from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
 from evalkit.redact import redact_known, redact_secrets, register_secret, strip_userinfo
@@ -216,8 +217,8 @@ raise RuntimeError(KNOWN + " ".join(seen))
 }
 
 
-def test_a_key_the_child_goes_after_is_in_nothing_stored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_key_the_child_goes_after_is_in_nothing_stored_or_rendered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     if sandbox.isolation_problem() is not None:
         pytest.skip(sandbox.isolation_problem() or "")
@@ -230,13 +231,32 @@ def test_a_key_the_child_goes_after_is_in_nothing_stored(
         text = HOSTILE[case].replace("KNOWN", repr(f"{CANARY} sk-evalk****{CANARY[-4:]}"))
         return web.json_response(_ok(text + f"\nAlso: {CANARY} and custkey-****aa90"))
 
-    _summary, outputs, db = _run(
-        tmp_path,
-        handler,
-        2,
-        expect="[{python_tests: {tests: t.py}}]",
-        env_key="EVALKIT_HOSTILE_KEY",
-    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for label in ("baseline", "candidate"):
+        _, outputs, db = _run(
+            tmp_path,
+            handler,
+            2,
+            expect="[{python_tests: {tests: t.py}}]",
+            env_key="EVALKIT_HOSTILE_KEY",
+            options=RunOptions(progress=False, label=label),
+            port=port,
+        )
+    # Rendered: the terminal report, JSON, HTML, JUnit and Markdown of a compare.
+    reports = tmp_path / "reports"
+    config = tmp_path / "corpus" / "evalkit.yaml"
+    capfd.readouterr()
+    code = main(
+        ["compare", "baseline", "candidate", "--db", str(db), "--config", str(config),
+         "--json", str(reports / "r.json"), "--html", str(reports / "r.html"),
+         "--junit", str(reports / "r.xml"), "--markdown", str(reports / "r.md")]
+    )  # fmt: skip
+    printed = capfd.readouterr()
+    assert code in (0, 1), printed.err
+    rendered = [printed.out + printed.err, *(p.read_text() for p in sorted(reports.iterdir()))]
+    assert len(rendered) == 5 and any("[redacted]" in text for text in rendered[1:])
     assert outputs["error"].to_list() == [None, None], outputs.select("error", "fail_reason").rows()
     with open_store(db, read_only=True) as store:
         reasons = store.query("SELECT reason FROM scores ORDER BY case_id")["reason"].to_list()
@@ -247,9 +267,9 @@ def test_a_key_the_child_goes_after_is_in_nothing_stored(
             ]
         ]
     assert reasons[0].startswith("code raised RuntimeError: KEY [redacted] [redacted] sk-"), reasons
-    assert reasons[1].startswith("introspection blocked: /proc/"), reasons
+    assert reasons[-1].startswith("introspection blocked: /proc/"), reasons
     assert "[redacted]" in outputs["text"][0]
-    for text in [*everything, *reasons]:
+    for text in [*everything, *reasons, *rendered]:
         assert not [leak for leak in LEAKS if leak in text], text[:500]
     assert not [leak for leak in LEAKS if leak.encode() in db.read_bytes()]
 
