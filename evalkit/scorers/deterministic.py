@@ -52,95 +52,124 @@ _NUMBER = re.compile(
 
 
 @scorer("exact", primary="text")
-def exact(text: str) -> ScoreFn:
-    """Pass when the stripped output equals ``text`` (also stripped), character for character."""
+def exact(text: str, field: str | None = None) -> ScoreFn:
+    """Pass when the stripped output (or its JSON ``field``) equals ``text`` (also stripped),
+    character for character."""
     want = _want("exact", "text", text, str, "a string").strip()
+    _check_field_name("exact", field)
+    where = _where(field)
 
+    @_fail_without_value
     def score(output: Output, case: object) -> Score:
-        got = _text(output)
+        got = _subject(output, field).strip()
         if got == want:
-            return check(True, f"equals {_show(want)}")
-        return check(False, _diff(want, got))
+            return check(True, f"equals {_show(want)}{where}")
+        return check(False, _diff(want, got) + where)
 
     return score
 
 
 @scorer("normalized_match", primary="text")
-def normalized_match(text: str) -> ScoreFn:
-    """Pass when output and ``text`` agree after casefolding, whitespace collapsing and stripping
-    surrounding punctuation, quotes and markdown emphasis."""
+def normalized_match(text: str, field: str | None = None) -> ScoreFn:
+    """Pass when output (or its JSON ``field``) and ``text`` agree after casefolding, whitespace
+    collapsing and stripping surrounding punctuation, quotes and markdown emphasis."""
     want = _loose(_want("normalized_match", "text", text, str, "a string"))
+    _check_field_name("normalized_match", field)
+    where = _where(field)
 
+    @_fail_without_value
     def score(output: Output, case: object) -> Score:
-        got = _loose(_text(output))
+        got = _loose(_subject(output, field))
         if got == want:
-            return check(True, f"matches {_show(want)} (normalized)")
-        return check(False, f"{_diff(want, got)} (normalized)")
+            return check(True, f"matches {_show(want)} (normalized){where}")
+        return check(False, f"{_diff(want, got)} (normalized){where}")
 
     return score
 
 
 @scorer("contains", primary="text")
-def contains(text: str, ignore_case: bool = True) -> ScoreFn:
-    """Pass when ``text`` occurs in the output (casefolded unless ``ignore_case``)."""
+def contains(text: str, ignore_case: bool = True, field: str | None = None) -> ScoreFn:
+    """Pass when ``text`` occurs in the output or its JSON ``field`` (casefolded unless
+    ``ignore_case``)."""
     needle = _needle("contains", text, ignore_case)
+    _check_field_name("contains", field)
+    where = _where(field)
 
+    @_fail_without_value
     def score(output: Output, case: object) -> Score:
-        if needle in _fold_case(output.text or "", ignore_case):
-            return check(True, f"found {_show(text)}")
-        return check(False, f"missing {_show(text)} in reply")
+        if needle in _fold_case(_subject(output, field, raw=True), ignore_case):
+            return check(True, f"found {_show(text)}{where}")
+        return check(False, f"missing {_show(text)} in {field or 'reply'}")
 
     return score
 
 
 @scorer("not_contains", primary="text")
-def not_contains(text: str, ignore_case: bool = True) -> ScoreFn:
-    """Pass when ``text`` does not occur in the output (casefolded unless ``ignore_case``)."""
+def not_contains(text: str, ignore_case: bool = True, field: str | None = None) -> ScoreFn:
+    """Pass when ``text`` does not occur in the output or its JSON ``field`` (casefolded unless
+    ``ignore_case``); with ``field``, an output without that field fails."""
     needle = _needle("not_contains", text, ignore_case)
+    _check_field_name("not_contains", field)
+    where = _where(field)
 
+    @_fail_without_value
     def score(output: Output, case: object) -> Score:
-        at = _fold_case(output.text or "", ignore_case).find(needle)
+        at = _fold_case(_subject(output, field, raw=True), ignore_case).find(needle)
         if at < 0:
-            return check(True, f"no {_show(text)} in reply")
-        return check(False, f"found forbidden {_show(text)} at char {at}")
+            return check(True, f"no {_show(text)} in {field or 'reply'}")
+        return check(False, f"found forbidden {_show(text)} at char {at}{where}")
 
     return score
 
 
 @scorer("regex", primary="pattern")
-def regex(pattern: str, flags: str = "", timeout_s: float = 1.0) -> ScoreFn:
+def regex(
+    pattern: str, flags: str = "", timeout_s: float = 1.0, field: str | None = None
+) -> ScoreFn:
     """Pass when ``re.search`` finds ``pattern``; ``flags`` are letters among ``imsx``.
 
     A search taking longer than ``timeout_s`` (catastrophic backtracking) is a scorer error for
-    that case; it runs with the GIL released, so other work goes on meanwhile."""
+    that case; it runs with the GIL released, so other work goes on meanwhile. With ``field``
+    the search runs on that JSON field only."""
     compiled = _compile("regex", pattern, flags)
     _want("regex", "timeout_s", timeout_s, (int, float), "a number of seconds")
+    _check_field_name("regex", field)
+    where = _where(field)
 
+    @_fail_without_value
     def score(output: Output, case: object) -> Score:
-        match = _search(compiled, output.text or "", timeout_s)
+        match = _search(compiled, _subject(output, field, raw=True), timeout_s)
         if isinstance(match, Score):
             return match
         if match:
-            return check(True, f"matched {_show(match.group(0))}")
-        return check(False, f"no match for /{_clip(pattern)}/")
+            return check(True, f"matched {_show(match.group(0))}{where}")
+        return check(False, f"no match for /{_clip(pattern)}/{where}")
 
     return score
 
 
 @scorer("forbidden_regex", primary="pattern")
-def forbidden_regex(pattern: str, flags: str = "", timeout_s: float = 1.0) -> ScoreFn:
-    """Fail when ``re.search`` finds ``pattern``; the reason quotes the offending match.
-    ``timeout_s`` bounds the search as for ``regex``."""
+def forbidden_regex(
+    pattern: str, flags: str = "", timeout_s: float = 1.0, field: str | None = None
+) -> ScoreFn:
+    """Fail when ``re.search`` finds ``pattern`` (in the JSON ``field``, if given; an output
+    without it fails); the reason quotes the offending match. ``timeout_s`` bounds the search as
+    for ``regex``."""
     compiled = _compile("forbidden_regex", pattern, flags)
     _want("forbidden_regex", "timeout_s", timeout_s, (int, float), "a number of seconds")
+    _check_field_name("forbidden_regex", field)
+    where = _where(field)
 
+    @_fail_without_value
     def score(output: Output, case: object) -> Score:
-        match = _search(compiled, output.text or "", timeout_s)
+        match = _search(compiled, _subject(output, field, raw=True), timeout_s)
         if isinstance(match, Score):
             return match
         if match is None:
-            return check(True, f"no match for /{_clip(pattern)}/")
-        return check(False, f"forbidden match {_show(match.group(0))} at char {match.start()}")
+            return check(True, f"no match for /{_clip(pattern)}/{where}")
+        return check(
+            False, f"forbidden match {_show(match.group(0))} at char {match.start()}{where}"
+        )
 
     return score
 
@@ -480,6 +509,20 @@ def _same(want: Any, got: Any, normalize: bool) -> bool:
 
 def _text(output: Output) -> str:
     return (output.text or "").strip()
+
+
+def _subject(output: Output, field: str | None, *, raw: bool = False) -> str:
+    """What a text scorer reads: the output text (stripped unless ``raw``), or its JSON
+    ``field``: a string as it is, any other JSON value as compact JSON text. A missing field
+    or an output that is not JSON raises _NoValue (a failing score saying why)."""
+    if field is None:
+        return (output.text or "") if raw else _text(output)
+    value = _json(output, field)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _where(field: str | None) -> str:
+    return "" if field is None else f" in {field}"
 
 
 def _fold(text: str) -> str:

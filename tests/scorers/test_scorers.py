@@ -283,7 +283,7 @@ def test_json_schema_missing_file_names_it(tmp_path: Path) -> None:
         ("json_fields", {"fields": {"x": float("nan")}}, r"fields\.x is not a JSON value"),
         ("json_fields", {"fields": {"a": 1}, "normalize": "yes"}, "normalize must be true or"),
         ("json_valid", {"strict": True}, r"bad args for scorer 'json_valid'.*strict"),
-        ("contains", {"txt": "a"}, r"scorer 'contains'.*\(accepts: text, ignore_case\)"),
+        ("contains", {"txt": "a"}, r"scorer 'contains'.*\(accepts: text, ignore_case, field\)"),
     ],
 )  # fmt: skip
 def test_bad_args_fail_at_build_time(name: str, args: dict[str, Any], match: str) -> None:
@@ -330,3 +330,52 @@ def test_json_output_is_parsed_once_for_several_scorers(monkeypatch: pytest.Monk
     text = '{"id": "Q-91", "unique": "parse-once"}'
     assert all(s(Output(text=text), None).passed for s in scorers)
     assert calls == [text]
+
+
+# --- field: on every text scorer ---------------------------------------------------------------
+
+_REPLY = json.dumps({"reply": "Your refund for order 8812 is on its way.", "order_id": 8812})
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "passed", "reason"),
+    [
+        ("exact", {"text": "8812", "field": "order_id"}, True, "equals '8812' in order_id"),
+        ("normalized_match", {"text": "YOUR REFUND for order 8812 is on its way", "field": "reply"},
+         True, "(normalized) in reply"),
+        ("contains", {"text": "refund", "field": "reply"}, True, "found 'refund' in reply"),
+        ("contains", {"text": "reply", "field": "reply"}, False, "missing 'reply' in reply"),
+        ("not_contains", {"text": "order_id", "field": "reply"}, True, "no 'order_id' in reply"),
+        ("not_contains", {"text": "refund", "field": "reply"}, False, "at char 5 in reply"),
+        ("regex", {"pattern": r"^\d{4}$", "field": "order_id"}, True, "matched '8812' in order_id"),
+        ("regex", {"pattern": r"^Your", "field": "order_id"}, False, "no match for /^Your/ in"),
+        ("forbidden_regex", {"pattern": "reply", "field": "reply"}, True, "no match for /reply/"),
+        ("forbidden_regex", {"pattern": "refund", "field": "reply"}, False, "forbidden match"),
+    ],
+)  # fmt: skip
+def test_text_scorers_target_one_json_field(
+    name: str, args: dict[str, Any], passed: bool, reason: str
+) -> None:
+    """``field:`` points a text scorer at one JSON field: the key names elsewhere in the JSON
+    (``"reply"``, ``order_id``) are not seen, a number field is read as its JSON text."""
+    score = build_scorer(name, args)(Output(_REPLY), None)
+    assert (score.passed, score.error) == (passed, False), score.reason
+    assert reason in score.reason
+
+
+@pytest.mark.parametrize("name", ["exact", "normalized_match", "contains", "not_contains"])
+def test_a_text_scorer_on_a_missing_field_fails_saying_so(name: str) -> None:
+    score = build_scorer(name, {"text": "x", "field": "customer.name"})(Output(_REPLY), None)
+    assert not score.passed and not score.error
+    assert score.reason == "missing field 'customer.name'"
+    not_json = build_scorer(name, {"text": "x", "field": "reply"})(Output("plain text"), None)
+    assert not not_json.passed and "JSON" in not_json.reason
+
+
+@pytest.mark.parametrize(
+    "name", ["exact", "normalized_match", "contains", "not_contains", "regex", "forbidden_regex"]
+)
+def test_every_text_scorer_accepts_field(name: str) -> None:
+    primary = SCORERS[name].primary
+    with pytest.raises(ScorerArgError, match="empty part"):
+        build_scorer(name, {primary: "x", "field": "a..b"})
