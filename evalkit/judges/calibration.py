@@ -160,6 +160,11 @@ class Calibration:
         values = {k: row.get(k) for k in cls.__dataclass_fields__ if k != "figures"}
         return cls(**values, figures=json.loads(row.get("figures") or "{}"))
 
+    def _repr_html_(self) -> str:
+        from evalkit.judges.display import calibration_table
+
+        return calibration_table([asdict(self)], title="Judge calibration record").as_raw_html()
+
 
 @dataclass(frozen=True)
 class CalibrationResult:
@@ -210,13 +215,7 @@ class CalibrationResult:
         out.append(f"  confusion (rows human, columns judge; labels {list(s.labels)}):")
         matrix = agreement.confusion_array(self.items["human"], self.items["judge"], s.labels)
         out += ["    " + " ".join(f"{v:>3d}" for v in row) for row in matrix.tolist()]
-        notes = [
-            (self.n_tied, "items with tied human votes dropped"),
-            (self.n_unlabelled, "judged outputs without a human label"),
-            (self.n_judge_errors, "undecided judge calls (malformed output, failed call) left out"),
-            (self.n_case_level, "labels matched by case id only (pin them with --run)"),
-        ]
-        out += [f"  [yellow]note[/]: {n} {text}" for n, text in notes if n]
+        out += [f"  [yellow]note[/]: {_esc(note)}" for note in self.notes()]
         return out
 
     def __rich__(self) -> Any:
@@ -224,12 +223,76 @@ class CalibrationResult:
 
         return Text.from_markup("\n".join(self.lines()))
 
-    def _repr_html_(self) -> str:
-        from rich.text import Text
+    def figures(self) -> list[tuple[str, str]]:
+        """The headline figures, formatted: rates as percentages, kappas to 2 decimals with
+        their interval (what the notebook's table shows)."""
+        from evalkit.judges.display import fmt_kappa
 
-        lines = self.lines()[:6]
-        head = "<br>".join(html.escape(Text.from_markup(line).plain) for line in lines)
-        return f"<p>{head}</p>" + self.summary._repr_html_()
+        r, s, f = self.record, self.summary, self.record.figures
+        pct = "{:.1%}".format
+        pairs = f.get("n_pairwise")
+        return [
+            ("items (human majority label vs judge)", f"{r.n} ({self.scale})"),
+            (
+                "agreement [Wilson CI]",
+                f"{pct(s.accuracy)} [{pct(s.accuracy_lo)}, {pct(s.accuracy_hi)}]",
+            ),
+            (
+                f"Cohen's kappa [{s.level:.0%} bootstrap CI]",
+                fmt_kappa(r.kappa, r.kappa_lo, r.kappa_hi),
+            ),
+            (
+                "weighted kappa (quadratic)",
+                fmt_kappa(r.weighted_kappa, f.get("weighted_kappa_lo"), f.get("weighted_kappa_hi")),
+            ),
+            (
+                f"Krippendorff's alpha ({len(f.get('raters', []))} raters incl. the judge)",
+                fmt_kappa(r.alpha),
+            ),
+            (
+                "macro precision / recall / F1",
+                f"{pct(s.report.macro_precision)} / "
+                f"{pct(s.report.macro_recall)} / {pct(s.report.macro_f1)}",
+            ),
+            (
+                "length bias: Spearman(score, length), judge / humans",
+                f"{fmt_kappa(f.get('length_corr_judge'))} / "
+                f"{fmt_kappa(f.get('length_corr_human'))}",
+            ),
+            (
+                "position consistency",
+                f"{pct(r.position_consistency)} over {pairs} pairs"
+                if r.position_consistency is not None
+                else "n/a (run `evalkit judge-pairs` with this judge and rubric)",
+            ),
+        ]
+
+    def notes(self) -> list[str]:
+        """What was left out of the figures, one line each."""
+        notes = [
+            (self.n_tied, "items with tied human votes dropped"),
+            (self.n_unlabelled, "judged outputs without a human label"),
+            (self.n_judge_errors, "undecided judge calls (malformed output, failed call) left out"),
+            (self.n_case_level, "labels matched by case id only (pin them with --run)"),
+        ]
+        return [f"{n} {text}" for n, text in notes if n]
+
+    def _repr_html_(self) -> str:
+        from evalkit.judges import display
+
+        r = self.record
+        head = display.headline(
+            f"judge {r.judge_model} with {short_path(r.rubric)} (rubric {r.rubric_hash[:8]}), "
+            f"scorer {r.scorer}, run {r.run_id}"
+        )
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes())
+        return (
+            head
+            + display.figures_table(self.figures(), id="evalkit-calibration").as_raw_html()
+            + display.class_table(self.summary.report.to_frame()).as_raw_html()
+            + display.confusion_table(self.summary.confusion).as_raw_html()
+            + (f"<p>note:</p><ul>{notes}</ul>" if notes else "")
+        )
 
 
 def _esc(text: str) -> str:

@@ -128,9 +128,9 @@ class JudgeGating:
         )
 
     def _repr_html_(self) -> str:
-        return (
-            f"<p>judge checks (kappa_min {self.kappa_min:.2f})</p>" + self.to_frame()._repr_html_()
-        )
+        from evalkit.judges.display import gating_table
+
+        return gating_table(self.to_frame(), self.kappa_min).as_raw_html()
 
 
 def _keys() -> pl.Expr:
