@@ -97,6 +97,14 @@ def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
         assert (REPO / path).is_file(), path
     for tag in re.findall(r"--tag (\S+)", script):
         assert f"[{tag}" in (REPO / "corpus" / "cases").joinpath(f"{tag}.yaml").read_text()
+    assert flow["jobs"]["gate"]["permissions"]["pull-requests"] == "write"  # the PR comment
+    post = _posting_step(steps)
+    assert post["if"] == "always()" and "GITHUB_STEP_SUMMARY" in post["run"]
+    assert '--markdown "$RUNNER_TEMP/gate.md"' in script and "gate.md" in post["run"]
+
+
+def _posting_step(steps: list[dict]) -> dict:
+    return next(s for s in steps if "gh pr comment" in s.get("run", ""))
 
 
 @pytest.mark.timeout(480)
@@ -119,3 +127,22 @@ def test_the_ci_example_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, out[-4000:]
     assert (tmp_path / "base.md").read_text() == (REPO / "corpus/prompts/v1.md").read_text()
     assert list((work / "reports").glob("*/gate.html")), out[-2000:]
+    # the posting step, with a stand-in gh that records its arguments and has no last comment
+    bin_dir, calls, summary = tmp_path / "bin", tmp_path / "gh-calls", tmp_path / "summary.md"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *--edit-last*) exit 1;; esac\n'
+    )
+    (bin_dir / "gh").chmod(0o755)
+    env |= {"GITHUB_STEP_SUMMARY": str(summary), "PR": "7", "GH_TOKEN": "t",
+            "PATH": os.pathsep.join([str(bin_dir), env["PATH"]])}  # fmt: skip
+    posted = _bash(_posting_step(steps)["run"], work, env)
+    assert posted.returncode == 0, posted.stdout + posted.stderr
+    report = (tmp_path / "gate.md").read_text()
+    assert report.startswith("## ") and "evalkit gate: PASSED" in report.splitlines()[0]
+    assert summary.read_text() == report
+    body = f"--body-file {tmp_path / 'gate.md'}"
+    assert calls.read_text().splitlines() == [
+        f"pr comment 7 {body} --edit-last",
+        f"pr comment 7 {body}",
+    ]
