@@ -93,6 +93,39 @@ def serve_tool_call(fixtures: dict[str, Any], name: str, raw_arguments: str) -> 
     raise FixtureMiss(name, arguments)
 
 
+#: The heading of the documents block (``{{documents}}`` renders the block without it).
+DOCUMENTS_HEADING = "Reference documents:"
+_DOC_TEXT_KEYS = ("text", "content", "passage", "body")
+_DOC_NAME_KEYS = ("title", "id", "source", "name")
+
+
+def render_documents(documents: Any) -> str:
+    """A case's ``fixtures.documents`` as numbered passages, as the system under test and the
+    judge both see them: ``[1] text``; a mapping shows its title (or id, source, name) in
+    parentheses, then its text (``text``, ``content``, ``passage`` or ``body``), else its JSON.
+
+    Examples:
+        >>> print(render_documents(["Refunds take 5 days.", {"title": "FAQ", "text": "No fees."}]))
+        [1] Refunds take 5 days.
+        [2] (FAQ) No fees.
+        >>> render_documents([])
+        ''
+    """
+    lines = []
+    for number, document in enumerate(documents or (), start=1):
+        if isinstance(document, dict):
+            name = next((document[k] for k in _DOC_NAME_KEYS if document.get(k)), None)
+            text = next((document[k] for k in _DOC_TEXT_KEYS if k in document), None)
+            if not isinstance(text, str):
+                text = canonical_json(document)
+            lines.append(f"[{number}] " + (f"({name}) " if name is not None else "") + text)
+        else:
+            lines.append(
+                f"[{number}] {document if isinstance(document, str) else json.dumps(document)}"
+            )
+    return "\n".join(lines)
+
+
 def _render_args(arguments: dict[str, Any]) -> str:
     text = ", ".join(f"{k}={json.dumps(v)}" for k, v in arguments.items())
     return text if len(text) <= 160 else text[:157] + "..."

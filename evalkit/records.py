@@ -83,6 +83,9 @@ class ChatRequest:
     messages: list[dict[str, Any]]
     sampling: dict[str, Any] = field(default_factory=dict)
     tools: list[dict[str, Any]] | None = None
+    # the case's fixtures.documents, for a python system's ``documents`` context (an HTTP
+    # endpoint sees them in ``messages`` only: a template's {{documents}} or the default block)
+    documents: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

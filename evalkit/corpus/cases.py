@@ -36,6 +36,7 @@ from evalkit.corpus.yaml_input import (  # noqa: F401 - the reader's names stay 
     read_yaml_file,
 )
 from evalkit.errors import CorpusError
+from evalkit.fixtures import DOCUMENTS_HEADING, render_documents
 from evalkit.records import canonical_json
 from evalkit.scorers import SCORERS, Scorer, build_scorer
 from evalkit.scorers.registry import ScorerArgError
@@ -489,7 +490,7 @@ def render_template(template: str, variables: dict[str, Any]) -> str:
 def _check_vars(case: Case, user_template: str) -> None:
     if case.vars is None:
         return
-    missing = template_vars(user_template) - set(case.vars)
+    missing = template_vars(user_template) - set(case.vars) - {"documents"}
     if missing:
         path, line = case.source.rsplit(":", 1)
         raise CorpusError(
@@ -503,11 +504,24 @@ def _check_vars(case: Case, user_template: str) -> None:
 def render_messages(
     case: Case, system_prompt: str | None, user_template: str | None
 ) -> list[dict[str, Any]]:
-    """The chat messages sent for ``case``: the suite's system prompt, then the case's turns."""
-    variables = case.vars or {}
+    """The chat messages sent for ``case``: the suite's system prompt, then the case's turns.
+
+    ``fixtures.documents`` fill ``{{documents}}`` in the system prompt or the user template;
+    when neither uses it, they go at the end of the system message (one is added if the suite
+    has no system prompt) under ``Reference documents:``, numbered ``[1] ...``.
+    """
+    documents = render_documents(case.fixtures.get("documents"))
+    variables = {"documents": documents, **(case.vars or {})}
     messages: list[dict[str, Any]] = []
-    if system_prompt:
-        messages.append({"role": "system", "content": render_template(system_prompt, variables)})
+    placed = "documents" in template_vars(system_prompt or "") or (
+        case.messages is None and "documents" in template_vars(user_template or "{{message}}")
+    )
+    system = render_template(system_prompt, variables) if system_prompt else None
+    if documents and not placed:
+        block = f"{DOCUMENTS_HEADING}\n{documents}"
+        system = f"{system}\n\n{block}" if system else block
+    if system:
+        messages.append({"role": "system", "content": system})
     if case.messages is not None:
         messages.extend(dict(m) for m in case.messages)
     else:

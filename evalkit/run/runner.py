@@ -296,7 +296,11 @@ class _Execution:
         messages = render_messages(case, self.suite.system_prompt, system.user_template)
         offer = system.offer_tools == "always" or bool(case.fixtures.get("tools"))
         return ChatRequest(
-            system.model, messages, self.sampling, self.suite.tools if offer else None
+            system.model,
+            messages,
+            self.sampling,
+            self.suite.tools if offer else None,
+            tuple(case.fixtures.get("documents") or ()),
         )
 
     def _cache_key(self, request: ChatRequest, replay: int) -> str:
@@ -347,7 +351,7 @@ class _Execution:
         for step in range(1, max_steps + 1):
             # a copy: the loop appends to ``messages``, a sent request must not change after
             step_request = ChatRequest(
-                request.model, list(messages), request.sampling, request.tools
+                request.model, list(messages), request.sampling, request.tools, request.documents
             )
             key = self._cache_key(step_request, replay)
             first_key = first_key or key

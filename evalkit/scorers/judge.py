@@ -61,7 +61,10 @@ def judge(rubric: Path, min_score: int | None = None):
             if case.messages is not None
             else json.dumps(case.vars, sort_keys=True)
         )
-        request = judge.request(*pointwise_prompt(loaded, conversation, output.text or ""))
+        documents = (getattr(case, "fixtures", None) or {}).get("documents") or ()
+        request = judge.request(
+            *pointwise_prompt(loaded, conversation, output.text or "", documents)
+        )
         details = {
             "judge_model": judge.model,
             "judge_snapshot": getattr(judge, "snapshot", None),

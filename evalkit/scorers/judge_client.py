@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalkit.fixtures import render_documents
 from evalkit.records import ChatRequest, Provider
 from evalkit.retries import CallStats, RetryPolicy, complete_with_retries
 
@@ -180,14 +181,28 @@ def render_conversation(messages: Sequence[dict[str, Any]] | None) -> str:
     return "\n".join(lines)
 
 
-def pointwise_prompt(rubric: Rubric, conversation: str, answer: str) -> tuple[str, str]:
-    user = f"Conversation:\n{conversation}\n\nAssistant's final answer:\n{answer}"
+def pointwise_prompt(
+    rubric: Rubric, conversation: str, answer: str, documents: Sequence[Any] = ()
+) -> tuple[str, str]:
+    """(system, user) of a pointwise judgement; a case's ``documents`` come first, numbered
+    as the system under test saw them, so a faithfulness rubric can be judged against them."""
+    user = (
+        f"{_sources(documents)}Conversation:\n{conversation}\n\nAssistant's final answer:\n{answer}"
+    )
     return POINTWISE_SYSTEM.format(rubric=rubric.text.strip()), user
 
 
-def pairwise_prompt(rubric: Rubric, conversation: str, a: str, b: str) -> tuple[str, str]:
-    user = f"Conversation:\n{conversation}\n\nAnswer A:\n{a}\n\nAnswer B:\n{b}"
+def pairwise_prompt(
+    rubric: Rubric, conversation: str, a: str, b: str, documents: Sequence[Any] = ()
+) -> tuple[str, str]:
+    user = f"{_sources(documents)}Conversation:\n{conversation}\n\nAnswer A:\n{a}\n\nAnswer B:\n{b}"
     return PAIRWISE_SYSTEM.format(rubric=rubric.text.strip()), user
+
+
+def _sources(documents: Sequence[Any]) -> str:
+    """The source documents section of a judge prompt (nothing when the case has none)."""
+    rendered = render_documents(documents)
+    return f"Source documents given to the assistant:\n{rendered}\n\n" if rendered else ""
 
 
 async def judge_pairwise(

@@ -1,6 +1,9 @@
 """The user's own application as the system under test: ``package.module:function``.
 
-The function receives the rendered chat messages and keyword context, and returns either a
+The function receives the rendered chat messages and keyword context (``model``, ``tools``:
+the tool schemas offered or None, ``documents``: the case's ``fixtures.documents`` as written,
+and the sampling parameters ``temperature``, ``top_p``, ``seed``, ``max_tokens``; accept
+``**context`` so new keys never break it), and returns either a
 string (the final answer) or a dict with ``text`` and optionally ``tool_calls``
 (``[{"name": ..., "arguments": {...}}]``), ``prompt_tokens`` and ``completion_tokens``.
 It may be a coroutine function; a plain function runs in a worker thread. An exception it raises
@@ -83,7 +86,12 @@ class PythonProvider:
         self._is_async = inspect.iscoroutinefunction(self._fn)
 
     async def complete(self, request: ChatRequest) -> Completion:
-        context = {"model": request.model, "tools": request.tools, **request.sampling}
+        context = {
+            "model": request.model,
+            "tools": request.tools,
+            "documents": list(request.documents),
+            **request.sampling,
+        }
         try:
             if self._is_async:
                 result = await self._fn(request.messages, **context)
