@@ -6,6 +6,7 @@ The gate runs on a DuckDB file written through the store's writer API (`write_st
 from __future__ import annotations
 
 import ast
+import html
 import json
 import re
 import sys
@@ -21,7 +22,11 @@ from synthetic_runs import seed000_runs, write_store
 from evalkit.cli import main
 from evalkit.compare.analysis import RunData
 from evalkit.compare.policy import load_policy
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.suite import load_suite
 from evalkit.errors import ConfigError
+from evalkit.judges.calibration import calibrate
+from evalkit.judges.display import fmt_kappa
 from evalkit.notebooks import (
     _ThisPython,
     execute_gate,
@@ -29,6 +34,8 @@ from evalkit.notebooks import (
     notebook_path,
     to_report_html,
 )
+from evalkit.run.runner import RunOptions, run_suite
+from evalkit.store import open_store
 
 NOTEBOOKS = [
     "gate.ipynb",
@@ -37,6 +44,7 @@ NOTEBOOKS = [
     "flakiness.ipynb",
     "judge_agreement.ipynb",
 ]
+REPO = Path(__file__).resolve().parents[1]
 EXTERNAL_SCRIPT = re.compile(r"<script[^>]+src=|cdn\.jsdelivr|cdnjs|unpkg\.com", re.I)
 CONFIG = """\
 suite: demo
@@ -203,6 +211,45 @@ def test_judge_agreement_notebook_renders_offline(tmp_path):
     assert ename is None, message
     assert "image/svg+xml" in nb.read_text()
     assert not EXTERNAL_SCRIPT.search(to_report_html(nb).read_text())
+
+
+@pytest.fixture(scope="module")
+def labelled_store(demo_server, tmp_path_factory):
+    """The demo's judged cases run once (baseline, prompt v1) with the shipped demo labels."""
+    sets = [f"system.base_url={demo_server.base_url}", f"judge.base_url={demo_server.base_url}"]
+    suite = load_suite(REPO / "corpus" / "evalkit.yaml", overrides=sets)
+    corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
+    corpus = corpus.select(
+        ids=[c.id for c in corpus.cases if any(s.name == "judge" for s in c.scorers)]
+    )
+    db = tmp_path_factory.mktemp("labelled") / "labelled.duckdb"
+    with open_store(db) as store:
+        run_suite(suite, corpus, store, RunOptions(label="baseline", progress=False))
+    labels = REPO / "data" / "labels" / "demo_reply_tone.csv"
+    assert main(["labels", "import", str(labels), "--db", str(db), "--run", "baseline"]) == 0
+    return db
+
+
+def test_judge_agreement_notebook_studies_the_labels_in_a_store(labelled_store, tmp_path):
+    rubric = REPO / "corpus" / "rubrics" / "reply_tone.md"
+    with open_store(labelled_store, read_only=True) as store:
+        want = calibrate(store, "baseline", rubric=rubric, save=False).record
+    params = {"OUTPUT_DIR": str(tmp_path / "out"), "DB_PATH": str(labelled_store),
+              "RUN": "baseline", "SCORER": "judge", "RUBRIC": str(rubric)}  # fmt: skip
+    nb, ename, message = execute_notebook("judge_agreement.ipynb", tmp_path / "j.ipynb", params)
+    assert ename is None, message
+    kappa = fmt_kappa(want.kappa, want.kappa_lo, want.kappa_hi)  # 2 dp, e.g. 0.00 [-0.05, 0.06]
+    page = to_report_html(nb).read_text()
+    text = html.unescape(" ".join(re.sub(r"<[^>]+>", " ", page).split()))
+    assert f"baseline/judge: kappa {kappa} on {want.n} labelled items, as recomputed" in text
+    assert f"Cohen's kappa [95% bootstrap CI] {kappa}" in text
+    assert f"agreement [Wilson CI] {want.accuracy:.1%}" in text
+    assert "Per class" in text and "Confusion (rows human, columns judge)" in text
+    assert "Spearman(score, length): judge" in text and "position consistency: not measured" in text
+    assert "no calibration record yet" in text  # save=False: the notebook only reads
+    assert (tmp_path / "out" / "store_baseline_judge" / "confusion.svg").is_file()
+    assert "the published figures are reproduced exactly" in text  # the published part still runs
+    assert page.count("data:image/svg+xml") >= 3 and not EXTERNAL_SCRIPT.search(page)
 
 
 def test_unknown_notebook_is_a_config_error():

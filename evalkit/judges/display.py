@@ -44,13 +44,17 @@ def fmt_kappa(value: Any, lo: Any = None, hi: Any = None) -> str:
     """A kappa to 2 decimals with its interval when there is one (``n/a`` when undefined).
 
     Examples:
-        >>> fmt_kappa(0.4133, 0.1, 0.65), fmt_kappa(0.5), fmt_kappa(float("nan"))
-        ('0.41 [0.10, 0.65]', '0.50', 'n/a')
+        >>> fmt_kappa(0.4133, -0.001, 0.65), fmt_kappa(0.5), fmt_kappa(float("nan"))
+        ('0.41 [0.00, 0.65]', '0.50', 'n/a')
     """
     k, a, b = _number(value), _number(lo), _number(hi)
     if k is None:
         return "n/a"
-    return f"{k:.2f}" + (f" [{a:.2f}, {b:.2f}]" if a is not None and b is not None else "")
+
+    def two(x: float) -> str:
+        return f"{round(x, 2) + 0.0:.2f}"  # + 0.0: no "-0.00"
+
+    return two(k) + (f" [{two(a)}, {two(b)}]" if a is not None and b is not None else "")
 
 
 def _gt(frame: pl.DataFrame, id: str, title: str | None, note: str | None = None) -> GT:

@@ -401,7 +401,17 @@ def test_notebook_is_committed_clean() -> None:
     assert all(c.execution_count is None and not c.outputs for c in code)
     assert code[0].metadata.get("tags") == ["parameters"]
     params = [line.split("=")[0].strip() for line in code[0].source.splitlines() if "=" in line]
-    assert params == ["DATASET", "JUDGE", "LLMBAR_DIR", "OUTPUT_DIR", "SEED"]
+    assert params == [
+        "DATASET",
+        "JUDGE",
+        "LLMBAR_DIR",
+        "OUTPUT_DIR",
+        "SEED",
+        "DB_PATH",
+        "RUN",
+        "SCORER",
+        "RUBRIC",
+    ]
 
 
 NOTEBOOK_RUNS = {
@@ -440,7 +450,17 @@ def executed(
 
 def test_notebook_parameters_parse() -> None:
     params = papermill.inspect_notebook(str(NOTEBOOK))
-    assert list(params) == ["DATASET", "JUDGE", "LLMBAR_DIR", "OUTPUT_DIR", "SEED"]
+    assert list(params) == [
+        "DATASET",
+        "JUDGE",
+        "LLMBAR_DIR",
+        "OUTPUT_DIR",
+        "SEED",
+        "DB_PATH",
+        "RUN",
+        "SCORER",
+        "RUBRIC",
+    ]
 
 
 @pytest.mark.parametrize("dataset", list(NOTEBOOK_RUNS))
