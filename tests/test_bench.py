@@ -114,7 +114,8 @@ def test_analysis_counts_match_the_generator(tmp_path: Path) -> None:
     assert f["measured"]["paired"] == cases - 1  # case 7 is edited in the candidate
     assert f["all_slice"]["n"] == cases - 1 - 1  # and case 11 errored on both sides
     assert f["slices"] == 16 + 1  # every tag, then ALL
-    assert f["gate"]["status"] in {"BLOCKED", "PASSED"}
+    # case 11 errors in the candidate: the gate cannot verify it, so it never says PASSED
+    assert f["gate"]["status"] in {"BLOCKED", "UNVERIFIED"}
     assert set(f["critical"]) == {"tag-03", "tag-05"}
 
 

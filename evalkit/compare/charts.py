@@ -74,7 +74,7 @@ def slice_forest(
     slices: pl.DataFrame,
     tolerance: float | None = 0.02,
     critical: tuple[str, ...] | list[str] = (),
-    method: str = "paired bootstrap 95% interval",
+    method: str = "95% Tango score interval, consistent with the exact McNemar test",
 ) -> alt.LayerChart:
     """Forest plot: each slice's paired pass-rate difference (candidate − baseline) with its
     interval, one row per slice labelled with its n; critical tags (★) first, the aggregate last.

@@ -6,10 +6,12 @@
 1. **must_pass**: a must_pass case failing in the candidate blocks, unless it is on the measured
    flake list (then it warns).
 2. **critical tags** (at most 4, each with at least 8 cases): a tag *regressed*, and blocks, when
-   broken > fixed with one-sided exact McNemar p <= alpha, or when the paired bootstrap upper
-   bound of the pass-rate difference is below -tolerance. Otherwise it is *underpowered* (fewer
-   cases than Connor's paired sample size for a drop of ``tolerance``: a warning naming the n
-   needed) or shows *no evidence of regression*.
+   broken > fixed with one-sided exact McNemar p <= alpha, or when the upper bound of the
+   pass-rate difference's interval (Tango's score interval, made consistent with the exact test,
+   so it never fires where exact p > alpha) is below -tolerance. Otherwise it is
+   *underpowered* (fewer cases than Connor's paired sample size for a drop of ``tolerance``: a
+   warning naming the n needed) or shows *no evidence of regression*; a critical tag a partial
+   selection (a tier) leaves out is *not in this selection*.
 3. everything else warns (non-critical slices use Holm-adjusted p-values) or is reported.
 4. budgets: candidate means over a declared limit block or warn, as configured.
 
@@ -43,7 +45,7 @@ from evalkit.compare.decision import (
     State,
 )
 from evalkit.compare.policy import GatePolicy, tag_counts
-from evalkit.compare.slices import slices
+from evalkit.compare.slices import interval_name, slices
 from evalkit.compare.verdicts import usage_means
 
 if TYPE_CHECKING:
@@ -124,7 +126,8 @@ def _critical(
         if by_p or by_ci:
             state: State = "regressed"
             why = [f"one-sided exact McNemar p = {p:.4g} ≤ {a:g}"] if by_p else []
-            why += [f"paired bootstrap upper bound {_pts(hi)} < {_pts(-tol)}"] if by_ci else []
+            method = interval_name(r.get("interval_method"))
+            why += [f"upper bound {_pts(hi)} < {_pts(-tol)} ({method})"] if by_ci else []
             msg = f"{head} regressed: {broken} broken, {fixed} fixed of {n} ({_pts(r['diff'])})"
             findings.append(Finding(2, tag, ids, stat, f"{msg}; {' and '.join(why)}", "block"))
         elif n < need:
@@ -313,7 +316,7 @@ def decide(
     if budgets_observed is None:
         cols = {c.removeprefix("cand_"): pl.col(c) for c in paired.columns if c.startswith("cand_")}
         budgets_observed = usage_means(paired.select(**cols)) if cols else {}
-    table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.level)
+    table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.interval_level())
     states, critical = _critical(table, policy, paired, counts)
     causes: dict[str, str] = {}
     if errors is not None and errors.height:

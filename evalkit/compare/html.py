@@ -258,7 +258,10 @@ def _slices(r: Report, charts: bool) -> str:
 
         tol = r.decision.policy.tolerance if r.decision else 0.02
         level = getattr(r.decision.policy, "level", 0.95) if r.decision else 0.95
-        method = f"paired bootstrap {level:.0%} interval"
+        from evalkit.compare.slices import interval_name
+
+        methods = r.slices["interval_method"].drop_nulls().unique().to_list()
+        method = f"{level:.0%} {', '.join(interval_name(m) for m in methods) or 'interval'}"
         out.append(_figure(ch.slice_forest(r.slices, tol, r.critical_tags, method)))
         out.append(_figure(ch.flip_counts(r.slices, r.critical_tags)))
     return "".join(out) + "</section>"

@@ -112,6 +112,17 @@ class GatePolicy:
         ]  # fmt: skip
         return cls(critical_tags=tags, budgets=tuple(specs), **params)
 
+    def interval_level(self) -> float:
+        """The level of the slice intervals the gate reads: at least ``level``, and high enough
+        that each tail, (1 - level) / 2, is at most ``alpha``, so an interval never blocks where
+        the exact one-sided test at ``alpha`` finds no evidence.
+
+        Examples:
+            >>> GatePolicy(alpha=0.01).interval_level(), GatePolicy().interval_level()
+            (0.98, 0.95)
+        """
+        return max(self.level, round(1 - 2 * self.alpha, 12))
+
     def min_cases(self) -> int:
         """Cases a critical tag needs: 8, or more when alpha needs more one-way flips."""
         return max(MIN_CRITICAL_CASES, stats.exact_min_flips(self.alpha))
@@ -197,7 +208,7 @@ def check_policy(
         >>> cfg = NS(critical_tags=["biling"], gate={}, budgets={})
         >>> check_policy(cfg, {"billing": 12})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        evalkit.errors.ConfigError: evalkit.yaml: critical_tags: no case has the tag 'biling' ...
+        evalkit.errors.ConfigError: evalkit.yaml: critical_tags: no case has the tag 'biling'; did you mean 'billing'? ...
     """
     import difflib
 

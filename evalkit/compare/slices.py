@@ -17,6 +17,20 @@ _SLICE_SCHEMA |= dict.fromkeys(_DIFFS, pl.Float64) | {"interval_method": pl.Stri
 #: How ``diff_lo, diff_hi`` are computed for pass/fail verdicts (`stats.paired_diff_interval`):
 #: Tango's score interval, reaching 0 where the exact McNemar test finds no evidence.
 INTERVAL_METHOD = "tango-exact"
+#: How each interval method is named to a reader (reports state it beside every interval).
+INTERVAL_NAMES = {
+    "tango-exact": "Tango score interval, consistent with the exact McNemar test",
+}
+
+
+def interval_name(method: str | None) -> str:
+    """The reader-facing name of an ``interval_method`` value.
+
+    Examples:
+        >>> interval_name("tango-exact")
+        'Tango score interval, consistent with the exact McNemar test'
+    """
+    return INTERVAL_NAMES.get(method or "", method or "no interval")
 
 
 def _per_slice(paired: pl.DataFrame) -> pl.DataFrame:

@@ -21,6 +21,7 @@ import polars as pl
 from great_tables import GT, loc, style
 
 from evalkit.compare.formatting import fmt_p, fmt_pts, inert
+from evalkit.compare.slices import INTERVAL_NAMES
 
 _STATUS_ICON = {"PASSED": "✓", "BLOCKED": "✗", "UNVERIFIED": "?", "PASSED WITH OVERRIDE": "⚠"}
 
@@ -76,7 +77,13 @@ def slice_table(
         pl.col("p_value").map_elements(fmt_p, pl.String).alias("p"),
     )
     rows = [i for i, s in enumerate(slices["slice"].to_list()) if s in crit or s == "ALL"]
-    note = "★ critical tag (gated); p: one-sided exact McNemar; interval: paired bootstrap"
+    methods = (
+        slices["interval_method"].drop_nulls().unique().to_list()
+        if "interval_method" in slices.columns
+        else []
+    )
+    named = ", ".join(INTERVAL_NAMES.get(m, m) for m in methods) or "none"
+    note = f"★ critical tag (gated); p: one-sided exact McNemar; interval: {named}"
     table = (
         _gt(frame, id, title, note)
         .fmt_percent(columns=["base_pass", "cand_pass"], decimals=1)

@@ -289,7 +289,7 @@ def test_charts_sort_critical_first_aggregate_last_and_label_their_lines(seed000
     order = spec["layer"][0]["encoding"]["y"]["sort"]
     assert order == ["★ policy (n=50)", "billing (n=100)", "general (n=450)",
                      "ALL (aggregate) (n=600)"]  # fmt: skip
-    assert "paired bootstrap 95% interval" in spec["title"]["subtitle"]
+    assert "Tango score interval" in spec["title"]["subtitle"]
     texts = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
     assert len(texts) == 2  # "no change" and "−tolerance (2 pts)"
     assert spec["layer"][0]["encoding"]["x"]["axis"]["title"].endswith("(points)")
