@@ -110,7 +110,10 @@ def test_gate_passes_with_exit_0_and_writes_the_html_report(gate_env):
     assert run.decision["status"] == "PASSED" and not run.decision["blocked"]
     states = {s["tag"]: s["state"] for s in run.decision["critical"]}
     assert states == {"billing": "underpowered"}
-    _assert_a_report(run.html_path.read_text(), "PASSED")
+    page = run.html_path.read_text()
+    _assert_a_report(page, "PASSED")
+    shown = page[: page.index('id="broken"')].split("<details")[0]  # in view, not folded
+    assert "Not gated here: " in shown and "critical tag 'billing' is underpowered" in shown
     for artefact in ("report.json", "junit.xml", "gate.md", "slice_forest.svg", "slice_forest.png"):
         assert (out / artefact).is_file(), artefact
 

@@ -163,10 +163,15 @@ def _decision(r: Report) -> str:
             f"{_h(o.created_at or '–')}: {_h(o.reason)}</p>"
         )
     rest = [f for f in (d.findings if d else ()) if f.severity not in STOPPING]
-    if rest:
+    # What was not gated (underpowered, not in this selection, uncalibrated judges) stays in
+    # view; the runs' own warnings (slice "warnings") fold away.
+    ungated = [f for f in rest if f.slice != "warnings"]
+    if ungated:
+        out.append(f"<h3>Not gated here: {len(ungated)} finding(s)</h3>{_findings(ungated)}")
+    warned = [f for f in rest if f.slice == "warnings"]
+    if warned:
         out.append(
-            f"<details><summary>{len(rest)} other finding(s): warnings and notes</summary>"
-            f"{_findings(rest)}</details>"
+            f"<details><summary>{len(warned)} run warning(s)</summary>{_findings(warned)}</details>"
         )
     return "".join(out) + "</section>"
 
