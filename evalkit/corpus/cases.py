@@ -103,6 +103,18 @@ class CaseSpec(_Strict):
     expect: list[ScorerSpec] = Field(min_length=1)
     notes: str | None = None
 
+    @field_validator("tags")
+    @classmethod
+    def _criticality_is_not_a_tag(cls, value: list[str]) -> list[str]:
+        # The seed articles write `tags: [..., must_pass]`; loaded as a tag it would silently
+        # make a frozen incident a normal case that never blocks.
+        if "must_pass" in value:
+            raise ValueError(
+                "'must_pass' is a criticality, not a tag: remove it from tags and write "
+                "`criticality: must_pass` (as a tag the case would never block)"
+            )
+        return value
+
     @field_validator("id")
     @classmethod
     def _id_chars(cls, value: str) -> str:

@@ -291,3 +291,18 @@ def test_short_form_for_a_factory_taking_any_argument(tmp_path: Path) -> None:
     root = make_corpus(tmp_path, {"cases/a.yaml": text})
     (scorer,) = load_corpus(root).cases[0].scorers
     assert scorer.args == {"name": "refund", "order_id": "8"}
+
+
+def test_must_pass_written_as_a_tag_is_refused_with_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "incidents.yaml").write_text(
+        "- id: inc-4411\n"
+        "  tags: [billing, must_pass]\n"
+        "  input: {messages: [{role: user, content: hi}]}\n"
+        "  expect: [{scorer: contains, args: {text: refund}}]\n"
+    )
+    with pytest.raises(CorpusError) as caught:
+        load_corpus(tmp_path)
+    message = str(caught.value)
+    assert message.startswith("cases/incidents.yaml:2: case inc-4411:")
+    assert "write `criticality: must_pass`" in message
