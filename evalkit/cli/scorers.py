@@ -13,6 +13,12 @@ _TIERS = {0: "deterministic", 1: "executable", 2: "similarity", 3: "judge"}
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     scorers = sub.add_parser("scorers", help="list every scorer, its arguments and defaults")
     scorers.add_argument("--json", action="store_true", help="print a JSON list instead")
+    scorers.add_argument(
+        "--config",
+        default=None,
+        help="suite config whose scorers: modules are listed too "
+        "(default: ./evalkit.yaml, else corpus/evalkit.yaml, when present)",
+    )
     scorers.set_defaults(handler=_cmd_scorers)
 
 
@@ -66,6 +72,12 @@ def _signature(entry: dict[str, Any]) -> str:
 
 
 def _cmd_scorers(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if args.config and Path(args.config).is_file():
+        from evalkit.corpus.suite import load_suite
+
+        load_suite(args.config)  # imports its scorers: modules, which register their scorers
     entries = describe_scorers()
     if args.json:
         print(json.dumps(entries, indent=2, default=str))
@@ -76,7 +88,8 @@ def _cmd_scorers(args: argparse.Namespace) -> int:
     table = Table("scorer", "tier", "arguments (default)", "what it checks", show_lines=False)
     for e in entries:
         short = f"\n[dim]- {e['name']}: <{e['short_form']}>[/]" if e["short_form"] else ""
-        name = e["name"] + short
+        own = "" if e["module"].startswith("evalkit.") else f"\n[dim]from {e['module']}[/]"
+        name = e["name"] + short + own
         table.add_row(name, e["tier"], _signature(e), e["description"])
     Console(highlight=False).print(table)
     return 0

@@ -18,6 +18,7 @@ import hashlib
 import json
 import platform
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,8 +26,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalkit.corpus.cases import Corpus, YAMLInputError, parse_yaml
+from evalkit.corpus.cases import Corpus, YAMLInputError, node_line, parse_yaml
 from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
+from evalkit.corpus.scorer_modules import import_scorer_modules, scorer_module_hashes
 from evalkit.corpus.selection import TierConfig
 from evalkit.errors import ConfigError
 from evalkit.records import canonical_json
@@ -118,6 +120,7 @@ class SuiteConfig(_Strict):
     rate_limit: RateLimit | None = None
     cache: bool = True
     tiers: dict[str, TierConfig] = Field(default_factory=dict)  # named selections (--tier)
+    scorers: list[str] = Field(default_factory=list)  # modules registering your own scorers
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,10 @@ def load_suite(
     if not config_path.is_file():
         raise ConfigError(f"{config_path}: suite config not found")
     try:
-        raw, _ = parse_yaml(config_path.read_text(encoding="utf-8"))
+        raw, node = parse_yaml(config_path.read_text(encoding="utf-8"))
     except YAMLInputError as exc:
         where = f"{config_path}:{exc.line}" if exc.line else str(config_path)
+        where += f":{exc.column}" if exc.line and getattr(exc, "column", None) else ""
         raise ConfigError(f"{where}: {exc.problem}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{config_path}: not UTF-8 text (byte {exc.start})") from None
@@ -182,12 +186,8 @@ def load_suite(
     try:
         config = SuiteConfig.model_validate(raw)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        key = ".".join(str(p) for p in error["loc"])
-        key = key if len(key) <= 80 else key[:77] + "..."
-        kind = "unknown key" if error["type"] == "extra_forbidden" else "invalid value for"
-        message = "" if error["type"] == "extra_forbidden" else f": {error['msg']}"
-        raise ConfigError(f"{config_path}: {kind} {key!r}{message}") from None
+        raise _config_error(exc, config_path, node, overrides) from None
+    import_scorer_modules(config.scorers, root, config_path)
     system_prompt = _read_optional(root, config.system.prompt, config_path, "system.prompt")
     tools_text = _read_optional(root, config.system.tools, config_path, "system.tools")
     tools = None
@@ -240,6 +240,67 @@ def apply_override(raw: dict[str, Any], item: str, source: Path | str = "--set")
         node = child
     node[parts[-1]] = value
     return result
+
+
+#: What a suite config must give (everything else has a default).
+REQUIRED_KEYS = ("suite", "system.model")
+
+
+def _config_error(
+    exc: ValidationError, config_path: Path, node: Any, overrides: Sequence[str]
+) -> ConfigError:
+    """One line for the first validation error, blamed on the ``--set`` that made it, else on
+    the file's line; unknown keys get a did-you-mean (also one level up or down: ``sampling``
+    lives under ``system``)."""
+    error = exc.errors()[0]
+    loc = [str(p) for p in error["loc"]]
+    key = ".".join(loc)
+    key = key if len(key) <= 80 else key[:77] + "..."
+    if error["type"] == "extra_forbidden":
+        problem = f"unknown key {key!r}{_suggest_key(loc)}"
+    elif error["type"] == "missing":
+        problem = (
+            f"missing required key {key!r} (a suite config needs "
+            f"{', '.join(REQUIRED_KEYS)}; system.function too for provider: python)"
+        )
+    else:
+        problem = f"invalid value for {key!r}: {error['msg']}"
+    for item in reversed(overrides):  # the last --set of a key is the one that counts
+        parts = [p for p in item.partition("=")[0].strip().split(".") if p]
+        if parts and (parts[: len(loc)] == loc or loc[: len(parts)] == parts):
+            return ConfigError(f"--set {item}: {problem} (the option, not {config_path.name})")
+    line = node_line(node, error["loc"]) if node is not None else None
+    return ConfigError(f"{config_path}:{line}: {problem}" if line else f"{config_path}: {problem}")
+
+
+def _config_keys(model: type[BaseModel] = SuiteConfig, prefix: str = "") -> list[str]:
+    """Every dotted key a suite config accepts (``system.sampling.temperature``, ...)."""
+    keys = []
+    for name, info in model.model_fields.items():
+        keys.append(prefix + name)
+        for arg in (info.annotation, *getattr(info.annotation, "__args__", ())):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                keys.extend(_config_keys(arg, f"{prefix}{name}."))
+                break
+    return keys
+
+
+def _suggest_key(loc: list[str]) -> str:
+    import difflib
+
+    keys = _config_keys()
+    parent = ".".join(loc[:-1])
+    siblings = [k.rsplit(".", 1)[-1] for k in keys if k.rpartition(".")[0] == parent]
+    # the closest key name, here or anywhere (a sibling wins a tie): 'temprature' is
+    # system.sampling.temperature, not system.user_template
+    candidates = [(k.rsplit(".", 1)[-1], k) for k in keys]
+    candidates += [(name, ".".join([*loc[:-1], name])) for name in siblings]
+    ratio, best = max(
+        (difflib.SequenceMatcher(None, loc[-1], name).ratio(), key) for name, key in candidates
+    )
+    if ratio >= 0.6:
+        return f" (did you mean {best!r}?)"
+    return f" (keys here: {', '.join(sorted(siblings))})" if siblings else ""
 
 
 def _read_optional(root: Path, name: str | None, config_path: Path, key: str) -> str | None:
@@ -336,7 +397,7 @@ def build_manifest(
             "rubric_hashes": dict(sorted((judge_rubrics or {}).items())),
         },
         "replays": suite.config.replays,
-        "scorer_files": corpus.file_hashes,
+        "scorer_files": {**corpus.file_hashes, **scorer_module_hashes(suite.config.scorers)},
         "harness": {"evalkit": __version__},
         "corpus": {"hash": corpus.hash, "n_cases": len(corpus.cases)},
         "selection": selection,
