@@ -31,10 +31,12 @@ class CorpusError(EvalkitError):
         path: str | Path | None = None,
         line: int | None = None,
         case_id: str | None = None,
+        column: int | None = None,
     ) -> None:
         self.message = " ".join(str(message).split())  # always one line
         self.path = str(path) if path is not None else None
         self.line = line
+        self.column = column
         self.case_id = case_id
         super().__init__(self._render())
 
@@ -42,6 +44,8 @@ class CorpusError(EvalkitError):
         where = self.path or "<input>"
         if self.line is not None:
             where = f"{where}:{self.line}"
+            if self.column is not None:
+                where = f"{where}:{self.column}"
         who = f" case {self.case_id}:" if self.case_id else ""
         return f"{where}:{who} {self.message}"
 

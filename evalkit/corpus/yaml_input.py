@@ -25,9 +25,10 @@ MAX_YAML_DEPTH = 64
 class YAMLInputError(Exception):
     """A YAML document evalkit refuses: ``problem`` is one line, ``line`` 1-based or None."""
 
-    def __init__(self, problem: str, line: int | None = None) -> None:
+    def __init__(self, problem: str, line: int | None = None, column: int | None = None) -> None:
         self.problem = " ".join(problem.split())[:300]
         self.line = line
+        self.column = column  # 1-based, for syntax errors
         super().__init__(self.problem)
 
 
@@ -75,11 +76,62 @@ def _yaml_problem(exc: yaml.YAMLError, text: str) -> YAMLInputError:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
-        return YAMLInputError(f"YAML syntax error: {problem}", mark.line + 1 if mark else None)
+        return YAMLInputError(
+            f"YAML syntax error: {_plain(problem, exc.context or '')}",
+            mark.line + 1 if mark else None,
+            mark.column + 1 if mark else None,
+        )
     if isinstance(exc, yaml.reader.ReaderError):
         line = text.count("\n", 0, max(exc.position, 0)) + 1
         return YAMLInputError(f"YAML error: character #x{exc.character:04x}: {exc.reason}", line)
     return YAMLInputError(f"YAML error: {exc}")
+
+
+#: PyYAML's wording -> what it means and what to do, for the mistakes people make by hand.
+_PLAIN = (
+    ("found character '\\t'", "a tab character; YAML indents with spaces only: replace the tab"),
+    (
+        "mapping values are not allowed",
+        "a ': ' where YAML did not expect a key; quote the text (\"...\") if it contains ': ', "
+        "or fix the indentation of this line",
+    ),
+    (
+        "could not find expected ':'",
+        "a line that is neither 'key: value' nor a '- ' list item; add the ':' or quote the text",
+    ),
+    (
+        "expected <block end>",
+        "this line's indentation does not match the lines above; align it with its siblings",
+    ),
+    (
+        "did not find expected key",
+        "this line's indentation does not match the lines above; align it with its siblings",
+    ),
+    (
+        "did not find expected '-' indicator",
+        "a list item is not indented like the items above; start each item with '- ' at the "
+        "same column",
+    ),
+    (
+        "found unexpected end of stream",
+        "the file ends inside a quoted string or a [ ] / { } list; close it",
+    ),
+    ("expected ',' or ']'", "a [ list is not closed with ], or its items lack a ','"),
+    ("expected ',' or '}'", "a { mapping is not closed with }, or its items lack a ','"),
+    ("found undefined alias", "a *name alias without an &name anchor before it; define it"),
+    (
+        "found unknown escape character",
+        "a backslash escape YAML does not know inside \"...\"; use '...' or write \\\\",
+    ),
+)
+
+
+def _plain(problem: str, context: str) -> str:
+    """PyYAML's message in plain words, with what to do; unknown ones kept as they are."""
+    for needle, plain in _PLAIN:
+        if needle in problem or needle in context:
+            return plain
+    return f"{problem}; check the indentation and quoting on this line"
 
 
 def _check_graph(root: yaml.Node) -> None:
@@ -189,7 +241,7 @@ def read_yaml_file(path: Path, rel: str, max_bytes: int) -> tuple[Any, Any]:
     try:
         return parse_yaml(text)
     except YAMLInputError as exc:
-        raise CorpusError(exc.problem, path=rel, line=exc.line) from None
+        raise CorpusError(exc.problem, path=rel, line=exc.line, column=exc.column) from None
 
 
 def find_yaml_files(directory: Path, root: Path, globs: Sequence[str]) -> list[Path]:
