@@ -13,7 +13,9 @@ from evalkit.compare.policy import GatePolicy
 Severity = Literal["block", "unverified", "warn", "info"]
 #: Severities that stop the gate (unless an override accepts the finding).
 STOPPING: frozenset[str] = frozenset({"block", "unverified"})
-State = Literal["regressed", "no evidence of regression", "underpowered", "not in this selection"]
+State = Literal[
+    "regressed", "no evidence of regression", "underpowered", "unverified", "not in this selection"
+]
 
 
 class GateBlocked(Exception):

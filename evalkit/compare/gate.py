@@ -62,10 +62,15 @@ def _must_pass(
 ) -> list[Finding]:
     mp = paired.filter(pl.col("criticality") == "must_pass")
     out = []
-    for case in mp.filter(pl.col("cand_error"))["case_id"]:
-        cause = f" ({causes[case]})" if case in causes else ""
-        msg = f"must_pass case {case} errored in the candidate{cause}: unverified"
-        out.append(Finding(1, "must_pass", (case,), {}, msg, "unverified"))
+    errored = mp.filter(pl.col("cand_error"))["case_id"].to_list()
+    if errored:
+        why = top_causes([causes.get(c) for c in errored])
+        msg = (
+            f"{len(errored)} must_pass case(s) errored in the candidate ({_named(errored)}): "
+            "unverified" + (f"; causes: {_causes_text(why)}" if why else "")
+        )
+        out.append(Finding(1, "must_pass", tuple(errored), {"n_error": len(errored)}, msg,
+                           "unverified"))  # fmt: skip
     for r in mp.filter(pl.col("cand") == False).iter_rows(named=True):  # noqa: E712
         case, rate = r["case_id"], flakes.get(r["case_id"], 0.0)
         before = {True: "passed", False: "also failed", None: "errored"}[r["base"]]
@@ -130,6 +135,8 @@ def _critical(
             why += [f"upper bound {_pts(hi)} < {_pts(-tol)} ({method})"] if by_ci else []
             msg = f"{head} regressed: {broken} broken, {fixed} fixed of {n} ({_pts(r['diff'])})"
             findings.append(Finding(2, tag, ids, stat, f"{msg}; {' and '.join(why)}", "block"))
+        elif paired.filter(pl.col("tags").list.contains(tag) & pl.col("cand_error")).height:
+            state = "unverified"  # its errored cases are a tier-0 finding: no evidence either way
         elif n < need:
             state = "underpowered"
             msg = (

@@ -208,7 +208,7 @@ def check_policy(
         >>> cfg = NS(critical_tags=["biling"], gate={}, budgets={})
         >>> check_policy(cfg, {"billing": 12})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        evalkit.errors.ConfigError: evalkit.yaml: critical_tags: no case has the tag 'biling'; did you mean 'billing'? ...
+        evalkit.errors.ConfigError: evalkit.yaml: critical_tags: no case has the tag 'biling'; ...
     """
     import difflib
 

@@ -375,3 +375,16 @@ def test_decision_and_comparison_render_as_formatted_html_in_jupyter():
     table = comparison._repr_html_()
     assert "600 paired cases" in table and "billing" in table and "%" in table
     assert "<script" not in table
+
+
+def test_an_errored_critical_tag_is_unverified_not_underpowered_and_must_pass_errors_group():
+    rows = [(f"b{i}", ["billing"], "must_pass" if i < 3 else "normal", True, None)
+            for i in range(10)]  # fmt: skip
+    decision = decide(_paired(rows), GatePolicy(critical_tags=("billing",)))
+    (state,) = decision.critical
+    assert state.state == "unverified"
+    assert not [f for f in decision.findings if "underpowered" in f.message]
+    (must_pass,) = [f for f in decision.findings if f.tier == 1]
+    assert must_pass.case_ids == ("b0", "b1", "b2") and "3 must_pass case(s) errored" in (
+        must_pass.message
+    )
