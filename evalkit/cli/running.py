@@ -201,14 +201,30 @@ def print_run_summary(summary, db: str) -> None:
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
-    from evalkit.corpus.cases import MIN_CRITICAL_CASES, load_corpus
+    from evalkit.corpus.cases import MAX_LINT_ERRORS, MIN_CRITICAL_CASES, CorpusErrors, load_corpus
     from evalkit.corpus.suite import load_suite
 
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
-    corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
+    try:
+        corpus = load_corpus(
+            suite.root,
+            sealed=True,
+            user_template=suite.config.system.user_template,
+            max_errors=MAX_LINT_ERRORS,
+        )
+    except CorpusErrors as many:  # every problem in one pass, one line each
+        for error in many.errors:
+            print(f"evalkit: error: {error}", file=sys.stderr)
+        shown = f"the first {len(many.errors)}" if many.truncated else str(len(many.errors))
+        print(f"evalkit: {shown} problems in the corpus; fix them and lint again", file=sys.stderr)
+        return 2
+    for warning in corpus.warnings:
+        print(f"evalkit: warning: {warning}", file=sys.stderr)
     _policy_warnings(suite, _tag_counts(corpus.cases))  # the gate's checks, before any run
     stats = corpus.stats(suite.config.critical_tags)
     console = Console(highlight=False)

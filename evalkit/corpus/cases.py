@@ -19,7 +19,8 @@ import inspect
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +48,9 @@ CASE_GLOBS = ("*.yaml", "*.yml")
 MAX_CASE_FILE_BYTES = 20 << 20
 MAX_CASES_PER_FILE = 100_000
 MIN_CRITICAL_CASES = 8
+#: How many problems ``evalkit cases lint`` reports in one pass.
+MAX_LINT_ERRORS = 50
+_EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers` lists the scorers)"
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
@@ -170,11 +174,13 @@ class CorpusStats:
 
 @dataclass(frozen=True)
 class Corpus:
-    """All cases of a suite, validated; ``file_hashes`` covers every referenced file."""
+    """All cases of a suite, validated; ``file_hashes`` covers every referenced file;
+    ``warnings`` (one line each) are what ``cases lint`` reports without failing."""
 
     root: Path
     cases: tuple[Case, ...]
     file_hashes: dict[str, str]
+    warnings: tuple[str, ...] = ()
 
     @property
     def hash(self) -> str:
@@ -233,11 +239,14 @@ def load_corpus(
     sealed: bool = False,
     case_dirs: Sequence[str] = ("cases",),
     user_template: str | None = None,
+    max_errors: int = 1,
 ) -> Corpus:
     """Load and validate every case file under ``root/cases`` (and ``root/sealed`` if asked).
 
     Raises:
-        CorpusError: the first problem found, as ``file:line: case id: what is wrong``.
+        CorpusError: the first problem found, as ``file:line: case id: what is wrong``; with
+            ``max_errors`` > 1, :class:`CorpusErrors` listing up to that many when there are
+            several (each case is checked on its own).
     """
     root_path = Path(root).resolve()
     if not root_path.is_dir():
@@ -246,23 +255,84 @@ def load_corpus(
     cases: list[Case] = []
     seen: dict[str, str] = {}
     file_hashes: dict[str, str] = {}
+    warnings: list[str] = []
+    errors = _Problems(max_errors)
     for directory in dirs:
         for path in find_yaml_files(root_path / directory, root_path, CASE_GLOBS):
-            for case in _load_file(path, root_path, sealed=directory == "sealed"):
-                if case.id in seen:
-                    raise CorpusError(
-                        f"duplicate id (first defined at {seen[case.id]})",
-                        path=case.source.rsplit(":", 1)[0],
-                        line=int(case.source.rsplit(":", 1)[1]),
-                        case_id=case.id,
+            with errors.collect():
+                loaded = _load_file(path, root_path, sealed=directory == "sealed", errors=errors)
+                if not loaded and not errors.found_in(_relative(path, root_path)):
+                    warnings.append(
+                        f"{_relative(path, root_path)}: no cases in this file; add cases "
+                        "(a YAML list, each starting with '- id:') or delete it"
                     )
-                seen[case.id] = case.source
-                if user_template is not None:
-                    _check_vars(case, user_template)
-                for scorer in case.scorers:
-                    file_hashes.update(scorer.file_hashes)
-                cases.append(case)
-    return Corpus(root_path, tuple(cases), dict(sorted(file_hashes.items())))
+                for case in loaded:
+                    with errors.collect():
+                        if case.id in seen:
+                            raise CorpusError(
+                                f"duplicate id (first defined at {seen[case.id]}); rename one",
+                                path=case.source.rsplit(":", 1)[0],
+                                line=int(case.source.rsplit(":", 1)[1]),
+                                case_id=case.id,
+                            )
+                        seen[case.id] = case.source
+                        if user_template is not None:
+                            _check_vars(case, user_template)
+                        for scorer in case.scorers:
+                            file_hashes.update(scorer.file_hashes)
+                        cases.append(case)
+    errors.raise_any()
+    return Corpus(root_path, tuple(cases), dict(sorted(file_hashes.items())), tuple(warnings))
+
+
+class CorpusErrors(CorpusError):
+    """Several problems found in one pass: ``errors`` (at most ``max_errors`` of them);
+    ``str()`` is the first, saying how many more there are."""
+
+    def __init__(self, errors: Sequence[CorpusError], *, truncated: bool = False) -> None:
+        self.errors = list(errors)
+        self.truncated = truncated
+        first = self.errors[0]
+        more = f"{len(self.errors) - 1}{'+' if truncated else ''}"
+        super().__init__(
+            f"{first.message} (and {more} more problems: `evalkit cases lint` lists them)",
+            path=first.path,
+            line=first.line,
+            case_id=first.case_id,
+            column=first.column,
+        )
+
+
+class _Problems:
+    """Collects CorpusErrors up to a limit (1: the first one is raised at once, as before)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.errors: list[CorpusError] = []
+        self.truncated = False
+
+    @contextmanager
+    def collect(self) -> Iterator[None]:
+        try:
+            yield
+        except CorpusErrors:
+            raise
+        except CorpusError as exc:
+            if self.limit == 1:
+                raise
+            self.errors.append(exc)
+            if len(self.errors) >= self.limit:
+                self.truncated = True
+                raise CorpusErrors(self.errors, truncated=True) from None
+
+    def found_in(self, rel: str) -> bool:
+        return any(e.path == rel for e in self.errors)
+
+    def raise_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise CorpusErrors(self.errors)
 
 
 def load_cases_file(path: str | Path, root: str | Path) -> list[Case]:
@@ -270,7 +340,9 @@ def load_cases_file(path: str | Path, root: str | Path) -> list[Case]:
     return _load_file(Path(path).resolve(), Path(root).resolve(), sealed=False)
 
 
-def _load_file(path: Path, root: Path, *, sealed: bool) -> list[Case]:
+def _load_file(
+    path: Path, root: Path, *, sealed: bool, errors: _Problems | None = None
+) -> list[Case]:
     rel = _relative(path, root)
     data, node = read_yaml_file(path, rel, MAX_CASE_FILE_BYTES)
     if data is None:
@@ -286,7 +358,11 @@ def _load_file(path: Path, root: Path, *, sealed: bool) -> list[Case]:
     cases = []
     for index, (raw, item_node) in enumerate(zip(data, node.value, strict=True)):
         line = item_node.start_mark.line + 1
-        cases.append(_build_case(raw, item_node, rel, line, index, root, sealed))
+        if errors is None:
+            cases.append(_build_case(raw, item_node, rel, line, index, root, sealed))
+            continue
+        with errors.collect():  # each case on its own: lint reports them all
+            cases.append(_build_case(raw, item_node, rel, line, index, root, sealed))
     return cases
 
 
@@ -313,10 +389,14 @@ def _build_case(
     if case_id is None or case_id == "":
         raise CorpusError(f"case #{index + 1} has no id", path=rel, line=line)
     case_id = _shown_id(case_id)
+    original = raw
     raw = {**raw, "expect": _expand_short_forms(raw.get("expect"), rel, node, case_id)}
     try:
         spec = CaseSpec.model_validate(raw)
     except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["loc"][:1] == ("expect",) or first["type"] == "extra_forbidden":
+            _check_expect(original, node, rel, line, case_id)  # its own message, if it is that
         message, key_line = _describe_validation(exc, node, line)
         raise CorpusError(message, path=rel, line=key_line, case_id=case_id) from None
     resolve = _resolver(root, rel, case_id)
@@ -363,6 +443,36 @@ def _build_case(
         source=f"{rel}:{line}",
         sealed=sealed,
     )
+
+
+def _check_expect(raw: dict[str, Any], node: Any, rel: str, line: int, case_id: str) -> None:
+    """A missing, misspelled or empty ``expect`` gets its own message (a case without one
+    checks nothing)."""
+    expect = raw.get("expect")
+    if "expect" not in raw:
+        unknown = [str(k) for k in raw if k not in CaseSpec.model_fields]
+        typo = difflib.get_close_matches("expect", unknown, n=1, cutoff=0.6)
+        if typo:
+            raise CorpusError(
+                f"{typo[0]!r} is not a field: did you mean 'expect'? Rename it; expect lists "
+                "the properties the reply must have",
+                path=rel,
+                line=node_line(node, [typo[0]]) or line,
+                case_id=case_id,
+            )
+        raise CorpusError(
+            f"no expect: a case must say what the reply must have, {_EXPECT_EXAMPLE}",
+            path=rel,
+            line=line,
+            case_id=case_id,
+        )
+    if expect is None or expect == []:
+        raise CorpusError(
+            f"expect is empty: list at least one scorer, {_EXPECT_EXAMPLE}",
+            path=rel,
+            line=node_line(node, ["expect"]) or line,
+            case_id=case_id,
+        )
 
 
 def _expand_short_forms(expect: Any, rel: str, node: Any, case_id: str) -> Any:
