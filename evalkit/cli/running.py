@@ -46,6 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     runs = sub.add_parser("runs", help="list stored runs")
     db_arg(runs)
+    runs.add_argument("--json", action="store_true", help="print the runs as a JSON list")
     runs.set_defaults(handler=_cmd_runs)
 
     rescore = sub.add_parser("rescore", help="re-apply current scorers to stored outputs")
@@ -104,6 +105,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite.root, sealed=selection.sealed, user_template=suite.config.system.user_template
     )
     full_counts = _tag_counts(corpus.cases)
+    _check_tags(corpus.cases, (*selection.tags, *selection.exclude_tags))
     corpus = selection.apply(corpus)
     if not corpus.cases:
         raise EvalkitError("no cases selected (check --tier / --tag / --exclude-tag)")
@@ -145,7 +147,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             run_id = started[0].run_id
             print(
                 f"evalkit: run {run_id} interrupted; what finished is stored. Continue it with: "
-                f"evalkit run --resume {run_id} --db {args.db}",
+                f"{resume_command(args, run_id)}",
                 file=sys.stderr,
             )
         return 130
@@ -153,6 +155,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
     return 1 if summary.all_errored else 0
+
+
+def resume_command(args: argparse.Namespace, run_id: str) -> str:
+    """The exact ``evalkit run --resume`` that continues ``run_id``: the same config, ``--set``
+    and ``--prompt`` (a resume refuses a changed configuration), store and cache setting."""
+    import shlex
+
+    from evalkit.cli.options import find_config
+
+    parts = ["evalkit", "run", "--resume", run_id, "--db", args.db]
+    if args.config != find_config():
+        parts += ["--config", args.config]
+    for item in args.overrides:
+        parts += ["--set", item]
+    if args.prompt:
+        parts += ["--prompt", args.prompt]
+    return shlex.join(parts)
+
+
+def _check_tags(cases: Sequence[Case], wanted: Sequence[str]) -> None:
+    """An unknown --tag / --exclude-tag is an error with a did-you-mean and the tags there are."""
+    import difflib
+
+    known = sorted({tag for case in cases for tag in case.tags})
+    for tag in wanted:
+        if tag not in known:
+            close = difflib.get_close_matches(tag, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise EvalkitError(f"unknown tag {tag!r}{hint}; tags: {', '.join(known) or 'none'}")
 
 
 def _require_store(db: str) -> None:
@@ -253,6 +284,19 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         runs = store.runs()
+    if args.json:
+        print(json.dumps(runs.to_dicts(), indent=2, default=str))
+        return 0
+    import sys
+
+    if not sys.stdout.isatty():  # piped: one full row per line, nothing clipped
+        for row in runs.iter_rows(named=True):
+            print(
+                "\t".join(
+                    str(row[k]) for k in ("run_id", "label", "created_at", "status", "config_hash")
+                )
+            )
+        return 0
     table = Table("run_id", "label", "created_at", "status", "config")
     for row in runs.iter_rows(named=True):
         table.add_row(

@@ -1,0 +1,86 @@
+"""CLI basics: ``runs --json`` and full ids when piped, the exact ``--resume`` command after
+Ctrl-C, an unknown tag with a did-you-mean and the list."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from evalkit.cli import main
+from evalkit.demo.server import DemoServer
+from evalkit.run import runner
+
+EVALKIT = str(Path(sys.executable).parent / "evalkit")
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server: DemoServer, capsys):
+    """An ``evalkit init`` project run once against the demo server; the cwd is elsewhere."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["init", str(tmp_path / "proj")]) == 0
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "--config", str(tmp_path / "proj" / "evalkit.yaml"),
+        "--db", str(tmp_path / "e.duckdb"),
+        "--set", f"system.base_url={demo_server.base_url}",
+    ]  # fmt: skip
+    assert main(["run", "--label", "base", "--no-progress", *args]) == 0
+    capsys.readouterr()
+    return SimpleNamespace(args=args, db=tmp_path / "e.duckdb")
+
+
+def test_runs_json_and_full_ids_when_piped(project, capsys) -> None:
+    assert main(["runs", "--db", str(project.db), "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)
+    assert run["label"] == "base" and run["status"] == "complete" and len(run["config_hash"]) == 64
+    piped = subprocess.run(
+        [EVALKIT, "runs", "--db", str(project.db)], capture_output=True, text=True, check=True
+    )
+    assert piped.stdout.split("\t")[:2] == [run["run_id"], "base"]  # full id, no table
+    assert run["config_hash"] in piped.stdout
+
+
+def test_ctrl_c_prints_the_exact_resume_command(
+    project, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    assert main(["runs", "--db", str(project.db), "--json"]) == 0
+    run_id = json.loads(capsys.readouterr().out)[0]["run_id"]
+
+    def interrupted(suite, corpus, store, options):
+        options.on_start(
+            SimpleNamespace(
+                run_id=run_id, label="base", resumed=False, stored=0, expected_outputs=4,
+                to_do=4, use_cache=True, warnings=(),
+            )
+        )  # fmt: skip
+        raise KeyboardInterrupt
+
+    real = runner.run_suite
+    monkeypatch.setattr(runner, "run_suite", interrupted)
+    assert main(["run", "--label", "base", "--no-progress", *project.args]) == 130
+    err = capsys.readouterr().err
+    command = err.split("Continue it with: ")[1].strip()
+    assert command == shlex.join(
+        ["evalkit", "run", "--resume", run_id, "--db", project.args[3], "--config",
+         project.args[1], "--set", project.args[5]]
+    )  # fmt: skip
+    monkeypatch.setattr(runner, "run_suite", real)
+    # the printed command is one that works: same configuration, nothing left to do
+    assert main([*shlex.split(command)[1:], "--no-progress"]) == 0
+    assert (
+        f"resuming run {run_id} (base): 4 of 4 outputs stored, 0 to go" in capsys.readouterr().err
+    )
+
+
+def test_an_unknown_tag_gets_a_did_you_mean_and_the_list(project, capsys) -> None:
+    assert main(["run", "--tag", "biling", *project.args]) == 2
+    assert capsys.readouterr().err == (
+        "evalkit: error: unknown tag 'biling' (did you mean 'billing'?); tags: account, billing, "
+        "injection, negation\n"
+    )
