@@ -73,6 +73,8 @@ class SystemConfig(_Strict):
     sampling: Sampling = Field(default_factory=Sampling)
     timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_retries: int = Field(default=4, ge=0, le=20)
+    # A Retry-After longer than this is a stored error, not an hour-long sleep holding a slot.
+    max_retry_after_s: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
     max_steps: int = Field(default=8, ge=1, le=100)
     # Which cases see the tool schemas: only agent cases (those with tool fixtures, so every
     # call can be served) or every case (to catch a model that starts calling tools where it
@@ -95,6 +97,8 @@ class JudgeConfig(_Strict):
     api_key_env: str | None = "OPENAI_API_KEY"
     timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_retries: int = Field(default=4, ge=0, le=20)
+    # A Retry-After longer than this is a stored error, not an hour-long sleep holding a slot.
+    max_retry_after_s: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
 
 
 class Price(_Strict):

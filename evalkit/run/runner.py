@@ -251,7 +251,10 @@ class _Execution:
         self.options = options
         self.scoring_id = initial_scoring_id(run_id)
         self.semaphore = asyncio.Semaphore(config.concurrency)
-        self.retry = RetryPolicy(max_retries=config.system.max_retries)
+        self.retry = RetryPolicy(
+            max_retries=config.system.max_retries,
+            max_retry_after_s=config.system.max_retry_after_s,
+        )
         self.call_stats = CallStats()
         self.rng = random.Random(options.seed)
         limit = config.rate_limit
@@ -453,6 +456,7 @@ def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeCli
         provider,
         config.model,
         max_retries=config.max_retries,
+        max_retry_after_s=config.max_retry_after_s,
         snapshot=config.snapshot or config.model,  # as the manifest records it
     )
 

@@ -122,7 +122,7 @@ def not_contains(text: str, ignore_case: bool = True, field: str | None = None) 
     return score
 
 
-@scorer("regex", primary="pattern")
+@scorer("regex", primary="pattern", threaded=True)
 def regex(
     pattern: str, flags: str = "", timeout_s: float = 1.0, field: str | None = None
 ) -> ScoreFn:
@@ -148,7 +148,7 @@ def regex(
     return score
 
 
-@scorer("forbidden_regex", primary="pattern")
+@scorer("forbidden_regex", primary="pattern", threaded=True)
 def forbidden_regex(
     pattern: str, flags: str = "", timeout_s: float = 1.0, field: str | None = None
 ) -> ScoreFn:

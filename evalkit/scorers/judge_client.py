@@ -155,13 +155,14 @@ class JudgeClient:
         model: str,
         *,
         max_retries: int = 4,
+        max_retry_after_s: float = 60.0,
         seed: int = 0,
         snapshot: str | None = None,
     ) -> None:
         self.provider = provider
         self.model = model
         self.snapshot = snapshot  # the pinned version, when the endpoint names one
-        self.retry = RetryPolicy(max_retries=max_retries)
+        self.retry = RetryPolicy(max_retries=max_retries, max_retry_after_s=max_retry_after_s)
         self.stats = CallStats()
         self._rng = random.Random(seed)
 

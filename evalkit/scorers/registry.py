@@ -15,6 +15,7 @@ Examples:
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class ScorerDef:
     files: tuple[str, ...] = ()  # argument names that are paths relative to the corpus root
     primary: str | None = None  # argument filled by the short form ``- contains: refund``
     trajectory: bool = False  # scores the tool-call trajectory rather than the final text
+    threaded: bool = False  # may take long (a bounded regex): scored off the event loop
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Scorer:
     fn: ScoreFn = field(repr=False, compare=False)
     tier: int = DETERMINISTIC
     file_hashes: dict[str, str] = field(default_factory=dict, compare=False)
+    threaded: bool = False
 
     def __call__(self, output: Output, case: ScoredCase) -> Score:
         return self._named(self.fn(output, case))
@@ -69,6 +72,8 @@ class Scorer:
     async def ascore(self, output: Output, case: ScoredCase, judge: Any = None) -> Score:
         """Score an output; awaits scoring functions that are coroutines (model judges get
         the run's judge client)."""
+        if self.threaded:  # a worker thread: a slow search never stalls the other cases
+            return self._named(await asyncio.to_thread(self.fn, output, case))
         result = self.fn(output, case, judge) if self.tier == JUDGE else self.fn(output, case)
         if inspect.isawaitable(result):
             result = await result
@@ -95,11 +100,12 @@ def scorer(
     files: tuple[str, ...] = (),
     primary: str | None = None,
     trajectory: bool = False,
+    threaded: bool = False,
 ) -> Callable[[Callable[..., ScoreFn]], Callable[..., ScoreFn]]:
     """Register a scorer factory under ``name``."""
 
     def register(factory: Callable[..., ScoreFn]) -> Callable[..., ScoreFn]:
-        SCORERS[name] = ScorerDef(name, factory, tier, files, primary, trajectory)
+        SCORERS[name] = ScorerDef(name, factory, tier, files, primary, trajectory, threaded)
         return factory
 
     return register
@@ -150,7 +156,7 @@ def build_scorer(
         raise
     except (TypeError, ValueError) as exc:
         raise ScorerArgError(f"bad args for scorer {name!r}: {exc}") from None
-    return Scorer(name, dict(args), fn, definition.tier, file_hashes)
+    return Scorer(name, dict(args), fn, definition.tier, file_hashes, definition.threaded)
 
 
 def _file_sha256(path: Path) -> str:

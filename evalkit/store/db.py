@@ -222,7 +222,13 @@ class Store(DecisionRecords):
         with self._transaction():
             self._con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
-                [run_id, run["label"], _now(), manifest["config_hash"], json.dumps(manifest)],
+                [
+                    run_id,
+                    run["label"],
+                    _now(),
+                    manifest["config_hash"],
+                    redact_known(json.dumps(manifest)),
+                ],
             )
             self._append("cases", case_frame)
             self._con.execute(

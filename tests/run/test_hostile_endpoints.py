@@ -158,6 +158,15 @@ def test_retry_after_an_hour_is_a_stored_error_within_seconds(tmp_path: Path) ->
     assert "max_retry_after_s = 60s" in error
 
 
+def test_max_retry_after_s_is_a_suite_setting(tmp_path: Path) -> None:
+    async def handler(request: web.Request, case: str) -> web.Response:
+        return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "5"})
+
+    _summary, outputs, _ = _run(tmp_path, handler, 1, "max_retries: 3, max_retry_after_s: 2")
+    error = outputs["error"][0]
+    assert "asked to wait 5s" in error and "max_retry_after_s = 2s" in error, error
+
+
 @pytest.mark.parametrize("transport", ["openai", "lean"])
 def test_a_dripping_body_stops_at_the_total_deadline(tmp_path: Path, transport: str) -> None:
     async def handler(request: web.Request, case: str) -> web.StreamResponse:

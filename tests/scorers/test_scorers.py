@@ -379,3 +379,32 @@ def test_every_text_scorer_accepts_field(name: str) -> None:
     primary = SCORERS[name].primary
     with pytest.raises(ScorerArgError, match="empty part"):
         build_scorer(name, {primary: "x", "field": "a..b"})
+
+
+def test_a_catastrophic_regex_runs_off_the_event_loop_and_is_bounded() -> None:
+    import asyncio
+    import time
+
+    from evalkit.records import Output
+    from evalkit.scorers.registry import build_scorer
+
+    slow = build_scorer("regex", {"pattern": "(a|aa)+$", "timeout_s": 1.0})
+    assert slow.threaded
+
+    async def both() -> tuple[float, float]:
+        ticks: list[float] = []
+
+        async def heartbeat() -> None:
+            for _ in range(10):
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.05)
+
+        started = time.monotonic()
+        score, _ = await asyncio.gather(slow.ascore(Output("a" * 48 + "!"), None), heartbeat())
+        assert score.error, score.reason  # timed out: an error for this case only
+        gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+        return max(gaps), time.monotonic() - started
+
+    worst_gap, wall = asyncio.run(both())
+    assert worst_gap < 0.5  # the loop kept serving the other coroutine while the regex ran
+    assert wall < 5.0
