@@ -32,17 +32,16 @@ import numpy as np
 import polars as pl
 
 from evalkit.errors import StoreError
-from evalkit.redact import has_secrets, redact_known, redact_secrets
+from evalkit.redact import redact_known
 from evalkit.store.decisions import DecisionRecords
+from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb
 from evalkit.store.schema import (
-    CALIBRATION_SCHEMA,
     DDL,
-    HUMAN_LABEL_SCHEMA,
     OUTPUT_SCHEMA,
-    PAIRWISE_SCHEMA,
     SCORE_SCHEMA,
 )
+from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
 DEFAULT_DB = Path("data/evalkit.duckdb")
 #: A read-only open retries this long at least: a running writer holds the file only while it
@@ -133,7 +132,7 @@ def _serialized(
     return locked
 
 
-class Store(DecisionRecords):
+class Store(DecisionRecords, JudgmentRecords):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(
@@ -242,7 +241,7 @@ class Store(DecisionRecords):
         """Append a batch of outputs and their scores atomically (both or neither)."""
         if outputs.is_empty() and scores.is_empty():
             return
-        outputs, scores = _scrub_outputs(outputs), _scrub_scores(scores)
+        outputs, scores = scrub_outputs(outputs), scrub_scores(scores)
         with self._transaction():
             if not outputs.is_empty():
                 self._append("outputs", outputs.select(list(OUTPUT_SCHEMA)))
@@ -253,7 +252,7 @@ class Store(DecisionRecords):
         self, run_id: str, note: str, scores: pl.DataFrame, case_hashes: dict[str, str]
     ) -> str:
         """Store a new scoring of a run's outputs, atomically; older scorings stay."""
-        scores = _scrub_scores(scores)
+        scores = scrub_scores(scores)
         with self._transaction():
             count = self._con.execute(
                 "SELECT count(*) FROM scorings WHERE run_id = ?", [run_id]
@@ -345,7 +344,7 @@ class Store(DecisionRecords):
         frame = pl.DataFrame(
             {
                 "cache_key": list(entries),
-                "response": [_scrub_json(v) for v in entries.values()],
+                "response": [scrub_json(v) for v in entries.values()],
                 "created_at": [_now()] * len(entries),
             }
         )
@@ -473,114 +472,6 @@ class Store(DecisionRecords):
         """Run a read-only SQL query and return a Polars frame (for notebooks)."""
         return self._frame(sql, list(params))
 
-    # -- judges: human labels, calibration records, pairwise judgments -----------------------
-
-    def save_human_labels(self, labels: pl.DataFrame) -> int:
-        """Store human labels (the :data:`HUMAN_LABEL_SCHEMA` columns but ``imported_at``);
-        returns how many stored labels they replaced.
-
-        A label replaces a stored one with the same (case_id, output_hash, rater, scorer), so
-        importing a file twice stores each label once (the newer value wins).
-        """
-        columns = [c for c in HUMAN_LABEL_SCHEMA if c != "imported_at"]
-        frame = labels.select(
-            *(pl.col(c).cast(HUMAN_LABEL_SCHEMA[c]) for c in columns),
-            pl.lit(_now()).dt.cast_time_unit("us").alias("imported_at"),
-        )
-        same = (
-            "coalesce(h.case_id, '') = coalesce(b.case_id, '') AND coalesce(h.output_hash, '') "
-            "= coalesce(b.output_hash, '') AND h.rater = b.rater AND h.scorer = b.scorer"
-        )
-        with self._transaction():
-            self._con.register("_new_labels", frame.to_arrow())
-            try:
-                where = f"WHERE EXISTS (SELECT 1 FROM _new_labels b WHERE {same})"
-                replaced = self._con.execute(
-                    f"SELECT count(*) FROM human_labels h {where}"
-                ).fetchall()[0][0]
-                self._con.execute(f"DELETE FROM human_labels h {where}")
-            finally:
-                self._con.unregister("_new_labels")
-            self._append("human_labels", frame)
-        return int(replaced)
-
-    def human_labels(self, scorer: str | None = None) -> pl.DataFrame:
-        """Stored human labels (only ``scorer``'s when given), in import order."""
-        if not self._has_table("human_labels"):
-            return pl.DataFrame(schema=HUMAN_LABEL_SCHEMA)
-        where, params = ("WHERE scorer = ?", [scorer]) if scorer else ("", [])
-        return self._frame(
-            f"SELECT * FROM human_labels {where} "
-            "ORDER BY imported_at, source, rater, case_id, output_hash",
-            params,
-        )
-
-    def save_calibration(self, row: dict[str, Any]) -> None:
-        """Store a judge calibration row (``Calibration.to_row()``, the CALIBRATION_SCHEMA
-        columns)."""
-        frame = pl.DataFrame([row], schema=CALIBRATION_SCHEMA)
-        with self._transaction():
-            self._append("calibrations", frame)
-
-    def calibrations(self) -> pl.DataFrame:
-        """Every calibration record, oldest first (the gate uses the latest per judge+rubric)."""
-        if not self._has_table("calibrations"):
-            return pl.DataFrame(schema=CALIBRATION_SCHEMA)
-        return self._frame("SELECT * FROM calibrations ORDER BY created_at")
-
-    def latest_calibration_row(self, judge_model: str, rubric_hash: str) -> dict[str, Any] | None:
-        """The newest calibration row of a judge model with a rubric, or None (the judges layer
-        turns it into a record: :func:`evalkit.judges.calibration.latest_calibration`)."""
-        if not self._has_table("calibrations"):
-            return None
-        rows = self._frame(
-            "SELECT * FROM calibrations WHERE judge_model = ? AND rubric_hash = ? "
-            "ORDER BY created_at DESC LIMIT 1",
-            [judge_model, rubric_hash],
-        )
-        return rows.row(0, named=True) if rows.height else None
-
-    def save_pairwise_judgments(self, judgments: pl.DataFrame) -> None:
-        """Store pairwise judge verdicts (the :data:`PAIRWISE_SCHEMA` columns). They replace the
-        stored ones of the same (base run, candidate run, judge model, rubric hash)."""
-        frame = judgments.select(
-            [pl.col(c).cast(t) for c, t in PAIRWISE_SCHEMA.items() if c != "created_at"]
-        ).with_columns(pl.lit(_now()).dt.cast_time_unit("us").alias("created_at"))
-        keys = frame.select("base_run_id", "cand_run_id", "judge_model", "rubric_hash").unique()
-        with self._transaction():
-            for base, cand, model, rubric_hash in keys.rows():
-                self._con.execute(
-                    "DELETE FROM pairwise_judgments WHERE base_run_id = ? AND cand_run_id = ? "
-                    "AND judge_model = ? AND rubric_hash = ?",
-                    [base, cand, model, rubric_hash],
-                )
-            self._append("pairwise_judgments", frame)
-
-    def pairwise_judgments(
-        self,
-        base_run_id: str | None = None,
-        cand_run_id: str | None = None,
-        *,
-        judge_model: str | None = None,
-        rubric_hash: str | None = None,
-    ) -> pl.DataFrame:
-        """Stored pairwise verdicts, filtered by whichever arguments are given."""
-        if not self._has_table("pairwise_judgments"):
-            return pl.DataFrame(schema=PAIRWISE_SCHEMA)
-        filters = {
-            "base_run_id": base_run_id,
-            "cand_run_id": cand_run_id,
-            "judge_model": judge_model,
-            "rubric_hash": rubric_hash,
-        }
-        given = {k: v for k, v in filters.items() if v is not None}
-        where = " AND ".join(f"{k} = ?" for k in given)
-        return self._frame(
-            f"SELECT * FROM pairwise_judgments {'WHERE ' + where if where else ''} "
-            "ORDER BY base_run_id, cand_run_id, case_id",
-            list(given.values()),
-        )
-
     def _has_table(self, name: str) -> bool:
         """False for a store created before the table existed and opened read-only."""
         rows = self._con.execute(
@@ -636,54 +527,3 @@ def _string_lists(values: Sequence[Sequence[str]]) -> pl.Series:
 
 def initial_scoring_id(run_id: str) -> str:
     return f"{run_id}/s0"
-
-
-# -- the storage boundary: registered secrets are never written ----------------------------------
-
-
-def _scrub(frame: pl.DataFrame, columns: dict[str, Callable[[str], str]]) -> pl.DataFrame:
-    """``frame`` with each named string column passed through its redaction (a no-op when no
-    secret is registered)."""
-    if frame.is_empty() or not has_secrets():
-        return frame
-    return frame.with_columns(
-        pl.col(name).map_elements(fn, return_dtype=pl.String, skip_nulls=True)
-        for name, fn in columns.items()
-        if name in frame.columns and frame.schema[name] == pl.String
-    )
-
-
-def _scrub_outputs(frame: pl.DataFrame) -> pl.DataFrame:
-    # Output text keeps every byte but a registered key; errors lose anything key-shaped.
-    return _scrub(
-        frame,
-        {"text": redact_known, "tool_calls": _scrub_json, "error": redact_secrets,
-         "fail_reason": redact_secrets},
-    )  # fmt: skip
-
-
-def _scrub_scores(frame: pl.DataFrame) -> pl.DataFrame:
-    return _scrub(frame, {"reason": redact_secrets, "details": _scrub_json})
-
-
-def _scrub_json(text: str) -> str:
-    """A JSON document without registered keys: scrubbed value by value, so the result is still
-    valid JSON (a key inside an escaped string is found after decoding)."""
-    if not has_secrets() or (redact_known(text) == text and "\\u" not in text):
-        return text  # keys are plain ASCII: one hidden in the JSON would need a \u escape
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return redact_known(text)
-    cleaned = _scrub_value(value)
-    return text if cleaned == value else json.dumps(cleaned, ensure_ascii=False)
-
-
-def _scrub_value(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact_known(value)
-    if isinstance(value, list):
-        return [_scrub_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _scrub_value(v) for k, v in value.items()}
-    return value

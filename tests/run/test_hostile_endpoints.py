@@ -322,10 +322,10 @@ def test_a_key_in_base_url_is_not_stored_in_the_manifest(tmp_path: Path, transpo
 
 def test_store_writes_scrub_registered_keys(tmp_path: Path) -> None:
     register_secret("Zz-store-boundary-key-0042")
-    from evalkit.store.db import _scrub_json, _scrub_outputs
+    from evalkit.store.scrub import scrub_json, scrub_outputs
 
     frame = pl.DataFrame({"text": ["x Zz-store-boundary-key-0042 y"], "error": ["E Zz-****0042"]})
-    scrubbed = _scrub_outputs(frame)
+    scrubbed = scrub_outputs(frame)
     assert scrubbed.rows() == [("x [redacted] y", "E [redacted]")]
     hidden = json.dumps({"text": "Zz-store-boundary-key-\u0030042"}, ensure_ascii=True)
-    assert "Zz-store" not in _scrub_json(hidden.replace("0042", "\\u0030042"))
+    assert "Zz-store" not in scrub_json(hidden.replace("0042", "\\u0030042"))

@@ -1,0 +1,60 @@
+"""The storage boundary: registered secrets are never written. Output text keeps every byte but
+a registered key; errors and reasons also lose anything key-shaped; JSON stays valid JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from evalkit.redact import has_secrets, redact_known, redact_secrets
+
+
+def _scrub(frame: pl.DataFrame, columns: dict[str, Callable[[str], str]]) -> pl.DataFrame:
+    """``frame`` with each named string column passed through its redaction (a no-op when no
+    secret is registered)."""
+    if frame.is_empty() or not has_secrets():
+        return frame
+    return frame.with_columns(
+        pl.col(name).map_elements(fn, return_dtype=pl.String, skip_nulls=True)
+        for name, fn in columns.items()
+        if name in frame.columns and frame.schema[name] == pl.String
+    )
+
+
+def scrub_outputs(frame: pl.DataFrame) -> pl.DataFrame:
+    # Output text keeps every byte but a registered key; errors lose anything key-shaped.
+    return _scrub(
+        frame,
+        {"text": redact_known, "tool_calls": scrub_json, "error": redact_secrets,
+         "fail_reason": redact_secrets},
+    )  # fmt: skip
+
+
+def scrub_scores(frame: pl.DataFrame) -> pl.DataFrame:
+    return _scrub(frame, {"reason": redact_secrets, "details": scrub_json})
+
+
+def scrub_json(text: str) -> str:
+    """A JSON document without registered keys: scrubbed value by value, so the result is still
+    valid JSON (a key inside an escaped string is found after decoding)."""
+    if not has_secrets() or (redact_known(text) == text and "\\u" not in text):
+        return text  # keys are plain ASCII: one hidden in the JSON would need a \u escape
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return redact_known(text)
+    cleaned = _scrub_value(value)
+    return text if cleaned == value else json.dumps(cleaned, ensure_ascii=False)
+
+
+def _scrub_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_known(value)
+    if isinstance(value, list):
+        return [_scrub_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub_value(v) for k, v in value.items()}
+    return value
