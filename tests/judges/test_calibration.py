@@ -21,15 +21,9 @@ from evalkit.compare.verdicts import verdicts
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
 from evalkit.demo.server import DemoServer
-from evalkit.judges.calibration import (
-    Calibration,
-    CalibrationError,
-    calibrate_frames,
-    gated_scores,
-    judge_gating,
-    judged_outputs,
-    latest_calibration,
-)
+from evalkit.judges.calibration import calibrate_frames, judged_outputs, latest_calibration
+from evalkit.judges.calibration_record import Calibration, CalibrationError
+from evalkit.judges.gating import gated_scores, judge_gating
 from evalkit.judges.labels import output_hash
 from evalkit.judges.pairwise import judge_paired_outputs
 from evalkit.run.runner import RunOptions, run_suite

@@ -14,7 +14,9 @@ import polars as pl
 import pytest
 
 from evalkit.judges import display
-from evalkit.judges.calibration import CalibrationResult, calibrate_frames, judge_gating
+from evalkit.judges.calibration import calibrate_frames
+from evalkit.judges.calibration_record import CalibrationResult
+from evalkit.judges.gating import judge_gating
 from evalkit.judges.labels import output_hash
 from evalkit.scorers.judge_client import load_rubric
 

@@ -11,7 +11,7 @@ import polars as pl
 from evalkit.compare.analysis import load_comparison
 from evalkit.compare.gate import gate_comparison
 from evalkit.compare.policy import GatePolicy
-from evalkit.judges.calibration import Calibration
+from evalkit.judges.calibration_record import Calibration
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
 
 DETAILS = json.dumps({"judge_model": "judge-x", "rubric": "rubrics/tone.md", "rubric_hash": "abc"})
