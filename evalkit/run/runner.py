@@ -39,7 +39,15 @@ from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import EXECUTABLE, JUDGE
 from evalkit.store import Store, initial_scoring_id, new_run_id
 
-__all__ = ["RunOptions", "RunStart", "RunSummary", "judge_client", "make_judge", "run_suite"]
+__all__ = [
+    "RunOptions",
+    "RunStart",
+    "RunSummary",
+    "execute_work",
+    "judge_client",
+    "make_judge",
+    "run_suite",
+]
 
 
 @dataclass(frozen=True)
@@ -423,6 +431,39 @@ class _Execution:
             entry = {**completion.to_json(), "latency_ms": elapsed, "cost_usd": cost}
             self.writer.cache(key, json.dumps(entry))
         return completion, elapsed, cost, False
+
+
+async def execute_work(
+    suite: Suite,
+    sink: Any,
+    run_id: str,
+    manifest: dict[str, Any],
+    work: list[tuple[Case, int]],
+    options: RunOptions,
+    provider: Provider,
+    *,
+    use_cache: bool,
+    judge: JudgeClient | None = None,
+    limiter: Any = None,
+) -> SessionCounts:
+    """The runner's loop over ``work`` of a run that is already recorded, for engines that
+    schedule chunks (:mod:`evalkit.run.engines`): results go to ``sink``, a :class:`Store` or
+    anything with its ``cache_get``/``cache_put``/``write_results``/``reopen``/``release``
+    (a Parquet part sink); ``limiter`` replaces the suite's rate limiter (a shared budget)."""
+    started = time.perf_counter()
+    execution = _Execution(suite, sink, run_id, provider, use_cache, options, judge, manifest)
+    if limiter is not None:
+        execution.limiter = limiter
+    try:
+        await execution.run(work)
+    finally:
+        execution.writer.flush()
+    return SessionCounts(
+        requests=execution.call_stats.attempts,
+        retries=execution.call_stats.retries,
+        cache_hits=execution.cache_hits,
+        wall_s=time.perf_counter() - started,
+    )
 
 
 def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> JudgeClient | None:

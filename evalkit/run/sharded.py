@@ -1,0 +1,239 @@
+"""Running chunks of a run into Parquet parts: one ``--shard K/N`` of a CI matrix, or the body
+of a Ray task. Nothing here opens DuckDB.
+
+A shard records the run's manifest and cases under the parts root, then runs its chunks one
+after another through the runner's own loop (:func:`evalkit.run.runner.execute_work`), each
+into a :class:`PartSink` that writes the chunk's parts when the chunk is done. Work already in
+committed parts is skipped, so re-running a killed shard with the same ``--run-id`` repeats at
+most the chunk it was in; ``evalkit merge`` then puts everything into the store.
+
+Examples:
+    >>> root = PartsRoot("data/parts")
+    >>> summary = run_shard(suite, corpus, RunOptions(label="nightly"),   # doctest: +SKIP
+    ...                     shard=parse_shard("2/4"), run_id="nightly-42", root=root)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import polars as pl
+
+from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.suite import Suite, build_manifest
+from evalkit.errors import EvalkitError
+from evalkit.records import Provider
+from evalkit.run.providers import make_provider
+from evalkit.run.runner import RunOptions, execute_work, make_judge
+from evalkit.run.shards import (
+    DEFAULT_CHUNK_SIZE,
+    Chunk,
+    Shard,
+    make_chunks,
+    order_units,
+    remaining,
+    shard_units,
+)
+from evalkit.run.summary import SessionCounts
+from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
+from evalkit.store.parts import PartsRoot
+
+
+class PartSink:
+    """What the runner writes to instead of a store: rows kept in memory until the chunk is
+    done, then written as its parts (:meth:`commit`). ``cache`` is a read-only snapshot of
+    the response cache (the driver's prefetch from the store; empty for a CI shard)."""
+
+    def __init__(self, cache: dict[str, str] | None = None) -> None:
+        self._cache = dict(cache or {})
+        self._new_cache: dict[str, str] = {}
+        self._outputs: list[pl.DataFrame] = []
+        self._scores: list[pl.DataFrame] = []
+
+    # the part of Store the runner uses ---------------------------------------------------
+
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
+        found = {}
+        for key in keys:
+            hit = self._new_cache.get(key) or self._cache.get(key)
+            if hit is not None:
+                found[key] = hit
+        return found
+
+    def cache_put(self, entries: dict[str, str]) -> None:
+        self._new_cache.update(entries)
+
+    def write_results(self, outputs: pl.DataFrame, scores: pl.DataFrame) -> None:
+        self._outputs.append(outputs)
+        self._scores.append(scores)
+
+    def reopen(self, wait_s: float = 0.0) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+    # ---------------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        return sum(frame.height for frame in self._outputs)
+
+    def commit(self, root: PartsRoot, run_id: str, chunk_id: str) -> int:
+        """Write the chunk's parts (cache, scores, then outputs); returns the attempt."""
+        outputs = pl.concat([pl.DataFrame(schema=OUTPUT_SCHEMA), *self._outputs])
+        scores = pl.concat([pl.DataFrame(schema=SCORE_SCHEMA), *self._scores])
+        part = root.write_chunk(run_id, chunk_id, outputs, scores, self._new_cache)
+        return part.attempt
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    chunk_id: str
+    attempt: int
+    outputs: int
+    requests: int
+    retries: int
+    cache_hits: int
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """What one shard did: its units, what was already done, and this session's counters."""
+
+    run_id: str
+    shard: str
+    units: int
+    skipped: int  # done before this session (committed parts of earlier attempts)
+    chunks: int  # chunks run now
+    outputs: int  # outputs written now
+    requests: int
+    wall_s: float
+
+
+def run_manifest(suite: Suite, corpus: Corpus, options: RunOptions, run_id: str) -> dict[str, Any]:
+    """The run's manifest, as every shard of it computes it (same ``config_hash``)."""
+    suite = _with_overrides(suite, options)
+    manifest = build_manifest(
+        suite, corpus, run_id=run_id, label=options.label, selection=options.selection
+    )
+    manifest["run"]["cache"] = (
+        suite.config.cache if options.use_cache is None else bool(options.use_cache)
+    )
+    manifest["warnings"] = [*manifest["warnings"], *options.warnings]
+    return manifest
+
+
+def record_run(
+    root: PartsRoot, manifest: dict[str, Any], writer: str, cases: Sequence[Case]
+) -> None:
+    """Write the manifest and the run's cases under the parts root (for the merge)."""
+    run_id = manifest["run"]["run_id"]
+    root.write_manifest(run_id, writer, manifest)
+    root.write_cases(run_id, writer, cases)
+
+
+async def run_chunk(
+    suite: Suite,
+    cases: dict[str, Case],
+    manifest: dict[str, Any],
+    chunk: Chunk,
+    root: PartsRoot,
+    options: RunOptions,
+    *,
+    provider: Provider | None = None,
+    cache: dict[str, str] | None = None,
+    limiter: Any = None,
+) -> ChunkResult:
+    """Run one chunk through the runner's loop and write its parts."""
+    suite = _with_overrides(suite, options)
+    run_id = manifest["run"]["run_id"]
+    use_cache = bool(manifest["run"].get("cache", True))
+    work = [(cases[unit.case_id], unit.replay) for unit in chunk.units]
+    sink = PartSink(cache if use_cache else None)
+    own = provider is None
+    provider = provider or make_provider(suite.config.system)
+    distinct = {case.id: case for case, _ in work}
+    chunk_corpus = Corpus(suite.root, tuple(distinct.values()), {})
+    judge = make_judge(suite, chunk_corpus, sink, use_cache)  # type: ignore[arg-type]
+    try:
+        counts = await execute_work(
+            suite, sink, run_id, manifest, work, replace(options, progress=False), provider,
+            use_cache=use_cache, judge=judge, limiter=limiter,
+        )  # fmt: skip
+    finally:
+        if own:
+            await provider.aclose()
+        if judge is not None:
+            await judge.provider.aclose()
+    attempt = sink.commit(root, run_id, chunk.chunk_id)
+    return ChunkResult(
+        chunk.chunk_id, attempt, sink.rows, counts.requests, counts.retries, counts.cache_hits
+    )
+
+
+def run_shard(
+    suite: Suite,
+    corpus: Corpus,
+    options: RunOptions,
+    *,
+    shard: Shard,
+    run_id: str,
+    root: PartsRoot,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> ShardSummary:
+    """Run shard ``K/N`` of run ``run_id`` into parts under ``root`` (no store is opened).
+
+    Raises:
+        EvalkitError: parts of ``run_id`` from another configuration are already there.
+    """
+    started = time.perf_counter()
+    manifest = run_manifest(suite, corpus, options, run_id)
+    for other in root.manifests(run_id):
+        if other["config_hash"] != manifest["config_hash"]:
+            raise EvalkitError(
+                f"{root}: run {run_id} already has parts of another configuration (config_hash "
+                f"{other['config_hash'][:12]}, this shard {manifest['config_hash'][:12]}): "
+                "use the same --config/--set/--prompt and selection in every shard, or a new "
+                "--run-id"
+            )
+    record_run(root, manifest, f"shard-{shard.index}-of-{shard.count}", corpus.cases)
+    replays = int(manifest["replays"])
+    mine = shard_units(order_units((c.id for c in corpus.cases), replays), shard)
+    done = root.completed_keys(run_id)
+    todo = remaining(make_chunks(mine, chunk_size), done)
+    skipped = len(mine) - sum(len(c.units) for c in todo)
+    by_id = {case.id: case for case in corpus.cases}
+    results = [
+        asyncio.run(run_chunk(suite, by_id, manifest, chunk, root, options)) for chunk in todo
+    ]
+    return ShardSummary(
+        run_id, str(shard), len(mine), skipped, len(results), sum(r.outputs for r in results),
+        sum(r.requests for r in results), round(time.perf_counter() - started, 3),
+    )  # fmt: skip
+
+
+def session_counts(results: Sequence[ChunkResult], wall_s: float, skipped: int) -> SessionCounts:
+    return SessionCounts(
+        requests=sum(r.requests for r in results),
+        retries=sum(r.retries for r in results),
+        cache_hits=sum(r.cache_hits for r in results),
+        resumed_skipped=skipped,
+        wall_s=wall_s,
+    )
+
+
+def _with_overrides(suite: Suite, options: RunOptions) -> Suite:
+    updates = {
+        k: v
+        for k, v in {"replays": options.replays, "concurrency": options.concurrency}.items()
+        if v is not None
+    }
+    if not updates:
+        return suite
+    config = suite.config.model_copy(update=updates)
+    return Suite(config, suite.path, suite.root, suite.system_prompt, suite.tools)

@@ -1,0 +1,269 @@
+"""Immutable Parquet parts: what workers write instead of opening DuckDB.
+
+Layout under a root (a local directory or ``s3://bucket/prefix``)::
+
+    <root>/runs/<run_id>/manifest/<writer>.json             the run's manifest, one per writer
+    <root>/runs/<run_id>/parts/<table>/<chunk>-<attempt>.parquet
+
+``table`` is ``cases``, ``cache``, ``scores`` or ``outputs``. A part is never changed once
+written: a local part is written to a hidden temporary file and linked into place (a name that
+exists is never overwritten: the writer takes the next attempt number); on S3 it is one PUT of
+the whole object through ``pyarrow.fs``. A chunk's outputs part is written last, so it is the
+commit: the merge takes a chunk attempt only once its outputs part exists, and its scores and
+cache parts are there already.
+
+An S3 root names its endpoint in the query string, as ``pyarrow.fs`` reads it:
+``s3://bucket/prefix?endpoint_override=127.0.0.1:9000&scheme=http`` (credentials from the
+usual ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` environment variables).
+
+Examples:
+    >>> root = PartsRoot("data/parts")                                # doctest: +SKIP
+    >>> root.write_part("run-1", "outputs", "c0", frame.to_arrow())   # doctest: +SKIP
+    'data/parts/runs/run-1/parts/outputs/c0-1.parquet'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from evalkit.errors import StoreError
+from evalkit.store.schema import OUTPUT_SCHEMA, SCORE_SCHEMA
+
+if TYPE_CHECKING:
+    from evalkit.store.db import StoredCase
+
+DEFAULT_PARTS = "data/parts"
+#: The tables a chunk writes, in the order they are written: ``outputs`` last (the commit).
+CHUNK_TABLES = ("cache", "scores", "outputs")
+TABLES = ("cases", *CHUNK_TABLES)
+_PART_NAME = re.compile(r"^(?P<chunk>.+)-(?P<attempt>\d+)\.parquet$")
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    """One part file: its table, chunk, attempt, path inside the filesystem and write time."""
+
+    table: str
+    chunk_id: str
+    attempt: int
+    path: str
+    mtime_ns: int
+
+    @property
+    def name(self) -> str:
+        """``<table>/<chunk>-<attempt>``: how the merge records it."""
+        return f"{self.table}/{self.chunk_id}-{self.attempt}"
+
+
+class PartsRoot:
+    """Where parts live: a local directory or an S3 prefix, read and written via ``pyarrow.fs``."""
+
+    def __init__(self, location: str | Path) -> None:
+        text = str(location)
+        self.location = text
+        self.local = "://" not in text
+        if self.local:
+            self.fs: pafs.FileSystem = pafs.LocalFileSystem()
+            self.base = str(Path(text).resolve())
+        else:
+            try:
+                self.fs, self.base = pafs.FileSystem.from_uri(text)
+            except (pa.ArrowInvalid, ValueError, OSError) as exc:
+                raise StoreError(f"--parts {_shown(text)}: {exc}") from None
+            self.base = self.base.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"PartsRoot({_shown(self.location)!r})"
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def run_dir(self, run_id: str) -> str:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise StoreError(f"run id {run_id!r}: not usable as a directory name")
+        return f"{self.base}/runs/{run_id}"
+
+    def _table_dir(self, run_id: str, table: str) -> str:
+        if table not in TABLES:
+            raise StoreError(f"unknown part table {table!r} (one of {', '.join(TABLES)})")
+        return f"{self.run_dir(run_id)}/parts/{table}"
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def write_part(
+        self, run_id: str, table: str, chunk_id: str, data: pa.Table, attempt: int | None = None
+    ) -> PartInfo:
+        """Write one immutable part; ``attempt`` None: one past the chunk's highest so far.
+
+        A local name that exists is never replaced: the next attempt number is taken instead.
+        """
+        directory = self._table_dir(run_id, table)
+        self.fs.create_dir(directory, recursive=True)
+        if attempt is None:
+            attempt = self.next_attempt(run_id, chunk_id)
+        while True:
+            path = f"{directory}/{chunk_id}-{attempt}.parquet"
+            if self.local:
+                temp = f"{directory}/.{chunk_id}-{attempt}.{secrets.token_hex(4)}.tmp"
+                pq.write_table(data, temp)
+                try:
+                    os.link(temp, path)  # fails if the name exists: parts are never overwritten
+                except FileExistsError:
+                    attempt += 1
+                    continue
+                finally:
+                    os.unlink(temp)
+            else:
+                if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+                    attempt += 1
+                    continue
+                pq.write_table(data, path, filesystem=self.fs)  # one object, whole or absent
+            info = self.fs.get_file_info(path)
+            return PartInfo(table, chunk_id, attempt, path, int(info.mtime_ns or 0))
+
+    def write_chunk(
+        self,
+        run_id: str,
+        chunk_id: str,
+        outputs: pl.DataFrame,
+        scores: pl.DataFrame,
+        cache: dict[str, str],
+    ) -> PartInfo:
+        """Write one finished chunk: its cache entries, scores, then outputs (the commit), all
+        with one attempt number, registered secrets scrubbed; returns the outputs part."""
+        from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
+
+        attempt = self.next_attempt(run_id, chunk_id)
+        entries = pl.DataFrame(
+            {"cache_key": list(cache), "response": [scrub_json(v) for v in cache.values()]},
+            schema={"cache_key": pl.String, "response": pl.String},
+        )
+        frames = {
+            "cache": entries,
+            "scores": scrub_scores(scores.select(list(SCORE_SCHEMA))),
+            "outputs": scrub_outputs(outputs.select(list(OUTPUT_SCHEMA))),
+        }
+        written = None
+        for table in CHUNK_TABLES:
+            written = self.write_part(run_id, table, chunk_id, frames[table].to_arrow(), attempt)
+            attempt = written.attempt  # a name taken meanwhile: the rest follow the new one
+        assert written is not None
+        return written
+
+    def write_cases(self, run_id: str, writer: str, cases: Sequence[StoredCase]) -> PartInfo:
+        """The run's cases as one part (merged once per case id, first written wins)."""
+        frame = pl.DataFrame(
+            {
+                "run_id": [run_id] * len(cases),
+                "case_id": [c.id for c in cases],
+                "case_hash": [c.hash for c in cases],
+                "tags": [list(c.tags) for c in cases],
+                "criticality": [c.criticality for c in cases],
+                "sealed": [c.sealed for c in cases],
+                "input": [c.input_json() for c in cases],
+                "provenance": [json.dumps(c.provenance, sort_keys=True) for c in cases],
+                "source": [c.source for c in cases],
+            },
+            schema={
+                "run_id": pl.String, "case_id": pl.String, "case_hash": pl.String,
+                "tags": pl.List(pl.String), "criticality": pl.String, "sealed": pl.Boolean,
+                "input": pl.String, "provenance": pl.String, "source": pl.String,
+            },
+        )  # fmt: skip
+        return self.write_part(run_id, "cases", writer, frame.to_arrow(), 1)
+
+    def next_attempt(self, run_id: str, chunk_id: str) -> int:
+        """One past the highest attempt of ``chunk_id`` in any table (1 for a new chunk)."""
+        highest = 0
+        for table in TABLES:
+            for part in self.parts(run_id, table):
+                if part.chunk_id == chunk_id:
+                    highest = max(highest, part.attempt)
+        return highest + 1
+
+    def write_manifest(self, run_id: str, writer: str, manifest: dict[str, Any]) -> None:
+        """Record the run's manifest as ``writer`` saw it (each shard writes its own)."""
+        directory = f"{self.run_dir(run_id)}/manifest"
+        self.fs.create_dir(directory, recursive=True)
+        data = json.dumps(manifest, sort_keys=True).encode()
+        path = f"{directory}/{writer}.json"
+        if self.local:
+            temp = f"{directory}/.{writer}.{secrets.token_hex(4)}.tmp"
+            Path(temp).write_bytes(data)
+            os.replace(temp, path)
+        else:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def manifests(self, run_id: str) -> list[dict[str, Any]]:
+        """Every manifest written for ``run_id``, by writer name."""
+        directory = f"{self.run_dir(run_id)}/manifest"
+        found = []
+        for info in sorted(self._listing(directory), key=lambda i: i.base_name):
+            if info.base_name.endswith(".json") and not info.base_name.startswith("."):
+                with self.fs.open_input_stream(info.path) as stream:
+                    found.append(json.loads(stream.read()))
+        return found
+
+    def parts(self, run_id: str, table: str) -> list[PartInfo]:
+        """The parts of one table, oldest write first (then by name)."""
+        found = []
+        for info in self._listing(self._table_dir(run_id, table)):
+            match = _PART_NAME.match(info.base_name)
+            if match and not info.base_name.startswith("."):
+                found.append(
+                    PartInfo(
+                        table,
+                        match.group("chunk"),
+                        int(match.group("attempt")),
+                        info.path,
+                        int(info.mtime_ns or 0),
+                    )
+                )
+        return sorted(found, key=lambda p: (p.mtime_ns, p.chunk_id, p.attempt))
+
+    def read(self, part: PartInfo, columns: list[str] | None = None) -> pa.Table:
+        return pq.read_table(part.path, filesystem=self.fs, columns=columns)
+
+    def completed_keys(self, run_id: str) -> set[tuple[str, int]]:
+        """(case_id, replay) of every committed output part of ``run_id``: work already done,
+        merged or not."""
+        done: set[tuple[str, int]] = set()
+        for part in self.parts(run_id, "outputs"):
+            table = self.read(part, ["case_id", "replay"])
+            done.update(zip(table["case_id"].to_pylist(), table["replay"].to_pylist(), strict=True))
+        return done
+
+    def _listing(self, directory: str) -> list[pafs.FileInfo]:
+        selector = pafs.FileSelector(directory, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except OSError as exc:
+            raise StoreError(f"{_shown(self.location)}: cannot list {directory}: {exc}") from None
+        return [i for i in infos if i.type == pafs.FileType.File]
+
+
+def _shown(location: str) -> str:
+    """A location without any credentials in its URL or query string."""
+    parts = urlsplit(location)
+    if "://" not in location:
+        return location
+    host = parts.hostname or ""
+    query = "&".join(
+        q for q in parts.query.split("&") if q and not q.lower().startswith(("secret", "access"))
+    )
+    return f"{parts.scheme}://{host}{parts.path}" + (f"?{query}" if query else "")
