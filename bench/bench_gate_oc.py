@@ -22,88 +22,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from evalkit.compare.gate import decide  # noqa: E402
-from evalkit.compare.policy import GatePolicy  # noqa: E402
+from evalkit.compare.power import operating_characteristics  # noqa: E402
 
 TAGS = ("tag-a", "tag-b", "tag-c", "tag-d")
 
 
-def _flip_prob(flake: float) -> float:
-    """Per-run flip probability e with 2 e (1 - e) = flake (two runs disagree at rate flake)."""
-    return (1 - math.sqrt(1 - 2 * flake)) / 2
-
-
-def _frame(n: int) -> pl.DataFrame:
-    k = n * len(TAGS)
-    return pl.DataFrame({
-        "case_id": [f"c{i}" for i in range(k)],
-        "tags": [[TAGS[i // n]] for i in range(k)],
-        "criticality": ["normal"] * k,
-        "base_error": [False] * k, "cand_error": [False] * k,
-    })  # fmt: skip
-
-
-def _blocked_tags(
-    frame: pl.DataFrame, base: np.ndarray, cand: np.ndarray, policy: GatePolicy
-) -> list[bool]:
-    decision = decide(frame.with_columns(base=pl.Series(base), cand=pl.Series(cand)), policy)
-    return [s.state == "regressed" for s in decision.critical]
-
-
-def simulate(
-    n: int, flake: float, drop: float, reps: int, pass_rate: float, rng: np.random.Generator
-) -> np.ndarray:
-    """(reps, 4) booleans: whether each critical tag blocked in each simulated comparison."""
-    frame, policy = _frame(n), GatePolicy(critical_tags=TAGS)
-    e, k = _flip_prob(flake), n * len(TAGS)
-    out = np.zeros((reps, len(TAGS)), dtype=bool)
-    for r in range(reps):
-        truth = rng.random(k) < pass_rate
-        cand_truth = truth.copy()
-        if drop:  # exactly round(drop * n) true passes of each tag break
-            for t in range(len(TAGS)):
-                passes = np.flatnonzero(truth[t * n : (t + 1) * n]) + t * n
-                m = min(passes.size, round(drop * n))
-                cand_truth[rng.choice(passes, m, replace=False)] = False
-        base = truth ^ (rng.random(k) < e)
-        cand = cand_truth ^ (rng.random(k) < e)
-        out[r] = _blocked_tags(frame, base, cand, policy)
-    return out
-
-
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    rng = np.random.default_rng(args.seed)
-    alpha = GatePolicy().alpha
-    null: list[dict[str, Any]] = []
-    for flake in args.flake:
-        for n in args.n:
-            blocks = simulate(n, flake, 0.0, args.reps, args.pass_rate, rng)
-            rate = float(blocks.mean())
-            se = math.sqrt(alpha * (1 - alpha) / blocks.size)
-            fwer = {str(t): float(blocks[:, :t].any(1).mean()) for t in range(1, len(TAGS) + 1)}
-            null.append({"n": n, "flake": flake, "per_tag": rate, "mc_se": se, "fwer": fwer})
-    power: list[dict[str, Any]] = []
-    for drop in args.drops:
-        for n in args.n:
-            blocks = simulate(n, args.power_flake, drop, args.power_reps, args.pass_rate, rng)
-            power.append({"n": n, "drop": drop, "flake": args.power_flake,
-                          "power": float(blocks.mean())})  # fmt: skip
-    return {
-        "settings": {k: v for k, v in vars(args).items() if k != "json"},
-        "alpha": alpha, "tolerance": GatePolicy().tolerance, "null": null, "power": power,
-    }  # fmt: skip
+    """`operating_characteristics` of four equal critical tags at each ``--n``."""
+    figures = operating_characteristics(
+        [dict.fromkeys(TAGS, n) for n in args.n], args.flake, args.drops, args.reps,
+        args.power_reps, args.power_flake, args.pass_rate, args.seed,
+    )  # fmt: skip
+    return {"settings": {k: v for k, v in vars(args).items() if k != "json"}, **figures}
 
 
 def _print(f: dict[str, Any]) -> None:

@@ -19,9 +19,11 @@ import polars as pl
 import pytest
 from synthetic_runs import seed000_runs, write_store
 
+from evalkit import stats
 from evalkit.cli import main
 from evalkit.compare.analysis import RunData
 from evalkit.compare.policy import load_policy
+from evalkit.compare.power import flip_prob
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
 from evalkit.errors import ConfigError
@@ -198,14 +200,29 @@ def test_slices_and_power_notebooks_execute(gate_env, tmp_path):
     assert text.count("image/svg+xml") >= 3 and "case-policy-000" in text
     assert not EXTERNAL_SCRIPT.search(to_report_html(nb).read_text())
     repo = Path(__file__).resolve().parents[1]
-    params = {"CORPUS_ROOT": str(repo / "corpus"), "CONFIG": str(repo / "corpus" / "evalkit.yaml")}
+    out = tmp_path / "power-out"
+    params = {"CORPUS_ROOT": str(repo / "corpus"), "CONFIG": str(repo / "corpus" / "evalkit.yaml"),
+              "OUTPUT_DIR": str(out), "COMPARE_N": [30], "FLAKES": [0.05], "REPS": 60,
+              "POWER_REPS": 20, "REPLAYS": [1, 5]}  # fmt: skip
     nb, ename, message = execute_notebook("power.ipynb", tmp_path / "power.ipynb", params)
     assert ename is None, message
     text = nb.read_text()
-    critical = load_policy(params["CONFIG"]).critical_tags
-    assert critical and all(f"{tag}: " in text for tag in critical)
+    policy = load_policy(params["CONFIG"])
+    assert policy.critical_tags and all(f"{tag}: " in text for tag in policy.critical_tags)
     assert "min_detectable_drop" in text and "<svg" in text
     assert not EXTERNAL_SCRIPT.search(to_report_html(nb).read_text())
+    # the operating characteristics at the corpus's real critical-tag sizes, and the replays
+    counts = load_corpus(repo / "corpus").stats().per_tag
+    sizes = ", ".join(f"{t} {counts[t]}" for t in policy.critical_tags)
+    assert f"no change, flake 5%, {sizes}: false blocks per tag" in text
+    assert f"20-point drop, {sizes}: power per tag" in text
+    for delta in (0.05, 0.10, 0.20):  # Miller eq. 9 at the notebook's assumptions
+        e = flip_prob(0.05)
+        need = stats.required_n_replays(delta, max(0.10, delta) - delta**2, e * (1 - e), 5,
+                                        policy.alpha, policy.power, "one-sided")  # fmt: skip
+        assert f"K=5: {need} cases" in text
+    svg = (out / "gate_oc.svg").read_text()
+    assert svg.startswith("<svg") and "False blocks" in svg and (out / "gate_oc.png").stat().st_size
 
 
 def test_judge_agreement_notebook_renders_offline(tmp_path):

@@ -460,3 +460,63 @@ def flake_rate_by_slice(per_slice: pl.DataFrame) -> alt.Chart:
         )
         .properties(title="Flake rate by slice", width=420, height=max(22 * len(order), 60))
     )
+
+
+def _layout(row: dict) -> str:
+    """A corpus layout's label: its tag size, or the range of its tags' sizes."""
+    sizes = sorted((row.get("sizes") or {"": row["n"]}).values())
+    return f"{sizes[0]}" if sizes[0] == sizes[-1] else f"{sizes[0]}–{sizes[-1]}"
+
+
+def gate_operating_characteristics(oc: dict) -> alt.HConcatChart:
+    """The gate's measured false-block rate (per tag and family-wise, with alpha as a rule) and
+    its power against true drops; ``oc`` from `evalkit.compare.power.operating_characteristics`.
+    """
+    alpha = oc["alpha"]
+    null = pl.DataFrame(
+        [
+            {"flake": f"flake {r['flake']:.0%}", "n": _layout(r), "rate": rate, "what": what}
+            for r in oc["null"]
+            for what, rate in [("per tag", r["per_tag"]),
+                               (f"family-wise, {len(r['fwer'])} tags",
+                                r["fwer"][str(len(r["fwer"]))])]
+        ]
+    )  # fmt: skip
+    power = pl.DataFrame(
+        [{"drop": f"{100 * r['drop']:.0f}-point drop", "n": _layout(r), "power": r["power"]}
+         for r in oc["power"]]
+    )  # fmt: skip
+    order = list(dict.fromkeys(_layout(r) for r in sorted(oc["null"], key=lambda r: r["n"])))
+    x = alt.X("n:N", title="cases per critical tag", sort=order)
+    lines = (
+        alt.Chart(null)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("rate:Q", title="false-block rate (no true change)", axis=alt.Axis(format="%")),
+            color=alt.Color("flake:N", title="measured flake rate"),
+            strokeDash=alt.StrokeDash("what:N", title="rate"),
+            tooltip=["n", "flake", "what", alt.Tooltip("rate:Q", format=".2%")],
+        )
+    )
+    rule = alt.Chart(pl.DataFrame({"alpha": [alpha]})).mark_rule(color=NEUTRAL, strokeDash=[4, 4])
+    rule = rule.encode(y="alpha:Q")
+    title = f"False blocks (dashed rule: alpha {alpha:g})"
+    left = (lines + rule).properties(title=title, width=300)
+    right = (
+        alt.Chart(power)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y(
+                "power:Q",
+                title="chance the tag blocks",
+                axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1]),
+            ),
+            color=alt.Color("drop:N", title="true regression"),
+            tooltip=["n", "drop", alt.Tooltip("power:Q", format=".1%")],
+        )
+        .properties(title="Power against true regressions", width=300)
+    )
+    return alt.hconcat(left, right).resolve_scale(color="independent")
