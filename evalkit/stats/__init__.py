@@ -10,7 +10,7 @@ global numpy RNG is never used. One module per concept:
 - `evalkit.stats.intervals`: `wilson_interval`, `clopper_pearson_interval`, and
   `paired_diff_interval`, the pass/fail slice interval that holds at small n;
 - `evalkit.stats.bootstrap`: `paired_bootstrap` (percentile or BCa), `cluster_bootstrap`,
-  `clustered_se`, for graded scores and clustered cases;
+  `clustered_se` and `clustered_interval` (its t interval), for graded scores and case groups;
 - `evalkit.stats.sizing`: paired (Connor, Wald), unpaired (equal rate, two rates) and replay
   (Miller 2024) sample sizes, `exact_power_paired`;
 - `evalkit.stats.agreement`: `cohen_kappa(_ci)`, `krippendorff_alpha`, `fleiss_kappa`.
@@ -33,7 +33,9 @@ from evalkit.stats.agreement import (
 from evalkit.stats.bootstrap import (
     BootMethod,
     BootstrapResult,
+    ClusteredMean,
     cluster_bootstrap,
+    clustered_interval,
     clustered_se,
     paired_bootstrap,
 )
@@ -61,6 +63,7 @@ __all__ = [
     "Alternative",
     "BootMethod",
     "BootstrapResult",
+    "ClusteredMean",
     "Interval",
     "KappaResult",
     "McNemarResult",
@@ -71,6 +74,7 @@ __all__ = [
     "Weights",
     "clopper_pearson_interval",
     "cluster_bootstrap",
+    "clustered_interval",
     "clustered_se",
     "cohen_kappa",
     "cohen_kappa_ci",
