@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.corpus.cases import Corpus, YAMLInputError, node_line, parse_yaml
 from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
@@ -57,6 +57,14 @@ class IndexConfig(_Strict):
     version: str = Field(min_length=1)
 
 
+class Replica(_Strict):
+    """One replica of a self-hosted model (``system.base_urls``) and its cap on requests in
+    flight (None: only the run's concurrency)."""
+
+    url: str = Field(min_length=1)
+    max_in_flight: int | None = Field(default=None, ge=1)
+
+
 class SystemConfig(_Strict):
     """The system under test."""
 
@@ -64,6 +72,10 @@ class SystemConfig(_Strict):
     model: str
     snapshot: str | None = None  # pinned snapshot id when the model name is an alias
     base_url: str | None = None
+    # Replicas of one self-hosted model: each request goes to the one with the fewest requests
+    # in flight (evalkit.run.replicas). base_url (default: the first replica) names the fleet
+    # in the manifest and the cache key.
+    base_urls: list[str | Replica] = Field(default_factory=list)
     api_key_env: str | None = "OPENAI_API_KEY"  # the variable's *name*; never the key
     prompt: str | None = None  # system prompt file, relative to the corpus root
     prompt_version: str | None = None
@@ -88,6 +100,22 @@ class SystemConfig(_Strict):
     version: str | None = None
     index: IndexConfig | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fleet_name(cls, data: Any) -> Any:
+        """``base_url`` defaults to the first of ``base_urls``."""
+        if isinstance(data, dict) and data.get("base_urls") and not data.get("base_url"):
+            first = data["base_urls"][0]
+            url = first.get("url") if isinstance(first, dict) else first
+            if isinstance(url, str):
+                data = {**data, "base_url": url}
+        return data
+
+    @property
+    def replicas(self) -> list[Replica]:
+        """``base_urls`` as :class:`Replica` values (empty: one endpoint, ``base_url``)."""
+        return [r if isinstance(r, Replica) else Replica(url=r) for r in self.base_urls]
+
 
 class JudgeConfig(_Strict):
     provider: Literal["openai", "demo"] = "openai"
@@ -109,6 +137,9 @@ class Price(_Strict):
 class RateLimit(_Strict):
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
+    # Requests in flight at once across every worker of a distributed run (the Ray engine's
+    # shared budget); a local run is capped by its concurrency.
+    max_in_flight: int | None = Field(default=None, ge=1)
 
 
 class SuiteConfig(_Strict):
@@ -439,11 +470,17 @@ def request_settings(suite: Suite) -> dict[str, Any]:
     config = suite.config
     system = config.system.model_dump()
     keep = ("transport", "timeout_s", "max_retries", "max_retry_after_s")
-    return {
+    settings = {
         **{k: system[k] for k in keep if k in system},
         "concurrency": config.concurrency,
         "rate_limit": config.rate_limit.model_dump() if config.rate_limit else None,
     }
+    if config.system.base_urls:
+        settings["replicas"] = [
+            {"url": strip_userinfo(r.url), "max_in_flight": r.max_in_flight}
+            for r in config.system.replicas
+        ]
+    return settings
 
 
 def _warnings(suite: Suite) -> list[str]:

@@ -44,6 +44,7 @@ __all__ = [
     "RunStart",
     "RunSummary",
     "execute_work",
+    "first_request_keys",
     "judge_client",
     "make_judge",
     "run_suite",
@@ -431,6 +432,16 @@ class _Execution:
             entry = {**completion.to_json(), "latency_ms": elapsed, "cost_usd": cost}
             self.writer.cache(key, json.dumps(entry))
         return completion, elapsed, cost, False
+
+
+def first_request_keys(
+    suite: Suite, manifest: dict[str, Any], work: list[tuple[Case, int]], options: RunOptions
+) -> list[str]:
+    """The response-cache keys of the first request of each (case, replay) in ``work``: what
+    a run prefetches, for an engine whose workers cannot read the store."""
+    run_id = manifest["run"]["run_id"]
+    execution = _Execution(suite, None, run_id, None, True, options, None, manifest)  # type: ignore[arg-type]
+    return [execution._cache_key(execution._first_request(case), replay) for case, replay in work]
 
 
 async def execute_work(

@@ -22,6 +22,19 @@ def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
         from evalkit.run.providers.python_callable import PythonProvider
 
         return PythonProvider(system.function or "")
+    if getattr(system, "base_urls", None):  # replicas of one model: least in flight first
+        from evalkit.run.replicas import ReplicaRouter
+
+        return ReplicaRouter(
+            [
+                (
+                    r.url,
+                    make_provider(system.model_copy(update={"base_urls": [], "base_url": r.url})),
+                    r.max_in_flight,
+                )
+                for r in system.replicas  # type: ignore[union-attr]
+            ]
+        )
     api_key = api_key_for(system)
     from evalkit.run.providers.openai_api import OpenAIProvider
 
