@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from evalkit.demo.server import DemoServer, start_demo_server
+from evalkit.judges import llmbar as llmbar_set
 from evalkit.judges import published
 from evalkit.records import ChatRequest, Completion
 
@@ -53,7 +54,7 @@ def llmbar_root() -> Path:
     root = REPO / "data" / "llmbar"
     if not (root / "items.jsonl").is_file():
         pytest.fail(f"LLMBar copy missing at {root}: it ships with the repository")
-    assert published.llmbar_dir() == root
+    assert llmbar_set.llmbar_dir() == root
     return root
 
 

@@ -26,6 +26,7 @@ from sklearn.metrics import (
 
 from evalkit.errors import EvalkitError
 from evalkit.judges import agreement, published
+from evalkit.judges import llmbar as llmbar_set
 
 REPO = Path(__file__).resolve().parents[2]
 PANDALM = REPO / "data" / "pandalm"
@@ -48,7 +49,7 @@ TABLE2 = {
         (73.9, 82.6), (76.6, 87.6), (80.2, 88.3),
     ],
 }  # fmt: skip
-COLUMNS = [*published.LLMBAR_SUBSETS, "Adversarial avg", "Average"]
+COLUMNS = [*llmbar_set.LLMBAR_SUBSETS, "Adversarial avg", "Average"]
 
 
 def _half_up(x: Decimal | Fraction, places: str = "0.1") -> float:
@@ -64,7 +65,7 @@ def pandalm() -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def llmbar(llmbar_root: Path) -> pl.DataFrame:
-    return published.load_llmbar(llmbar_root)
+    return llmbar_set.load_llmbar(llmbar_root)
 
 
 # --- PandaLM: shipped files -------------------------------------------------------------------
@@ -197,9 +198,9 @@ def test_pandalm_mismatch_is_reported_when_data_changes(pandalm: pl.DataFrame) -
 def test_load_llmbar_shape(llmbar: pl.DataFrame) -> None:
     assert llmbar.height == 419 * 8
     assert llmbar["strategy"].unique(maintain_order=True).to_list() == list(
-        published.LLMBAR_STRATEGIES
+        llmbar_set.LLMBAR_STRATEGIES
     )
-    assert llmbar["subset"].unique(maintain_order=True).to_list() == list(published.LLMBAR_SUBSETS)
+    assert llmbar["subset"].unique(maintain_order=True).to_list() == list(llmbar_set.LLMBAR_SUBSETS)
     one = llmbar.filter(pl.col("strategy") == "Vanilla")
     counts = {
         sub: (g.filter(pl.col("label") == 1).height, g.filter(pl.col("label") == 2).height)
@@ -240,19 +241,19 @@ def _upstream_layout(llmbar: pl.DataFrame, root: Path, strategies: tuple[str, ..
 
 def test_load_llmbar_reads_the_last_result(llmbar: pl.DataFrame, tmp_path: Path) -> None:
     _upstream_layout(llmbar, tmp_path, ("Metrics_Reference",))
-    got = published.load_llmbar(tmp_path)
+    got = llmbar_set.load_llmbar(tmp_path)
     want = llmbar.filter(
         (pl.col("subset") == "Natural") & (pl.col("strategy") == "Metrics_Reference")
     ).head(3)
     assert got.equals(want)
     with pytest.raises(EvalkitError, match="no strategies"):
-        published.load_llmbar(tmp_path, strategies="CoT")
+        llmbar_set.load_llmbar(tmp_path, strategies="CoT")
     file = tmp_path / "Natural" / "evaluators" / "GPT-4" / "Metrics_Reference" / "result.json"
     broken = json.loads(file.read_text())
     broken[1]["results"][-1] = {"swap = False": {}}
     file.write_text(json.dumps(broken))
     with pytest.raises(EvalkitError, match=r"result\.json: item 1: no verdict in results\[-1\]"):
-        published.load_llmbar(tmp_path)
+        llmbar_set.load_llmbar(tmp_path)
 
 
 def test_derive_llmbar_round_trips_the_upstream_layout(
@@ -260,10 +261,10 @@ def test_derive_llmbar_round_trips_the_upstream_layout(
 ) -> None:
     upstream, compact = tmp_path / "Dataset" / "LLMBar", tmp_path / "compact"
     _upstream_layout(llmbar, upstream, ("Vanilla", "CoT"))
-    published.derive_llmbar(upstream, compact)
+    llmbar_set.derive_llmbar(upstream, compact)
     assert sorted(p.name for p in compact.iterdir()) == ["items.jsonl", "statistics.json"]
-    assert published.load_llmbar(compact).equals(published.load_llmbar(upstream))
-    assert published.llmbar_statistics(compact).equals(published.llmbar_statistics(upstream))
+    assert llmbar_set.load_llmbar(compact).equals(llmbar_set.load_llmbar(upstream))
+    assert llmbar_set.llmbar_statistics(compact).equals(llmbar_set.llmbar_statistics(upstream))
     assert "kappa" not in (compact / "statistics.json").read_text()
     line = json.loads((compact / "items.jsonl").read_text().splitlines()[0])
     assert list(line) == ["subset", "item", "input", "output_1", "output_2", "label", "verdicts"]
@@ -274,7 +275,7 @@ def test_derive_llmbar_round_trips_the_upstream_layout(
     records[0]["label"] = 3 - records[0]["label"]
     cot.write_text(json.dumps(records))
     with pytest.raises(EvalkitError, match="items differ"):
-        published.derive_llmbar(upstream, tmp_path / "again")
+        llmbar_set.derive_llmbar(upstream, tmp_path / "again")
 
 
 def test_shipped_llmbar_copy_matches_its_source_note(llmbar_root: Path) -> None:
@@ -303,8 +304,8 @@ def test_shipped_llmbar_copy_matches_its_source_note(llmbar_root: Path) -> None:
 
 def test_llmbar_table2_matches_statistics_json(llmbar: pl.DataFrame, llmbar_root: Path) -> None:
     """Every per-subset cell equals the authors' statistics.json, unrounded and rounded."""
-    exact = published.llmbar_table(llmbar, ndigits=None)
-    stats = published.llmbar_statistics(llmbar_root)
+    exact = llmbar_set.llmbar_table(llmbar, ndigits=None)
+    stats = llmbar_set.llmbar_statistics(llmbar_root)
     assert stats.height == 40
     joined = stats.join(exact, left_on=["strategy", "subset"], right_on=["strategy", "column"])
     assert joined.height == 40
@@ -320,26 +321,26 @@ def test_llmbar_table2_matches_statistics_json(llmbar: pl.DataFrame, llmbar_root
 
 
 def test_llmbar_table2_reproduces_all_cells(llmbar: pl.DataFrame, llmbar_root: Path) -> None:
-    table = published.llmbar_table(llmbar)
-    stats = published.llmbar_statistics(llmbar_root)
-    for strat in published.LLMBAR_STRATEGIES:
+    table = llmbar_set.llmbar_table(llmbar)
+    stats = llmbar_set.llmbar_statistics(llmbar_root)
+    for strat in llmbar_set.LLMBAR_STRATEGIES:
         rows = table.filter(pl.col("strategy") == strat)
         got = list(zip(rows["acc"], rows["agr"], strict=True))
         assert rows["column"].to_list() == COLUMNS
         # the authors' numbers: per subset from statistics.json, averages over their figures
         theirs = stats.filter(pl.col("strategy") == strat)
         cells = {s: (Decimal(repr(a)), Decimal(repr(g))) for s, _, _, a, g, _ in theirs.rows()}
-        adv = [cells[s] for s in published.LLMBAR_SUBSETS[1:]]
-        every = [cells[s] for s in published.LLMBAR_SUBSETS]
-        want = [cells[s] for s in published.LLMBAR_SUBSETS] + [
+        adv = [cells[s] for s in llmbar_set.LLMBAR_SUBSETS[1:]]
+        every = [cells[s] for s in llmbar_set.LLMBAR_SUBSETS]
+        want = [cells[s] for s in llmbar_set.LLMBAR_SUBSETS] + [
             (sum(c[0] for c in adv) / 4, sum(c[1] for c in adv) / 4),
             (sum(c[0] for c in every) / 5, sum(c[1] for c in every) / 5),
         ]
         want_rounded = [(_half_up(a), _half_up(g)) for a, g in want]
         print(f"LLMBar Table 2 GPT-4 {strat}: {got}")
         assert got == want_rounded, strat
-        assert got == [published.LLMBAR_TABLE2_GPT4[strat][c] for c in COLUMNS], strat
-        assert published.llmbar_mismatches(llmbar, strat, llmbar_root) == {}
+        assert got == [llmbar_set.LLMBAR_TABLE2_GPT4[strat][c] for c in COLUMNS], strat
+        assert llmbar_set.llmbar_mismatches(llmbar, strat, llmbar_root) == {}
     for strat, literal in TABLE2.items():
         rows = table.filter(pl.col("strategy") == strat)
         assert list(zip(rows["acc"], rows["agr"], strict=True)) == literal, strat
@@ -354,24 +355,24 @@ def test_llmbar_mismatch_is_reported_when_a_verdict_changes(
         .otherwise(pl.col("winner_swap"))
         .alias("winner_swap")
     )
-    mismatches = published.llmbar_mismatches(broken, "CoT", llmbar_root)
+    mismatches = llmbar_set.llmbar_mismatches(broken, "CoT", llmbar_root)
     assert "Natural" in mismatches and "statistics.json Natural" in mismatches
 
 
 def test_llmbar_dir_resolves_from_env(llmbar_root: Path, tmp_path: Path, monkeypatch) -> None:
-    assert published.llmbar_dir() == llmbar_root
+    assert llmbar_set.llmbar_dir() == llmbar_root
     monkeypatch.setenv("EVALKIT_LLMBAR_DIR", str(tmp_path))
     with pytest.raises(EvalkitError, match="EVALKIT_LLMBAR_DIR"):
-        published.llmbar_dir()
+        llmbar_set.llmbar_dir()
     shutil.copytree(llmbar_root, tmp_path / "copy")
     monkeypatch.setenv("EVALKIT_LLMBAR_DIR", str(tmp_path / "copy"))
-    assert published.llmbar_dir() == tmp_path / "copy"
-    assert published.load_llmbar(strategies="CoT", subsets="Natural").height == 100
+    assert llmbar_set.llmbar_dir() == tmp_path / "copy"
+    assert llmbar_set.load_llmbar(strategies="CoT", subsets="Natural").height == 100
 
 
 def test_llmbar_missing_folder_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(EvalkitError, match="no LLMBar data"):
-        published.load_llmbar(tmp_path)
+        llmbar_set.load_llmbar(tmp_path)
 
 
 # --- rounding ---------------------------------------------------------------------------------
