@@ -5,6 +5,7 @@ from evalkit.scorers import (
     executable,  # noqa: F401
     judge,  # noqa: F401
     similarity,  # noqa: F401
+    structured,  # noqa: F401
     trajectory,  # noqa: F401
 )
 from evalkit.scorers.registry import SCORERS, Scorer, build_scorer, check, scorer, scorer_error

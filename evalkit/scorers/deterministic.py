@@ -1,4 +1,5 @@
-"""Deterministic scorers: string, regex, JSON and number checks that need no model.
+"""Deterministic scorers: string, regex and length checks that need no model (JSON and number
+checks: :mod:`evalkit.scorers.structured`), and the helpers they share.
 
 Each factory checks its YAML arguments when the corpus loads (raising ``ScorerArgError`` with a
 one-line message) and returns a cheap, pure scoring function. Reasons say what was expected and
@@ -18,23 +19,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import regex as _regex
-import yaml
 
-# jsonschema imports the optional rfc3987_syntax (a Lark grammar built at import: 2-5 s here)
-# only to check the "iri" format, which this scorer never asserts (formats are annotations, see
-# json_schema). Marking it unavailable keeps every `evalkit` command and notebook kernel fast.
-sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-import jsonschema  # noqa: E402
-from jsonschema.exceptions import best_match  # noqa: E402
-
-from evalkit.records import Output, Score  # noqa: E402
-from evalkit.scorers.registry import (  # noqa: E402
+from evalkit.records import Output, Score
+from evalkit.scorers.registry import (
     ScoreFn,
     ScorerArgError,
     check,
@@ -174,108 +165,6 @@ def forbidden_regex(
     return score
 
 
-@scorer("json_valid")
-def json_valid() -> ScoreFn:
-    """Pass when the whole output is raw JSON (no code fence, no NaN/Infinity)."""
-
-    @_fail_without_value
-    def score(output: Output, case: object) -> Score:
-        return check(True, f"valid JSON {_json_type(_json(output))}")
-
-    return score
-
-
-@scorer("json_schema", primary="schema", files=("schema",))
-def json_schema(schema: Path) -> ScoreFn:
-    """Validate the JSON output against a JSON Schema file (``.json``, or ``.yaml``/``.yml``).
-
-    The schema's ``$schema`` picks the draft (2020-12 by default). ``format`` is an annotation, not
-    asserted: which formats jsonschema checks depends on optional packages, so results would vary
-    between machines.
-    """
-    _want("json_schema", "schema", schema, (str, Path), "a file path")
-    validator = _load_validator(Path(schema))
-
-    @_fail_without_value
-    def score(output: Output, case: object) -> Score:
-        errors = list(validator.iter_errors(_json(output)))
-        if not errors:
-            return check(True, "matches schema")
-        error = best_match(errors)
-        return check(
-            False, f"schema: {_clip(error.message, 160)} at {error.json_path}", errors=len(errors)
-        )
-
-    return score
-
-
-@scorer("json_fields", primary="fields")
-def json_fields(fields: dict[str, Any], normalize: bool = True) -> ScoreFn:
-    """Each named field (dotted path, e.g. ``customer.id``; ``items.0`` indexes a list) of the JSON
-    output equals its expected value. Strings compare casefolded and whitespace-collapsed when
-    ``normalize``; numbers compare numerically (``1 == 1.0``; ``true`` is not ``1``). Score is the
-    fraction of matching fields; passed only when all match."""
-    _want("json_fields", "fields", fields, dict, "a mapping of field -> expected value")
-    _want("json_fields", "normalize", normalize, bool, "true or false")
-    if not fields:
-        raise ScorerArgError("json_fields: fields is empty")
-    for name, value in fields.items():
-        _check_field_name("json_fields", name)
-        _check_json_value("json_fields", f"fields.{name}", value)
-
-    @_fail_without_value
-    def score(output: Output, case: object) -> Score:
-        data = _json(output)
-        if not isinstance(data, dict):
-            raise _NoValue(f"expected a JSON object, got {_json_type(data)}")
-        wrong = []
-        for name, want in fields.items():
-            got = _lookup(data, name)
-            if got is _MISSING:
-                wrong.append(f"{name}: missing")
-            elif not _same(want, got, normalize):
-                wrong.append(f"{name}: expected {_show(want)}, got {_show(got)}")
-        fraction = 1 - len(wrong) / len(fields)
-        if not wrong:
-            return check(True, f"all {len(fields)} fields match", fraction)
-        more = f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else ""
-        return check(False, "; ".join(wrong[:3]) + more, fraction, mismatches=len(wrong))
-
-    return score
-
-
-@scorer("one_of", primary="options")
-def one_of(options: list[Any], field: str | None = None, normalize: bool = True) -> ScoreFn:
-    """Pass when the output (or its JSON ``field``) is one of ``options``. With ``normalize``, text
-    compares as in ``normalized_match`` and field strings as in ``json_fields``."""
-    _want("one_of", "options", options, list, "a list")
-    _want("one_of", "normalize", normalize, bool, "true or false")
-    _check_field_name("one_of", field)
-    if not options:
-        raise ScorerArgError("one_of: options is empty")
-    for i, option in enumerate(options):
-        if field is None:
-            _want("one_of", f"options[{i}]", option, str, "a string (no field: given)")
-        else:
-            _check_json_value("one_of", f"options[{i}]", option)
-    loose = {_loose(o) if normalize else o.strip() for o in options} if field is None else set()
-    listing = _clip(", ".join(_show(o, 20) for o in options), 80)
-
-    @_fail_without_value
-    def score(output: Output, case: object) -> Score:
-        if field is None:
-            got: Any = _text(output)
-            ok = (_loose(got) if normalize else got) in loose
-        else:
-            got = _json(output, field)
-            ok = any(_same(option, got, normalize) for option in options)
-        if ok:
-            return check(True, f"{_show(got)} is one of {len(options)} options")
-        return check(False, f"expected one of [{listing}], got {_show(got)}")
-
-    return score
-
-
 @scorer("max_words", primary="n")
 def max_words(n: int, field: str | None = None) -> ScoreFn:
     """Pass when the output (or its JSON string ``field``) has at most ``n`` words."""
@@ -286,37 +175,6 @@ def max_words(n: int, field: str | None = None) -> ScoreFn:
 def max_chars(n: int, field: str | None = None) -> ScoreFn:
     """Pass when the stripped output (or its JSON string ``field``) has at most ``n`` characters."""
     return _limit("max_chars", n, field, len, "chars")
-
-
-@scorer("numeric_close", primary="value")
-def numeric_close(
-    value: float, tolerance: float = 1e-6, relative: bool = False, field: str | None = None
-) -> ScoreFn:
-    """Pass when the output's number is within ``tolerance`` of ``value`` (``tolerance * |value|``
-    when ``relative``). The number is the JSON ``field`` (which must be a JSON number) or else
-    the first number in the text: ``1,234.5``, ``$12`` and ``-3e2`` are understood."""
-    _want("numeric_close", "value", value, (int, float), "a number")
-    _want("numeric_close", "tolerance", tolerance, (int, float), "a number")
-    _want("numeric_close", "relative", relative, bool, "true or false")
-    _check_field_name("numeric_close", field)
-    if not tolerance >= 0:  # also rejects NaN
-        raise ScorerArgError(f"numeric_close: tolerance must be >= 0, got {tolerance}")
-    allowed = tolerance * abs(value) if relative else tolerance
-    band = f"{_num(value)} ± {_num(tolerance)}" + (" (relative)" if relative else "")
-
-    @_fail_without_value
-    def score(output: Output, case: object) -> Score:
-        if field is None:
-            got = _first_number(_text(output))
-        else:
-            got = _json(output, field)
-            if isinstance(got, bool) or not isinstance(got, int | float):
-                raise _NoValue(f"field {field!r} is {_json_type(got)} {_show(got)}, not a number")
-        if abs(got - value) <= allowed:
-            return check(True, f"got {_num(got)}, within {band}", got=got)
-        return check(False, f"got {_num(got)}, expected {band}", got=got)
-
-    return score
 
 
 def _want(name: str, arg: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
@@ -379,29 +237,6 @@ def _compile(name: str, pattern: str, flags: str) -> Any:
         return _regex.compile(pattern, int(value) | _regex.VERSION0)
     except (re.error, _regex.error) as exc:
         raise ScorerArgError(f"{name}: invalid regex {pattern!r}: {exc}") from None
-
-
-def _load_validator(path: Path) -> jsonschema.protocols.Validator:
-    is_yaml = path.suffix.lower() in (".yaml", ".yml")
-    try:
-        text = path.read_text(encoding="utf-8")
-        schema = yaml.safe_load(text) if is_yaml else json.loads(text)
-    except OSError as exc:
-        raise ScorerArgError(f"json_schema: cannot read {path}: {exc.strerror}") from None
-    except (ValueError, yaml.YAMLError) as exc:
-        kind = "YAML" if is_yaml else "JSON"
-        raise ScorerArgError(
-            f"json_schema: {path} is not valid {kind}: {_clip(str(exc), 120)}"
-        ) from None
-    if not isinstance(schema, dict):
-        raise ScorerArgError(f"json_schema: {path} must hold an object, got {_json_type(schema)}")
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        message = f"{_clip(exc.message, 120)} at {exc.json_path}"
-        raise ScorerArgError(f"json_schema: invalid schema {path}: {message}") from None
-    return cls(schema)
 
 
 def _limit(name: str, n: int, field: str | None, count: Callable[[str], int], unit: str) -> ScoreFn:
