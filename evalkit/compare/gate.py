@@ -45,7 +45,7 @@ from evalkit.compare.decision import (
     State,
 )
 from evalkit.compare.policy import GatePolicy, tag_counts
-from evalkit.compare.slices import interval_name, slices
+from evalkit.compare.slices import CLUSTERED_METHOD, interval_name, slices
 from evalkit.compare.verdicts import usage_means
 
 if TYPE_CHECKING:
@@ -130,7 +130,10 @@ def _critical(
         head = f"critical tag {tag!r}"
         if by_p or by_ci:
             state: State = "regressed"
-            why = [f"one-sided exact McNemar p = {p:.4g} ≤ {a:g}"] if by_p else []
+            test = "exact McNemar"
+            if r.get("interval_method") == CLUSTERED_METHOD:  # cases in groups: the larger p
+                test = f"exact McNemar and clustered t over {r['n_groups']} case groups"
+            why = [f"one-sided {test} p = {p:.4g} ≤ {a:g}"] if by_p else []
             method = interval_name(r.get("interval_method"))
             why += [f"upper bound {_pts(hi)} < {_pts(-tol)} ({method})"] if by_ci else []
             msg = f"{head} regressed: {broken} broken, {fixed} fixed of {n} ({_pts(r['diff'])})"

@@ -41,6 +41,7 @@ def paired_frame(
     """The gate's input: one row per case present, unedited, in both runs.
 
     Columns: ``case_id, tags, criticality, sealed, base, cand`` (null when that side errored),
+    ``case_group`` (the case's ``group:``, null when it has none; slices cluster over groups),
     ``base_score, cand_score, base_error, cand_error, base_unstable, cand_unstable`` and the
     usage means ``base_latency_ms ... cand_cost_usd``. Edited cases never pair (`case_changes`).
 
@@ -54,7 +55,9 @@ def paired_frame(
         (True, False)
     """
     base_hashes = base_cases.select("case_id", pl.col("case_hash").alias("_bh"))
-    frame = cand_cases.select("case_id", *CASE_META).join(base_hashes, on="case_id")
+    group = pl.col("case_group") if "case_group" in cand_cases.columns else pl.lit(None)
+    meta = [*CASE_META, group.cast(pl.String).alias("case_group")]
+    frame = cand_cases.select("case_id", *meta).join(base_hashes, on="case_id")
     frame = frame.filter(pl.col("case_hash") == pl.col("_bh")).drop("_bh")
     for side, v in (("base", base_verdicts), ("cand", cand_verdicts)):
         usage = [pl.col(c).alias(f"{side}_{c}") for c in USAGE_COLUMNS if c in v.columns]

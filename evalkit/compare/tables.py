@@ -83,7 +83,10 @@ def slice_table(
         else []
     )
     named = ", ".join(INTERVAL_NAMES.get(m, m) for m in methods) or "none"
-    note = f"★ critical tag (gated); p: one-sided exact McNemar; interval: {named}"
+    test = "one-sided exact McNemar"
+    if "clustered-se" in methods:
+        test += " (slices with case groups: the larger of it and the clustered t-test's)"
+    note = f"★ critical tag (gated); p: {test}; interval: {named}"
     table = (
         _gt(frame, id, title, note)
         .fmt_percent(columns=["base_pass", "cand_pass"], decimals=1)

@@ -106,6 +106,9 @@ class CaseSpec(_Strict):
     fixtures: FixtureSpec = Field(default_factory=FixtureSpec)
     expect: list[ScorerSpec] = Field(min_length=1)
     notes: str | None = None
+    # Cases from one incident, document or conversation: slice intervals cluster over groups.
+    # Unset, it is left out of the case hash (exclude_defaults), so existing hashes stand.
+    group: str | None = Field(None, min_length=1, max_length=200)
 
     @field_validator("tags")
     @classmethod
@@ -149,6 +152,7 @@ class Case:
     hash: str
     source: str  # "cases/billing.yaml:12", relative to the corpus root
     sealed: bool = False
+    group: str | None = None  # the case group (incident, document, conversation), if any
 
     @property
     def must_pass(self) -> bool:
@@ -442,6 +446,7 @@ def _build_case(
         hash=case_hash(spec),
         source=f"{rel}:{line}",
         sealed=sealed,
+        group=spec.group,
     )
 
 

@@ -216,7 +216,9 @@ class Store(DecisionRecords, JudgmentRecords):
                 "input": [c.input_json() for c in cases],
                 "provenance": [_SORTED_JSON.encode(c.provenance) for c in cases],
                 "source": [c.source for c in cases],
+                "case_group": [getattr(c, "group", None) for c in cases],  # optional
             },
+            schema_overrides={"case_group": pl.String},
         )
         with self._transaction():
             self._con.execute(

@@ -13,6 +13,8 @@ CREATE TABLE IF NOT EXISTS cases (
     run_id VARCHAR, case_id VARCHAR, case_hash VARCHAR, tags VARCHAR[], criticality VARCHAR,
     sealed BOOLEAN, input VARCHAR, provenance VARCHAR, source VARCHAR
 );
+-- The case's group (incident, document, conversation); NULL when it has none.
+ALTER TABLE cases ADD COLUMN IF NOT EXISTS case_group VARCHAR;
 CREATE TABLE IF NOT EXISTS outputs (
     run_id VARCHAR, case_id VARCHAR, replay INTEGER, text VARCHAR, tool_calls VARCHAR,
     steps INTEGER, error VARCHAR, fail_reason VARCHAR, latency_ms DOUBLE, prompt_tokens BIGINT,
