@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from evalkit.cli import baseline, demo, gating, init, judging, running, scorers
+from evalkit.cli import baseline, demo, gating, init, judging, merging, running, scorers
 from evalkit.cli.options import find_config
 from evalkit.errors import EvalkitError
 from evalkit.version import __version__
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"evalkit {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    for command_group in (init, running, gating, baseline, judging, scorers, demo):
+    for command_group in (init, running, merging, gating, baseline, judging, scorers, demo):
         command_group.add_parsers(sub)
     return parser
 

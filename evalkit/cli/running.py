@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evalkit.cli import sharding
 from evalkit.cli.options import db_arg, suite_args
 from evalkit.errors import EvalkitError
 
@@ -35,6 +36,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--json", metavar="FILE", help="write the run summary as JSON")
+    sharding.add_run_args(run)  # --shard, --run-id, --parts, --engine, --address
     run.set_defaults(handler=_cmd_run)
 
     cases = sub.add_parser("cases", help="corpus tools")
@@ -139,6 +141,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         on_start=announce,
         warnings=tuple(policy),  # printed by announce and kept in manifest["warnings"]
     )
+    if sharding.wanted(args):  # one shard into parts, or chunks on Ray
+        return sharding.run_distributed(args, suite, corpus, options, print_run_summary)
     try:
         with open_store(args.db, wait_s=args.wait) as store:
             summary = run_suite(suite, corpus, store, options)

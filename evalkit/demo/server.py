@@ -9,7 +9,8 @@ Routes:
     ``POST /v1/chat/completions``  the simulator (400 malformed body, 404 unknown model)
     ``GET /v1/models``             the served model
     ``GET /health``                liveness
-    ``GET /stats``                 ``{"requests": total, "by_content": {sha256: count}}``
+    ``GET /stats``                 ``{"requests": total, "by_content": {sha256: count},
+                                   "arrivals": [unix time of each chat request]}``
     ``POST /stats/reset``          zero the counters
 
 Fault injection is seeded and, like noise, drawn from (seed, request sha256, occurrence), so it
@@ -75,6 +76,7 @@ class ServerOptions:
 class _Counters:
     requests: int = 0
     by_content: dict[str, int] = field(default_factory=dict)
+    arrivals: list[float] = field(default_factory=list)  # when each chat request came in
 
 
 def create_app(options: ServerOptions) -> Any:
@@ -106,6 +108,7 @@ def create_app(options: ServerOptions) -> Any:
         occurrence = counters.by_content.get(sha, 0)  # counted before any await: atomic
         counters.by_content[sha] = occurrence + 1
         counters.requests += 1
+        counters.arrivals.append(time.time())
         if options.latency_ms > 0:
             await asyncio.sleep(options.latency_ms / 1000)
         if seeded_draw(options.seed, "timeout", sha, occurrence) < options.timeout_rate:
@@ -137,12 +140,19 @@ def create_app(options: ServerOptions) -> Any:
         return reply({"status": "ok", "simulator": True, "model": MODEL_ID})
 
     async def stats(request: Any) -> Any:
-        return reply({"requests": counters.requests, "by_content": dict(counters.by_content)})
+        return reply(
+            {
+                "requests": counters.requests,
+                "by_content": dict(counters.by_content),
+                "arrivals": list(counters.arrivals),
+            }
+        )
 
     async def reset_stats(request: Any) -> Any:
         counters.requests = 0
         counters.by_content.clear()
-        return reply({"requests": 0, "by_content": {}})
+        counters.arrivals.clear()
+        return reply({"requests": 0, "by_content": {}, "arrivals": []})
 
     app = web.Application(client_max_size=16 * 1024**2)
     app.add_routes(
@@ -283,7 +293,8 @@ class DemoServer:
         return self.process.poll() is None
 
     def stats(self) -> dict[str, Any]:
-        """``{"requests": total, "by_content": {sha256: count}}`` since start or reset."""
+        """``{"requests": total, "by_content": {sha256: count}, "arrivals": [unix time, ...]}``
+        since start or reset."""
         return _http_json(f"{self.root_url}/stats")
 
     def reset_stats(self) -> None:

@@ -1,0 +1,124 @@
+"""Beyond one machine: ``evalkit run --shard K/N`` (CI matrices) and ``evalkit run --engine
+ray``; ``evalkit merge`` (:mod:`evalkit.cli.merging`) then puts the parts into the store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from evalkit.errors import EvalkitError
+
+if TYPE_CHECKING:
+    from evalkit.corpus.cases import Corpus
+    from evalkit.corpus.suite import Suite
+    from evalkit.run.runner import RunOptions, RunSummary
+    from evalkit.store.parts import PartsRoot
+
+DEFAULT_PARTS = "data/parts"
+
+
+def add_run_args(run: argparse.ArgumentParser) -> None:
+    """``evalkit run``'s options for sharded and Ray runs."""
+    run.add_argument(
+        "--shard", metavar="K/N", help="run only shard K of N into Parquet parts (CI matrix)"
+    )
+    run.add_argument("--run-id", metavar="ID", help="the run id all shards of one run share")
+    run.add_argument(
+        "--parts",
+        default=DEFAULT_PARTS,
+        help="where parts go: a directory or s3://bucket/prefix?endpoint_override=...",
+    )
+    run.add_argument(
+        "--engine", choices=("local", "ray"), default="local", help="who runs the chunks"
+    )
+    run.add_argument(
+        "--address", help="with --engine ray: a cluster address (default: start one here)"
+    )
+    run.add_argument(
+        "--chunk-size", type=int, default=None, help="(case, replay) units per chunk (200)"
+    )
+
+
+def wanted(args: argparse.Namespace) -> bool:
+    """Whether ``evalkit run`` was asked for a shard or the Ray engine."""
+    return bool(getattr(args, "shard", None)) or getattr(args, "engine", "local") == "ray"
+
+
+def run_distributed(
+    args: argparse.Namespace,
+    suite: Suite,
+    corpus: Corpus,
+    options: RunOptions,
+    print_summary: Callable[[RunSummary, str], None],
+) -> int:
+    """``evalkit run`` with ``--shard`` or ``--engine ray``; ``print_summary`` prints a Ray
+    run's summary as a local run's is printed."""
+    from evalkit.run.shards import DEFAULT_CHUNK_SIZE
+    from evalkit.store.parts import PartsRoot
+
+    chunk_size = args.chunk_size or DEFAULT_CHUNK_SIZE
+    root = PartsRoot(args.parts)
+    if args.shard:
+        return _shard(args, suite, corpus, options, root, chunk_size)
+    if args.run_id and args.resume:
+        raise EvalkitError("--run-id names a new run; --resume continues a stored one: not both")
+    from evalkit.run.engines.ray_engine import RayOptions, SuiteSource, run_on_ray
+    from evalkit.store import open_store
+
+    source = SuiteSource(
+        str(Path(args.config).resolve()),
+        tuple(args.overrides),
+        str(Path(args.prompt).resolve()) if args.prompt else None,
+    )
+    ray_options = RayOptions(address=args.address, chunk_size=chunk_size, run_id=args.run_id)
+    with open_store(args.db, wait_s=args.wait) as store:
+        summary = run_on_ray(suite, corpus, store, options, source, root, ray_options)
+    print_summary(summary, args.db)
+    print(f"  parts under {root.run_dir(summary.run_id)}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
+    return 1 if summary.all_errored else 0
+
+
+def _shard(
+    args: argparse.Namespace,
+    suite: Suite,
+    corpus: Corpus,
+    options: RunOptions,
+    root: PartsRoot,
+    chunk_size: int,
+) -> int:
+    from evalkit.run.sharded import run_shard
+    from evalkit.run.shards import parse_shard
+
+    shard = parse_shard(args.shard)
+    if args.engine == "ray":
+        raise EvalkitError("--shard runs one shard here; --engine ray shards by itself: not both")
+    if args.resume:
+        raise EvalkitError(
+            "a shard resumes by running it again with the same --run-id (done chunks are "
+            "skipped): drop --resume"
+        )
+    if not args.run_id:
+        raise EvalkitError(
+            f"--shard {shard} needs --run-id ID: every shard of one run shares it "
+            "(e.g. the CI pipeline id)"
+        )
+    summary = run_shard(
+        suite, corpus, options, shard=shard, run_id=args.run_id, root=root, chunk_size=chunk_size
+    )
+    print(
+        f"evalkit: shard {summary.shard} of run {summary.run_id}: {summary.units} outputs in "
+        f"this shard, {summary.skipped} already in parts, {summary.outputs} written now in "
+        f"{summary.chunks} chunks ({summary.requests} requests, {summary.wall_s:.2f}s)",
+        flush=True,
+    )
+    print(
+        f"  parts under {root.run_dir(summary.run_id)}; when every shard is done: "
+        f"evalkit merge {summary.run_id} --parts {args.parts} --db {args.db}",
+        flush=True,
+    )
+    return 0

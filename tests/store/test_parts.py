@@ -1,0 +1,253 @@
+"""Parquet parts (evalkit.store.parts) and the merge (evalkit.store.merge): immutable parts, one
+row per (run, case, replay) however often a part is written, first completion wins, safe to run
+again, the store's writer lock held; the same through pyarrow.fs on an S3 server on loopback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from evalkit.errors import StoreError
+from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
+from evalkit.store.merge import merge_parts
+from evalkit.store.parts import PartsRoot
+
+RUN = "run-parts-1"
+
+
+def _manifest(n_cases: int, config_hash: str = "c" * 64, replays: int = 1) -> dict:
+    return {
+        "config_hash": config_hash,
+        "replays": replays,
+        "corpus": {"hash": "h", "n_cases": n_cases},
+        "run": {"run_id": RUN, "label": "parts", "cache": True},
+        "warnings": [],
+    }
+
+
+def _frames(case_ids: list[str], text: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    now = dt.datetime.now(dt.UTC)
+    n = len(case_ids)
+    outputs = pl.DataFrame(
+        {
+            "run_id": [RUN] * n, "case_id": case_ids, "replay": [0] * n, "text": [text] * n,
+            "tool_calls": ["[]"] * n, "steps": [1] * n, "error": [None] * n,
+            "fail_reason": [None] * n, "latency_ms": [1.0] * n, "prompt_tokens": [3] * n,
+            "completion_tokens": [4] * n, "cost_usd": [0.0] * n, "cached": [False] * n,
+            "request_hash": ["r"] * n, "model": ["m"] * n, "created_at": [now] * n,
+        },
+        schema=OUTPUT_SCHEMA,
+    )  # fmt: skip
+    scores = pl.DataFrame(
+        {
+            "run_id": [RUN] * n, "scoring_id": [f"{RUN}/s0"] * n, "case_id": case_ids,
+            "replay": [0] * n, "scorer": ["contains"] * n, "scorer_index": [0] * n,
+            "tier": [0] * n, "score": [1.0] * n, "passed": [True] * n, "error": [False] * n,
+            "reason": [text] * n, "details": [None] * n,
+        },
+        schema=SCORE_SCHEMA,
+    )  # fmt: skip
+    return outputs, scores
+
+
+def _counts(db: Path) -> tuple[int, int, int]:
+    with open_store(db, read_only=True) as store:
+        rows = store.query(
+            "SELECT (SELECT count(*) FROM outputs), (SELECT count(DISTINCT (case_id, replay)) "
+            "FROM outputs), (SELECT count(*) FROM scores)"
+        ).row(0)
+    return int(rows[0]), int(rows[1]), int(rows[2])
+
+
+def test_a_part_written_twice_merges_to_one_row_per_key(tmp_path: Path) -> None:
+    root = PartsRoot(tmp_path / "parts")
+    root.write_manifest(RUN, "shard-1", _manifest(4))
+    first = root.write_chunk(RUN, "c1", *_frames(["a", "b"], "first"), {"k1": '{"x": 1}'})
+    time.sleep(0.01)  # a retry after a slow write: the same chunk again, the next attempt
+    again = root.write_chunk(RUN, "c1", *_frames(["a", "b"], "again"), {"k1": '{"x": 2}'})
+    assert (first.attempt, again.attempt) == (1, 2)
+    root.write_chunk(RUN, "c2", *_frames(["c"], "first"), {})
+    db = tmp_path / "e.duckdb"
+    with open_store(db) as store:
+        result = merge_parts(store, root, RUN)
+        assert result.run_created and result.parts_merged == 3
+        assert (result.outputs_added, result.duplicates, result.stored) == (3, 2, 3)
+        texts = dict(store.outputs(RUN).select("case_id", "text").iter_rows())
+        assert texts == {"a": "first", "b": "first", "c": "first"}  # first completion wins
+        reasons = store.scores(RUN)["reason"].to_list()
+        assert reasons == ["first"] * 3  # scores come from the winning attempt, not mixed
+        assert store.cache_get(["k1"]) == {"k1": '{"x": 1}'}
+        assert not result.complete and result.expected == 4
+    assert _counts(db) == (3, 3, 3)
+    with open_store(db) as store:  # again, with nothing new: nothing added
+        again_result = merge_parts(store, root, RUN)
+    assert (again_result.parts_merged, again_result.outputs_added) == (0, 0)
+    assert _counts(db) == (3, 3, 3)
+
+
+def test_a_part_merged_after_its_key_was_stored_adds_nothing(tmp_path: Path) -> None:
+    root = PartsRoot(tmp_path / "parts")
+    root.write_manifest(RUN, "w", _manifest(2))
+    root.write_chunk(RUN, "c1", *_frames(["a"], "early"), {})
+    db = tmp_path / "e.duckdb"
+    with open_store(db) as store:
+        merge_parts(store, root, RUN)
+    root.write_chunk(RUN, "c1", *_frames(["a", "b"], "late"), {})  # a retried chunk, later
+    with open_store(db) as store:
+        result = merge_parts(store, root, RUN)
+        texts = dict(store.outputs(RUN).select("case_id", "text").iter_rows())
+    assert texts == {"a": "early", "b": "late"} and result.duplicates == 1 and result.complete
+
+
+def test_parts_are_never_overwritten(tmp_path: Path) -> None:
+    root = PartsRoot(tmp_path / "parts")
+    outputs, _ = _frames(["a"], "x")
+    one = root.write_part(RUN, "outputs", "c1", outputs.to_arrow(), attempt=1)
+    two = root.write_part(RUN, "outputs", "c1", outputs.to_arrow(), attempt=1)  # taken: next
+    assert (one.attempt, two.attempt) == (1, 2)
+    assert sorted(p.name for p in root.parts(RUN, "outputs")) == ["outputs/c1-1", "outputs/c1-2"]
+    leftovers = [p.name for p in (tmp_path / "parts").rglob("*") if p.name.startswith(".")]
+    assert leftovers == []  # no temporary files left behind
+
+
+def test_the_merge_refuses_parts_of_other_configurations(tmp_path: Path) -> None:
+    root = PartsRoot(tmp_path / "parts")
+    root.write_manifest(RUN, "shard-1", _manifest(2, "a" * 64))
+    root.write_manifest(RUN, "shard-2", _manifest(2, "b" * 64))
+    with open_store(tmp_path / "e.duckdb") as store, pytest.raises(StoreError, match="shard"):
+        merge_parts(store, root, RUN)
+    with open_store(tmp_path / "e.duckdb") as store, pytest.raises(StoreError, match="no parts"):
+        merge_parts(store, root, "other-run")
+
+
+def test_the_merge_is_the_only_writer(tmp_path: Path) -> None:
+    """A merge needs the store opened for writing, which holds the writer lock: a second
+    writer (another merge, a run) is refused while it is open."""
+    root = PartsRoot(tmp_path / "parts")
+    root.write_manifest(RUN, "w", _manifest(1))
+    root.write_chunk(RUN, "c1", *_frames(["a"], "x"), {})
+    db = tmp_path / "e.duckdb"
+    open_store(db).close()
+    with open_store(db, read_only=True) as reader, pytest.raises(StoreError, match="writing"):
+        merge_parts(reader, root, RUN)
+    import subprocess
+    import sys
+
+    with open_store(db) as store:
+        merge_parts(store, root, RUN)
+        other = subprocess.run(
+            [sys.executable, "-c", f"import evalkit.store as s; s.open_store({str(db)!r})"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+    assert other.returncode != 0 and "being written by another process" in other.stderr
+
+
+# -- S3 through pyarrow.fs, against moto's server on 127.0.0.1 -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+def _s3_root(endpoint: str, bucket: str) -> str:
+    return (
+        f"s3://{bucket}/evalkit?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+        "&allow_bucket_creation=true"
+    )
+
+
+def test_parts_on_s3_are_written_and_merged_through_pyarrow_fs(
+    tmp_path: Path, s3_endpoint: str, s3_env: None
+) -> None:
+    import pyarrow.fs as pafs
+
+    location = _s3_root(s3_endpoint, "parts-bucket")
+    root = PartsRoot(location)
+    assert isinstance(root.fs, pafs.S3FileSystem)
+    root.fs.create_dir("parts-bucket")
+    root.write_manifest(RUN, "shard-1", _manifest(3))
+    root.write_chunk(RUN, "c1", *_frames(["a", "b"], "first"), {"k": "{}"})
+    root.write_chunk(RUN, "c1", *_frames(["a", "b"], "again"), {})  # a retry: attempt 2
+    root.write_chunk(RUN, "c2", *_frames(["c"], "first"), {})
+    names = sorted(p.name for p in PartsRoot(location).parts(RUN, "outputs"))
+    assert names == ["outputs/c1-1", "outputs/c1-2", "outputs/c2-1"]
+    stored = root.fs.get_file_info(pafs.FileSelector("parts-bucket/evalkit", recursive=True))
+    assert any(i.path.endswith("/parts/outputs/c1-2.parquet") for i in stored)
+    db = tmp_path / "s3.duckdb"
+    for _ in range(2):  # twice: the second merge adds nothing
+        with open_store(db) as store:
+            result = merge_parts(store, PartsRoot(location), RUN)
+    assert result.parts_merged == 0 and result.stored == 3 and result.complete
+    assert _counts(db) == (3, 3, 3)
+    assert "testing" not in repr(root)
+
+
+def test_a_sharded_run_writes_its_parts_to_s3(
+    tmp_path: Path, s3_endpoint: str, s3_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evalkit run --shard K/N --parts s3://...`` for each shard, then ``evalkit merge``."""
+    from evalkit.cli import main
+
+    config = _python_suite(tmp_path, monkeypatch, n_cases=12)
+    location = _s3_root(s3_endpoint, "shards-bucket")
+    PartsRoot(location).fs.create_dir("shards-bucket")
+    db = str(tmp_path / "merged.duckdb")
+    for k in (1, 2, 3):
+        args = ["run", "--config", config, "--shard", f"{k}/3", "--run-id", "ci-7"]
+        assert main([*args, "--parts", location, "--chunk-size", "2", "--db", db]) == 0
+    assert not os.path.exists(db)  # shards never open the store
+    assert main(["merge", "ci-7", "--parts", location, "--db", db]) == 0
+    with open_store(db, read_only=True) as store:
+        assert store.run_status("ci-7") == "complete"
+        assert store.outputs("ci-7").height == 12 and store.scores("ci-7").height == 12
+
+
+_APP = """
+def answer(messages, **context):
+    return "fine " + messages[-1]["content"]
+"""
+_app_names = iter(range(10**6))
+
+
+def _python_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_cases: int) -> str:
+    name = f"ek_parts_app_{next(_app_names)}"
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / f"{name}.py").write_text(_APP)
+    monkeypatch.syspath_prepend(str(tmp_path / "app"))
+    root = tmp_path / "corpus"
+    (root / "cases").mkdir(parents=True)
+    (root / "cases" / "a.yaml").write_text(
+        "".join(
+            f"- id: q-{i:03d}\n  input: {{messages: [{{role: user, content: 'q {i}'}}]}}\n"
+            "  expect: [{contains: fine}]\n"
+            for i in range(n_cases)
+        )
+    )
+    (root / "evalkit.yaml").write_text(
+        f"suite: py\nsystem: {{provider: python, model: app, function: '{name}:answer'}}\n"
+    )
+    return str(root / "evalkit.yaml")
