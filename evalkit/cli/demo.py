@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from evalkit.cli.options import DEFAULT_CONFIG
 from evalkit.cli.running import print_run_summary
+
+#: The checkout evalkit runs from: the demo's notebooks and labels live there.
+REPO = Path(__file__).resolve().parents[2]
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +16,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     demo_sub = demo.add_subparsers(dest="demo_command")
     demo_sub.add_parser("serve", help="serve the simulated support assistant on 127.0.0.1")
     demo_run = demo_sub.add_parser("run", help="the whole demo: baseline, candidate, gate")
-    demo_run.add_argument("--config", default=DEFAULT_CONFIG)
+    demo_run.add_argument(
+        "--config",
+        dest="demo_config",  # not the project lookup of other commands: the demo has its own
+        help="suite config (default: the demo corpus shipped with evalkit)",
+    )
     demo_run.add_argument("--db", default="data/demo.duckdb")
     demo_run.add_argument("--out", default="reports")
     demo_run.add_argument("--no-gate", action="store_true", help="stop after the two runs")
@@ -26,22 +33,22 @@ def _cmd_demo_run(args: argparse.Namespace) -> int:
 
     print("evalkit demo: the system under test is a SIMULATOR (rule-based, not an LLM)")
     result = run_demo(
-        args.config, args.db, args.out, progress=not args.no_progress, gate=not args.no_gate
+        args.demo_config, args.db, args.out, progress=not args.no_progress, gate=not args.no_gate
     )
     print_run_summary(result.baseline, str(result.db_path))
     print_run_summary(result.candidate, str(result.db_path))
     if result.gate_exit_code is not None:
-        verdict = {0: "PASSED", 1: "BLOCKED"}.get(result.gate_exit_code, "FAILED TO RUN")
+        verdict = result.gate_status or {0: "PASSED"}.get(result.gate_exit_code, "FAILED TO RUN")
         print(f"gate: {verdict} — report: {result.report_path}")
         if result.gate_exit_code not in (0, 1):
             return result.gate_exit_code
     print(
         f"explore: evalkit compare baseline candidate --db {result.db_path}, or open "
-        "notebooks/slices.ipynb"
+        f"{REPO / 'notebooks' / 'slices.ipynb'}"
     )
     print(
         "judged cases use a SIMULATED judge (demo-judge-1), reported, not gated, until "
-        "calibrated: evalkit labels import data/labels/demo_reply_tone.csv "
+        f"calibrated: evalkit labels import {REPO / 'data' / 'labels' / 'demo_reply_tone.csv'} "
         f"--db {result.db_path} --run baseline && evalkit calibrate --run baseline "
         f"--db {result.db_path}"
     )

@@ -13,8 +13,12 @@ from pathlib import Path
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
 from evalkit.demo.server import start_demo_server
+from evalkit.errors import ConfigError
 from evalkit.run.runner import RunOptions, RunSummary, run_suite
 from evalkit.store import open_store
+
+#: The demo suite: the repository's ``corpus/``, beside the installed (editable) package.
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "corpus" / "evalkit.yaml"
 
 
 @dataclass(frozen=True)
@@ -24,10 +28,25 @@ class DemoResult:
     db_path: Path
     gate_exit_code: int | None
     report_path: Path | None
+    gate_status: str | None = None  # PASSED, BLOCKED, UNVERIFIED or PASSED WITH OVERRIDE
+
+
+def demo_config() -> Path:
+    """The demo suite's ``evalkit.yaml``, wherever the command runs from.
+
+    Raises:
+        ConfigError: the package was installed without the demo corpus beside it.
+    """
+    if not DEMO_CONFIG.is_file():
+        raise ConfigError(
+            f"{DEMO_CONFIG}: the demo corpus is not beside this evalkit installation; install "
+            "evalkit from its repository (`pip install -e .`) or pass --config"
+        )
+    return DEMO_CONFIG
 
 
 def run_demo(
-    config: str | Path = "corpus/evalkit.yaml",
+    config: str | Path | None = None,
     db_path: str | Path = "data/demo.duckdb",
     out_dir: str | Path = "reports",
     *,
@@ -36,6 +55,7 @@ def run_demo(
     gate: bool = True,
 ) -> DemoResult:
     """Run the whole demo; returns both run summaries and where the gate report is."""
+    config = Path(config) if config is not None else demo_config()
     db = Path(db_path)
     for stale in (db, db.with_name(db.name + ".wal")):
         stale.unlink(missing_ok=True)  # a fresh store per demo keeps the story readable
@@ -69,4 +89,6 @@ def run_demo(
             allow_diff=("prompt",),
         )
         gate_exit_code, report_path = gate_run.exit_code, gate_run.html_path
+        status = (gate_run.decision or {}).get("status")
+        return DemoResult(baseline, candidate, db, gate_exit_code, report_path, status)
     return DemoResult(baseline, candidate, db, gate_exit_code, report_path)
