@@ -44,7 +44,10 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
 
 def wanted(args: argparse.Namespace) -> bool:
     """Whether ``evalkit run`` was asked for a shard or the Ray engine."""
-    return bool(getattr(args, "shard", None)) or getattr(args, "engine", "local") == "ray"
+    return (
+        bool(getattr(args, "shard", None) or getattr(args, "run_id", None))
+        or getattr(args, "engine", "local") == "ray"
+    )
 
 
 def run_distributed(
@@ -63,6 +66,10 @@ def run_distributed(
     root = PartsRoot(args.parts)
     if args.shard:
         return _shard(args, suite, corpus, options, root, chunk_size)
+    if args.engine != "ray":
+        raise EvalkitError(
+            "--run-id names a run whose work is split: use it with --shard K/N or --engine ray"
+        )
     if args.run_id and args.resume:
         raise EvalkitError("--run-id names a new run; --resume continues a stored one: not both")
     from evalkit.run.engines.ray_engine import RayOptions, SuiteSource, run_on_ray
