@@ -45,3 +45,26 @@ def fmt_p(p: float | None) -> str:
         ('0.00391', '1', '–')
     """
     return "–" if p is None else f"{p:.3g}"
+
+
+def describe_statistic(stat: dict) -> str:
+    """A finding's statistic in words: flips, p, the difference with its interval, errors.
+
+    Examples:
+        >>> describe_statistic({"n": 8, "broken": 5, "fixed": 0, "p_value": 0.03125})
+        '5 broken / 0 fixed of 8; p = 0.0312'
+    """
+    parts = []
+    if stat.get("n") is not None and stat.get("broken") is not None:
+        parts.append(f"{stat['broken']} broken / {stat.get('fixed', 0)} fixed of {stat['n']}")
+    if stat.get("p_value") is not None:
+        parts.append(f"p = {fmt_p(stat['p_value'])}")
+    if stat.get("hi") is not None:
+        parts.append(fmt_pts(stat.get("diff"), stat.get("lo"), stat["hi"]))
+    if stat.get("n_error") is not None:
+        parts.append(f"{stat['n_error']} errored")
+    if stat.get("observed") is not None:
+        parts.append(f"{stat['observed']:.4g} over the limit of {stat.get('limit')}")
+    if stat.get("flake_rate"):
+        parts.append(f"flake rate {stat['flake_rate']:.0%}")
+    return "; ".join(parts)

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import polars as pl
 
 from evalkit.compare import tables
+from evalkit.compare.formatting import describe_statistic
 from evalkit.compare.report import (
     STOPPING,
     CaseDetail,
     Report,
     ScorerNote,
-    fmt_p,
     fmt_pct,
     fmt_pts,
     inert,
@@ -108,28 +108,11 @@ def _ids(ids: Sequence[str], limit: int = 30) -> str:
     )
 
 
-def _statistic(stat: dict) -> str:
-    parts = []
-    if stat.get("n") is not None and stat.get("broken") is not None:
-        parts.append(f"{stat['broken']} broken / {stat.get('fixed', 0)} fixed of {stat['n']}")
-    if stat.get("p_value") is not None:
-        parts.append(f"p = {fmt_p(stat['p_value'])}")
-    if stat.get("hi") is not None:
-        parts.append(fmt_pts(stat.get("diff"), stat.get("lo"), stat["hi"]))
-    if stat.get("n_error") is not None:
-        parts.append(f"{stat['n_error']} errored")
-    if stat.get("observed") is not None:
-        parts.append(f"{stat['observed']:.4g} over {stat.get('limit')}")
-    if stat.get("flake_rate"):
-        parts.append(f"flake rate {stat['flake_rate']:.0%}")
-    return "; ".join(parts)
-
-
 def _findings(findings: Sequence[object]) -> str:
     rows = "".join(
         f'<tr><td><span class="sev sev-{_h(f.severity)}">{_h(str(f.severity).upper())}</span></td>'  # type: ignore[attr-defined]
         f"<td>{f.tier}</td><td>{_h(f.slice or '–')}</td>"  # type: ignore[attr-defined]
-        f"<td>{_h(_statistic(getattr(f, 'statistic', None) or {}))}</td>"
+        f"<td>{_h(describe_statistic(getattr(f, 'statistic', None) or {}))}</td>"
         f"<td>{_ids(tuple(getattr(f, 'case_ids', ()) or ()), 5)}</td><td>{_h(f.message)}</td></tr>"  # type: ignore[attr-defined]
         for f in findings
     )

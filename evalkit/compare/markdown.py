@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
+from evalkit.compare.formatting import describe_statistic, fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.report import Report
 
 #: GitHub's limit on the body of an issue or pull-request comment, in characters.
@@ -69,21 +69,8 @@ def _ids(ids: Sequence[str], limit: int = 6) -> str:
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
-def _statistic(stat: dict) -> str:
-    parts = []
-    if stat.get("n") is not None and stat.get("broken") is not None:
-        parts.append(f"{stat['broken']} broken / {stat.get('fixed', 0)} fixed of {stat['n']}")
-    if stat.get("p_value") is not None:
-        parts.append(f"p = {fmt_p(stat['p_value'])}")
-    if stat.get("hi") is not None:
-        parts.append(fmt_pts(stat.get("diff"), stat.get("lo"), stat["hi"]))
-    if stat.get("observed") is not None:
-        parts.append(f"{stat['observed']:.4g} > {stat.get('limit')}")
-    return "; ".join(parts)
-
-
 def _finding_line(f: object) -> str:
-    stat = _statistic(getattr(f, "statistic", None) or {})
+    stat = describe_statistic(getattr(f, "statistic", None) or {})
     ids = tuple(getattr(f, "case_ids", ()) or ())
     bits = [f"**{md(str(f.severity).upper())}** tier {f.tier}"]  # type: ignore[attr-defined]
     bits.append(code(f.slice, 60) if f.slice else "—")  # type: ignore[attr-defined]

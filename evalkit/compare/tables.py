@@ -22,6 +22,7 @@ from great_tables import GT, loc, style
 
 from evalkit.compare.formatting import fmt_p, fmt_pts, inert
 from evalkit.compare.slices import INTERVAL_NAMES
+from evalkit.display import styled_table
 
 _STATUS_ICON = {"PASSED": "✓", "BLOCKED": "✗", "UNVERIFIED": "?", "PASSED WITH OVERRIDE": "⚠"}
 
@@ -38,17 +39,6 @@ def status_class(status: str) -> str:
 
 def status_icon(status: str) -> str:
     return _STATUS_ICON.get(status, "•")
-
-
-def _gt(frame: pl.DataFrame, id: str, title: str | None = None, note: str | None = None) -> GT:
-    table = GT(frame, id=id).sub_missing(missing_text="–")
-    if title:
-        table = table.tab_header(title=title)
-    if note:
-        table = table.tab_source_note(note)
-    return table.tab_options(
-        table_font_size="13px", data_row_padding="3px", table_margin_left="0px"
-    )
 
 
 def slice_table(
@@ -88,7 +78,7 @@ def slice_table(
         test += " (slices with case groups: the larger of it and the clustered t-test's)"
     note = f"★ critical tag (gated); p: {test}; interval: {named}"
     table = (
-        _gt(frame, id, title, note)
+        styled_table(frame, id, title, note)
         .fmt_percent(columns=["base_pass", "cand_pass"], decimals=1)
         .cols_label(
             n_error="errored",
@@ -134,7 +124,7 @@ def critical_table(critical: Sequence[Mapping[str, Any]], id: str = "evalkit-cri
         },
     )
     note = "power: exact one-sided power at n for a drop of the tolerance"
-    table = _gt(frame, id, "Critical tags", note).fmt_percent(columns="power", decimals=0)
+    table = styled_table(frame, id, "Critical tags", note).fmt_percent(columns="power", decimals=0)
     for state, color in (("regressed", "#fbe3d6"), ("underpowered", "#fff4cc")):
         rows = [i for i, s in enumerate(frame["state"].to_list()) if s == state]
         if rows:
@@ -163,7 +153,7 @@ def findings_table(findings: Sequence[Mapping[str, Any]], id: str = "evalkit-fin
             "finding": pl.String,
         },
     )
-    return _gt(frame, id, "Gate findings")
+    return styled_table(frame, id, "Gate findings")
 
 
 def usage_table(
@@ -188,7 +178,7 @@ def usage_table(
         },
     )
     return (
-        _gt(frame, id, "Cost and latency, mean per case")
+        styled_table(frame, id, "Cost and latency, mean per case")
         .fmt_number(columns=["baseline", "candidate"], n_sigfig=4)
         .fmt_percent(columns="change", decimals=1, force_sign=True)
     )

@@ -23,6 +23,8 @@ from typing import Any
 import polars as pl
 from great_tables import GT, loc, style
 
+from evalkit.display import styled_table
+
 __all__ = [
     "calibration_table",
     "class_table",
@@ -55,17 +57,6 @@ def fmt_kappa(value: Any, lo: Any = None, hi: Any = None) -> str:
         return f"{round(x, 2) + 0.0:.2f}"  # + 0.0: no "-0.00"
 
     return two(k) + (f" [{two(a)}, {two(b)}]" if a is not None and b is not None else "")
-
-
-def _gt(frame: pl.DataFrame, id: str, title: str | None, note: str | None = None) -> GT:
-    table = GT(frame, id=id).sub_missing(missing_text="–")
-    if title:
-        table = table.tab_header(title=title)
-    if note:
-        table = table.tab_source_note(note)
-    return table.tab_options(
-        table_font_size="13px", data_row_padding="3px", table_margin_left="0px"
-    )
 
 
 def calibration_table(
@@ -119,7 +110,7 @@ def calibration_table(
         "the humans and the judge; position: verdicts unchanged when the two outputs swap"
     )
     return (
-        _gt(frame, id, title, note)
+        styled_table(frame, id, title, note)
         .fmt_percent(columns=["agreement", "macro F1", "position"], decimals=1)
         .cols_label(kappa="Cohen's kappa [CI]", position="position consistency")
         .cols_align("right", columns=["kappa", "weighted kappa", "alpha"])
@@ -133,7 +124,7 @@ def class_table(
     and the judge's predicted count."""
     frame = per_class.with_columns(pl.col("label").cast(pl.String))
     note = "support: items the humans gave this label; predicted: items the judge gave it"
-    return _gt(frame, id, title, note).fmt_percent(
+    return styled_table(frame, id, title, note).fmt_percent(
         columns=["precision", "recall", "f1"], decimals=1
     )
 
@@ -152,7 +143,7 @@ def confusion_table(
         {"human": order} | {f"judge {j}": [counts.get((h, j), 0) for h in order] for j in order},
         schema={"human": pl.String} | {f"judge {j}": pl.Int64 for j in order},
     )
-    table = _gt(frame, id, title)
+    table = styled_table(frame, id, title)
     for i, label in enumerate(order):
         table = table.tab_style(
             style.text(weight="bold"), loc.body(columns=f"judge {label}", rows=[i])
@@ -200,7 +191,9 @@ def gating_table(
         f"a judge check gates when its latest calibration's kappa lower bound is ≥ "
         f"{kappa_min:.2f} (gate.judge_kappa_min) on enough labelled items"
     )
-    table = _gt(frame, id, title, note).cols_label(kappa="kappa [CI]", labels="labelled items")
+    table = styled_table(frame, id, title, note).cols_label(
+        kappa="kappa [CI]", labels="labelled items"
+    )
     rows = [i for i, g in enumerate(frame["gates"].to_list()) if not g.startswith("✓")]
     if rows:
         table = table.tab_style(style.fill("#fff4cc"), loc.body(rows=rows))
@@ -212,7 +205,7 @@ def figures_table(
 ) -> GT:
     """Already formatted (figure, value) pairs as a two-column table."""
     frame = pl.DataFrame(rows, schema={"figure": pl.String, "value": pl.String}, orient="row")
-    return _gt(frame, id, title).cols_align("right", columns="value")
+    return styled_table(frame, id, title).cols_align("right", columns="value")
 
 
 def headline(text: str) -> str:
