@@ -178,4 +178,10 @@ def test_warnings_reach_the_decision_and_errored_cases_are_not_label_error_candi
     assert messages == ["candidate run: model alias 'gpt-x' is not pinned to a snapshot"]
     report = build_report(comparison, decision)
     assert report.failing_both == ("bad",)  # "gone" errored: it is not a label-error candidate
+    from evalkit.compare.html import to_html
+
+    page = to_html(report, charts=False)
+    assert "model alias &#x27;gpt-x&#x27; is not pinned to a snapshot" in page or (
+        "model alias 'gpt-x' is not pinned to a snapshot" in page
+    )
     assert pl.DataFrame is not None
