@@ -124,6 +124,15 @@ def test_editing_the_python_function_is_a_cache_miss_and_a_new_config(
     assert all(text.startswith("broken") for text in outputs["text"].to_list())  # new code ran
     assert edited.failed == 8
     assert list(manifest["system"]["code"]) == [f"../app/{app.name}.py"]
+    # ... and the gate sees the regression the cache used to hide
+    from evalkit.compare.analysis import load_comparison
+    from evalkit.compare.gate import gate_comparison
+    from evalkit.compare.policy import GatePolicy
+
+    with open_store(tmp_path / "e.duckdb", read_only=True) as store:
+        pair = load_comparison(store, first.run_id, edited.run_id, allow_diff=["system"])
+        decision = gate_comparison(store, pair, GatePolicy(critical_tags=("general",)))
+    assert pair.manifest_diff == ("system",) and decision.status == "BLOCKED"
 
 
 def test_code_paths_version_and_index_change_the_config_hash(
