@@ -34,6 +34,7 @@ from evalkit.corpus.yaml_input import (  # noqa: F401 - the reader's names stay 
     find_yaml_files,
     node_line,
     parse_yaml,
+    paused_gc,
     read_yaml_file,
 )
 from evalkit.errors import CorpusError
@@ -237,6 +238,7 @@ def case_hash(spec: CaseSpec) -> str:
 # --- loading ---------------------------------------------------------------------------------
 
 
+@paused_gc()  # loading frees nothing: collections would only walk what it built, again
 def load_corpus(
     root: str | Path,
     *,
