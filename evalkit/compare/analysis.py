@@ -22,6 +22,7 @@ from evalkit.judges.gating import (
     JudgeGating,
     gated_scores,
     judge_gating,
+    judge_levels,
     judge_rows,
     ungated_scores,
 )
@@ -88,7 +89,9 @@ def compare(
     """Check comparability, then build verdicts, the paired frame and the case changes.
 
     With ``gating``, verdicts ignore the judge checks that may not gate (uncalibrated judges);
-    their scores stay in ``base.scores``/``cand.scores`` for the report.
+    their scores stay in ``base.scores``/``cand.scores`` for the report. Where judge checks may
+    gate, the paired frame also carries each case's mean level of them, ``base_judge_level`` and
+    ``cand_judge_level`` (`evalkit.judges.gating.judge_levels`), for the gate's judge-level rule.
     """
     differing = check_comparable(base.manifest, cand.manifest, allow_diff)
     base_scores, cand_scores = base.scores, cand.scores
@@ -115,6 +118,11 @@ def compare(
         paired = paired.filter(
             pl.col("case_id").is_in(scored.implode()) | pl.col("case_id").is_in(failed.implode())
         )
+    if gating is not None and gating.gating:
+        # Calibrated judges also gate on their own scale (gate.judge_tolerance_levels).
+        for side, run in (("base", base), ("cand", cand)):
+            levels = judge_levels(run.scores, gating).rename({"judge_level": f"{side}_judge_level"})
+            paired = paired.join(levels, on="case_id", how="left", maintain_order="left")
     notes = tuple(gating.reasons) if gating is not None else ()
     warnings = [*comparability_warnings(differing, allow_diff)]
     for run, role in ((base, "baseline"), (cand, "candidate")):

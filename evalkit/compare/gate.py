@@ -12,6 +12,9 @@
    *underpowered* (fewer cases than Connor's paired sample size for a drop of ``tolerance``: a
    warning naming the n needed) or shows *no evidence of regression*; a critical tag a partial
    selection (a tier) leaves out is *not in this selection*.
+   Where a calibrated judge may gate, a critical tag also regresses on the judge's own scale:
+   the BCa upper bound of the mean level change below ``-gate.judge_tolerance_levels`` *and*
+   the exact sign test on the level changes at alpha (`_judge_level_drop`).
 3. everything else warns (non-critical slices use Holm-adjusted p-values) or is reported.
 4. budgets: candidate means over a declared limit block or warn, as configured.
 
@@ -128,8 +131,12 @@ def _critical(
         psi, assumed, need, power = _sizing(n, broken, fixed, policy)
         by_p, by_ci = broken > fixed and p is not None and p <= a, hi is not None and hi < -tol
         head = f"critical tag {tag!r}"
-        if by_p or by_ci:
+        judged = _judge_level_drop(tag, paired, policy)  # a calibrated judge, on its own scale
+        findings += [judged] if judged is not None else []
+        if judged is not None and not (by_p or by_ci):
             state: State = "regressed"
+        elif by_p or by_ci:
+            state = "regressed"
             test = "exact McNemar"
             if r.get("interval_method") == CLUSTERED_METHOD:  # cases in groups: the larger p
                 test = f"exact McNemar and clustered t over {r['n_groups']} case groups"
@@ -153,6 +160,48 @@ def _critical(
         states.append(SliceState(tag, state, n, r["n_error"], broken, fixed, p, r["diff"],
                                  r["diff_lo"], hi, psi, assumed, need, power))  # fmt: skip
     return states, findings
+
+
+def _judge_level_drop(tag: str, paired: pl.DataFrame, policy: GatePolicy) -> Finding | None:
+    """A block when a calibrated judge's levels drop on a critical tag's cases, on its own scale.
+
+    Fixed before looking: on the tag's cases a gating judge decided in both runs (at least
+    `GatePolicy.min_cases`), the BCa upper bound (level `GatePolicy.interval_level`, so each
+    tail is at most alpha) of mean(cand_judge_level - base_judge_level) is below
+    ``-judge_tolerance_levels``, *and* the one-sided exact sign test on the cases whose level
+    changed (drops vs rises, `stats.mcnemar_exact`) has p <= alpha. The sign test is exact at
+    any n, so the rule never blocks where it sees no evidence (BCa alone is anti-conservative on
+    a handful of cases); all-equal levels leave BCa undefined: no block.
+    """
+    tol = policy.judge_tolerance_levels
+    if tol is None or "cand_judge_level" not in paired.columns:
+        return None
+    sub = paired.filter(
+        pl.col("tags").list.contains(tag) & ~pl.col("base_error") & ~pl.col("cand_error")
+    ).drop_nulls(["base_judge_level", "cand_judge_level"])
+    if sub.height < policy.min_cases():
+        return None
+    base, cand = sub["base_judge_level"].to_numpy(), sub["cand_judge_level"].to_numpy()
+    drops, rises = int((cand < base).sum()), int((cand > base).sum())
+    p = stats.mcnemar_exact(drops, rises, "greater")
+    if drops <= rises or p > policy.alpha:
+        return None
+    boot = stats.paired_bootstrap(
+        base, cand, policy.bootstrap_iters, policy.interval_level(), policy.bootstrap_seed,
+        method="bca",
+    )  # fmt: skip
+    if not boot.hi < -tol:  # nan (undefined) never blocks
+        return None
+    ids = tuple(sub.filter(pl.col("cand_judge_level") < pl.col("base_judge_level"))["case_id"])
+    stat = {"n": sub.height, "drops": drops, "rises": rises, "p_value": p, "diff": boot.diff,
+            "lo": boot.lo, "hi": boot.hi, "method": "bca", "tolerance_levels": tol}  # fmt: skip
+    msg = (
+        f"critical tag {tag!r} regressed on the judge's scale: mean level {boot.diff:+.2f} over "
+        f"{sub.height} judged cases ({drops} lower, {rises} higher), {policy.interval_level():.0%}"
+        f" BCa upper bound {boot.hi:+.2f} < {-tol:+.2f} levels and one-sided exact sign test "
+        f"p = {p:.4g} ≤ {policy.alpha:g}"
+    )
+    return Finding(2, f"{tag}:judge-levels", ids, stat, msg, "block")
 
 
 def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:

@@ -40,6 +40,10 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     judge_min_labels: int = Field(100, ge=1)
     # Errored candidate outputs tolerated before the gate says UNVERIFIED (a fraction).
     max_error_rate: float = Field(0.0, ge=0, le=1)
+    # A critical tag whose cases a calibrated (gating) judge scores also blocks when the judge
+    # levels drop: the BCa upper bound of mean(cand - base level) below -this, and the exact
+    # sign test on the level changes at alpha. null turns that rule off.
+    judge_tolerance_levels: float | None = Field(0.5, ge=0)
 
 
 class Budget(BaseModel):
@@ -76,6 +80,7 @@ class GatePolicy:
     judge_kappa_min: float = 0.6
     judge_min_labels: int = 100
     max_error_rate: float = 0.0
+    judge_tolerance_levels: float | None = 0.5
 
     @classmethod
     def from_suite(

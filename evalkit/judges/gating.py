@@ -34,6 +34,7 @@ __all__ = [
     "gated_scores",
     "judge_details",
     "judge_gating",
+    "judge_levels",
     "judge_rows",
     "short_path",
     "ungated_scores",
@@ -279,3 +280,35 @@ def ungated_scores(scores: pl.DataFrame, gating: JudgeGating) -> pl.DataFrame:
     """
     allowed = [_check_key(c) for c in gating.checks if c.gating]
     return scores.filter(judge_rows(scores) & ~_keys().is_in(allowed))
+
+
+def judge_levels(scores: pl.DataFrame, gating: JudgeGating) -> pl.DataFrame:
+    """Per case, the mean judge level (the rubric's own scale, e.g. 1-5) over the decided
+    replays of the judge checks that may gate: ``case_id, judge_level``. Errored or unparsed
+    judge answers are left out; a case no gating judge decided has no row.
+
+    Examples:
+        >>> scores = pl.DataFrame({"case_id": ["a", "a"], "scorer": ["judge"] * 2,
+        ...     "tier": [3, 3], "error": [False, False], "details": [
+        ...     '{"judge_model": "m", "rubric_hash": "h", "judge_score": 4}',
+        ...     '{"judge_model": "m", "rubric_hash": "h", "judge_score": 5}']})
+        >>> gating = JudgeGating((JudgeCheck("judge", "m", None, "h", 2, True, 0.8, None, ""),),
+        ...     0.6)
+        >>> judge_levels(scores, gating).rows()
+        [('a', 4.5)]
+    """
+    schema = {"case_id": pl.String, "judge_level": pl.Float64}
+    if scores.is_empty() or not gating.gating:
+        return pl.DataFrame(schema=schema)
+    allowed = [_check_key(c) for c in gating.checks if c.gating]
+    decided = ~pl.col("error").fill_null(False) if "error" in scores.columns else pl.lit(True)
+    rows = scores.filter(judge_rows(scores) & _keys().is_in(allowed) & decided)
+    level = judge_details("judge_score").cast(pl.Float64, strict=False)
+    return (
+        rows.select("case_id", level.alias("judge_level"))
+        .drop_nulls("judge_level")
+        .group_by("case_id")
+        .agg(pl.col("judge_level").mean())
+        .sort("case_id")
+        .select(pl.col(c).cast(t) for c, t in schema.items())
+    )
