@@ -15,49 +15,58 @@ global numpy RNG is never used. One module per concept:
   (Miller 2024) sample sizes, `exact_power_paired`;
 - `evalkit.stats.agreement`: `cohen_kappa(_ci)`, `krippendorff_alpha`, `fleiss_kappa`.
 
-Every name is re-exported here: ``from evalkit import stats; stats.mcnemar_exact(4, 0)``.
+Every name is re-exported here: ``from evalkit import stats; stats.mcnemar_exact(4, 0)``. The
+submodules load on first use (scipy takes half a second and ~90 MiB to import), so a command
+that only needs ``exact_min_flips`` (``evalkit run``'s policy check) never loads scipy.
 
+>>> from evalkit.stats import mcnemar_exact, paired_diff_interval
 >>> mcnemar_exact(4, 0), paired_diff_interval(4, 0, 8).hi
 (0.0625, 0.0)
 """
 
-from evalkit.stats._base import Alternative, Interval, Seed, Sides
-from evalkit.stats.agreement import (
-    KappaResult,
-    Weights,
-    cohen_kappa,
-    cohen_kappa_ci,
-    fleiss_kappa,
-    krippendorff_alpha,
-)
-from evalkit.stats.bootstrap import (
-    BootMethod,
-    BootstrapResult,
-    ClusteredMean,
-    cluster_bootstrap,
-    clustered_interval,
-    clustered_se,
-    paired_bootstrap,
-)
-from evalkit.stats.exact import McNemarResult, exact_min_flips, holm, mcnemar, mcnemar_exact
-from evalkit.stats.intervals import (
-    PairedInterval,
-    PairedMethod,
-    clopper_pearson_interval,
-    paired_diff_interval,
-    tango_score,
-    wilson_interval,
-)
-from evalkit.stats.sizing import (
-    exact_power_paired,
-    min_detectable_drop_paired,
-    required_n,
-    required_n_paired,
-    required_n_paired_wald,
-    required_n_replays,
-    required_n_two_rates,
-    required_n_unpaired,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Alternative": "evalkit.stats._base",
+    "BootMethod": "evalkit.stats.bootstrap",
+    "BootstrapResult": "evalkit.stats.bootstrap",
+    "ClusteredMean": "evalkit.stats.bootstrap",
+    "Interval": "evalkit.stats._base",
+    "KappaResult": "evalkit.stats.agreement",
+    "McNemarResult": "evalkit.stats.exact",
+    "PairedInterval": "evalkit.stats.intervals",
+    "PairedMethod": "evalkit.stats.intervals",
+    "Seed": "evalkit.stats._base",
+    "Sides": "evalkit.stats._base",
+    "Weights": "evalkit.stats.agreement",
+    "clopper_pearson_interval": "evalkit.stats.intervals",
+    "cluster_bootstrap": "evalkit.stats.bootstrap",
+    "clustered_interval": "evalkit.stats.bootstrap",
+    "clustered_se": "evalkit.stats.bootstrap",
+    "cohen_kappa": "evalkit.stats.agreement",
+    "cohen_kappa_ci": "evalkit.stats.agreement",
+    "exact_min_flips": "evalkit.stats.exact",
+    "exact_power_paired": "evalkit.stats.sizing",
+    "fleiss_kappa": "evalkit.stats.agreement",
+    "holm": "evalkit.stats.exact",
+    "krippendorff_alpha": "evalkit.stats.agreement",
+    "mcnemar": "evalkit.stats.exact",
+    "mcnemar_exact": "evalkit.stats.exact",
+    "min_detectable_drop_paired": "evalkit.stats.sizing",
+    "paired_bootstrap": "evalkit.stats.bootstrap",
+    "paired_diff_interval": "evalkit.stats.intervals",
+    "required_n": "evalkit.stats.sizing",
+    "required_n_paired": "evalkit.stats.sizing",
+    "required_n_paired_wald": "evalkit.stats.sizing",
+    "required_n_replays": "evalkit.stats.sizing",
+    "required_n_two_rates": "evalkit.stats.sizing",
+    "required_n_unpaired": "evalkit.stats.sizing",
+    "tango_score": "evalkit.stats.intervals",
+    "wilson_interval": "evalkit.stats.intervals",
+}
 
 __all__ = [
     "Alternative",
@@ -97,3 +106,56 @@ __all__ = [
     "tango_score",
     "wilson_interval",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evalkit.stats' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:
+    from evalkit.stats._base import Alternative, Interval, Seed, Sides
+    from evalkit.stats.agreement import (
+        KappaResult,
+        Weights,
+        cohen_kappa,
+        cohen_kappa_ci,
+        fleiss_kappa,
+        krippendorff_alpha,
+    )
+    from evalkit.stats.bootstrap import (
+        BootMethod,
+        BootstrapResult,
+        ClusteredMean,
+        cluster_bootstrap,
+        clustered_interval,
+        clustered_se,
+        paired_bootstrap,
+    )
+    from evalkit.stats.exact import McNemarResult, exact_min_flips, holm, mcnemar, mcnemar_exact
+    from evalkit.stats.intervals import (
+        PairedInterval,
+        PairedMethod,
+        clopper_pearson_interval,
+        paired_diff_interval,
+        tango_score,
+        wilson_interval,
+    )
+    from evalkit.stats.sizing import (
+        exact_power_paired,
+        min_detectable_drop_paired,
+        required_n,
+        required_n_paired,
+        required_n_paired_wald,
+        required_n_replays,
+        required_n_two_rates,
+        required_n_unpaired,
+    )

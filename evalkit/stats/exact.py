@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy import stats
 
 from evalkit.stats._base import Alternative, Array
 
@@ -28,6 +27,8 @@ def _point(k: int, n: int) -> float:
     """P(X = k), X ~ Bin(n, 1/2), correctly rounded while 2**n is an exact int (n <= 1000)."""
     if n <= 1000:
         return float(Fraction(math.comb(n, k), 2**n))
+    from scipy import stats  # here: exact_min_flips and holm never pay for importing scipy
+
     return float(stats.binom.pmf(k, n, 0.5))
 
 
@@ -59,6 +60,8 @@ def mcnemar_exact(
     n = broken + fixed
     if n == 0:
         return 1.0
+    from scipy import stats
+
     half = 0.5 * _point(broken, n) if mid_p else 0.0
     upper = float(stats.binom.sf(broken - 1, n, 0.5) - half)
     lower = float(stats.binom.cdf(broken, n, 0.5) - half)
