@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from evalkit.corpus.suite import COMPARABLE_FIELDS, manifest_diff
+from evalkit.corpus.manifest import COMPARABLE_FIELDS, manifest_diff
 from evalkit.errors import ComparabilityError, ConfigError
 
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalkit.corpus.cases import Case, Corpus, render_messages
-from evalkit.corpus.suite import Suite, build_manifest
+from evalkit.corpus.manifest import build_manifest
+from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError, EvalkitError, ProviderError, StoreError
 from evalkit.fixtures import FixtureMiss, serve_tool_call
 from evalkit.records import ChatRequest, Completion, Output, Provider, Score, ToolCall

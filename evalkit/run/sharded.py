@@ -24,7 +24,8 @@ from typing import Any
 import polars as pl
 
 from evalkit.corpus.cases import Case, Corpus
-from evalkit.corpus.suite import Suite, build_manifest
+from evalkit.corpus.manifest import build_manifest
+from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
 from evalkit.run.providers import make_provider

@@ -14,7 +14,8 @@ import pytest
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
-from evalkit.corpus.suite import build_manifest, load_suite
+from evalkit.corpus.manifest import build_manifest
+from evalkit.corpus.suite import load_suite
 from evalkit.errors import ConfigError
 from evalkit.scorers.registry import SCORERS
 from evalkit.store import open_store

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from evalkit.corpus.cases import load_corpus
-from evalkit.corpus.suite import Suite, build_manifest, load_suite
+from evalkit.corpus.manifest import build_manifest
+from evalkit.corpus.suite import Suite, load_suite
 from evalkit.run.runner import RunOptions, RunStart, run_suite, run_suite_async
 from evalkit.store import open_store
 

@@ -1,0 +1,215 @@
+"""The run manifest: everything that produced a run, pinned.
+
+``config_hash`` is the sha256 of the manifest's canonical form minus run-specific fields, so two
+runs with the same hash are replays of one configuration; ``manifest_diff`` names the comparable
+fields two manifests differ in. API keys never enter it (only the names of their variables).
+
+Examples:
+    >>> config_hash({"suite": "s", "run": {"run_id": "a"}}) == config_hash({"suite": "s"})
+    True
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from evalkit.corpus.cases import Corpus
+from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
+from evalkit.corpus.scorer_modules import scorer_module_hashes
+from evalkit.corpus.suite import Suite
+from evalkit.records import canonical_json
+from evalkit.redact import strip_userinfo
+from evalkit.scorers.judge_client import model_family
+from evalkit.version import __version__
+
+#: Manifest fields that identify a configuration; each is one logical thing a change can vary.
+COMPARABLE_FIELDS = (
+    "suite",
+    "provider",
+    "system",
+    "model",
+    "prompt",
+    "tools",
+    "sampling",
+    "judge",
+    "replays",
+    "scorer_files",
+    "harness",
+)
+
+
+def _sha(text: str | None) -> str | None:
+    return hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+
+
+def build_manifest(
+    suite: Suite,
+    corpus: Corpus,
+    *,
+    run_id: str,
+    label: str,
+    selection: dict[str, Any],
+    judge_rubrics: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Everything that produced a run (never keys), plus its ``config_hash``."""
+    system = suite.config.system
+    if judge_rubrics is None:
+        judge_rubrics = {
+            path: digest
+            for case in corpus.cases
+            for scorer in case.scorers
+            if scorer.tier == 3
+            for path, digest in scorer.file_hashes.items()
+        }
+    template_hash = _sha(
+        canonical_json({"system": suite.system_prompt, "user": system.user_template})
+    )
+    judge = suite.config.judge
+    manifest: dict[str, Any] = {
+        "suite": suite.config.suite,
+        "provider": {
+            "name": system.provider,
+            "base_url": strip_userinfo(system.base_url),  # a password in the URL is a key
+            "function": system.function,
+            "simulator": system.provider == "demo" or system.model.startswith("demo-"),
+        },
+        "system": system_identity(suite),
+        "model": {"id": system.model, "snapshot": system.snapshot or system.model},
+        "prompt": {
+            "version": system.prompt_version
+            or (Path(system.prompt).stem if system.prompt else None),
+            "template_hash": template_hash,
+            "system_prompt_hash": _sha(suite.system_prompt),
+            "user_template_hash": _sha(system.user_template),
+        },
+        "tools": {
+            "hash": _sha(canonical_json(suite.tools)) if suite.tools is not None else None,
+            "names": sorted(t.get("function", {}).get("name", "?") for t in suite.tools or []),
+            "max_steps": system.max_steps,
+            "offer": system.offer_tools,
+        },
+        "sampling": system.sampling.model_dump(),
+        "judge": None
+        if judge is None
+        else {
+            "model": judge.model,
+            "snapshot": judge.snapshot or judge.model,
+            "provider": judge.provider,
+            "rubric_hashes": dict(sorted((judge_rubrics or {}).items())),
+        },
+        "replays": suite.config.replays,
+        "scorer_files": {**corpus.file_hashes, **scorer_module_hashes(suite.config.scorers)},
+        "harness": {"evalkit": __version__},
+        "corpus": {"hash": corpus.hash, "n_cases": len(corpus.cases)},
+        "selection": selection,
+        "requests": request_settings(suite),
+        "client": _client_versions(),
+        "run": {
+            "run_id": run_id,
+            "label": label,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "concurrency": suite.config.concurrency,
+            "cache": suite.config.cache,
+            **_git_state(suite.root),
+        },
+    }
+    manifest["warnings"] = _warnings(suite)
+    manifest["config_hash"] = config_hash(manifest)
+    return manifest
+
+
+def system_identity(suite: Suite) -> dict[str, Any]:
+    """What identifies the system under test beyond the request: its code, version and index."""
+    system = suite.config.system
+    function = system.function if system.provider == "python" else None
+    code = code_fingerprint(function, system.code_paths, suite.root)
+    return {
+        "code": code,
+        "code_fingerprint": fingerprint_digest(code),
+        "version": system.version,
+        "index": system.index.model_dump() if system.index else None,
+    }
+
+
+def request_settings(suite: Suite) -> dict[str, Any]:
+    """How requests were made (recorded, not hashed: they change no answer)."""
+    config = suite.config
+    system = config.system.model_dump()
+    keep = ("transport", "timeout_s", "max_retries", "max_retry_after_s")
+    settings = {
+        **{k: system[k] for k in keep if k in system},
+        "concurrency": config.concurrency,
+        "rate_limit": config.rate_limit.model_dump() if config.rate_limit else None,
+    }
+    if config.system.base_urls:
+        settings["replicas"] = [
+            {"url": strip_userinfo(r.url), "max_in_flight": r.max_in_flight}
+            for r in config.system.replicas
+        ]
+    return settings
+
+
+def _warnings(suite: Suite) -> list[str]:
+
+    judge = suite.config.judge
+    if judge is None:
+        return []
+    family = model_family(judge.model)
+    if family == model_family(suite.config.system.model):
+        return [
+            f"judge {judge.model} and the system under test {suite.config.system.model} share "
+            f"the model family {family!r}: expect self-preference; prefer another family"
+        ]
+    return []
+
+
+def config_hash(manifest: dict[str, Any]) -> str:
+    """sha256 over the comparable fields only (run id, time, git state, corpus are excluded)."""
+    return hashlib.sha256(
+        canonical_json({k: manifest.get(k) for k in COMPARABLE_FIELDS}).encode()
+    ).hexdigest()
+
+
+def manifest_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Names of the comparable fields in which two manifests differ.
+
+    Examples:
+        >>> manifest_diff({"model": {"id": "a"}}, {"model": {"id": "b"}})
+        ['model']
+    """
+    return [k for k in COMPARABLE_FIELDS if canonical_json(a.get(k)) != canonical_json(b.get(k))]
+
+
+def _client_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("openai", "duckdb", "polars", "httpx", "aiohttp"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _git_state(where: Path) -> dict[str, Any]:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": None, "git_dirty": None}
+    if sha.returncode != 0:
+        return {"git_sha": None, "git_dirty": None}
+    return {"git_sha": sha.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
