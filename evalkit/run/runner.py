@@ -292,12 +292,17 @@ class _Execution:
         with progress:
             flusher = asyncio.create_task(self.writer.run_periodic())
             try:
-                await asyncio.gather(
-                    *(
-                        self._one(case, replay, request, progress)
-                        for case, replay, request in first_requests
-                    )
-                )
+                pending = iter(first_requests)
+
+                async def worker() -> None:
+                    for case, replay, request in pending:
+                        await self._one(case, replay, request, progress)
+
+                # A pool, not a task per case: memory and scheduling stay flat in the corpus size
+                # (100k waiting tasks held ~2 KiB each); twice the concurrency, so scoring and
+                # cache hits never leave a request slot idle. The semaphore bounds the requests.
+                workers = min(len(first_requests), 2 * self.suite.config.concurrency)
+                await asyncio.gather(*(worker() for _ in range(workers)))
             finally:
                 flusher.cancel()
                 # gather, not a suppressed await: a cancel of this run itself still propagates
