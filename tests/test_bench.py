@@ -145,3 +145,75 @@ def test_rescore_rows_match_the_stored_outputs(tmp_path: Path) -> None:
     assert f["measured"]["rescored"] == cases * replays - errored
     assert f["measured"]["score_rows"] == 4 * f["measured"]["rescored"]
     assert f["carried"] == 0 and f["scoring_id"].endswith("/s1")
+
+
+def _process_run_is_complete(fig: dict[str, Any], cases: int, transport: str) -> None:
+    """One ``evalkit run`` process of bench_process: every request served, every output and
+    score stored and passed, and the transport it used recorded in the manifest."""
+    assert fig["served"] == cases  # the server's own request counter
+    assert fig["outputs"] == fig["ok_outputs"] == cases
+    assert fig["scores"] == fig["passed_scores"] == 2 * cases
+    assert fig["transport"] == transport
+    assert fig["wall_s"] > 0 and fig["cpu_s"] > 0 and fig["peak_rss_mib"] > 0
+
+
+def _bare_run_is_complete(fig: dict[str, Any], cases: int) -> None:
+    assert fig["served"] == fig["outputs"] == cases and fig["scores"] == 0
+
+
+def test_process_whole_runs_evalkit_and_the_bare_loop_as_processes(tmp_path: Path) -> None:
+    cases = 12
+    args = ["whole", "--cases", str(cases), "--latency-ms", "5", "--concurrency", "4"]
+    f = _run("bench_process", [*args, "--rounds", "1", "--transport", "default", "lean"], tmp_path)
+    (r,) = f["rounds"]
+    _bare_run_is_complete(r["bare"], cases)
+    _process_run_is_complete(r["default"], cases, "openai")
+    _process_run_is_complete(r["lean"], cases, "lean")
+    for t in ("default", "lean"):
+        assert r[f"ratio_{t}"] == pytest.approx(r[t]["wall_s"] / r["bare"]["wall_s"])
+        assert f["summary"][f"median_ratio_{t}"] == pytest.approx(r[f"ratio_{t}"])
+
+
+def test_process_corpus_loads_every_case_at_every_size(tmp_path: Path) -> None:
+    sizes = [30, 60, 10_050]  # the last spans two files (10,000 cases per file)
+    f = _run(
+        "bench_process",
+        ["corpus", "--sizes", *map(str, sizes), "--rounds", "1"],
+        tmp_path,
+    )
+    first = f["by_size"][str(sizes[0])]
+    for n in sizes:
+        entry = f["by_size"][str(n)]
+        assert entry["loaded"] == n  # every case read and validated
+        assert entry["ms_per_case"] == pytest.approx(1000 * entry["median_load_s"] / n)
+        ratio = entry["ms_per_case"] / first["ms_per_case"]
+        assert entry["ms_per_case_vs_smallest"] == pytest.approx(ratio)
+
+
+def test_process_startup_runs_one_case(tmp_path: Path) -> None:
+    f = _run("bench_process", ["startup", "--rounds", "1"], tmp_path)
+    (r,) = f["rounds"]
+    assert r["served"] == r["outputs"] == 1
+    assert r["above_import_openai_s"] == pytest.approx(r["run_one_case_s"] - r["import_openai_s"])
+
+
+def test_process_rss_and_curve_count_what_they_measure(tmp_path: Path) -> None:
+    sizes = [10, 30]
+    common = ["--sizes", *map(str, sizes), "--latency-ms", "5", "--concurrency", "4"]
+    common += ["--rounds", "1", "--transport", "lean"]
+    rss = _run("bench_process", ["rss", *common], tmp_path)
+    curve = _run("bench_process", ["curve", *common], tmp_path)
+    for n in sizes:
+        (r,) = rss["by_size"][str(n)]["rounds"]
+        _bare_run_is_complete(r["bare"], n)
+        _process_run_is_complete(r["lean"], n, "lean")
+        (c,) = curve["by_size"][str(n)]["rounds"]
+        _bare_run_is_complete(c["bare"], n)
+        _process_run_is_complete(c["lean"], n, "lean")
+    small, large = (rss["by_size"][str(n)]["median_rss_mib_lean"] for n in sizes)
+    assert rss["kib_per_case"]["lean"] == pytest.approx(1024 * (large - small) / (30 - 10))
+    # linearity is computed from the figures per case, the smallest size being 1.0
+    entries = [curve["by_size"][str(n)] for n in sizes]
+    assert entries[0]["cpu_ms_per_case_lean_vs_smallest"] == pytest.approx(1.0)
+    for e, n in zip(entries, sizes, strict=True):
+        assert e["cpu_ms_per_case_lean"] == pytest.approx(1000 * e["median_cpu_s_lean"] / n)

@@ -7,11 +7,11 @@ laughs" bomb) and a key given twice in one mapping (YAML would keep the last one
 refused with one line naming the lines.
 
 Speed: a document is parsed by libyaml (PyYAML's C loader, which gives the same nodes and
-marks) with the garbage collector paused, after a C scan of its events has counted the nodes
-and the nesting; only a document the fast path refuses is parsed again by the pure-Python
-loader, so every error message and line is the one the Python loader gives. About 30x faster
-than the pure-Python composer, and linear in the document's size (the collector, not the
-composer, made it quadratic).
+marks) with the garbage collector paused; only a document the fast path refuses, or one holding
+what libyaml reads more leniently than PyYAML (tabs, a '?' in unquoted text inside brackets),
+is parsed again by the pure-Python loader, so every refusal is the Python loader's, with its
+message and line. About 12x faster than the pure-Python loader, and linear in the document's
+size (the collector, walking everything built so far, made loading quadratic).
 """
 
 from __future__ import annotations

@@ -1,0 +1,489 @@
+"""Whole-process figures: ``evalkit run`` from launch to exit, against a bare client loop.
+
+Every timed thing here is a fresh process, measured from ``Popen`` to ``wait4`` (wall, the
+child's own CPU and its peak RSS from the kernel's rusage), so start-up imports, reading the
+corpus, opening the store, the requests, scoring, storing and the summary are all inside the
+clock. The bare loop is the floor: ``AsyncOpenAI`` with a semaphore over the same messages, in
+its own process, no corpus, no scoring, no storing. Both run against the same demo simulator
+(its own process, fixed latency, no noise), alternately, in the same invocation; ratios are
+medians over ``--rounds``.
+
+``whole``
+    N = 1000 cases, concurrency 32, 50 ms: wall of ``evalkit run`` (each ``--transport``)
+    over the bare loop's wall. Targets: default transport <= 1.0x, lean <= 0.8x.
+``corpus``
+    ``load_corpus`` (read + validate) of 1k / 10k / 100k synthetic cases (files of at most
+    10,000 cases), in a fresh process each: ms per case and the per-case ratio of each size to
+    the smallest (1.0 = linear). Target: <= 0.15 ms per case at 10k and 100k.
+``startup``
+    ``evalkit run`` of one case at zero latency (imports, config, corpus, store, one request,
+    summary) against ``python -c 'import openai'``. Target: <= 0.5 s above it.
+``rss``
+    Peak RSS of ``evalkit run`` at 1k and 10k cases (c = 32, 50 ms) and the growth per case
+    between them, beside the bare loop's. Targets: <= 150 MiB at 1k, <= ~10 KiB per case.
+``curve``
+    1k / 10k / 100k cases at concurrency 256 against the demo server: wall, CPU and peak RSS of
+    ``evalkit run`` and of the bare loop, per case, with the per-case ratio to the smallest size.
+
+Correctness is checked, not assumed: the server's request counter must equal N for every run
+(bare or evalkit), and the store must hold N outputs and 2N score rows, all passed.
+
+Usage:
+    .venv/bin/python bench/bench_process.py whole --rounds 3
+    .venv/bin/python bench/bench_process.py corpus --sizes 1000 10000 100000
+    .venv/bin/python bench/bench_process.py startup
+    .venv/bin/python bench/bench_process.py rss
+    .venv/bin/python bench/bench_process.py curve --sizes 1000 10000 100000 --rounds 1
+    .venv/bin/python bench/bench_process.py whole --cases 40 --rounds 1 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
+
+from evalkit.demo.server import DemoServer, start_demo_server  # noqa: E402
+
+SYSTEM_PROMPT = "Respond only with a JSON object. Keep the reply under 40 words.\n"
+SAMPLING = {"temperature": 0, "seed": 7, "max_tokens": 200}
+CASES_PER_FILE = 10_000  # one file stays under the loader's node and case limits
+SCORERS_PER_CASE = 2
+
+#: The floor, run as ``python -c BARE_LOOP base_url cases concurrency``: the official client
+#: and a semaphore over the same messages evalkit sends; no corpus, no scoring, no storing.
+BARE_LOOP = f"""
+import asyncio, sys
+import openai
+
+base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+system = {SYSTEM_PROMPT!r}
+sampling = {SAMPLING!r}
+
+async def main():
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(i):
+        messages = [
+            {{"role": "system", "content": system}},
+            {{"role": "user", "content": f"Where is my order {{10_000 + i}}?"}},
+        ]
+        async with semaphore:
+            response = await client.chat.completions.create(
+                model="demo-support-1", messages=messages, **sampling
+            )
+        return response.choices[0].message.content
+
+    try:
+        texts = await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        await client.close()
+    print(sum(bool(t) for t in texts))
+
+asyncio.run(main())
+"""
+
+#: ``python -c LOAD_CORPUS root``: load and validate the corpus, print cases and seconds.
+LOAD_CORPUS = f"""
+import sys, time
+sys.path.insert(0, {str(REPO)!r})
+from evalkit.corpus.cases import load_corpus
+t0 = time.perf_counter()
+corpus = load_corpus(sys.argv[1])
+print(len(corpus.cases), time.perf_counter() - t0)
+"""
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One child process: wall from launch to exit, its CPU and peak RSS (from ``wait4``)."""
+
+    wall_s: float
+    cpu_s: float
+    peak_rss_mib: float
+    stdout: str
+
+
+def measure(command: Sequence[str], cwd: Path | None = None) -> Proc:
+    """Run ``command`` to completion; raise with its stderr when it fails."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if child.returncode != 0:
+        raise RuntimeError(f"{command[:4]} exited {child.returncode}: {stderr[-2000:]}")
+    return Proc(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout)
+
+
+def write_corpus(root: Path, n_cases: int, concurrency: int) -> Path:
+    """N distinct one-turn cases scored by ``json_valid`` and ``max_words``; returns the config.
+
+    The system prompt asks the simulator for bare JSON, so every output passes both scorers.
+    """
+    (root / "cases").mkdir(parents=True)
+    (root / "prompts").mkdir()
+    (root / "prompts" / "system.md").write_text(SYSTEM_PROMPT, encoding="utf-8")
+    for start in range(0, n_cases, CASES_PER_FILE):
+        lines = [
+            f"- id: synthetic-{i:06d}\n"
+            f"  input: {{messages: [{{role: user, content: 'Where is my order {10_000 + i}?'}}]}}\n"
+            "  expect: [json_valid, {max_words: 200}]\n"
+            for i in range(start, min(n_cases, start + CASES_PER_FILE))
+        ]
+        path = root / "cases" / f"synthetic-{start // CASES_PER_FILE:03d}.yaml"
+        path.write_text("".join(lines), encoding="utf-8")
+    config = root / "evalkit.yaml"
+    config.write_text(
+        "suite: bench-process\n"
+        "system:\n"
+        "  model: demo-support-1\n"
+        "  base_url: http://127.0.0.1:9/v1\n"
+        "  prompt: prompts/system.md\n"
+        "  timeout_s: 60\n"
+        f"  sampling: {json.dumps(SAMPLING)}\n"
+        f"concurrency: {concurrency}\n"
+        "cache: false\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def _served(server: DemoServer) -> int:
+    return int(server.stats()["requests"])
+
+
+def run_bare(server: DemoServer, cases: int, concurrency: int) -> dict[str, Any]:
+    """The bare loop in its own process; checks the server answered every request."""
+    server.reset_stats()
+    proc = measure([sys.executable, "-c", BARE_LOOP, server.base_url, str(cases), str(concurrency)])
+    served = _served(server)
+    return asdict(proc) | {"served": served, "outputs": int(proc.stdout.split()[-1]), "scores": 0}
+
+
+def run_evalkit(
+    server: DemoServer, config: Path, db: Path, concurrency: int, transport: str | None
+) -> dict[str, Any]:
+    """``evalkit run`` in its own process into a fresh store; counts what it stored."""
+    db.unlink(missing_ok=True)
+    command = [
+        sys.executable, "-m", "evalkit.cli", "run", "--config", str(config), "--db", str(db),
+        "--no-progress", "--label", "bench", "--concurrency", str(concurrency),
+        "--set", f"system.base_url={server.base_url}",
+    ]  # fmt: skip
+    if transport is not None:  # None: whatever the default is
+        command += ["--set", f"system.transport={transport}"]
+    server.reset_stats()
+    proc = measure(command)
+    served = _served(server)
+    counts = _stored(db)
+    db.unlink(missing_ok=True)
+    return asdict(proc) | {"served": served} | counts
+
+
+def _stored(db: Path) -> dict[str, Any]:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        outputs, ok = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE error IS NULL) FROM outputs"
+        ).fetchone()
+        scores, passed = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE passed) FROM scores"
+        ).fetchone()
+        manifest = con.execute("SELECT manifest FROM runs").fetchone()[0]
+    transport = json.loads(manifest).get("requests", {}).get("transport")
+    return {
+        "outputs": outputs,
+        "ok_outputs": ok,
+        "scores": scores,
+        "passed_scores": passed,
+        "transport": transport,
+    }
+
+
+def _drop_stdout(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "stdout"}
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+# --- the benchmarks --------------------------------------------------------------------------
+
+
+def bench_whole(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """``evalkit run`` (each transport) and the bare loop alternately, ``rounds`` times."""
+    cases, conc = args.cases or 1000, args.concurrency or 32
+    config = write_corpus(root / "corpus", cases, conc)
+    rounds = []
+    with start_demo_server(noise=False, latency_ms=args.latency_ms) as server:
+        run_bare(server, min(cases, 32), conc)  # warm-up: page cache, first sockets
+        for _ in range(args.rounds):
+            row: dict[str, Any] = {"bare": _drop_stdout(run_bare(server, cases, conc))}
+            for transport in args.transport:
+                got = run_evalkit(server, config, root / "w.duckdb", conc, _t(transport))
+                row[transport] = _drop_stdout(got)
+                row[f"ratio_{transport}"] = got["wall_s"] / row["bare"]["wall_s"]
+            rounds.append(row)
+    summary = {f"median_ratio_{t}": _median(rounds, f"ratio_{t}") for t in args.transport}
+    for side in ["bare", *args.transport]:
+        summary[f"median_wall_s_{side}"] = statistics.median(r[side]["wall_s"] for r in rounds)
+        summary[f"median_cpu_s_{side}"] = statistics.median(r[side]["cpu_s"] for r in rounds)
+        summary[f"median_rss_mib_{side}"] = statistics.median(
+            r[side]["peak_rss_mib"] for r in rounds
+        )
+    return {"cases": cases, "concurrency": conc, "rounds": rounds, "summary": summary}
+
+
+def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """``load_corpus`` per size in a fresh process, ``rounds`` times; ms per case."""
+    sizes = args.sizes or [1000, 10_000, 100_000]
+    by_size: dict[str, Any] = {}
+    for n in sizes:
+        corpus_dir = root / f"corpus-{n}"
+        write_corpus(corpus_dir, n, 1)
+        runs = []
+        for _ in range(args.rounds):
+            proc = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir)])
+            loaded, seconds = proc.stdout.split()
+            runs.append(
+                {"loaded": int(loaded), "load_s": float(seconds), "rss_mib": proc.peak_rss_mib}
+            )
+        load_s = statistics.median(r["load_s"] for r in runs)
+        by_size[str(n)] = {
+            "cases": n,
+            "runs": runs,
+            "loaded": runs[0]["loaded"],
+            "median_load_s": load_s,
+            "ms_per_case": 1000 * load_s / n,
+        }
+    _per_case_ratios(by_size, "ms_per_case")
+    return {"sizes": sizes, "by_size": by_size}
+
+
+def bench_startup(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """``evalkit run`` of one case at zero latency against ``python -c 'import openai'``."""
+    config = write_corpus(root / "corpus", 1, 1)
+    rounds = []
+    with start_demo_server(noise=False, latency_ms=0) as server:
+        measure([sys.executable, "-c", "import openai"])  # warm the page cache
+        for _ in range(args.rounds):
+            floor = measure([sys.executable, "-c", "import openai"])
+            help_ = measure([sys.executable, "-m", "evalkit.cli", "run", "--help"])
+            one = run_evalkit(server, config, root / "s.duckdb", 1, None)
+            rounds.append(
+                {
+                    "import_openai_s": floor.wall_s,
+                    "run_help_s": help_.wall_s,
+                    "run_one_case_s": one["wall_s"],
+                    "above_import_openai_s": one["wall_s"] - floor.wall_s,
+                    "help_above_import_openai_s": help_.wall_s - floor.wall_s,
+                    "served": one["served"],
+                    "outputs": one["outputs"],
+                }
+            )
+    keys = ("import_openai_s", "run_help_s", "run_one_case_s", "above_import_openai_s")
+    summary = {f"median_{k}": _median(rounds, k) for k in keys}
+    summary["median_help_above_import_openai_s"] = _median(rounds, "help_above_import_openai_s")
+    return {"rounds": rounds, "summary": summary}
+
+
+def bench_rss(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Peak RSS of ``evalkit run`` and the bare loop at two sizes; growth per case."""
+    sizes = args.sizes or [1000, 10_000]
+    conc = args.concurrency or 32
+    by_size: dict[str, Any] = {}
+    with start_demo_server(noise=False, latency_ms=args.latency_ms) as server:
+        for n in sizes:
+            config = write_corpus(root / f"corpus-{n}", n, conc)
+            rows = []
+            for _ in range(args.rounds):
+                bare = _drop_stdout(run_bare(server, n, conc))
+                ours = {t: _drop_stdout(run_evalkit(server, config, root / "r.duckdb", conc, _t(t)))
+                        for t in args.transport}  # fmt: skip
+                rows.append({"bare": bare, **ours})
+            entry: dict[str, Any] = {"cases": n, "rounds": rows}
+            for side in ["bare", *args.transport]:
+                entry[f"median_rss_mib_{side}"] = statistics.median(
+                    r[side]["peak_rss_mib"] for r in rows
+                )
+            by_size[str(n)] = entry
+    growth = {}
+    if len(sizes) >= 2:
+        small, large = by_size[str(sizes[0])], by_size[str(sizes[-1])]
+        for side in ["bare", *args.transport]:
+            delta = large[f"median_rss_mib_{side}"] - small[f"median_rss_mib_{side}"]
+            growth[side] = 1024 * delta / (sizes[-1] - sizes[0])  # KiB per case
+    return {"sizes": sizes, "concurrency": conc, "by_size": by_size, "kib_per_case": growth}
+
+
+def bench_curve(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Wall, CPU and peak RSS per size at high concurrency, evalkit and the bare loop."""
+    sizes = args.sizes or [1000, 10_000, 100_000]
+    conc = args.concurrency or 256
+    by_size: dict[str, Any] = {}
+    with start_demo_server(noise=False, latency_ms=args.latency_ms) as server:
+        for n in sizes:
+            config = write_corpus(root / f"corpus-{n}", n, conc)
+            rows = []
+            for _ in range(args.rounds):
+                row: dict[str, Any] = {"bare": _drop_stdout(run_bare(server, n, conc))}
+                for t in args.transport:
+                    row[t] = _drop_stdout(
+                        run_evalkit(server, config, root / "c.duckdb", conc, _t(t))
+                    )
+                    row[f"ratio_{t}"] = row[t]["wall_s"] / row["bare"]["wall_s"]
+                rows.append(row)
+            entry: dict[str, Any] = {"cases": n, "rounds": rows}
+            for side in ["bare", *args.transport]:
+                for key in ("wall_s", "cpu_s", "peak_rss_mib"):
+                    entry[f"median_{key}_{side}"] = statistics.median(r[side][key] for r in rows)
+                entry[f"wall_ms_per_case_{side}"] = 1000 * entry[f"median_wall_s_{side}"] / n
+                entry[f"cpu_ms_per_case_{side}"] = 1000 * entry[f"median_cpu_s_{side}"] / n
+            for t in args.transport:
+                entry[f"median_ratio_{t}"] = _median(rows, f"ratio_{t}")
+            by_size[str(n)] = entry
+    for side in ["bare", *args.transport]:
+        _per_case_ratios(by_size, f"wall_ms_per_case_{side}")
+        _per_case_ratios(by_size, f"cpu_ms_per_case_{side}")
+    return {"sizes": sizes, "concurrency": conc, "by_size": by_size}
+
+
+def _per_case_ratios(by_size: dict[str, Any], key: str) -> None:
+    """``<key>_vs_smallest`` on each size: its per-case figure over the smallest size's."""
+    first = next(iter(by_size.values()))[key]
+    for entry in by_size.values():
+        entry[f"{key}_vs_smallest"] = entry[key] / first if first else 0.0
+
+
+def _t(transport: str) -> str | None:
+    return None if transport == "default" else transport
+
+
+# --- printing --------------------------------------------------------------------------------
+
+
+def _print(mode: str, f: dict[str, Any]) -> None:
+    load = f["loadavg_1min"]
+    print(f"cores: {f['cores']} (1-min load average {load[0]:.2f} before, {load[1]:.2f} after)")
+    if mode == "whole":
+        s = f["summary"]
+        print(
+            f"whole: {f['cases']} cases, c={f['concurrency']}, {f['latency_ms']:g} ms, "
+            f"{len(f['rounds'])} rounds (wall from launch to exit)"
+        )
+        for i, r in enumerate(f["rounds"], 1):
+            parts = [f"bare {r['bare']['wall_s']:.2f} s"] + [
+                f"{t} {r[t]['wall_s']:.2f} s = {r[f'ratio_{t}']:.3f}x" for t in f["transports"]
+            ]
+            print(f"  round {i}: " + "; ".join(parts))
+        for side in ["bare", *f["transports"]]:
+            ratio = "" if side == "bare" else f" ratio {s[f'median_ratio_{side}']:.3f}x;"
+            print(
+                f"  median {side:8}{ratio} wall {s[f'median_wall_s_{side}']:.2f} s, CPU "
+                f"{s[f'median_cpu_s_{side}']:.2f} s, peak RSS {s[f'median_rss_mib_{side}']:.0f} MiB"
+            )
+    elif mode == "corpus":
+        print("corpus: load_corpus (read + validate), fresh process per size, median")
+        for n, e in f["by_size"].items():
+            print(
+                f"  {int(n):>7,} cases: {e['median_load_s']:.3f} s = {e['ms_per_case']:.4f} ms/case"
+                f" ({e['ms_per_case_vs_smallest']:.2f}x the smallest size's per case); loaded "
+                f"{e['loaded']:,}"
+            )
+    elif mode == "startup":
+        s = f["summary"]
+        print(
+            f"startup: python -c 'import openai' {s['median_import_openai_s']:.3f} s; "
+            f"evalkit run --help {s['median_run_help_s']:.3f} s; evalkit run of one case "
+            f"{s['median_run_one_case_s']:.3f} s = +{s['median_above_import_openai_s']:.3f} s "
+            f"(--help +{s['median_help_above_import_openai_s']:.3f} s)"
+        )
+    elif mode == "rss":
+        print(f"rss: peak RSS, c={f['concurrency']}, {f['latency_ms']:g} ms, median")
+        for n, e in f["by_size"].items():
+            parts = [f"{side} {e[f'median_rss_mib_{side}']:.0f} MiB" for side in
+                     ["bare", *f["transports"]]]  # fmt: skip
+            print(f"  {int(n):>7,} cases: " + ", ".join(parts))
+        for side, kib in f["kib_per_case"].items():
+            print(f"  growth per case {side:8} {kib:.2f} KiB")
+    else:
+        print(f"curve: c={f['concurrency']}, {f['latency_ms']:g} ms, medians")
+        for n, e in f["by_size"].items():
+            for side in ["bare", *f["transports"]]:
+                ratio = "" if side == "bare" else f" ({e[f'median_ratio_{side}']:.3f}x bare)"
+                print(
+                    f"  {int(n):>7,} {side:8} wall {e[f'median_wall_s_{side}']:8.2f} s{ratio}, "
+                    f"{e[f'wall_ms_per_case_{side}']:.3f} ms/case "
+                    f"({e[f'wall_ms_per_case_{side}_vs_smallest']:.2f}x); CPU "
+                    f"{e[f'median_cpu_s_{side}']:.2f} s = {e[f'cpu_ms_per_case_{side}']:.3f} "
+                    f"ms/case ({e[f'cpu_ms_per_case_{side}_vs_smallest']:.2f}x); peak RSS "
+                    f"{e[f'median_peak_rss_mib_{side}']:.0f} MiB"
+                )
+
+
+_BENCHES = {
+    "whole": bench_whole,
+    "corpus": bench_corpus,
+    "startup": bench_startup,
+    "rss": bench_rss,
+    "curve": bench_curve,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one benchmark and print its figures (``--json``: also as JSON)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=sorted(_BENCHES))
+    parser.add_argument("--cases", type=int, help="cases (whole; default 1000)")
+    parser.add_argument("--sizes", type=int, nargs="+", help="case counts (corpus, rss, curve)")
+    parser.add_argument("--latency-ms", type=float, default=50.0, help="server latency")
+    parser.add_argument("--concurrency", type=int, help="default 32 (whole, rss), 256 (curve)")
+    parser.add_argument(
+        "--transport",
+        nargs="+",
+        default=["default", "openai", "lean"],
+        choices=["default", "openai", "lean"],
+        help="evalkit transports to run (default: what the config leaves unset)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians)")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="evalkit-bench-process-") as tmp:
+        figures = _BENCHES[args.mode](args, Path(tmp))
+    figures |= {
+        "mode": args.mode,
+        "cores": os.cpu_count(),
+        "loadavg_1min": [load_before, os.getloadavg()[0]],
+        "latency_ms": args.latency_ms,
+        "transports": args.transport,
+    }
+    _print(args.mode, figures)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
