@@ -100,6 +100,7 @@ class ChunkResult:
     requests: int
     retries: int
     cache_hits: int
+    node: str = ""  # the Ray node that ran it (empty outside Ray)
 
 
 @dataclass(frozen=True)

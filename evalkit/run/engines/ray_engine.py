@@ -154,7 +154,10 @@ def run_on_ray(
     budgets = start_budgets(ray, suite)
     shipped = replace(options, on_start=None, progress=False, resume=None)
     task = ray.remote(chunk_task).options(
-        max_retries=ray_options.max_task_retries, retry_exceptions=False, num_cpus=1
+        max_retries=ray_options.max_task_retries,
+        retry_exceptions=False,
+        num_cpus=1,
+        scheduling_strategy="SPREAD",  # over every node, not the driver's first
     )
     in_flight = ray_options.chunks_in_flight or max(
         2, 2 * int(ray.cluster_resources().get("CPU", 1))
@@ -343,4 +346,5 @@ def chunk_task(
         finally:
             await provider.aclose()
 
-    return asyncio.run(go())
+    result = asyncio.run(go())
+    return replace(result, node=ray.get_runtime_context().get_node_id())
