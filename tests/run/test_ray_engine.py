@@ -356,3 +356,25 @@ def test_a_killed_driver_resumes_and_merges_each_case_once(
     assert outputs == distinct == 91 and scores == distinct_scores
     asked_twice = sum(n - 1 for n in counts.values() if n > 1)
     assert asked_twice <= 4 * chunk * 4  # the chunks in flight when it died (2 per CPU)
+
+
+def test_the_distributed_bench_runs_small(ray_cluster: _Cluster, tmp_path: Path) -> None:
+    """``bench/bench_distributed.py`` on this module's cluster, small: it computes its figures
+    (how fast is printed, never asserted)."""
+    import importlib.util
+    import json
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_distributed.py"
+    spec = importlib.util.spec_from_file_location("evalkit_bench_distributed", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "figures.json"
+    args = ["--cases", "300", "--chunk-size", "50", "--latency-ms", "5", "--concurrency", "8"]
+    assert bench.main([*args, "--address", ray_cluster.address, "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["local"]["outputs"] == figures["local"]["requests"] == 300
+    assert figures["ray"]["outputs"] == figures["ray"]["requests"] == 300
+    assert figures["local"]["passed"] == figures["ray"]["passed"] == 300
+    assert (figures["merge"]["parts"], figures["merge"]["outputs"]) == (6, 300)
+    assert figures["merge"]["again_parts"] == 0

@@ -1,0 +1,194 @@
+"""Distributed figures: one corpus run by the local runner and by the Ray engine on 2 workers.
+
+N = 20,000 one-turn cases (``json_valid`` and ``max_words``) written to a temp dir, served by
+the demo simulator on loopback with a fixed latency and no noise. Three figures:
+
+``local``   ``run_suite`` into a fresh store: wall time, requests the server saw.
+``ray``     ``run_on_ray`` on a local 2-node cluster (1 CPU each, so 2 workers; loopback, no
+            dashboard), parts on local disk, merged by the driver every 10 s and at the end:
+            wall time (cluster start-up shown apart), requests the server saw.
+``merge``   ``evalkit merge`` of the Ray run's parts into another fresh store, twice: the
+            first merge (every part) and the second (nothing new), each timed.
+
+On a 2-core machine the two Ray workers, the driver and the simulator share the same two
+cores, so this measures the engine's overhead, not a speed-up; on a cluster each worker has
+its own machine. Figures are printed, never asserted.
+
+Usage:
+    .venv/bin/python bench/bench_distributed.py
+    .venv/bin/python bench/bench_distributed.py --cases 2000 --latency-ms 50
+    .venv/bin/python bench/bench_distributed.py --address 127.0.0.1:6379   # an existing cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
+
+from evalkit.corpus.cases import load_corpus  # noqa: E402
+from evalkit.corpus.suite import load_suite  # noqa: E402
+from evalkit.demo.server import start_demo_server  # noqa: E402
+from evalkit.run.engines.ray_engine import (  # noqa: E402
+    LOOPBACK_ENV,
+    NAMESPACE,
+    RayOptions,
+    SuiteSource,
+    run_on_ray,
+)
+from evalkit.run.merging import merge_run  # noqa: E402
+from evalkit.run.runner import RunOptions, run_suite  # noqa: E402
+from evalkit.store import open_store  # noqa: E402
+from evalkit.store.parts import PartsRoot  # noqa: E402
+
+SYSTEM_PROMPT = "Respond only with a JSON object. Keep the reply under 40 words.\n"
+
+
+def write_corpus(root: Path, n_cases: int, concurrency: int) -> Path:
+    """N distinct one-turn cases; returns the suite config."""
+    (root / "cases").mkdir(parents=True)
+    (root / "prompts").mkdir()
+    (root / "prompts" / "system.md").write_text(SYSTEM_PROMPT, encoding="utf-8")
+    (root / "cases" / "synthetic.yaml").write_text(
+        "".join(
+            f"- id: synthetic-{i:05d}\n"
+            f"  input: {{messages: [{{role: user, content: 'Where is my order {10_000 + i}?'}}]}}\n"
+            "  expect: [json_valid, {max_words: 200}]\n"
+            for i in range(n_cases)
+        ),
+        encoding="utf-8",
+    )
+    config = root / "evalkit.yaml"
+    config.write_text(
+        "suite: bench-distributed\n"
+        "system:\n"
+        "  model: demo-support-1\n"
+        "  base_url: http://127.0.0.1:9/v1\n"
+        "  prompt: prompts/system.md\n"
+        "  transport: lean\n"
+        "  sampling: {temperature: 0, seed: 7, max_tokens: 200}\n"
+        f"concurrency: {concurrency}\n"
+        "cache: false\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def _start_cluster(workers: int) -> tuple[Any, float]:
+    """A local cluster of ``workers`` 1-CPU nodes on 127.0.0.1; its start-up time."""
+    os.environ.setdefault(LOOPBACK_ENV, "0")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    started = time.perf_counter()
+    node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024**2}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    for _ in range(workers - 1):
+        cluster.add_node(**node)
+    ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+    return cluster, time.perf_counter() - started
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=20_000)
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--concurrency", type=int, default=64, help="per process")
+    parser.add_argument("--chunk-size", type=int, default=500)
+    parser.add_argument("--workers", type=int, default=2, help="nodes of the local cluster")
+    parser.add_argument("--address", help="use this running cluster instead of starting one")
+    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    args = parser.parse_args(argv)
+
+    figures: dict[str, Any] = {"cases": args.cases, "latency_ms": args.latency_ms}
+    with tempfile.TemporaryDirectory(prefix="evalkit-bench-dist-") as tmp:
+        root = Path(tmp)
+        config = write_corpus(root / "corpus", args.cases, args.concurrency)
+        with start_demo_server(noise=False, latency_ms=args.latency_ms) as server:
+            overrides = (f"system.base_url={server.base_url}",)
+            suite = load_suite(config, overrides=list(overrides))
+            corpus = load_corpus(config.parent)
+
+            started = time.perf_counter()
+            with open_store(root / "local.duckdb") as store:
+                local = run_suite(suite, corpus, store, RunOptions(label="local", progress=False))
+            figures["local"] = {
+                "wall_s": round(time.perf_counter() - started, 2),
+                "requests": server.stats()["requests"],
+                "outputs": local.outputs,
+                "passed": local.passed,
+            }
+
+            cluster, startup_s = (None, 0.0) if args.address else _start_cluster(args.workers)
+            try:
+                server.reset_stats()
+                parts = PartsRoot(root / "parts")
+                options = RayOptions(address=args.address, chunk_size=args.chunk_size)
+                started = time.perf_counter()
+                with open_store(root / "ray.duckdb") as store:
+                    on_ray = run_on_ray(
+                        suite, corpus, store, RunOptions(label="ray", progress=False),
+                        SuiteSource(str(config), overrides), parts, options,
+                    )  # fmt: skip
+                figures["ray"] = {
+                    "workers": args.workers,
+                    "cluster_startup_s": round(startup_s, 2),
+                    "wall_s": round(time.perf_counter() - started, 2),
+                    "requests": server.stats()["requests"],
+                    "outputs": on_ray.outputs,
+                    "passed": on_ray.passed,
+                    "parts": len(parts.parts(on_ray.run_id, "outputs")),
+                }
+            finally:
+                if cluster is not None:
+                    import ray
+
+                    ray.shutdown()
+                    cluster.shutdown()
+        merges = []
+        for _ in range(2):  # every part, then nothing new
+            started = time.perf_counter()
+            with open_store(root / "merged.duckdb") as store:
+                merged = merge_run(store, parts, on_ray.run_id)
+            merges.append((round(time.perf_counter() - started, 3), merged.result.parts_merged))
+        figures["merge"] = {
+            "first_s": merges[0][0],
+            "parts": merges[0][1],
+            "outputs": merged.result.stored,
+            "again_s": merges[1][0],
+            "again_parts": merges[1][1],
+        }
+
+    loc, ray_fig, merge = figures["local"], figures["ray"], figures["merge"]
+    print(f"{args.cases} cases, simulator latency {args.latency_ms:g} ms")
+    print(
+        f"  local runner : {loc['wall_s']:8.2f} s  {loc['requests']} requests  "
+        f"{loc['outputs'] / loc['wall_s']:7.0f} outputs/s"
+    )
+    print(
+        f"  ray, {args.workers} workers: {ray_fig['wall_s']:8.2f} s  "
+        f"{ray_fig['requests']} requests  "
+        f"{ray_fig['outputs'] / ray_fig['wall_s']:7.0f} outputs/s  ({ray_fig['parts']} chunks; "
+        f"cluster start-up {ray_fig['cluster_startup_s']:.2f} s not included)"
+    )
+    print(
+        f"  merge        : {merge['first_s']:8.2f} s for {merge['parts']} parts "
+        f"({merge['outputs']} outputs); again: {merge['again_s']:.2f} s, "
+        f"{merge['again_parts']} parts"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
