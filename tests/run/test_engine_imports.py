@@ -16,6 +16,7 @@ from evalkit.cli import _parser
 _parser().parse_args(["run", "--engine", "ray", "--shard", "1/2"])
 import evalkit.run.sharded, evalkit.run.merging, evalkit.run.engines, evalkit.run.engines.budget
 import evalkit.store.merge, evalkit.store.parts, evalkit.run.replicas, evalkit.cli.merging
+import evalkit.run.engines.ray_engine, evalkit.cli.sharding
 loaded = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
 assert not loaded, loaded
 print("ok")
