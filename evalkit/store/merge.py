@@ -178,7 +178,7 @@ class _Merger:
                     try:
                         (before,) = self._con.execute(
                             "SELECT count(*) FROM response_cache"
-                        ).fetchone()
+                        ).fetchall()[0]
                         self._con.execute(
                             "INSERT INTO response_cache SELECT cache_key, response, created_at "
                             "FROM _part_cache n WHERE NOT EXISTS (SELECT 1 FROM response_cache "
@@ -186,7 +186,7 @@ class _Merger:
                         )
                         (after,) = self._con.execute(
                             "SELECT count(*) FROM response_cache"
-                        ).fetchone()
+                        ).fetchall()[0]
                     finally:
                         self._con.unregister("_part_cache")
                     cache_added += after - before
@@ -195,7 +195,7 @@ class _Merger:
             scores_added += scores.height
         (stored_n,) = self._con.execute(
             "SELECT count(*) FROM outputs WHERE run_id = ?", [run_id]
-        ).fetchone()
+        ).fetchall()[0]
         expected = int(manifest["corpus"]["n_cases"]) * int(manifest["replays"])
         return MergeResult(
             run_id, created, len(pending), added, scores_added, cache_added, duplicates,
