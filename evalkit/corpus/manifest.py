@@ -144,6 +144,7 @@ def request_settings(suite: Suite) -> dict[str, Any]:
     keep = ("transport", "timeout_s", "max_retries", "max_retry_after_s")
     settings = {
         **{k: system[k] for k in keep if k in system},
+        "transport": config.system.resolved_transport(),  # what was used, "auto" resolved
         "concurrency": config.concurrency,
         "rate_limit": config.rate_limit.model_dump() if config.rate_limit else None,
     }

@@ -38,7 +38,8 @@ def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
     api_key = api_key_for(system)
     from evalkit.run.providers.openai_api import OpenAIProvider
 
-    transport = getattr(system, "transport", "openai")
+    resolve = getattr(system, "resolved_transport", None)  # a judge: the official client
+    transport = resolve() if resolve is not None else "openai"
     provider = OpenAIProvider(
         base_url=system.base_url,
         api_key=api_key,

@@ -126,6 +126,7 @@ class OpenAIProvider:
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                 connector=aiohttp.TCPConnector(limit=0),
                 headers={"Authorization": f"Bearer {self._api_key}"},
+                trust_env=True,  # HTTP(S)_PROXY / NO_PROXY, as the official client's httpx
             )
         url = f"{self._base_url}/chat/completions"
         try:
