@@ -47,7 +47,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
 
-from evalkit.corpus.cases import Corpus, load_corpus, render_messages  # noqa: E402
+from evalkit.corpus.cases import Corpus, load_corpus  # noqa: E402
+from evalkit.corpus.messages import render_messages  # noqa: E402
 from evalkit.corpus.suite import Suite, load_suite  # noqa: E402
 from evalkit.demo.server import DemoServer, start_demo_server  # noqa: E402
 from evalkit.run.runner import RunOptions, run_suite  # noqa: E402

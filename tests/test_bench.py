@@ -164,12 +164,14 @@ def _bare_run_is_complete(fig: dict[str, Any], cases: int) -> None:
 def test_process_whole_runs_evalkit_and_the_bare_loop_as_processes(tmp_path: Path) -> None:
     cases = 12
     args = ["whole", "--cases", str(cases), "--latency-ms", "5", "--concurrency", "4"]
-    f = _run("bench_process", [*args, "--rounds", "1", "--transport", "default", "lean"], tmp_path)
+    runs = ["default", "openai", "lean"]
+    f = _run("bench_process", [*args, "--rounds", "1", "--transport", *runs], tmp_path)
     (r,) = f["rounds"]
     _bare_run_is_complete(r["bare"], cases)
-    _process_run_is_complete(r["default"], cases, "openai")
+    _process_run_is_complete(r["default"], cases, "lean")  # auto: lean for a named base_url
+    _process_run_is_complete(r["openai"], cases, "openai")
     _process_run_is_complete(r["lean"], cases, "lean")
-    for t in ("default", "lean"):
+    for t in runs:
         assert r[f"ratio_{t}"] == pytest.approx(r[t]["wall_s"] / r["bare"]["wall_s"])
         assert f["summary"][f"median_ratio_{t}"] == pytest.approx(r[f"ratio_{t}"])
 

@@ -12,33 +12,28 @@ Examples:
 
 from __future__ import annotations
 
-import datetime as dt
 import difflib
 import hashlib
 import inspect
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ValidationError
 
-from evalkit.corpus.yaml_input import (  # noqa: F401 - the reader's names stay importable here
-    MAX_YAML_DEPTH,
-    MAX_YAML_NODES,
-    YAMLInputError,
+from evalkit.corpus.case_spec import CaseSpec
+from evalkit.corpus.messages import template_vars
+from evalkit.corpus.yaml_input import (
     find_yaml_files,
     node_line,
-    parse_yaml,
     paused_gc,
     read_yaml_file,
 )
 from evalkit.errors import CorpusError
-from evalkit.fixtures import DOCUMENTS_HEADING, render_documents
 from evalkit.records import canonical_json
 from evalkit.scorers import SCORERS, Scorer, build_scorer
 from evalkit.scorers.registry import ScorerArgError
@@ -52,83 +47,6 @@ MIN_CRITICAL_CASES = 8
 #: How many problems ``evalkit cases lint`` reports in one pass.
 MAX_LINT_ERRORS = 50
 _EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers` lists the scorers)"
-_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-
-
-# --- validation models (extra="forbid" is the typo guard) -----------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MessageSpec(_Strict):
-    role: Literal["user", "assistant", "system", "tool"]
-    content: str
-    name: str | None = None
-
-
-class InputSpec(_Strict):
-    messages: list[MessageSpec] | None = None
-    vars: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _one_of(self) -> InputSpec:
-        if (self.messages is None) == (self.vars is None):
-            raise ValueError("input needs exactly one of 'messages' or 'vars'")
-        if self.messages is not None and not self.messages:
-            raise ValueError("input.messages is empty")
-        return self
-
-
-class FixtureSpec(_Strict):
-    tools: dict[str, Any] = Field(default_factory=dict)
-    documents: list[Any] = Field(default_factory=list)
-
-
-class ProvenanceSpec(_Strict):
-    reviewer: str
-    date: dt.date | str
-    source: str | None = None
-    note: str | None = None
-
-
-class ScorerSpec(_Strict):
-    scorer: str
-    args: dict[str, Any] = Field(default_factory=dict)
-
-
-class CaseSpec(_Strict):
-    id: str = Field(min_length=1, max_length=200)
-    tags: list[str] = Field(default_factory=list)
-    criticality: Literal["must_pass", "normal"] = "normal"
-    provenance: ProvenanceSpec | None = None
-    input: InputSpec
-    fixtures: FixtureSpec = Field(default_factory=FixtureSpec)
-    expect: list[ScorerSpec] = Field(min_length=1)
-    notes: str | None = None
-    # Cases from one incident, document or conversation: slice intervals cluster over groups.
-    # Unset, it is left out of the case hash (exclude_defaults), so existing hashes stand.
-    group: str | None = Field(None, min_length=1, max_length=200)
-
-    @field_validator("tags")
-    @classmethod
-    def _criticality_is_not_a_tag(cls, value: list[str]) -> list[str]:
-        # The seed articles write `tags: [..., must_pass]`; loaded as a tag it would silently
-        # make a frozen incident a normal case that never blocks.
-        if "must_pass" in value:
-            raise ValueError(
-                "'must_pass' is a criticality, not a tag: remove it from tags and write "
-                "`criticality: must_pass` (as a tag the case would never block)"
-            )
-        return value
-
-    @field_validator("id")
-    @classmethod
-    def _id_chars(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*", value):
-            raise ValueError("id may use letters, digits and _ . : / - only")
-        return value
 
 
 # --- the loaded case -------------------------------------------------------------------------
@@ -601,21 +519,6 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
-def template_vars(template: str) -> set[str]:
-    """Names used as ``{{name}}`` in a template."""
-    return set(_VAR.findall(template))
-
-
-def render_template(template: str, variables: dict[str, Any]) -> str:
-    """Substitute ``{{name}}`` placeholders; a missing variable raises KeyError.
-
-    Examples:
-        >>> render_template("Customer message: {{message}}", {"message": "hi"})
-        'Customer message: hi'
-    """
-    return _VAR.sub(lambda m: str(variables[m.group(1)]), template)
-
-
 def _check_vars(case: Case, user_template: str) -> None:
     if case.vars is None:
         return
@@ -628,32 +531,3 @@ def _check_vars(case: Case, user_template: str) -> None:
             line=int(line),
             case_id=case.id,
         )
-
-
-def render_messages(
-    case: Case, system_prompt: str | None, user_template: str | None
-) -> list[dict[str, Any]]:
-    """The chat messages sent for ``case``: the suite's system prompt, then the case's turns.
-
-    ``fixtures.documents`` fill ``{{documents}}`` in the system prompt or the user template;
-    when neither uses it, they go at the end of the system message (one is added if the suite
-    has no system prompt) under ``Reference documents:``, numbered ``[1] ...``.
-    """
-    documents = render_documents(case.fixtures.get("documents"))
-    variables = {"documents": documents, **(case.vars or {})}
-    messages: list[dict[str, Any]] = []
-    placed = "documents" in template_vars(system_prompt or "") or (
-        case.messages is None and "documents" in template_vars(user_template or "{{message}}")
-    )
-    system = render_template(system_prompt, variables) if system_prompt else None
-    if documents and not placed:
-        block = f"{DOCUMENTS_HEADING}\n{documents}"
-        system = f"{system}\n\n{block}" if system else block
-    if system:
-        messages.append({"role": "system", "content": system})
-    if case.messages is not None:
-        messages.extend(dict(m) for m in case.messages)
-    else:
-        template = user_template or "{{message}}"
-        messages.append({"role": "user", "content": render_template(template, variables)})
-    return messages

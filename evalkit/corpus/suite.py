@@ -21,9 +21,9 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evalkit.corpus.cases import YAMLInputError, node_line, parse_yaml
 from evalkit.corpus.scorer_modules import import_scorer_modules
 from evalkit.corpus.selection import TierConfig
+from evalkit.corpus.yaml_input import YAMLInputError, node_line, parse_yaml
 from evalkit.errors import ConfigError
 
 DEFAULT_CONFIG = Path("corpus/evalkit.yaml")

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from evalkit.corpus.cases import Case, Corpus, render_messages
+from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.manifest import build_manifest
+from evalkit.corpus.messages import render_messages
 from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError, EvalkitError, ProviderError, StoreError
 from evalkit.fixtures import FixtureMiss, serve_tool_call

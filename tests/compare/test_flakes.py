@@ -7,7 +7,8 @@ from pathlib import Path
 import polars as pl
 
 from evalkit.compare.flakes import flake_slices, flake_table, measure_flakes
-from evalkit.corpus.cases import load_corpus, render_messages
+from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.messages import render_messages
 from evalkit.corpus.suite import load_suite
 from evalkit.demo.triage import is_borderline
 from evalkit.notebooks import execute_notebook

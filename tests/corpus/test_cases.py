@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from evalkit.cli import main
-from evalkit.corpus.cases import Case, load_corpus, render_messages
+from evalkit.corpus.cases import Case, load_corpus
+from evalkit.corpus.messages import render_messages
 from evalkit.errors import CorpusError
 from evalkit.records import canonical_json
 

@@ -23,8 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evalkit.cli import main
-from evalkit.corpus.cases import MAX_YAML_DEPTH, load_corpus
+from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
+from evalkit.corpus.yaml_input import MAX_YAML_DEPTH
 from evalkit.errors import ConfigError, CorpusError, EvalkitError
 from evalkit.scorers import SCORERS
 

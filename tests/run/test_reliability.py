@@ -29,7 +29,8 @@ import pytest
 from aiohttp import web
 
 from evalkit.cli import main
-from evalkit.corpus.cases import Corpus, load_corpus, render_messages
+from evalkit.corpus.cases import Corpus, load_corpus
+from evalkit.corpus.messages import render_messages
 from evalkit.corpus.suite import Suite, load_suite
 from evalkit.demo.protocol import request_sha256, seeded_draw
 from evalkit.demo.server import DemoServer, ServerOptions, create_app
