@@ -10,10 +10,14 @@ Examples:
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from evalkit.corpus.yaml_input import node_line
 
 
 class _Strict(BaseModel):
@@ -87,3 +91,48 @@ class CaseSpec(_Strict):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*", value):
             raise ValueError("id may use letters, digits and _ . : / - only")
         return value
+
+
+def describe_validation(exc: ValidationError, node: Any, case_line: int) -> tuple[str, int]:
+    """A case's first validation error as (one-line message, the line it points at)."""
+    error = exc.errors()[0]
+    loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    dotted = ".".join(str(p) for p in loc) or "case"
+    dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."
+    line = node_line(node, loc) or case_line
+    if error["type"] == "extra_forbidden":
+        parent = _model_for(loc[:-1])
+        hint = suggest(str(loc[-1]), parent.model_fields if parent else {})
+        return f"unknown field {dotted!r}{hint}", line
+    if error["type"] == "missing":
+        return f"missing required field {dotted!r}", line
+    message = error["msg"].removeprefix("Value error, ")
+    return f"invalid {dotted}: {message}", line
+
+
+def _model_for(loc: Sequence[Any]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = CaseSpec
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        annotation = model.model_fields.get(str(part))
+        if annotation is None:
+            return None
+        model = _first_model(annotation.annotation)
+    return model
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

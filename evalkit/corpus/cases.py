@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from evalkit.corpus.case_spec import CaseSpec
+from evalkit.corpus.case_spec import CaseSpec, describe_validation
 from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_input import (
     find_yaml_files,
@@ -321,7 +321,7 @@ def _build_case(
         first = exc.errors()[0]
         if first["loc"][:1] == ("expect",) or first["type"] == "extra_forbidden":
             _check_expect(original, node, rel, line, case_id)  # its own message, if it is that
-        message, key_line = _describe_validation(exc, node, line)
+        message, key_line = describe_validation(exc, node, line)
         raise CorpusError(message, path=rel, line=key_line, case_id=case_id) from None
     resolve = _resolver(root, rel, case_id)
     scorers = []
@@ -463,44 +463,6 @@ def _resolver(root: Path, rel: str, case_id: str):
         return resolved
 
     return resolve
-
-
-def _describe_validation(exc: ValidationError, node: Any, case_line: int) -> tuple[str, int]:
-    error = exc.errors()[0]
-    loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-    dotted = ".".join(str(p) for p in loc) or "case"
-    dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."
-    line = node_line(node, loc) or case_line
-    if error["type"] == "extra_forbidden":
-        parent = _model_for(loc[:-1])
-        hint = _suggest(str(loc[-1]), parent.model_fields if parent else {})
-        return f"unknown field {dotted!r}{hint}", line
-    if error["type"] == "missing":
-        return f"missing required field {dotted!r}", line
-    message = error["msg"].removeprefix("Value error, ")
-    return f"invalid {dotted}: {message}", line
-
-
-def _model_for(loc: Sequence[Any]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = CaseSpec
-    for part in loc:
-        if isinstance(part, int) or model is None:
-            continue
-        annotation = model.model_fields.get(str(part))
-        if annotation is None:
-            return None
-        model = _first_model(annotation.annotation)
-    return model
-
-
-def _first_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _first_model(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def _seq_item_line(node: Any, key: str, position: int) -> int | None:
