@@ -30,7 +30,7 @@ from sklearn.metrics import confusion_matrix as sk_confusion
 from statsmodels.stats.proportion import proportion_confint
 
 from evalkit import stats
-from evalkit.compare import charts
+from evalkit.compare import judge_charts
 from evalkit.judges import agreement
 from evalkit.judges.agreement import (
     CalibrationRecord,
@@ -355,15 +355,19 @@ def test_calibration_record_round_trips_to_json() -> None:
 
 def test_agreement_charts_build() -> None:
     conf = confusion_matrix([1, 0, 2, 2], [1, 2, 2, 0], labels=(1, 0, 2))
-    heat = charts.confusion_heatmap(conf).to_dict()
+    heat = judge_charts.confusion_heatmap(conf).to_dict()
     assert heat["layer"][0]["encoding"]["x"]["sort"] == ["1", "0", "2"]
     df = pl.DataFrame({"h": [1, 2, 2, 1], "j": [1, 2, 1, 1], "s": ["a", "a", "b", "b"]})
-    assert "layer" in charts.agreement_by_slice(slice_agreement(df, "h", "j", "s")).to_dict()
+    assert "layer" in judge_charts.agreement_by_slice(slice_agreement(df, "h", "j", "s")).to_dict()
     orders = order_by_slice(df.with_columns(pl.col("j").alias("k")), "h", "j", "k", "s")
-    assert "layer" in charts.order_consistency(orders).to_dict()
+    assert "layer" in judge_charts.order_consistency(orders).to_dict()
     finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
-    for fn in (charts.confusion_heatmap, charts.agreement_by_slice, charts.order_consistency):
-        for test in finder.find(fn, globs={"pl": pl, **vars(charts)}):
+    for fn in (
+        judge_charts.confusion_heatmap,
+        judge_charts.agreement_by_slice,
+        judge_charts.order_consistency,
+    ):
+        for test in finder.find(fn, globs={"pl": pl, **vars(judge_charts)}):
             runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
 
