@@ -317,8 +317,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_rescore(args: argparse.Namespace) -> int:
     from evalkit.corpus.cases import load_corpus
     from evalkit.corpus.suite import load_suite
+    from evalkit.run.judging import judge_client
     from evalkit.run.rescore import rescore_run
-    from evalkit.run.runner import judge_client
     from evalkit.scorers.registry import JUDGE
     from evalkit.store import open_store
 

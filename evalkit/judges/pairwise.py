@@ -279,7 +279,7 @@ def judge_pairs(
     Raises:
         EvalkitError: unknown run, missing rubric, no ``judge:`` in the suite, no paired case.
     """
-    from evalkit.run.runner import judge_client
+    from evalkit.run.judging import judge_client
 
     base_id, cand_id = store.resolve_run(base), store.resolve_run(cand)
     rubric = resolve_rubric(rubric_path, suite.root)

@@ -27,18 +27,19 @@ from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.messages import render_messages
 from evalkit.corpus.suite import Suite
-from evalkit.errors import ConfigError, EvalkitError, ProviderError, StoreError
+from evalkit.errors import EvalkitError, ProviderError, StoreError
 from evalkit.fixtures import FixtureMiss, serve_tool_call
 from evalkit.records import ChatRequest, Completion, Output, Provider, Score, ToolCall
 from evalkit.retries import CallStats, RateLimiter, RetryPolicy, complete_with_retries
-from evalkit.run.cache import CachedProvider, cache_key, system_cache_identity
+from evalkit.run.cache import cache_key, system_cache_identity
 from evalkit.run.caveats import config_warnings, result_warnings
+from evalkit.run.judging import make_judge
 from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
 from evalkit.run.summary import RunSummary, SessionCounts, summarize
 from evalkit.run.writer import BatchWriter
 from evalkit.scorers.judge_client import JudgeClient
-from evalkit.scorers.registry import EXECUTABLE, JUDGE
+from evalkit.scorers.registry import EXECUTABLE
 from evalkit.store import Store, initial_scoring_id, new_run_id
 
 __all__ = [
@@ -47,8 +48,6 @@ __all__ = [
     "RunSummary",
     "execute_work",
     "first_request_keys",
-    "judge_client",
-    "make_judge",
     "run_suite",
 ]
 
@@ -481,42 +480,6 @@ async def execute_work(
         retries=execution.call_stats.retries,
         cache_hits=execution.cache_hits,
         wall_s=time.perf_counter() - started,
-    )
-
-
-def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> JudgeClient | None:
-    """The run's judge client (cached), or None when no case uses a judge scorer.
-
-    Raises:
-        ConfigError: a case uses a judge scorer but the suite config has no ``judge:``.
-    """
-    if not any(s.tier == JUDGE for case in corpus.cases for s in case.scorers):
-        return None
-    if suite.config.judge is None:
-        raise ConfigError(
-            f"{suite.path}: cases use the judge scorer but the suite has no judge: section "
-            "(judge: {model: ..., base_url: ...})"
-        )
-    return judge_client(suite, store, use_cache)
-
-
-def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeClient:
-    """The suite's judge (``judge:`` in evalkit.yaml) behind the response cache.
-
-    Raises:
-        ConfigError: the suite config has no ``judge:`` section.
-    """
-    config = suite.config.judge
-    if config is None:
-        raise ConfigError(f"{suite.path}: no judge: section (judge: {{model: ..., base_url: ...}})")
-    identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": config.base_url}
-    provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
-    return JudgeClient(
-        provider,
-        config.model,
-        max_retries=config.max_retries,
-        max_retry_after_s=config.max_retry_after_s,
-        snapshot=config.snapshot or config.model,  # as the manifest records it
     )
 
 

@@ -28,8 +28,9 @@ from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
+from evalkit.run.judging import make_judge
 from evalkit.run.providers import make_provider
-from evalkit.run.runner import RunOptions, execute_work, make_judge
+from evalkit.run.runner import RunOptions, execute_work
 from evalkit.run.shards import (
     DEFAULT_CHUNK_SIZE,
     Chunk,

@@ -1,0 +1,54 @@
+"""The run's model judge: the suite's pinned ``judge:`` behind the response cache, with the
+same retries and bounded waits as the system under test."""
+
+from __future__ import annotations
+
+from evalkit.corpus.cases import Corpus
+from evalkit.corpus.suite import Suite
+from evalkit.errors import ConfigError
+from evalkit.redact import strip_userinfo
+from evalkit.run.cache import CachedProvider
+from evalkit.run.providers import make_provider
+from evalkit.scorers.judge_client import JudgeClient
+from evalkit.scorers.registry import JUDGE
+from evalkit.store import Store
+
+__all__ = ["judge_client", "make_judge"]
+
+
+def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> JudgeClient | None:
+    """The run's judge client (cached), or None when no case uses a judge scorer.
+
+    Raises:
+        ConfigError: a case uses a judge scorer but the suite config has no ``judge:``.
+    """
+    if not any(s.tier == JUDGE for case in corpus.cases for s in case.scorers):
+        return None
+    if suite.config.judge is None:
+        raise ConfigError(
+            f"{suite.path}: cases use the judge scorer but the suite has no judge: section "
+            "(judge: {model: ..., base_url: ...})"
+        )
+    return judge_client(suite, store, use_cache)
+
+
+def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeClient:
+    """The suite's judge (``judge:`` in evalkit.yaml) behind the response cache.
+
+    Raises:
+        ConfigError: the suite config has no ``judge:`` section.
+    """
+    config = suite.config.judge
+    if config is None:
+        raise ConfigError(f"{suite.path}: no judge: section (judge: {{model: ..., base_url: ...}})")
+    # The cache identity never carries a password from the judge's base_url.
+    base_url = strip_userinfo(config.base_url) if config.base_url else None
+    identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": base_url}
+    provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
+    return JudgeClient(
+        provider,
+        config.model,
+        max_retries=config.max_retries,
+        max_retry_after_s=config.max_retry_after_s,
+        snapshot=config.snapshot or config.model,  # as the manifest records it
+    )
