@@ -1,5 +1,10 @@
 """The DuckDB store: schema, batched writes, and read helpers that return Polars frames.
 
+It is one class over one connection and one writer lock, so its core reads and writes stay
+together here (~500 lines); the judges' tables, the people's decisions and the secret scrubbing
+live in :mod:`~evalkit.store.judgments`, :mod:`~evalkit.store.decisions` and
+:mod:`~evalkit.store.scrub`.
+
 Only this module writes SQL. Writes are batched (one Arrow append per table per flush, inside one
 transaction), so a crash loses at most the batch in flight and never leaves half a batch behind.
 
