@@ -8,9 +8,9 @@ import socket
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pytest
@@ -18,6 +18,9 @@ import pytest
 from evalkit.records import Output, Score
 from evalkit.scorers import executable
 from evalkit.scorers.registry import SCORERS, Scorer, ScorerArgError, build_scorer
+
+if TYPE_CHECKING:  # the fixture's type (tests/scorers/conftest.py)
+    from conftest import Listener
 
 TESTS = textwrap.dedent(
     """\
@@ -124,27 +127,6 @@ def test_the_code_runs_in_a_fresh_temp_dir_that_is_removed_afterwards() -> None:
 # --- python_tests: the sandbox contains hostile code, and the run goes on ------------------------
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.setblocking(False)
-    yield server
-    server.close()
-
-
-def _connections(server: socket.socket) -> int:
-    count = 0
-    while True:
-        try:
-            client, _ = server.accept()
-        except BlockingIOError:
-            return count
-        client.close()
-        count += 1
-
-
 def test_infinite_loop_times_out_and_the_run_goes_on() -> None:
     scorer = python_scorer()
     started = time.monotonic()
@@ -173,8 +155,8 @@ def test_memory_hog_hits_the_limit_and_the_run_goes_on(hog: str) -> None:
     assert score(scorer, GOOD).passed
 
 
-def test_network_is_blocked_before_connecting_and_the_run_goes_on(listener: socket.socket) -> None:
-    port = listener.getsockname()[1]
+def test_network_is_blocked_before_connecting_and_the_run_goes_on(listener: Listener) -> None:
+    port = listener.port
     code = textwrap.dedent(
         f"""\
         import socket
@@ -192,10 +174,10 @@ def test_network_is_blocked_before_connecting_and_the_run_goes_on(listener: sock
     result = score(scorer, code)
     assert not result.passed
     assert result.reason == f"network access blocked: socket.connect 127.0.0.1:{port}"
-    assert _connections(listener) == 0  # the connect never happened
+    assert listener.connections() == 0  # the connect never happened
     socket.create_connection(("127.0.0.1", port), timeout=1).close()  # control: it would show
     time.sleep(0.05)
-    assert _connections(listener) == 1
+    assert listener.connections() == 1
     assert score(scorer, GOOD).passed
 
 
@@ -291,10 +273,10 @@ def test_ctypes_is_blocked() -> None:
 
 
 def test_hostile_cases_one_after_another_then_a_normal_case_passes(
-    tmp_path: Path, listener: socket.socket
+    tmp_path: Path, listener: Listener
 ) -> None:
     scorer = python_scorer(memory_mb=128)
-    port = listener.getsockname()[1]
+    port = listener.port
     hostile = [
         "while True:\n    pass\n",
         "x = bytearray(8 * 1024 ** 3)\n",
@@ -309,7 +291,7 @@ def test_hostile_cases_one_after_another_then_a_normal_case_passes(
         "write outside sandbox blocked",
     ]
     assert score(scorer, GOOD).passed
-    assert _connections(listener) == 0
+    assert listener.connections() == 0
     assert not (tmp_path / "x").exists()
 
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from evalkit.records import Output, Score
 from evalkit.scorers import sandbox
 from evalkit.scorers.registry import Scorer, build_scorer
+
+if TYPE_CHECKING:  # the fixture's type (tests/scorers/conftest.py)
+    from conftest import Listener
 
 TESTS = "def test_add():\n    assert add(1, 2) == 3\n"
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -52,27 +54,6 @@ def python_scorer(**args: object) -> Scorer:
 
 def score(scorer: Scorer, text: str) -> Score:
     return scorer(Output(text), None)
-
-
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.setblocking(False)
-    yield server
-    server.close()
-
-
-def _connections(server: socket.socket) -> int:
-    count = 0
-    while True:
-        try:
-            client, _ = server.accept()
-        except BlockingIOError:
-            return count
-        client.close()
-        count += 1
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -109,10 +90,10 @@ def test_fork_exec_spawns_inside_and_the_setsid_grandchild_is_gone(tmp_path: Pat
 
 
 def test_clearing_the_hook_from_a_frame_then_spawning_and_connecting_is_contained(
-    tmp_path: Path, listener: socket.socket
+    tmp_path: Path, listener: Listener
 ) -> None:
     mark = tmp_path / "system"
-    port = listener.getsockname()[1]
+    port = listener.port
     code = textwrap.dedent(
         f"""\
         import sys, os, socket
@@ -141,7 +122,7 @@ def test_clearing_the_hook_from_a_frame_then_spawning_and_connecting_is_containe
     )
     score(python_scorer(), code + GOOD)
     assert not mark.exists()
-    assert _connections(listener) == 0
+    assert listener.connections() == 0
 
 
 def test_mknod_mkfifo_and_dir_fd_writes_outside_are_contained(tmp_path: Path) -> None:
