@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,9 @@ def build_scorer(
         ScorerArgError: arguments the factory does not accept (message says which).
     """
     definition = SCORERS[name]
+    key = _shared_key(definition, args)
+    if key is not None and (shared := _SHARED.get(key)) is not None:
+        return shared
     bound = dict(args)
     file_hashes: dict[str, str] = {}
     for arg in definition.files:
@@ -156,7 +160,35 @@ def build_scorer(
         raise
     except (TypeError, ValueError) as exc:
         raise ScorerArgError(f"bad args for scorer {name!r}: {exc}") from None
-    return Scorer(name, dict(args), fn, definition.tier, file_hashes, definition.threaded)
+    built = Scorer(name, dict(args), fn, definition.tier, file_hashes, definition.threaded)
+    if key is not None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[key] = built
+    return built
+
+
+#: Bound built-in deterministic scorers without file arguments, shared by every case that
+#: names the same scorer with the same arguments: a corpus repeats a few ``expect`` entries
+#: over thousands of cases, and each bound copy cost a signature check and ~1 KiB per case.
+_SHARED: dict[tuple[ScorerDef, str], Scorer] = {}
+_SHARED_MAX = 4096
+
+
+def _shared_key(definition: ScorerDef, args: dict[str, Any]) -> tuple[ScorerDef, str] | None:
+    """The sharing key, or None for a scorer that is built anew each time: one from outside
+    evalkit (it may keep state), a model-judged, executable or similarity one, or one reading
+    files. The arguments' exact JSON (order and number types kept) is part of the key."""
+    if (
+        definition.tier != DETERMINISTIC
+        or not definition.factory.__module__.startswith("evalkit.scorers.")
+        or any(arg in args for arg in definition.files)
+    ):
+        return None
+    try:
+        return definition, json.dumps(args)
+    except (TypeError, ValueError):
+        return None
 
 
 def _file_sha256(path: Path) -> str:

@@ -14,18 +14,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-# jsonschema imports the optional rfc3987_syntax (a Lark grammar built at import: 2-5 s here)
-# only to check the "iri" format, which this scorer never asserts (formats are annotations, see
-# json_schema). Marking it unavailable keeps every `evalkit` command and notebook kernel fast.
-sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-import jsonschema  # noqa: E402
-import yaml  # noqa: E402
-from jsonschema.exceptions import best_match  # noqa: E402
+import yaml
 
-from evalkit.records import Output, Score  # noqa: E402
-from evalkit.scorers.deterministic import (  # noqa: E402  (the helpers every deterministic scorer shares)
+from evalkit.records import Output, Score
+from evalkit.scorers.deterministic import (  # the helpers every deterministic scorer shares
     _MISSING,
     _check_field_name,
     _check_json_value,
@@ -43,7 +38,10 @@ from evalkit.scorers.deterministic import (  # noqa: E402  (the helpers every de
     _text,
     _want,
 )
-from evalkit.scorers.registry import ScoreFn, ScorerArgError, check, scorer  # noqa: E402
+from evalkit.scorers.registry import ScoreFn, ScorerArgError, check, scorer
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 @scorer("json_valid")
@@ -67,6 +65,7 @@ def json_schema(schema: Path) -> ScoreFn:
     """
     _want("json_schema", "schema", schema, (str, Path), "a file path")
     validator = _load_validator(Path(schema))
+    best_match = _jsonschema().exceptions.best_match
 
     @_fail_without_value
     def score(output: Output, case: object) -> Score:
@@ -179,7 +178,25 @@ def numeric_close(
     return score
 
 
+def _jsonschema() -> ModuleType:
+    """jsonschema, imported when a ``json_schema`` scorer is first bound (~20 ms, ~3 MiB that a
+    corpus without one never pays).
+
+    jsonschema imports the optional rfc3987_syntax (a Lark grammar built at import: 2-5 s here)
+    only to check the "iri" format, which this scorer never asserts (formats are annotations,
+    see json_schema). Marking it unavailable keeps every `evalkit` command and notebook kernel
+    fast.
+    """
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+    import jsonschema
+    import jsonschema.exceptions
+    import jsonschema.validators
+
+    return jsonschema
+
+
 def _load_validator(path: Path) -> jsonschema.protocols.Validator:
+    jsonschema = _jsonschema()
     is_yaml = path.suffix.lower() in (".yaml", ".yml")
     try:
         text = path.read_text(encoding="utf-8")
