@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 
 from evalkit.cli import main
@@ -58,8 +57,6 @@ def test_a_tier_run_warns_about_critical_tags_it_cannot_gate(
     assert "critical tag 'billing' has 3 case(s) in this selection" in err
 
 
-@pytest.mark.parametrize("tags", [["billing"], []])
-def test_the_full_corpus_policy_passes_lint(tags: list[str], capsys) -> None:
+def test_the_demo_corpus_policy_passes_lint(capsys) -> None:
     args = ["cases", "lint", "--config", str(REPO / "corpus" / "evalkit.yaml")]
     assert main(args) == 0, capsys.readouterr().err
-    assert tags is not None
