@@ -242,8 +242,20 @@ def _named(ids: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
+def _first_cause(errors: pl.DataFrame | None) -> dict[str, str]:
+    """Each errored case's first stored error (``errors``: the candidate's outputs)."""
+    if errors is None or errors.is_empty():
+        return {}
+    failed = errors.filter(pl.col("error").is_not_null())
+    first = failed.group_by("case_id", maintain_order=True).first()
+    return dict(first.select("case_id", "error").iter_rows())
+
+
 def _evidence(
-    paired: pl.DataFrame, policy: GatePolicy, errors: pl.DataFrame | None
+    paired: pl.DataFrame,
+    policy: GatePolicy,
+    errors: pl.DataFrame | None,
+    by_case: Mapping[str, str],
 ) -> list[Finding]:
     """Tier 0: what the gate could not see. Errored candidate cases in a critical tag, more
     errored outputs than ``max_error_rate``, or no paired case at all make it UNVERIFIED."""
@@ -255,10 +267,8 @@ def _evidence(
         failed = errors.filter(pl.col("error").is_not_null())
         n_outputs, n_errored = errors.height, failed.height
         causes = top_causes(failed["error"].to_list())
-        by_case = dict(failed.group_by("case_id", maintain_order=True).first()
-                       .select("case_id", "error").iter_rows())  # fmt: skip
     else:
-        n_outputs, n_errored, causes, by_case = paired.height, errored.height, [], {}
+        n_outputs, n_errored, causes = paired.height, errored.height, []
     out = []
     for tag in policy.critical_tags:
         ids = errored.filter(pl.col("tags").list.contains(tag))["case_id"].to_list()
@@ -377,13 +387,9 @@ def decide(
         budgets_observed = usage_means(paired.select(**cols)) if cols else {}
     table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.interval_level())
     states, critical = _critical(table, policy, paired, counts)
-    causes: dict[str, str] = {}
-    if errors is not None and errors.height:
-        failed = errors.filter(pl.col("error").is_not_null())
-        causes = dict(failed.group_by("case_id", maintain_order=True).first()
-                      .select("case_id", "error").iter_rows())  # fmt: skip
+    causes = _first_cause(errors)
     findings = [
-        *_evidence(paired, policy, errors),
+        *_evidence(paired, policy, errors, causes),
         *_must_pass(paired, flakes or {}, causes),
         *critical,
         *_others(table, paired, policy),
