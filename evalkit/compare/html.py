@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from evalkit.compare import tables
+from evalkit.compare.decision import STOPPING
 from evalkit.compare.formatting import describe_statistic
 from evalkit.compare.report import (
-    STOPPING,
     CaseDetail,
     Report,
     ScorerNote,

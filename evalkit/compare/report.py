@@ -43,8 +43,6 @@ _USAGE_COLS = ("metric", "baseline", "candidate", "change")
 #: Each gate status and its colour; any other status string renders in the last one.
 STATUS_COLORS = {"PASSED": "green", "BLOCKED": "red", "UNVERIFIED": "dark_orange",
                  "PASSED WITH OVERRIDE": "yellow", "COMPARE": "blue"}  # fmt: skip
-#: Severities that stop the gate (``evalkit.compare.gate``: blocks and missing evidence).
-STOPPING = ("block", "unverified")
 
 
 @dataclass(frozen=True)
@@ -116,11 +114,7 @@ class Report:
 
     def stopping(self) -> tuple[Any, ...]:
         """The findings that stop the gate (blocking or unverified), in the gate's order."""
-        return (
-            tuple(f for f in self.decision.findings if f.severity in STOPPING)
-            if self.decision
-            else ()
-        )
+        return self.decision.blocking() if self.decision else ()
 
 
 def _input_text(raw: str | None) -> str:
