@@ -315,6 +315,7 @@ def test_a_node_removed_mid_run_loses_and_duplicates_nothing(
         (worker,) = list(ray_cluster.cluster.worker_nodes)
         _wait_for_a_task_on(worker, busy_s=0.4, timeout=60)  # lose it mid-chunk
         ray_cluster.cluster.remove_node(worker)  # its tasks die; Ray runs them again elsewhere
+        assert worker not in ray_cluster.cluster.worker_nodes  # the loss really happened
         driver.join(180)
         ray_cluster.add_worker()  # two nodes again for the tests after this one
         counts = server.stats()["by_content"]
@@ -324,8 +325,11 @@ def test_a_node_removed_mid_run_loses_and_duplicates_nothing(
         assert main(["merge", "lost-node", "--parts", str(root.base), "--db", str(db)]) == 0
     outputs, distinct, scores, distinct_scores = exactly_once(db, "lost-node")
     assert outputs == distinct == 91 and scores == distinct_scores
+    # Only the chunks in flight on the lost node are asked again. None may be, when the node
+    # went while its task was still starting (busy, but before its first request): a timing
+    # CI hit once, so the bound is an upper one.
     asked_twice = sum(n - 1 for n in counts.values() if n > 1)
-    assert 0 < asked_twice <= in_flight * chunk * 4  # lost mid-chunk: asked again, only those
+    assert asked_twice <= in_flight * chunk * 4
 
 
 def test_a_killed_driver_resumes_and_merges_each_case_once(
