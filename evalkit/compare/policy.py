@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalkit import stats
 from evalkit.corpus.cases import MIN_CRITICAL_CASES
 from evalkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 MAX_CRITICAL_TAGS = 4
 
@@ -173,6 +175,8 @@ def is_partial(selection: Mapping[str, Any] | None) -> bool:
 
 def tag_counts(frame: pl.DataFrame) -> dict[str, int]:
     """Cases per tag in a frame with a ``tags`` list column (sealed cases left out)."""
+    import polars as pl  # here, not at the top: `evalkit run` checks its policy without Polars
+
     if "sealed" in frame.columns:
         frame = frame.filter(~pl.col("sealed").fill_null(False))
     counts = frame.select(pl.col("tags").explode()).drop_nulls().group_by("tags").len()

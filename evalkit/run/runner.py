@@ -212,7 +212,12 @@ async def run_suite_async(
 
 def _resumed_cases(store: Store, run_id: str, corpus: Corpus) -> Corpus:
     """The run's own cases from ``corpus``; refused when one of them is no longer there."""
-    stored = store.cases(run_id)["case_id"].to_list()
+    stored = [
+        row["case_id"]
+        for row in store.records(
+            "SELECT case_id FROM cases WHERE run_id = ? ORDER BY case_id", [run_id]
+        )
+    ]
     present = {case.id for case in corpus.cases}
     missing = [case_id for case_id in stored if case_id not in present]
     if missing:

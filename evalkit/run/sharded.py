@@ -69,9 +69,11 @@ class PartSink:
     def cache_put(self, entries: dict[str, str]) -> None:
         self._new_cache.update(entries)
 
-    def write_results(self, outputs: pl.DataFrame, scores: pl.DataFrame) -> None:
-        self._outputs.append(outputs)
-        self._scores.append(scores)
+    def write_results(self, outputs: dict[str, list[Any]], scores: dict[str, list[Any]]) -> None:
+        # The runner's batches are column lists (the store's insert takes them as they are);
+        # a chunk's parts are Parquet, so here they become frames.
+        self._outputs.append(pl.DataFrame(outputs, schema=OUTPUT_SCHEMA))
+        self._scores.append(pl.DataFrame(scores, schema=SCORE_SCHEMA))
 
     def reopen(self, wait_s: float = 0.0) -> bool:
         return True

@@ -97,7 +97,7 @@ def summarize(
 ) -> RunSummary:
     """The whole run's figures from the store, with this session's counters."""
     scoring_id = initial_scoring_id(run_id)
-    totals = store.query(
+    (totals,) = store.records(
         "WITH s AS (SELECT case_id, replay, bool_or(error) AS serr, bool_and(passed) AS ok "
         "  FROM scores WHERE run_id = ? AND scoring_id = ? GROUP BY case_id, replay), "
         "o AS (SELECT o.*, o.error IS NOT NULL OR coalesce(s.serr, false) AS errored, "
@@ -112,7 +112,7 @@ def summarize(
         "coalesce(sum(cost_usd) FILTER (WHERE cached), 0) AS cost_cached, "
         "coalesce(avg(latency_ms), 0) AS lat FROM o",
         [run_id, scoring_id, run_id],
-    ).row(0, named=True)
+    )
     outputs, errored, passed = int(totals["n"]), int(totals["errored"]), int(totals["passed"])
     cost, cost_cached = float(totals["cost"]), float(totals["cost_cached"])
     return RunSummary(
@@ -145,7 +145,7 @@ def summarize(
 
 def error_causes(store: Store, run_id: str, top: int = TOP_CAUSES) -> tuple[ErrorCause, ...]:
     """The most frequent causes of errored outputs: the system's errors, then scorer errors."""
-    rows = store.query(
+    rows = store.records(
         "SELECT cause, count(*) AS n FROM ("
         "  SELECT error AS cause FROM outputs WHERE run_id = ? AND error IS NOT NULL "
         "  UNION ALL SELECT 'scorer ' || scorer || ': ' || coalesce(reason, '') FROM scores "
@@ -153,4 +153,4 @@ def error_causes(store: Store, run_id: str, top: int = TOP_CAUSES) -> tuple[Erro
         "GROUP BY cause ORDER BY n DESC, cause LIMIT ?",
         [run_id, run_id, initial_scoring_id(run_id), top],
     )
-    return tuple(ErrorCause(r["cause"], int(r["n"])) for r in rows.iter_rows(named=True))
+    return tuple(ErrorCause(r["cause"], int(r["n"])) for r in rows)

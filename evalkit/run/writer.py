@@ -12,11 +12,9 @@ import datetime as dt
 import json
 from typing import Any
 
-import polars as pl
-
 from evalkit.corpus.cases import Case
 from evalkit.records import Output, Score
-from evalkit.store import OUTPUT_SCHEMA, REOPEN_WAIT_S, SCORE_SCHEMA, Store
+from evalkit.store import OUTPUT_COLUMNS, REOPEN_WAIT_S, SCORE_COLUMNS, Store
 
 
 class BatchWriter:
@@ -28,8 +26,8 @@ class BatchWriter:
         self.store = store
         self.flush_rows = flush_rows
         self.interval_s = interval_s
-        self.outputs: dict[str, list[Any]] = {name: [] for name in OUTPUT_SCHEMA}
-        self.scores: dict[str, list[Any]] = {name: [] for name in SCORE_SCHEMA}
+        self.outputs: dict[str, list[Any]] = {name: [] for name in OUTPUT_COLUMNS}
+        self.scores: dict[str, list[Any]] = {name: [] for name in SCORE_COLUMNS}
         self.cache_entries: dict[str, str] = {}
         self.pending = 0
         self.written = 0
@@ -112,8 +110,8 @@ class BatchWriter:
     def _take(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]:
         """Hand the pending rows over to a write (on the event loop: `add` never sees half)."""
         batch = self.outputs, self.scores, self.cache_entries
-        self.outputs = {name: [] for name in OUTPUT_SCHEMA}
-        self.scores = {name: [] for name in SCORE_SCHEMA}
+        self.outputs = {name: [] for name in OUTPUT_COLUMNS}
+        self.scores = {name: [] for name in SCORE_COLUMNS}
         self.cache_entries = {}
         self.written += self.pending
         self.pending = 0
@@ -126,9 +124,7 @@ class BatchWriter:
         # Cache entries first: if we die between the two, a resume re-uses the answer rather
         # than asking again; outputs and scores of a batch land together or not at all.
         self.store.cache_put(entries)
-        self.store.write_results(
-            pl.DataFrame(outputs, schema=OUTPUT_SCHEMA), pl.DataFrame(scores, schema=SCORE_SCHEMA)
-        )
+        self.store.write_results(outputs, scores)
         self.store.release()
 
     async def run_periodic(self) -> None:

@@ -1,5 +1,6 @@
 """The DuckDB store, the ground floor of evalkit: it records runs, outputs, scores, labels and
-calibrations and returns Polars frames. It imports nothing above it (a test checks).
+calibrations and returns Polars frames. It imports nothing above it (a test checks), and
+importing it does not import Polars: a run writes and summarises without it.
 
 Examples:
     >>> store = open_store("data/evalkit.duckdb")          # doctest: +SKIP
@@ -17,22 +18,24 @@ from evalkit.store.db import (
     new_run_id,
     open_store,
 )
-from evalkit.store.schema import (
-    CALIBRATION_SCHEMA,
-    HUMAN_LABEL_SCHEMA,
-    OUTPUT_SCHEMA,
-    PAIRWISE_SCHEMA,
-    SCORE_SCHEMA,
-)
+from evalkit.store.schema import OUTPUT_COLUMNS, SCORE_COLUMNS
+
+#: The Polars schemas, imported from :mod:`evalkit.store.schema` on first use: importing the
+#: store must not import Polars (the run path writes without it).
+_POLARS_SCHEMAS = (
+    "CALIBRATION_SCHEMA", "HUMAN_LABEL_SCHEMA", "OUTPUT_SCHEMA", "PAIRWISE_SCHEMA", "SCORE_SCHEMA"
+)  # fmt: skip
 
 __all__ = [
     "CALIBRATION_SCHEMA",
     "DEFAULT_DB",
     "HUMAN_LABEL_SCHEMA",
+    "OUTPUT_COLUMNS",
     "OUTPUT_SCHEMA",
     "PAIRWISE_SCHEMA",
     "READ_RETRY_S",
     "REOPEN_WAIT_S",
+    "SCORE_COLUMNS",
     "SCORE_SCHEMA",
     "RunRef",
     "Store",
@@ -41,3 +44,11 @@ __all__ = [
     "new_run_id",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _POLARS_SCHEMAS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from evalkit.store import schema
+
+    return getattr(schema, name)

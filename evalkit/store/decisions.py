@@ -8,12 +8,11 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import polars as pl
-
 from evalkit.errors import StoreError
 
 if TYPE_CHECKING:
     import duckdb
+    import polars as pl
 
 
 def _now() -> dt.datetime:
@@ -55,6 +54,8 @@ class DecisionRecords:
             "cand_run_id = ? ORDER BY created_at",
             [base_run_id, cand_run_id],
         )
+        import polars as pl
+
         keys = [json.loads(f) if f else [] for f in frame["findings"]]
         return frame.with_columns(pl.Series("findings", keys, dtype=pl.List(pl.String)))
 
@@ -81,6 +82,8 @@ class DecisionRecords:
 
     def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
         """The run id promoted last for ``suite`` (and ``tier``; None = the full suite)."""
+        import polars as pl
+
         rows = self.baselines(suite).filter(
             pl.col("tier").is_null() if tier is None else pl.col("tier") == tier
         )

@@ -7,12 +7,11 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
-from evalkit.store.schema import CALIBRATION_SCHEMA, HUMAN_LABEL_SCHEMA, PAIRWISE_SCHEMA
+from evalkit.store import schema
 
 if TYPE_CHECKING:
     import duckdb
+    import polars as pl
 
 
 def _now() -> dt.datetime:
@@ -28,6 +27,7 @@ class JudgmentRecords:
     _append: Callable[[str, pl.DataFrame], None]
     _transaction: Callable[[], Any]
     _has_table: Callable[[str], bool]
+    records: Callable[..., list[dict[str, Any]]]
 
     def save_human_labels(self, labels: pl.DataFrame) -> int:
         """Store human labels (the :data:`HUMAN_LABEL_SCHEMA` columns but ``imported_at``);
@@ -36,9 +36,11 @@ class JudgmentRecords:
         A label replaces a stored one with the same (case_id, output_hash, rater, scorer), so
         importing a file twice stores each label once (the newer value wins).
         """
-        columns = [c for c in HUMAN_LABEL_SCHEMA if c != "imported_at"]
+        import polars as pl
+
+        columns = [c for c in schema.HUMAN_LABEL_SCHEMA if c != "imported_at"]
         frame = labels.select(
-            *(pl.col(c).cast(HUMAN_LABEL_SCHEMA[c]) for c in columns),
+            *(pl.col(c).cast(schema.HUMAN_LABEL_SCHEMA[c]) for c in columns),
             pl.lit(_now()).dt.cast_time_unit("us").alias("imported_at"),
         )
         same = (
@@ -60,8 +62,10 @@ class JudgmentRecords:
 
     def human_labels(self, scorer: str | None = None) -> pl.DataFrame:
         """Stored human labels (only ``scorer``'s when given), in import order."""
+        import polars as pl
+
         if not self._has_table("human_labels"):
-            return pl.DataFrame(schema=HUMAN_LABEL_SCHEMA)
+            return pl.DataFrame(schema=schema.HUMAN_LABEL_SCHEMA)
         where, params = ("WHERE scorer = ?", [scorer]) if scorer else ("", [])
         return self._frame(
             f"SELECT * FROM human_labels {where} "
@@ -72,14 +76,18 @@ class JudgmentRecords:
     def save_calibration(self, row: dict[str, Any]) -> None:
         """Store a judge calibration row (``Calibration.to_row()``, the CALIBRATION_SCHEMA
         columns)."""
-        frame = pl.DataFrame([row], schema=CALIBRATION_SCHEMA)
+        import polars as pl
+
+        frame = pl.DataFrame([row], schema=schema.CALIBRATION_SCHEMA)
         with self._transaction():
             self._append("calibrations", frame)
 
     def calibrations(self) -> pl.DataFrame:
         """Every calibration record, oldest first (the gate uses the latest per judge+rubric)."""
+        import polars as pl
+
         if not self._has_table("calibrations"):
-            return pl.DataFrame(schema=CALIBRATION_SCHEMA)
+            return pl.DataFrame(schema=schema.CALIBRATION_SCHEMA)
         return self._frame("SELECT * FROM calibrations ORDER BY created_at")
 
     def latest_calibration_row(self, judge_model: str, rubric_hash: str) -> dict[str, Any] | None:
@@ -87,18 +95,20 @@ class JudgmentRecords:
         turns it into a record: :func:`evalkit.judges.calibration.latest_calibration`)."""
         if not self._has_table("calibrations"):
             return None
-        rows = self._frame(
+        rows = self.records(
             "SELECT * FROM calibrations WHERE judge_model = ? AND rubric_hash = ? "
             "ORDER BY created_at DESC LIMIT 1",
             [judge_model, rubric_hash],
         )
-        return rows.row(0, named=True) if rows.height else None
+        return rows[0] if rows else None
 
     def save_pairwise_judgments(self, judgments: pl.DataFrame) -> None:
         """Store pairwise judge verdicts (the :data:`PAIRWISE_SCHEMA` columns). They replace the
         stored ones of the same (base run, candidate run, judge model, rubric hash)."""
+        import polars as pl
+
         frame = judgments.select(
-            [pl.col(c).cast(t) for c, t in PAIRWISE_SCHEMA.items() if c != "created_at"]
+            [pl.col(c).cast(t) for c, t in schema.PAIRWISE_SCHEMA.items() if c != "created_at"]
         ).with_columns(pl.lit(_now()).dt.cast_time_unit("us").alias("created_at"))
         keys = frame.select("base_run_id", "cand_run_id", "judge_model", "rubric_hash").unique()
         with self._transaction():
@@ -119,8 +129,10 @@ class JudgmentRecords:
         rubric_hash: str | None = None,
     ) -> pl.DataFrame:
         """Stored pairwise verdicts, filtered by whichever arguments are given."""
+        import polars as pl
+
         if not self._has_table("pairwise_judgments"):
-            return pl.DataFrame(schema=PAIRWISE_SCHEMA)
+            return pl.DataFrame(schema=schema.PAIRWISE_SCHEMA)
         filters = {
             "base_run_id": base_run_id,
             "cand_run_id": cand_run_id,

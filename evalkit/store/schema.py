@@ -1,8 +1,22 @@
-"""The store's tables: the DuckDB DDL and the Polars schemas of the frames that are written."""
+"""The store's tables: the DuckDB DDL, each written table's columns with their DuckDB types, and
+the same as Polars schemas (``OUTPUT_SCHEMA`` ...) for the frames that read or write them.
+
+The column types are plain strings so the run path can write without importing Polars (about
+35 MiB and 0.1 s of start-up); the Polars schemas are built from them on first use.
+
+Examples:
+    >>> OUTPUT_COLUMNS["replay"]
+    'INTEGER'
+    >>> OUTPUT_SCHEMA["created_at"]
+    Datetime(time_unit='us', time_zone='UTC')
+"""
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
 
 DDL = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -69,84 +83,141 @@ CREATE TABLE IF NOT EXISTS pairwise_judgments (
 );
 """
 
-OUTPUT_SCHEMA: dict[str, pl.DataType] = {
-    "run_id": pl.String,
-    "case_id": pl.String,
-    "replay": pl.Int32,
-    "text": pl.String,
-    "tool_calls": pl.String,
-    "steps": pl.Int32,
-    "error": pl.String,
-    "fail_reason": pl.String,
-    "latency_ms": pl.Float64,
-    "prompt_tokens": pl.Int64,
-    "completion_tokens": pl.Int64,
-    "cost_usd": pl.Float64,
-    "cached": pl.Boolean,
-    "request_hash": pl.String,
-    "model": pl.String,
-    "created_at": pl.Datetime("us", "UTC"),
+#: The cases a run executes (written once, when the run starts).
+CASE_COLUMNS: dict[str, str] = {
+    "run_id": "VARCHAR",
+    "case_id": "VARCHAR",
+    "case_hash": "VARCHAR",
+    "tags": "VARCHAR[]",
+    "criticality": "VARCHAR",
+    "sealed": "BOOLEAN",
+    "input": "VARCHAR",
+    "provenance": "VARCHAR",  # JSON
+    "source": "VARCHAR",  # file:line
+    "case_group": "VARCHAR",
 }
-SCORE_SCHEMA: dict[str, pl.DataType] = {
-    "run_id": pl.String,
-    "scoring_id": pl.String,
-    "case_id": pl.String,
-    "replay": pl.Int32,
-    "scorer": pl.String,
-    "scorer_index": pl.Int32,
-    "tier": pl.Int32,
-    "score": pl.Float64,
-    "passed": pl.Boolean,
-    "error": pl.Boolean,
-    "reason": pl.String,
-    "details": pl.String,  # JSON: judge reason/raw text, rubric hash, pairwise orders, ...
+CACHE_COLUMNS: dict[str, str] = {
+    "cache_key": "VARCHAR",
+    "response": "VARCHAR",
+    "created_at": "TIMESTAMPTZ",
+}
+OUTPUT_COLUMNS: dict[str, str] = {
+    "run_id": "VARCHAR",
+    "case_id": "VARCHAR",
+    "replay": "INTEGER",
+    "text": "VARCHAR",
+    "tool_calls": "VARCHAR",
+    "steps": "INTEGER",
+    "error": "VARCHAR",
+    "fail_reason": "VARCHAR",
+    "latency_ms": "DOUBLE",
+    "prompt_tokens": "BIGINT",
+    "completion_tokens": "BIGINT",
+    "cost_usd": "DOUBLE",
+    "cached": "BOOLEAN",
+    "request_hash": "VARCHAR",
+    "model": "VARCHAR",
+    "created_at": "TIMESTAMPTZ",
+}
+SCORE_COLUMNS: dict[str, str] = {
+    "run_id": "VARCHAR",
+    "scoring_id": "VARCHAR",
+    "case_id": "VARCHAR",
+    "replay": "INTEGER",
+    "scorer": "VARCHAR",
+    "scorer_index": "INTEGER",
+    "tier": "INTEGER",
+    "score": "DOUBLE",
+    "passed": "BOOLEAN",
+    "error": "BOOLEAN",
+    "reason": "VARCHAR",
+    "details": "VARCHAR",  # JSON: judge reason/raw text, rubric hash, pairwise orders, ...
 }
 #: Human labels (evalkit.judges.labels): one per (case_id or output_hash, rater, scorer).
-HUMAN_LABEL_SCHEMA: dict[str, pl.DataType] = {
-    "case_id": pl.String,
-    "output_hash": pl.String,
-    "rater": pl.String,
-    "label": pl.Int32,
-    "scorer": pl.String,
-    "source": pl.String,
-    "imported_at": pl.Datetime("us", "UTC"),
+HUMAN_LABEL_COLUMNS: dict[str, str] = {
+    "case_id": "VARCHAR",
+    "output_hash": "VARCHAR",
+    "rater": "VARCHAR",
+    "label": "INTEGER",
+    "scorer": "VARCHAR",
+    "source": "VARCHAR",
+    "imported_at": "TIMESTAMPTZ",
 }
 #: Judge calibration records (evalkit.judges.calibration): what lets a judge gate.
-CALIBRATION_SCHEMA: dict[str, pl.DataType] = {
-    "judge_model": pl.String,
-    "judge_snapshot": pl.String,
-    "rubric": pl.String,
-    "rubric_hash": pl.String,
-    "scorer": pl.String,
-    "n": pl.Int32,
-    "kappa": pl.Float64,
-    "kappa_lo": pl.Float64,
-    "kappa_hi": pl.Float64,
-    "weighted_kappa": pl.Float64,
-    "accuracy": pl.Float64,
-    "macro_f1": pl.Float64,
-    "alpha": pl.Float64,
-    "position_consistency": pl.Float64,
-    "created_at": pl.Datetime("us", "UTC"),
-    "run_id": pl.String,
-    "figures": pl.String,  # JSON: intervals, per-class report, confusion matrix, length bias
-    "judge_prompt": pl.String,
+CALIBRATION_COLUMNS: dict[str, str] = {
+    "judge_model": "VARCHAR",
+    "judge_snapshot": "VARCHAR",
+    "rubric": "VARCHAR",
+    "rubric_hash": "VARCHAR",
+    "scorer": "VARCHAR",
+    "n": "INTEGER",
+    "kappa": "DOUBLE",
+    "kappa_lo": "DOUBLE",
+    "kappa_hi": "DOUBLE",
+    "weighted_kappa": "DOUBLE",
+    "accuracy": "DOUBLE",
+    "macro_f1": "DOUBLE",
+    "alpha": "DOUBLE",
+    "position_consistency": "DOUBLE",
+    "created_at": "TIMESTAMPTZ",
+    "run_id": "VARCHAR",
+    "figures": "VARCHAR",  # JSON: intervals, per-class report, confusion matrix, length bias
+    "judge_prompt": "VARCHAR",
 }
 #: Pairwise judge verdicts (evalkit.judges.pairwise): 1 = base better, 2 = candidate better, 0 =
 #: tie.
-PAIRWISE_SCHEMA: dict[str, pl.DataType] = {
-    "base_run_id": pl.String,
-    "cand_run_id": pl.String,
-    "case_id": pl.String,
-    "rubric": pl.String,
-    "rubric_hash": pl.String,
-    "judge_model": pl.String,
-    "order_ab": pl.Int32,
-    "order_ba": pl.Int32,
-    "combined": pl.Int32,
-    "consistent": pl.Boolean,
-    "reasons": pl.String,  # JSON {"ab": ..., "ba": ...}
-    "error": pl.String,  # why there is no verdict (malformed judge output, provider failure)
-    "raw": pl.String,  # the malformed judge answer, kept verbatim
-    "created_at": pl.Datetime("us", "UTC"),
+PAIRWISE_COLUMNS: dict[str, str] = {
+    "base_run_id": "VARCHAR",
+    "cand_run_id": "VARCHAR",
+    "case_id": "VARCHAR",
+    "rubric": "VARCHAR",
+    "rubric_hash": "VARCHAR",
+    "judge_model": "VARCHAR",
+    "order_ab": "INTEGER",
+    "order_ba": "INTEGER",
+    "combined": "INTEGER",
+    "consistent": "BOOLEAN",
+    "reasons": "VARCHAR",  # JSON {"ab": ..., "ba": ...}
+    "error": "VARCHAR",  # why there is no verdict (malformed judge output, provider failure)
+    "raw": "VARCHAR",  # the malformed judge answer, kept verbatim
+    "created_at": "TIMESTAMPTZ",
 }
+
+#: The Polars schema named like each ``*_COLUMNS`` table (``OUTPUT_SCHEMA`` ...), built on first
+#: use by :func:`__getattr__`.
+_TABLES: dict[str, dict[str, str]] = {
+    "OUTPUT_SCHEMA": OUTPUT_COLUMNS,
+    "SCORE_SCHEMA": SCORE_COLUMNS,
+    "HUMAN_LABEL_SCHEMA": HUMAN_LABEL_COLUMNS,
+    "CALIBRATION_SCHEMA": CALIBRATION_COLUMNS,
+    "PAIRWISE_SCHEMA": PAIRWISE_COLUMNS,
+}
+
+
+def polars_schema(columns: dict[str, str]) -> dict[str, pl.DataType]:
+    """The Polars types of DuckDB columns (only the types the tables use).
+
+    Examples:
+        >>> polars_schema({"n": "INTEGER", "tags": "VARCHAR[]"})
+        {'n': Int32, 'tags': List(String)}
+    """
+    import polars as pl
+
+    types: dict[str, Any] = {
+        "VARCHAR": pl.String,
+        "INTEGER": pl.Int32,
+        "BIGINT": pl.Int64,
+        "DOUBLE": pl.Float64,
+        "BOOLEAN": pl.Boolean,
+        "TIMESTAMPTZ": pl.Datetime("us", "UTC"),
+        "VARCHAR[]": pl.List(pl.String),
+    }
+    return {name: types[sql_type] for name, sql_type in columns.items()}
+
+
+def __getattr__(name: str) -> dict[str, pl.DataType]:
+    columns = _TABLES.get(name)
+    if columns is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    schema = globals()[name] = polars_schema(columns)
+    return schema

@@ -5,36 +5,56 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from evalkit.redact import has_secrets, redact_known, redact_secrets
 
+if TYPE_CHECKING:
+    import polars as pl
 
-def _scrub(frame: pl.DataFrame, columns: dict[str, Callable[[str], str]]) -> pl.DataFrame:
-    """``frame`` with each named string column passed through its redaction (a no-op when no
+#: Columns as lists (the run's batches) or a Polars frame (rescoring, merging, imports).
+Table = TypeVar("Table", "pl.DataFrame", dict[str, list[Any]])
+
+
+def _scrub(table: Table, redactions: dict[str, Callable[[str], str]]) -> Table:
+    """``table`` with each named string column passed through its redaction (a no-op when no
     secret is registered)."""
-    if frame.is_empty() or not has_secrets():
-        return frame
-    return frame.with_columns(
+    if not has_secrets():
+        return table
+    if isinstance(table, dict):
+        return {
+            name: [None if v is None else redactions[name](v) for v in values]
+            if name in redactions
+            else values
+            for name, values in table.items()
+        }
+    import polars as pl
+
+    if table.is_empty():
+        return table
+    return table.with_columns(
         pl.col(name).map_elements(fn, return_dtype=pl.String, skip_nulls=True)
-        for name, fn in columns.items()
-        if name in frame.columns and frame.schema[name] == pl.String
+        for name, fn in redactions.items()
+        if name in table.columns and table.schema[name] == pl.String
     )
 
 
-def scrub_outputs(frame: pl.DataFrame) -> pl.DataFrame:
-    # Output text keeps every byte but a registered key; errors lose anything key-shaped.
+def scrub_outputs(table: Table) -> Table:
+    """Output text keeps every byte but a registered key; errors lose anything key-shaped.
+
+    Examples:
+        >>> scrub_outputs({"text": ["hi", None], "replay": [0, 1]})
+        {'text': ['hi', None], 'replay': [0, 1]}
+    """
     return _scrub(
-        frame,
+        table,
         {"text": redact_known, "tool_calls": scrub_json, "error": redact_secrets,
          "fail_reason": redact_secrets},
     )  # fmt: skip
 
 
-def scrub_scores(frame: pl.DataFrame) -> pl.DataFrame:
-    return _scrub(frame, {"reason": redact_secrets, "details": scrub_json})
+def scrub_scores(table: Table) -> Table:
+    return _scrub(table, {"reason": redact_secrets, "details": scrub_json})
 
 
 def scrub_json(text: str) -> str:

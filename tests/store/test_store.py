@@ -127,6 +127,40 @@ def test_failed_batch_writes_nothing(tmp_path: Path) -> None:
         assert store.outputs("r1").is_empty() and store.scores("r1").is_empty()
 
 
+def test_column_lists_store_the_same_rows_as_frames(tmp_path: Path) -> None:
+    """The run writes column lists (no Polars on its path); they must land exactly as the
+    same batch written as frames, nulls, timestamps and empty tag lists included."""
+    outputs = outputs_frame("r1", [("a", 0, '{"x":1}'), ("b", 1, None)])
+    scores = scores_frame("r1", "r1/s0", [("a", 0, True), ("b", 1, False)])
+    stored = {}
+    for how in ("frames", "columns"):
+        with open_store(tmp_path / f"{how}.duckdb") as store:
+            store.create_run(manifest("r1", how), [FakeCase("a", ()), FakeCase("b", ("x",))])
+            if how == "frames":
+                store.write_results(outputs, scores)
+            else:
+                store.write_results(
+                    outputs.to_dict(as_series=False), scores.to_dict(as_series=False)
+                )
+            stored[how] = (store.outputs("r1"), store.scores("r1"), store.cases("r1"))
+    for by_frames, by_columns in zip(stored["frames"], stored["columns"], strict=True):
+        assert by_columns.schema == by_frames.schema
+        assert by_columns.rows() == by_frames.rows()
+    assert stored["columns"][2]["tags"].to_list() == [[], ["x"]]
+
+
+def test_columns_of_unequal_length_write_nothing(tmp_path: Path) -> None:
+    with open_store(tmp_path / "e.duckdb") as store:
+        store.create_run(manifest("r1", "x"), [FakeCase("a", ())])
+        outputs = outputs_frame("r1", [("a", 0, "hi")]).to_dict(as_series=False)
+        scores = scores_frame("r1", "r1/s0", [("a", 0, True)]).to_dict(as_series=False)
+        scores["reason"] = []
+        with pytest.raises(StoreError, match=r"scores: columns of unequal length"):
+            store.write_results(outputs, scores)
+        assert store.outputs("r1").is_empty() and store.scores("r1").is_empty()
+        assert store.records("SELECT count(*) AS n FROM outputs") == [{"n": 0}]
+
+
 def test_overrides_need_a_reason_and_flakes_keep_latest(tmp_path: Path) -> None:
     with open_store(tmp_path / "e.duckdb") as store:
         with pytest.raises(StoreError, match="written reason"):
