@@ -1,14 +1,15 @@
 """Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp server, the demo).
 
-Two transports speak the same protocol:
+Two transports speak the same protocol (``system.transport``; ``auto``, the default, picks
+lean for a named OpenAI-compatible ``base_url`` and the official client for the OpenAI API):
 
-* ``openai`` (default, the supported path): the official ``AsyncOpenAI`` client: its HTTP stack,
-  auth, headers, timeouts and error types. It posts the request body with ``client.post`` and
-  reads the response bytes, skipping the params transform and typed response models of
-  ``chat.completions.create`` (about a third of the client's CPU per call; see bench/).
+* ``openai``: the official ``AsyncOpenAI`` client: its HTTP stack, auth, headers, timeouts and
+  error types. It posts the request body with ``client.post`` and reads the response bytes,
+  skipping the params transform and typed response models of ``chat.completions.create``
+  (about a third of the client's CPU per call; see bench/).
 * ``lean``: one shared aiohttp session posting ``/chat/completions`` directly: about a sixth of
-  the official client's CPU per call, for fast local endpoints called hundreds of times per
-  second (see bench/).
+  the official client's CPU per call, for endpoints called hundreds of times per second (see
+  bench/). It routes through the proxy the environment names, looked up once per session.
 
 Both send the same request, parse the response with the same function (:func:`_completion`)
 and map errors the same way. ``timeout_s`` is a total deadline for one attempt (connecting,
@@ -75,6 +76,7 @@ class OpenAIProvider:
                 register_secret(part)
         self._client: openai.AsyncOpenAI | None = None
         self._session: Any = None
+        self._lean: tuple[dict[str, str], Any, dict[str, str] | None] | None = None
         if transport == "openai":
             import openai  # here, not at the top: the lean transport never pays for the import
 
@@ -121,16 +123,22 @@ class OpenAIProvider:
 
         import aiohttp
 
+        url = f"{self._base_url}/chat/completions"
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                 connector=aiohttp.TCPConnector(limit=0),
-                headers={"Authorization": f"Bearer {self._api_key}"},
-                trust_env=True,  # HTTP(S)_PROXY / NO_PROXY, as the official client's httpx
             )
-        url = f"{self._base_url}/chat/completions"
+            self._lean = _lean_routing(url, self._api_key)
+        headers, proxy, tunnel_headers = self._lean
         try:
-            async with self._session.post(url, json=_payload(request)) as response:
+            async with self._session.post(
+                url,
+                json=_payload(request),
+                headers=headers,
+                proxy=proxy,
+                proxy_headers=tunnel_headers,
+            ) as response:
                 body = await response.read()
                 if response.status >= 400:
                     raise _status_error(
@@ -143,6 +151,45 @@ class OpenAIProvider:
         except aiohttp.ClientError as exc:
             raise ProviderError(f"connection error: {_cause(exc)}", retryable=True) from None
         return _completion(body, response.status)
+
+
+def _lean_routing(url: str, api_key: str) -> tuple[dict[str, str], Any, dict[str, str] | None]:
+    """The lean transport's request headers, proxy and CONNECT headers for ``url``, from the
+    environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; the proxy's
+    credentials from its URL or ~/.netrc), as aiohttp's ``trust_env`` and the official client's
+    httpx would route it.
+
+    Looked up once per session: with ``trust_env`` aiohttp repeats the lookup, and a ~/.netrc
+    read, in a worker thread for every request (two thread hops per request). The key goes in
+    each request's headers, never as a session default: aiohttp merges default headers into a
+    proxy's and sends their ``Authorization`` to the proxy as ``Proxy-Authorization``. The
+    proxy's own credentials go in the CONNECT of an https endpoint, and in the request itself
+    of a plain-http one (which the proxy receives whole).
+
+    Examples:
+        >>> import os; os.environ["HTTP_PROXY"] = "http://u:p@proxy.local:3128"
+        >>> headers, proxy, tunnel = _lean_routing("http://models.local/v1/chat/completions", "k")
+        >>> headers, str(proxy), tunnel
+        ({'Authorization': 'Bearer k', 'Proxy-Authorization': 'Basic dTpw'}, 'http://proxy.local:3128', None)
+        >>> os.environ["NO_PROXY"] = "models.local"
+        >>> _lean_routing("http://models.local/v1/chat/completions", "k")
+        ({'Authorization': 'Bearer k'}, None, None)
+        >>> del os.environ["HTTP_PROXY"], os.environ["NO_PROXY"]
+    """  # noqa: E501
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    headers = {"Authorization": f"Bearer {api_key}"}
+    try:
+        proxy, credentials = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return headers, None, None
+    if credentials is None:
+        return headers, proxy, None
+    proxy_authorization = {"Proxy-Authorization": credentials.encode()}
+    if url.startswith("https:"):
+        return headers, proxy, proxy_authorization
+    return headers | proxy_authorization, proxy, None
 
 
 def _completion(body: bytes, status: int = 200) -> Completion:
