@@ -10,7 +10,10 @@ medians over ``--rounds``.
 
 ``whole``
     N = 1000 cases, concurrency 32, 50 ms: wall of ``evalkit run`` (each ``--transport``)
-    over the bare loop's wall. Targets: default transport <= 1.0x, lean <= 0.8x.
+    over the bare loop's wall. Targets: default transport <= 1.0x, lean <= 0.8x. Beside them
+    the floor: a bare *aiohttp* loop (the same requests, nothing but ``json.loads`` of each
+    reply), the fastest a Python client gets against this server; its ratio bounds what any
+    transport can reach.
 ``corpus``
     ``load_corpus`` (read + validate) of 1k / 10k / 100k synthetic cases (files of at most
     10,000 cases), in a fresh process each: ms per case and the per-case ratio of each size to
@@ -91,6 +94,38 @@ async def main():
         texts = await asyncio.gather(*(one(i) for i in range(n)))
     finally:
         await client.close()
+    print(sum(bool(t) for t in texts))
+
+asyncio.run(main())
+"""
+
+#: The floor, run as ``python -c FLOOR_LOOP base_url cases concurrency``: one aiohttp session
+#: and a semaphore posting the same bodies; it only decodes each reply's JSON.
+FLOOR_LOOP = f"""
+import asyncio, json, sys
+import aiohttp
+
+base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+system = {SYSTEM_PROMPT!r}
+sampling = {SAMPLING!r}
+
+async def main():
+    semaphore = asyncio.Semaphore(concurrency)
+    headers = {{"Authorization": "Bearer bench"}}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def one(i):
+            body = {{"model": "demo-support-1", "messages": [
+                {{"role": "system", "content": system}},
+                {{"role": "user", "content": f"Where is my order {{10_000 + i}}?"}},
+            ], **sampling}}
+            async with semaphore:
+                async with session.post(
+                    base_url + "/chat/completions", json=body, headers=headers
+                ) as response:
+                    reply = json.loads(await response.read())
+            return reply["choices"][0]["message"]["content"]
+
+        texts = await asyncio.gather(*(one(i) for i in range(n)))
     print(sum(bool(t) for t in texts))
 
 asyncio.run(main())
@@ -179,6 +214,16 @@ def run_bare(server: DemoServer, cases: int, concurrency: int) -> dict[str, Any]
     return asdict(proc) | {"served": served, "outputs": int(proc.stdout.split()[-1]), "scores": 0}
 
 
+def run_floor(server: DemoServer, cases: int, concurrency: int) -> dict[str, Any]:
+    """The floor (a bare aiohttp loop) in its own process; checks every request was served."""
+    server.reset_stats()
+    proc = measure(
+        [sys.executable, "-c", FLOOR_LOOP, server.base_url, str(cases), str(concurrency)]
+    )
+    served = _served(server)
+    return asdict(proc) | {"served": served, "outputs": int(proc.stdout.split()[-1]), "scores": 0}
+
+
 def run_evalkit(
     server: DemoServer, config: Path, db: Path, concurrency: int, transport: str | None
 ) -> dict[str, Any]:
@@ -240,13 +285,16 @@ def bench_whole(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         run_bare(server, min(cases, 32), conc)  # warm-up: page cache, first sockets
         for _ in range(args.rounds):
             row: dict[str, Any] = {"bare": _drop_stdout(run_bare(server, cases, conc))}
+            row["floor"] = _drop_stdout(run_floor(server, cases, conc))
+            row["ratio_floor"] = row["floor"]["wall_s"] / row["bare"]["wall_s"]
             for transport in args.transport:
                 got = run_evalkit(server, config, root / "w.duckdb", conc, _t(transport))
                 row[transport] = _drop_stdout(got)
                 row[f"ratio_{transport}"] = got["wall_s"] / row["bare"]["wall_s"]
             rounds.append(row)
-    summary = {f"median_ratio_{t}": _median(rounds, f"ratio_{t}") for t in args.transport}
-    for side in ["bare", *args.transport]:
+    sides = ["floor", *args.transport]
+    summary = {f"median_ratio_{t}": _median(rounds, f"ratio_{t}") for t in sides}
+    for side in ["bare", *sides]:
         summary[f"median_wall_s_{side}"] = statistics.median(r[side]["wall_s"] for r in rounds)
         summary[f"median_cpu_s_{side}"] = statistics.median(r[side]["cpu_s"] for r in rounds)
         summary[f"median_rss_mib_{side}"] = statistics.median(
@@ -394,10 +442,11 @@ def _print(mode: str, f: dict[str, Any]) -> None:
         )
         for i, r in enumerate(f["rounds"], 1):
             parts = [f"bare {r['bare']['wall_s']:.2f} s"] + [
-                f"{t} {r[t]['wall_s']:.2f} s = {r[f'ratio_{t}']:.3f}x" for t in f["transports"]
+                f"{t} {r[t]['wall_s']:.2f} s = {r[f'ratio_{t}']:.3f}x"
+                for t in ["floor", *f["transports"]]
             ]
             print(f"  round {i}: " + "; ".join(parts))
-        for side in ["bare", *f["transports"]]:
+        for side in ["bare", "floor", *f["transports"]]:
             ratio = "" if side == "bare" else f" ratio {s[f'median_ratio_{side}']:.3f}x;"
             print(
                 f"  median {side:8}{ratio} wall {s[f'median_wall_s_{side}']:.2f} s, CPU "

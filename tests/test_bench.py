@@ -168,10 +168,11 @@ def test_process_whole_runs_evalkit_and_the_bare_loop_as_processes(tmp_path: Pat
     f = _run("bench_process", [*args, "--rounds", "1", "--transport", *runs], tmp_path)
     (r,) = f["rounds"]
     _bare_run_is_complete(r["bare"], cases)
+    _bare_run_is_complete(r["floor"], cases)  # the bare aiohttp loop
     _process_run_is_complete(r["default"], cases, "lean")  # auto: lean for a named base_url
     _process_run_is_complete(r["openai"], cases, "openai")
     _process_run_is_complete(r["lean"], cases, "lean")
-    for t in runs:
+    for t in ["floor", *runs]:
         assert r[f"ratio_{t}"] == pytest.approx(r[t]["wall_s"] / r["bare"]["wall_s"])
         assert f["summary"][f"median_ratio_{t}"] == pytest.approx(r[f"ratio_{t}"])
 
