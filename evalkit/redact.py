@@ -73,7 +73,9 @@ def redact_known(text: str) -> str:
     for secret in _KNOWN_SECRETS:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    if any(mask in text for mask in _MASK_CHARS):
+    if any(mask in text for mask in _MASK_CHARS) and any(
+        secret[:3] in text or secret[-3:] in text for secret in _KNOWN_SECRETS
+    ):  # a masked form keeps 3+ characters of one end (see _unmask): no end, no masked form
         text = _MASKED.sub(_unmask, text)
     return text
 

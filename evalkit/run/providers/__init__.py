@@ -45,6 +45,7 @@ def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
         api_key=api_key,
         timeout_s=system.timeout_s,
         transport=transport,
+        key_is_secret=api_key != PLACEHOLDER_KEY,
     )
     if api_key != PLACEHOLDER_KEY:
         return provider

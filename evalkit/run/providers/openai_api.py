@@ -62,13 +62,15 @@ class OpenAIProvider:
         api_key: str,
         timeout_s: float = 60.0,
         transport: str = "openai",
+        key_is_secret: bool = True,
     ) -> None:
         self._transport = transport
         self._timeout_s = timeout_s
         # Authorization is the Bearer key; URL credentials are dropped (aiohttp refuses both).
         self._base_url = (strip_userinfo(base_url) or "https://api.openai.com/v1").rstrip("/")
         self._api_key = api_key
-        register_secret(api_key)  # scrubbed from every ProviderError cause from now on
+        if key_is_secret:  # the loopback placeholder is public: scrubbing it would cost, not hide
+            register_secret(api_key)  # scrubbed from every ProviderError cause from now on
         userinfo = urlsplit(base_url or "")
         for part in (userinfo.password, userinfo.username):
             if part:  # a key in the URL is a key: never stored, whatever string carries it
