@@ -1,12 +1,13 @@
 """Whole-process figures: ``evalkit run`` from launch to exit, against a bare client loop.
 
 Every timed thing here is a fresh process, measured from ``Popen`` to ``wait4`` (wall, the
-child's own CPU and its peak RSS from the kernel's rusage), so start-up imports, reading the
-corpus, opening the store, the requests, scoring, storing and the summary are all inside the
-clock. The bare loop is the floor: ``AsyncOpenAI`` with a semaphore over the same messages, in
-its own process, no corpus, no scoring, no storing. Both run against the same demo simulator
-(its own process, fixed latency, no noise), alternately, in the same invocation; ratios are
-medians over ``--rounds``.
+child's own CPU and its peak RSS from the kernel's rusage) by a small spawner process (see
+:data:`SPAWNER`: a child forked from this script would inherit its RSS as a floor), so
+start-up imports, reading the corpus, opening the store, the requests, scoring, storing and
+the summary are all inside the clock. The bare loop is the reference: ``AsyncOpenAI`` with a
+semaphore over the same messages, in its own process, no corpus, no scoring, no storing. Both
+run against the same demo simulator (its own process, fixed latency, no noise), alternately, in
+the same invocation; ratios are medians over ``--rounds``.
 
 ``whole``
     N = 1000 cases, concurrency 32, 50 ms: wall of ``evalkit run`` (each ``--transport``)
@@ -43,13 +44,13 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -152,21 +153,57 @@ class Proc:
     stdout: str
 
 
-def measure(command: Sequence[str], cwd: Path | None = None) -> Proc:
-    """Run ``command`` to completion; raise with its stderr when it fails."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+#: Runs each measured command, as ``python -c SPAWNER``: one JSON job per stdin line, one JSON
+#: result per stdout line. A child's ``ru_maxrss`` starts at the RSS of the process that forked
+#: it (Linux folds the forking process's high-water mark in at ``exec``), so children forked
+#: from this script (~76 MiB: the demo server client, evalkit imports) all reported >= 76 MiB.
+#: Forked from this ~13 MiB spawner instead, a child's peak RSS is its own.
+SPAWNER = """
+import json, os, subprocess, sys, tempfile, time
+for line in sys.stdin:
+    job = json.loads(line)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, env=env)
+        child = subprocess.Popen(job["command"], stdout=out, stderr=err, cwd=job["cwd"],
+                                 env=job["env"])
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - t0
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode()
-    if child.returncode != 0:
-        raise RuntimeError(f"{command[:4]} exited {child.returncode}: {stderr[-2000:]}")
-    return Proc(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout)
+        print(json.dumps({
+            "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024, "code": os.waitstatus_to_exitcode(status),
+            "stdout": out.read().decode(), "stderr": err.read().decode()[-2000:],
+        }), flush=True)
+"""
+_spawner: subprocess.Popen[str] | None = None
+
+
+def _spawn(job: dict[str, Any]) -> dict[str, Any]:
+    """One job through the spawner (started on first use, stopped when this script exits)."""
+    global _spawner
+    if _spawner is None:
+        _spawner = subprocess.Popen(
+            [sys.executable, "-c", SPAWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, cwd=REPO,
+        )  # fmt: skip
+        atexit.register(_spawner.communicate)  # closes its stdin: it finishes and exits
+    assert _spawner.stdin is not None and _spawner.stdout is not None
+    _spawner.stdin.write(json.dumps(job) + "\n")
+    _spawner.stdin.flush()
+    line = _spawner.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the spawner exited ({_spawner.wait()}) running {job['command'][:4]}")
+    return json.loads(line)
+
+
+def measure(command: Sequence[str], cwd: Path | None = None) -> Proc:
+    """Run ``command`` to completion (from the spawner); raise with its stderr when it fails."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    got = _spawn({"command": list(command), "cwd": str(cwd) if cwd else None, "env": env})
+    if got["code"] != 0:
+        raise RuntimeError(f"{list(command)[:4]} exited {got['code']}: {got['stderr']}")
+    return Proc(got["wall_s"], got["cpu_s"], got["peak_rss_mib"], got["stdout"])
 
 
 def write_corpus(root: Path, n_cases: int, concurrency: int) -> Path:

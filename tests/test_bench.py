@@ -220,3 +220,13 @@ def test_process_rss_and_curve_count_what_they_measure(tmp_path: Path) -> None:
     assert entries[0]["cpu_ms_per_case_lean_vs_smallest"] == pytest.approx(1.0)
     for e, n in zip(entries, sizes, strict=True):
         assert e["cpu_ms_per_case_lean"] == pytest.approx(1000 * e["median_cpu_s_lean"] / n)
+
+
+def test_process_measures_a_childs_own_peak_rss_not_the_benchmarks() -> None:
+    """A child forked from a big process reports that process's RSS as its own floor; forked
+    from bench_process's spawner it does not (the bare loop read 76 MiB for this reason)."""
+    ballast = bytearray(160 * 1024 * 1024)
+    ballast[::4096] = b"\x01" * len(ballast[::4096])  # touch every page: it is resident
+    small = _script("bench_process").measure([sys.executable, "-c", "x = bytearray(40 << 20)"])
+    assert 40 < small.peak_rss_mib < 100, small
+    assert len(ballast) == 160 * 1024 * 1024
