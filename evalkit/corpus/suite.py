@@ -83,8 +83,9 @@ class SystemConfig(_Strict):
     # should simply answer; calls without a fixture then fail as unexpected).
     offer_tools: Literal["with_fixtures", "always"] = "with_fixtures"
     # How requests go out. "auto" (the default): the lean aiohttp transport for a named
-    # OpenAI-compatible base_url (measured: 1.08x a bare AsyncOpenAI loop's wall at c=32 vs
-    # 1.34x, 0.3-0.5x at c=256, ~40 MiB and ~0.4 s less start-up: bench/bench_process.py), the
+    # OpenAI-compatible base_url (measured: 0.96x a bare AsyncOpenAI loop's wall at c=32 vs the
+    # official client's 1.16x, 0.19-0.36x vs 0.82-1.03x at c=256, half the CPU, 20 MiB and 0.4 s
+    # less start-up: bench/bench_process.py), the
     # official client for the OpenAI API itself (no base_url, or api.openai.com), which also
     # honours OPENAI_BASE_URL and the organization/project headers.
     transport: Literal["auto", "openai", "lean"] = "auto"
