@@ -239,7 +239,7 @@ def _mark_stopped(store: Store, run_id: str, exc: BaseException) -> None:
     """Record why a run stopped, if the store can be reached without waiting."""
     interrupted = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
     status = "interrupted" if interrupted else "failed"
-    reason = f"{type(exc).__name__}: {exc}"[:300]
+    reason = (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:300]
     try:
         if store.reopen(0.0):
             store.finish_run(run_id, status, {"stopped": reason})

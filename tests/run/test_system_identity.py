@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -235,6 +236,8 @@ def test_resuming_a_no_cache_run_stays_uncached(
         stored = len(store.completed(run_id))
         assert 0 < stored < 8, "the cancel must land mid-run"
         assert store.run_status(run_id) == "interrupted"
+        (stopped,) = store.records("SELECT summary FROM runs WHERE run_id = ?", [run_id])
+        assert json.loads(stopped["summary"]) == {"stopped": "CancelledError"}  # no bare colon
         assert store.manifest(run_id)["run"]["cache"] is False
         counting.calls = 0
         resumed = run_suite(
