@@ -18,13 +18,8 @@ from evalkit.store.db import (
     new_run_id,
     open_store,
 )
+from evalkit.store import schema
 from evalkit.store.schema import OUTPUT_COLUMNS, SCORE_COLUMNS
-
-#: The Polars schemas, imported from :mod:`evalkit.store.schema` on first use: importing the
-#: store must not import Polars (the run path writes without it).
-_POLARS_SCHEMAS = (
-    "CALIBRATION_SCHEMA", "HUMAN_LABEL_SCHEMA", "OUTPUT_SCHEMA", "PAIRWISE_SCHEMA", "SCORE_SCHEMA"
-)  # fmt: skip
 
 __all__ = [
     "CALIBRATION_SCHEMA",
@@ -47,8 +42,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name not in _POLARS_SCHEMAS:
+    # The Polars schemas are built on first use: importing the store must not import Polars.
+    if name not in schema.POLARS_SCHEMAS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from evalkit.store import schema
-
     return getattr(schema, name)

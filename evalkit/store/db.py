@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
 
@@ -49,14 +49,14 @@ from evalkit.store.schema import (
     DDL,
     OUTPUT_COLUMNS,
     SCORE_COLUMNS,
+    Columns,
+    StoredCase,
+    case_columns,
 )
 from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
 if TYPE_CHECKING:
     import polars as pl
-
-#: A batch of rows, column-wise: column name -> one value per row.
-Columns = dict[str, list[Any]]
 
 DEFAULT_DB = Path("data/evalkit.duckdb")
 #: A read-only open retries this long at least: a running writer holds the file only while it
@@ -64,9 +64,6 @@ DEFAULT_DB = Path("data/evalkit.duckdb")
 READ_RETRY_S = 5.0
 #: How long a writer that released the file waits for readers to let go before it gives up.
 REOPEN_WAIT_S = 60.0
-
-#: ``json.dumps(x, sort_keys=True)`` without building an encoder per call (a third faster).
-_SORTED_JSON = json.JSONEncoder(sort_keys=True)
 
 
 def _now() -> dt.datetime:
@@ -76,21 +73,6 @@ def _now() -> dt.datetime:
 def new_run_id() -> str:
     """A sortable, unique run id such as ``20261130T041502-3f9a1c``."""
     return f"{_now().strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-
-
-class StoredCase(Protocol):
-    """What the store records of a case (``evalkit.corpus.cases.Case`` has it): the store knows
-    no case model, only these fields."""
-
-    id: str
-    hash: str
-    tags: tuple[str, ...]
-    criticality: str
-    sealed: bool
-    provenance: dict[str, Any]
-    source: str
-
-    def input_json(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -220,18 +202,6 @@ class Store(DecisionRecords, JudgmentRecords):
         """Record a run's manifest and the cases it will execute; returns the run id."""
         run = manifest["run"]
         run_id = run["run_id"]
-        case_columns: Columns = {
-            "run_id": [run_id] * len(cases),
-            "case_id": [c.id for c in cases],
-            "case_hash": [c.hash for c in cases],
-            "tags": [list(c.tags) for c in cases],
-            "criticality": [c.criticality for c in cases],
-            "sealed": [c.sealed for c in cases],
-            "input": [c.input_json() for c in cases],
-            "provenance": [_SORTED_JSON.encode(c.provenance) for c in cases],
-            "source": [c.source for c in cases],
-            "case_group": [getattr(c, "group", None) for c in cases],  # optional
-        }
         with self._transaction():
             self._con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
@@ -243,7 +213,7 @@ class Store(DecisionRecords, JudgmentRecords):
                     redact_known(json.dumps(manifest)),
                 ],
             )
-            self._insert("cases", case_columns, CASE_COLUMNS)
+            self._insert("cases", case_columns(run_id, cases), CASE_COLUMNS)
             self._con.execute(
                 "INSERT INTO scorings VALUES (?, ?, ?, 'run')",
                 [initial_scoring_id(run_id), run_id, _now()],

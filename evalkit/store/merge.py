@@ -26,7 +26,7 @@ import pyarrow as pa
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.store.db import Store
-from evalkit.store.parts import PartInfo, PartsRoot
+from evalkit.store.parts import CASE_SCHEMA, PartInfo, PartsRoot
 from evalkit.store.schema import OUTPUT_SCHEMA, SCORE_SCHEMA
 from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
@@ -40,17 +40,6 @@ CREATE TABLE IF NOT EXISTS merged_parts (
 """
 #: Output parts merged per transaction.
 BATCH_PARTS = 64
-CASE_SCHEMA: dict[str, pl.DataType] = {
-    "run_id": pl.String,
-    "case_id": pl.String,
-    "case_hash": pl.String,
-    "tags": pl.List(pl.String),
-    "criticality": pl.String,
-    "sealed": pl.Boolean,
-    "input": pl.String,
-    "provenance": pl.String,
-    "source": pl.String,
-}
 CACHE_SCHEMA: dict[str, pl.DataType] = {"cache_key": pl.String, "response": pl.String}
 
 
@@ -248,7 +237,8 @@ class _Merger:
         parts = root.parts(run_id, "cases")
         if not parts:
             return
-        cases = _read_tagged(root, parts, CASE_SCHEMA).unique(
+        # Parts written before cases carried their group lack the column: no group, as then.
+        cases = _read_tagged(root, parts, CASE_SCHEMA, optional=("case_group",)).unique(
             "case_id", keep="first", maintain_order=True
         )
         stored = self._frame_of(
@@ -271,20 +261,26 @@ def _read_tagged(
     parts: Sequence[PartInfo],
     schema: dict[str, pl.DataType],
     order_of: Sequence[PartInfo] | None = None,
+    optional: Sequence[str] = (),
 ) -> pl.DataFrame:
     """The rows of ``parts`` with the schema's columns and ``_order``: the position of the
-    part's chunk attempt in ``order_of`` (default: in ``parts``), i.e. its completion order."""
+    part's chunk attempt in ``order_of`` (default: in ``parts``), i.e. its completion order.
+    An ``optional`` column a part lacks is null."""
     position = {(p.chunk_id, p.attempt): i for i, p in enumerate(order_of or parts)}
     frames = []
     for part in parts:
         table: pa.Table = root.read(part)
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
-        missing = [c for c in schema if c not in frame.columns]
+        missing = [c for c in schema if c not in frame.columns and c not in optional]
         if missing:
             raise StoreError(f"{root}: part {part.name} lacks columns {', '.join(missing)}")
+        columns = (
+            (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
+            for c, t in schema.items()
+        )
         frames.append(
-            frame.select(pl.col(c).cast(t) for c, t in schema.items()).with_columns(
+            frame.select(columns).with_columns(
                 pl.lit(position[(part.chunk_id, part.attempt)], pl.Int64).alias("_order")
             )
         )

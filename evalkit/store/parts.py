@@ -31,7 +31,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import polars as pl
@@ -40,11 +40,17 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalkit.errors import StoreError
-from evalkit.store.schema import OUTPUT_SCHEMA, SCORE_SCHEMA
+from evalkit.store.schema import (
+    CASE_COLUMNS,
+    OUTPUT_SCHEMA,
+    SCORE_SCHEMA,
+    StoredCase,
+    case_columns,
+    polars_schema,
+)
 
-if TYPE_CHECKING:
-    from evalkit.store.db import StoredCase
-
+#: The case parts' columns: the store's ``cases`` table (``case_group`` included).
+CASE_SCHEMA = polars_schema(CASE_COLUMNS)
 DEFAULT_PARTS = "data/parts"
 #: The tables a chunk writes, in the order they are written: ``outputs`` last (the commit).
 CHUNK_TABLES = ("cache", "scores", "outputs")
@@ -164,24 +170,7 @@ class PartsRoot:
 
     def write_cases(self, run_id: str, writer: str, cases: Sequence[StoredCase]) -> PartInfo:
         """The run's cases as one part (merged once per case id, first written wins)."""
-        frame = pl.DataFrame(
-            {
-                "run_id": [run_id] * len(cases),
-                "case_id": [c.id for c in cases],
-                "case_hash": [c.hash for c in cases],
-                "tags": [list(c.tags) for c in cases],
-                "criticality": [c.criticality for c in cases],
-                "sealed": [c.sealed for c in cases],
-                "input": [c.input_json() for c in cases],
-                "provenance": [json.dumps(c.provenance, sort_keys=True) for c in cases],
-                "source": [c.source for c in cases],
-            },
-            schema={
-                "run_id": pl.String, "case_id": pl.String, "case_hash": pl.String,
-                "tags": pl.List(pl.String), "criticality": pl.String, "sealed": pl.Boolean,
-                "input": pl.String, "provenance": pl.String, "source": pl.String,
-            },
-        )  # fmt: skip
+        frame = pl.DataFrame(case_columns(run_id, cases), schema=CASE_SCHEMA)
         return self.write_part(run_id, "cases", writer, frame.to_arrow(), 1)
 
     def next_attempt(self, run_id: str, chunk_id: str) -> int:

@@ -13,10 +13,15 @@ Examples:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import polars as pl
+
+#: A batch of rows, column-wise: column name -> one value per row.
+Columns = dict[str, list[Any]]
 
 DDL = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -96,6 +101,54 @@ CASE_COLUMNS: dict[str, str] = {
     "source": "VARCHAR",  # file:line
     "case_group": "VARCHAR",
 }
+
+
+class StoredCase(Protocol):
+    """What the store records of a case (``evalkit.corpus.cases.Case`` has it): the store knows
+    no case model, only these fields (and ``group``, when a case has one)."""
+
+    id: str
+    hash: str
+    tags: tuple[str, ...]
+    criticality: str
+    sealed: bool
+    provenance: dict[str, Any]
+    source: str
+
+    def input_json(self) -> str: ...
+
+
+#: ``json.dumps(x, sort_keys=True)`` without building an encoder per call (a third faster).
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
+def case_columns(run_id: str, cases: Sequence[StoredCase]) -> Columns:
+    """The :data:`CASE_COLUMNS` of ``cases`` for ``run_id``: what the store and a sharded
+    run's case parts record.
+
+    Examples:
+        >>> class Case:
+        ...     id, hash, tags, criticality, sealed = "a", "h", ("x",), "normal", False
+        ...     provenance, source, group = {"by": "ana"}, "cases/a.yaml:1", "inc-1"
+        ...     def input_json(self): return "{}"
+        >>> columns = case_columns("r1", [Case()])
+        >>> columns["tags"], columns["provenance"], columns["case_group"]
+        ([['x']], ['{"by": "ana"}'], ['inc-1'])
+    """
+    return {
+        "run_id": [run_id] * len(cases),
+        "case_id": [c.id for c in cases],
+        "case_hash": [c.hash for c in cases],
+        "tags": [list(c.tags) for c in cases],
+        "criticality": [c.criticality for c in cases],
+        "sealed": [c.sealed for c in cases],
+        "input": [c.input_json() for c in cases],
+        "provenance": [_SORTED_JSON.encode(c.provenance) for c in cases],
+        "source": [c.source for c in cases],
+        "case_group": [getattr(c, "group", None) for c in cases],  # optional
+    }
+
+
 CACHE_COLUMNS: dict[str, str] = {
     "cache_key": "VARCHAR",
     "response": "VARCHAR",
@@ -185,7 +238,7 @@ PAIRWISE_COLUMNS: dict[str, str] = {
 
 #: The Polars schema named like each ``*_COLUMNS`` table (``OUTPUT_SCHEMA`` ...), built on first
 #: use by :func:`__getattr__`.
-_TABLES: dict[str, dict[str, str]] = {
+POLARS_SCHEMAS: dict[str, dict[str, str]] = {
     "OUTPUT_SCHEMA": OUTPUT_COLUMNS,
     "SCORE_SCHEMA": SCORE_COLUMNS,
     "HUMAN_LABEL_SCHEMA": HUMAN_LABEL_COLUMNS,
@@ -216,7 +269,7 @@ def polars_schema(columns: dict[str, str]) -> dict[str, pl.DataType]:
 
 
 def __getattr__(name: str) -> dict[str, pl.DataType]:
-    columns = _TABLES.get(name)
+    columns = POLARS_SCHEMAS.get(name)
     if columns is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     schema = globals()[name] = polars_schema(columns)

@@ -251,3 +251,34 @@ def _python_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_cases: int)
         f"suite: py\nsystem: {{provider: python, model: app, function: '{name}:answer'}}\n"
     )
     return str(root / "evalkit.yaml")
+
+
+class _GroupedCase:
+    def __init__(self, case_id: str, group: str | None) -> None:
+        self.id, self.hash, self.tags, self.criticality = case_id, "h-" + case_id, ("t",), "normal"
+        self.sealed, self.provenance, self.source = False, {"by": "ana"}, "cases/a.yaml:1"
+        self.group = group
+
+    def input_json(self) -> str:
+        return "{}"
+
+
+def test_case_groups_survive_the_parts_and_the_merge(tmp_path: Path) -> None:
+    """A sharded run's cases keep their ``group:`` (the slices cluster over it); parts written
+    before the column existed merge as cases without a group."""
+    root = PartsRoot(tmp_path / "parts")
+    root.write_manifest(RUN, "shard-1", _manifest(3))
+    root.write_cases(RUN, "shard-1", [_GroupedCase("a", "inc-1"), _GroupedCase("b", None)])
+    old = pl.DataFrame({"run_id": [RUN], "case_id": ["c"], "case_hash": ["h-c"], "tags": [["t"]],
+                        "criticality": ["normal"], "sealed": [False], "input": ["{}"],
+                        "provenance": ["{}"], "source": ["cases/a.yaml:3"]})  # fmt: skip
+    root.write_part(RUN, "cases", "old-writer", old.to_arrow(), 1)
+    with open_store(tmp_path / "e.duckdb") as store:
+        merge_parts(store, root, RUN)
+        cases = store.cases(RUN)
+    assert cases.select("case_id", "case_group").rows() == [
+        ("a", "inc-1"),
+        ("b", None),
+        ("c", None),
+    ]
+    assert cases["provenance"].to_list()[:2] == ['{"by": "ana"}'] * 2
