@@ -7,6 +7,7 @@ Examples:
     >>> store.runs().select("run_id", "label").head(2)      # doctest: +SKIP
 """
 
+from evalkit.store import schema
 from evalkit.store.db import (
     DEFAULT_DB,
     READ_RETRY_S,
@@ -18,7 +19,6 @@ from evalkit.store.db import (
     new_run_id,
     open_store,
 )
-from evalkit.store import schema
 from evalkit.store.schema import OUTPUT_COLUMNS, SCORE_COLUMNS
 
 __all__ = [
