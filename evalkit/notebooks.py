@@ -155,6 +155,8 @@ def execute_gate(
     out_dir: str | Path = "reports",
     allow_diff: Sequence[str] = (),
     timeout_s: float = 600,
+    tier: str | None = None,
+    allow_incomplete: bool = False,
 ) -> GateRun:
     """Execute the gate notebook into ``<out_dir>/<candidate>/`` (`report_dir`).
 
@@ -176,7 +178,8 @@ def execute_gate(
     params = {
         "DB_PATH": str(Path(db_path).resolve()), "BASELINE": baseline, "CANDIDATE": candidate,
         "CONFIG": str(Path(config_path).resolve()) if config_path else "",
-        "ALLOW_DIFF": list(allow_diff), "OUTPUT_DIR": str(out),
+        "ALLOW_DIFF": list(allow_diff), "OUTPUT_DIR": str(out), "TIER": tier or "",
+        "ALLOW_INCOMPLETE": allow_incomplete,
     }  # fmt: skip
     nb, ename, message = execute_notebook("gate.ipynb", out / "gate.ipynb", params, timeout_s)
     if decision_file.is_file():

@@ -87,12 +87,16 @@ def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     flow = yaml.safe_load(text)
     steps = flow["jobs"]["gate"]["steps"]
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))
-    assert checkout["with"]["fetch-depth"] == 0  # history for the base branch's prompt
+    assert checkout["with"]["fetch-depth"] == 0  # history for the base branch
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"] == "always()" and upload["with"]["path"] == "reports/"
     script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
     paths = re.findall(r"(?<![\w$])[\w.-]+/[\w./-]+\.(?:md|yaml|json)\b", script)
-    assert "corpus/prompts/v1.md" in paths
+    assert "corpus/evalkit.yaml" in paths  # the base branch's config, in its worktree
+    # The pin: the base branch is promoted, the gate names only the candidate (so it judges it
+    # against the promotion) and rebaselines the corpus delta; never the PR's own baseline.
+    assert "evalkit baseline promote base" in script
+    assert re.search(r"evalkit gate candidate --rebaseline", script)
     for path in paths:
         assert (REPO / path).is_file(), path
     for tag in re.findall(r"--tag (\S+)", script):
@@ -125,7 +129,7 @@ def test_the_ci_example_runs(tmp_path: Path) -> None:
     result = _bash(script, work, env)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
-    assert (tmp_path / "base.md").read_text() == (REPO / "corpus/prompts/v1.md").read_text()
+    assert "baseline of suite" in out and "rebaselin" in out  # promoted, then the delta (none)
     assert list((work / "reports").glob("*/gate.html")), out[-2000:]
     # the posting step, with a stand-in gh that records its arguments and has no last comment
     bin_dir, calls, summary = tmp_path / "bin", tmp_path / "gh-calls", tmp_path / "summary.md"
@@ -146,3 +150,28 @@ def test_the_ci_example_runs(tmp_path: Path) -> None:
         f"pr comment 7 {body} --edit-last",
         f"pr comment 7 {body}",
     ]
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path: Path) -> None:
+    """The same workflow on a pull request whose only change is a looser evalkit.yaml (alpha
+    lowered, so nothing could block): UNVERIFIED, exit 1, the change named in the report."""
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
+    script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO / "corpus", work / "corpus")
+    env = _env(tmp_path) | {"GITHUB_BASE_REF": "main", "RUNNER_TEMP": str(tmp_path)}
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
+    for command in (["init", "-q"], ["add", "corpus"], ["commit", "-q", "-m", "base"],
+                    ["update-ref", "refs/remotes/origin/main", "HEAD"]):  # fmt: skip
+        subprocess.run([*git, *command], cwd=work, env=env, check=True, capture_output=True)
+    config = work / "corpus" / "evalkit.yaml"
+    text = config.read_text()
+    assert "gate: {alpha: 0.05," in text
+    config.write_text(text.replace("gate: {alpha: 0.05,", "gate: {alpha: 0.0001,"))
+    result = _bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    report = (tmp_path / "gate.md").read_text()
+    assert "evalkit gate: UNVERIFIED" in report.splitlines()[0], report[:2000]
+    assert "alpha" in report and "--policy" in report

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from evalkit.cli.options import db_arg
+from evalkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from evalkit.compare.policy import PinnedPolicy
+    from evalkit.store import Store
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +23,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     promote.add_argument("run", help="run id, or a label naming one run (label@latest)")
     promote.add_argument("--who", required=True, help="who promotes it")
     promote.add_argument("--reason", required=True, help="why this run is the new reference")
+    promote.add_argument(
+        "--policy",
+        action="store_true",
+        help="pin the gate policy of --config (critical_tags, gate:, budgets:, tiers:) instead "
+        "of the one the run recorded: how a person accepts a looser policy",
+    )
+    promote.add_argument(
+        "--config", default=None, help="with --policy: the suite config whose policy is pinned"
+    )
     promote.set_defaults(handler=_cmd_promote)
     show = baseline_sub.add_parser("show", help="the promoted baseline of each suite, and history")
     db_arg(show)
@@ -26,19 +41,95 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_promote(args: argparse.Namespace) -> int:
     from evalkit.compare.pairing import require_complete, run_tier
+    from evalkit.compare.policy import GatePolicy, pinned_policy
     from evalkit.store import open_store
 
     with open_store(args.db, wait_s=args.wait) as store:
         run_id = store.resolve_run(args.run)
         require_complete(store, run_id, "promoted", db=args.db)
-        suite, tier = store.manifest(run_id).get("suite") or "", run_tier(store, run_id)
+        manifest = store.manifest(run_id)
+        suite, tier = manifest.get("suite") or "", run_tier(store, run_id)
+        _refuse_partial(run_id, manifest.get("selection") or {})
+        if args.policy:
+            policy, pinned = _config_policy(args.config, suite), f"{args.config} (--policy)"
+        else:
+            policy, pinned = manifest.get("gate_policy"), f"recorded in run {run_id}'s manifest"
+        checked = GatePolicy.from_manifest(policy, pinned) if policy is not None else GatePolicy()
+        checked.validate_against(store.cases(run_id), manifest.get("selection"))
+        _refuse_errored(store, run_id, checked.max_error_rate)
         previous = store.current_baseline(suite, tier)
-        store.promote_baseline(suite, run_id, args.who, args.reason, tier)
+        before = pinned_policy(store, previous) if previous else None
+        store.promote_baseline(suite, run_id, args.who, args.reason, tier, policy)
     was = f" (was {previous})" if previous else ""
     which = f"suite {suite!r}" + (f" tier {tier!r}" if tier else "")
     print(f"baseline of {which} is now {run_id}{was}")
     print(f"  promoted by {args.who}: {args.reason}")
+    if policy is None:
+        print(f"  no policy pinned: run {run_id} predates policy pinning (the gate decides under "
+              "the config it is given); pin one with --policy")  # fmt: skip
+        return 0
+    print(f"  policy pinned: {pinned}")
+    _print_changes(before, policy)
     return 0
+
+
+def _refuse_partial(run_id: str, selection: dict) -> None:
+    """A run of some tags only is no baseline: it would pin less evidence than the suite has."""
+    if selection.get("tier") or not (selection.get("tags") or selection.get("exclude_tags")):
+        return
+    flags = [f"--tag {t}" for t in selection.get("tags") or ()]
+    flags += [f"--exclude-tag {t}" for t in selection.get("exclude_tags") or ()]
+    raise ConfigError(
+        f"run {run_id} ran only part of the suite ({' '.join(flags)}): promote a run of the full "
+        "suite (`evalkit run` without --tag/--exclude-tag), or run a tier (`evalkit run --tier "
+        "NAME`) to promote it as that tier's baseline"
+    )
+
+
+def _refuse_errored(store: Store, run_id: str, max_error_rate: float) -> None:
+    """A baseline whose outputs errored beyond the policy's tolerance holds too little evidence."""
+    outputs = store.outputs(run_id, ordered=False)
+    errored = int(outputs["error"].is_not_null().sum()) if outputs.height else 0
+    if outputs.height and errored / outputs.height > max_error_rate:
+        raise ConfigError(
+            f"run {run_id} errored on {errored} of {outputs.height} outputs "
+            f"({errored / outputs.height:.1%}), above gate.max_error_rate {max_error_rate:g} of "
+            "the policy it would pin: re-run the suite once the system answers and promote that "
+            "run"
+        )
+
+
+def _config_policy(config: str, suite: str) -> dict:
+    """The policy of a suite config, refused when the config is another suite's."""
+    from evalkit.corpus.manifest import gate_policy
+    from evalkit.corpus.suite import load_suite
+
+    loaded = load_suite(config)
+    if loaded.config.suite != suite:
+        raise ConfigError(
+            f"{config} is suite {loaded.config.suite!r} but the run is of suite {suite!r}: pass "
+            "--config with that suite's evalkit.yaml"
+        )
+    return gate_policy(loaded)
+
+
+def _print_changes(before: PinnedPolicy | None, policy: dict) -> None:
+    from evalkit.compare.policy import policy_changes
+
+    if before is None or before.policy is None:
+        print("  no policy was pinned before for this suite")
+        return
+    try:
+        changes = policy_changes(before.policy, policy)
+    except ConfigError as exc:
+        print(f"  the previously pinned policy cannot be read ({exc}); not compared")
+        return
+    if not changes.any:
+        print(f"  policy unchanged from the previous pin ({before.source})")
+        return
+    print(f"  policy changes against the previous pin ({before.source}):")
+    for line in (*changes.looser, *changes.stricter):
+        print(f"    {line}")
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -52,7 +143,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if history.is_empty():
         print("no baseline promoted yet: `evalkit baseline promote RUN --who NAME --reason TEXT`")
         return 0
-    table = Table("suite", "tier", "run", "promoted at", "who", "reason", "current")
+    table = Table("suite", "tier", "run", "promoted at", "who", "reason", "policy", "current")
     seen: set[tuple[str, str | None]] = set()
     for row in history.iter_rows(named=True):
         key = (row["suite"], row["tier"])
@@ -60,6 +151,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         seen.add(key)
         when = str(row["promoted_at"])[:19]
         table.add_row(row["suite"], row["tier"] or "(full)", row["run_id"], when, row["who"],
-                      row["reason"], "yes" if current else "")  # fmt: skip
+                      row["reason"], "pinned" if row["policy"] else "none",
+                      "yes" if current else "")  # fmt: skip
     Console(width=160).print(table)
     return 0

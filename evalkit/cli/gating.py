@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalkit.cli.options import DEFAULT_CONFIG, pair_args, pair_refs
+from evalkit.cli.rebaselining import add_rebaseline_args, maybe_rebaseline
 from evalkit.errors import EvalkitError
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--junit", metavar="FILE", help="write JUnit XML")
     compare.add_argument("--html", metavar="FILE", help="write the report as HTML")
     compare.add_argument("--markdown", metavar="FILE", help="write the pull-request Markdown")
+    add_rebaseline_args(compare)
     compare.set_defaults(handler=_cmd_compare)
 
     gate = sub.add_parser("gate", help="execute the gate notebook; exit 1 when blocked")
@@ -30,6 +32,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gate.add_argument(
         "--markdown", metavar="FILE", help="also copy the Markdown report (gate.md) to FILE"
     )
+    add_rebaseline_args(gate)
     gate.set_defaults(handler=_cmd_gate)
 
     override = sub.add_parser(
@@ -50,31 +53,28 @@ def _gate_config(args: argparse.Namespace) -> str | None:
 
 
 def _decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, GateDecision]:
-    """The checked pair's comparison and gate decision (refusals raise one-line errors)."""
-    from evalkit.compare.analysis import load_comparison
-    from evalkit.compare.gate import gate_comparison
-    from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
-    from evalkit.compare.policy import load_policy
+    """The checked pair's comparison and gate decision against the pin (refusals raise
+    one-line errors): `evalkit.compare.pin.gate_pair`, as the gate notebook calls it."""
+    from evalkit.compare.pin import gate_pair
 
-    policy = load_policy(_gate_config(args))
-    base, cand = resolve_pair(store, *pair_refs(args))
-    require_tier(store, (base, cand), args.tier)
-    for run_id, role in ((base, "baseline"), (cand, "candidate")):
-        require_complete(store, run_id, role, args.allow_incomplete, args.db)
-    comparison = load_comparison(
-        store, base, cand, args.allow_diff, policy.judge_kappa_min, policy.judge_min_labels
-    )
-    policy.validate_against(comparison.cand.cases, comparison.cand.manifest.get("selection"))
-    return comparison, gate_comparison(store, comparison, policy)
+    return gate_pair(
+        store, *pair_refs(args), _gate_config(args), args.allow_diff, tier=args.tier,
+        allow_incomplete=args.allow_incomplete, db=args.db,
+    )  # fmt: skip
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from evalkit.compare.html import to_html
     from evalkit.compare.junit import to_junit
     from evalkit.compare.markdown import to_markdown
+    from evalkit.compare.pairing import resolve_pair
     from evalkit.compare.report import build_report, render_terminal, to_json
     from evalkit.store import open_store
 
+    if args.rebaseline:
+        with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+            pair = resolve_pair(store, *pair_refs(args))
+        maybe_rebaseline(args, *pair)
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         report = build_report(*_decide_pair(store, args))
     render_terminal(report)
@@ -99,7 +99,11 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         require_tier(store, (base, cand), args.tier)
         for run_id, role in ((base, "baseline"), (cand, "candidate")):
             require_complete(store, run_id, role, args.allow_incomplete, args.db)
-    run = execute_gate(args.db, base, cand, _gate_config(args), args.out, args.allow_diff)
+    maybe_rebaseline(args, base, cand)
+    run = execute_gate(
+        args.db, base, cand, _gate_config(args), args.out, args.allow_diff, tier=args.tier,
+        allow_incomplete=args.allow_incomplete,
+    )  # fmt: skip
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
     from evalkit.compare.formatting import inert  # model text never drives the terminal

@@ -318,7 +318,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from evalkit.corpus.cases import load_corpus
     from evalkit.corpus.suite import load_suite
     from evalkit.run.judging import judge_client
-    from evalkit.run.rescore import rescore_run
+    from evalkit.run.rescore import rescore_run, scorer_sources
     from evalkit.scorers.registry import JUDGE
     from evalkit.store import open_store
 
@@ -328,7 +328,13 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     with open_store(args.db, wait_s=args.wait) as store:
         judged = any(s.tier == JUDGE for case in corpus.cases for s in case.scorers)
         judge = judge_client(suite, store) if judged and suite.config.judge else None
-        result = rescore_run(store, corpus, args.run, scorers=args.scorer, judge=judge)
+        # The sources recorded as a run of this checkout would record them (sealed cases'
+        # files only if the run loaded sealed cases), so an unchanged rescore still compares.
+        selection = store.manifest(store.resolve_run(args.run)).get("selection") or {}
+        sources = scorer_sources(corpus, suite.config.scorers, sealed=bool(selection.get("sealed")))
+        result = rescore_run(
+            store, corpus, args.run, scorers=args.scorer, judge=judge, scorer_files=sources
+        )
     print(
         f"rescored {result.rescored} outputs of {result.run_id} with zero model calls "
         f"→ scoring {result.scoring_id} ({result.carried} scores carried over)"

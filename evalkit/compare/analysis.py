@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from evalkit.compare.comparability import check_comparable, comparability_warnings
-from evalkit.compare.paired import case_changes, paired_frame
+from evalkit.compare.paired import case_changes, corpus_delta, paired_frame
 from evalkit.compare.slices import slices
 from evalkit.compare.verdicts import verdicts
 from evalkit.judges.gating import (
@@ -66,6 +66,15 @@ class Comparison:
     # their flips are reported, labelled "judge not calibrated — reported, not gated".
     judge_paired: pl.DataFrame | None = None
 
+    # The corpus delta (`evalkit.compare.paired.corpus_delta`): every edited, added or removed
+    # case with the evidence on each side; the gate accounts for it per critical tag.
+    delta: pl.DataFrame | None = None
+    # The run of the baseline's configuration on the added and edited cases (`evalkit gate
+    # --rebaseline`), whose verdicts pair those cases (``origin == "rebaselined"``).
+    rebaseline: RunData | None = None
+    # Why the delta cannot be rebaselined (a Python system whose code changed ...), or None.
+    rebaseline_blocker: str | None = None
+
     def _repr_html_(self) -> str:
         """Jupyter shows the pair's runs and its per-slice table (percentages, 3-digit p)."""
         from html import escape
@@ -85,35 +94,61 @@ def compare(
     cand: RunData,
     allow_diff: Sequence[str] = (),
     gating: JudgeGating | None = None,
+    rebaseline: RunData | None = None,
 ) -> Comparison:
-    """Check comparability, then build verdicts, the paired frame and the case changes.
+    """Check comparability, then build verdicts, the paired frame and the corpus delta.
 
     With ``gating``, verdicts ignore the judge checks that may not gate (uncalibrated judges);
     their scores stay in ``base.scores``/``cand.scores`` for the report. Where judge checks may
     gate, the paired frame also carries each case's mean level of them, ``base_judge_level`` and
     ``cand_judge_level`` (`evalkit.judges.gating.judge_levels`), for the gate's judge-level rule.
+
+    ``rebaseline`` is a run of the baseline's configuration on the candidate's added and edited
+    cases: those cases pair with its verdicts as their baseline side (``origin`` column:
+    ``"paired"`` for cases unedited in both runs, ``"rebaselined"`` for these).
     """
     differing = check_comparable(base.manifest, cand.manifest, allow_diff)
     base_scores, cand_scores = base.scores, cand.scores
+    rb_scores = rebaseline.scores if rebaseline is not None else None
     judge_paired = None
     if gating is not None and not all(check.gating for check in gating.checks):
         base_scores, cand_scores = (
             gated_scores(base_scores, gating),
             gated_scores(cand_scores, gating),
         )
+        rb_scores = gated_scores(rb_scores, gating) if rb_scores is not None else None
         judge_paired = _ungated_judge_paired(base, cand, gating)
     bv = verdicts(base.outputs, base_scores, base.cases)
     cv = verdicts(cand.outputs, cand_scores, cand.cases)
-    paired, changes = (
-        paired_frame(bv, cv, base.cases, cand.cases),
-        case_changes(base.cases, cand.cases),
-    )
+    changes = case_changes(base.cases, cand.cases)
+    paired = paired_frame(bv, cv, base.cases, cand.cases)
+    rebaselined: frozenset[str] = frozenset()
+    if rebaseline is not None and rb_scores is not None:
+        wanted = changes.filter(pl.col("change") != "removed")["case_id"].implode()
+        rv = verdicts(rebaseline.outputs, rb_scores, rebaseline.cases)
+        extra = paired_frame(rv, cv, rebaseline.cases, cand.cases)
+        extra = extra.filter(pl.col("case_id").is_in(wanted)).with_columns(
+            origin=pl.lit("rebaselined")
+        )
+        rebaselined = frozenset(extra["case_id"])
+        paired = pl.concat([paired, extra], how="diagonal_relaxed").sort("case_id")
+    delta = corpus_delta(changes, base.cases, cand.cases, bv, cv, rebaselined)
+    if rebaselined:
+        # A must_pass case demoted in the PR is still a must_pass case until that is promoted.
+        must = delta.filter(pl.col("criticality") == "must_pass")["case_id"].implode()
+        paired = paired.with_columns(
+            criticality=pl.when(pl.col("case_id").is_in(must))
+            .then(pl.lit("must_pass"))
+            .otherwise(pl.col("criticality"))
+        )
     if judge_paired is not None:
         # A case whose every check is an ungated judge has nothing that may gate: it is not
         # errored (its outputs exist); it leaves the gated pairing and is reported instead.
-        scored = pl.concat([base_scores["case_id"], cand_scores["case_id"]]).unique()
+        runs = [base, cand] + ([rebaseline] if rebaseline is not None else [])
+        kept = [base_scores, cand_scores] + ([rb_scores] if rb_scores is not None else [])
+        scored = pl.concat([s["case_id"] for s in kept]).unique()
         failed = pl.concat(
-            [r.outputs.filter(pl.col("error").is_not_null())["case_id"] for r in (base, cand)]
+            [r.outputs.filter(pl.col("error").is_not_null())["case_id"] for r in runs]
         )
         paired = paired.filter(
             pl.col("case_id").is_in(scored.implode()) | pl.col("case_id").is_in(failed.implode())
@@ -121,15 +156,44 @@ def compare(
     if gating is not None and gating.gating:
         # Calibrated judges also gate on their own scale (gate.judge_tolerance_levels).
         for side, run in (("base", base), ("cand", cand)):
-            levels = judge_levels(run.scores, gating).rename({"judge_level": f"{side}_judge_level"})
+            levels = judge_levels(run.scores, gating)
+            if side == "base" and rebaseline is not None:
+                levels = levels.filter(~pl.col("case_id").is_in(list(rebaselined)))
+                rb_levels = judge_levels(rebaseline.scores, gating)
+                rb_levels = rb_levels.filter(pl.col("case_id").is_in(list(rebaselined)))
+                levels = pl.concat([levels, rb_levels], how="diagonal_relaxed")
+            levels = levels.rename({"judge_level": f"{side}_judge_level"})
             paired = paired.join(levels, on="case_id", how="left", maintain_order="left")
     notes = tuple(gating.reasons) if gating is not None else ()
     warnings = [*comparability_warnings(differing, allow_diff)]
     for run, role in ((base, "baseline"), (cand, "candidate")):
         warnings += [f"{role} run: {w}" for w in run.manifest.get("warnings") or ()]
     return Comparison(
-        base, cand, tuple(differing), bv, cv, paired, changes, notes, tuple(warnings), judge_paired
-    )
+        base, cand, tuple(differing), bv, cv, paired, changes, notes, tuple(warnings), judge_paired,
+        delta, rebaseline, rebaseline_blocker(base.manifest, cand.manifest),
+    )  # fmt: skip
+
+
+def rebaseline_blocker(base_manifest: dict[str, Any], cand_manifest: dict[str, Any]) -> str | None:
+    """Why the baseline's configuration cannot be run again on new cases, or None.
+
+    Examples:
+        >>> rebaseline_blocker({"rerun": {}, "provider": {"name": "openai"}}, {})
+        >>> rebaseline_blocker({"provider": {"name": "openai"}}, {})[:40]
+        'the baseline run predates recorded re-ru'
+    """
+    if "rerun" not in base_manifest:
+        return (
+            "the baseline run predates recorded re-run settings (prompt text, tool schemas): "
+            "run and promote a new baseline"
+        )
+    provider = (base_manifest.get("provider") or {}).get("name")
+    if provider == "python" and base_manifest.get("system") != cand_manifest.get("system"):
+        return (
+            "the baseline is a Python system whose code (or version) differs from the "
+            "candidate's: its configuration cannot be rebuilt from this checkout"
+        )
+    return None
 
 
 def _ungated_judge_paired(base: RunData, cand: RunData, gating: JudgeGating) -> pl.DataFrame:
@@ -143,13 +207,29 @@ def _ungated_judge_paired(base: RunData, cand: RunData, gating: JudgeGating) -> 
 
 
 def load_run(store: Store, ref: str) -> RunData:
-    """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label."""
+    """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label.
+
+    When the newest scoring is a rescore that recorded its scorer sources, the manifest's
+    ``scorer_files`` are those (what the scores were made with), the run's own are kept under
+    ``run_scorer_files`` and the scoring under ``rescoring`` (``scoring_id``, ``harness``), so
+    `check_comparable` compares the sources each side was actually scored with.
+    """
+    import json
+
     run_id = store.resolve_run(ref)
     runs = store.runs().filter(pl.col("run_id") == run_id)
     label = runs["label"][0] if runs.height else ref
     # In storage order: verdicts group the rows themselves, faster than the store can sort them.
     outputs, scores = store.outputs(run_id, ordered=False), store.scores(run_id, ordered=False)
-    return RunData(run_id, label, store.manifest(run_id), store.cases(run_id), outputs, scores)
+    manifest = store.manifest(run_id)
+    scoring_id = store.latest_scoring(run_id)
+    scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
+    recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
+    if scoring.height and recorded is not None:  # NULL: a run's own scoring, or an older one
+        manifest["run_scorer_files"] = manifest.get("scorer_files")
+        manifest["scorer_files"] = json.loads(recorded)
+        manifest["rescoring"] = {"scoring_id": scoring_id, "harness": scoring["harness"][0]}
+    return RunData(run_id, label, manifest, store.cases(run_id), outputs, scores)
 
 
 def load_comparison(
@@ -171,6 +251,19 @@ def load_comparison(
     """
     base, cand = load_run(store, baseline), load_run(store, candidate)
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
-    both = pl.concat(judged, how="diagonal_relaxed")  # judge rows only: not 3M score rows
-    gating = judge_gating(both, store.calibrations(), judge_kappa_min, judge_min_labels)
-    return compare(base, cand, allow_diff, gating)
+    # Judge rows only (not 3M score rows), each side's own: a judge check gates only when both
+    # sides were judged by the same calibrated identity.
+    gating = judge_gating(
+        judged[0], store.calibrations(), judge_kappa_min, judge_min_labels, candidate=judged[1]
+    )
+    return compare(base, cand, allow_diff, gating, _rebaseline_run(store, base, cand))
+
+
+def _rebaseline_run(store: Store, base: RunData, cand: RunData) -> RunData | None:
+    """The newest complete run of the baseline's configuration on the candidate's added and
+    edited cases (`evalkit gate --rebaseline`), if the store holds one."""
+    from evalkit.run.rebaseline import delta_cases, find_rebaseline
+
+    wanted = delta_cases(base.cases, cand.cases)
+    run_id = find_rebaseline(store, base.run_id, wanted) if wanted else None
+    return load_run(store, run_id) if run_id else None

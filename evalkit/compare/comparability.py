@@ -1,5 +1,12 @@
 """Whether two runs may be compared: their manifests may differ only in the declared variable
-under test (``--allow-diff FIELD``)."""
+under test (``--allow-diff FIELD``).
+
+The scorers are the instrument, not the system under test: a pair whose scorer sources differ
+where both sides have them (a schema, rubric or custom scorer module edited between the runs), or
+that differ only because one side was rescored (`evalkit.compare.analysis.load_run` puts a
+rescoring's recorded sources in the manifest), is refused unless declared with
+``--allow-diff scorers`` (the declared name of ``scorer_files``; ``scorer_files`` is accepted too).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,14 @@ from typing import Any
 
 from evalkit.corpus.manifest import COMPARABLE_FIELDS, manifest_diff
 from evalkit.errors import ComparabilityError, ConfigError
+
+#: Declared names accepted by ``--allow-diff`` for a manifest field.
+ALIASES = {"scorers": "scorer_files"}
+_DISPLAY = {field: alias for alias, field in ALIASES.items()}
+
+
+def _field(name: str) -> str:
+    return ALIASES.get(name, name)
 
 
 def _short(value: Any, width: int = 24) -> str:
@@ -42,20 +57,24 @@ def check_comparable(
         >>> check_comparable({"model": "a", "prompt": "p"}, {"model": "b", "prompt": "p"})
         ['model']
     """
-    unknown = sorted(set(allow_diff) - set(COMPARABLE_FIELDS))
+    unknown = sorted(set(allow_diff) - set(COMPARABLE_FIELDS) - set(ALIASES))
     if unknown:
+        known = [_DISPLAY.get(f, f) for f in COMPARABLE_FIELDS]
         raise ConfigError(
             f"--allow-diff: unknown manifest field(s) {', '.join(unknown)}; "
-            f"comparable fields are {', '.join(COMPARABLE_FIELDS)}"
+            f"comparable fields are {', '.join(known)}"
         )
+    declared_fields = {_field(f) for f in allow_diff}
     differing = manifest_diff(base_manifest, cand_manifest)
-    undeclared = [f for f in differing if f not in allow_diff]
+    undeclared = [f for f in differing if f not in declared_fields]
+    if "scorer_files" in undeclared and _scorers_must_be_declared(base_manifest, cand_manifest):
+        raise ComparabilityError(_scorer_refusal(base_manifest, cand_manifest, undeclared))
     if undeclared and (allow_diff or len(differing) > 1):
         details = "; ".join(
             next(iter(_leaf_diffs(base_manifest.get(f), cand_manifest.get(f), f)), f)
             for f in differing
         )
-        flags = " ".join(f"--allow-diff {f}" for f in undeclared)
+        flags = " ".join(f"--allow-diff {_DISPLAY.get(f, f)}" for f in undeclared)
         declared = f" (declared: {', '.join(allow_diff)})" if allow_diff else ""
         raise ComparabilityError(
             f"refusing to compare: the runs' manifests differ in {len(differing)} field(s) "
@@ -75,5 +94,48 @@ def comparability_warnings(differing: Sequence[str], allow_diff: Sequence[str]) 
     return [
         f"--allow-diff {f}: the runs do not differ in {f} (is this the pair you meant?)"
         for f in allow_diff
-        if f not in differing
+        if _field(f) not in differing
     ]
+
+
+def _run_sources(manifest: dict[str, Any]) -> Any:
+    """The scorer sources the run itself recorded (before any rescoring)."""
+    return manifest.get("run_scorer_files", manifest.get("scorer_files"))
+
+
+def _scorers_must_be_declared(base: dict[str, Any], cand: dict[str, Any]) -> bool:
+    """Differing scorer sources that no single-variable comparison may take implicitly: a source
+    both sides have changed, or a difference that comes only from a rescoring. (A source only one
+    side has belongs to cases only that side has: the corpus delta, accounted for elsewhere.)"""
+    b, c = base.get("scorer_files") or {}, cand.get("scorer_files") or {}
+    shared_changed = any(b[k] != c[k] for k in set(b) & set(c))
+    return shared_changed or _run_sources(base) == _run_sources(cand)
+
+
+def _scorer_refusal(base: dict[str, Any], cand: dict[str, Any], undeclared: Sequence[str]) -> str:
+    """One line: which scorer sources differ, whether a rescoring caused it, what to do."""
+    leaves = list(_leaf_diffs(base.get("scorer_files"), cand.get("scorer_files"), "scorer_files"))
+    details = "; ".join(leaves[:3]) + (f"; {len(leaves) - 3} more" if len(leaves) > 3 else "")
+    rescored = [
+        (role, m["rescoring"]["scoring_id"])
+        for role, m in (("baseline", base), ("candidate", cand))
+        if isinstance(m.get("rescoring"), dict) and m["rescoring"].get("scoring_id")
+    ]
+    if rescored and _run_sources(base) == _run_sources(cand):
+        roles = " and the ".join(role for role, _ in rescored)
+        verb = "was" if len(rescored) == 1 else "were"
+        scorings = ", ".join(scoring for _, scoring in rescored)
+        noun = "scoring" if len(rescored) == 1 else "scorings"
+        head = f"the {roles} {verb} rescored with other scorer sources ({noun} {scorings})"
+        fix = "rescore both runs with the same scorers"
+    else:
+        head = "the runs were scored with other scorer sources"
+        fix = "score both runs with the same scorers"
+    others = [f for f in undeclared if f != "scorer_files"]
+    also = (
+        f"; the manifests also differ in {', '.join(others)} "
+        f"({' '.join(f'--allow-diff {_DISPLAY.get(f, f)}' for f in others)})"
+        if others
+        else ""
+    )
+    return f"refusing to compare: {head}: {details}; {fix}, or declare --allow-diff scorers{also}"

@@ -32,17 +32,24 @@ class Finding:
     statistic: dict[str, Any]
     message: str
     severity: Severity
+    #: What was found, and on which metric ("failed", "errored", "regressed",
+    #: "budget:mean_latency_ms" ...): part of the key, so an override written for one kind of
+    #: finding (an outage's errored case) never accepts another (the same case failing).
+    kind: str = ""
 
     @property
     def key(self) -> str:
-        """The finding's identity, what an override names: tier, slice and the cases involved.
+        """The finding's identity, what an override names: tier, slice, kind and the cases.
 
         Examples:
-            >>> Finding(1, "must_pass", ("inc-7",), {}, "fails", "block").key
-            'tier1/must_pass/inc-7'
+            >>> Finding(1, "must_pass", ("inc-7",), {}, "fails", "block", "failed").key
+            'tier1/must_pass/failed/inc-7'
+            >>> Finding(4, None, (), {}, "over", "block", "budget:mean_latency_ms").key
+            'tier4/-/budget:mean_latency_ms'
         """
         ids = ",".join(sorted(self.case_ids))
-        return f"tier{self.tier}/{self.slice or '-'}" + (f"/{ids}" if ids else "")
+        head = f"tier{self.tier}/{self.slice or '-'}" + (f"/{self.kind}" if self.kind else "")
+        return head + (f"/{ids}" if ids else "")
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,26 @@ class Override:
 
 
 @dataclass(frozen=True)
+class PairContext:
+    """What the gate knows about a pair beyond its paired frame: the corpus delta, the
+    baseline's own errors, how the policy was pinned, and sibling runs of the candidate."""
+
+    base_run_id: str = "BASELINE"
+    cand_run_id: str = "CANDIDATE"
+    # `evalkit.compare.paired.corpus_delta`: edited/added/removed cases with their evidence.
+    delta: Any = None
+    # The baseline's outputs (``case_id, error``), missing ones counted as errored.
+    base_errors: Any = None
+    # Why the baseline configuration cannot be run on the delta, when it cannot.
+    rebaseline_blocker: str | None = None
+    # Each way the pull request's policy is looser than the pinned one (then the pinned applies).
+    policy_changes: tuple[str, ...] = ()
+    policy_source: str | None = None
+    # Other runs of the candidate's configuration on the same corpus: (run_id, status).
+    siblings: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class GateDecision:
     """The gate's verdict: ``blocked`` (after overrides), every finding, each critical state."""
 
@@ -91,6 +118,10 @@ class GateDecision:
     policy: GatePolicy = field(default_factory=GatePolicy)
     unverified: bool = False  # stopped by missing evidence, not by a regression
     uncovered: tuple[str, ...] = ()  # keys of stopping findings no override accepts
+    # Per critical tag, what the pull request changed in its cases: tag, edited, added,
+    # removed, rebaselined, unaccounted, share.
+    corpus_delta: tuple[dict[str, Any], ...] = ()
+    n_verified: int = 0  # paired cases with evidence on both sides
 
     @property
     def would_block(self) -> bool:

@@ -2,9 +2,15 @@
 
 Temperature zero does not make a model deterministic. ``measure_flakes`` runs the same
 configuration ``k`` times with the response cache bypassed, collapses each run to per-case
-verdicts, and stores for that ``config_hash`` every case with how many runs disagreed with its
-majority. The gate reads the latest list for the baseline's config_hash: a must_pass failure on
-a measured flaky case warns instead of blocking.
+verdicts, and stores for that ``config_hash`` every case, with the hash of the version measured
+and how many runs disagreed with its majority.
+
+A flake list excuses only what it measured (`excusing_flakes`): a must_pass failure warns instead
+of blocking only when that case was measured flaky on the *baseline's* configuration, in the
+same version (case hash) the baseline and the candidate ran, before the candidate run started.
+A list measured on the candidate's own configuration, on another wording of the case, after the
+candidate, or before evalkit recorded case hashes excuses nothing; `shown_flakes` lists those
+with the reason, for the report.
 
 Examples:
     >>> result = measure_flakes(suite, corpus, store, runs=5)   # doctest: +SKIP
@@ -14,7 +20,9 @@ Examples:
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -26,12 +34,15 @@ from evalkit.records import Provider
 from evalkit.run.runner import RunOptions, RunSummary, run_suite
 from evalkit.store import Store
 
+if TYPE_CHECKING:
+    from evalkit.compare.analysis import RunData
+
 
 @dataclass(frozen=True)
 class FlakeResult:
     config_hash: str
     run_ids: tuple[str, ...]
-    per_case: pl.DataFrame  # case_id, tags, runs, flips, flake_rate
+    per_case: pl.DataFrame  # case_id, tags, runs, flips, flake_rate, case_hash
     per_slice: pl.DataFrame  # tag, cases, flaky, flake_rate
 
     @property
@@ -87,7 +98,10 @@ def measure_flakes(
         ],
         how="diagonal_relaxed",
     )
-    per_case = flake_table(per_run)
+    versions = {case.id: case.hash for case in corpus.cases}  # the version each case measured
+    per_case = flake_table(per_run).with_columns(
+        case_hash=pl.col("case_id").replace_strict(versions, default=None, return_dtype=pl.String)
+    )
     config_hash = hashes.pop()
     store.save_flakes(config_hash, per_case)
     return FlakeResult(
@@ -131,3 +145,106 @@ def flake_slices(per_case: pl.DataFrame) -> pl.DataFrame:
         .with_columns((pl.col("flaky") / pl.col("cases")).alias("flake_rate"))
         .sort("flake_rate", "tag", descending=[True, False])
     )
+
+
+#: Why a stored flake measurement excuses nothing (``shown_flakes``'s ``why_not``).
+CANDIDATE_CONFIG = "measured on the candidate's configuration"
+OTHER_WORDING = "measured on another wording of the case"
+AFTER_CANDIDATE = "measured after the candidate run"
+NO_CASE_HASH = "no case hash recorded (measured before evalkit recorded one)"
+NOT_IN_BASELINE = "the baseline run does not have the case"
+NO_START = "the candidate run's start is not recorded"
+
+
+def excusing_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
+    """The flake rates that may excuse a must_pass failure of ``cand`` against ``base``.
+
+    Only measurements of the baseline's ``config_hash``, recorded before the candidate run was
+    created, of the case version (case hash) both runs ran; per case the newest of them.
+
+    Returns:
+        ``case_id, flake_rate, runs, flips, case_hash, measured_at``, one row per case (rate 0
+        included: a case measured stable).
+    """
+    rows = _judged(store, base, cand).filter(pl.col("why_not").is_null())
+    return (
+        rows.sort("measured_at", descending=True)
+        .unique("case_id", keep="first", maintain_order=True)
+        .select("case_id", "flake_rate", "runs", "flips", "case_hash", "measured_at")
+        .sort("case_id")
+    )
+
+
+def shown_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
+    """The flake measurements of either run's configuration that excuse nothing, and why, for
+    the report: must_pass cases of the candidate (or the baseline) with a rate above 0 that
+    `excusing_flakes` does not excuse; per case and reason the newest measurement.
+
+    Returns:
+        ``case_id, flake_rate, why_not, config_hash, case_hash, measured_at``.
+    """
+    judged = _judged(store, base, cand)
+    excused = judged.filter(pl.col("why_not").is_null())
+    excused = (
+        excused.sort("measured_at", descending=True)
+        .unique("case_id", keep="first")
+        .filter(pl.col("flake_rate") > 0)["case_id"]
+    )
+    must_pass = pl.concat(
+        [r.cases.filter(pl.col("criticality") == "must_pass")["case_id"] for r in (base, cand)]
+    )
+    return (
+        judged.filter(
+            pl.col("why_not").is_not_null()
+            & (pl.col("flake_rate") > 0)
+            & pl.col("case_id").is_in(must_pass.implode())
+            & pl.col("case_id").is_in(cand.cases["case_id"].implode())
+            & ~pl.col("case_id").is_in(excused.implode())
+        )
+        .sort("measured_at", descending=True)
+        .unique(["case_id", "why_not"], keep="first")
+        .select("case_id", "flake_rate", "why_not", "config_hash", "case_hash", "measured_at")
+        .sort("case_id", "why_not")
+    )
+
+
+def _judged(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
+    """Every measurement of either run's configuration with ``why_not`` (null: it excuses)."""
+    hashes = sorted({h for h in (base.config_hash, cand.config_hash) if h is not None})
+    rows = store.flake_measurements(hashes)
+    started = _created_at(store, cand)
+    versions = pl.DataFrame(
+        {"case_id": cand.cases["case_id"], "cand_hash": cand.cases["case_hash"]}
+    ).join(
+        base.cases.select("case_id", pl.col("case_hash").alias("base_hash")),
+        on="case_id",
+        how="left",
+    )
+    rows = rows.join(versions, on="case_id", how="left")
+    after = pl.lit(True) if started is None else pl.col("measured_at") >= pl.lit(started)
+    why_not = (
+        pl.when(pl.col("config_hash") != (base.config_hash or ""))
+        .then(pl.lit(CANDIDATE_CONFIG))
+        .when(after)
+        .then(pl.lit(AFTER_CANDIDATE if started is not None else NO_START))
+        .when(pl.col("case_hash").is_null())
+        .then(pl.lit(NO_CASE_HASH))
+        .when(pl.col("base_hash").is_null() & pl.col("cand_hash").is_not_null())
+        .then(pl.lit(NOT_IN_BASELINE))
+        .when(
+            (pl.col("case_hash") != pl.col("cand_hash")).fill_null(True)
+            | (pl.col("case_hash") != pl.col("base_hash")).fill_null(True)
+        )
+        .then(pl.lit(OTHER_WORDING))
+        .otherwise(pl.lit(None, pl.String))
+    )
+    return rows.with_columns(why_not=why_not)
+
+
+def _created_at(store: Store, run: RunData) -> dt.datetime | None:
+    """When ``run`` was created: the runs table's ``created_at``, else its manifest's."""
+    runs = store.runs().filter(pl.col("run_id") == run.run_id)
+    if runs.height and runs["created_at"][0] is not None:
+        return runs["created_at"][0]
+    stamp = (run.manifest.get("run") or {}).get("created_at")
+    return dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else None

@@ -43,6 +43,7 @@ from evalkit.compare.decision import (
     Finding,
     GateDecision,
     Override,
+    PairContext,
     Severity,
     SliceState,
     State,
@@ -52,7 +53,7 @@ from evalkit.compare.slices import CLUSTERED_METHOD, interval_name, slices
 from evalkit.compare.verdicts import usage_means
 
 if TYPE_CHECKING:
-    from evalkit.compare.analysis import Comparison
+    from evalkit.compare.analysis import Comparison, RunData
     from evalkit.store import Store
 
 
@@ -61,11 +62,25 @@ def _pts(x: float | None) -> str:
 
 
 def _must_pass(
-    paired: pl.DataFrame, flakes: Mapping[str, float], causes: Mapping[str, str]
+    paired: pl.DataFrame,
+    flakes: Mapping[str, float],
+    causes: Mapping[str, str],
+    delta: pl.DataFrame | None = None,
 ) -> list[Finding]:
+    """Tier 1: must_pass is absolute. Every must_pass case of the candidate's corpus must pass,
+    paired or not (``delta``: added and edited cases the baseline never ran); one the baseline
+    had and the candidate did not run stops the gate until accepted or promoted away."""
     mp = paired.filter(pl.col("criticality") == "must_pass")
     out = []
     errored = mp.filter(pl.col("cand_error"))["case_id"].to_list()
+    fresh = pl.DataFrame(schema={"case_id": pl.String, "change": pl.String, "cand": pl.Boolean,
+                                 "cand_error": pl.Boolean})  # fmt: skip
+    removed: list[str] = []
+    if delta is not None and delta.height:
+        dm = delta.filter((pl.col("criticality") == "must_pass") & ~pl.col("rebaselined"))
+        removed = dm.filter(pl.col("change") == "removed")["case_id"].to_list()
+        fresh = dm.filter(pl.col("change") != "removed").select(fresh.columns)
+        errored += fresh.filter(pl.col("cand_error"))["case_id"].to_list()
     if errored:
         why = top_causes([causes.get(c) for c in errored])
         msg = (
@@ -73,14 +88,33 @@ def _must_pass(
             "unverified" + (f"; causes: {_causes_text(why)}" if why else "")
         )
         out.append(Finding(1, "must_pass", tuple(errored), {"n_error": len(errored)}, msg,
-                           "unverified"))  # fmt: skip
+                           "unverified", "errored"))  # fmt: skip
     for r in mp.filter(pl.col("cand") == False).iter_rows(named=True):  # noqa: E712
         case, rate = r["case_id"], flakes.get(r["case_id"], 0.0)
         before = {True: "passed", False: "also failed", None: "errored"}[r["base"]]
+        if r.get("origin") == "rebaselined":
+            before = f"the baseline configuration on its new version {before}"
         msg = f"must_pass case {case} fails in the candidate (baseline {before})"
         if rate > 0:
             msg += f", but it is on the measured flake list (flake rate {rate:.0%})"
-        out.append(Finding(1, "must_pass", (case,), {"flake_rate": rate}, msg, _sev(rate == 0)))
+        stat = {"flake_rate": rate}
+        out.append(Finding(1, "must_pass", (case,), stat, msg, _sev(rate == 0), "failed"))
+    for r in fresh.filter(~pl.col("cand_error") & (pl.col("cand") == False)).iter_rows(named=True):  # noqa: E712
+        case = r["case_id"]
+        msg = (
+            f"must_pass case {case} ({r['change']} in this pull request, not run on the baseline "
+            "configuration) fails in the candidate: must_pass means must pass"
+        )
+        out.append(Finding(1, "must_pass", (case,), {"change": r["change"]}, msg, "block",
+                           "failed"))  # fmt: skip
+    for case in removed:
+        msg = (
+            f"must_pass case {case} ran in the baseline but not in the candidate (removed from "
+            "the corpus): accept it with `evalkit override`, or promote a baseline whose corpus "
+            "no longer has it"
+        )
+        out.append(Finding(1, "must_pass", (case,), {"change": "removed"}, msg, "unverified",
+                           "removed"))  # fmt: skip
     return out
 
 
@@ -119,7 +153,7 @@ def _critical(
                 f"≥ {policy.min_cases()} are needed to gate): not gated here; the full suite "
                 "gates it"
             )
-            findings.append(Finding(2, tag, (), {"n": n_sel}, msg, "info"))
+            findings.append(Finding(2, tag, (), {"n": n_sel}, msg, "info", "not-selected"))
             states.append(SliceState(tag, "not in this selection", n_sel, 0, 0, 0, None, None,
                                      None, None, 0.0, False, None, None))  # fmt: skip
             continue
@@ -144,8 +178,12 @@ def _critical(
             method = interval_name(r.get("interval_method"))
             why += [f"upper bound {_pts(hi)} < {_pts(-tol)} ({method})"] if by_ci else []
             msg = f"{head} regressed: {broken} broken, {fixed} fixed of {n} ({_pts(r['diff'])})"
-            findings.append(Finding(2, tag, ids, stat, f"{msg}; {' and '.join(why)}", "block"))
-        elif paired.filter(pl.col("tags").list.contains(tag) & pl.col("cand_error")).height:
+            findings.append(
+                Finding(2, tag, ids, stat, f"{msg}; {' and '.join(why)}", "block", "regressed")
+            )
+        elif paired.filter(
+            pl.col("tags").list.contains(tag) & (pl.col("cand_error") | pl.col("base_error"))
+        ).height:
             state = "unverified"  # its errored cases are a tier-0 finding: no evidence either way
         elif n < need:
             state = "underpowered"
@@ -154,7 +192,8 @@ def _critical(
                 f"{power:.0%}; it needs ≈{need} cases (paired, flip rate ψ = {psi:.3g}"
                 f"{', assumed: no flips seen' if assumed else ''})"
             )
-            findings.append(Finding(2, tag, ids, stat | {"required_n": need}, msg, "warn"))
+            stat |= {"required_n": need}
+            findings.append(Finding(2, tag, ids, stat, msg, "warn", "underpowered"))
         else:
             state = "no evidence of regression"
         states.append(SliceState(tag, state, n, r["n_error"], broken, fixed, p, r["diff"],
@@ -201,7 +240,7 @@ def _judge_level_drop(tag: str, paired: pl.DataFrame, policy: GatePolicy) -> Fin
         f" BCa upper bound {boot.hi:+.2f} < {-tol:+.2f} levels and one-sided exact sign test "
         f"p = {p:.4g} ≤ {policy.alpha:g}"
     )
-    return Finding(2, f"{tag}:judge-levels", ids, stat, msg, "block")
+    return Finding(2, f"{tag}:judge-levels", ids, stat, msg, "block", "regressed")
 
 
 def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
@@ -215,7 +254,8 @@ def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> li
                 f"{name} regressed: {r['broken']} broken, {r['fixed']} fixed of {r['n']} "
                 f"({_pts(r['diff'])}, Holm-adjusted p = {p_adj:.3g})"
             )
-            out.append(Finding(3, r["slice"], (), {**r, "p_holm": float(p_adj)}, msg, "warn"))
+            stat = {**r, "p_holm": float(p_adj)}
+            out.append(Finding(3, r["slice"], (), stat, msg, "warn", "regressed"))
     return out
 
 
@@ -256,42 +296,200 @@ def _evidence(
     policy: GatePolicy,
     errors: pl.DataFrame | None,
     by_case: Mapping[str, str],
+    base_errors: pl.DataFrame | None = None,
 ) -> list[Finding]:
-    """Tier 0: what the gate could not see. Errored candidate cases in a critical tag, more
-    errored outputs than ``max_error_rate``, or no paired case at all make it UNVERIFIED."""
+    """Tier 0: what the gate could not see, on either side. Errored cases in a critical tag or
+    a must_pass case, more errored outputs than ``max_error_rate``, or no case with evidence on
+    both sides make it UNVERIFIED: an outage of the baseline hides as much as one of the
+    candidate."""
     if paired.height == 0:
         msg = "no case is paired between the runs (nothing ran, or every case was edited)"
-        return [Finding(0, None, (), {"n": 0}, f"{msg}: nothing was verified", "unverified")]
-    errored = paired.filter(pl.col("cand_error"))
+        return [Finding(0, None, (), {"n": 0}, f"{msg}: nothing was verified", "unverified",
+                        "nothing-paired")]  # fmt: skip
+    out = []
+    for side, role, frame in (("cand", "candidate", errors), ("base", "baseline", base_errors)):
+        out += _side_evidence(paired, policy, frame, by_case if side == "cand" else {}, side, role)
+    seen = paired.filter(~pl.col("base_error") & ~pl.col("cand_error"))
+    if seen.height == 0 and not any(f.slice == "errors" for f in out):
+        msg = (
+            f"none of the {paired.height} paired cases has an answer on both sides (the "
+            "baseline or the candidate errored on every one): nothing was verified"
+        )
+        out.append(Finding(0, None, (), {"n": 0}, msg, "unverified", "nothing-verified"))
+    return out
+
+
+def _side_evidence(
+    paired: pl.DataFrame,
+    policy: GatePolicy,
+    errors: pl.DataFrame | None,
+    by_case: Mapping[str, str],
+    side: str,
+    role: str,
+) -> list[Finding]:
+    errored = paired.filter(pl.col(f"{side}_error"))
     if errors is not None and errors.height:
         failed = errors.filter(pl.col("error").is_not_null())
         n_outputs, n_errored = errors.height, failed.height
         causes = top_causes(failed["error"].to_list())
+        by_case = by_case or _first_cause(errors)
     else:
         n_outputs, n_errored, causes = paired.height, errored.height, []
+    kind = "errored" if side == "cand" else "baseline-errored"
     out = []
+    if side == "base":  # the candidate's errored must_pass cases are a tier-1 finding
+        ids = errored.filter(pl.col("criticality") == "must_pass")["case_id"].to_list()
+        if ids:
+            why = top_causes([by_case.get(i) for i in ids])
+            msg = (
+                f"{len(ids)} must_pass case(s) errored in the baseline ({_named(ids)}): what they "
+                "did before is unknown, so they are unverified"
+                + (f"; causes: {_causes_text(why)}" if why else "")
+            )
+            out.append(Finding(0, "must_pass", tuple(ids), {"n_error": len(ids)}, msg,
+                               "unverified", kind))  # fmt: skip
     for tag in policy.critical_tags:
         ids = errored.filter(pl.col("tags").list.contains(tag))["case_id"].to_list()
         if ids:
             why = top_causes([by_case.get(i) for i in ids])
             msg = (
-                f"critical tag {tag!r}: {len(ids)} case(s) errored in the candidate "
+                f"critical tag {tag!r}: {len(ids)} case(s) errored in the {role} "
                 f"({_named(ids)}), so the tag is unverified"
                 + (f"; causes: {_causes_text(why)}" if why else "")
             )
-            out.append(Finding(0, tag, tuple(ids), {"n_error": len(ids)}, msg, "unverified"))
+            out.append(Finding(0, tag, tuple(ids), {"n_error": len(ids)}, msg, "unverified", kind))
     rate = n_errored / n_outputs if n_outputs else 0.0
     if n_errored and rate > policy.max_error_rate:
         ids = errored["case_id"].to_list()
         msg = (
-            f"{n_errored} of {n_outputs} candidate outputs errored ({rate:.0%}, more than "
+            f"{n_errored} of {n_outputs} {role} outputs errored ({rate:.0%}, more than "
             f"gate.max_error_rate {policy.max_error_rate:.0%})"
             + (f"; top causes: {_causes_text(causes)}" if causes else "")
             + (f"; cases with no verdict: {_named(ids)}" if ids else "")
         )
         stat = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
         stat["top_causes"] = [[c, n] for c, n in causes]
-        out.append(Finding(0, "errors", tuple(ids), stat, msg, "unverified"))
+        out.append(Finding(0, "errors", tuple(ids), stat, msg, "unverified", kind))
+    return out
+
+
+def corpus_accounting(
+    policy: GatePolicy, paired: pl.DataFrame, delta: pl.DataFrame | None
+) -> list[dict[str, Any]]:
+    """Per critical tag, what the pull request changed in its cases and how much of it the
+    comparison accounts for: ``unaccounted`` = removed + edited/added cases not rebaselined,
+    ``share`` = unaccounted over the tag's cases (the larger side).
+
+    Examples:
+        >>> d = pl.DataFrame({"case_id": ["a"], "change": ["edited"], "tags": [["billing"]],
+        ...     "rebaselined": [False]})
+        >>> p = pl.DataFrame({"case_id": ["b", "c"], "tags": [["billing"]] * 2})
+        >>> corpus_accounting(GatePolicy(critical_tags=("billing",)), p, d)[0]["share"]
+        0.3333333333333333
+    """
+    out = []
+    for tag in policy.critical_tags:
+        sub = (
+            delta.filter(pl.col("tags").list.contains(tag))
+            if delta is not None
+            else pl.DataFrame(schema={"change": pl.String, "rebaselined": pl.Boolean})
+        )
+        count = {
+            c: sub.filter(pl.col("change") == c).height for c in ("edited", "added", "removed")
+        }
+        rebaselined = sub.filter(pl.col("rebaselined")).height
+        unaccounted = sub.height - rebaselined
+        paired_n = paired.filter(
+            pl.col("tags").list.contains(tag)
+            & ~pl.col("case_id").is_in(sub["case_id"].implode() if "case_id" in sub.columns else [])
+        ).height
+        size = max(paired_n + count["edited"] + count["added"], paired_n + count["removed"], 1)
+        out.append({"tag": tag, **count, "rebaselined": rebaselined, "unaccounted": unaccounted,
+                    "share": unaccounted / size})  # fmt: skip
+    return out
+
+
+def _corpus_findings(
+    policy: GatePolicy,
+    paired: pl.DataFrame,
+    delta: pl.DataFrame | None,
+    accounting: Sequence[Mapping[str, Any]],
+    context: PairContext,
+) -> list[Finding]:
+    """Tier 0: a critical tag whose changed cases the comparison cannot account for is
+    UNVERIFIED (never "underpowered" and passed); an edited case that was failing is flagged."""
+    out = []
+    verify = (
+        f"`evalkit gate {context.base_run_id} {context.cand_run_id} --rebaseline` (runs the "
+        "baseline configuration on the added and edited cases, cached)"
+    )
+    if context.rebaseline_blocker:
+        verify = (
+            f"a baseline run of this corpus: run the baseline configuration on it and promote "
+            f"it (`evalkit baseline promote RUN --who NAME --reason TEXT`); --rebaseline cannot: "
+            f"{context.rebaseline_blocker}"
+        )
+    for row in accounting:
+        tag, left = row["tag"], row["unaccounted"]
+        if not left:
+            continue
+        evidence = paired.filter(
+            pl.col("tags").list.contains(tag) & ~pl.col("base_error") & ~pl.col("cand_error")
+        ).height
+        too_many = row["share"] > policy.max_changed_share
+        if not (too_many or evidence < policy.min_cases()):
+            continue
+        what = ", ".join(f"{row[c]} {c}" for c in ("edited", "added", "removed") if row[c])
+        why = (
+            f"{row['share']:.0%} > gate.max_changed_share {policy.max_changed_share:.0%}"
+            if too_many
+            else f"{evidence} paired cases with evidence, < {policy.min_cases()}"
+        )
+        ids = delta.filter(pl.col("tags").list.contains(tag) & ~pl.col("rebaselined"))["case_id"]
+        msg = (
+            f"critical tag {tag!r}: {left} of its cases changed in this pull request ({what}) and "
+            f"were not compared with the baseline configuration ({why}): unverified; verify "
+            f"with {verify}"
+        )
+        stat = {k: row[k] for k in ("edited", "added", "removed", "rebaselined", "share")}
+        out.append(Finding(0, tag, tuple(ids), stat, msg, "unverified", "corpus-delta"))
+    if delta is not None:
+        was = delta.filter((pl.col("change") == "edited") & (pl.col("old") == False))  # noqa: E712
+        for r in was.iter_rows(named=True):
+            msg = (
+                f"case {r['case_id']} was edited in this pull request while it failed in the "
+                "baseline: never edit a case because it failed — review the edit"
+            )
+            out.append(Finding(0, "corpus", (r["case_id"],), {}, msg, "warn", "edited-failing"))
+    return out
+
+
+def _pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
+    """Tier 0: a policy the pull request loosened, and the candidate's sibling runs."""
+    out = []
+    if context.policy_changes:
+        source = f" ({context.policy_source})" if context.policy_source else ""
+        msg = (
+            "the pull request's gate policy is looser than the pinned one: "
+            f"{'; '.join(context.policy_changes)}. Decided under the pinned policy{source}; "
+            "unverified until a person promotes the new policy: `evalkit baseline promote "
+            f"{context.base_run_id} --policy --who NAME --reason TEXT`"
+        )
+        stat = {"changes": list(context.policy_changes)}
+        out.append(Finding(0, "policy", (), stat, msg, "unverified", "loosened"))
+    if context.siblings:
+        counts = Counter(status for _, status in context.siblings)
+        listed = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        stopped = [r for r, s in context.siblings if s in ("BLOCKED", "UNVERIFIED")]
+        block = policy.siblings == "block" and bool(stopped)
+        msg = (
+            f"{len(context.siblings)} other run(s) of this configuration on this corpus: "
+            f"{listed} ({_named([f'{r} {s}' for r, s in context.siblings])})"
+            + ("; gate.siblings: block" if block else "")
+        )
+        stat = {"siblings": [list(x) for x in context.siblings]}
+        severity: Severity = "block" if block else ("warn" if stopped else "info")
+        out.append(Finding(0, "siblings", tuple(stopped), stat, msg, severity, "siblings"))
     return out
 
 
@@ -301,12 +499,20 @@ def _budget_findings(policy: GatePolicy, observed: Mapping[str, float | None]) -
         value = observed.get(b.metric)
         if value is None:
             out.append(
-                Finding(4, None, (), {"limit": b.limit}, f"{b.metric}: not measured", "warn")
+                Finding(
+                    4,
+                    None,
+                    (),
+                    {"limit": b.limit},
+                    f"{b.metric}: not measured",
+                    "warn",
+                    f"budget:{b.metric}",
+                )
             )
         elif value > b.limit:
             stat = {"observed": value, "limit": b.limit}
             msg = f"{b.metric} {value:.4g} is over the budget of {b.limit:g}"
-            out.append(Finding(4, None, (), stat, msg, b.action))
+            out.append(Finding(4, None, (), stat, msg, b.action, f"budget:{b.metric}"))
     return out
 
 
@@ -351,6 +557,7 @@ def decide(
     corpus: pl.DataFrame | Mapping[str, int] | None = None,
     errors: pl.DataFrame | None = None,
     selection: Mapping[str, Any] | None = None,
+    context: PairContext | None = None,
 ) -> GateDecision:
     """Apply the tiers to the paired frame (sealed cases are left out: they only report).
 
@@ -361,7 +568,8 @@ def decide(
     ``errors`` (the candidate's outputs: ``case_id, error``) counts errored outputs and names
     their causes; without it errors are counted per paired case. ``selection`` is the
     candidate manifest's: in a partial one (a tier) a critical tag with too few selected cases
-    is reported as not in this selection instead of refused.
+    is reported as not in this selection instead of refused. ``context`` (`PairContext`)
+    carries the corpus delta, the baseline's errors, the policy pin and the sibling runs.
 
     Raises:
         ConfigError: a critical tag has fewer than `GatePolicy.min_cases` cases.
@@ -388,9 +596,16 @@ def decide(
     table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.interval_level())
     states, critical = _critical(table, policy, paired, counts)
     causes = _first_cause(errors)
+    context = context or PairContext()
+    delta = context.delta
+    if delta is not None and "sealed" in delta.columns:
+        delta = delta.filter(~pl.col("sealed").fill_null(False))
+    accounting = corpus_accounting(policy, paired, delta)
     findings = [
-        *_evidence(paired, policy, errors, causes),
-        *_must_pass(paired, flakes or {}, causes),
+        *_pin_findings(policy, context),
+        *_evidence(paired, policy, errors, causes, context.base_errors),
+        *_corpus_findings(policy, paired, delta, accounting, context),
+        *_must_pass(paired, flakes or {}, causes, delta),
         *critical,
         *_others(table, paired, policy),
         *_budget_findings(policy, budgets_observed),
@@ -405,33 +620,59 @@ def decide(
     blocked = bool(open_findings)
     unverified = blocked and all(f.severity == "unverified" for f in open_findings)
     overridden = bool(stopping) and not blocked
+    verified = paired.filter(~pl.col("base_error") & ~pl.col("cand_error")).height
     return GateDecision(
         blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy,
-        unverified, tuple(uncovered),
+        unverified, tuple(uncovered), tuple(accounting), verified,
     )  # fmt: skip
 
 
-def gate_comparison(store: Store, comparison: Comparison, policy: GatePolicy) -> GateDecision:
-    """`decide` with the store's flake lists (of both configurations) and recorded overrides."""
-    hashes = {r.config_hash for r in (comparison.base, comparison.cand) if r.config_hash}
-    frames = [store.latest_flakes(h).select("case_id", "flake_rate") for h in sorted(hashes)]
-    rates = pl.concat(frames).group_by("case_id").max() if frames else None
+def gate_comparison(
+    store: Store,
+    comparison: Comparison,
+    policy: GatePolicy,
+    policy_changes: Sequence[str] = (),
+    policy_source: str | None = None,
+    siblings: Sequence[tuple[str, str]] = (),
+) -> GateDecision:
+    """`decide` with what the store knows beyond the pair: the flake list measured on the
+    baseline's configuration (`evalkit.compare.flakes.excusing_flakes`), recorded overrides, both
+    sides' errors and the corpus delta; ``policy_changes`` (how the pull request loosened the
+    pinned policy), ``policy_source`` and ``siblings`` come from `evalkit.compare.pin.gate_pair`.
+    """
+    from evalkit.compare.flakes import excusing_flakes, shown_flakes
+
+    rates = excusing_flakes(store, comparison.base, comparison.cand)
     observed = usage_means(comparison.cand_verdicts)
     overrides = store.overrides(comparison.base.run_id, comparison.cand.run_id)
-    errors = _candidate_errors(comparison)
+    errors = _side_errors(comparison.cand, comparison.paired)
+    base_errors = _side_errors(comparison.base, comparison.paired.filter(_ORIGINAL))
+    if comparison.rebaseline is not None:
+        rebaselined = comparison.paired.filter(~_ORIGINAL)
+        base_errors = pl.concat([base_errors, _side_errors(comparison.rebaseline, rebaselined)])
+    context = PairContext(
+        comparison.base.run_id, comparison.cand.run_id, comparison.delta, base_errors,
+        comparison.rebaseline_blocker, tuple(policy_changes), policy_source, tuple(siblings),
+    )  # fmt: skip
     selection = comparison.cand.manifest.get("selection")
     decision = decide(
         comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors,
-        selection,
+        selection, context,
     )  # fmt: skip
     # Uncalibrated judges were left out of the verdicts; say so where the decision is read,
     # with the flips they would have caused.
     notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
     notes += ungated_judge_flips(comparison.judge_paired, policy)
     notes += _cache_share(comparison)
+    for r in shown_flakes(store, comparison.base, comparison.cand).iter_rows(named=True):
+        msg = f"flake rate {r['flake_rate']:.0%} of {r['case_id']} excuses nothing: {r['why_not']}"
+        notes.append(Finding(0, "flakes", (r["case_id"],), {}, msg, "info", "not-excusing"))
     # Warnings from the runs and the comparison reach the person with the decision.
     notes += [Finding(0, "warnings", (), {}, w, "warn") for w in comparison.warnings]
     return replace(decision, findings=decision.findings + tuple(notes))
+
+
+_ORIGINAL = pl.col("origin").fill_null("paired") == "paired"
 
 
 def _cache_share(comparison: Comparison) -> list[Finding]:
@@ -489,15 +730,15 @@ def ungated_judge_flips(judge_paired: pl.DataFrame | None, policy: GatePolicy) -
     return out
 
 
-def _candidate_errors(comparison: Comparison) -> pl.DataFrame:
-    """The candidate's outputs of paired, unsealed cases (``case_id, error``); a missing output
+def _side_errors(run: RunData, paired: pl.DataFrame) -> pl.DataFrame:
+    """One run's outputs of the paired, unsealed cases (``case_id, error``); a missing output
     (an incomplete run compared with ``--allow-incomplete``) counts as an errored one."""
-    paired = comparison.paired.filter(~pl.col("sealed").fill_null(False))["case_id"]
-    outputs = comparison.cand.outputs
+    paired = paired.filter(~pl.col("sealed").fill_null(False))["case_id"]
+    outputs = run.outputs
     cols = [pl.col("case_id"), (pl.col("error") if "error" in outputs.columns
                                 else pl.lit(None, pl.String)).alias("error")]  # fmt: skip
     present = outputs.select(cols).filter(pl.col("case_id").is_in(paired.implode()))
-    replays = int(comparison.cand.manifest.get("replays") or 1)
+    replays = int(run.manifest.get("replays") or 1)
     seen = present.group_by("case_id").len()
     missing = (
         pl.DataFrame({"case_id": paired}).join(seen, on="case_id", how="left")

@@ -126,10 +126,9 @@ def _decision(r: Report) -> str:
     label = "evalkit gate" if d else "evalkit compare"
     meta = (
         f"{_h(r.suite)}: <b>{_h(r.base_label)}</b> (<code>{_h(r.base_run_id)}</code>) → "
-        f"<b>{_h(r.cand_label)}</b> (<code>{_h(r.cand_run_id)}</code>) · {r.paired.height} paired "
-        f"cases · <b>{r.n_broken} broken</b> · {r.n_fixed} fixed · {r.changes.height} "
-        "edited/added/removed"
+        f"<b>{_h(r.cand_label)}</b> (<code>{_h(r.cand_run_id)}</code>) · {_h(r.counts_line())}"
     )
+    meta += f"<br>{_h(r.delta_line())}" if r.delta_line() else ""
     out = [
         f'<section id="decision"><div class="banner {tables.status_class(status)}">'
         f"<h1>{tables.status_icon(status)} {label}: {_h(status)}</h1>"

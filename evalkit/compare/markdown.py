@@ -155,9 +155,10 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
         f"## {icon} evalkit gate: {md(r.status)}",
         "",
         f"**{md(r.suite)}**: {md(r.base_label)} ({code(r.base_run_id)}) → {md(r.cand_label)} "
-        f"({code(r.cand_run_id)}) · {r.paired.height} paired cases · **{r.n_broken} broken** · "
-        f"{r.n_fixed} fixed · {r.changes.height} edited/added/removed",
+        f"({code(r.cand_run_id)}) · {md(r.counts_line())}",
     ]
+    if r.delta_line():
+        head.append(md(r.delta_line() or ""))
     if r.manifest_changes:
         head.append(f"Manifests differ in: {md('; '.join(r.manifest_changes), 600)}")
     stopping = [_finding_line(f) for f in r.stopping()]

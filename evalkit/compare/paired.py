@@ -43,7 +43,8 @@ def paired_frame(
     Columns: ``case_id, tags, criticality, sealed, base, cand`` (null when that side errored),
     ``case_group`` (the case's ``group:``, null when it has none; slices cluster over groups),
     ``base_score, cand_score, base_error, cand_error, base_unstable, cand_unstable`` and the
-    usage means ``base_latency_ms ... cand_cost_usd``. Edited cases never pair (`case_changes`).
+    usage means ``base_latency_ms ... cand_cost_usd``, and ``origin`` ("paired"). Edited cases
+    never pair (`case_changes`) unless the baseline configuration was run on them.
 
     Examples:
         >>> cases = pl.DataFrame({"case_id": ["a"], "case_hash": ["h"], "tags": [["billing"]],
@@ -67,7 +68,8 @@ def paired_frame(
             pl.col(f"{side}_error").fill_null(True), pl.col(f"{side}_unstable").fill_null(False)
         )
     first = ["case_id", "tags", "criticality", "sealed", "base", "cand"]
-    return frame.select(*first, pl.exclude(*first, "case_hash")).sort("case_id")
+    frame = frame.select(*first, pl.exclude(*first, "case_hash")).sort("case_id")
+    return frame.with_columns(origin=pl.lit("paired"))  # "rebaselined": `corpus_delta` cases
 
 
 class Flips(NamedTuple):
@@ -91,3 +93,65 @@ def flips(paired: pl.DataFrame) -> Flips:
         paired.filter(pl.col("base") & ~pl.col("cand")),
         paired.filter(~pl.col("base") & pl.col("cand")),
     )
+
+
+def corpus_delta(
+    changes: pl.DataFrame,
+    base_cases: pl.DataFrame,
+    cand_cases: pl.DataFrame,
+    base_verdicts: pl.DataFrame,
+    cand_verdicts: pl.DataFrame,
+    rebaselined: frozenset[str] = frozenset(),
+) -> pl.DataFrame:
+    """What a pull request changed in the corpus, per case, with the evidence on each side.
+
+    One row per edited, added or removed unsealed case: ``case_id, change, tags`` (the union of
+    both versions' tags, so a case edited out of a critical tag still counts for it),
+    ``criticality`` (``must_pass`` when either version is: demoting a case is an edit like any
+    other), ``old`` (the baseline's verdict of the old version; null when added or errored),
+    ``cand`` and ``cand_error`` (the candidate's; null / True when removed), and
+    ``rebaselined`` (the baseline configuration was run on the new version, so the case is in
+    the paired frame too).
+
+    Examples:
+        >>> cases = lambda ids, h, crit: pl.DataFrame({"case_id": ids, "case_hash": h,
+        ...     "tags": [["billing"]] * len(ids), "criticality": crit,
+        ...     "sealed": [False] * len(ids), "source": ["x"] * len(ids)})
+        >>> b = cases(["a", "b"], ["1", "2"], ["must_pass", "normal"])
+        >>> c = cases(["a", "c"], ["9", "3"], ["normal", "normal"])
+        >>> v = lambda ids, ok: pl.DataFrame({"case_id": ids, "passed": ok, "error": [False] * 2})
+        >>> d = corpus_delta(case_changes(b, c), b, c, v(["a", "b"], [False, True]),
+        ...     v(["a", "c"], [False, True]))
+        >>> for row in d.select("case_id", "change", "criticality", "old", "cand").rows():
+        ...     print(row)
+        ('a', 'edited', 'must_pass', False, False)
+        ('b', 'removed', 'normal', True, None)
+        ('c', 'added', 'normal', None, True)
+    """
+    live = pl.col("sealed").fill_null(False).not_()
+    meta = ["case_id", "tags", "criticality"]
+    b = base_cases.filter(live).select(meta).rename({"tags": "_bt", "criticality": "_bc"})
+    c = cand_cases.filter(live).select(meta).rename({"tags": "_ct", "criticality": "_cc"})
+    ids = pl.concat([b["case_id"], c["case_id"]]).unique().implode()
+    frame = changes.filter(pl.col("case_id").is_in(ids)).select("case_id", "change")
+    frame = frame.join(b, on="case_id", how="left").join(c, on="case_id", how="left")
+    old = base_verdicts.select("case_id", pl.col("passed").alias("old"))
+    new = cand_verdicts.select(
+        "case_id", pl.col("passed").alias("cand"), pl.col("error").alias("cand_error")
+    )
+    frame = frame.join(old, on="case_id", how="left").join(new, on="case_id", how="left")
+    empty = pl.lit([], pl.List(pl.String))
+    tags = pl.concat_list(pl.col("_bt").fill_null(empty), pl.col("_ct").fill_null(empty))
+    must = (pl.col("_bc") == "must_pass").fill_null(False) | (
+        pl.col("_cc") == "must_pass"
+    ).fill_null(False)
+    return frame.select(
+        "case_id",
+        "change",
+        tags.list.unique(maintain_order=True).alias("tags"),
+        pl.when(must).then(pl.lit("must_pass")).otherwise(pl.lit("normal")).alias("criticality"),
+        pl.col("old").cast(pl.Boolean),
+        pl.col("cand").cast(pl.Boolean),
+        pl.col("cand_error").cast(pl.Boolean).fill_null(True),
+        pl.col("case_id").is_in(list(rebaselined)).alias("rebaselined"),
+    ).sort("case_id")

@@ -78,7 +78,8 @@ def run_tier(store: Store, run_id: str) -> str | None:
 
 def require_tier(store: Store, run_ids: tuple[str, str], tier: str | None) -> None:
     """Refuse a pair whose runs did not both execute ``tier`` (``--tier``); without ``tier``,
-    refuse runs of two different tiers (their cases and checks differ by design).
+    refuse runs of two different tiers, or of different ``--tag``/``--exclude-tag`` selections:
+    a candidate that ran less than its baseline would drop evidence unseen.
 
     Raises:
         ConfigError: naming each run and the tier it ran.
@@ -95,6 +96,31 @@ def require_tier(store: Store, run_ids: tuple[str, str], tier: str | None) -> No
             f"the runs executed different selections ({shown}): gate runs of one tier "
             "against each other (--tier NAME)"
         )
+    if any(ran.values()):
+        return  # both ran the same tier: the tier's definition is pinned with the policy
+    base, cand = (_selection_flags(store.manifest(r).get("selection")) for r in run_ids)
+    if base != cand:
+        have = " ".join(cand) or "the full suite"
+        want = " ".join(base) or "no --tag/--exclude-tag (the full suite)"
+        raise ConfigError(
+            f"the candidate {run_ids[1]} ran {have} but the baseline {run_ids[0]} ran "
+            f"{' '.join(base) or 'the full suite'}: a candidate is gated on the baseline's "
+            f"selection — run it again with {want}, or gate a tier both ran (--tier NAME)"
+        )
+
+
+def _selection_flags(selection: dict | None) -> list[str]:
+    """A manifest selection as the ``evalkit run`` flags that make it (sealed cases only ever
+    report, so ``--sealed`` is left out).
+
+    Examples:
+        >>> _selection_flags({"tags": ["billing"], "exclude_tags": ["agent"]})
+        ['--tag billing', '--exclude-tag agent']
+    """
+    selection = selection or {}
+    flags = [f"--tag {t}" for t in selection.get("tags") or ()]
+    flags += [f"--exclude-tag {t}" for t in selection.get("exclude_tags") or ()]
+    return flags + [f"(skip scorers {s})" for s in selection.get("skip_scorers") or ()]
 
 
 def resolve_pair(store: Store, baseline: str | None, candidate: str) -> tuple[str, str]:

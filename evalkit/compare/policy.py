@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -46,6 +46,11 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # levels drop: the BCa upper bound of mean(cand - base level) below -this, and the exact
     # sign test on the level changes at alpha. null turns that rule off.
     judge_tolerance_levels: float | None = Field(0.5, ge=0)
+    # A critical tag whose cases were edited/added without being rebaselined, or removed, beyond
+    # this share of its cases is UNVERIFIED (its evidence is no longer the baseline's).
+    max_changed_share: float = Field(0.1, ge=0, le=1)
+    # Whether a BLOCKED sibling run of the candidate's configuration blocks ("report": shown).
+    siblings: Literal["report", "block"] = "report"
 
 
 class Budget(BaseModel):
@@ -83,6 +88,8 @@ class GatePolicy:
     judge_min_labels: int = 100
     max_error_rate: float = 0.0
     judge_tolerance_levels: float | None = 0.5
+    max_changed_share: float = 0.1
+    siblings: Literal["report", "block"] = "report"
 
     @classmethod
     def from_suite(
@@ -118,6 +125,21 @@ class GatePolicy:
             for m, v in (budgets or {}).items()
         ]  # fmt: skip
         return cls(critical_tags=tags, budgets=tuple(specs), **params)
+
+    @classmethod
+    def from_manifest(
+        cls, policy: Mapping[str, Any], source: str = "the pinned policy"
+    ) -> GatePolicy:
+        """Validate a policy in its manifest form (``critical_tags``, ``gate``, ``budgets``;
+        ``tiers`` only matter to `policy_changes`), as a run manifest or a promotion pins it.
+
+        Examples:
+            >>> GatePolicy.from_manifest({"critical_tags": ["billing"], "gate": {}}).alpha
+            0.05
+        """
+        return cls.from_suite(
+            policy.get("critical_tags") or (), policy.get("gate"), policy.get("budgets"), source
+        )
 
     def interval_level(self) -> float:
         """The level of the slice intervals the gate reads: at least ``level``, and high enough
@@ -191,6 +213,210 @@ def load_policy(config_path: str | None) -> GatePolicy:
 
     cfg = load_suite(config_path).config
     return GatePolicy.from_suite(cfg.critical_tags, cfg.gate, cfg.budgets, str(config_path))
+
+
+def load_policy_dict(config_path: str | None) -> dict[str, Any] | None:
+    """The gate policy of a suite config file in its manifest form (what a run records and a
+    promotion pins: ``critical_tags``, ``gate``, ``budgets``, ``tiers``); None without one."""
+    if not config_path:
+        return None
+    from evalkit.corpus.manifest import gate_policy
+    from evalkit.corpus.suite import load_suite
+
+    return gate_policy(load_suite(config_path))
+
+
+@dataclass(frozen=True)
+class PolicyChanges:
+    """How a proposed policy differs from the pinned one, one readable line per change: the
+    ``looser`` ones need a person's promotion (``baseline promote --policy``), the ``stricter``
+    ones apply at once."""
+
+    looser: tuple[str, ...] = ()
+    stricter: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        """Whether the two policies differ at all."""
+        return bool(self.looser or self.stricter)
+
+
+#: ``gate:`` key -> (the way it loosens: "up", "down" or "any" change, why looser, why stricter).
+_GATE_RULES: dict[str, tuple[str, str, str]] = {
+    "alpha": ("down", "the exact test blocks less", "the exact test blocks more"),
+    "tolerance": ("up", "a larger drop passes the interval rule", "a smaller drop blocks"),
+    "level": ("up", "wider intervals block less", "narrower intervals block more"),
+    "max_error_rate": ("up", "more errored outputs are tolerated", "fewer errors are tolerated"),
+    "judge_kappa_min": ("down", "a less reliable judge may gate", "a judge needs more agreement"),
+    "judge_min_labels": ("down", "a judge may gate on fewer labels", "a judge needs more labels"),
+    "judge_tolerance_levels": (
+        "up", "a larger judge-level drop passes", "a smaller judge-level drop blocks",
+    ),
+    "max_changed_share": (
+        "up", "more of a critical tag may change unverified", "less of a tag may change unverified",
+    ),
+    "siblings": ("down", "a blocked sibling run no longer blocks", "a blocked sibling run blocks"),
+}  # fmt: skip
+_ANY_CHANGE = "any change counts: the setting could be chosen until the gate passes"
+_SIBLINGS_RANK = {"report": 0, "block": 1}
+
+
+def _rank(key: str, value: Any) -> float:
+    if value is None:  # judge_tolerance_levels: null turns the rule off, the loosest setting
+        return float("inf")
+    return float(_SIBLINGS_RANK[value] if key == "siblings" else value)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def policy_changes(pinned: Mapping[str, Any], proposed: Mapping[str, Any]) -> PolicyChanges:
+    """How ``proposed`` changes ``pinned`` (both in the manifest form, see `load_policy_dict`),
+    defaults filled in; anything not clearly stricter counts as looser.
+
+    Raises:
+        ConfigError: either policy does not validate.
+
+    Examples:
+        >>> policy_changes({"gate": {}}, {"gate": {"alpha": 0.05}}).any
+        False
+        >>> changes = policy_changes({"critical_tags": ["billing"]}, {"gate": {"alpha": 0.01}})
+        >>> for line in changes.looser:
+        ...     print(line)
+        critical_tags: 'billing' dropped (looser: it no longer blocks)
+        gate.alpha 0.05 → 0.01 (looser: the exact test blocks less)
+    """
+    old = GatePolicy.from_manifest(pinned, "the pinned policy")
+    new = GatePolicy.from_manifest(proposed, "the proposed policy")
+    looser = [f"critical_tags: {t!r} dropped (looser: it no longer blocks)"
+              for t in old.critical_tags if t not in new.critical_tags]  # fmt: skip
+    stricter = [f"critical_tags: {t!r} added (stricter: it blocks)"
+                for t in new.critical_tags if t not in old.critical_tags]  # fmt: skip
+    for key in _Gate.model_fields:
+        was, now = getattr(old, key), getattr(new, key)
+        if was == now:
+            continue
+        way, why_looser, why_stricter = _GATE_RULES.get(key, ("any", _ANY_CHANGE, ""))
+        if way == "any":  # power, bootstrap_iters, bootstrap_seed
+            loose, why = True, _ANY_CHANGE
+        else:
+            loose = (_rank(key, now) > _rank(key, was)) == (way == "up")
+            why = why_looser if loose else why_stricter
+        if key == "judge_tolerance_levels" and now is None:
+            why = "the judge-level rule is off"
+        way = "looser" if loose else "stricter"
+        (looser if loose else stricter).append(
+            f"gate.{key} {_shown(was)} → {_shown(now)} ({way}: {why})"
+        )
+    _budget_changes(old, new, looser, stricter)
+    _tier_changes(pinned.get("tiers") or {}, proposed.get("tiers") or {}, looser)
+    return PolicyChanges(tuple(looser), tuple(stricter))
+
+
+def _budget_changes(
+    old: GatePolicy, new: GatePolicy, looser: list[str], stricter: list[str]
+) -> None:
+    was = {b.metric: b for b in old.budgets}
+    now = {b.metric: b for b in new.budgets}
+    for metric in sorted(was.keys() | now.keys()):
+        a, b = was.get(metric), now.get(metric)
+        if b is None:
+            looser.append(f"budgets.{metric} removed (looser: it is no longer limited)")
+        elif a is None:
+            stricter.append(f"budgets.{metric} added (stricter: limit {_shown(b.limit)}, "
+                            f"{b.action})")  # fmt: skip
+        else:
+            if a.limit != b.limit:
+                loose = b.limit > a.limit
+                why = "looser: a higher mean passes" if loose else "stricter: a lower limit"
+                line = f"budgets.{metric}.limit {_shown(a.limit)} → {_shown(b.limit)} ({why})"
+                (looser if loose else stricter).append(line)
+            if a.action != b.action:
+                loose = b.action == "warn"
+                why = "looser: an overrun only warns" if loose else "stricter: an overrun blocks"
+                (looser if loose else stricter).append(
+                    f"budgets.{metric}.action {a.action} → {b.action} ({why})"
+                )
+
+
+def _tier_changes(was: Mapping[str, Any], now: Mapping[str, Any], looser: list[str]) -> None:
+    """Any tier added, removed or redefined is looser: a tier's baseline ran its old selection."""
+    import json
+
+    for name in sorted(was.keys() | now.keys()):
+        a, b = was.get(name), now.get(name)
+        if a is None:
+            looser.append(f"tiers.{name} added (looser: a new selection to gate against)")
+        elif b is None:
+            looser.append(f"tiers.{name} removed (looser: its runs are no longer gated as it)")
+        elif json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True):
+            fields = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+            what = "; ".join(f"{k} {a.get(k)} → {b.get(k)}" for k in fields)
+            looser.append(f"tiers.{name} redefined: {what} (looser: its baseline ran the old one)")
+
+
+def effective_policy(
+    pinned: Mapping[str, Any] | None,
+    proposed: Mapping[str, Any] | None,
+    source: str = "evalkit.yaml",
+) -> tuple[GatePolicy, PolicyChanges]:
+    """The policy to decide under, and how ``proposed`` (the pull request's) changes the pin.
+
+    No pin: the proposed policy (the default without either). A proposed policy that only
+    tightens applies at once; one that loosens anything leaves the pinned policy in force (the
+    caller reports the looser changes: the gate is UNVERIFIED until a person promotes them).
+
+    Examples:
+        >>> policy, changes = effective_policy({"gate": {"alpha": 0.05}}, {"gate": {"alpha": 0.1}})
+        >>> policy.alpha, changes.stricter
+        (0.1, ('gate.alpha 0.05 → 0.1 (stricter: the exact test blocks more)',))
+    """
+    if pinned is None:
+        proposed_policy = GatePolicy.from_manifest(proposed, source) if proposed else GatePolicy()
+        return proposed_policy, PolicyChanges()
+    if proposed is None:
+        return GatePolicy.from_manifest(pinned), PolicyChanges()
+    changes = policy_changes(pinned, proposed)
+    if changes.looser:
+        return GatePolicy.from_manifest(pinned), changes
+    return GatePolicy.from_manifest(proposed, source), changes
+
+
+@dataclass(frozen=True)
+class PinnedPolicy:
+    """The policy a baseline run pins (manifest form; None when it predates pinning), and where
+    it comes from, for the person reading the report."""
+
+    policy: dict[str, Any] | None
+    source: str
+
+
+class _PinStore(Protocol):  # what `pinned_policy` reads of evalkit.store.Store
+    def pinned_policy(self, run_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None: ...
+
+    def manifest(self, run_id: str) -> dict[str, Any]: ...
+
+
+def pinned_policy(store: _PinStore, base_run_id: str) -> PinnedPolicy:
+    """The policy of the newest promotion of ``base_run_id`` that pinned one, else the one its
+    manifest recorded, else none.
+
+    Examples:
+        >>> pinned_policy(store, "b1").source  # doctest: +SKIP
+        'promoted by ana on 2026-12-02: v1 shipped'
+    """
+    promoted = store.pinned_policy(base_run_id)
+    if promoted is not None:
+        policy, row = promoted
+        when = str(row.get("promoted_at") or "?")[:10]
+        return PinnedPolicy(dict(policy), f"promoted by {row['who']} on {when}: {row['reason']}")
+    recorded = store.manifest(base_run_id).get("gate_policy")
+    if recorded is not None:
+        return PinnedPolicy(dict(recorded), f"recorded in baseline run {base_run_id}'s manifest")
+    return PinnedPolicy(None, "none (the baseline predates policy pinning)")
 
 
 def check_policy(

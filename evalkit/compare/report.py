@@ -35,7 +35,7 @@ from evalkit.compare.decision import GateDecision
 from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.paired import flips
 from evalkit.compare.slices import slices
-from evalkit.compare.verdicts import replay_verdicts, usage_means
+from evalkit.compare.verdicts import replay_verdicts, usage_means, verdicts
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
 _SYMBOL = {True: "✓", False: "✗", None: "?"}
@@ -112,6 +112,37 @@ class Report:
     def critical_tags(self) -> tuple[str, ...]:
         return tuple(self.decision.policy.critical_tags) if self.decision else ()
 
+    def counts_line(self) -> str:
+        """The first screen's counts, the same in every format: cases with evidence on both
+        sides (an errored side pairs nothing), flips and the corpus delta.
+
+        Examples:
+            >>> report.counts_line()                                       # doctest: +SKIP
+            '118 paired cases · 9 broken · 14 fixed · 3 edited/added/removed'
+        """
+        ok = ~pl.col("base_error") & ~pl.col("cand_error") & ~pl.col("sealed").fill_null(False)
+        n, gaps = self.paired.filter(ok).height, self.paired.filter(~ok).height
+        missing = f" (+{gaps} with an errored side)" if gaps else ""
+        return (
+            f"{n} paired cases{missing} · {self.n_broken} broken · {self.n_fixed} fixed · "
+            f"{self.changes.height} edited/added/removed"
+        )
+
+    def delta_line(self) -> str | None:
+        """Per critical tag, what the pull request changed in its cases, or None if nothing.
+
+        Examples:
+            >>> report.delta_line()                                        # doctest: +SKIP
+            "corpus delta in critical tags: 'billing' 6 edited (6 rebaselined)"
+        """
+        parts = []
+        for row in self.decision.corpus_delta if self.decision else ():
+            what = [f"{row[k]} {k}" for k in ("edited", "added", "removed") if row[k]]
+            if what:
+                done = f" ({row['rebaselined']} rebaselined)" if row["rebaselined"] else ""
+                parts.append(f"{row['tag']!r} {', '.join(what)}{done}")
+        return f"corpus delta in critical tags: {'; '.join(parts)}" if parts else None
+
     def stopping(self) -> tuple[Any, ...]:
         """The findings that stop the gate (blocking or unverified), in the gate's order."""
         return self.decision.blocking() if self.decision else ()
@@ -128,8 +159,22 @@ def _input_text(raw: str | None) -> str:
 
 
 def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
-    """Per case: the text of the first replay that agrees with the verdict, and its notes."""
+    """Per case: the text of the first replay that agrees with the verdict, and its notes (a
+    rebaselined case's baseline side is the rebaseline run's)."""
     run, v = (cmp.base, cmp.base_verdicts) if side == "base" else (cmp.cand, cmp.cand_verdicts)
+    if side == "base" and cmp.rebaseline is not None:
+        again = set(cmp.paired.filter(pl.col("origin") == "rebaselined")["case_id"])
+        rb = cmp.rebaseline
+        rv = verdicts(rb.outputs, rb.scores, rb.cases)
+        return _shown_run(run, v, [i for i in ids if i not in again]) | _shown_run(
+            rb, rv, [i for i in ids if i in again]
+        )
+    return _shown_run(run, v, ids)
+
+
+def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
+    if not ids or not run.scores.columns:
+        return {}
     mine = pl.col("case_id").is_in(ids)
     out = run.outputs.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
     sc = run.scores.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
@@ -311,8 +356,8 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
     if name == "summary":
         color = STATUS_COLORS.get(r.status, "magenta")
         body = (f"{_m(r.base_label)} ({_m(r.base_run_id)}) → {_m(r.cand_label)} "
-                f"({_m(r.cand_run_id)})\n{r.paired.height} paired cases · {r.n_broken} broken · "
-                f"{r.n_fixed} fixed · {r.changes.height} edited/added/removed")  # fmt: skip
+                f"({_m(r.cand_run_id)})\n{r.counts_line()}")  # fmt: skip
+        body += f"\n{_m(r.delta_line())}" if r.delta_line() else ""
         body += (
             f"\nmanifests differ in: {_m(', '.join(r.manifest_diff))}" if r.manifest_diff else ""
         )
@@ -406,7 +451,8 @@ def to_dict(report: Report) -> dict[str, Any]:
         "baseline": {"run_id": r.base_run_id, "label": r.base_label},
         "candidate": {"run_id": r.cand_run_id, "label": r.cand_label},
         "decision": r.decision.to_dict() if r.decision else None,
-        "n_paired": r.paired.height, "n_broken": r.n_broken, "n_fixed": r.n_fixed,
+        "n_paired": r.paired.filter(~pl.col("base_error") & ~pl.col("cand_error")).height,
+        "n_paired_rows": r.paired.height, "n_broken": r.n_broken, "n_fixed": r.n_fixed,
         "broken": [asdict(c) for c in r.broken], "fixed": [asdict(c) for c in r.fixed],
         "slices": r.slices.to_dicts(), "sealed_slices": r.sealed.to_dicts(),
         "unstable": list(r.unstable), "failing_both": list(r.failing_both),

@@ -71,11 +71,16 @@ def build_manifest(
         canonical_json({"system": suite.system_prompt, "user": system.user_template})
     )
     judge = suite.config.judge
+    endpoint = system.effective_endpoint()  # what make_provider connects to and the cache keys on
     manifest: dict[str, Any] = {
         "suite": suite.config.suite,
         "provider": {
             "name": system.provider,
-            "base_url": strip_userinfo(system.base_url),  # a password in the URL is a key
+            # The effective endpoint: base_url, else OPENAI_BASE_URL where the official client
+            # reads it, else the OpenAI API; a password in the URL is a key, never recorded.
+            # Where it came from is recorded, not hashed, under requests.base_url_from: the same
+            # endpoint named by the config or by the environment gives the same answers.
+            "base_url": endpoint.recorded,
             "function": system.function,
             "simulator": system.provider == "demo" or system.model.startswith("demo-"),
         },
@@ -107,8 +112,14 @@ def build_manifest(
         "scorer_files": {**corpus.file_hashes, **scorer_module_hashes(suite.config.scorers)},
         "harness": {"evalkit": __version__},
         "corpus": {"hash": corpus.hash, "n_cases": len(corpus.cases)},
+        # What the gate decides under (recorded, not hashed: it changes no answer); a promoted
+        # baseline pins it, so a pull request cannot loosen the policy it is judged by.
+        "gate_policy": gate_policy(suite),
+        # Enough to ask this configuration again on new or edited cases (`evalkit gate
+        # --rebaseline`): the texts behind the prompt and tool hashes above (never keys).
+        "rerun": rerun_config(suite),
         "selection": selection,
-        "requests": request_settings(suite),
+        "requests": {**request_settings(suite), "base_url_from": endpoint.source},
         "client": _client_versions(),
         "run": {
             "run_id": run_id,
@@ -134,6 +145,30 @@ def system_identity(suite: Suite) -> dict[str, Any]:
         "code_fingerprint": fingerprint_digest(code),
         "version": system.version,
         "index": system.index.model_dump() if system.index else None,
+    }
+
+
+def gate_policy(suite: Suite) -> dict[str, Any]:
+    """The suite's gate policy as written: ``critical_tags``, ``gate:``, ``budgets:``, tiers."""
+    config = suite.config
+    return {
+        "critical_tags": list(config.critical_tags),
+        "gate": dict(config.gate),
+        "budgets": dict(config.budgets),
+        "tiers": {name: tier.model_dump() for name, tier in sorted(config.tiers.items())},
+    }
+
+
+def rerun_config(suite: Suite) -> dict[str, Any]:
+    """The system under test as it asked: prompt texts, tool schemas and the request fields
+    that shape an answer, so the same configuration can be run on cases it never saw."""
+    system = suite.config.system
+    return {
+        "system_prompt": suite.system_prompt,
+        "user_template": system.user_template,
+        "tools": suite.tools,
+        "prompt_version": system.prompt_version,
+        "prompt": system.prompt,
     }
 
 

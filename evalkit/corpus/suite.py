@@ -13,7 +13,8 @@ Examples:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +26,56 @@ from evalkit.corpus.scorer_modules import import_scorer_modules
 from evalkit.corpus.selection import TierConfig
 from evalkit.corpus.yaml_input import YAMLInputError, node_line, parse_yaml
 from evalkit.errors import ConfigError
+from evalkit.redact import strip_userinfo
 
 DEFAULT_CONFIG = Path("corpus/evalkit.yaml")
+#: Where the official ``openai`` client sends requests when neither the config nor
+#: ``OPENAI_BASE_URL`` names an endpoint.
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go, after environment resolution, and what named it.
+
+    ``url`` is what the provider connects to (userinfo included: it authenticates);
+    :attr:`recorded` is what the manifest and the cache key carry (userinfo stripped).
+    """
+
+    url: str | None  # None: no endpoint (a python system)
+    source: Literal["config", "OPENAI_BASE_URL", "default"] | None
+
+    @property
+    def recorded(self) -> str | None:
+        """``url`` without ``user:password@`` (a password in a URL is a key)."""
+        return strip_userinfo(self.url)
+
+
+def resolve_endpoint(
+    base_url: str | None, *, reads_env: bool, environ: Mapping[str, str] | None = None
+) -> Endpoint:
+    """The endpoint a client configured with ``base_url`` talks to: ``base_url``, else
+    ``OPENAI_BASE_URL`` when the client reads it (``reads_env``: the official ``openai``
+    client does, the lean transport does not), else the OpenAI API. A trailing ``/`` is
+    dropped: both transports join ``/chat/completions`` to the same URL either way.
+
+    Examples:
+        >>> env = {"OPENAI_BASE_URL": "http://u:pw@gw.local:8000/v1/"}
+        >>> resolve_endpoint(None, reads_env=True, environ=env)
+        Endpoint(url='http://u:pw@gw.local:8000/v1', source='OPENAI_BASE_URL')
+        >>> resolve_endpoint(None, reads_env=True, environ=env).recorded
+        'http://gw.local:8000/v1'
+        >>> resolve_endpoint(None, reads_env=False, environ=env).source
+        'default'
+        >>> resolve_endpoint("http://127.0.0.1:9/v1", reads_env=True, environ=env).source
+        'config'
+    """
+    if base_url and base_url.strip():
+        return Endpoint(base_url.strip().rstrip("/"), "config")
+    named = (os.environ if environ is None else environ).get("OPENAI_BASE_URL", "")
+    if reads_env and named.strip():  # an empty variable names nothing (the client's "" fails)
+        return Endpoint(named.strip().rstrip("/"), "OPENAI_BASE_URL")
+    return Endpoint(OPENAI_DEFAULT_BASE_URL, "default")
 
 
 class _Strict(BaseModel):
@@ -110,6 +159,19 @@ class SystemConfig(_Strict):
         host = urlparse(self.base_url or "").hostname or ""
         return "lean" if self.base_url and host != "api.openai.com" else "openai"
 
+    def effective_endpoint(self) -> Endpoint:
+        """The endpoint requests go to, read from the environment now: the one the provider
+        connects to (:func:`evalkit.run.providers.make_provider`), the manifest records and
+        the response cache keys on. A python system has none.
+
+        Examples:
+            >>> SystemConfig(model="m", base_url="http://127.0.0.1:8000/v1/").effective_endpoint()
+            Endpoint(url='http://127.0.0.1:8000/v1', source='config')
+        """
+        if self.provider == "python":
+            return Endpoint(None, None)
+        return resolve_endpoint(self.base_url, reads_env=self.resolved_transport() == "openai")
+
     @model_validator(mode="before")
     @classmethod
     def _fleet_name(cls, data: Any) -> Any:
@@ -137,6 +199,14 @@ class JudgeConfig(_Strict):
     max_retries: int = Field(default=4, ge=0, le=20)
     # A Retry-After longer than this is a stored error, not an hour-long sleep holding a slot.
     max_retry_after_s: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
+
+    def resolved_transport(self) -> Literal["openai", "lean"]:
+        """A judge always uses the official client."""
+        return "openai"
+
+    def effective_endpoint(self) -> Endpoint:
+        """The endpoint judge requests go to (``OPENAI_BASE_URL`` when ``base_url`` is unset)."""
+        return resolve_endpoint(self.base_url, reads_env=True)
 
 
 class Price(_Strict):

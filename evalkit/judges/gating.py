@@ -5,7 +5,10 @@ A *judge check* is a (scorer, judge model, rubric hash) found in the ``details``
 (:mod:`evalkit.judges.calibration`) for each check's judge model and rubric hash: kappa at or above
 the
 policy's minimum lets the check gate; otherwise its results are reported, not gated, and the
-check carries a one-line reason for the report. :func:`gated_scores` drops the non-gating judge
+check carries a one-line reason for the report. In a pair (``candidate=``), a check gates only
+where both runs were judged by that same calibrated judge: a baseline judged by a calibrated judge
+and a candidate by another one (or none) would otherwise count the first judge's fails as
+"fixed" cases. :func:`gated_scores` drops the non-gating judge
 rows, so verdicts computed from it ignore uncalibrated judges. Pure functions over frames; the
 gate wires them in. Also re-exported by :mod:`evalkit.judges.calibration`.
 
@@ -19,7 +22,8 @@ Examples:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -86,6 +90,7 @@ class JudgeCheck:
     kappa_lo: float | None = None
     kappa_hi: float | None = None
     n_labels: int = 0  # labelled items behind the calibration record
+    side: str | None = None  # in a pair: "both", "baseline" or "candidate"; else None
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,7 @@ class JudgeGating:
     @property
     def reasons(self) -> tuple[str, ...]:
         """Why each non-gating judge check is reported, not gated (for the report)."""
-        return tuple(c.reason for c in self.checks if not c.gating)
+        return tuple(dict.fromkeys(c.reason for c in self.checks if not c.gating))
 
     def to_frame(self) -> pl.DataFrame:
         """One row per judge check."""
@@ -123,6 +128,7 @@ class JudgeGating:
             "kappa_lo": pl.Float64,
             "kappa_hi": pl.Float64,
             "n_labels": pl.Int64,
+            "side": pl.String,
         }
         return (
             pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
@@ -134,10 +140,11 @@ class JudgeGating:
         return gating_table(self.to_frame(), self.kappa_min).as_raw_html()
 
 
-def _keys() -> pl.Expr:
+def _keys(field: Callable[[str], pl.Expr] = judge_details) -> pl.Expr:
+    """Each row's judge check key (see :func:`_check_key`), its fields read by ``field``."""
     return pl.concat_str(
         pl.col("scorer"),
-        *(judge_details(k).fill_null("") for k in _CHECK_FIELDS),
+        *(field(k).fill_null("") for k in _CHECK_FIELDS),
         separator="\x00",
     )
 
@@ -156,6 +163,8 @@ def judge_gating(
     calibrations: pl.DataFrame,
     kappa_min: float,
     min_labels: int = 100,
+    *,
+    candidate: pl.DataFrame | None = None,
 ) -> JudgeGating:
     """Decide, per judge check in ``scores``, whether it may gate.
 
@@ -167,23 +176,44 @@ def judge_gating(
     on 9 labels (interval 0.00 to 1.00) is no evidence that the judge agrees with people.
     Otherwise it is reported, not gated, and ``reason`` says why.
 
+    With ``candidate``, ``scores`` are the baseline's and ``candidate`` the candidate's: a
+    judge scorer's rubric (scorer + rubric path) gates only when every one of its scores on both
+    sides came from one and the same judge, and that judge may gate. Where the sides differ (a
+    calibrated judge on one, another judge, calibration or none on the other), none of its
+    checks gates, on either side, and the reason names the judges of both.
+
     Examples:
         >>> scores = pl.DataFrame({"scorer": ["judge"], "tier": [3],
         ...     "details": ['{"judge_model": "m", "rubric": "r.md", "rubric_hash": "ab12"}']})
         >>> judge_gating(scores, pl.DataFrame(), 0.6).reasons
         ('judge m with r.md (rubric ab12) has no calibration record — reported, not gated',)
+        >>> cal = pl.DataFrame({"judge_model": ["m"], "rubric_hash": ["ab12"], "n": [200],
+        ...     "kappa": [0.9], "kappa_lo": [0.8], "kappa_hi": [0.95], "created_at": [None]})
+        >>> judge_gating(scores, cal, 0.6).gating
+        frozenset({('judge', 'ab12')})
+        >>> cand = scores.with_columns(pl.col("details").str.replace('"m"', '"m2"'))
+        >>> print(judge_gating(scores, cal, 0.6, candidate=cand).reasons[0])
+        ... # doctest: +NORMALIZE_WHITESPACE
+        judge rubric r.md: the baseline was judged by m [prompt ?, rubric ab12] (calibrated)
+        and the candidate was judged by m2 [prompt ?, rubric ab12] (no calibration) — reported,
+        not gated
     """
-    rows = scores.filter(judge_rows(scores)).with_columns(
-        judge_details("judge_model").alias("judge_model"),
-        judge_details("judge_snapshot").alias("judge_snapshot"),
-        judge_details("judge_prompt").alias("judge_prompt"),
-        judge_details("rubric").alias("rubric"),
-        judge_details("rubric_hash").alias("rubric_hash"),
+    sides = {None: scores} if candidate is None else {"baseline": scores, "candidate": candidate}
+    fields = [*_CHECK_FIELDS, "rubric"]
+    rows = pl.concat(
+        [
+            frame.filter(judge_rows(frame)).select(
+                pl.col("scorer").cast(pl.String),
+                *(judge_details(k).alias(k) for k in fields),
+                pl.lit(side, pl.String).alias("side"),
+            )
+            for side, frame in sides.items()
+        ]
     )
     keys = ["scorer", "judge_model", "judge_snapshot", "judge_prompt", "rubric_hash"]
     found = (
         rows.group_by(keys, maintain_order=True)
-        .agg(pl.col("rubric").drop_nulls().first(), pl.len().alias("n"))
+        .agg(pl.col("rubric").drop_nulls().first(), pl.len().alias("n"), pl.col("side").unique())
         .sort(keys, nulls_last=True)
     )
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -192,58 +222,117 @@ def judge_gating(
             key = (row["judge_model"], row.get("judge_snapshot"), row.get("judge_prompt"),
                    row["rubric_hash"])  # fmt: skip
             latest[key] = row
-    checks = []
-    for scorer, model, snapshot, prompt, rubric_hash, rubric, n in found.rows():
-        pinned = f"{model}@{snapshot}" if snapshot else f"{model}"
-        name = f"judge {pinned} with {short_path(rubric)} (rubric {(rubric_hash or '?')[:8]})"
-        record = (
-            latest.get((model, snapshot, prompt, rubric_hash)) if model and rubric_hash else None
+    checks = {}
+    for scorer, model, snapshot, prompt, rubric_hash, rubric, n, seen in found.rows():
+        check = _assess(scorer, model, snapshot, prompt, rubric_hash, rubric, n, latest,
+                        kappa_min, min_labels)  # fmt: skip
+        side = None if candidate is None else ("both" if len(seen) == 2 else seen[0])
+        checks[_check_key(check)] = replace(check, side=side)
+    if candidate is not None:
+        for identities, reason in _mismatches(rows, checks):
+            for key in identities:
+                checks[key] = replace(checks[key], gating=False, reason=reason)
+    return JudgeGating(tuple(checks.values()), kappa_min)
+
+
+def _assess(
+    scorer: str,
+    model: str | None,
+    snapshot: str | None,
+    prompt: str | None,
+    rubric_hash: str | None,
+    rubric: str | None,
+    n: int,
+    latest: dict[tuple[Any, ...], dict[str, Any]],
+    kappa_min: float,
+    min_labels: int,
+) -> JudgeCheck:
+    """One judge identity against its latest calibration record."""
+    pinned = f"{model}@{snapshot}" if snapshot else f"{model}"
+    name = f"judge {pinned} with {short_path(rubric)} (rubric {(rubric_hash or '?')[:8]})"
+    record = latest.get((model, snapshot, prompt, rubric_hash)) if model and rubric_hash else None
+    kappa, lo, hi = (_number(record.get(k)) if record else None
+                     for k in ("kappa", "kappa_lo", "kappa_hi"))  # fmt: skip
+    labels = int(record["n"]) if record and record.get("n") is not None else 0
+    when = record["created_at"] if record else None
+    gating = lo is not None and lo >= kappa_min and labels >= min_labels
+    if model is None or rubric_hash is None:
+        reason = (
+            f"scorer {scorer}: no judge model or rubric recorded on {n} score(s) (the judge "
+            "was not configured or never answered) — reported, not gated"
         )
-        kappa, lo, hi = (_number(record.get(k)) if record else None
-                         for k in ("kappa", "kappa_lo", "kappa_hi"))  # fmt: skip
-        labels = int(record["n"]) if record and record.get("n") is not None else 0
-        when = record["created_at"] if record else None
-        gating = lo is not None and lo >= kappa_min and labels >= min_labels
-        if model is None or rubric_hash is None:
+    elif record is None:
+        others = [k for k in latest if k[0] == model and k[3] == rubric_hash]
+        stale = (
+            " for this snapshot and judge prompt (a record exists for another: recalibrate)"
+            if others
+            else ""
+        )
+        reason = f"{name} has no calibration record{stale} — reported, not gated"
+    else:
+        seen = (
+            f"kappa {_fmt(kappa)} [{_fmt(lo)}, {_fmt(hi)}], n={labels}, calibrated {str(when)[:10]}"
+        )
+        if kappa is None:
+            reason = f"{name}: kappa undefined ({seen}) — reported, not gated"
+        elif gating:
+            reason = f"{name}: {seen}; lower bound ≥ {kappa_min:.2f} — gates"
+        elif labels < min_labels:
             reason = (
-                f"scorer {scorer}: no judge model or rubric recorded on {n} score(s) (the judge "
-                "was not configured or never answered) — reported, not gated"
+                f"{name}: {seen}; needs ≥ {min_labels} labelled items "
+                f"(gate.judge_min_labels) — reported, not gated"
             )
-        elif record is None:
-            others = [k for k in latest if k[0] == model and k[3] == rubric_hash]
-            stale = (
-                " for this snapshot and judge prompt (a record exists for another: recalibrate)"
-                if others
-                else ""
-            )
-            reason = f"{name} has no calibration record{stale} — reported, not gated"
+        elif lo is None:
+            reason = f"{name}: {seen}; kappa has no interval — reported, not gated"
         else:
-            seen = (
-                f"kappa {_fmt(kappa)} [{_fmt(lo)}, {_fmt(hi)}], n={labels}, calibrated "
-                f"{str(when)[:10]}"
+            reason = (
+                f"{name}: {seen}; the lower bound is not ≥ {kappa_min:.2f} "
+                "(gate.judge_kappa_min) — reported, not gated"
             )
-            if kappa is None:
-                reason = f"{name}: kappa undefined ({seen}) — reported, not gated"
-            elif gating:
-                reason = f"{name}: {seen}; lower bound ≥ {kappa_min:.2f} — gates"
-            elif labels < min_labels:
-                reason = (
-                    f"{name}: {seen}; needs ≥ {min_labels} labelled items "
-                    f"(gate.judge_min_labels) — reported, not gated"
-                )
-            elif lo is None:
-                reason = f"{name}: {seen}; kappa has no interval — reported, not gated"
-            else:
-                reason = (
-                    f"{name}: {seen}; the lower bound is not ≥ {kappa_min:.2f} "
-                    "(gate.judge_kappa_min) — reported, not gated"
-                )
-        check = JudgeCheck(
-            scorer, model, rubric, rubric_hash, n, gating, kappa, when, reason,
-            snapshot, prompt, lo, hi, labels,
-        )  # fmt: skip
-        checks.append(check)
-    return JudgeGating(tuple(checks), kappa_min)
+    return JudgeCheck(
+        scorer, model, rubric, rubric_hash, n, gating, kappa, when, reason,
+        snapshot, prompt, lo, hi, labels,
+    )  # fmt: skip
+
+
+def _mismatches(rows: pl.DataFrame, checks: dict[str, JudgeCheck]) -> list[tuple[list[str], str]]:
+    """Per judge scorer and rubric path whose judges differ between the baseline and the
+    candidate (or that one side lacks) while one of them could gate on its own: its checks'
+    keys, and the reason naming both sides. (Where none could, their own reasons say more.)"""
+    keyed = rows.with_columns(_keys(pl.col).alias("key"))
+    found = []
+    for (scorer, rubric), group in keyed.group_by("scorer", "rubric", maintain_order=True):
+        by_side = {side: group.filter(pl.col("side") == side)["key"].unique(maintain_order=True)
+                   .to_list() for side in ("baseline", "candidate")}  # fmt: skip
+        same = len(by_side["baseline"]) == 1 and by_side["baseline"] == by_side["candidate"]
+        if same or not any(checks[k].gating for ids in by_side.values() for k in ids):
+            continue
+        judged = [
+            f"the {side} was judged by {', '.join(_identity(checks[k]) for k in ids)}"
+            if ids
+            else f"the {side} was not judged by it"
+            for side, ids in by_side.items()
+        ]
+        what = f"{scorer} rubric {short_path(rubric)}" if rubric else f"scorer {scorer}"
+        reason = f"{what}: {judged[0]} and {judged[1]} — reported, not gated"
+        found.append(([*by_side["baseline"], *by_side["candidate"]], reason))
+    return found
+
+
+def _identity(check: JudgeCheck) -> str:
+    """A judge identity for a message: model@snapshot [prompt, rubric] (calibration status)."""
+    pinned = f"{check.judge_model}@{check.judge_snapshot}" if check.judge_snapshot else None
+    status = (
+        "calibrated"
+        if check.gating
+        else "no calibration"
+        if check.calibrated_at is None
+        else "calibration not sufficient"
+    )
+    return (
+        f"{pinned or check.judge_model or 'no recorded judge'} [prompt {check.judge_prompt or '?'}"
+        f", rubric {(check.rubric_hash or '?')[:8]}] ({status})"
+    )
 
 
 def _number(value: Any) -> float | None:

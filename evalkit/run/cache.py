@@ -1,6 +1,6 @@
-"""The response cache, keyed by who answers (provider, endpoint, function, snapshot, and the
-system's code fingerprint, version and index) and exactly what was asked (model, rendered
-messages, tools, sampling, replay index).
+"""The response cache, keyed by who answers (provider, effective endpoint, function, snapshot,
+and the system's code fingerprint, version and index) and exactly what was asked (model,
+rendered messages, tools, sampling, replay index).
 
 The runner prefetches the keys of a whole run in one query and writes new entries with each
 batch; :class:`CachedProvider` wraps any provider for one-off calls (model judges, rescoring)
@@ -42,13 +42,19 @@ def cache_key(identity: dict[str, Any], request: ChatRequest, replay: int) -> st
 
 
 def system_cache_identity(suite: Suite, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Who answers, for the cache key: provider, endpoint, function, pinned snapshot, and the
-    system's code fingerprint, version and index (from the manifest), so an edit to any of them
-    is a cache miss (fields a suite leaves unset are left out of the key)."""
+    """Who answers, for the cache key: provider, the effective endpoint (``OPENAI_BASE_URL``
+    resolved, as the manifest records it), function, pinned snapshot, and the system's code
+    fingerprint, version and index (from the manifest), so an edit to any of them is a cache
+    miss (fields a suite leaves unset are left out of the key)."""
     system = suite.config.system
+    # The endpoint the manifest records: after OPENAI_BASE_URL, never a password.
+    recorded = manifest.get("provider") or {}
+    base_url = (
+        recorded["base_url"] if "base_url" in recorded else system.effective_endpoint().recorded
+    )
     identity: dict[str, Any] = {
         "provider": system.provider,
-        "base_url": system.base_url,
+        "base_url": base_url,
         "function": system.function,
         "entry": CACHE_ENTRY_VERSION,
     }

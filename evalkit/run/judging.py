@@ -6,7 +6,6 @@ from __future__ import annotations
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError
-from evalkit.redact import strip_userinfo
 from evalkit.run.cache import CachedProvider
 from evalkit.run.providers import make_provider
 from evalkit.scorers.judge_client import JudgeClient
@@ -41,8 +40,9 @@ def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeCli
     config = suite.config.judge
     if config is None:
         raise ConfigError(f"{suite.path}: no judge: section (judge: {{model: ..., base_url: ...}})")
-    # The cache identity never carries a password from the judge's base_url.
-    base_url = strip_userinfo(config.base_url) if config.base_url else None
+    # The endpoint the judge really talks to (OPENAI_BASE_URL when base_url is unset), so a
+    # judge elsewhere is never served these verdicts; never a password from the URL.
+    base_url = config.effective_endpoint().recorded
     identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": base_url}
     provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
     return JudgeClient(

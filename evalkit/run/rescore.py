@@ -6,8 +6,15 @@ cannot be rescored (its stored output answers a different question): it is skipp
 A case whose expectations changed is rescored against the new ones, and the scoring records the
 new case hash, so pairing with a later run treats it as the same case.
 
+A rescoring records the scorer sources it scored with (``scorer_files``: the corpus's schema and
+rubric file hashes and the custom scorer modules', as in the run manifest; see
+:func:`scorer_sources`) and the evalkit version; a comparison reads those in place of the run's
+own, so a run rescored with other scorers is not compared as if it were scored like its pair.
+
 Examples:
-    >>> result = rescore_run(store, corpus, "baseline", scorers=["json_schema"])  # doctest: +SKIP
+    >>> sources = scorer_sources(corpus, suite.config.scorers, sealed=False)     # doctest: +SKIP
+    >>> result = rescore_run(store, corpus, "baseline", scorers=["json_schema"],  # doctest: +SKIP
+    ...                      scorer_files=sources)
     >>> result.scoring_id, result.rescored                                         # doctest: +SKIP
     ('20261130T041502-3f9a1c/s1', 72)
 """
@@ -16,17 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
 from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.scorer_modules import scorer_module_hashes
 from evalkit.errors import EvalkitError
 from evalkit.records import Output, Score, ToolCall
 from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import DETERMINISTIC, JUDGE, Scorer
 from evalkit.store import SCORE_SCHEMA, Store
+from evalkit.version import __version__
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,8 @@ def rescore_run(
     scorers: Sequence[str] = (),
     note: str = "rescore",
     judge: JudgeClient | None = None,
+    *,
+    scorer_files: Mapping[str, str] | None = None,
 ) -> RescoreResult:
     """Score a run's stored outputs again with the corpus's current scorers.
 
@@ -55,6 +66,11 @@ def rescore_run(
         judge: the suite's judge client for judge scorers (behind the response cache, so an
             unchanged judge request costs no model call); without one, judge scores are carried
             over from the newest scoring.
+        scorer_files: the scorer sources this scoring uses (:func:`scorer_sources`), recorded
+            on it with the evalkit version, so a comparison sees what the run was scored with;
+            ``None`` records them as unknown, and comparisons keep the run manifest's. A partial
+            rescore (``scorers``, no judge) records the current sources although it carries some
+            scores: a comparison that must refuse it errs towards refusing.
     """
     run_id = store.resolve_run(run)
     known = {name for case in corpus.cases for name in (s.name for s in case.scorers)}
@@ -86,8 +102,30 @@ def rescore_run(
     )
     frame = pl.DataFrame(columns, schema=SCORE_SCHEMA)
     hashes = {case_id: current[case_id].hash for case_id in sorted(eligible)}
-    scoring_id = store.write_scoring(run_id, note, frame, hashes)
+    scoring_id = store.write_scoring(
+        run_id, note, frame, hashes, scorer_files=scorer_files, harness=__version__
+    )
     return RescoreResult(run_id, scoring_id, rescored, carried, tuple(changed), tuple(missing))
+
+
+def scorer_sources(corpus: Corpus, modules: Sequence[str], *, sealed: bool) -> dict[str, str]:
+    """The run manifest's ``scorer_files`` for ``corpus`` as a run would record them: the file
+    hashes of the cases' scorers (sealed cases' only when ``sealed``: the run loaded them) and
+    the sha256 of each custom scorer module in ``modules`` (``scorers:`` in evalkit.yaml).
+
+    Examples:
+        >>> from pathlib import Path
+        >>> scorer_sources(Corpus(Path("."), (), {}), [], sealed=False)
+        {}
+    """
+    files = {
+        path: digest
+        for case in corpus.cases
+        if sealed or not case.sealed
+        for scorer in case.scorers
+        for path, digest in scorer.file_hashes.items()
+    }
+    return {**dict(sorted(files.items())), **scorer_module_hashes(modules)}
 
 
 async def _score_rows(

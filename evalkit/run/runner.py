@@ -85,6 +85,9 @@ class RunOptions:
     seed: int = 0  # jitter RNG only
     on_start: Callable[[RunStart], None] | None = None  # e.g. print the run id
     warnings: tuple[str, ...] = ()  # the caller's own (gate policy), kept with the run's
+    # Recorded in a new run's manifest beside its own fields, never replacing one (and never
+    # hashed: config_hash reads only the comparable fields), e.g. ``{"rebaseline": {...}}``.
+    extra_manifest: dict[str, Any] = field(default_factory=dict)
 
 
 def run_suite(
@@ -155,6 +158,7 @@ async def run_suite_async(
             suite, corpus, run_id=run_id, label=label, selection=options.selection
         )
         manifest["run"]["cache"] = use_cache
+        manifest.update({k: v for k, v in options.extra_manifest.items() if k not in manifest})
         before = [*manifest["warnings"], *config_warnings(suite, corpus), *options.warnings]
         manifest["warnings"] = before
         store.create_run(manifest, corpus.cases)

@@ -31,7 +31,7 @@ import functools
 import json
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -214,8 +214,9 @@ class Store(DecisionRecords, JudgmentRecords):
                 ],
             )
             self._insert("cases", case_columns(run_id, cases), CASE_COLUMNS)
-            self._con.execute(
-                "INSERT INTO scorings VALUES (?, ?, ?, 'run')",
+            self._con.execute(  # its scorer sources are the manifest's: none recorded here
+                "INSERT INTO scorings (scoring_id, run_id, created_at, note) "
+                "VALUES (?, ?, ?, 'run')",
                 [initial_scoring_id(run_id), run_id, _now()],
             )
         return run_id
@@ -242,9 +243,21 @@ class Store(DecisionRecords, JudgmentRecords):
                     self._append(table, rows.select(list(columns)))
 
     def write_scoring(
-        self, run_id: str, note: str, scores: pl.DataFrame, case_hashes: dict[str, str]
+        self,
+        run_id: str,
+        note: str,
+        scores: pl.DataFrame,
+        case_hashes: dict[str, str],
+        *,
+        scorer_files: Mapping[str, str] | None = None,
+        harness: str | None = None,
     ) -> str:
-        """Store a new scoring of a run's outputs, atomically; older scorings stay."""
+        """Store a new scoring of a run's outputs, atomically; older scorings stay.
+
+        ``scorer_files`` are the scorer sources it scored with (the manifest's ``scorer_files``
+        form: corpus file and custom scorer module hashes) and ``harness`` the evalkit version;
+        ``None`` records them as unknown (NULL).
+        """
         import polars as pl
 
         scores = scrub_scores(scores)
@@ -253,8 +266,12 @@ class Store(DecisionRecords, JudgmentRecords):
                 "SELECT count(*) FROM scorings WHERE run_id = ?", [run_id]
             ).fetchall()[0][0]
             scoring_id = f"{run_id}/s{count}"
+            recorded = scorer_files is not None  # {} is a record too: no scorer sources
+            sources = json.dumps(dict(sorted(scorer_files.items()))) if recorded else None
             self._con.execute(
-                "INSERT INTO scorings VALUES (?, ?, ?, ?)", [scoring_id, run_id, _now(), note]
+                "INSERT INTO scorings (scoring_id, run_id, created_at, note, scorer_files, "
+                "harness) VALUES (?, ?, ?, ?, ?, ?)",
+                [scoring_id, run_id, _now(), note, sources, harness],
             )
             frame = scores.select(list(SCORE_COLUMNS)).with_columns(
                 pl.lit(scoring_id).alias("scoring_id")
@@ -298,9 +315,11 @@ class Store(DecisionRecords, JudgmentRecords):
         return int(count)
 
     def save_flakes(self, config_hash: str, flakes: pl.DataFrame) -> None:
-        """Store one flake measurement (columns case_id, tags, runs, flips, flake_rate)."""
+        """Store one flake measurement (columns case_id, tags, runs, flips, flake_rate, and
+        case_hash: the hash of each case version measured; NULL when the frame has none)."""
         import polars as pl
 
+        case_hash = pl.col("case_hash") if "case_hash" in flakes.columns else pl.lit(None)
         frame = flakes.select(
             pl.lit(config_hash).alias("config_hash"),
             pl.lit(_now()).dt.cast_time_unit("us").alias("measured_at"),
@@ -309,6 +328,7 @@ class Store(DecisionRecords, JudgmentRecords):
             pl.col("runs").cast(pl.Int32),
             pl.col("flips").cast(pl.Int32),
             pl.col("flake_rate").cast(pl.Float64),
+            case_hash.cast(pl.String).alias("case_hash"),
         )
         with self._transaction():
             self._append("flakes", frame)
@@ -449,12 +469,31 @@ class Store(DecisionRecords, JudgmentRecords):
         return {(c, int(r)) for c, r in rows}
 
     def latest_flakes(self, config_hash: str) -> pl.DataFrame:
+        """The newest flake measurement of a configuration (``case_hash`` NULL where it was
+        measured before evalkit recorded one)."""
         return self._frame(
-            "SELECT case_id, tags, runs, flips, flake_rate, measured_at FROM flakes "
-            "WHERE config_hash = ? AND measured_at = (SELECT max(measured_at) FROM flakes "
-            "WHERE config_hash = ?) ORDER BY case_id",
+            f"SELECT case_id, tags, runs, flips, flake_rate, measured_at, {self._flake_hash()} "
+            "FROM flakes WHERE config_hash = ? AND measured_at = (SELECT max(measured_at) "
+            "FROM flakes WHERE config_hash = ?) ORDER BY case_id",
             [config_hash, config_hash],
         )
+
+    def flake_measurements(self, config_hashes: Sequence[str]) -> pl.DataFrame:
+        """Every stored flake row of these configurations, newest first, with columns
+        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate`` (``case_hash``
+        NULL where it was measured before evalkit recorded one)."""
+        return self._frame(
+            f"SELECT config_hash, measured_at, case_id, {self._flake_hash()}, runs, flips, "
+            "flake_rate FROM flakes WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
+            "ORDER BY measured_at DESC, config_hash, case_id",
+            [list(config_hashes)],
+        )
+
+    def _flake_hash(self) -> str:
+        """The flakes' ``case_hash`` column, or NULL in an older store opened read-only."""
+        if self._has_column("flakes", "case_hash"):
+            return "case_hash"
+        return "CAST(NULL AS VARCHAR) AS case_hash"
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
         """Run a read-only SQL query and return a Polars frame (for notebooks)."""
@@ -471,6 +510,15 @@ class Store(DecisionRecords, JudgmentRecords):
         result = self._con.execute(sql, list(params))
         names = [column[0] for column in result.description]
         return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+    def _has_column(self, table: str, column: str) -> bool:
+        """False for a store created before the column existed and opened read-only."""
+        rows = self._con.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = ? "
+            "AND column_name = ?",
+            [table, column],
+        ).fetchall()
+        return bool(rows[0][0])
 
     def _has_table(self, name: str) -> bool:
         """False for a store created before the table existed and opened read-only."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evalkit.errors import StoreError
 
@@ -60,25 +60,53 @@ class DecisionRecords:
         return frame.with_columns(pl.Series("findings", keys, dtype=pl.List(pl.String)))
 
     def promote_baseline(
-        self, suite: str, run_id: str, who: str, reason: str, tier: str | None = None
-    ) -> None:
+        self, suite: str, run_id: str, who: str, reason: str, tier: str | None = None,
+        policy: Mapping[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         """Make ``run_id`` the baseline of ``suite`` (of its ``tier``, a named selection) from
-        now on; the history is kept."""
+        now on, pinning ``policy`` (the gate policy in its manifest form) when given; the
+        history is kept."""
         who, reason = _required(who, reason, "promoting a baseline")
+        pinned = json.dumps(dict(policy), sort_keys=True) if policy is not None else None
         self._con.execute(
-            "INSERT INTO baselines (suite, run_id, who, reason, promoted_at, tier) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [suite, run_id, who, reason, _now(), tier],
+            "INSERT INTO baselines (suite, run_id, who, reason, promoted_at, tier, policy) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [suite, run_id, who, reason, _now(), tier, pinned],
         )
 
     def baselines(self, suite: str | None = None) -> pl.DataFrame:
-        """Every promotion, newest first: ``suite, tier, run_id, who, reason, promoted_at``."""
+        """Every promotion, newest first: ``suite, tier, run_id, who, reason, promoted_at,
+        policy`` (the pinned gate policy as JSON text; null when the promotion pinned none)."""
         where, params = ("WHERE suite = ?", [suite]) if suite else ("", [])
+        policy = "policy" if self._has_policy_column() else "NULL::VARCHAR AS policy"
         return self._frame(
-            f"SELECT suite, tier, run_id, who, reason, promoted_at FROM baselines {where} "
-            "ORDER BY promoted_at DESC",
+            f"SELECT suite, tier, run_id, who, reason, promoted_at, {policy} FROM baselines "
+            f"{where} ORDER BY promoted_at DESC",
             params,
         )
+
+    def pinned_policy(self, run_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(the gate policy, the promotion: ``who, reason, promoted_at``) of the newest
+        promotion of ``run_id`` that pinned a policy; None when none did."""
+        if not self._has_policy_column():
+            return None  # a read-only store from before policies were pinned
+        rows = self._con.execute(
+            "SELECT policy, who, reason, promoted_at FROM baselines WHERE run_id = ? AND "
+            "policy IS NOT NULL ORDER BY promoted_at DESC LIMIT 1",
+            [run_id],
+        ).fetchall()
+        if not rows:
+            return None
+        policy, who, reason, promoted_at = rows[0]
+        return json.loads(policy), {"who": who, "reason": reason, "promoted_at": promoted_at}
+
+    def _has_policy_column(self) -> bool:
+        """False for a store created before promotions pinned a policy, opened read-only."""
+        rows = self._con.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'baselines' "
+            "AND column_name = 'policy'"
+        ).fetchall()
+        return bool(rows[0][0])
 
     def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
         """The run id promoted last for ``suite`` (and ``tier``; None = the full suite)."""

@@ -228,7 +228,9 @@ class _Merger:
                 ],
             )
             self._con.execute(
-                "INSERT INTO scorings VALUES (?, ?, ?, 'run')", [f"{run_id}/s0", run_id, _now()]
+                "INSERT INTO scorings (scoring_id, run_id, created_at, note) "
+                "VALUES (?, ?, ?, 'run')",
+                [f"{run_id}/s0", run_id, _now()],
             )
         return manifest, True
 

@@ -43,6 +43,11 @@ CREATE TABLE IF NOT EXISTS outputs (
 CREATE TABLE IF NOT EXISTS scorings (
     scoring_id VARCHAR, run_id VARCHAR, created_at TIMESTAMPTZ, note VARCHAR
 );
+-- The scorer sources a rescore scored with (JSON, the manifest's ``scorer_files`` form) and the
+-- evalkit version that scored; NULL for a run's own scoring (its sources are its manifest's)
+-- and for rescorings made before evalkit recorded them.
+ALTER TABLE scorings ADD COLUMN IF NOT EXISTS scorer_files VARCHAR;
+ALTER TABLE scorings ADD COLUMN IF NOT EXISTS harness VARCHAR;
 CREATE TABLE IF NOT EXISTS scores (
     run_id VARCHAR, scoring_id VARCHAR, case_id VARCHAR, replay INTEGER, scorer VARCHAR,
     scorer_index INTEGER, tier INTEGER, score DOUBLE, passed BOOLEAN, error BOOLEAN, reason VARCHAR,
@@ -61,10 +66,14 @@ CREATE TABLE IF NOT EXISTS baselines (
 );
 -- A tier (a named selection such as smoke) has its own baseline; NULL is the full suite.
 ALTER TABLE baselines ADD COLUMN IF NOT EXISTS tier VARCHAR;
+-- The gate policy the promotion pins (JSON, manifest form); NULL when it pinned none.
+ALTER TABLE baselines ADD COLUMN IF NOT EXISTS policy VARCHAR;
 CREATE TABLE IF NOT EXISTS flakes (
     config_hash VARCHAR, measured_at TIMESTAMPTZ, case_id VARCHAR, tags VARCHAR[], runs INTEGER,
     flips INTEGER, flake_rate DOUBLE
 );
+-- The hash of the case version measured; NULL for measurements made before evalkit recorded it.
+ALTER TABLE flakes ADD COLUMN IF NOT EXISTS case_hash VARCHAR;
 CREATE TABLE IF NOT EXISTS response_cache (
     cache_key VARCHAR, response VARCHAR, created_at TIMESTAMPTZ
 );

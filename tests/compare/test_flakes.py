@@ -59,7 +59,12 @@ def test_no_flakes_without_noise(tmp_path: Path, demo_server: object) -> None:
     suite, corpus = _suite_and_corpus(demo_server.base_url)  # type: ignore[attr-defined]
     with open_store(tmp_path / "e.duckdb") as store:
         result = measure_flakes(suite, corpus, store, runs=3)
+        stored = store.latest_flakes(result.config_hash)
     assert result.flaky.is_empty()
+    # each row names the case version it measured: only that version may be excused by it
+    versions = {c.id: c.hash for c in corpus.cases}
+    measured = dict(stored.select("case_id", "case_hash").iter_rows())
+    assert measured and measured == {k: versions[k] for k in measured}
     assert result.per_slice["flaky"].sum() == 0
 
 

@@ -235,7 +235,7 @@ def test_errors_under_max_error_rate_pass_but_not_in_a_critical_tag():
     critical = GatePolicy.from_suite(["billing"], {"max_error_rate": 0.1})
     decision = decide(_paired(rows), critical)
     assert decision.status == "UNVERIFIED"
-    assert decision.blocking()[0].key == "tier0/billing/c00"
+    assert decision.blocking()[0].key == "tier0/billing/errored/c00"
     assert decide(_paired(rows), GatePolicy()).status == "UNVERIFIED"  # default rate 0
 
 
@@ -254,9 +254,9 @@ def test_an_override_accepts_only_the_findings_it_names():
     )
     rows.append(("inc-2", [], "must_pass", True, False))  # a new, different blocking finding
     later = decide(_paired(rows), GatePolicy(), overrides=[override])
-    assert later.status == "BLOCKED" and later.uncovered == ("tier1/must_pass/inc-2",)
+    assert later.status == "BLOCKED" and later.uncovered == ("tier1/must_pass/failed/inc-2",)
     notes = " ".join(f.message for f in later.findings if f.severity == "info")
-    assert "accepted by the override of ana" in notes and "tier1/must_pass/inc-2" in notes
+    assert "accepted by the override of ana" in notes and "tier1/must_pass/failed/inc-2" in notes
     blanket = Override("bob", "ship it")  # names nothing: accepts nothing
     assert decide(_paired(rows), GatePolicy(), overrides=[blanket]).status == "BLOCKED"
 
@@ -273,7 +273,7 @@ def test_non_critical_slices_warn_with_holm_adjusted_p():
 def test_an_override_with_a_reason_passes_a_blocked_gate_and_is_recorded():
     rows = [("mp", [], "must_pass", True, False)]
     override = Override(
-        "ana", "known upstream outage; tracked in INC-12", None, ("tier1/must_pass/mp",)
+        "ana", "known upstream outage; tracked in INC-12", None, ("tier1/must_pass/failed/mp",)
     )
     decision = decide(_paired(rows), GatePolicy(), overrides=[override, Override("bob", "  ")])
     assert not decision.blocked and decision.overridden and decision.would_block
@@ -282,7 +282,9 @@ def test_an_override_with_a_reason_passes_a_blocked_gate_and_is_recorded():
     data = json.loads(json.dumps(decision.to_dict(), default=str))
     assert data["overrides"][0]["reason"].startswith("known upstream") and data["exit_code"] == 0
     blank = decide(
-        _paired(rows), GatePolicy(), overrides=[Override("bob", " ", None, ("tier1/must_pass/mp",))]
+        _paired(rows),
+        GatePolicy(),
+        overrides=[Override("bob", " ", None, ("tier1/must_pass/failed/mp",))],
     )
     assert blank.blocked and not blank.overridden
 
@@ -300,15 +302,17 @@ def test_power_table_uses_paired_sizing():
 
 def test_gate_comparison_reads_flakes_and_overrides_from_the_store(tmp_path):
     base, cand = seed000_runs()
-    write_store(tmp_path / "e.duckdb", [base, cand])
+    write_store(tmp_path / "e.duckdb", [base])
+    with open_store(tmp_path / "e.duckdb") as store:  # measured on the baseline, before the PR
+        store.save_flakes(MANIFEST["config_hash"], pl.DataFrame({
+            "case_id": ["policy-000"], "tags": [["policy"]], "runs": [5], "flips": [2],
+            "flake_rate": [0.4], "case_hash": ["h"]}))  # fmt: skip
+    write_store(tmp_path / "e.duckdb", [cand])
     with open_store(tmp_path / "e.duckdb") as store:
         from evalkit.compare.analysis import load_comparison
 
         cmp = load_comparison(store, "base", "cand")
         assert cmp.paired.height == 600 and cmp.base.label == "base"
-        store.save_flakes(MANIFEST["config_hash"], pl.DataFrame({
-            "case_id": ["policy-000"], "tags": [["policy"]], "runs": [5], "flips": [2],
-            "flake_rate": [0.4]}))  # fmt: skip
         decision = gate_comparison(store, cmp, GatePolicy(critical_tags=("billing",)))
         assert [f.severity for f in decision.findings if f.tier == 1] == ["warn"]
         assert decision.blocked  # billing still blocks

@@ -146,9 +146,11 @@ def test_an_override_records_the_findings_it_accepts(tmp_path: Path, capsys) -> 
                      make_run("c1", broken, label="candidate")])  # fmt: skip
     args = ["--db", str(db), "baseline", "candidate"]
     assert main(["override", *args, "--who", "ana", "--reason", "replayed by hand"]) == 0
-    assert "accepts tier1/must_pass/inc-1" in capsys.readouterr().out
+    assert "accepts tier1/must_pass/failed/inc-1" in capsys.readouterr().out
     with open_store(db) as store:
-        assert store.overrides("b1", "c1")["findings"].to_list() == [["tier1/must_pass/inc-1"]]
+        assert store.overrides("b1", "c1")["findings"].to_list() == [
+            ["tier1/must_pass/failed/inc-1"]
+        ]
     out = tmp_path / "r.json"
     assert main(["compare", *args, "--json", str(out)]) == 0
     assert json.loads(out.read_text())["decision"]["status"] == "PASSED WITH OVERRIDE"

@@ -38,23 +38,24 @@ def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
     api_key = api_key_for(system)
     from evalkit.run.providers.openai_api import OpenAIProvider
 
-    resolve = getattr(system, "resolved_transport", None)  # a judge: the official client
-    transport = resolve() if resolve is not None else "openai"
+    # The endpoint the manifest records and the cache keys on, resolved once and handed to the
+    # client explicitly: the official client never reads OPENAI_BASE_URL behind our back.
+    endpoint = system.effective_endpoint()
     provider = OpenAIProvider(
-        base_url=system.base_url,
+        base_url=endpoint.url,
         api_key=api_key,
         timeout_s=system.timeout_s,
-        transport=transport,
+        transport=system.resolved_transport(),
         key_is_secret=api_key != PLACEHOLDER_KEY,
     )
     if api_key != PLACEHOLDER_KEY:
         return provider
     variable = system.api_key_env or "OPENAI_API_KEY"
-    if (variable, system.base_url) not in _NOTED:
-        _NOTED.add((variable, system.base_url))
+    if (variable, endpoint.recorded) not in _NOTED:
+        _NOTED.add((variable, endpoint.recorded))
         print(
             f"evalkit: note: {variable} is not set; sending the placeholder key "
-            f"{PLACEHOLDER_KEY!r} to the loopback endpoint {system.base_url}",
+            f"{PLACEHOLDER_KEY!r} to the loopback endpoint {endpoint.recorded}",
             file=sys.stderr,
             flush=True,
         )
@@ -99,10 +100,17 @@ def api_key_for(system: SystemConfig | JudgeConfig) -> str:
     key = os.environ.get(system.api_key_env or "", "") if system.api_key_env else ""
     if key:
         return key
-    host = urlparse(system.base_url or "").hostname or ""
+    endpoint = system.effective_endpoint()  # OPENAI_BASE_URL may name the loopback endpoint
+    host = urlparse(endpoint.url or "").hostname or ""
     if system.provider == "demo" or host in {"127.0.0.1", "localhost", "::1"}:
         return PLACEHOLDER_KEY
     raise ConfigError(
         f"no API key: set the environment variable {system.api_key_env or 'OPENAI_API_KEY'} "
-        f"(system.api_key_env) for {system.base_url or 'the OpenAI API'}"
+        f"(system.api_key_env) for {endpoint.recorded} ({_named_by(endpoint.source)})"
+    )
+
+
+def _named_by(source: str | None) -> str:
+    return {"config": "base_url", "OPENAI_BASE_URL": "from OPENAI_BASE_URL"}.get(
+        source or "", "the OpenAI API"
     )

@@ -51,7 +51,9 @@ _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class OpenAIProvider:
-    """Chat completions against ``base_url`` (None = api.openai.com)."""
+    """Chat completions against ``base_url`` (None: resolved by
+    :func:`evalkit.corpus.suite.resolve_endpoint`, ``OPENAI_BASE_URL`` for the official client,
+    else api.openai.com)."""
 
     name = "openai"
 
@@ -66,8 +68,12 @@ class OpenAIProvider:
     ) -> None:
         self._transport = transport
         self._timeout_s = timeout_s
+        if base_url is None:  # resolved here as make_provider does: both transports agree
+            from evalkit.corpus.suite import resolve_endpoint
+
+            base_url = resolve_endpoint(None, reads_env=transport == "openai").url
         # Authorization is the Bearer key; URL credentials are dropped (aiohttp refuses both).
-        self._base_url = (strip_userinfo(base_url) or "https://api.openai.com/v1").rstrip("/")
+        self._base_url = (strip_userinfo(base_url) or "").rstrip("/")
         self._api_key = api_key
         if key_is_secret:  # the loopback placeholder is public: scrubbing it would cost, not hide
             register_secret(api_key)  # scrubbed from every ProviderError cause from now on
@@ -82,6 +88,8 @@ class OpenAIProvider:
         if transport == "openai":
             import openai  # here, not at the top: the lean transport never pays for the import
 
+            # base_url is never None here: the client would read OPENAI_BASE_URL itself, and
+            # could talk to another endpoint than the manifest and the cache key name.
             self._client = openai.AsyncOpenAI(
                 base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s
             )

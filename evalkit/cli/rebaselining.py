@@ -1,0 +1,72 @@
+"""``--rebaseline`` for ``evalkit gate`` and ``compare``: before the pair is compared, the
+baseline's configuration runs on the cases the candidate added or edited (cached), so they pair
+(:mod:`evalkit.run.rebaseline`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from evalkit.cli.options import find_config
+from evalkit.errors import EvalkitError
+
+
+def add_rebaseline_args(parser: argparse.ArgumentParser) -> None:
+    """``--rebaseline`` and ``--set KEY=VALUE`` (the endpoint and key variable it runs with)."""
+    parser.add_argument(
+        "--rebaseline",
+        action="store_true",
+        help="first run the baseline's configuration (from its manifest) on the cases the "
+        "candidate added or edited, cached, so they pair",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --rebaseline: override a value of the suite config (e.g. system.base_url, "
+        "system.api_key_env); the baseline's prompt, model and sampling always win",
+    )
+
+
+def maybe_rebaseline(args: argparse.Namespace, base_run_id: str, cand_run_id: str) -> None:
+    """With ``--rebaseline``: rebaseline the pair's corpus delta and say what happened on
+    stderr. Never fails the gate itself: a delta that cannot be rebaselined is a line, and the
+    gate accounts for those cases; only usage errors (a bad ``--config`` or ``--set``) raise."""
+    if not getattr(args, "rebaseline", False):
+        return
+    from evalkit.corpus.suite import load_suite
+    from evalkit.errors import ConfigError
+    from evalkit.run.rebaseline import NOTHING_CHANGED, rebaseline
+    from evalkit.store import open_store
+
+    suite = load_suite(args.config or find_config(), overrides=args.overrides)
+    try:
+        with open_store(args.db, wait_s=args.wait) as store:
+            result = rebaseline(store, suite, base_run_id, cand_run_id)
+    except ConfigError:
+        raise
+    except EvalkitError as exc:
+        _say(f"cannot rebaseline: {' '.join(str(exc).split())}{_UNACCOUNTED}")
+        return
+    if result.reason == NOTHING_CHANGED:
+        _say(f"nothing to rebaseline: {cand_run_id} added or edited no case of {base_run_id}")
+        return
+    if result.run_id is None:
+        _say(f"cannot rebaseline: {result.reason}{_UNACCOUNTED}")
+        return
+    what = f"{result.cases} added/edited case(s) on the baseline configuration of {base_run_id}"
+    if result.reused:
+        line = f"rebaselined {what}: reused run {result.run_id}"
+    else:
+        cost = f"{result.requests} requests, {result.cache_hits} cache hits"
+        line = f"rebaselined {what}: run {result.run_id} ({cost})"
+    _say(line + (f"; {result.reason}" if result.reason else ""))
+
+
+_UNACCOUNTED = " — the gate treats those cases as unaccounted"
+
+
+def _say(line: str) -> None:
+    print(f"evalkit: {line}", file=sys.stderr, flush=True)

@@ -1,0 +1,112 @@
+"""Gating a pair against the pin: the one path from two run references to a decision.
+
+A promoted baseline pins what the verdict depends on — its corpus, selection, gate policy and
+flake list — and the gate judges the candidate against that pin, never against what the pull
+request under test says. `gate_pair` is what ``evalkit gate``, ``evalkit compare`` and
+``notebooks/gate.ipynb`` call: it resolves the pair, refuses mismatched selections and
+incomplete runs, decides under the pinned policy (a stricter one from the pull request applies
+at once, a looser one makes the gate UNVERIFIED), and passes the corpus delta, the baseline's
+errors and the candidate's sibling runs to the one `evalkit.compare.gate.decide`.
+
+Examples:
+    >>> comparison, decision = gate_pair(store, None, "candidate", "evalkit.yaml")  # doctest: +SKIP
+    >>> decision.status                                                             # doctest: +SKIP
+    'UNVERIFIED'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from evalkit.compare.analysis import load_comparison
+from evalkit.compare.gate import gate_comparison
+from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
+from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict, pinned_policy
+from evalkit.errors import EvalkitError
+
+if TYPE_CHECKING:
+    from evalkit.compare.analysis import Comparison
+    from evalkit.compare.decision import GateDecision
+    from evalkit.store import Store
+
+#: At most this many sibling runs are gated for the report (newest first).
+MAX_SIBLINGS = 10
+
+
+def resolve_policy(
+    store: Store, base_run_id: str, config_path: str | None
+) -> tuple[GatePolicy, tuple[str, ...], str | None]:
+    """(the policy to decide under, the pull request's loosening changes, where the pin is from).
+
+    The pin is the baseline's promoted policy, else the one its manifest recorded; the pull
+    request's (``config_path``) applies only where it is as strict or stricter.
+    """
+    pin = pinned_policy(store, base_run_id)
+    proposed = load_policy_dict(config_path)
+    source = str(config_path) if config_path else "the pinned policy"
+    policy, changes = effective_policy(pin.policy, proposed, source)
+    return policy, tuple(changes.looser), pin.source if pin.policy is not None else None
+
+
+def siblings(store: Store, comparison: Comparison) -> list[str]:
+    """Other complete runs of the candidate's configuration on the same corpus and selection
+    (newest first), leaving out the pair itself and rebaseline runs."""
+    manifest = comparison.cand.manifest
+    corpus = (manifest.get("corpus") or {}).get("hash")
+    runs = store.runs().filter(
+        (pl.col("config_hash") == comparison.cand.config_hash)
+        & (pl.col("status") == "complete")
+        & ~pl.col("run_id").is_in([comparison.base.run_id, comparison.cand.run_id])
+        & ~pl.col("label").str.starts_with("rebaseline:")
+    )
+    out = []
+    for row in runs.sort("created_at", descending=True).iter_rows(named=True):
+        other = store.manifest(row["run_id"])
+        same_corpus = (other.get("corpus") or {}).get("hash") == corpus
+        if same_corpus and other.get("selection") == manifest.get("selection"):
+            out.append(row["run_id"])
+    return out[:MAX_SIBLINGS]
+
+
+def gate_pair(
+    store: Store,
+    baseline: str | None,
+    candidate: str,
+    config_path: str | None,
+    allow_diff: Sequence[str] = (),
+    *,
+    tier: str | None = None,
+    allow_incomplete: bool = False,
+    db: str | None = None,
+    with_siblings: bool = True,
+) -> tuple[Comparison, GateDecision]:
+    """The checked pair's comparison and the gate's decision against the pin.
+
+    Raises:
+        ConfigError: no promoted baseline, a run compared with itself, selections that differ.
+        IncompleteRunError: a run is incomplete (unless ``allow_incomplete``).
+        ComparabilityError: the manifests differ beyond ``allow_diff``.
+    """
+    base, cand = resolve_pair(store, baseline, candidate)
+    require_tier(store, (base, cand), tier)
+    for run_id, role in ((base, "baseline"), (cand, "candidate")):
+        require_complete(store, run_id, role, allow_incomplete, db)
+    policy, looser, source = resolve_policy(store, base, config_path)
+    comparison = load_comparison(
+        store, base, cand, allow_diff, policy.judge_kappa_min, policy.judge_min_labels
+    )
+    policy.validate_against(comparison.cand.cases, comparison.cand.manifest.get("selection"))
+    found: list[tuple[str, str]] = []
+    for run_id in siblings(store, comparison) if with_siblings else ():
+        try:
+            _, other = gate_pair(
+                store, base, run_id, config_path, allow_diff, tier=tier, with_siblings=False
+            )
+            found.append((run_id, other.status))
+        except EvalkitError as exc:  # shown, not hidden: it could not be gated against the pin
+            found.append((run_id, f"not gated ({str(exc)[:80]})"))
+    decision = gate_comparison(store, comparison, policy, looser, source, tuple(found))
+    return comparison, decision

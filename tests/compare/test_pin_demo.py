@@ -1,0 +1,99 @@
+"""The pin end to end against the demo simulator: a pull request that rewords the cases its
+candidate broke is UNVERIFIED, and BLOCKED once the baseline configuration ran the new wording
+(`evalkit gate --rebaseline`); an identical configuration re-run three times, demo noise on,
+PASSES every time (the false-block direction)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evalkit.cli import main
+from evalkit.compare.pin import gate_pair
+from evalkit.demo.server import DemoServer
+from evalkit.store import open_store
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _reword(root: Path, ids: set[str]) -> int:
+    """Edit each case's provenance (its wording for the gate: a new case hash)."""
+    done = 0
+    for path in (root / "cases").glob("*.yaml"):
+        blocks = re.split(r"(?m)^(?=- id: )", path.read_text(encoding="utf-8"))
+        for i, block in enumerate(blocks):
+            match = re.match(r"- id: (\S+)", block)
+            if match and match[1] in ids:
+                blocks[i] = block.replace("reviewer: ", "reviewer: pr-author-", 1)
+                done += blocks[i] != block
+        path.write_text("".join(blocks), encoding="utf-8")
+    return done
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, demo_server: DemoServer):
+    tmp = tmp_path_factory.mktemp("pin")
+    shutil.copytree(REPO / "corpus", tmp / "corpus")
+    url = demo_server.base_url
+    sets = ["--set", f"system.base_url={url}", "--set", f"judge.base_url={url}"]
+    return tmp, str(tmp / "e.duckdb"), str(tmp / "corpus" / "evalkit.yaml"), sets
+
+
+def _run(project, label: str, *extra: str) -> None:
+    _, db, config, sets = project
+    args = ["run", "--db", db, "--config", config, "--label", label, "--no-progress"]
+    assert main([*args, *sets, *extra]) == 0
+
+
+@pytest.mark.timeout(600)
+def test_reworded_regressions_are_unverified_then_blocked_after_rebaselining(project, capsys):
+    tmp, db, config, sets = project
+    _run(project, "base")
+    assert main(["baseline", "promote", "base", "--db", db, "--who", "ana", "--reason", "v1"]) == 0
+    _run(project, "v2", "--prompt", str(tmp / "corpus" / "prompts" / "v2.md"))
+    with open_store(db, read_only=True) as store:
+        _, first = gate_pair(store, None, "v2", config, ["prompt"])
+    regressed = [s for s in first.critical if s.state == "regressed"]
+    assert first.status == "BLOCKED" and regressed, first.summary()
+    tag = regressed[0].tag
+    broken = {c for f in first.blocking() if f.slice == tag for c in f.case_ids}
+    assert broken
+    # The pull request rewords exactly the broken cases of that tag, and runs v2 again.
+    assert _reword(tmp / "corpus", broken) == len(broken)
+    _run(project, "v2-reworded", "--prompt", str(tmp / "corpus" / "prompts" / "v2.md"))
+    with open_store(db, read_only=True) as store:
+        _, hidden = gate_pair(store, None, "v2-reworded", config, ["prompt"])
+    (gap,) = [f for f in hidden.blocking() if f.slice == tag]
+    assert gap.kind == "corpus-delta" and gap.severity == "unverified"
+    assert f"{len(broken)} edited" in gap.message and "--rebaseline" in gap.message
+    # Rebaselined through the CLI: the reworded cases pair again, and the tag regresses.
+    gate = ["gate", "v2-reworded", "--db", db, "--config", config, "--allow-diff", "prompt",
+            "--out", str(tmp / "reports"), "--rebaseline", *sets]  # fmt: skip
+    assert main(gate) == 1
+    out = capsys.readouterr()
+    assert "rebaselined" in out.err and "gate BLOCKED" in out.out
+    with open_store(db, read_only=True) as store:
+        comparison, again = gate_pair(store, None, "v2-reworded", config, ["prompt"])
+    (state,) = [s for s in again.critical if s.tag == tag]
+    assert state.state == "regressed" and state.broken >= len(broken)
+    assert again.corpus_delta[[r["tag"] for r in again.corpus_delta].index(tag)][
+        "rebaselined"
+    ] == len(broken)
+    assert comparison.rebaseline is not None
+    # A second rebaseline reuses the run: nothing is asked again.
+    assert main(gate) == 1
+    assert "reused run" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(600)
+def test_an_identical_configuration_rerun_three_times_passes_every_time(project):
+    _, db, config, _ = project
+    _run(project, "same-base")
+    for i in range(3):
+        _run(project, f"same-{i}", "--no-cache")  # demo noise on: asked again every time
+        with open_store(db, read_only=True) as store:
+            _, decision = gate_pair(store, "same-base", f"same-{i}", config)
+        assert decision.status == "PASSED", decision.summary()
