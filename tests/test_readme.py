@@ -92,13 +92,13 @@ def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     assert upload["if"] == "always()" and upload["with"]["path"] == "reports/"
     script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
     paths = re.findall(r"(?<![\w$])[\w.-]+/[\w./-]+\.(?:md|yaml|json)\b", script)
-    assert "corpus/evalkit.yaml" in paths  # the base branch's config, in its worktree
+    assert "base/corpus/evalkit.yaml" in paths  # the base branch's config, in its worktree
     # The pin: the base branch is promoted, the gate names only the candidate (so it judges it
     # against the promotion) and rebaselines the corpus delta; never the PR's own baseline.
     assert "evalkit baseline promote base" in script
     assert re.search(r"evalkit gate candidate --rebaseline", script)
-    for path in paths:
-        assert (REPO / path).is_file(), path
+    for path in paths:  # the base branch's files are the repository's, in a worktree
+        assert (REPO / path.removeprefix("base/")).is_file(), path
     for tag in re.findall(r"--tag (\S+)", script):
         assert f"[{tag}" in (REPO / "corpus" / "cases").joinpath(f"{tag}.yaml").read_text()
     assert flow["jobs"]["gate"]["permissions"]["pull-requests"] == "write"  # the PR comment
@@ -168,7 +168,7 @@ def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path
     config = work / "corpus" / "evalkit.yaml"
     text = config.read_text()
     assert "gate: {alpha: 0.05," in text
-    config.write_text(text.replace("gate: {alpha: 0.05,", "gate: {alpha: 0.0001,"))
+    config.write_text(text.replace("gate: {alpha: 0.05,", "gate: {alpha: 0.01,"))
     result = _bash(script, work, env)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]

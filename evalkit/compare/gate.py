@@ -92,9 +92,10 @@ def _must_pass(
     for r in mp.filter(pl.col("cand") == False).iter_rows(named=True):  # noqa: E712
         case, rate = r["case_id"], flakes.get(r["case_id"], 0.0)
         before = {True: "passed", False: "also failed", None: "errored"}[r["base"]]
+        before = f"baseline {before}"
         if r.get("origin") == "rebaselined":
-            before = f"the baseline configuration on its new version {before}"
-        msg = f"must_pass case {case} fails in the candidate (baseline {before})"
+            before = "its new version, rebaselined: the baseline configuration " + before[9:]
+        msg = f"must_pass case {case} fails in the candidate ({before})"
         if rate > 0:
             msg += f", but it is on the measured flake list (flake rate {rate:.0%})"
         stat = {"flake_rate": rate}

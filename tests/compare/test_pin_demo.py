@@ -97,3 +97,44 @@ def test_an_identical_configuration_rerun_three_times_passes_every_time(project)
         with open_store(db, read_only=True) as store:
             _, decision = gate_pair(store, "same-base", f"same-{i}", config)
         assert decision.status == "PASSED", decision.summary()
+    # Cherry-picking is visible: the other runs of this configuration, with their decisions.
+    (siblings,) = [f for f in decision.findings if f.kind == "siblings"]
+    assert "2 other run(s) of this configuration" in siblings.message
+    assert "2 PASSED" in siblings.message
+
+
+@pytest.mark.timeout(600)
+def test_a_candidate_that_excluded_a_tag_is_refused_with_the_flags_that_match(project, capsys):
+    tmp, db, config, _ = project
+    _run(project, "full")
+    _run(project, "narrow", "--exclude-tag", "agent")
+    gate = ["gate", "full", "narrow", "--db", db, "--config", config, "--out", str(tmp / "r")]
+    assert main(gate) == 2
+    err = capsys.readouterr().err
+    assert "ran --exclude-tag agent but the baseline" in err and "the full suite" in err
+
+
+@pytest.mark.timeout(600)
+def test_a_pull_request_that_drops_a_critical_tag_is_unverified_under_the_pinned_policy(project):
+    tmp, db, config, _ = project
+    _run(project, "pinned")
+    assert (
+        main(["baseline", "promote", "pinned", "--db", db, "--who", "ana", "--reason", "v1"]) == 0
+    )
+    _run(project, "pr")
+    text = Path(config).read_text(encoding="utf-8")
+    loose = tmp / "corpus" / "loose.yaml"
+    loose.write_text(text.replace("critical_tags: [billing, injection, policy]",
+                                  "critical_tags: [billing, injection]"))  # fmt: skip
+    strict = tmp / "corpus" / "strict.yaml"
+    strict.write_text(text.replace("gate: {alpha: 0.05,", "gate: {alpha: 0.1,"))
+    with open_store(db, read_only=True) as store:
+        _, dropped = gate_pair(store, None, "pr", str(loose))
+        _, tightened = gate_pair(store, None, "pr", str(strict))
+    assert dropped.status == "UNVERIFIED"
+    (finding,) = [f for f in dropped.blocking() if f.kind == "loosened"]
+    assert "'policy' dropped" in finding.message and "--policy" in finding.message
+    assert dropped.policy.critical_tags == ("billing", "injection", "policy")  # the pin decides
+    assert tightened.policy.alpha == 0.1 and not any(
+        f.kind == "loosened" for f in tightened.findings
+    )  # a stricter policy applies at once
