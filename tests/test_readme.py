@@ -111,8 +111,9 @@ def _posting_step(steps: list[dict]) -> dict:
     return next(s for s in steps if "gh pr comment" in s.get("run", ""))
 
 
-@pytest.mark.timeout(480)
-def test_the_ci_example_runs(tmp_path: Path) -> None:
+def _ci_checkout(tmp_path: Path) -> tuple[list[dict], str, Path, dict[str, str]]:
+    """The workflow's steps and gate script, and a git checkout of the corpus whose HEAD is
+    also ``origin/main`` (the base branch the workflow promotes)."""
     steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
     script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
     work = tmp_path / "checkout"
@@ -126,6 +127,12 @@ def test_the_ci_example_runs(tmp_path: Path) -> None:
         ["update-ref", "refs/remotes/origin/main", "HEAD"],
     ):
         subprocess.run([*git, *command], cwd=work, env=env, check=True, capture_output=True)
+    return steps, script, work, env
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_runs(tmp_path: Path) -> None:
+    steps, script, work, env = _ci_checkout(tmp_path)
     result = _bash(script, work, env)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
@@ -156,15 +163,7 @@ def test_the_ci_example_runs(tmp_path: Path) -> None:
 def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path: Path) -> None:
     """The same workflow on a pull request whose only change is a looser evalkit.yaml (alpha
     lowered, so nothing could block): UNVERIFIED, exit 1, the change named in the report."""
-    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
-    script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
-    work = tmp_path / "checkout"
-    shutil.copytree(REPO / "corpus", work / "corpus")
-    env = _env(tmp_path) | {"GITHUB_BASE_REF": "main", "RUNNER_TEMP": str(tmp_path)}
-    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
-    for command in (["init", "-q"], ["add", "corpus"], ["commit", "-q", "-m", "base"],
-                    ["update-ref", "refs/remotes/origin/main", "HEAD"]):  # fmt: skip
-        subprocess.run([*git, *command], cwd=work, env=env, check=True, capture_output=True)
+    _, script, work, env = _ci_checkout(tmp_path)
     config = work / "corpus" / "evalkit.yaml"
     text = config.read_text()
     assert "gate: {alpha: 0.05," in text

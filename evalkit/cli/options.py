@@ -20,16 +20,19 @@ def find_config() -> str:
     return next((c for c in CONFIG_SEARCH if Path(c).is_file()), DEFAULT_CONFIG)
 
 
+def set_arg(
+    parser: argparse.ArgumentParser,
+    help: str = "override a config value, e.g. --set system.model=gpt-4.1-mini",
+) -> None:
+    """``--set KEY=VALUE`` (repeatable), collected in ``args.overrides``."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
+    )
+
+
 def suite_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help=_CONFIG_HELP)
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set system.model=gpt-4.1-mini",
-    )
+    set_arg(parser)
     parser.add_argument("--prompt", help="system prompt file (overrides system.prompt)")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from evalkit.cli.options import find_config
+from evalkit.cli.options import find_config, set_arg
 from evalkit.errors import EvalkitError
 
 
@@ -19,13 +19,9 @@ def add_rebaseline_args(parser: argparse.ArgumentParser) -> None:
         help="first run the baseline's configuration (from its manifest) on the cases the "
         "candidate added or edited, cached, so they pair",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with --rebaseline: override a value of the suite config (e.g. system.base_url, "
+    set_arg(
+        parser,
+        "with --rebaseline: override a value of the suite config (e.g. system.base_url, "
         "system.api_key_env); the baseline's prompt, model and sampling always win",
     )
 

@@ -388,22 +388,19 @@ def corpus_accounting(
         >>> corpus_accounting(GatePolicy(critical_tags=("billing",)), p, d)[0]["share"]
         0.3333333333333333
     """
+    if delta is None:
+        schema = {"case_id": pl.String, "change": pl.String, "tags": pl.List(pl.String)}
+        delta = pl.DataFrame(schema=schema | {"rebaselined": pl.Boolean})
     out = []
     for tag in policy.critical_tags:
-        sub = (
-            delta.filter(pl.col("tags").list.contains(tag))
-            if delta is not None
-            else pl.DataFrame(schema={"change": pl.String, "rebaselined": pl.Boolean})
-        )
+        sub = delta.filter(pl.col("tags").list.contains(tag))
         count = {
             c: sub.filter(pl.col("change") == c).height for c in ("edited", "added", "removed")
         }
         rebaselined = sub.filter(pl.col("rebaselined")).height
         unaccounted = sub.height - rebaselined
-        paired_n = paired.filter(
-            pl.col("tags").list.contains(tag)
-            & ~pl.col("case_id").is_in(sub["case_id"].implode() if "case_id" in sub.columns else [])
-        ).height
+        changed = pl.col("case_id").is_in(sub["case_id"].implode())
+        paired_n = paired.filter(pl.col("tags").list.contains(tag) & ~changed).height
         size = max(paired_n + count["edited"] + count["added"], paired_n + count["removed"], 1)
         out.append({"tag": tag, **count, "rebaselined": rebaselined, "unaccounted": unaccounted,
                     "share": unaccounted / size})  # fmt: skip

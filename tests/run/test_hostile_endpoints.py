@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -143,16 +142,19 @@ def test_a_lone_surrogate_is_stored_losslessly_escaped(tmp_path: Path) -> None:
     assert outputs["text"].to_list() == ["a\\ud800b \U0001f600"] * 2
 
 
-def test_retry_after_an_hour_is_a_stored_error_within_seconds(tmp_path: Path) -> None:
+def test_retry_after_an_hour_is_a_stored_error_without_waiting(tmp_path: Path) -> None:
+    asked: list[str] = []
+
     async def handler(request: web.Request, case: str) -> web.Response:
+        asked.append(case)
         return web.json_response(
             {"error": "slow down"}, status=429, headers={"Retry-After": "3600"}
         )
 
-    started = time.monotonic()
     _summary, outputs, _ = _run(tmp_path, handler, 2, "max_retries: 3")
-    elapsed = time.monotonic() - started
-    assert elapsed < 10, elapsed
+    # One request per case: the hour is refused at once, never waited for and retried
+    # (a wait would hold the run past the test's timeout).
+    assert sorted(asked) == ["c0", "c1"], asked
     error = outputs["error"][0]
     assert error.startswith("HTTP 429") and "asked to wait 3600s" in error, error
     assert "max_retry_after_s = 60s" in error
@@ -179,13 +181,12 @@ def test_a_dripping_body_stops_at_the_total_deadline(tmp_path: Path, transport: 
                 await asyncio.sleep(0.5)
         return response
 
-    started = time.monotonic()
     _summary, outputs, _ = _run(
         tmp_path, handler, 1, f"transport: {transport}, max_retries: 0, timeout_s: 2"
     )
-    elapsed = time.monotonic() - started
+    # The body drips for 100 s: only the total deadline ends it with this error (a per-read
+    # timeout never fires, and the end of the body would be a length error).
     assert outputs["error"][0].startswith("timeout after 2s"), outputs["error"][0]
-    assert elapsed < 6, elapsed
 
 
 def test_connection_errors_name_what_went_wrong(tmp_path: Path) -> None:

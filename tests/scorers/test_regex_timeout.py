@@ -18,12 +18,12 @@ TEXT = "a" * 40 + "!"
 @pytest.mark.parametrize("name", ["regex", "forbidden_regex"])
 def test_a_catastrophic_regex_is_a_scorer_error_within_its_limit(name: str) -> None:
     scorer = build_scorer(name, {"pattern": EVIL, "timeout_s": 0.5})
-    started = time.monotonic()
+    started = time.process_time()
     result = scorer(Output(TEXT), None)
-    elapsed = time.monotonic() - started
+    cpu = time.process_time() - started
     assert result.error and not result.passed
     assert result.reason == "regex timed out after 0.5s (catastrophic backtracking?)"
-    assert elapsed < 3.5, elapsed
+    assert cpu < 3.5, cpu  # this process stopped matching; it did not backtrack 2^40 times
     assert scorer(Output("aaaa"), None).error is False  # the next case is scored normally
 
 
