@@ -130,6 +130,13 @@ def build_manifest(
             **_git_state(suite.root),
         },
     }
+    if any(scorer.name == "python_tests" for case in corpus.cases for scorer in case.scorers):
+        # What contained the model's code on this machine (recorded, not hashed): the
+        # namespaces, the system-call filter, and which mechanism held the memory and process
+        # budget (README "Executable scorers").
+        from evalkit.scorers.sandbox import isolation_description
+
+        manifest["sandbox"] = isolation_description()
     manifest["warnings"] = _warnings(suite)
     manifest["config_hash"] = config_hash(manifest)
     return manifest

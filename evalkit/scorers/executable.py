@@ -148,7 +148,10 @@ def _judge(result: SandboxResult, timeout_s: float, memory_mb: int) -> Score:
     if status == "timeout":
         return check(False, f"timeout after {timeout_s:g}s (infinite loop?)")
     if status == "memory":
-        return check(False, f"memory limit {memory_mb} MB exceeded")
+        whole = " by the whole sandbox" if result.message == "the whole sandbox" else ""
+        return check(False, f"memory limit {memory_mb} MB exceeded{whole}")
+    if status == "processes":
+        return check(False, result.message, status=status)
     if status == "ok":
         total = len(result.passed) + len(result.failed)
         if total == 0:

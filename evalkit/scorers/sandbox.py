@@ -5,10 +5,10 @@ Containment is the operating system's job, not the interpreter's. Each run start
 
 * **new user, PID, network, mount, IPC and UTS namespaces**: the code is root only inside its own
   user namespace and holds no capabilities at all once it runs (``setpriv --inh-caps=-all
-  --bounding-set=-all --no-new-privs``); it sees only its own processes (a fresh ``/proc``), so
-  it cannot read another process's environment or signal one; its network namespace has no
-  interface but a downed loopback, so nothing it sends leaves it; it may not create further user
-  namespaces (``user.max_user_namespaces = 0`` inside);
+  --bounding-set=-all --no-new-privs``); it sees only its own processes (its own PID namespace,
+  with no ``/proc`` mounted), so it cannot read another process's environment or signal one;
+  its network namespace has no interface but a downed loopback, so nothing it sends leaves it;
+  it may not create further user namespaces (``user.max_user_namespaces = 0`` inside);
 * **a private, read-only view of the filesystem**: a new root (``pivot_root``, the old root
   unmounted) holding read-only binds of ``/usr`` (plus ``/lib*`` and ``/bin`` when they are real
   directories) and of the Python installation, ``/dev/null``, ``zero``, ``random``, ``urandom``,
@@ -16,29 +16,40 @@ Containment is the operating system's job, not the interpreter's. Each run start
   directory, ``HOME`` and ``TMPDIR``. Nothing it writes reaches the disk;
 * **no parent environment**: the launcher starts from an empty environment, the interpreter gets
   ``PATH``, ``HOME``, ``TMPDIR`` and ``LC_ALL`` only; API keys are never in the child;
-* **limits**: address space (``memory_mb``), CPU seconds, file size, open files, no core dumps and
-  a cap on processes (``prlimit``; Linux does not apply ``RLIMIT_NPROC`` to the real root user,
-  so the namespace's own ``kernel.pid_max`` is set to 320 as well, where the kernel namespaces
-  it, 6.14 and later), plus a wall-clock limit after which the whole namespace is killed. When
-  the first process of a PID namespace ends, the kernel kills every other one, so nothing (not
-  even a ``setsid`` grandchild) outlives the scorer;
-* **an authenticated result**: the parent hands the harness a per-run nonce through a pipe that
-  is closed before the code runs; a result line without it is rejected as forged, and the parent
-  checks the reported test names against the tests it parsed itself.
+* **limits**: address space (``memory_mb``), CPU seconds, file size, open files and no core
+  dumps per process (``prlimit``), plus a wall-clock limit after which the whole namespace is
+  killed. When the first process of a PID namespace ends, the kernel kills every other one, so
+  nothing (not even a ``setsid`` grandchild) outlives the scorer;
+* **one budget for the whole sandbox** (:mod:`evalkit.scorers.sandbox_budget`): its own cgroup
+  (v2, else v1) caps the *sum* of its memory (RAM, swap, the tmpfs) at ``memory_mb`` and its
+  processes and threads at 64, which binds root too; without a writable cgroup a non-root user's
+  mapped uid makes ``RLIMIT_NPROC`` bind (memory then per process), and root without one fails
+  closed. A case that hits either limit fails with that reason. The manifest records which held;
+* **a system-call filter** (:mod:`evalkit.scorers.syscall_filter`): a seccomp allow-list loaded
+  by the harness before any model code, inherited by every process it starts however it starts
+  them. Keyrings, io_uring, ptrace and cross-process memory, perf, BPF, userfaultfd, namespaces
+  and mounts, module loading and kexec fail with ``EPERM``. The harness first leaves the
+  runner's session keyring for a new empty one;
+* **an authenticated result the code cannot reach**: the parent hands the harness a per-run
+  nonce through a pipe that is closed before the code runs; a result line without it is rejected
+  as forged, and the parent checks the reported test names against the tests it parsed itself.
+  The sandbox has no ``/proc`` (it is unmounted before the code runs) and the filter refuses
+  ``ptrace`` and ``process_vm_readv``, so no process inside can read the harness's memory.
 
 Inside, the harness keeps its :pep:`578` audit hook. It is *not* a boundary (it shares the
 interpreter with the code it watches); it turns the common refusals (network, writes outside the
-temp dir, spawning, ``ctypes``, frame and ``gc`` introspection) into clear reasons.
+temp dir, spawning, ``ctypes``, frame and ``gc`` introspection, ``/proc/.../mem`` however the
+path is spelled) into clear reasons.
 
-What is *not* contained: CPU time up to the limits, the kernel's attack surface (there is no
-seccomp filter), reads of the world-readable files under ``/usr`` and the Python installation,
-and the honesty of the verdict itself: the tests run in the same interpreter as the code, so code
-that subverts that interpreter can still make its own tests pass. It cannot reach anything
-outside the sandbox to do so.
+What is *not* contained: CPU time up to the limits, the kernel's attack surface through the
+system calls the filter allows, reads of the world-readable files under ``/usr`` and the Python
+installation, and the honesty of the verdict itself: the tests run in the same interpreter as
+the code, so code that subverts that interpreter (an object equal to everything) can still make
+its own tests pass. It cannot reach anything outside the sandbox to do so.
 
-If the namespaces cannot be created (no ``unshare``, user namespaces disabled), ``python_tests``
-fails closed with the reason. ``sandbox: unsafe-local`` runs the code without isolation (the
-audit hook and rlimits only): for trusted code, and labelled so in every reason.
+If the namespaces, the filter (no libseccomp) or a process budget cannot be set up,
+``python_tests`` fails closed with the reason. ``sandbox: unsafe-local`` runs the code without
+isolation (the audit hook and rlimits only): for trusted code, and labelled so in every reason.
 """
 
 from __future__ import annotations
@@ -61,6 +72,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalkit.scorers import sandbox_budget, syscall_filter
+
 FILE_LIMIT = 16 << 20  # bytes any file (and the captured stdout/stderr) may reach
 _TMPFS_MB = 64  # the writable temp dir, in memory
 _MAX_PROCESSES = 32  # RLIMIT_NPROC: enforced for every user but the real root
@@ -72,6 +85,11 @@ _UNSHARE = (  # the flags: user, pid (forked, killed with unshare), net, mount, 
 )
 _TOOLS = ("unshare", "setpriv", "prlimit", "sh", "mount", "umount", "pivot_root")
 _LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+_MAX_TASKS = 64  # the sandbox cgroup's pids.max: every process and thread of the sandbox
+_FILTER_ALLOWED = syscall_filter.ALLOWED
+# Runs first, outside the namespaces: writes its own pid into each cgroup.procs file given, then
+# execs the rest of the command (unshare ...), which every later process inherits.
+_JOIN = 'set -e; while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
 
 # Runs as root of the new user namespace, before any untrusted code: builds the new root, drops
 # every capability, applies the limits and execs the interpreter. Arguments: the new root, the
@@ -106,6 +124,7 @@ mount -o remount,ro,bind "$R"
 cd "$R"
 pivot_root . old
 umount -l /old
+umount /proc
 cd "$W"
 exec setpriv --no-new-privs --inh-caps=-all --bounding-set=-all \
   prlimit --as="$AS" --cpu="$CPU" --fsize="$FSIZE" --nofile=64 --core=0 --nproc="$NPROC" -- \
@@ -131,8 +150,24 @@ class SandboxResult:
 
 
 def isolation_problem() -> str | None:
-    """Why namespaced isolation cannot run here, or None when it can (probed once)."""
-    return _probe(_UNSHARE, _TOOLS)
+    """Why namespaced isolation cannot run here, or None when it can (probed once): the
+    namespaces, the seccomp filter and a process budget must all be available."""
+    return _probe(_UNSHARE, _TOOLS) or syscall_filter.unavailable() or sandbox_budget.problem()
+
+
+def isolation_description() -> dict[str, Any]:
+    """What contains ``python_tests`` code on this machine, for the run manifest.
+
+    Examples:
+        >>> sorted(isolation_description())
+        ['budget', 'isolation', 'syscall_filter']
+    """
+    problem = isolation_problem()
+    return {
+        "isolation": f"unavailable: {problem}" if problem else ISOLATED,
+        "syscall_filter": None if problem else f"seccomp allow-list, {len(_FILTER_ALLOWED)} names",
+        "budget": sandbox_budget.describe(),
+    }
 
 
 @functools.cache
@@ -176,16 +211,24 @@ def run_python(
     sandbox = tempfile.mkdtemp(prefix="evalkit-sandbox-")
     private = tempfile.mkdtemp(prefix="evalkit-io-")  # captured output and the new root
     nonce = secrets.token_hex(16)
+    budget = None
     try:
         harness = [os.path.realpath(sys.executable), "-I", "-S", "-B", "-X", "utf8", "-c"]
         limits = (memory_mb << 20, math.ceil(timeout_s) + 1)
         if isolation == ISOLATED:
+            try:
+                budget = sandbox_budget.create(limits[0], _MAX_TASKS)
+            except OSError as exc:
+                return SandboxResult("unavailable", message=f"no sandbox cgroup: {exc}")
             root = Path(private, "root")
             root.mkdir()
-            command = [*_UNSHARE, "sh", "-c", _SETUP, "sh", str(root), sandbox]
+            # The first process joins the budget's cgroup(s), then becomes unshare: nothing
+            # of the sandbox runs outside them.
+            command = ["sh", "-c", _JOIN, "sh", *(budget.procs_files if budget else ()), "--"]
+            command += [*_UNSHARE, "sh", "-c", _SETUP, "sh", str(root), sandbox]
             command += [f"{_TMPFS_MB}m", str(limits[0]), str(limits[1]), str(FILE_LIMIT)]
             command += [str(_MAX_PROCESSES), str(_PID_MAX), *_read_only_binds(), "--"]
-            command += [*harness, _HARNESS]
+            command += [*harness, _HARNESS, syscall_filter.bpf_program().hex(), _keyctl()]
             env, preexec = dict(_LAUNCH_ENV), None
         else:
             command = [*harness, _HARNESS]
@@ -213,6 +256,12 @@ def run_python(
                 os.killpg(process.pid, signal.SIGKILL)  # unshare, and with it the namespace
             process.wait()
             err = _tail(stderr)
+            exceeded = budget.exceeded() if budget is not None else None
+            if exceeded == "memory":  # a kill for the whole sandbox's memory, whatever followed
+                return SandboxResult("memory", message="the whole sandbox", stderr=err)
+            if exceeded == "processes":
+                message = f"process limit {_MAX_TASKS} (processes and threads) reached"
+                return SandboxResult("processes", message=message, stderr=err)
             if timed_out:
                 return SandboxResult("timeout", stderr=err)
             report, forged = _authentic_report(_tail(stdout), nonce)
@@ -220,8 +269,18 @@ def run_python(
             return SandboxResult("forged", message="a result the harness did not write", stderr=err)
         return _result(report, process.returncode, err, test_names)
     finally:
+        if budget is not None:
+            budget.close()
         shutil.rmtree(sandbox, ignore_errors=True)
         shutil.rmtree(private, ignore_errors=True)
+
+
+@functools.cache
+def _keyctl() -> str:
+    """The ``keyctl`` system call's number here (the harness calls it once, before the filter)."""
+    import pyseccomp
+
+    return str(pyseccomp.resolve_syscall(pyseccomp.system_arch(), "keyctl"))
 
 
 def _read_only_binds() -> list[str]:

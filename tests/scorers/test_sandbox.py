@@ -216,11 +216,11 @@ def test_the_api_key_never_reaches_the_child(monkeypatch: pytest.MonkeyPatch) ->
         time.sleep(0.3)
         raise RuntimeError(open("env.txt").read()[:150] + repr(dict(os.environ)))
         """
-    )  # reads past the hook: only the sandbox's own processes are there to read
+    )  # reads past the hook: the sandbox has no /proc, and its own environment has no key
     for code in (hooked, unhooked):
         result = sandbox.run_python(code, TESTS, timeout_s=5)
         assert result.status in ("crash", "blocked"), result
-        assert "PATH=" in result.message or code is hooked, result.message
+        assert "'PATH'" in result.message or code is hooked, result.message
         assert CANARY[-12:] not in result.message + result.stderr
         assert CANARY[-12:] not in score(python_scorer(), code).reason
 
@@ -246,13 +246,6 @@ def test_writes_land_in_a_capped_tmpfs_not_on_disk() -> None:
     assert "No space left on device" in result.reason, result.reason
 
 
-def test_overhead_of_isolation_is_small() -> None:
-    started = time.monotonic()
-    for _ in range(5):
-        assert score(python_scorer(), GOOD).passed
-    assert (time.monotonic() - started) / 5 < 1.0
-
-
 def test_nothing_of_the_parent_environment_is_inherited() -> None:
     tests = "import os\ndef test_env():\n    assert False, sorted(os.environ)\n"
     scorer = build_scorer("python_tests", {"tests_inline": tests, "timeout_s": 5})
@@ -276,8 +269,11 @@ def test_a_fork_bomb_is_capped_and_gone_afterwards() -> None:
         """
     )
     result = score(python_scorer(timeout_s=20), code)
-    started = int(result.reason.split("started ")[1].split()[0])
-    assert started < 400, result.reason
+    assert not result.passed
+    # The sandbox's one process budget stops it (a cgroup's pids.max, or the mapped uid's cap).
+    assert result.reason.startswith("process limit 64") or "started " in result.reason
+    if "started " in result.reason:
+        assert int(result.reason.split("started ")[1].split()[0]) < 64, result.reason
     deadline = time.monotonic() + 2
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
