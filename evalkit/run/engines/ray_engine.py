@@ -1,7 +1,7 @@
 """``evalkit run --engine ray``: a run's chunks as Ray tasks on a local or existing cluster.
 
-Needs the optional extra (``pip install 'evalkit[ray]'``, Ray core only); Ray is imported when
-a Ray run starts, never by ``import evalkit``. The driver (the ``evalkit run`` process) holds
+Needs the optional extra (``pip install 'evalkit-gate[ray]'``, Ray core only); Ray is imported
+when a Ray run starts, never by ``import evalkit``. The driver (the ``evalkit run`` process) holds
 the store: it records the run, schedules the chunks (:mod:`evalkit.run.shards`) as tasks, and
 merges their Parquet parts into the store every ``merge_every_s`` seconds and at the end; it
 is the store's only writer. Each task loads the suite and corpus from the same files (the
@@ -89,7 +89,8 @@ def import_ray(address: str | None = None) -> ray_module:
         import ray
     except ImportError:
         raise EvalkitError(
-            "--engine ray needs Ray: install the optional extra with pip install 'evalkit[ray]'"
+            "--engine ray needs Ray: install the optional extra with "
+            "pip install 'evalkit-gate[ray]'"
         ) from None
     return ray
 
