@@ -84,3 +84,8 @@ def test_an_unknown_tag_gets_a_did_you_mean_and_the_list(project, capsys) -> Non
         "evalkit: error: unknown tag 'biling' (did you mean 'billing'?); tags: account, billing, "
         "injection, negation\n"
     )
+
+
+def test_a_missing_prompt_file_is_blamed_on_the_flag_not_the_config(project, capsys) -> None:
+    assert main(["run", "--prompt", "prompts/v9.md", *project.args]) == 2
+    assert capsys.readouterr().err == "evalkit: error: --prompt prompts/v9.md: file not found\n"

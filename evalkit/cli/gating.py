@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,7 +77,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             pair = resolve_pair(store, *pair_refs(args))
         maybe_rebaseline(args, *pair)
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-        report = build_report(*_decide_pair(store, args))
+        report = dataclasses.replace(build_report(*_decide_pair(store, args)), command="compare")
     render_terminal(report)
     link = Path(args.html).name if args.html else None
     renderers = ((args.json, to_json), (args.junit, to_junit), (args.html, to_html),

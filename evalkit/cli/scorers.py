@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import re
 from typing import Any
 
 _TIERS = {0: "deterministic", 1: "executable", 2: "similarity", 3: "judge"}
@@ -55,10 +56,20 @@ def describe_scorers() -> list[dict[str, Any]]:
     return out
 
 
+# A sentence ends at ". " unless the period closes an abbreviation (e.g., i.e., etc., vs.).
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)\.\s")
+
+
 def _first_sentence(doc: str | None) -> str:
+    """The docstring's first sentence, on one line.
+
+    Examples:
+        >>> _first_sentence("Check a field (dotted path, e.g. a.b) equals a value. More here.")
+        'Check a field (dotted path, e.g. a.b) equals a value.'
+    """
     text = " ".join((doc or "").split())
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
+    end = _SENTENCE_END.search(text)
+    return text if end is None else text[: end.start() + 1]
 
 
 def _signature(entry: dict[str, Any]) -> str:

@@ -123,7 +123,6 @@ def _findings(findings: Sequence[object]) -> str:
 
 def _decision(r: Report) -> str:
     status, d = r.status, r.decision
-    label = "evalkit gate" if d else "evalkit compare"
     meta = (
         f"{_h(r.suite)}: <b>{_h(r.base_label)}</b> (<code>{_h(r.base_run_id)}</code>) → "
         f"<b>{_h(r.cand_label)}</b> (<code>{_h(r.cand_run_id)}</code>) · {_h(r.counts_line())}"
@@ -131,7 +130,7 @@ def _decision(r: Report) -> str:
     meta += f"<br>{_h(r.delta_line())}" if r.delta_line() else ""
     out = [
         f'<section id="decision"><div class="banner {tables.status_class(status)}">'
-        f"<h1>{tables.status_icon(status)} {label}: {_h(status)}</h1>"
+        f"<h1>{tables.status_icon(status)} {_h(r.heading())}</h1>"
         f'<div class="meta">{meta}</div></div>'
     ]
     stopping = r.stopping()

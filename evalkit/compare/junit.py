@@ -1,10 +1,11 @@
 """The report as JUnit XML, the way CI dashboards read it.
 
 One ``testcase`` per paired case, classname ``<suite>.<first tag>``: failing in the candidate is
-a ``failure`` whose text is what the scorers said, errored in the candidate an ``error``, a
-sealed case ``skipped`` (reported, never gated). Cases that could not be paired (edited, added,
-removed) are ``skipped`` with why. One more testcase, ``evalkit.gate`` / ``decision``, carries
-the gate's decision: a failure (BLOCKED) or an error (UNVERIFIED) listing the stopping findings.
+a ``failure`` whose message is the first failing check's reason and whose text is all of them,
+errored in the candidate an ``error``, a sealed case ``skipped`` (reported, never gated). Cases
+that could not be paired (edited, added, removed) are ``skipped`` with why. One more testcase,
+``evalkit.gate`` / ``decision``, carries the gate's decision: a failure (BLOCKED) or an error
+(UNVERIFIED) listing the stopping findings.
 
 Examples:
     >>> root = ET.fromstring(to_junit(report))       # doctest: +SKIP
@@ -25,6 +26,18 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 def _xml(text: str | None) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m[0]):02x}", text or "")
+
+
+def _first(reasons: str, limit: int = 200) -> str:
+    """The first reason of a case's joined reasons: CI dashboards show the ``message``
+    attribute and collapse the body, so the message must say what failed.
+
+    Examples:
+        >>> _first("json_fields: intent: expected 'refund', got 'complaint'; contains: no 'sorry'")
+        "json_fields: intent: expected 'refund', got 'complaint'"
+    """
+    first = reasons.split("; ", 1)[0].strip()
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def _case(suite: ET.Element, name: str, classname: str) -> ET.Element:
@@ -56,11 +69,13 @@ def to_junit(report: Report) -> str:
         if row.get("sealed"):
             kind, message = "skipped", "sealed case: reported, never gated"
         elif row["cand_error"]:
-            kind, message = "error", "errored in the candidate: no verdict"
+            kind = "error"
+            message = _first(why) or "errored in the candidate: no verdict"
         elif row["cand"] is False:
             before = {True: "passed", False: "also failed", None: "errored"}[row["base"]]
             kind = "failure"
-            message = f"fails in the candidate (baseline {before}; {row['criticality']})"
+            message = f"{_first(why) or 'fails in the candidate'} (baseline {before}; "
+            message += f"{row['criticality']})"
         if kind:
             _outcome(case, kind, message, why)
         count(kind)

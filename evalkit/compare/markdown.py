@@ -152,7 +152,7 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
     r, where = report, f"[the full report]({link})" if link else "the full HTML report"
     icon = STATUS_ICON.get(r.status, "⚪")
     head = [
-        f"## {icon} evalkit gate: {md(r.status)}",
+        f"## {icon} {r.heading()}",  # fixed words and a status name: nothing to escape
         "",
         f"**{md(r.suite)}**: {md(r.base_label)} ({code(r.base_run_id)}) → {md(r.cand_label)} "
         f"({code(r.cand_run_id)}) · {md(r.counts_line())}",

@@ -97,6 +97,22 @@ class Report:
     cand_reasons: dict[str, str] = field(default_factory=dict)
     # Each differing manifest leaf: "model.id demo-1 → demo-2".
     manifest_changes: tuple[str, ...] = ()
+    # Which command shows it: `compare` exits 0 whatever the decision, so it must not head its
+    # output as if it were the gate.
+    command: str = "gate"
+
+    def heading(self) -> str:
+        """The report's title: the gate's status, or what the gate would say for ``compare``.
+
+        Examples:
+            >>> report.heading()                                           # doctest: +SKIP
+            'evalkit compare: the gate would say BLOCKED'
+        """
+        if self.command == "compare":
+            if self.decision is None:
+                return "evalkit compare"
+            return f"evalkit compare: the gate would say {self.status}"
+        return f"evalkit gate: {self.status}"
 
     @property
     def aggregate(self) -> dict[str, Any]:
@@ -365,7 +381,7 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
             body += f"\n[bold {color}]{_m(f.severity.upper())}[/] tier {f.tier}: {_m(f.message)}"
         for o in d.overrides if d else ():
             body += f"\n[bold]override[/] by {_m(o.who)} at {o.created_at}: {_m(o.reason)}"
-        title = f"[bold {color}]evalkit gate: {_m(r.status)}[/]"
+        title = f"[bold {color}]{_m(r.heading())}[/]"
         return [Panel(body, title=title, title_align="left")]
     if name == "broken":
         lead = sum(c.blocking for c in r.broken)

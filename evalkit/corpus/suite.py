@@ -287,6 +287,8 @@ def load_suite(
     root = config_path.resolve().parent
     if prompt is not None:
         prompt_path = Path(prompt).resolve()
+        if not prompt_path.is_file():  # the flag's file, not the config's: blame the flag
+            raise ConfigError(f"--prompt {prompt}: file not found")
         raw.setdefault("system", {})
         if not isinstance(raw["system"], dict):
             raise ConfigError(f"{config_path}: 'system' must be a mapping")

@@ -64,9 +64,17 @@ def test_promote_show_and_gate_against_the_promoted_baseline(db: Path, capsys) -
         assert resolve_pair(store, None, "candidate") == ("b1", "c1")
         history = store.baselines("demo")
         assert history.height == 1 and history["promoted_at"][0] is not None
-    report = db.parent / "r.json"
-    assert main(["compare", *args, "candidate", "--json", str(report)]) == 0
+    report, markdown = db.parent / "r.json", db.parent / "r.md"
+    capsys.readouterr()
+    assert (
+        main(["compare", *args, "candidate", "--json", str(report), "--markdown", str(markdown)])
+        == 0
+    )
     assert json.loads(report.read_text())["baseline"]["run_id"] == "b1"  # the promoted one
+    # compare exits 0 whatever the gate would say, so it never heads itself as the gate
+    said = capsys.readouterr().out
+    assert "evalkit compare: the gate would say " in said and "evalkit gate:" not in said
+    assert "evalkit compare: the gate would say " in markdown.read_text().splitlines()[0]
 
 
 def test_a_newer_run_with_the_baseline_label_does_not_become_the_baseline(db: Path) -> None:

@@ -94,6 +94,8 @@ def test_junit_has_one_testcase_per_paired_case_plus_the_decision(seed000):
     assert billing.get("classname") == "demo.billing"
     assert "missing 'refund'" in billing.find("failure").text
     assert "baseline passed" in billing.find("failure").get("message")
+    # the message, which CI dashboards show while they collapse the body, says what failed
+    assert billing.find("failure").get("message").startswith("contains: missing 'refund'")
     decision = cases[-1]
     assert (decision.get("classname"), decision.get("name")) == ("demo.gate", "decision")
     assert decision.find("failure").get("message") == "gate BLOCKED"
@@ -277,9 +279,11 @@ def test_evalkit_compare_prints_the_report_and_writes_json_junit_html(tmp_path, 
     assert json.loads((tmp_path / "r.json").read_text())["n_broken"] == 12
     assert ET.parse(tmp_path / "r.xml").getroot().get("tests") == "601"
     page = (tmp_path / "r.html").read_text()
-    assert "<svg" in page and page.index("evalkit gate: BLOCKED") < page.index('id="broken"')
+    heading = "evalkit compare: the gate would say BLOCKED"  # compare exits 0: not the gate
+    assert "<svg" in page and page.index(heading) < page.index('id="broken"')
     md = (tmp_path / "r.md").read_text()
-    assert md.startswith("## 🔴 evalkit gate: BLOCKED") and "[the full report](r.html)" in md
+    assert md.startswith(f"## 🔴 {heading}") and "[the full report](r.html)" in md
+    assert "evalkit gate:" not in printed + page + md
 
 
 def test_charts_sort_critical_first_aggregate_last_and_label_their_lines(seed000):
