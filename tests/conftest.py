@@ -19,6 +19,9 @@ from evalkit.records import ChatRequest, Completion
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The suite fails if a process a test started outlives the session (tests/process_guard.py).
+pytest_plugins = ["process_guard"]
+
 
 @pytest.fixture(scope="module")
 def demo_server() -> Iterator[DemoServer]:

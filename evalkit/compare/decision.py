@@ -103,6 +103,8 @@ class PairContext:
     policy_source: str | None = None
     # Other runs of the candidate's configuration on the same corpus: (run_id, status).
     siblings: tuple[tuple[str, str], ...] = ()
+    # The models the provider served each run (`evalkit.compare.served.ServedModels`).
+    served: Any = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from evalkit.compare.decision import (
     State,
 )
 from evalkit.compare.policy import GatePolicy, tag_counts
+from evalkit.compare.served import served_findings, served_from
 from evalkit.compare.slices import CLUSTERED_METHOD, interval_name, slices
 from evalkit.compare.verdicts import usage_means
 
@@ -491,6 +492,26 @@ def _pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
     return out
 
 
+def _any_broken(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
+    """Per tag of ``gate.block_on_any_broken``: its broken cases (pass → fail, both sides with
+    evidence) block, one finding per tag, stated as the policy choice it is."""
+    found = []
+    broken = paired.filter(
+        (pl.col("base") == True) & (pl.col("cand") == False)  # noqa: E712
+        & ~pl.col("base_error") & ~pl.col("cand_error")
+    )  # fmt: skip
+    for tag in policy.block_on_any_broken:
+        ids = tuple(sorted(broken.filter(pl.col("tags").list.contains(tag))["case_id"]))
+        if ids:
+            message = (
+                f"{len(ids)} broken case(s) in {tag!r} ({_named(ids)}): gate.block_on_any_broken "
+                "lists the tag, so any pass → fail blocks (a policy choice, stricter than the "
+                "statistics)"
+            )
+            found.append(Finding(2, tag, ids, {"broken": len(ids)}, message, "block", "any-broken"))
+    return found
+
+
 def _budget_findings(policy: GatePolicy, observed: Mapping[str, float | None]) -> list[Finding]:
     out = []
     for b in policy.budgets:
@@ -607,6 +628,8 @@ def decide(
         *critical,
         *_others(table, paired, policy),
         *_budget_findings(policy, budgets_observed),
+        *_any_broken(paired, policy),
+        *served_findings(policy, context.served),
     ]
     accepted = _as_overrides(overrides)
     stopping = [f for f in findings if f.severity in STOPPING]
@@ -648,9 +671,14 @@ def gate_comparison(
     if comparison.rebaseline is not None:
         rebaselined = comparison.paired.filter(~_ORIGINAL)
         base_errors = pl.concat([base_errors, _side_errors(comparison.rebaseline, rebaselined)])
+    served = served_from(
+        comparison.base.outputs, comparison.cand.outputs, comparison.base.manifest,
+        comparison.cand.manifest,
+    )  # fmt: skip
     context = PairContext(
         comparison.base.run_id, comparison.cand.run_id, comparison.delta, base_errors,
         comparison.rebaseline_blocker, tuple(policy_changes), policy_source, tuple(siblings),
+        served,
     )  # fmt: skip
     selection = comparison.cand.manifest.get("selection")
     decision = decide(

@@ -128,6 +128,7 @@ def _decision(r: Report) -> str:
         f"<b>{_h(r.cand_label)}</b> (<code>{_h(r.cand_run_id)}</code>) · {_h(r.counts_line())}"
     )
     meta += f"<br>{_h(r.delta_line())}" if r.delta_line() else ""
+    meta += f"<br><b>{_h(r.served_line())}</b>" if r.served_line() else ""
     out = [
         f'<section id="decision"><div class="banner {tables.status_class(status)}">'
         f"<h1>{tables.status_icon(status)} {_h(r.heading())}</h1>"

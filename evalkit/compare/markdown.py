@@ -159,6 +159,8 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
     ]
     if r.delta_line():
         head.append(md(r.delta_line() or ""))
+    if r.served_line():
+        head.append(f"⚠️ {md(r.served_line() or '', 600)}")
     if r.manifest_changes:
         head.append(f"Manifests differ in: {md('; '.join(r.manifest_changes), 600)}")
     stopping = [_finding_line(f) for f in r.stopping()]

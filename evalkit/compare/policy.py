@@ -51,6 +51,12 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     max_changed_share: float = Field(0.1, ge=0, le=1)
     # Whether a BLOCKED sibling run of the candidate's configuration blocks ("report": shown).
     siblings: Literal["report", "block"] = "report"
+    # Tags in which any broken case (pass → fail) blocks, whatever the statistics say (seed 001:
+    # "a newly_failing list with even one entry should block"): a policy choice, stricter.
+    block_on_any_broken: list[str] = Field(default_factory=list)
+    # A change in the model the provider served (between the runs, or against system.snapshot):
+    # "warn" reports it on the first screen, "block" stops the gate.
+    served_model_change: Literal["warn", "block"] = "warn"
 
 
 class Budget(BaseModel):
@@ -90,6 +96,8 @@ class GatePolicy:
     judge_tolerance_levels: float | None = 0.5
     max_changed_share: float = 0.1
     siblings: Literal["report", "block"] = "report"
+    block_on_any_broken: tuple[str, ...] = ()
+    served_model_change: Literal["warn", "block"] = "warn"
 
     @classmethod
     def from_suite(
@@ -124,6 +132,7 @@ class GatePolicy:
                        f"{source}: budgets")
             for m, v in (budgets or {}).items()
         ]  # fmt: skip
+        params["block_on_any_broken"] = tuple(params["block_on_any_broken"])
         return cls(critical_tags=tags, budgets=tuple(specs), **params)
 
     @classmethod
@@ -256,15 +265,20 @@ _GATE_RULES: dict[str, tuple[str, str, str]] = {
         "up", "more of a critical tag may change unverified", "less of a tag may change unverified",
     ),
     "siblings": ("down", "a blocked sibling run no longer blocks", "a blocked sibling run blocks"),
+    "served_model_change": (
+        "down", "a served-model change no longer blocks", "a served-model change blocks",
+    ),
 }  # fmt: skip
 _ANY_CHANGE = "any change counts: the setting could be chosen until the gate passes"
-_SIBLINGS_RANK = {"report": 0, "block": 1}
+_SIBLINGS_RANK = {"report": 0, "warn": 0, "block": 1}  # siblings and served_model_change
 
 
 def _rank(key: str, value: Any) -> float:
     if value is None:  # judge_tolerance_levels: null turns the rule off, the loosest setting
         return float("inf")
-    return float(_SIBLINGS_RANK[value] if key == "siblings" else value)
+    if key in ("siblings", "served_model_change"):
+        return float(_SIBLINGS_RANK[value])
+    return float(value)
 
 
 def _shown(value: Any) -> str:
@@ -298,6 +312,12 @@ def policy_changes(pinned: Mapping[str, Any], proposed: Mapping[str, Any]) -> Po
     for key in _Gate.model_fields:
         was, now = getattr(old, key), getattr(new, key)
         if was == now:
+            continue
+        if key == "block_on_any_broken":  # a list of tags: each dropped one loosens
+            looser += [f"gate.block_on_any_broken: {t!r} dropped (looser: a broken case there "
+                       "no longer blocks by itself)" for t in was if t not in now]  # fmt: skip
+            stricter += [f"gate.block_on_any_broken: {t!r} added (stricter: any broken case "
+                         "there blocks)" for t in now if t not in was]  # fmt: skip
             continue
         way, why_looser, why_stricter = _GATE_RULES.get(key, ("any", _ANY_CHANGE, ""))
         if way == "any":  # power, bootstrap_iters, bootstrap_seed

@@ -144,6 +144,18 @@ class Report:
             f"{self.changes.height} edited/added/removed"
         )
 
+    def served_line(self) -> str | None:
+        """The served-model drift a first screen names even when it only warns, or None.
+
+        Examples:
+            >>> report.served_line()                                       # doctest: +SKIP
+            'served model: the provider served another model: baseline m-0513 (91 outputs) → ...'
+        """
+        found = [f.message for f in self.decision.findings if f.kind.startswith("served-")] if (
+            self.decision
+        ) else []  # fmt: skip
+        return "served model: " + "; ".join(found) if found else None
+
     def delta_line(self) -> str | None:
         """Per critical tag, what the pull request changed in its cases, or None if nothing.
 
@@ -374,6 +386,7 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
         body = (f"{_m(r.base_label)} ({_m(r.base_run_id)}) → {_m(r.cand_label)} "
                 f"({_m(r.cand_run_id)})\n{r.counts_line()}")  # fmt: skip
         body += f"\n{_m(r.delta_line())}" if r.delta_line() else ""
+        body += f"\n[bold yellow]{_m(r.served_line())}[/]" if r.served_line() else ""
         body += (
             f"\nmanifests differ in: {_m(', '.join(r.manifest_diff))}" if r.manifest_diff else ""
         )
