@@ -108,6 +108,24 @@ def tag_rows(report: Report) -> list[dict]:
     return rows
 
 
+def _scorer_table(report: Report) -> list[str]:
+    """Per scorer, each check diffed on its own (reported, not gated by itself)."""
+    rows = report.scorer_rows()
+    if not rows:
+        return []
+    head = [
+        "", "### Per scorer (reported, not gated by itself)", "",
+        "| scorer | kind | n | baseline pass | candidate pass | broken b | fixed c | "
+        "one-sided exact p |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    return head + [
+        f"| {md(r['scorer'], 60)} | {r['kind']} | {r['n']} | {fmt_pct(r['base_pass'])} "
+        f"| {fmt_pct(r['cand_pass'])} | {r['broken']} | {r['fixed']} | {fmt_p(r['p_broken'])} |"
+        for r in rows
+    ]
+
+
 def _table(rows: list[dict]) -> list[str]:
     head = [
         "| tag | n | baseline pass | candidate pass | broken b | fixed c | one-sided exact p | "
@@ -187,6 +205,7 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
     )
     tail += ["", f"<sub>evalkit · details, outputs and charts: {where}</sub>"]
     table = ["", "### Per tag (critical in bold)", "", *_table(tag_rows(r))]
+    table += _scorer_table(r)
     fixed = []
     if r.n_fixed:
         ids = [c.case_id for c in r.fixed]

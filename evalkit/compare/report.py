@@ -34,6 +34,7 @@ from evalkit.compare.analysis import Comparison
 from evalkit.compare.decision import GateDecision
 from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.paired import flips
+from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
 from evalkit.compare.verdicts import replay_verdicts, usage_means, verdicts
 
@@ -100,6 +101,19 @@ class Report:
     # Which command shows it: `compare` exits 0 whatever the decision, so it must not head its
     # output as if it were the gate.
     command: str = "gate"
+    # Per scorer: broken/fixed over the paired cases (`evalkit.compare.scorer_flips`).
+    scorer_flips: pl.DataFrame | None = None
+
+    def scorer_rows(self) -> list[dict[str, Any]]:
+        """The per-scorer table's rows, the same in every format: scorer, tier name, n, both
+        pass rates, broken, fixed and the one-sided exact p."""
+        if self.scorer_flips is None:
+            return []
+        tiers = {0: "deterministic", 1: "executable", 2: "similarity", 3: "judge"}  # registry
+        return [
+            {**row, "kind": tiers.get(row["tier"], str(row["tier"]))}
+            for row in self.scorer_flips.to_dicts()
+        ]
 
     def heading(self) -> str:
         """The report's title: the gate's status, or what the gate would say for ``compare``.
@@ -311,7 +325,15 @@ def build_report(
         str((cmp.cand.manifest or {}).get("suite") or "evalkit"),
         _reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
         _manifest_changes(cmp),
+        scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
     )  # fmt: skip
+
+
+def _original_ids(live: pl.DataFrame) -> list[str]:
+    """Paired cases whose baseline side is the baseline run itself (not rebaselined)."""
+    if "origin" in live.columns:
+        live = live.filter(pl.col("origin").fill_null("paired") == "paired")
+    return live["case_id"].to_list()
 
 
 # --- terminal (rich) ---------------------------------------------------------------------------
@@ -427,6 +449,12 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
         out = [_slice_table(r.slices, "Slices (* critical)", r.critical_tags)]
         if r.sealed.height:
             out.append(_slice_table(r.sealed, "Sealed slices (reported, never gated)"))
+        if rows := r.scorer_rows():
+            cols = ("scorer", "kind", "n", "baseline", "candidate", "broken", "fixed", "p")
+            out.append(_table("Per scorer (reported, not gated by itself)", cols, [
+                (_m(x["scorer"]), x["kind"], x["n"], _pct(x["base_pass"]), _pct(x["cand_pass"]),
+                 x["broken"], x["fixed"], fmt_p(x["p_broken"])) for x in rows
+            ]))  # fmt: skip
         return out
     if name == "suite":
         changes = [f"{c} ({k})" for c, k in r.changes.select("case_id", "change").iter_rows()]
@@ -488,6 +516,7 @@ def to_dict(report: Report) -> dict[str, Any]:
         "always_passing": list(r.always_passing), "changes": r.changes.to_dicts(),
         "usage": {k: {"baseline": b, "candidate": c} for k, (b, c) in r.usage.items()},
         "manifest_diff": list(r.manifest_diff), "aggregate": r.aggregate,
+        "scorers": r.scorer_rows(),
     }  # fmt: skip
 
 
