@@ -51,6 +51,7 @@ from evalkit.compare.decision import (
 from evalkit.compare.policy import GatePolicy, tag_counts
 from evalkit.compare.served import served_findings, served_from
 from evalkit.compare.slices import CLUSTERED_METHOD, interval_name, slices
+from evalkit.compare.usage_deltas import exceeds, usage_deltas
 from evalkit.compare.verdicts import usage_means
 
 if TYPE_CHECKING:
@@ -512,6 +513,37 @@ def _any_broken(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
     return found
 
 
+def _relative_findings(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
+    """Per critical tag and ``gate.relative_budgets`` metric: a block when the tag's cases grew
+    against their own baseline beyond the allowed increase (interval and sign test agree)."""
+    if not policy.relative_budgets or not policy.critical_tags:
+        return []
+    limits = dict(policy.relative_budgets)
+    table = usage_deltas(paired, policy.critical_tags, list(limits), policy.interval_level())
+    found = []
+    for row in table.filter(pl.col("slice") != "ALL").iter_rows(named=True):
+        limit = limits[row["metric"]]
+        if not exceeds(row, limit, policy.alpha):
+            continue
+        if row["kind"] == "ratio":
+            change = f"median ×{row['estimate']:.2f} per case [{row['lo']:.2f}, {row['hi']:.2f}]"
+            allowed = f"×{limit:g}"
+        else:
+            change = (
+                f"median +{row['estimate']:.2f} s per case [{row['lo']:+.2f}, {row['hi']:+.2f}]"
+            )
+            allowed = f"+{limit:g} s"
+        message = (
+            f"{row['metric']} of {row['slice']!r} grew against the baseline, paired: {change}, "
+            f"{row['grew']} cases grew and {row['shrank']} shrank (sign test p = "
+            f"{row['p_grew']:.2g}); gate.relative_budgets allows {allowed}"
+        )
+        stats_ = {k: row[k] for k in ("n", "estimate", "lo", "hi", "grew", "shrank", "p_grew")}
+        kind = f"relative:{row['metric']}"
+        found.append(Finding(4, row["slice"], (), stats_, message, "block", kind))
+    return found
+
+
 def _budget_findings(policy: GatePolicy, observed: Mapping[str, float | None]) -> list[Finding]:
     out = []
     for b in policy.budgets:
@@ -629,6 +661,7 @@ def decide(
         *_others(table, paired, policy),
         *_budget_findings(policy, budgets_observed),
         *_any_broken(paired, policy),
+        *_relative_findings(paired, policy),
         *served_findings(policy, context.served),
     ]
     accepted = _as_overrides(overrides)

@@ -57,6 +57,12 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # A change in the model the provider served (between the runs, or against system.snapshot):
     # "warn" reports it on the first screen, "block" stops the gate.
     served_model_change: Literal["warn", "block"] = "warn"
+    # Paired limits on how much a critical tag's cases may grow against their own baseline:
+    # the median per-case ratio for total_tokens, cost_usd and steps (1.5 = +50%), the median
+    # per-case difference in seconds for latency_p50_s (evalkit.compare.usage_deltas).
+    relative_budgets: dict[Literal["total_tokens", "cost_usd", "steps", "latency_p50_s"], float] = (
+        Field(default_factory=dict)
+    )
 
 
 class Budget(BaseModel):
@@ -98,6 +104,7 @@ class GatePolicy:
     siblings: Literal["report", "block"] = "report"
     block_on_any_broken: tuple[str, ...] = ()
     served_model_change: Literal["warn", "block"] = "warn"
+    relative_budgets: tuple[tuple[str, float], ...] = ()  # (metric, allowed), sorted
 
     @classmethod
     def from_suite(
@@ -133,6 +140,7 @@ class GatePolicy:
             for m, v in (budgets or {}).items()
         ]  # fmt: skip
         params["block_on_any_broken"] = tuple(params["block_on_any_broken"])
+        params["relative_budgets"] = tuple(sorted(params["relative_budgets"].items()))
         return cls(critical_tags=tags, budgets=tuple(specs), **params)
 
     @classmethod
@@ -313,6 +321,9 @@ def policy_changes(pinned: Mapping[str, Any], proposed: Mapping[str, Any]) -> Po
         was, now = getattr(old, key), getattr(new, key)
         if was == now:
             continue
+        if key == "relative_budgets":  # each removed or raised limit loosens
+            _relative_changes(dict(was), dict(now), looser, stricter)
+            continue
         if key == "block_on_any_broken":  # a list of tags: each dropped one loosens
             looser += [f"gate.block_on_any_broken: {t!r} dropped (looser: a broken case there "
                        "no longer blocks by itself)" for t in was if t not in now]  # fmt: skip
@@ -360,6 +371,22 @@ def _budget_changes(
                 (looser if loose else stricter).append(
                     f"budgets.{metric}.action {a.action} → {b.action} ({why})"
                 )
+
+
+def _relative_changes(
+    was: dict[str, float], now: dict[str, float], looser: list[str], stricter: list[str]
+) -> None:
+    for metric in sorted(was.keys() | now.keys()):
+        a, b = was.get(metric), now.get(metric)
+        if b is None:
+            looser.append(f"gate.relative_budgets.{metric} removed (looser: growth is unlimited)")
+        elif a is None:
+            stricter.append(f"gate.relative_budgets.{metric} added (stricter: {_shown(b)})")
+        elif a != b:
+            loose = b > a
+            why = "looser: more growth passes" if loose else "stricter: less growth passes"
+            line = f"gate.relative_budgets.{metric} {_shown(a)} → {_shown(b)} ({why})"
+            (looser if loose else stricter).append(line)
 
 
 def _tier_changes(was: Mapping[str, Any], now: Mapping[str, Any], looser: list[str]) -> None:

@@ -36,6 +36,7 @@ from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.paired import flips
 from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
+from evalkit.compare.usage_deltas import grew_most, usage_deltas
 from evalkit.compare.verdicts import replay_verdicts, usage_means, verdicts
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
@@ -103,6 +104,10 @@ class Report:
     command: str = "gate"
     # Per scorer: broken/fixed over the paired cases (`evalkit.compare.scorer_flips`).
     scorer_flips: pl.DataFrame | None = None
+    # Paired growth per critical tag and overall (`evalkit.compare.usage_deltas`),
+    # and the cases whose steps grew most: (case, base steps, cand steps, base calls, cand calls).
+    usage_deltas: pl.DataFrame | None = None
+    grew_most: tuple[tuple[str, float, float, str, str], ...] = ()
 
     def scorer_rows(self) -> list[dict[str, Any]]:
         """The per-scorer table's rows, the same in every format: scorer, tier name, n, both
@@ -326,7 +331,34 @@ def build_report(
         _reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
         _manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
+        usage_deltas=usage_deltas(live, decision.policy.critical_tags if decision else ()),
+        grew_most=_trajectories(
+            cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
+        ),
     )  # fmt: skip
+
+
+def _trajectories(
+    cmp: Comparison, cases: list[tuple[str, float, float]]
+) -> tuple[tuple[str, float, float, str, str], ...]:
+    """The grown cases with each side's tool calls (names, in order), replay 0."""
+
+    def calls(outputs: pl.DataFrame, case_id: str) -> str:
+        row = outputs.filter((pl.col("case_id") == case_id) & (pl.col("replay") == 0))
+        if row.is_empty() or "tool_calls" not in row.columns:
+            return ""
+        try:
+            made = json.loads(row["tool_calls"][0] or "[]")
+        except (TypeError, ValueError):
+            return ""
+        names = [str((c.get("function") or {}).get("name") or c.get("name") or "?") for c in made
+                 if isinstance(c, dict)]  # fmt: skip
+        return " → ".join(names) or "(no tool calls)"
+
+    return tuple(
+        (case, b, c, calls(cmp.base.outputs, case), calls(cmp.cand.outputs, case))
+        for case, b, c in cases
+    )
 
 
 def _original_ids(live: pl.DataFrame) -> list[str]:
@@ -465,12 +497,31 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
                 _ids("Failing in both runs (label-error candidates)", r.failing_both),
                 _ids("Always passing (saturated)", r.always_passing, 5),
                 _ids("Not paired (edited, added, removed)", changes),
-                _table("Cost and latency, mean per case", _USAGE_COLS, usage)]  # fmt: skip
+                _table("Cost and latency, mean per case", _USAGE_COLS, usage),
+                *_growth_tables(r)]  # fmt: skip
     if name == "aggregate" and (a := r.aggregate):
         return [f"[bold]Aggregate (last, on purpose):[/] {_pct(a['base_pass'])} → "
                 f"{_pct(a['cand_pass'])} ({_pts(a['diff'], a['diff_lo'], a['diff_hi'])}) over "
                 f"{a['n']} cases; {a['broken']} broken, {a['fixed']} fixed"]  # fmt: skip
     return []
+
+
+def _growth_tables(r: Report) -> list[Any]:
+    out: list[Any] = []
+    if r.usage_deltas is not None and r.usage_deltas.height:
+        rows = [
+            (_m(x["slice"]), x["metric"], x["n"],
+             f"×{x['estimate']:.2f}" if x["kind"] == "ratio" else f"{x['estimate']:+.2f} s",
+             x["grew"], x["shrank"], fmt_p(x["p_grew"]))
+            for x in r.usage_deltas.iter_rows(named=True)
+        ]  # fmt: skip
+        cols = ("slice", "metric", "n", "median per case", "grew", "shrank", "sign test p")
+        out.append(_table("Paired growth against the baseline (per case)", cols, rows))
+    if r.grew_most:
+        rows = [(_m(c), f"{b:g} → {a:g}", _m(bc), _m(ac)) for c, b, a, bc, ac in r.grew_most]
+        cols = ("case", "steps", "baseline tool calls", "candidate tool calls")
+        out.append(_table("Steps grew most", cols, rows))
+    return out
 
 
 def render_terminal(
@@ -517,6 +568,9 @@ def to_dict(report: Report) -> dict[str, Any]:
         "usage": {k: {"baseline": b, "candidate": c} for k, (b, c) in r.usage.items()},
         "manifest_diff": list(r.manifest_diff), "aggregate": r.aggregate,
         "scorers": r.scorer_rows(),
+        "usage_deltas": r.usage_deltas.to_dicts() if r.usage_deltas is not None else [],
+        "grew_most": [dict(zip(("case_id", "base_steps", "cand_steps", "base_calls",
+                                "cand_calls"), g, strict=True)) for g in r.grew_most],
     }  # fmt: skip
 
 

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 _KEY = ["run_id", "case_id", "replay"]
 #: Case columns every verdict frame carries, and the usage columns averaged per case.
 CASE_META = ["case_hash", "tags", "criticality", "sealed"]
-USAGE_COLUMNS = ["latency_ms", "prompt_tokens", "completion_tokens", "total_tokens", "cost_usd"]
+USAGE_COLUMNS = [
+    "latency_ms", "prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "steps",
+]  # fmt: skip
 #: Budget metrics, as named in ``evalkit.yaml`` ``budgets:``, and the verdict column behind each.
 BUDGET_METRICS = dict(
     mean_latency_ms="latency_ms", mean_total_tokens="total_tokens", mean_cost_usd="cost_usd"
