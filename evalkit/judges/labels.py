@@ -14,6 +14,11 @@ scorer         no        which check the label is for (default ``judge``)
 note           no        free text, ignored
 =============  ========  ===================================================================
 
+A labelling sheet (``evalkit labels export``, :mod:`evalkit.judges.labelling`) imports as it is:
+its context columns (:data:`SHEET_COLUMNS`: item, stratum, input, output, rubric) are read and
+ignored, and its rows left without a label are skipped (in any other file an empty label is an
+error). A quoted CSV cell may span lines, as a sheet's inputs and outputs do.
+
 Blank lines and, in CSV, lines starting with ``#`` are skipped. A bad value is a one-line
 :class:`LabelError` naming ``file:line`` (the CLI exits 2). A label is keyed by (case_id,
 output_hash, rater, scorer): a key twice in one file is an error, and importing a file again
@@ -33,8 +38,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +57,7 @@ __all__ = [
     "FAIL_WORDS",
     "LABEL_COLUMNS",
     "PASS_WORDS",
+    "SHEET_COLUMNS",
     "LabelError",
     "LabelImport",
     "import_labels",
@@ -61,6 +69,8 @@ __all__ = [
 PASS_WORDS = frozenset({"pass", "passed", "true"})
 FAIL_WORDS = frozenset({"fail", "failed", "false"})
 LABEL_COLUMNS = ("case_id", "output_hash", "rater", "label", "scorer", "note")
+#: What a labelling sheet shows the rater besides the label columns; import ignores them.
+SHEET_COLUMNS = ("item", "stratum", "input", "output", "rubric")
 _HASH = re.compile(r"[0-9a-f]{64}")
 _FRAME_SCHEMA: dict[str, pl.DataType] = {
     "case_id": pl.String,
@@ -139,6 +149,8 @@ def read_labels(path: str | Path) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     seen: dict[tuple[str, str, str, str], int] = {}
     for line, record in records:
+        if "output" in record and _blank(record.get("label")):
+            continue  # a sheet's row nobody labelled (yet): not a mistake, just not a label
         row = _validated(record, file, line)
         key = (row["case_id"] or "", row["output_hash"] or "", row["rater"], row["scorer"])
         if key in seen:
@@ -159,13 +171,7 @@ def read_labels(path: str | Path) -> pl.DataFrame:
 def _csv_records(text: str, file: Path) -> list[tuple[int, dict[str, Any]]]:
     header: list[str] | None = None
     records: list[tuple[int, dict[str, Any]]] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        try:
-            cells = next(csv.reader([raw], strict=True))
-        except csv.Error as exc:
-            raise LabelError(f"bad CSV ({exc})", path=file, line=number) from None
+    for number, cells in _csv_rows(text, file):
         cells = [c.strip() for c in cells]
         if header is None:
             header = cells
@@ -184,6 +190,29 @@ def _csv_records(text: str, file: Path) -> list[tuple[int, dict[str, Any]]]:
     return records
 
 
+def _csv_rows(text: str, file: Path) -> Iterator[tuple[int, list[str]]]:
+    """(first line, cells) of each CSV record. A record goes on over the next lines while a
+    quoted cell is open (a sheet's outputs hold newlines); blank and ``#`` lines between
+    records are skipped."""
+    start, pending = 0, ""
+    for number, raw in enumerate(io.StringIO(text, newline=""), start=1):
+        if not pending:
+            if not raw.strip() or raw.lstrip().startswith("#"):
+                continue
+            start = number
+        pending += raw
+        try:
+            rows = list(csv.reader(io.StringIO(pending, newline=""), strict=True))
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
+                continue  # a quoted cell still open: the record goes on on the next line
+            raise LabelError(f"bad CSV ({exc})", path=file, line=start) from None
+        pending = ""
+        yield start, rows[0]
+    if pending:
+        raise LabelError("bad CSV (a quoted cell is never closed)", path=file, line=start)
+
+
 def _jsonl_records(text: str, file: Path) -> list[tuple[int, dict[str, Any]]]:
     records: list[tuple[int, dict[str, Any]]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -200,8 +229,12 @@ def _jsonl_records(text: str, file: Path) -> list[tuple[int, dict[str, Any]]]:
     return records
 
 
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def _check_columns(columns: list[str], file: Path, line: int) -> None:
-    unknown = [c for c in columns if c not in LABEL_COLUMNS]
+    unknown = [c for c in columns if c not in LABEL_COLUMNS and c not in SHEET_COLUMNS]
     if unknown:
         raise LabelError(
             f"unknown column {unknown[0]!r} (columns: {', '.join(LABEL_COLUMNS)})",
