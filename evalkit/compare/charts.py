@@ -1,16 +1,91 @@
-"""Altair charts: each function takes Polars frames and returns an ``alt.Chart``.
+"""Altair charts: each function takes Polars frames and returns a chart that shows itself.
 
-Save with :func:`save_chart` (SVG, and PNG at 2×, through vl-convert-python: offline); embed
-with :func:`to_svg`. Colours are Okabe–Ito (colour-blind safe); every chart has a title, axis
-titles with units and a legend.
+A chart here is an Altair chart (compose it, ``.properties(...)`` it, ``.to_dict()`` it) whose
+Jupyter display is `to_mimebundle`: the Vega-Lite spec under the mimetype JupyterLab renders
+natively, with no CDN and even in an untrusted notebook (interactive: tooltips, click a slice),
+and a static SVG and PNG drawn offline by vl-convert for nbconvert's HTML (``gate.html``),
+GitHub and other viewers without Vega. The renderer set by ``alt.renderers.enable`` is not
+consulted. Save with :func:`save_chart` (SVG, and PNG at 2×); embed with :func:`to_svg`.
+Colours are Okabe–Ito (colour-blind safe); every chart has a title, axis titles with units and a
+legend.
+
+Examples:
+    >>> chart = Chart(pl.DataFrame({"n": [1, 2]})).mark_bar().encode(x="n:Q")
+    >>> sorted(chart._repr_mimebundle_())
+    ['application/vnd.vegalite.v5+json', 'image/png', 'image/svg+xml', 'text/plain']
 """
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import polars as pl
+
+#: The Vega-Lite mimetype JupyterLab 4 renders with its bundled Vega (rank above the images).
+#: Altair 6 labels its specs Vega-Lite 6 (``application/vnd.vegalite.v6.json``), which Lab does
+#: not render, so the text ``alt.LayerChart(...)`` was shown instead; the specs built here use
+#: nothing Vega-Lite 5 lacks (a test compiles each with Vega-Lite 5.8) and travel as v5.
+VEGALITE_MIMETYPE = "application/vnd.vegalite.v5+json"
+_VL5_SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
+
+
+def to_mimebundle(chart: alt.TopLevelMixin) -> dict[str, Any]:
+    """What Jupyter stores for a chart: its Vega-Lite spec (interactive where Vega runs), an SVG
+    and a PNG (static, for nbconvert, GitHub and untrusted viewers) and a one-line text.
+
+    The PNG is drawn at 1×: it is only the last resort (a viewer with neither Vega nor SVG), and
+    at 2× it would more than double the notebook (an overview chart's is ~0.5 MB of base64).
+    """
+    import vl_convert
+
+    spec = chart.to_dict()
+    png = vl_convert.vegalite_to_png(spec)
+    return {
+        VEGALITE_MIMETYPE: spec | {"$schema": _VL5_SCHEMA},
+        "image/svg+xml": vl_convert.vegalite_to_svg(spec),
+        "image/png": base64.b64encode(png).decode("ascii"),
+        "text/plain": f"<evalkit chart: {_title(spec) or 'untitled'}>",
+    }
+
+
+def _title(spec: Any) -> str | None:
+    """The first title in a spec (a concatenation's is its first part's)."""
+    if isinstance(spec, dict):
+        title = spec.get("title")
+        if title:
+            return str(title.get("text") if isinstance(title, dict) else title)
+        for key in ("vconcat", "hconcat", "concat", "layer"):
+            for part in spec.get(key, ()):
+                if found := _title(part):
+                    return found
+    return None
+
+
+class _Shown:
+    """Mixin: display as `to_mimebundle` (Vega-Lite and static images), whatever renderer
+    Altair has enabled."""
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return to_mimebundle(self)  # type: ignore[arg-type]
+
+
+class Chart(_Shown, alt.Chart):
+    """An ``alt.Chart`` that displays as `to_mimebundle`; its encodings and marks return one too."""
+
+
+class LayerChart(_Shown, alt.LayerChart):
+    """An ``alt.LayerChart`` that displays as `to_mimebundle`."""
+
+
+class VConcatChart(_Shown, alt.VConcatChart):
+    """An ``alt.VConcatChart`` that displays as `to_mimebundle`."""
+
+
+class HConcatChart(_Shown, alt.HConcatChart):
+    """An ``alt.HConcatChart`` that displays as `to_mimebundle`."""
 
 
 def save_chart(chart: alt.TopLevelMixin, path_stem: str | Path, png: bool = True) -> list[Path]:
@@ -36,9 +111,50 @@ BROKEN, FIXED, NEUTRAL, BASELINE, CANDIDATE = "#D55E00", "#0072B2", "#7f7f7f", "
 _AGG = "ALL (aggregate)"
 
 
+#: The selection parameter on the forest plot's slices: a click picks a slice (a double click
+#: clears it); in `slice_overview` the flips below show only the picked slice's.
+PICK = "picked_slice"
+_SHOWN_IDS = 12  # case ids a tooltip lists before "… +k more"
+
+
 def _slice_rows(slices: pl.DataFrame) -> pl.DataFrame:
     return slices.filter(pl.col("n") > 0).with_columns(
         pl.when(pl.col("slice") == "ALL").then(pl.lit(_AGG)).otherwise("slice").alias("slice")
+    )
+
+
+def _listed(ids: list[str]) -> str:
+    more = f" … +{len(ids) - _SHOWN_IDS} more" if len(ids) > _SHOWN_IDS else ""
+    return ", ".join(ids[:_SHOWN_IDS]) + more if ids else "none"
+
+
+def _case_ids(paired: pl.DataFrame | None) -> pl.DataFrame:
+    """Per slice (the aggregate as ``ALL (aggregate)``): its broken and fixed case ids as
+    tooltip text, counted as `evalkit.compare.slices.slices` counts them (an errored side is
+    no flip). Without ``paired``, no rows: `_with_ids` then says how to get them."""
+    schema = {"slice": pl.String, "broken_ids": pl.String, "fixed_ids": pl.String}
+    if paired is None:
+        return pl.DataFrame(schema=schema)
+    ok = ~(pl.col("base_error").fill_null(False) | pl.col("cand_error").fill_null(False))
+    b, c = pl.col("base").fill_null(False), pl.col("cand").fill_null(False)
+    rows = paired.filter(ok & (b != c)).select(
+        "case_id", pl.col("tags").cast(pl.List(pl.String)).alias("slice"), (b & ~c).alias("broke")
+    )
+    long = pl.concat(
+        [rows.explode("slice").drop_nulls("slice"), rows.with_columns(slice=pl.lit(_AGG))]
+    ).sort("case_id")
+    per = long.group_by("slice").agg(
+        pl.col("case_id").filter("broke").alias("broken"),
+        pl.col("case_id").filter(~pl.col("broke")).alias("fixed"),
+    )
+    listed = [(r["slice"], _listed(r["broken"]), _listed(r["fixed"])) for r in per.to_dicts()]
+    return pl.DataFrame(listed, schema=schema, orient="row")
+
+
+def _with_ids(rows: pl.DataFrame, paired: pl.DataFrame | None) -> pl.DataFrame:
+    missing = "none" if paired is not None else "(pass paired= to list them)"
+    return rows.join(_case_ids(paired), on="slice", how="left").with_columns(
+        pl.col("broken_ids", "fixed_ids").fill_null(missing)
     )
 
 
@@ -70,25 +186,42 @@ def _limit(data: pl.DataFrame, tolerance: float) -> float:
     return min(1.0, max(0.1, 2.5 * tolerance, (q * 1.15 * 20 // 1 + 1) / 20))
 
 
+def _pick() -> alt.Parameter:
+    return alt.selection_point(name=PICK, fields=["slice"], on="click", clear="dblclick")
+
+
 def slice_forest(
     slices: pl.DataFrame,
     tolerance: float | None = 0.02,
     critical: tuple[str, ...] | list[str] = (),
     method: str = "95% Tango score interval, consistent with the exact McNemar test",
-) -> alt.LayerChart:
+    paired: pl.DataFrame | None = None,
+) -> LayerChart:
     """Forest plot: each slice's paired pass-rate difference (candidate − baseline) with its
     interval, one row per slice labelled with its n; critical tags (★) first, the aggregate last.
 
     A labelled rule marks no change (0) and ``-tolerance``; intervals reaching past the axis are
     clipped there with an arrow. Colour says whether the interval lies below zero (worse), above
-    (better) or across it.
+    (better) or across it. The tooltip gives the counts, the interval and p, and, given the
+    ``paired`` frame, the broken and fixed case ids. Clicking a slice picks it (`PICK`).
 
     Examples:
         >>> from evalkit.compare.analysis import slices
         >>> chart = slice_forest(slices(paired), 0.02, ["billing"])  # doctest: +SKIP
     """
+    return _forest(slices, tolerance, critical, method, paired, _pick())
+
+
+def _forest(
+    slices: pl.DataFrame,
+    tolerance: float | None,
+    critical: tuple[str, ...] | list[str],
+    method: str,
+    paired: pl.DataFrame | None,
+    pick: alt.Parameter,
+) -> LayerChart:
     tol = tolerance or 0.0
-    data = _labelled(_slice_rows(slices), tuple(critical))
+    data = _labelled(_with_ids(_slice_rows(slices), paired), tuple(critical))
     lim = _limit(data, tol)
     lo, hi = pl.col("diff_lo"), pl.col("diff_hi")
     data = data.with_columns(
@@ -104,7 +237,6 @@ def slice_forest(
         (pl.col("diff").abs() > lim).alias("clipped_point"),
     )
     order = data["label"].to_list()
-    height = max(24 * len(order), 80)
     y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
     x_axis = alt.Axis(format="+.0%", title="pass-rate difference, candidate − baseline (points)")
     x_scale = alt.Scale(domain=[-lim, lim], clamp=True)
@@ -116,24 +248,34 @@ def slice_forest(
         legend=alt.Legend(orient="bottom"),
     )
     tip = [
-        "slice",
-        "n",
-        "broken",
-        "fixed",
-        alt.Tooltip("diff:Q", format="+.1%", title="diff"),
-        alt.Tooltip("diff_lo:Q", format="+.1%", title="lower"),
-        alt.Tooltip("diff_hi:Q", format="+.1%", title="upper"),
+        alt.Tooltip("slice:N", title="slice"),
+        alt.Tooltip("n:Q", title="paired cases"),
+        alt.Tooltip("broken:Q", title="broken (pass → fail)"),
+        alt.Tooltip("fixed:Q", title="fixed (fail → pass)"),
+        alt.Tooltip("diff:Q", format="+.1%", title="difference"),
+        alt.Tooltip("diff_lo:Q", format="+.1%", title="interval, lower"),
+        alt.Tooltip("diff_hi:Q", format="+.1%", title="interval, upper"),
         alt.Tooltip("p_value:Q", format=".3g", title="one-sided p"),
+        alt.Tooltip("broken_ids:N", title="broken cases"),
+        alt.Tooltip("fixed_ids:N", title="fixed cases"),
     ]
+    # A picked slice stays solid and the others fade, so the click shows what it picked.
+    faded = alt.condition(pick, alt.value(1.0), alt.value(0.3))
     base = alt.Chart(data).encode(y=y)
     rule = base.mark_rule(strokeWidth=2).encode(
-        x=alt.X("lo_c:Q", scale=x_scale, axis=x_axis), x2="hi_c:Q", color=color
-    )
-    point = base.mark_point(filled=True, size=70, opacity=1).encode(
-        x="diff_c:Q",
-        color=color,
+        x=alt.X("lo_c:Q", scale=x_scale, axis=x_axis), x2="hi_c:Q", color=color, opacity=faded,
         tooltip=tip,
-        shape=alt.condition(alt.datum.clipped_point, alt.value("diamond"), alt.value("circle")),
+    )  # fmt: skip
+    point = (
+        base.mark_point(filled=True, size=90, cursor="pointer")
+        .encode(
+            x="diff_c:Q",
+            color=color,
+            opacity=faded,
+            tooltip=tip,
+            shape=alt.condition(alt.datum.clipped_point, alt.value("diamond"), alt.value("circle")),
+        )
+        .add_params(pick)
     )
     left = (
         base.transform_filter(alt.datum.diff_lo < -lim)
@@ -160,47 +302,64 @@ def slice_forest(
         for r in refs
     ]
     subtitle = f"bars: {method}; ★ critical tag; ◆ / ▶ clipped at ±{100 * lim:.0f} pts"
-    return alt.layer(rule, point, left, right, ref_rule, *ref_text).properties(
+    return LayerChart(layer=[rule, point, left, right, ref_rule, *ref_text]).properties(
         title=alt.Title("Paired difference per slice", subtitle=subtitle),
         width=620,
-        height=height,
+        height=max(24 * len(order), 80),
     )
 
 
 def flip_counts(
-    slices: pl.DataFrame, critical: tuple[str, ...] | list[str] = ()
-) -> alt.VConcatChart:
+    slices: pl.DataFrame,
+    critical: tuple[str, ...] | list[str] = (),
+    paired: pl.DataFrame | None = None,
+) -> VConcatChart:
     """Diverging bars per slice: broken cases (pass → fail) to the left, fixed (fail → pass) to
-    the right; the aggregate is its own panel below, so its size does not set the scale."""
-    rows = _labelled(_slice_rows(slices), tuple(critical))
-    long = rows.select(
-        "slice",
-        "label",
-        "order",
-        pl.lit("broken (pass → fail)").alias("flip"),
-        (-pl.col("broken")).alias("cases"),
-        pl.col("broken").alias("count"),
-    ).vstack(
-        rows.select(
-            "slice",
-            "label",
-            "order",
-            pl.lit("fixed (fail → pass)").alias("flip"),
-            pl.col("fixed").alias("cases"),
-            pl.col("fixed").alias("count"),
-        )
+    the right; the aggregate is its own panel below, so its size does not set the scale. Given
+    the ``paired`` frame, each bar's tooltip lists its case ids."""
+    return VConcatChart(vconcat=_flip_panels(slices, critical, paired)).resolve_scale(
+        x="independent"
+    )
+
+
+def _flip_panels(
+    slices: pl.DataFrame,
+    critical: tuple[str, ...] | list[str],
+    paired: pl.DataFrame | None,
+    pick: alt.Parameter | None = None,
+) -> list[alt.LayerChart]:
+    """The per-slice panel (filtered to the picked slice, given ``pick``) and the aggregate's."""
+    rows = _labelled(_with_ids(_slice_rows(slices), paired), tuple(critical))
+    sides = [("broken (pass → fail)", "broken", -1), ("fixed (fail → pass)", "fixed", 1)]
+    long = pl.concat(
+        [
+            rows.select(
+                "slice",
+                "label",
+                "order",
+                pl.lit(flip).alias("flip"),
+                (sign * pl.col(col)).alias("cases"),
+                pl.col(col).alias("count"),
+                pl.col(f"{col}_ids").alias("case_ids"),
+            )
+            for flip, col, sign in sides
+        ]
     )
     color = alt.Color(
         "flip:N",
         title="flip",
         legend=alt.Legend(orient="bottom"),
-        scale=alt.Scale(
-            domain=["broken (pass → fail)", "fixed (fail → pass)"], range=[BROKEN, FIXED]
-        ),
+        scale=alt.Scale(domain=[s[0] for s in sides], range=[BROKEN, FIXED]),
     )
     x_title = "cases: ← broken · fixed →"
+    tip = [
+        alt.Tooltip("slice:N", title="slice"),
+        alt.Tooltip("flip:N", title="flip"),
+        alt.Tooltip("count:Q", title="cases"),
+        alt.Tooltip("case_ids:N", title="case ids"),
+    ]
 
-    def panel(data: pl.DataFrame, title: str) -> alt.LayerChart:
+    def panel(data: pl.DataFrame, title: str, pick: alt.Parameter | None) -> alt.LayerChart:
         order = data.sort("order")["label"].unique(maintain_order=True).to_list()
         top = max(int(data["count"].max() or 0), 1)
         y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
@@ -210,26 +369,49 @@ def flip_counts(
             scale=alt.Scale(domain=[-top, top], nice=True),
             axis=alt.Axis(format="d", labelExpr="abs(datum.value)"),
         )
-        bars = (
-            alt.Chart(data, title=title)
-            .mark_bar()
-            .encode(
-                y=y,
-                x=x,
-                color=color,
-                tooltip=["slice", "flip", alt.Tooltip("count:Q", title="cases")],
-            )
-        )
+        bars = alt.Chart(data, title=title)
+        if pick is not None:
+            bars = bars.transform_filter(pick)
+        bars = bars.mark_bar().encode(y=y, x=x, color=color, tooltip=tip)
         zero = alt.Chart(pl.DataFrame({"x": [0]})).mark_rule(color="#444").encode(x="x:Q")
         return (bars + zero).properties(width=620, height=max(22 * len(order), 40))
 
-    parts = [panel(long.filter(pl.col("slice") != _AGG), "Flips per slice")]
+    picked = (
+        " (in Jupyter, click a slice above for only its flips; double-click: all)" if pick else ""
+    )
+    parts = [panel(long.filter(pl.col("slice") != _AGG), f"Flips per slice{picked}", pick)]
     if (agg := long.filter(pl.col("slice") == _AGG)).height:
-        parts.append(panel(agg, "Flips over all paired cases (own scale)"))
-    return alt.vconcat(*parts).resolve_scale(x="independent")
+        parts.append(panel(agg, "Flips over all paired cases (own scale)", None))
+    return parts
 
 
-def pass_rate_by_slice(slices: pl.DataFrame) -> alt.LayerChart:
+def slice_overview(
+    slices: pl.DataFrame,
+    tolerance: float | None = 0.02,
+    critical: tuple[str, ...] | list[str] = (),
+    method: str = "95% Tango score interval, consistent with the exact McNemar test",
+    paired: pl.DataFrame | None = None,
+) -> VConcatChart:
+    """`slice_forest` above `flip_counts`, linked: clicking a slice in the forest (`PICK`)
+    filters the flips per slice to that slice's; a double click shows them all again. Static
+    images show every flip.
+
+    Examples:
+        >>> from evalkit.compare.slices import slices
+        >>> p = pl.DataFrame({"case_id": ["a", "b"], "tags": [["x"], ["x"]], "base": [True] * 2,
+        ...     "cand": [False, True], "base_error": [False] * 2, "cand_error": [False] * 2})
+        >>> spec = slice_overview(slices(p), paired=p).to_dict()
+        >>> [param["name"] for param in spec["params"]]
+        ['picked_slice']
+    """
+    pick = _pick()
+    forest = _forest(slices, tolerance, critical, method, paired, pick)
+    return VConcatChart(
+        vconcat=[forest, *_flip_panels(slices, critical, paired, pick)], spacing=24
+    ).resolve_scale(x="independent", y="independent", color="independent")
+
+
+def pass_rate_by_slice(slices: pl.DataFrame) -> LayerChart:
     """Baseline and candidate pass rates per slice with Wilson intervals, side by side."""
     rows = _slice_rows(slices)
     data = pl.concat(
@@ -274,10 +456,11 @@ def pass_rate_by_slice(slices: pl.DataFrame) -> alt.LayerChart:
         )
     )
     height = max(30 * len(order), 80)
-    return (bars + points).properties(title="Pass rate by slice", width=620, height=height)
+    chart = LayerChart(layer=[bars, points])
+    return chart.properties(title="Pass rate by slice", width=620, height=height)
 
 
-def min_detectable_drop(power: pl.DataFrame) -> alt.Chart:
+def min_detectable_drop(power: pl.DataFrame) -> Chart:
     """Per slice, the smallest drift (at the assumed flip rate) and the smallest collapse (every
     flip a break) it can detect; frame from `evalkit.compare.power.power_table`. Missing bar =
     cannot."""
@@ -292,7 +475,7 @@ def min_detectable_drop(power: pl.DataFrame) -> alt.Chart:
         )
     )
     return (
-        alt.Chart(data.drop_nulls("drop"))
+        Chart(data.drop_nulls("drop"))
         .mark_bar()
         .encode(
             y=alt.Y("slice:N", title=None),
@@ -315,7 +498,7 @@ def to_svg(chart: alt.TopLevelMixin) -> str:
 # --- judge–human agreement (notebooks/judge_agreement.ipynb) ---------------------------------
 
 
-def flake_rate_by_slice(per_slice: pl.DataFrame) -> alt.Chart:
+def flake_rate_by_slice(per_slice: pl.DataFrame) -> Chart:
     """Share of each slice's cases that changed verdict across identical runs (the noise floor).
 
     ``per_slice`` is :func:`evalkit.compare.flakes.flake_slices` output: ``tag, cases, flaky,
@@ -329,7 +512,7 @@ def flake_rate_by_slice(per_slice: pl.DataFrame) -> alt.Chart:
     """
     order = per_slice.sort("flake_rate", descending=True)["tag"].to_list()
     return (
-        alt.Chart(per_slice)
+        Chart(per_slice)
         .mark_bar()
         .encode(
             x=alt.X("flake_rate:Q", axis=alt.Axis(format="%"), title="cases that flipped"),
@@ -346,7 +529,7 @@ def _layout(row: dict) -> str:
     return f"{sizes[0]}" if sizes[0] == sizes[-1] else f"{sizes[0]}–{sizes[-1]}"
 
 
-def gate_operating_characteristics(oc: dict) -> alt.HConcatChart:
+def gate_operating_characteristics(oc: dict) -> HConcatChart:
     """The gate's measured false-block rate (per tag and family-wise, with alpha as a rule) and
     its power against true drops; ``oc`` from `evalkit.compare.power.operating_characteristics`.
     """
@@ -397,4 +580,4 @@ def gate_operating_characteristics(oc: dict) -> alt.HConcatChart:
         )
         .properties(title="Power against true regressions", width=300)
     )
-    return alt.hconcat(left, right).resolve_scale(color="independent")
+    return HConcatChart(hconcat=[left, right]).resolve_scale(color="independent")

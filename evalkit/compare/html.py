@@ -7,7 +7,11 @@ budgets and cost, the manifests' differences, and the aggregate last. Charts are
 (vl-convert), tables great_tables: the page loads nothing from the network.
 
 `section` renders one part; `fragment` several, as a value that renders itself in Jupyter (the
-gate notebook shows the report through it); `page` wraps a body in the page's head and styles.
+gate notebook shows the report through it: its charts as their own outputs, interactive
+Vega-Lite with static images, `evalkit.compare.charts.to_mimebundle`); `page` wraps a body in
+the page's head and styles. A flipped case is `case_card`, the same markup in the notebook,
+``gate.html`` and ``compare --html``; it carries its own scoped styles (`CARD_CSS`), so it looks
+the same in JupyterLab, whose page has none of the report's.
 
 Examples:
     >>> Path("report.html").write_text(to_html(report))   # doctest: +SKIP
@@ -16,6 +20,8 @@ Examples:
 from __future__ import annotations
 
 import html
+import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -59,27 +65,77 @@ vertical-align:top}.reasons th{font-size:.85em;color:#57606a}
 .sev{font-weight:bold;font-size:.8em;padding:1px 6px;border-radius:10px;color:#fff;
 white-space:nowrap}.sev-block{background:#cf222e}.sev-unverified{background:#bc4c00}
 .sev-warn{background:#9a6700}.sev-info{background:#57606a}
-.case{border:1px solid #d0d7de;border-left:5px solid #d0d7de;border-radius:6px;
-padding:8px 12px;margin:10px 0}.case.blocking{border-left-color:#cf222e}
-.case header{font-weight:bold;margin-bottom:4px}.case header .about{font-weight:normal;
-color:#57606a}.badge{font-size:.75em;padding:1px 6px;border-radius:10px;background:#cf222e;
-color:#fff;margin-left:6px}.sides{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-.notes{list-style:none;padding:0;margin:.2em 0}.notes li{margin:.1em 0}
-.pass{color:#1a7f37}.fail{color:#cf222e}.err{color:#bc4c00}
 figure{margin:12px 0}figure svg{max-width:100%;height:auto}
 .ids{color:#57606a}.aggregate{font-size:1.05em;background:#f6f8fa;padding:8px 12px;
 border-radius:6px}.muted{color:#57606a}
 """
 
+#: A case card's own styles. Every class starts with ``evalkit-card`` so nothing in JupyterLab's
+#: styles matches them and they match nothing of Lab's; two classes per selector outrank Lab's
+#: ``.jp-RenderedHTMLCommon pre`` and the like. Colours are set, not inherited, so a card stays
+#: legible under a dark theme.
+CARD_CSS = """
+.evalkit-card{background:#fff;color:#1f2328;
+font:14px/1.45 -apple-system,BlinkMacSystemFont,'Segoe UI',Roboto,Helvetica,Arial,sans-serif}
+.evalkit-card .evalkit-card-head{font-weight:bold;margin:0 0 4px}
+.evalkit-card .evalkit-card-about{font-weight:normal;color:#57606a}
+.evalkit-card .evalkit-card-label{margin:.3em 0 .1em;font-size:.95em;font-weight:bold}
+.evalkit-card .evalkit-card-text{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;
+border:1px solid #d8dee4;border-radius:4px;padding:6px 8px;margin:.2em 0;color:#1f2328;
+font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.evalkit-card .evalkit-card-notes{list-style:none;padding:0;margin:.2em 0}
+.evalkit-card .evalkit-card-notes li{margin:.1em 0;padding:0}
+.evalkit-card .evalkit-card-pass{color:#1a7f37}.evalkit-card .evalkit-card-fail{color:#cf222e}
+.evalkit-card .evalkit-card-err{color:#bc4c00}.evalkit-card .evalkit-card-muted{color:#57606a}
+.evalkit-card code{font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
+background:none;padding:0;color:inherit}
+"""
+_CARD_STYLE = f"<style>{CARD_CSS}</style>"
+# JupyterLab's sanitizer drops <style> from an untrusted output (a notebook papermill executed,
+# until `jupyter trust`) but keeps style attributes with safe properties: the layout that makes
+# a card readable (its border, two sides next to each other, the badge apart from the text) is
+# inline.
+_CARD = "border:1px solid #d0d7de;border-left:5px solid {};border-radius:6px;padding:8px 12px;"
+_CARD += "margin:10px 0"
+_SIDES = "display:table;table-layout:fixed;width:100%;border-collapse:separate"
+_SIDE = "display:table-cell;width:50%;vertical-align:top;padding:0 6px"
+_BADGE = (
+    "margin-left:8px;padding:1px 6px;border-radius:10px;background:#cf222e;color:#fff;"
+    "font-size:.75em;font-weight:bold;white-space:nowrap"
+)
+
 
 @dataclass(frozen=True)
 class Fragment:
-    """Part of the report as HTML; renders itself in Jupyter."""
+    """Part of the report, renders itself in Jupyter: ``parts`` are HTML strings and charts
+    (`evalkit.compare.charts`), in page order."""
 
-    html: str
+    parts: tuple[object, ...]
+
+    @property
+    def html(self) -> str:
+        """The fragment as one piece of HTML, charts as inline SVG (what a page embeds)."""
+        return "".join(p if isinstance(p, str) else _figure(p) for p in self.parts)
 
     def _repr_html_(self) -> str:
         return self.html
+
+    def _ipython_display_(self) -> None:
+        """Each run of HTML as one output, each chart as its own: inline SVG in an HTML output
+        is never interactive, and JupyterLab's sanitizer strips it from an untrusted notebook;
+        a chart's own output is Vega-Lite there, and its static SVG in nbconvert's HTML."""
+        from IPython.display import display
+
+        for is_html, run in itertools.groupby(self.parts, key=lambda p: isinstance(p, str)):
+            if not is_html:
+                display(*run)
+            elif _has_content(text := "".join(run)):  # type: ignore[arg-type]
+                display({"text/html": text, "text/plain": "<evalkit report>"}, raw=True)
+
+
+def _has_content(markup: str) -> bool:
+    """False for what is left of a section after its chart: closing tags only."""
+    return bool(re.sub(r"</[a-z0-9]+>", "", markup).strip())
 
 
 def _h(text: object) -> str:
@@ -87,13 +143,14 @@ def _h(text: object) -> str:
 
 
 def _fold(text: str | None, limit: int = _FOLD) -> str:
+    pre = '<pre class="evalkit-card-text">'
     if text is None:
-        return '<pre class="muted">(no output)</pre>'
+        return '<pre class="evalkit-card-text evalkit-card-muted">(no output)</pre>'
     if len(text) <= limit:
-        return f"<pre>{_h(text)}</pre>"
+        return f"{pre}{_h(text)}</pre>"
     return (
-        f"<pre>{_h(text[:limit])}…</pre><details><summary>show all {len(text):,} characters"
-        f"</summary><pre>{_h(text)}</pre></details>"
+        f"{pre}{_h(text[:limit])}…</pre><details><summary>show all {len(text):,} characters"
+        f"</summary>{pre}{_h(text)}</pre></details>"
     )
 
 
@@ -161,8 +218,10 @@ def _decision(r: Report) -> str:
 def _note(n: ScorerNote) -> str:
     cls, mark = {True: ("pass", "✓"), False: ("fail", "✗"), None: ("err", "?")}[n.passed]
     graded = n.score is not None and n.score not in (0.0, 1.0)
-    score = f" <span class='muted'>(score {n.score:.3g})</span>" if graded else ""
-    return f'<li class="{cls}">{mark} <b>{_h(n.scorer)}</b>{score}: {_h(n.reason)}</li>'
+    score = f' <span class="evalkit-card-muted">(score {n.score:.3g})</span>' if graded else ""
+    return (
+        f'<li class="evalkit-card-{cls}">{mark} <b>{_h(n.scorer)}</b>{score}: {_h(n.reason)}</li>'
+    )
 
 
 def _side(label: str, text: str | None, notes: tuple[ScorerNote, ...]) -> str:
@@ -170,21 +229,47 @@ def _side(label: str, text: str | None, notes: tuple[ScorerNote, ...]) -> str:
     cls = "fail" if verdict == "failed" else "pass"
     items = "".join(_note(n) for n in notes)
     return (
-        f'<div class="side"><h4>{_h(label)} <span class="{cls}">{verdict}</span></h4>'
-        f'{_fold(text)}<ul class="notes">{items}</ul></div>'
+        f'<div class="evalkit-card-side" style="{_SIDE}"><h4 class="evalkit-card-label">'
+        f'{_h(label)} <span class="evalkit-card-{cls}">{verdict}</span></h4>{_fold(text)}'
+        f'<ul class="evalkit-card-notes">{items}</ul></div>'
     )
 
 
-def _case(d: CaseDetail, r: Report) -> str:
+def case_card(detail: CaseDetail, base_label: str, cand_label: str) -> str:
+    """One flipped case as HTML: its id, tags and tier (a BLOCKING badge when it blocks), the
+    input, then the baseline's and the candidate's output and scorer notes side by side.
+
+    The markup assumes `CARD_CSS` on the page (`case_cards` puts it there); its layout is inline,
+    so it survives without. Model, corpus and scorer text is escaped.
+
+    Examples:
+        >>> from evalkit.compare.report import CaseDetail, ScorerNote
+        >>> d = CaseDetail("c1", ("billing",), "must_pass", True, "hi", "ok", "<b>no</b>", (),
+        ...                (ScorerNote("contains", False, 0.0, "missing 'refund'"),))
+        >>> card = case_card(d, "base", "cand")
+        >>> "evalkit-card-blocking" in card, "&lt;b&gt;no&lt;/b&gt;" in card
+        (True, True)
+    """
+    d = detail
     about = f"{', '.join(d.tags) or 'untagged'} · {d.criticality}"
-    badge = '<span class="badge">BLOCKING</span>' if d.blocking else ""
+    badge = f' <span class="evalkit-card-badge" style="{_BADGE}">BLOCKING</span>'
+    cls = "evalkit-card evalkit-card-blocking" if d.blocking else "evalkit-card"
+    edge = _CARD.format("#cf222e" if d.blocking else "#d0d7de")
     return (
-        f'<article class="case{" blocking" if d.blocking else ""}" id="case-{_h(d.case_id)}">'
-        f'<header><code>{_h(d.case_id)}</code> <span class="about">{_h(about)}</span>{badge}'
-        f"</header><h4>input</h4>{_fold(d.input)}<div class='sides'>"
-        f"{_side(r.base_label, d.base_output, d.base_notes)}"
-        f"{_side(r.cand_label, d.cand_output, d.cand_notes)}</div></article>"
+        f'<article class="{cls}" id="case-{_h(d.case_id)}" style="{edge}">'
+        '<header class="evalkit-card-head">'
+        f'<code>{_h(d.case_id)}</code> <span class="evalkit-card-about">{_h(about)}</span>'
+        f'{badge if d.blocking else ""}</header><h4 class="evalkit-card-label">input</h4>'
+        f'{_fold(d.input)}<div class="evalkit-card-sides" style="{_SIDES}">'
+        f"{_side(base_label, d.base_output, d.base_notes)}"
+        f"{_side(cand_label, d.cand_output, d.cand_notes)}</div></article>"
     )
+
+
+def case_cards(details: Sequence[CaseDetail], base_label: str, cand_label: str) -> str:
+    """`case_card` for each case, after one ``<style>`` block of `CARD_CSS`: cards that look
+    the same on the report page and in a notebook."""
+    return _CARD_STYLE + "".join(case_card(d, base_label, cand_label) for d in details)
 
 
 def _broken(r: Report, max_cases: int) -> str:
@@ -193,7 +278,7 @@ def _broken(r: Report, max_cases: int) -> str:
         f'<section id="broken"><h2>Broken: {r.n_broken} (pass → fail), {lead} in blocking tiers '
         "first</h2>"
     ]
-    out += [_case(c, r) for c in r.broken[:max_cases]]
+    out.append(case_cards(r.broken[:max_cases], r.base_label, r.cand_label))
     rest = r.broken[max_cases:]
     if rest:
         rows = "".join(
@@ -234,8 +319,10 @@ def _figure(chart: object) -> str:
     return f"<figure>{charts.to_svg(chart)}</figure>"
 
 
-def _slices(r: Report, charts: bool) -> str:
-    out = ['<section id="slices"><h2>Slices</h2>']
+def _slices(r: Report, charts: bool) -> list[object]:
+    """The slices section: its tables, then the linked forest plot and flips (a chart, shown as
+    a figure on a page and as its own output in a notebook)."""
+    out: list[object] = ['<section id="slices"><h2>Slices</h2>']
     if r.decision is not None and r.decision.critical:
         crit = r.decision.to_dict()["critical"]
         out.append(tables.critical_table(crit).as_raw_html())
@@ -249,9 +336,9 @@ def _slices(r: Report, charts: bool) -> str:
 
         methods = r.slices["interval_method"].drop_nulls().unique().to_list()
         method = f"{level:.0%} {', '.join(interval_name(m) for m in methods) or 'interval'}"
-        out.append(_figure(ch.slice_forest(r.slices, tol, r.critical_tags, method)))
-        out.append(_figure(ch.flip_counts(r.slices, r.critical_tags)))
-    return "".join(out) + "</section>"
+        live = r.paired.filter(~pl.col("sealed").fill_null(False))  # the slices' cases
+        out.append(ch.slice_overview(r.slices, tol, r.critical_tags, method, paired=live))
+    return [*out, "</section>"]
 
 
 def _suite(r: Report) -> str:
@@ -310,23 +397,29 @@ def _aggregate(r: Report) -> str:
     )
 
 
-def section(report: Report, name: str, charts: bool = True, max_cases: int = 50) -> str:
-    """One section of the page as HTML (see `SECTIONS`)."""
+def _parts(report: Report, name: str, charts: bool, max_cases: int) -> list[object]:
     r = report
+    if name == "slices":
+        return _slices(r, charts)
     render = {
         "decision": lambda: _decision(r), "broken": lambda: _broken(r, max_cases),
-        "fixed": lambda: _fixed(r), "slices": lambda: _slices(r, charts),
-        "suite": lambda: _suite(r), "budgets": lambda: _budgets(r),
+        "fixed": lambda: _fixed(r), "suite": lambda: _suite(r), "budgets": lambda: _budgets(r),
         "manifest": lambda: _manifest(r), "aggregate": lambda: _aggregate(r),
     }  # fmt: skip
-    return render[name]()
+    return [render[name]()]
+
+
+def section(report: Report, name: str, charts: bool = True, max_cases: int = 50) -> str:
+    """One section of the page as HTML (see `SECTIONS`), charts as inline SVG."""
+    return Fragment(tuple(_parts(report, name, charts, max_cases))).html
 
 
 def fragment(
     report: Report, sections: Sequence[str] = SECTIONS, charts: bool = True, max_cases: int = 50
 ) -> Fragment:
     """Several sections, as a value Jupyter renders (what the gate notebook displays)."""
-    return Fragment("".join(section(report, s, charts, max_cases) for s in sections))
+    parts = (p for s in sections for p in _parts(report, s, charts, max_cases))
+    return Fragment(tuple(parts))
 
 
 def title(report: Report) -> str:

@@ -1,16 +1,19 @@
 """Charts of a judge's agreement with people: the confusion heatmap, agreement per slice and
 the judge's consistency across presentation orders (Altair, offline like every evalkit chart:
-save with :func:`evalkit.compare.charts.save_chart`)."""
+each displays as Vega-Lite with static SVG and PNG, `evalkit.compare.charts.to_mimebundle`; save
+with :func:`evalkit.compare.charts.save_chart`)."""
 
 from __future__ import annotations
 
 import altair as alt
 import polars as pl
 
+from evalkit.compare.charts import LayerChart
+
 
 def confusion_heatmap(
     conf_long: pl.DataFrame, title: str = "Human label vs judge verdict"
-) -> alt.Chart:
+) -> LayerChart:
     """Heatmap of a long confusion matrix (``human``, ``judge``, ``n``), counts printed in cells.
 
     Rows are the human label, columns the judge's; both axes keep the frame's label order
@@ -38,12 +41,12 @@ def confusion_heatmap(
         text="n:Q",
         color=alt.condition(alt.datum.n > top / 2, alt.value("white"), alt.value("black")),
     )
-    return (rect + text).properties(width=60 * len(order), height=60 * len(order))
+    return LayerChart(layer=[rect, text]).properties(width=60 * len(order), height=60 * len(order))
 
 
 def agreement_by_slice(
     frame: pl.DataFrame, title: str = "Judge–human agreement by slice"
-) -> alt.Chart:
+) -> LayerChart:
     """Dot-and-interval plot per slice: ``slice, agreement, lo, hi, n`` (e.g. from
     :func:`evalkit.judges.agreement.slice_agreement`), weakest slice at the top; a dashed rule marks
     the pooled agreement over all slices (n-weighted).
@@ -81,12 +84,14 @@ def agreement_by_slice(
         .mark_rule(strokeDash=[4, 4], color="gray")
         .encode(x="pooled:Q")
     )
-    return (rule + dots + ref).properties(width=420, height=max(22 * len(order), 60))
+    return LayerChart(layer=[rule, dots, ref]).properties(
+        width=420, height=max(22 * len(order), 60)
+    )
 
 
 def order_consistency(
     frame: pl.DataFrame, title: str = "Judge verdicts in both orders"
-) -> alt.Chart:
+) -> LayerChart:
     """Per slice: accuracy with the outputs shown as given (``accuracy_ab``) and swapped
     (``accuracy_ba``), and the share of items judged the same both ways (``consistency``).
 
@@ -127,4 +132,5 @@ def order_consistency(
             tooltip=["slice:N", "measure:N", alt.Tooltip("value:Q", format=".3f")],
         )
     )
-    return (gap + dots).properties(title=title, width=420, height=max(26 * len(order), 60))
+    chart = LayerChart(layer=[gap, dots])
+    return chart.properties(title=title, width=420, height=max(26 * len(order), 60))

@@ -125,7 +125,10 @@ def test_html_report_leads_with_the_decision_and_is_self_contained(seed000):
              page.index('id="budgets"'), page.index('id="manifest"'),
              page.index('id="aggregate"')]  # fmt: skip
     assert order == sorted(order)
-    assert page.count("<svg") >= 2 and "status-blocked" in page
+    # one inline figure: the forest plot above the flips it is linked to (charts.slice_overview)
+    figure = page[page.index('id="slices"') : page.index('id="suite"')]
+    assert figure.count("<svg") == 1 and "status-blocked" in page
+    assert "Paired difference per slice" in figure and "Flips per slice" in figure
     assert "<script" not in page and "cdn" not in page.lower()
 
 
