@@ -29,7 +29,7 @@ import polars as pl
 
 from evalkit.compare import tables
 from evalkit.compare.decision import STOPPING
-from evalkit.compare.formatting import describe_statistic
+from evalkit.compare.formatting import describe_statistic, fmt_p
 from evalkit.compare.report import (
     CaseDetail,
     Report,
@@ -338,7 +338,58 @@ def _slices(r: Report, charts: bool) -> list[object]:
         method = f"{level:.0%} {', '.join(interval_name(m) for m in methods) or 'interval'}"
         live = r.paired.filter(~pl.col("sealed").fill_null(False))  # the slices' cases
         out.append(ch.slice_overview(r.slices, tol, r.critical_tags, method, paired=live))
+    out.append(_scorers(r))
     return [*out, "</section>"]
+
+
+def _scorers(r: Report) -> str:
+    """Per scorer, each check's broken and fixed (reported, not gated by itself)."""
+    rows = r.scorer_rows()
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td>{_h(x['scorer'])}</td><td>{_h(x['kind'])}</td><td>{x['n']}</td>"
+        f"<td>{fmt_pct(x['base_pass'])}</td><td>{fmt_pct(x['cand_pass'])}</td>"
+        f"<td>{x['broken']}</td><td>{x['fixed']}</td><td>{fmt_p(x['p_broken'])}</td></tr>"
+        for x in rows
+    )
+    head = "".join(f"<th>{c}</th>" for c in (
+        "scorer", "kind", "n", "baseline pass", "candidate pass", "broken", "fixed",
+        "one-sided exact p"))  # fmt: skip
+    return (
+        '<h3 id="scorers">Per scorer (reported, not gated by itself)</h3>'
+        f'<table class="reasons"><tr>{head}</tr>{body}</table>'
+    )
+
+
+def _growth(r: Report) -> str:
+    """Paired growth per critical tag and the cases whose steps grew most."""
+    out = ""
+    if r.usage_deltas is not None and r.usage_deltas.height:
+        body = "".join(
+            f"<tr><td>{_h(x['slice'])}</td><td>{_h(x['metric'])}</td><td>{x['n']}</td><td>"
+            + (f"×{x['estimate']:.2f}" if x["kind"] == "ratio" else f"{x['estimate']:+.2f} s")
+            + ("" if x["lo"] is None else f" [{x['lo']:.2f}, {x['hi']:.2f}]")
+            + f"</td><td>{x['grew']}</td><td>{x['shrank']}</td><td>{fmt_p(x['p_grew'])}</td></tr>"
+            for x in r.usage_deltas.iter_rows(named=True)
+        )
+        head = "".join(f"<th>{c}</th>" for c in (
+            "slice", "metric", "n", "median per case [exact interval]", "grew", "shrank",
+            "sign test p"))  # fmt: skip
+        out += (
+            "<h3>Paired growth against the baseline (per case)</h3>"
+            f'<table class="reasons"><tr>{head}</tr>{body}</table>'
+        )
+    if r.grew_most:
+        body = "".join(
+            f"<tr><td>{_h(c)}</td><td>{b:g} → {a:g}</td><td>{_h(bc)}</td><td>{_h(ac)}</td></tr>"
+            for c, b, a, bc, ac in r.grew_most
+        )
+        out += (
+            '<h3>Steps grew most</h3><table class="reasons"><tr><th>case</th><th>steps</th>'
+            f"<th>baseline tool calls</th><th>candidate tool calls</th></tr>{body}</table>"
+        )
+    return out
 
 
 def _suite(r: Report) -> str:
@@ -365,7 +416,8 @@ def _budgets(r: Report) -> str:
     declared = ", ".join(f"{b.metric} ≤ {b.limit:g} ({b.action})" for b in budgets) or "none"
     return (
         f'<section id="budgets"><h2>Budgets and cost</h2><p>Declared budgets: {_h(declared)}</p>'
-        f"{_findings(found) if found else ''}{tables.usage_table(r.usage).as_raw_html()}</section>"
+        f"{_findings(found) if found else ''}{tables.usage_table(r.usage).as_raw_html()}"
+        f"{_growth(r)}</section>"
     )
 
 
