@@ -1,4 +1,9 @@
-"""Run ``notebooks/gate.ipynb`` as the CI gate: papermill executes it, nbconvert renders it.
+"""The shipped notebooks: run ``notebooks/gate.ipynb`` as the CI gate (papermill executes it,
+nbconvert renders it), and copy any notebook into a project with its parameters filled in.
+
+The notebooks ship as package data, ``evalkit/notebook_templates/``: in the repository that is
+a symlink to ``notebooks/``, so each notebook has one copy, where the README, the Makefile and
+the repository's own tests open it, and a wheel or sdist carries the files themselves.
 
 The notebook writes ``decision.json`` into its output directory before its last cell raises
 when the gate blocks; `execute_gate` reads that file (never the exception text) to choose the
@@ -12,14 +17,25 @@ Examples:
     >>> run = execute_gate("data/evalkit.duckdb", "base", "cand", "evalkit.yaml")  # doctest: +SKIP
     >>> run.exit_code, run.html_path                                            # doctest: +SKIP
     (1, PosixPath('reports/cand/gate.html'))
+
+A project's notebook names its own store and config, relative to the notebook's folder (the
+kernel's working directory when Jupyter opens it):
+
+    >>> values = project_parameters("slices.ipynb", "proj", "proj/notebooks",
+    ...                             "proj/data/evalkit.duckdb", "proj/evalkit.yaml")
+    >>> filled = fill_notebook("slices.ipynb", values)
+    >>> filled.parameters["DB_PATH"], filled.parameters["CONFIG"]
+    ('../data/evalkit.duckdb', '../evalkit.yaml')
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -61,16 +77,135 @@ class GateRun:
     error: str | None = None  # one line, for exit code 2
 
 
+#: Where the notebooks ship inside the package (``notebooks/`` of the repository, linked).
+TEMPLATES = "notebook_templates"
+#: What ``evalkit init`` writes into a new project's ``notebooks/`` (the gate runs from the CLI;
+#: a history notebook joins this list when there is one). `evalkit notebook` copies any of them.
+PROJECT_NOTEBOOKS = ("slices.ipynb", "flakiness.ipynb", "judge_agreement.ipynb", "power.ipynb")
+
+
 def notebook_path(name: str) -> Path:
-    """A shipped notebook: ``notebooks/<name>`` of the source tree, else package data."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "notebooks" / name, here / "notebooks" / name):
-        if candidate.is_file():
-            return candidate
-    packaged = resources.files("evalkit").joinpath("notebooks", name)
+    """A shipped notebook: the package data, else ``notebooks/`` of a source checkout whose
+    symlink git did not make (a checkout with ``core.symlinks`` off)."""
+    packaged = resources.files("evalkit").joinpath(TEMPLATES, name)
     if packaged.is_file():
         return Path(str(packaged))
-    raise ConfigError(f"notebook {name!r} not found next to the evalkit package")
+    source = Path(__file__).resolve().parent.parent / "notebooks" / name
+    if source.is_file():
+        return source
+    known = ", ".join(n.removesuffix(".ipynb") for n in shipped_notebooks()) or "none"
+    raise ConfigError(f"notebook {name!r} not found next to the evalkit package (shipped: {known})")
+
+
+def shipped_notebooks() -> list[str]:
+    """The file names of every notebook evalkit ships, sorted."""
+    packaged = resources.files("evalkit").joinpath(TEMPLATES)
+    if packaged.is_dir():
+        return sorted(f.name for f in packaged.iterdir() if f.name.endswith(".ipynb"))
+    source = Path(__file__).resolve().parent.parent / "notebooks"
+    return sorted(p.name for p in source.glob("*.ipynb"))
+
+
+@dataclass(frozen=True)
+class FilledNotebook:
+    """A shipped notebook with its ``parameters`` cell rewritten: ``text`` is the .ipynb file."""
+
+    name: str
+    text: str
+    parameters: dict[str, Any]  # the values written, only those the notebook declares
+
+
+def project_parameters(
+    name: str, root: str | Path, notebook_dir: str | Path, db: str | Path, config: str | Path,
+    baseline: str = "baseline", candidate: str = "candidate",
+) -> dict[str, Any]:  # fmt: skip
+    """The parameter values a project's copy of notebook ``name`` gets.
+
+    Paths inside ``root`` (the project folder) are written relative to ``notebook_dir``, where
+    Jupyter starts the kernel, so the project folder can move or be cloned; paths outside it
+    stay absolute. Charts go to ``<root>/reports/<notebook>``. The judge study reads the
+    project's own labels only (``DATASET`` empty: the published sets live in evalkit's own
+    repository) with the rubric its scores name. `fill_notebook` uses the names the notebook
+    declares and ignores the rest.
+    """
+    base, here = Path(root).resolve(), Path(notebook_dir).resolve()
+
+    def where(path: str | Path) -> str:
+        target = Path(path).resolve()
+        if not (target.is_relative_to(base) and here.is_relative_to(base)):
+            return str(target)
+        return Path(os.path.relpath(target, here)).as_posix()
+
+    return {
+        "DB_PATH": where(db), "CONFIG": where(config), "CORPUS_ROOT": where(Path(config).parent),
+        "BASELINE": baseline, "CANDIDATE": candidate, "RUN": baseline,
+        "OUTPUT_DIR": where(base / "reports" / Path(name).stem), "DATASET": "", "RUBRIC": "",
+    }  # fmt: skip
+
+
+#: The first line of a filled ``parameters`` cell.
+FILLED_NOTE = "# Filled in for this project by evalkit; paths are relative to this notebook"
+
+
+def fill_notebook(name: str, values: Mapping[str, Any]) -> FilledNotebook:
+    """Notebook ``name`` with the literals of its ``parameters`` cell replaced by ``values``.
+
+    Only the assignments the cell already has are rewritten; their comments, their order and
+    every other parameter stay as shipped, and outputs stay cleared.
+    """
+    nb = nbformat.read(notebook_path(name), as_version=4)
+    cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None:
+        raise ConfigError(f"notebook {name!r} has no cell tagged 'parameters' to fill in")
+    source, written = _fill_source(cell.source, values)
+    cell.source = f"{FILLED_NOTE}\n{source}"
+    return FilledNotebook(name, nbformat.writes(nb) + "\n", written)
+
+
+def _fill_source(source: str, values: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``source`` with the right-hand side of ``NAME = literal`` replaced for names in values."""
+    data = source.encode("utf-8")  # ast offsets count UTF-8 bytes
+    starts = [0]
+    for line in data.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans, written = [], {}
+    for stmt in ast.parse(source).body:
+        if not (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name)):
+            continue
+        key, value = stmt.targets[0].id, stmt.value
+        if key in values and value.end_lineno is not None and value.end_col_offset is not None:
+            text = _literal(values[key])
+            begin = starts[value.lineno - 1] + value.col_offset
+            spans.append((begin, starts[value.end_lineno - 1] + value.end_col_offset, text))
+            written[key] = values[key]
+    for begin, end, text in sorted(spans, reverse=True):  # from the end: offsets stay valid
+        data = data[:begin] + text.encode("utf-8") + data[end:]
+    return data.decode("utf-8"), written
+
+
+def _literal(value: Any) -> str:
+    """Python source for a literal, strings double-quoted as the shipped cells write them."""
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)  # JSON's escapes are Python's too
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_literal(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    else:
+        text = repr(value)
+    if ast.literal_eval(text) != value:
+        raise ConfigError(f"parameter value {value!r} is not a Python literal")
+    return text
+
+
+def write_notebook(filled: FilledNotebook, out_dir: str | Path, force: bool = False) -> Path:
+    """Write ``filled`` as ``<out_dir>/<name>``; an existing file only with ``force``."""
+    path = Path(out_dir) / filled.name
+    if path.exists() and not force:
+        raise ConfigError(f"{path} already exists; pass --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(filled.text, encoding="utf-8")
+    return path
 
 
 def report_dir(candidate: str, root: str | Path = "reports") -> Path:

@@ -29,7 +29,8 @@ def test_init_lint_run_compare_gate_in_a_fresh_folder(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert main(["init", str(tmp_path / "proj")]) == 0
-    assert "wrote 6 files" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wrote 10 files" in out and "notebooks/slices.ipynb" in out and "jupyter lab" in out
     monkeypatch.chdir(tmp_path / "proj")
     config = Path("evalkit.yaml").read_text()
     for needle in ("base_url:", "api_key_env: OPENAI_API_KEY", "# provider: python", "app:answer"):
@@ -46,9 +47,16 @@ def test_init_lint_run_compare_gate_in_a_fresh_folder(
     assert main(["compare", "baseline", "candidate"]) == 0
     assert main(["gate", "baseline", "candidate"]) == 0, capsys.readouterr()
     assert list(Path("reports").glob("*/gate.html"))
-    # init never overwrites
+    # init never overwrites, a notebook either
     assert main(["init", "."]) == 2
     assert "never overwrites" in capsys.readouterr().err
+    fresh = tmp_path / "fresh"
+    (fresh / "notebooks").mkdir(parents=True)
+    (fresh / "notebooks" / "power.ipynb").write_text("mine")
+    assert main(["init", str(fresh)]) == 2
+    assert "already has notebooks/power.ipynb" in capsys.readouterr().err
+    assert (fresh / "notebooks" / "power.ipynb").read_text() == "mine"
+    assert not (fresh / "evalkit.yaml").exists()
 
 
 def test_the_python_stub_runs_as_the_system_under_test(

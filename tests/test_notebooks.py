@@ -8,10 +8,13 @@ from __future__ import annotations
 import ast
 import html
 import json
+import os
 import re
 import sys
+import tomllib
 import xml.etree.ElementTree as ET
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import nbformat
@@ -30,23 +33,24 @@ from evalkit.errors import ConfigError
 from evalkit.judges.calibration import calibrate
 from evalkit.judges.display import fmt_kappa
 from evalkit.notebooks import (
+    FILLED_NOTE,
+    PROJECT_NOTEBOOKS,
+    TEMPLATES,
+    _fill_source,
     _ThisPython,
     execute_gate,
     execute_notebook,
+    fill_notebook,
     notebook_path,
+    shipped_notebooks,
     to_report_html,
 )
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
-NOTEBOOKS = [
-    "gate.ipynb",
-    "slices.ipynb",
-    "power.ipynb",
-    "flakiness.ipynb",
-    "judge_agreement.ipynb",
-]
 REPO = Path(__file__).resolve().parents[1]
+#: Every notebook of the repository (each one ships: `test_every_notebook_ships_as_one_copy`).
+NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
 EXTERNAL_SCRIPT = re.compile(r"<script[^>]+src=|cdn\.jsdelivr|cdnjs|unpkg\.com", re.I)
 CONFIG = """\
 suite: demo
@@ -54,6 +58,39 @@ system: {provider: demo, model: demo-model}
 critical_tags: [billing]
 budgets: {mean_latency_ms: {limit: 5000, action: block}}
 """
+
+
+def test_every_notebook_ships_as_one_copy():
+    """The package data is the repository's notebooks/ itself (a symlink), named in pyproject."""
+    assert {"gate.ipynb", "slices.ipynb", "power.ipynb", "flakiness.ipynb",
+            "judge_agreement.ipynb"} <= set(NOTEBOOKS)  # fmt: skip
+    assert set(PROJECT_NOTEBOOKS) <= set(NOTEBOOKS) and shipped_notebooks() == NOTEBOOKS
+    packaged = Path(str(resources.files("evalkit").joinpath(TEMPLATES)))
+    assert packaged.is_symlink() and packaged.resolve() == (REPO / "notebooks").resolve()
+    for name in NOTEBOOKS:
+        assert notebook_path(name) == packaged / name
+        assert os.path.samefile(notebook_path(name), REPO / "notebooks" / name)
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert f"{TEMPLATES}/*.ipynb" in package_data["package-data"]["evalkit"]
+
+
+def test_fill_notebook_rewrites_only_the_declared_literals():
+    values = {"DB_PATH": 'a "quoted" path/é.duckdb', "ITERS": 50, "NOT_A_PARAMETER": 1}
+    filled = fill_notebook("slices.ipynb", values)
+    assert filled.parameters == {"DB_PATH": 'a "quoted" path/é.duckdb', "ITERS": 50}
+    nb = nbformat.reads(filled.text, as_version=4)
+    shipped = nbformat.read(notebook_path("slices.ipynb"), as_version=4)
+    cell = nb.cells[1].source.splitlines()
+    assert cell[0] == FILLED_NOTE and cell[1] == 'DB_PATH = "a \\"quoted\\" path/é.duckdb"'
+    assert "ITERS = 50" in cell and "SEED = 0" in cell and 'TAG = ""' in cell
+    assert [c.source for c in nb.cells[2:]] == [c.source for c in shipped.cells[2:]]
+
+
+def test_a_filled_comment_and_a_multiline_literal_keep_their_place():
+    source = 'A = [1,\n     2]  # two\nB = "x"  # B = "y" in a comment\nC = 3'
+    out, written = _fill_source(source, {"A": ["é"], "B": "z"})
+    assert out == 'A = ["é"]  # two\nB = "z"  # B = "y" in a comment\nC = 3'
+    assert written == {"A": ["é"], "B": "z"}
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -11,9 +11,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from evalkit.cli import baseline, demo, gating, init, judging, merging, running, scorers
+from evalkit.cli import baseline, demo, gating, init, judging, merging, notebook, running, scorers
 from evalkit.cli.options import find_config
 from evalkit.errors import EvalkitError
+from evalkit.redact import strip_userinfo
 from evalkit.version import __version__
 
 
@@ -48,7 +49,7 @@ def _main(args_list: list[str]) -> int:
     try:
         return int(args.handler(args) or 0)
     except EvalkitError as exc:
-        message = " ".join(str(exc).split())  # always one line, whatever the input held
+        message = " ".join(strip_userinfo(str(exc)).split())  # one line, no URL credentials
         if len(message) > 1000:
             message = message[:997] + "..."
         print(f"evalkit: error: {message}", file=sys.stderr)
@@ -64,7 +65,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"evalkit {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    for command_group in (init, running, merging, gating, baseline, judging, scorers, demo):
+    for command_group in (
+        init,
+        notebook,
+        running,
+        merging,
+        gating,
+        baseline,
+        judging,
+        scorers,
+        demo,
+    ):
         command_group.add_parsers(sub)
     return parser
 

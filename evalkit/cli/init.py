@@ -1,7 +1,9 @@
 """``evalkit init [DIR]``: scaffold a project that lints, runs against ``evalkit demo serve``
 and gates, to edit into your own.
 
-The files are written from the templates below; nothing existing is overwritten.
+The files are written from the templates below, and ``notebooks/`` from the notebooks evalkit
+ships (`evalkit.notebooks.PROJECT_NOTEBOOKS`), parameterised for this project's store and
+config; nothing existing is overwritten.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from evalkit.cli.options import DEFAULT_DB
 from evalkit.errors import ConfigError
 
 CONFIG = """\
@@ -173,10 +176,25 @@ def project_files() -> dict[str, str]:
     }
 
 
+def project_notebooks(directory: str | Path) -> dict[str, str]:
+    """{relative path: .ipynb text} of a new project's notebooks: its own store, config, runs."""
+    # papermill and nbconvert load with evalkit.notebooks: only when a project is written
+    from evalkit.notebooks import PROJECT_NOTEBOOKS, fill_notebook, project_parameters
+
+    root = Path(directory)
+    notebooks = {}
+    for name in PROJECT_NOTEBOOKS:
+        values = project_parameters(
+            name, root, root / "notebooks", root / DEFAULT_DB, root / "evalkit.yaml"
+        )
+        notebooks[f"notebooks/{name}"] = fill_notebook(name, values).text
+    return notebooks
+
+
 def init_project(directory: str | Path) -> list[Path]:
     """Write a new project into ``directory`` (created if missing); refuses to overwrite."""
     root = Path(directory)
-    files = project_files()
+    files = project_files() | project_notebooks(root)
     existing = [name for name in files if (root / name).exists()]
     if existing:
         raise ConfigError(
@@ -208,5 +226,9 @@ def _cmd_init(args: argparse.Namespace) -> int:
     print(
         "next: evalkit demo serve --port 8765 & (a local simulator to run against), then "
         f"{cd}evalkit cases lint && evalkit run --label baseline"
+    )
+    print(
+        f"notebooks: {cd}jupyter lab notebooks/ (pip install 'evalkit-gate[notebook]'); "
+        "evalkit notebook NAME --baseline A --candidate B writes another copy"
     )
     return 0
