@@ -8,14 +8,19 @@ in ``sk-evalk*****0e1f`` or ``custkey-****aa90``.
 
 Two strengths: :func:`redact_known` removes only registered keys and their masked forms (so it
 changes no other byte: used on model outputs and cached responses), :func:`redact_secrets` also
-masks anything that looks like a key, an Authorization header or the password of a URL (used on
-errors and reasons).
+masks anything that looks like a key or an Authorization header, and drops the userinfo of every
+URL (used on errors and reasons).
+
+:func:`strip_userinfo` is the one place a URL loses its ``user:password@``: every URL evalkit
+records (manifests, cache keys) or shows (notes, errors, progress, summaries, reports, echoed
+``--set`` options) goes through it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from typing import overload
 
 _VALUE = r"[^\s\"',;&}]+"  # a header or query-string value, up to its delimiter
 _SECRET_PATTERNS = (
@@ -25,8 +30,10 @@ _SECRET_PATTERNS = (
     ),
     re.compile(r"(?i)\b(bearer\s+)" + _VALUE),
     re.compile(r"\b(sk-)[A-Za-z0-9*._-]{6,}"),  # OpenAI-style keys, masked ones included
-    re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)"),  # scheme://user:PASS@
 )
+# A URL in a text, up to a character no URL in a config or a message holds (space, quote,
+# bracket, comma): "[http://u:p@a/v1, http://b/v1]" is two URLs.
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>\[\]{},]*")
 _MASKED = re.compile(r"([A-Za-z0-9_.\-]*?)(?:\*{2,}|•{2,}|…|\.{3,})+([A-Za-z0-9_\-]*)")
 _MASK_CHARS = ("**", "••", "…", "...")
 _SECRET_NAME = re.compile(
@@ -81,28 +88,48 @@ def redact_known(text: str) -> str:
 
 
 def redact_secrets(text: str) -> str:
-    """``text`` without API keys or Authorization values.
+    """``text`` without API keys, Authorization values or the userinfo of a URL.
 
     Examples:
         >>> redact_secrets("HTTP 401: bad key sk-proj-abc123xyz in Authorization: Bearer tok9")
         'HTTP 401: bad key sk-[redacted] in Authorization: [redacted]'
     """
-    text = redact_known(text)
+    text = strip_userinfo(redact_known(text))
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(r"\1" + REDACTED, text)
     return text
 
 
-def strip_userinfo(url: str | None) -> str | None:
-    """``url`` without a ``user:password@`` part (a key in a URL is still a key).
+@overload
+def strip_userinfo(text: str) -> str: ...
+@overload
+def strip_userinfo(text: None) -> None: ...
+def strip_userinfo(text: str | None) -> str | None:
+    """``text`` with every URL in it shown without its ``user:password@`` (a key in a URL is
+    still a key): a URL, or a message or ``--set`` option quoting one.
+
+    The userinfo ends at the *last* ``@`` of the authority, as urllib, yarl and httpx read it:
+    a password holding a raw ``@`` loses all of it, not just its head.
 
     Examples:
         >>> strip_userinfo("https://me:sk-abc@proxy.example/v1")
         'https://proxy.example/v1'
+        >>> strip_userinfo("http://user:x@SECRET@gw.local:8000/v1")
+        'http://gw.local:8000/v1'
+        >>> strip_userinfo("system.base_urls=[http://u:pw@a:1/v1, http://b:2/v1]")
+        'system.base_urls=[http://a:1/v1, http://b:2/v1]'
+        >>> strip_userinfo("mail me@example.org about http://example.org/@scope/pkg")
+        'mail me@example.org about http://example.org/@scope/pkg'
     """
-    if not url or "@" not in url:
-        return url
-    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@]*@", r"\1", url)
+    if not text or "@" not in text or "://" not in text:
+        return text
+    return _URL.sub(_without_userinfo, text)
+
+
+def _without_userinfo(match: re.Match[str]) -> str:
+    scheme, _, rest = match.group().partition("://")
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    return f"{scheme}://{rest[:end].rpartition('@')[2]}{rest[end:]}"
 
 
 def _unmask(match: re.Match[str]) -> str:

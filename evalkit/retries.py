@@ -6,6 +6,9 @@ stores the output as an *error* with its cause; errors are never scored as a pas
 
 A cause is stored and printed, so it is scrubbed first (:func:`redact_secrets`): providers may
 echo request headers or the key itself in an error body.
+
+A provider that routes (:class:`evalkit.run.replicas.ReplicaRouter`) learns that a call is a
+retry, and where the attempt before failed, from :func:`current_attempt`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from evalkit.errors import ProviderError
@@ -35,6 +39,32 @@ class RetryPolicy:
         """Full-jitter exponential backoff; ``Retry-After`` is a floor, not a suggestion."""
         backoff = rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt))
         return max(backoff, retry_after or 0.0)
+
+
+@dataclass
+class Attempt:
+    """The attempt :func:`complete_with_retries` is making: its number (0: the first) and the
+    replica the attempt before failed on, noted by the router that sent it there."""
+
+    number: int = 0
+    failed_on: str | None = None
+
+
+# Why a context variable: the runner's attempt is ``provider.complete(request)`` and a
+# Provider takes nothing else, so the retry loop and a router inside the provider never meet.
+# Each case's call runs in its own task, whose context holds its own Attempt (tasks it starts
+# copy the context and share the object), so concurrent calls never see each other's.
+_ATTEMPT: ContextVar[Attempt | None] = ContextVar("evalkit_attempt", default=None)
+
+
+def current_attempt() -> Attempt | None:
+    """The attempt of the :func:`complete_with_retries` call running in this task, if any.
+
+    Examples:
+        >>> current_attempt() is None  # outside a retried call
+        True
+    """
+    return _ATTEMPT.get()
 
 
 @dataclass
@@ -94,10 +124,28 @@ async def complete_with_retries(
     stats: CallStats,
     rng: random.Random,
 ) -> Completion:
-    """Call ``call`` until it succeeds, a non-retryable error occurs, or retries run out."""
+    """Call ``call`` until it succeeds, a non-retryable error occurs, or retries run out.
+
+    :func:`current_attempt` tells ``call`` (and a router inside it) which attempt it is."""
+    state = Attempt()
+    token = _ATTEMPT.set(state)
+    try:
+        return await _retry(call, policy, stats, rng, state)
+    finally:
+        _ATTEMPT.reset(token)
+
+
+async def _retry(
+    call: Callable[[], Awaitable[Completion]],
+    policy: RetryPolicy,
+    stats: CallStats,
+    rng: random.Random,
+    state: Attempt,
+) -> Completion:
     attempt = 0
     while True:
         stats.attempts += 1
+        state.number = attempt
         try:
             return await call()
         except ProviderError as exc:

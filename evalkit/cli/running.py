@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from evalkit.cli import sharding
 from evalkit.cli.options import db_arg, suite_args
 from evalkit.errors import EvalkitError
+from evalkit.redact import strip_userinfo
 
 if TYPE_CHECKING:
     from evalkit.corpus.cases import Case
@@ -172,7 +173,7 @@ def resume_command(args: argparse.Namespace, run_id: str) -> str:
     if args.config != find_config():
         parts += ["--config", args.config]
     for item in args.overrides:
-        parts += ["--set", item]
+        parts += ["--set", strip_userinfo(item)]  # a URL's password is never printed
     if args.prompt:
         parts += ["--prompt", args.prompt]
     return shlex.join(parts)
@@ -220,6 +221,8 @@ def print_run_summary(summary, db: str) -> None:
         f"{summary.completion_tokens}, cost spent ${summary.cost_spent_usd:.4f} "
         f"+ served from cache ${summary.cost_cached_usd:.4f}"
     )
+    for replica in summary.replicas:
+        console.print(f"  replica {escape(replica.render())}")
     if summary.error_causes:
         console.print("  top error causes:")
         for cause in summary.error_causes:

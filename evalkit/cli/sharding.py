@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalkit.errors import EvalkitError
+from evalkit.redact import strip_userinfo
 
 if TYPE_CHECKING:
     from evalkit.corpus.cases import Corpus
@@ -125,7 +126,7 @@ def _shard(
     )
     print(
         f"  parts under {root.run_dir(summary.run_id)}; when every shard is done: "
-        f"evalkit merge {summary.run_id} --parts {args.parts} --db {args.db}",
+        f"evalkit merge {summary.run_id} --parts {strip_userinfo(args.parts)} --db {args.db}",
         flush=True,
     )
     return 0

@@ -183,7 +183,7 @@ def request_settings(suite: Suite) -> dict[str, Any]:
     """How requests were made (recorded, not hashed: they change no answer)."""
     config = suite.config
     system = config.system.model_dump()
-    keep = ("transport", "timeout_s", "max_retries", "max_retry_after_s")
+    keep = ("transport", "timeout_s", "max_retries", "max_retry_after_s", "max_response_mb")
     settings = {
         **{k: system[k] for k in keep if k in system},
         "transport": config.system.resolved_transport(),  # what was used, "auto" resolved

@@ -126,6 +126,9 @@ class SystemConfig(_Strict):
     max_retries: int = Field(default=4, ge=0, le=20)
     # A Retry-After longer than this is a stored error, not an hour-long sleep holding a slot.
     max_retry_after_s: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
+    # A response body larger than this (MB of 2**20 bytes, on the wire or decompressed) is that
+    # case's stored error, read no further: a gzip bomb or an endless body cannot eat the run.
+    max_response_mb: float = Field(default=32, gt=0, le=4096, allow_inf_nan=False)
     max_steps: int = Field(default=8, ge=1, le=100)
     # Which cases see the tool schemas: only agent cases (those with tool fixtures, so every
     # call can be served) or every case (to catch a model that starts calling tools where it

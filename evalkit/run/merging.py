@@ -2,8 +2,9 @@
 
 The store does the inserting (:func:`evalkit.store.merge.merge_parts`, under its writer lock);
 this adds what the run layer knows: the summary a local run would have, read back from the
-store, and the status: ``complete`` once every (case, replay) is stored, else ``incomplete``
-(or ``running`` while a driver still has chunks in flight).
+store, and the status: ``complete`` once every (case, replay) of the run's own cases and
+replays is stored (rows of other keys never count), else ``incomplete`` (or ``running`` while a
+driver still has chunks in flight).
 
 Examples:
     >>> with open_store("data/evalkit.duckdb") as store:                 # doctest: +SKIP
@@ -58,13 +59,14 @@ def merge_run(
         *before,
         *(
             w
-            for w in result_warnings(summary.outputs, summary.cached_outputs, result.expected)
+            for w in result_warnings(result.stored, summary.cached_outputs, result.expected)
             if w not in before
         ),
     ]
     summary = replace(summary, warnings=tuple(warnings))
     if not in_progress:
         store.set_warnings(run_id, warnings)
-    status = "running" if in_progress else ("complete" if summary.complete else "incomplete")
+    # complete by the run's real (case, replay) keys, not by a count of rows (see MergeResult)
+    status = "running" if in_progress else ("complete" if result.complete else "incomplete")
     store.finish_run(run_id, status, summary.to_dict())
     return MergedRun(result, summary)

@@ -36,6 +36,7 @@ from evalkit.run.caveats import config_warnings, result_warnings
 from evalkit.run.judging import make_judge
 from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
+from evalkit.run.replicas import replica_counts
 from evalkit.run.summary import RunSummary, SessionCounts, summarize
 from evalkit.run.writer import BatchWriter
 from evalkit.scorers.judge_client import JudgeClient
@@ -76,10 +77,12 @@ class RunOptions:
     resume: str | None = None  # run id to continue
     retry_errors: bool = False  # with ``resume``: ask stored errors again
     selection: dict[str, Any] = field(default_factory=dict)
-    # A batch is written every flush_interval_s, or sooner at flush_rows rows: the interval
-    # bounds what a crash loses; the row cap only bounds memory. Each batch reopens the file
-    # (readers may hold it between batches), so at thousands of outputs a second 256-row
-    # batches cost ~4% of a run's wall (measured: 10k cases at c=256, 4.0 s against 3.9 s).
+    # A batch is written flush_interval_s after its first answer, or sooner at flush_rows
+    # answers, and no more than flush_rows are ever pending (workers wait): a crash loses at
+    # most that many, none older than the interval (see evalkit.run.writer). Each batch
+    # reopens the file (readers may hold it between batches), so at thousands of outputs a
+    # second 256-row batches cost ~4% of a run's wall (measured: 10k cases at c=256, 4.0 s
+    # against 3.9 s).
     flush_rows: int = 2048
     flush_interval_s: float = 0.5
     seed: int = 0  # jitter RNG only
@@ -207,6 +210,7 @@ async def run_suite_async(
         resumed_skipped=len(done),
         retried_errors=retried,
         wall_s=time.perf_counter() - started,
+        replicas=replica_counts(provider),  # a ReplicaRouter's per-replica requests and errors
     )
     summary = summarize(
         store, run_id, label, manifest["config_hash"], expected_outputs=expected, session=session
@@ -350,7 +354,7 @@ class _Execution:
                 except Exception as exc:  # a scorer bug must not sink the run
                     reason = f"scorer crashed: {type(exc).__name__}: {exc}"[:300]
                     scores.append(Score(scorer.name, 0.0, False, reason, error=True))
-        self.writer.add(
+        await self.writer.put(  # waits while flush_rows answers are pending: the count bound
             self.run_id, self.scoring_id, case, replay, output, scores, cost, request_hash
         )
         progress.advance(output.error is not None)

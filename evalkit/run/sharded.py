@@ -7,6 +7,11 @@ into a :class:`PartSink` that writes the chunk's parts when the chunk is done. W
 committed parts is skipped, so re-running a killed shard with the same ``--run-id`` repeats at
 most the chunk it was in; ``evalkit merge`` then puts everything into the store.
 
+A shard trusts its earlier parts no more than the merge does: a chunk attempt or cases part
+the merge would refuse (truncated, another schema, rows of another run or case) is set aside
+under a hidden name, with one line saying so, and its chunk runs again, so the merge after it
+finds only parts it takes.
+
 Examples:
     >>> root = PartsRoot("data/parts")
     >>> summary = run_shard(suite, corpus, RunOptions(label="nightly"),   # doctest: +SKIP
@@ -16,8 +21,9 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,7 +48,8 @@ from evalkit.run.shards import (
 )
 from evalkit.run.summary import SessionCounts
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
-from evalkit.store.parts import PartsRoot
+from evalkit.store.part_checks import RunKeys, corpus_problem
+from evalkit.store.parts import PartInfo, PartRefused, PartsRoot
 
 
 class PartSink:
@@ -190,11 +197,14 @@ def run_shard(
     run_id: str,
     root: PartsRoot,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    report: Callable[[str], None] | None = None,
 ) -> ShardSummary:
-    """Run shard ``K/N`` of run ``run_id`` into parts under ``root`` (no store is opened).
+    """Run shard ``K/N`` of run ``run_id`` into parts under ``root`` (no store is opened);
+    ``report`` gets one line per earlier part set aside (default: printed to stderr).
 
     Raises:
-        EvalkitError: parts of ``run_id`` from another configuration are already there.
+        EvalkitError: parts of ``run_id`` from another configuration are already there, or a
+            manifest there is not one.
     """
     started = time.perf_counter()
     manifest = run_manifest(suite, corpus, options, run_id)
@@ -206,10 +216,18 @@ def run_shard(
                 "use the same --config/--set/--prompt and selection in every shard, or a new "
                 "--run-id"
             )
+        if (other["corpus"], other["replays"]) != (manifest["corpus"], manifest["replays"]):
+            raise EvalkitError(
+                f"{root}: run {run_id} already has parts of another corpus or replays (corpus "
+                f"hash {other['corpus']['hash'][:12]}, {other['replays']} replays; this shard "
+                f"{manifest['corpus']['hash'][:12]}, {manifest['replays']}): the cases changed "
+                "since; use a new --run-id"
+            )
     record_run(root, manifest, f"shard-{shard.index}-of-{shard.count}", corpus.cases)
     replays = int(manifest["replays"])
     mine = shard_units(order_units((c.id for c in corpus.cases), replays), shard)
-    done = root.completed_keys(run_id)
+    keys = RunKeys(run_id, frozenset(c.id for c in corpus.cases), replays)
+    done = committed_keys(root, manifest, keys, report or _to_stderr)
     todo = remaining(make_chunks(mine, chunk_size), done)
     skipped = len(mine) - sum(len(c.units) for c in todo)
     by_id = {case.id: case for case in corpus.cases}
@@ -220,6 +238,55 @@ def run_shard(
         run_id, str(shard), len(mine), skipped, len(results), sum(r.outputs for r in results),
         sum(r.requests for r in results), round(time.perf_counter() - started, 3),
     )  # fmt: skip
+
+
+def committed_keys(
+    root: PartsRoot, manifest: dict[str, Any], keys: RunKeys, report: Callable[[str], None]
+) -> set[tuple[str, int]]:
+    """(case_id, replay) of every committed chunk attempt of the run that the merge would
+    take. Any other (and any cases part that is not the run's corpus) is set aside, each part
+    reported in one line, so its chunk counts as not done and runs again."""
+    run_id = keys.run_id
+    for part in root.parts(run_id, "cases"):
+        problem = None
+        try:
+            cases = root.read_frame(part)
+            problem = keys.refusal("cases", cases) or corpus_problem(cases, manifest)
+        except PartRefused as refused:
+            problem = refused.reason
+        if problem:
+            _set_aside(root, [part], problem, report)
+    side = {
+        table: {(p.chunk_id, p.attempt): p for p in root.parts(run_id, table)}
+        for table in ("scores", "cache")
+    }
+    done: set[tuple[str, int]] = set()
+    for part in root.parts(run_id, "outputs"):
+        attempt = (part.chunk_id, part.attempt)
+        scores, cache = side["scores"].get(attempt), side["cache"].get(attempt)
+        try:
+            answered = root.check_attempt(part, scores, cache, keys)
+        except PartRefused as refused:
+            whole = [p for p in (part, scores, cache) if p is not None]
+            _set_aside(root, whole, f"{refused.part.table} part: {refused.reason}", report)
+            continue
+        done.update(answered.select("case_id", "replay").iter_rows())
+    return done
+
+
+def _set_aside(
+    root: PartsRoot, parts: Sequence[PartInfo], reason: str, report: Callable[[str], None]
+) -> None:
+    for part in parts:
+        aside = root.set_aside(part)
+        report(
+            f"{root.shown(part.path)}: set aside as {aside.rsplit('/', 1)[-1]} ({reason}); "
+            "what it held counts as not done"
+        )
+
+
+def _to_stderr(line: str) -> None:
+    print(f"evalkit: {line}", file=sys.stderr, flush=True)
 
 
 def session_counts(results: Sequence[ChunkResult], wall_s: float, skipped: int) -> SessionCounts:

@@ -1,9 +1,10 @@
 """The run summary, read back from the store so a resumed run counts every stored output.
 
-Counters of this process (requests, retries, cache hits, wall time) describe the session that
-just ran; everything else (verdict counts, tokens, cost, latency, error causes) covers the whole
-run. Cost is split into what was spent now and what was served from the response cache (outputs
-that came from cache keep the latency, tokens and cost they had when first produced).
+Counters of this process (requests, retries, cache hits, wall time, and what each replica of
+``system.base_urls`` served and failed) describe the session that just ran; everything else
+(verdict counts, tokens, cost, latency, error causes) covers the whole run. Cost is split into
+what was spent now and what was served from the response cache (outputs that came from cache
+keep the latency, tokens and cost they had when first produced).
 
 Examples:
     >>> ErrorCause("HTTP 400: Invalid model name", 35).render()
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from evalkit.run.replicas import ReplicaCounts
 from evalkit.store import Store, initial_scoring_id
 
 #: How many distinct error causes a summary lists.
@@ -43,6 +45,7 @@ class SessionCounts:
     resumed_skipped: int = 0
     retried_errors: int = 0
     wall_s: float = 0.0
+    replicas: tuple[ReplicaCounts, ...] = ()  # per replica: attempts sent, failed, breaker trips
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class RunSummary:
     retried_errors: int = 0  # stored errors asked again (--retry-errors)
     error_causes: tuple[ErrorCause, ...] = ()
     warnings: tuple[str, ...] = ()
+    replicas: tuple[ReplicaCounts, ...] = ()  # this session, when system.base_urls names them
 
     @property
     def all_errored(self) -> bool:
@@ -140,6 +144,7 @@ def summarize(
         retried_errors=session.retried_errors,
         error_causes=error_causes(store, run_id),
         warnings=warnings,
+        replicas=session.replicas,
     )
 
 

@@ -1,8 +1,31 @@
 """Batched writes: outputs, scores and cache entries appended to the store as they complete.
 
-Rows are collected column-wise and written every ``flush_rows`` rows or ``flush_interval_s``
-seconds, one transaction per batch, from a worker thread so the event loop keeps serving
-responses. Between batches the file is released so readers (a notebook) can open it.
+Rows are collected column-wise on the event loop and written by the writer's own thread, one
+transaction per batch. The thread keeps the schedule, so neither a busy event loop nor a thread
+pool full of sandboxed scorers delays a batch; between batches the file is released so readers
+(a notebook) can open it.
+
+What a kill can lose. An answer is *pending* from the moment the runner hands it over
+(:meth:`BatchWriter.put`) until the transaction holding it commits (the batch being written is
+pending too). From the first answer on:
+
+* **count**: at most ``flush_rows`` answers are pending at any moment. A worker with one more
+  waits (without blocking the event loop, and asking nothing new) until a batch commits;
+* **time**: a batch is written as soon as ``flush_rows`` answers are pending, and otherwise once
+  ``flush_interval_s`` has passed since its oldest answer came in: the first batch lands no
+  later than the interval after the first answer, and every answer no later than the interval
+  after it came, plus the time of the writes (the one in progress, then its own).
+
+A reader holding the file delays batches (the writer tries again every ``POLL_S`` seconds) but
+not the count: with ``flush_rows`` pending the workers wait, and when the file stays held for
+``REOPEN_WAIT_S`` the run stops with a :class:`~evalkit.errors.StoreError` (resume it once the
+reader lets go). So a kill, even SIGKILL, loses at most ``flush_rows`` answers (with the file
+free, none older than ``flush_interval_s`` plus a write) and the (case, replay) still in flight
+(at most one per worker: twice the concurrency); ``--resume`` asks exactly those again.
+
+Examples:
+    >>> writer = BatchWriter(store, flush_rows=2048, interval_s=0.5)      # doctest: +SKIP
+    >>> await writer.put(run_id, scoring_id, case, 0, output, scores, 0.0, key)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -10,31 +33,55 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import threading
+import time
 from typing import Any
 
 from evalkit.corpus.cases import Case
 from evalkit.records import Output, Score
 from evalkit.store import OUTPUT_COLUMNS, REOPEN_WAIT_S, SCORE_COLUMNS, Store
 
+_Batch = tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]
+
 
 class BatchWriter:
-    """Collects rows column-wise and appends them to the store in batches."""
+    """Collects rows column-wise and appends them to the store in batches, from its thread."""
 
-    POLL_S = 0.05  # how often the flusher looks for a due batch
+    POLL_S = 0.05  # how often a waiting worker, or a writer a reader keeps out, tries again
 
     def __init__(self, store: Store, flush_rows: int, interval_s: float) -> None:
         self.store = store
-        self.flush_rows = flush_rows
+        self.flush_rows = max(1, flush_rows)
         self.interval_s = interval_s
-        self.outputs: dict[str, list[Any]] = {name: [] for name in OUTPUT_COLUMNS}
-        self.scores: dict[str, list[Any]] = {name: [] for name in SCORE_COLUMNS}
+        self.outputs, self.scores = _columns()
         self.cache_entries: dict[str, str] = {}
-        self.pending = 0
-        self.written = 0
-        self.deferred = False  # a reader held the file at the last try: wait for the next tick
-        self._due = False  # flush_rows rows are pending: the flusher writes them at its next poll
-        self._writing: asyncio.Future[None] | None = None  # a batch being written in a thread
-        self._failure: BaseException | None = None  # why the last threaded write failed
+        self.pending = 0  # answers handed over and not yet committed (a batch in a write too)
+        self.written = 0  # answers committed
+        self.deferred = False  # a reader held the file at the last try
+        self._oldest: float | None = None  # when the oldest row not yet in a batch came in
+        # Guards the buffers: ``add`` runs on the event loop, ``_take`` in the writer's thread.
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None  # why a write failed: the run stops
+
+    async def put(
+        self,
+        run_id: str,
+        scoring_id: str,
+        case: Case,
+        replay: int,
+        output: Output,
+        scores: list[Score],
+        cost: float,
+        request_hash: str,
+    ) -> None:
+        """:meth:`add`, once fewer than ``flush_rows`` answers are pending (the count bound)."""
+        # Only this loop adds and only commits lower ``pending``: no await between the last
+        # check and the add, so no two workers take the last place.
+        while self.pending >= self.flush_rows and self._failure is None:
+            await asyncio.sleep(self.POLL_S)
+        self.add(run_id, scoring_id, case, replay, output, scores, cost, request_hash)
 
     def add(
         self,
@@ -47,75 +94,160 @@ class BatchWriter:
         cost: float,
         request_hash: str,
     ) -> None:
+        """Append one answer and its scores to the pending batch (never waits; see ``put``)."""
         if self._failure is not None:  # a batch could not be written: stop the run, loudly
             raise self._failure
-        row = self.outputs
-        row["run_id"].append(run_id)
-        row["case_id"].append(case.id)
-        row["replay"].append(replay)
-        row["text"].append(output.text)
-        row["tool_calls"].append(
-            json.dumps(
-                [
-                    {"name": c.name, "arguments": c.arguments, "response": c.response}
-                    for c in output.tool_calls
-                ]
-            )
+        tool_calls = json.dumps(
+            [
+                {"name": c.name, "arguments": c.arguments, "response": c.response}
+                for c in output.tool_calls
+            ]
         )
-        row["steps"].append(output.steps)
-        row["error"].append(output.error)
-        row["fail_reason"].append(output.fail_reason)
-        row["latency_ms"].append(output.latency_ms)
-        row["prompt_tokens"].append(output.prompt_tokens)
-        row["completion_tokens"].append(output.completion_tokens)
-        row["cost_usd"].append(cost)
-        row["cached"].append(output.cached)
-        row["request_hash"].append(request_hash)
-        row["model"].append(output.model)
-        row["created_at"].append(dt.datetime.now(dt.UTC))
-        for index, score in enumerate(scores):
-            col = self.scores
-            col["run_id"].append(run_id)
-            col["scoring_id"].append(scoring_id)
-            col["case_id"].append(case.id)
-            col["replay"].append(replay)
-            col["scorer"].append(score.scorer)
-            col["scorer_index"].append(index)
-            col["tier"].append(case.scorers[index].tier)
-            col["score"].append(score.score)
-            col["passed"].append(score.passed)
-            col["error"].append(score.error)
-            col["reason"].append(score.reason)
-            col["details"].append(json.dumps(score.details, default=str) if score.details else None)
-        self.pending += 1
-        if self.pending >= self.flush_rows and not self.deferred:
-            self._due = True
+        with self._cond:
+            row = self.outputs
+            row["run_id"].append(run_id)
+            row["case_id"].append(case.id)
+            row["replay"].append(replay)
+            row["text"].append(output.text)
+            row["tool_calls"].append(tool_calls)
+            row["steps"].append(output.steps)
+            row["error"].append(output.error)
+            row["fail_reason"].append(output.fail_reason)
+            row["latency_ms"].append(output.latency_ms)
+            row["prompt_tokens"].append(output.prompt_tokens)
+            row["completion_tokens"].append(output.completion_tokens)
+            row["cost_usd"].append(cost)
+            row["cached"].append(output.cached)
+            row["request_hash"].append(request_hash)
+            row["model"].append(output.model)
+            row["created_at"].append(dt.datetime.now(dt.UTC))
+            for index, score in enumerate(scores):
+                col = self.scores
+                col["run_id"].append(run_id)
+                col["scoring_id"].append(scoring_id)
+                col["case_id"].append(case.id)
+                col["replay"].append(replay)
+                col["scorer"].append(score.scorer)
+                col["scorer_index"].append(index)
+                col["tier"].append(case.scorers[index].tier)
+                col["score"].append(score.score)
+                col["passed"].append(score.passed)
+                col["error"].append(score.error)
+                col["reason"].append(score.reason)
+                details = json.dumps(score.details, default=str) if score.details else None
+                col["details"].append(details)
+            self.pending += 1
+            self._arrived()
 
     def cache(self, key: str, response: str) -> None:
-        self.cache_entries[key] = response
+        with self._cond:
+            self.cache_entries[key] = response
+            self._arrived()
 
-    def flush(self, *, wait: bool = True) -> None:
-        """Append the pending rows in one transaction, then release the file for readers.
+    def _arrived(self) -> None:
+        """Wake the thread when a batch starts (its deadline) or fills (under ``_cond``)."""
+        if self._oldest is None:
+            self._oldest = time.monotonic()
+            self._cond.notify()
+        elif self.pending >= self.flush_rows:
+            self._cond.notify()
 
-        Mid-run (``wait=False``) a file a reader holds open is not waited for: the rows stay
-        pending and the next tick tries again. The final flush waits up to ``REOPEN_WAIT_S``.
+    # -- the writer's thread ----------------------------------------------------------------
+
+    async def run_periodic(self) -> None:
+        """Run the writer's thread until cancelled; raise why a write failed.
+
+        Cancelling it lets the batch being written finish (the join waits for one write).
         """
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name="evalkit-writer", daemon=True)
+        self._thread.start()
+        try:
+            while self._failure is None:
+                await asyncio.sleep(self.POLL_S)
+            raise self._failure
+        finally:
+            self._halt()
+
+    async def drain(self) -> None:
+        """Stop the thread after the batch it may be writing; raise why a write failed."""
+        self._halt()
+        if self._failure is not None:
+            raise self._failure
+
+    def _halt(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _serve(self) -> None:
+        try:
+            while self._next_batch():
+                pass
+        except BaseException as exc:  # surfaces in put/add/drain: the run stops with it
+            self._failure = exc
+
+    def _next_batch(self) -> bool:
+        """Wait until a batch is due, then write it; False once asked to stop."""
+        with self._cond:
+            while not self._stopping and not self._due():
+                self._cond.wait(self._wait_s())
+            if self._stopping:
+                return False
+        opened = self.store.reopen(0.0)
+        if not opened and self.pending >= self.flush_rows:
+            # Workers are waiting: wait for the reader as the final flush does (a store raises
+            # the StoreError that names the run and how to resume it when the reader stays).
+            opened = self.store.reopen(REOPEN_WAIT_S)
+        self.deferred = not opened
+        if not opened:  # a reader holds the file: keep the rows, try again soon
+            with self._cond:
+                self._cond.wait(self.POLL_S)
+            return True
+        with self._cond:
+            batch, rows = self._take()
+        self._write(*batch)
+        with self._cond:
+            self.pending -= rows
+            self.written += rows
+        return True
+
+    def _due(self) -> bool:
+        if self._oldest is None:
+            return False
+        return self.pending >= self.flush_rows or time.monotonic() >= self._oldest + self.interval_s
+
+    def _wait_s(self) -> float | None:
+        if self._oldest is None:
+            return None  # nothing pending: ``_arrived`` wakes the thread
+        return max(0.0, self._oldest + self.interval_s - time.monotonic())
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Stop the thread, then append what is pending in one transaction, waiting up to
+        ``REOPEN_WAIT_S`` for readers to let go of the file (the end of a run)."""
+        self._halt()
         if not self.pending and not self.cache_entries:
             return
-        if not self.store.reopen(REOPEN_WAIT_S if wait else 0.0):
-            self.deferred = True
-            return
-        self._write(*self._take())
+        self.store.reopen(REOPEN_WAIT_S)
+        with self._cond:
+            batch, rows = self._take()
+        self._write(*batch)
+        self.pending -= rows
+        self.written += rows
 
-    def _take(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]:
-        """Hand the pending rows over to a write (on the event loop: `add` never sees half)."""
+    def _take(self) -> tuple[_Batch, int]:
+        """Hand the rows in the buffers over to a write (under ``_cond``: ``add`` never sees
+        half), with how many answers they hold."""
         batch = self.outputs, self.scores, self.cache_entries
-        self.outputs = {name: [] for name in OUTPUT_COLUMNS}
-        self.scores = {name: [] for name in SCORE_COLUMNS}
+        self.outputs, self.scores = _columns()
         self.cache_entries = {}
-        self.written += self.pending
-        self.pending = 0
-        return batch
+        self._oldest = None
+        return batch, len(batch[0]["run_id"])
 
     def _write(
         self, outputs: dict[str, list[Any]], scores: dict[str, list[Any]], entries: dict[str, str]
@@ -127,41 +259,6 @@ class BatchWriter:
         self.store.write_results(outputs, scores)
         self.store.release()
 
-    async def run_periodic(self) -> None:
-        """Flush every ``interval_s`` seconds, and as soon as ``flush_rows`` rows are pending.
 
-        Batches are opened, appended and released in a worker thread (DuckDB lets go of the GIL),
-        so the event loop keeps serving responses meanwhile: done on the loop, the ~50 ms it
-        takes to open and close the file stalled every request in flight, once per batch.
-        """
-        loop = asyncio.get_running_loop()
-        next_tick = loop.time() + self.interval_s
-        while True:
-            # A short poll, not asyncio.wait_for on an Event: on Python 3.11 wait_for can
-            # swallow the cancellation that ends the run, and the run then never returns.
-            await asyncio.sleep(min(self.POLL_S, self.interval_s))
-            now = loop.time()
-            if not self._due and now < next_tick:
-                continue
-            self._due, self.deferred, next_tick = False, False, now + self.interval_s
-            if not self.pending and not self.cache_entries:
-                continue
-            try:
-                if not await asyncio.to_thread(self.store.reopen, 0.0):
-                    self.deferred = True  # a reader holds the file: keep rows for the next tick
-                    continue
-                batch = self._take()
-                self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, *batch))
-                await asyncio.shield(self._writing)  # cancelling the flusher lets it finish
-            except Exception as exc:
-                self._failure = exc
-                raise
-
-    async def drain(self) -> None:
-        """Wait for the batch a worker thread may be writing; raise why a write failed."""
-        if self._writing is not None:
-            (outcome,) = await asyncio.gather(self._writing, return_exceptions=True)
-            if isinstance(outcome, Exception) and self._failure is None:
-                self._failure = outcome  # it failed after the flusher was cancelled
-        if self._failure is not None:
-            raise self._failure
+def _columns() -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    return {name: [] for name in OUTPUT_COLUMNS}, {name: [] for name in SCORE_COLUMNS}

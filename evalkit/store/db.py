@@ -18,6 +18,12 @@ itself lets a file be open either by one read-write process or by many read-only
 runner closes the DuckDB file between batches (:meth:`Store.release`): a notebook can open the
 store read-only (retrying for a few seconds) while a run writes; the next batch waits for it.
 
+A file that is not an evalkit store is left exactly as it is: before anything is written,
+open_store checks that a DuckDB file with tables has evalkit's ``runs`` table and that every
+table of evalkit's name has evalkit's columns (an older store may lack the columns added
+since), and refuses any other file by name; an OS error on the store (a read-only file system,
+a directory in the way) is one line naming the path, like every :class:`StoreError`.
+
 Examples:
     >>> store = open_store("data/evalkit.duckdb")          # doctest: +SKIP
     >>> store.runs().select("run_id", "label").head(2)      # doctest: +SKIP
@@ -25,6 +31,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import difflib
 import functools
@@ -42,7 +49,7 @@ from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.judgments import JudgmentRecords
-from evalkit.store.lock import WriterLock, connect_duckdb
+from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.schema import (
     CACHE_COLUMNS,
     CASE_COLUMNS,
@@ -52,6 +59,7 @@ from evalkit.store.schema import (
     Columns,
     StoredCase,
     case_columns,
+    initial_scoring_id,
 )
 from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
@@ -93,19 +101,31 @@ def open_store(
         wait_s: how long to wait for another process's write lock before failing.
 
     Raises:
-        StoreError: the file is locked by another writer, or it is not a DuckDB database.
+        StoreError: the file is locked by another writer; it is not a DuckDB database, or one
+            of another schema (left untouched); or the OS refuses (read-only file system, ...).
     """
     db_path = Path(path)
     if read_only and not db_path.exists():
         raise StoreError(f"{db_path}: no evalkit store here (run `evalkit run` first)")
     if read_only:
-        return Store(db_path, connect_duckdb(db_path, True, max(wait_s, READ_RETRY_S)), True)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+        con = connect_duckdb(db_path, True, max(wait_s, READ_RETRY_S))
+        return Store(db_path, evalkit_store(con, db_path, read_only=True), True)
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"{db_path}: cannot create the store's directory {db_path.parent}: "
+            f"{os_reason(exc)}; use a --db in a directory you can write"
+        ) from None
     lock = WriterLock.acquire(db_path, wait_s)
     try:
-        return Store(
-            db_path, connect_duckdb(db_path, False, max(wait_s, READ_RETRY_S)), False, lock
-        )
+        con = connect_duckdb(db_path, False, max(wait_s, READ_RETRY_S))
+        con = evalkit_store(con, db_path, read_only=False)
+    except BaseException:
+        lock.release(discard=True)  # a file refused: leave its directory as it was
+        raise
+    try:
+        return Store(db_path, con, False, lock)
     except BaseException:
         lock.release()
         raise
@@ -564,7 +584,7 @@ class Store(DecisionRecords, JudgmentRecords):
             self._con.unregister(name)
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._con)
+        return _Transaction(self._con, self.path)
 
 
 class _ArrowStream:
@@ -581,15 +601,25 @@ class _ArrowStream:
 
 
 class _Transaction:
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    """One transaction; an OS error writing the file (disk full, read-only) becomes a one-line
+    StoreError naming it, with the transaction rolled back."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path) -> None:
         self._con = con
+        self._path = path
 
     def __enter__(self) -> None:
         self._con.execute("BEGIN TRANSACTION")
 
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        self._con.execute("ROLLBACK" if exc_type else "COMMIT")
-
-
-def initial_scoring_id(run_id: str) -> str:
-    return f"{run_id}/s0"
+    def __exit__(self, exc_type: object, exc: BaseException | None, *rest: object) -> None:
+        if exc is None:
+            try:
+                self._con.execute("COMMIT")
+                return
+            except (duckdb.IOException, OSError) as failed:
+                exc = failed
+        with contextlib.suppress(duckdb.Error):  # a failed COMMIT has rolled back already
+            self._con.execute("ROLLBACK")
+        if isinstance(exc, duckdb.IOException | OSError):
+            reason = os_reason(exc) if isinstance(exc, OSError) else str(exc).splitlines()[0]
+            raise StoreError(f"{self._path}: cannot write the store: {reason}") from None

@@ -1,8 +1,10 @@
-"""One writer, many readers: the writer's ``flock`` and DuckDB connections that wait for a busy
-file."""
+"""One writer, many readers: the writer's ``flock``, and DuckDB connections that wait for a busy
+file and refuse one that is not an evalkit store before anything writes to it."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import threading
@@ -13,6 +15,7 @@ from typing import ClassVar
 import duckdb
 
 from evalkit.errors import StoreError
+from evalkit.store.schema import known_tables
 
 
 def connect_duckdb(db_path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
@@ -45,6 +48,54 @@ def connect_duckdb(db_path: Path, read_only: bool, wait_s: float) -> duckdb.Duck
             ) from None
 
 
+def evalkit_store(
+    con: duckdb.DuckDBPyConnection, db_path: Path, *, read_only: bool
+) -> duckdb.DuckDBPyConnection:
+    """``con`` when its file is an evalkit store (or, to write, a DuckDB file without tables);
+    else it is closed, having written nothing, and a StoreError names the file."""
+    found: dict[str, dict[str, str]] = {}
+    for schema, table, column, data_type in con.execute(
+        "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_catalog = current_database() ORDER BY table_schema, table_name, "
+        "ordinal_position"
+    ).fetchall():
+        found.setdefault(table if schema == "main" else f"{schema}.{table}", {})[column] = data_type
+    problem = _schema_problem(found)
+    if problem is None and read_only and not found:
+        problem = "a DuckDB file without tables"
+        advice = "run `evalkit run` first"
+    else:
+        advice = "evalkit leaves it as it is: pass another --db"
+    if problem is None:
+        return con
+    con.close()
+    raise StoreError(f"{db_path}: not an evalkit store ({problem}); {advice}")
+
+
+def _schema_problem(found: dict[str, dict[str, str]]) -> str | None:
+    """Why tables ``found`` ({table: {column: type}}) are not an evalkit store's (None: they
+    are, or there are none yet)."""
+    if not found:
+        return None
+    if "runs" not in found:
+        shown = ", ".join(sorted(found)[:5]) + (
+            f" and {len(found) - 5} more" if len(found) > 5 else ""
+        )
+        return f"it has the tables {shown} and no runs table"
+    for table, (created, added) in known_tables().items():
+        columns = found.get(table)
+        if columns is None:
+            continue  # a table newer than the store: created when it is opened to write
+        allowed = {**created, **added}
+        odd = [f"{c} {t}" for c, t in columns.items() if allowed.get(c) != t]
+        if odd:
+            return f"its {table} table has columns evalkit's has not: {', '.join(odd[:5])}"
+        lacking = [c for c in created if c not in columns]
+        if lacking:
+            return f"its {table} table lacks evalkit's columns {', '.join(lacking[:5])}"
+    return None
+
+
 class WriterLock:
     """An exclusive ``flock`` on ``<db>.lock``: one writing process per store file.
 
@@ -53,7 +104,8 @@ class WriterLock:
     Without ``fcntl`` (Windows) only DuckDB's own lock applies.
     """
 
-    _held: ClassVar[dict[str, list[int]]] = {}  # lock path -> [fd, holders in this process]
+    # lock path -> [fd, holders in this process, 1 if this process created the file]
+    _held: ClassVar[dict[str, list[int]]] = {}
     _mutex: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, key: str) -> None:
@@ -72,7 +124,7 @@ class WriterLock:
             if key in cls._held:
                 cls._held[key][1] += 1
                 return cls(key)
-        fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+        fd, created = _open_lock_file(db_path, key)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -80,7 +132,7 @@ class WriterLock:
             except OSError:
                 if time.monotonic() >= deadline:
                     holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-                    os.close(fd)
+                    os.close(fd)  # it is the other writer's file: never removed here
                     shown = f" (PID {holder})" if holder.isdigit() else ""
                     raise StoreError(
                         f"{db_path} is being written by another process{shown}; wait for it to "
@@ -90,10 +142,13 @@ class WriterLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         with cls._mutex:
-            cls._held[key] = [fd, 1]
+            cls._held[key] = [fd, 1, int(created)]
         return cls(key)
 
-    def release(self) -> None:
+    def release(self, *, discard: bool = False) -> None:
+        """Drop this hold; the last one closes the file (dropping the flock). ``discard``: also
+        remove the lock file if this process created it (a store it refused to open: the
+        directory is left as it was)."""
         if self._released or not self._key:
             return
         self._released = True
@@ -103,4 +158,40 @@ class WriterLock:
             if entry[1]:
                 return
             del self._held[self._key]
+        if discard and entry[2]:
+            with contextlib.suppress(OSError):  # a stray lock file is harmless
+                os.unlink(self._key)  # still holding the flock: no writer is using it
         os.close(entry[0])  # closing the descriptor drops the flock
+
+
+def _open_lock_file(db_path: Path, key: str) -> tuple[int, bool]:
+    """The lock file's descriptor, and whether this call created it.
+
+    Raises:
+        StoreError: the file cannot be created or opened (a read-only file system, ...).
+    """
+    while True:
+        try:
+            try:
+                return os.open(key, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                return os.open(key, os.O_RDWR), False
+        except FileNotFoundError:
+            continue  # removed between the two opens: create it
+        except OSError as exc:
+            raise StoreError(
+                f"{db_path}: cannot write the store: {os_reason(exc)} opening its lock file "
+                f"{key}; use a --db in a directory you can write (reading works: `evalkit runs`, "
+                "notebooks)"
+            ) from None
+
+
+def os_reason(exc: OSError) -> str:
+    """``Read-only file system (EROFS)``: the system's words and the errno's name.
+
+    Examples:
+        >>> os_reason(OSError(errno.EROFS, "Read-only file system"))
+        'Read-only file system (EROFS)'
+    """
+    name = errno.errorcode.get(exc.errno or 0, "")
+    return f"{exc.strerror or exc}" + (f" ({name})" if name else "")

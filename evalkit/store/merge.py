@@ -8,6 +8,15 @@ transaction per batch of parts, so a merge that dies part-way is simply run agai
 twice adds nothing the second time. The run itself (manifest and cases) is created from the
 parts when the store does not have it yet.
 
+No part is trusted. Before anything is written, every manifest, every cases part and every
+pending chunk attempt (outputs, scores and cache parts) is read and checked: Parquet of its
+table's schema; each row of the run being merged, of a case of its corpus and of one of its
+replays (:class:`~evalkit.store.parts.RunKeys`); each score of an output of the same attempt;
+a cases part holding exactly the corpus its manifest hashed. The first part that fails is
+refused in one line naming its file, and nothing is merged. (A part whose other columns cannot
+be decoded is refused when its batch is read, before that batch is written.) A run counts as
+complete only by its real (case, replay) keys.
+
 ``merged_parts`` is the only table this adds; it is created by the first merge, and none of
 the existing tables change.
 """
@@ -21,31 +30,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import pyarrow as pa
 
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.store.db import Store
-from evalkit.store.parts import CASE_SCHEMA, PartInfo, PartsRoot
-from evalkit.store.schema import OUTPUT_SCHEMA, SCORE_SCHEMA
+from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, corpus_problem
+from evalkit.store.parts import PartInfo, PartsRoot
+from evalkit.store.schema import MERGED_PARTS_DDL, OUTPUT_SCHEMA, SCORE_SCHEMA, initial_scoring_id
 from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
 if TYPE_CHECKING:
     import duckdb
 
-MERGED_PARTS_DDL = """
-CREATE TABLE IF NOT EXISTS merged_parts (
-    run_id VARCHAR, part VARCHAR, rows BIGINT, merged_at TIMESTAMPTZ
-);
-"""
 #: Output parts merged per transaction.
 BATCH_PARTS = 64
-CACHE_SCHEMA: dict[str, pl.DataType] = {"cache_key": pl.String, "response": pl.String}
 
 
 @dataclass(frozen=True)
 class MergeResult:
-    """What one merge added; ``stored``/``expected`` count the run's outputs after it."""
+    """What one merge added; ``stored``/``expected`` count the run's (case, replay) keys after
+    it (only keys of its cases and replays: nothing else makes a run complete)."""
 
     run_id: str
     run_created: bool
@@ -68,8 +72,9 @@ def merge_parts(store: Store, root: PartsRoot, run_id: str) -> MergeResult:
     """Merge every committed, not yet merged part of ``run_id`` under ``root`` into ``store``.
 
     Raises:
-        StoreError: the store is read-only, no part or manifest of the run exists, or the
-            parts' manifests disagree with each other or with the stored run.
+        StoreError: the store is read-only; no part or manifest of the run exists; the parts'
+            manifests disagree with each other or with the stored run; or a part is refused
+            (named, and nothing merged).
     """
     if store.read_only:
         raise StoreError("merging needs the store opened for writing (its single writer)")
@@ -83,32 +88,30 @@ class _Merger:
         self._con: duckdb.DuckDBPyConnection = store._con
         self._append: Callable[[str, pl.DataFrame], None] = store._append
         self._transaction: Callable[[], Any] = store._transaction
+        self._has_table: Callable[[str], bool] = store._has_table
 
     def merge(self, root: PartsRoot, run_id: str) -> MergeResult:
-        self._con.execute(MERGED_PARTS_DDL)
-        manifest, created = self._ensure_run(root, run_id)
-        self._merge_cases(root, run_id)
-        merged = {
-            row[0]
-            for row in self._con.execute(
-                "SELECT part FROM merged_parts WHERE run_id = ?", [run_id]
-            ).fetchall()
-        }
+        manifest, stored_run = self._manifest(root, run_id)
+        cases, keys = self._cases(root, run_id, manifest, stored_run)
+        merged = self._merged(run_id)
         pending = [p for p in root.parts(run_id, "outputs") if p.name not in merged]
         side = {
             table: {(p.chunk_id, p.attempt): p for p in root.parts(run_id, table)}
             for table in ("scores", "cache")
         }
+        for part in pending:  # all of them before anything is written
+            attempt = (part.chunk_id, part.attempt)
+            root.check_attempt(part, side["scores"].get(attempt), side["cache"].get(attempt), keys)
+        self._con.execute(MERGED_PARTS_DDL)
+        if not stored_run:
+            self._record_run(run_id, manifest, cases)
+        elif cases.height:
+            with self._transaction():
+                self._append("cases", cases.select(list(CASE_SCHEMA)))
         added = scores_added = cache_added = duplicates = 0
         for start in range(0, len(pending), BATCH_PARTS):
             batch = pending[start : start + BATCH_PARTS]
             outputs = scrub_outputs(_read_tagged(root, batch, OUTPUT_SCHEMA))
-            wrong = outputs.filter(pl.col("run_id") != run_id)
-            if wrong.height:
-                raise StoreError(
-                    f"{root}: part {batch[0].name} of run {run_id} holds rows of run "
-                    f"{wrong['run_id'][0]}"
-                )
             stored = self._frame_of(
                 "SELECT case_id, replay FROM outputs WHERE run_id = ?",
                 [run_id],
@@ -163,43 +166,32 @@ class _Merger:
                 if scores.height:
                     self._append("scores", scores.select(list(SCORE_SCHEMA)))
                 if cache.height:
-                    self._con.register("_part_cache", cache.to_arrow())
-                    try:
-                        (before,) = self._con.execute(
-                            "SELECT count(*) FROM response_cache"
-                        ).fetchall()[0]
-                        self._con.execute(
-                            "INSERT INTO response_cache SELECT cache_key, response, created_at "
-                            "FROM _part_cache n WHERE NOT EXISTS (SELECT 1 FROM response_cache "
-                            "c WHERE c.cache_key = n.cache_key)"
-                        )
-                        (after,) = self._con.execute(
-                            "SELECT count(*) FROM response_cache"
-                        ).fetchall()[0]
-                    finally:
-                        self._con.unregister("_part_cache")
-                    cache_added += after - before
+                    cache_added += self._insert_cache(cache)
                 self._append("merged_parts", records)
             added += winners.height
             scores_added += scores.height
-        (stored_n,) = self._con.execute(
-            "SELECT count(*) FROM outputs WHERE run_id = ?", [run_id]
-        ).fetchall()[0]
         expected = int(manifest["corpus"]["n_cases"]) * int(manifest["replays"])
         return MergeResult(
-            run_id, created, len(pending), added, scores_added, cache_added, duplicates,
-            int(stored_n), expected, manifest["config_hash"], manifest["run"]["label"],
+            run_id, not stored_run, len(pending), added, scores_added, cache_added, duplicates,
+            self._real_keys(run_id, int(manifest["replays"])), expected, manifest["config_hash"],
+            manifest["run"]["label"],
         )  # fmt: skip
 
-    def _ensure_run(self, root: PartsRoot, run_id: str) -> tuple[dict[str, Any], bool]:
-        """The run's manifest, recording the run from its parts when the store lacks it."""
-        manifests = root.manifests(run_id)
+    def _manifest(self, root: PartsRoot, run_id: str) -> tuple[dict[str, Any], bool]:
+        """The run's manifest (the stored one, else its parts'), and whether it is stored."""
+        manifests = root.manifests(run_id)  # each checked by the root
         hashes = sorted({m["config_hash"] for m in manifests})
         if len(hashes) > 1:
             raise StoreError(
                 f"{root}: the writers of run {run_id} ran different configurations (config_hash "
                 f"{', '.join(h[:12] for h in hashes)}): each shard must use the same "
                 "--config/--set/--prompt and selection"
+            )
+        shapes = {_shape(m) for m in manifests}
+        if len(shapes) > 1:
+            raise StoreError(
+                f"{root}: the writers of run {run_id} recorded different corpora or replays: "
+                "each shard must use the same corpus, selection and --replays"
             )
         rows = self._con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchall()
         if rows:
@@ -209,13 +201,51 @@ class _Merger:
                     f"{root}: the parts of run {run_id} have config_hash {hashes[0][:12]}, the "
                     f"stored run {manifest['config_hash'][:12]}; merge them into another --db"
                 )
-            return manifest, False
+            if shapes and shapes != {_shape(manifest)}:
+                raise StoreError(
+                    f"{root}: the parts of run {run_id} recorded another corpus or replays than "
+                    "the stored run; merge them into another --db"
+                )
+            return manifest, True
         if not manifests:
             raise StoreError(
                 f"{root}: no parts of run {run_id} (expected {root.run_dir(run_id)}/manifest/); "
                 "check --parts and the run id"
             )
-        manifest = manifests[0]
+        return manifests[0], False
+
+    def _cases(
+        self, root: PartsRoot, run_id: str, manifest: dict[str, Any], stored_run: bool
+    ) -> tuple[pl.DataFrame, RunKeys]:
+        """The run's cases its parts add to the store (each checked to be the run's corpus,
+        first written wins), and the keys every row of the run must have."""
+        replays = int(manifest["replays"])
+        stored = self._frame_of(
+            "SELECT case_id FROM cases WHERE run_id = ?", [run_id], {"case_id": pl.String}
+        )
+        parts = root.parts(run_id, "cases")
+        if not parts and not stored_run:
+            raise StoreError(
+                f"{root}: run {run_id} has no cases part (expected under "
+                f"{root.run_dir(run_id)}/parts/cases/): run one of its shards again"
+            )
+        frames = []
+        for part in parts:
+            frame = root.read_frame(part)
+            problem = RunKeys(run_id, frozenset(), replays).refusal("cases", frame)
+            problem = problem or corpus_problem(frame, manifest)
+            if problem:
+                raise root.refused(part, problem)
+            frames.append(frame)
+        cases = pl.concat([pl.DataFrame(schema=CASE_SCHEMA), *frames]).unique(
+            "case_id", keep="first", maintain_order=True
+        )
+        case_ids = frozenset(stored["case_id"].to_list()) | frozenset(cases["case_id"].to_list())
+        new = cases.join(stored, on="case_id", how="anti")
+        return new, RunKeys(run_id, case_ids, replays)
+
+    def _record_run(self, run_id: str, manifest: dict[str, Any], cases: pl.DataFrame) -> None:
+        """The run, its own scoring and its cases, in one transaction."""
         with self._transaction():
             self._con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
@@ -230,26 +260,43 @@ class _Merger:
             self._con.execute(
                 "INSERT INTO scorings (scoring_id, run_id, created_at, note) "
                 "VALUES (?, ?, ?, 'run')",
-                [f"{run_id}/s0", run_id, _now()],
+                [initial_scoring_id(run_id), run_id, _now()],
             )
-        return manifest, True
+            if cases.height:
+                self._append("cases", cases.select(list(CASE_SCHEMA)))
 
-    def _merge_cases(self, root: PartsRoot, run_id: str) -> None:
-        """The run's cases from its ``cases`` parts, each case once (first written wins)."""
-        parts = root.parts(run_id, "cases")
-        if not parts:
-            return
-        # Parts written before cases carried their group lack the column: no group, as then.
-        cases = _read_tagged(root, parts, CASE_SCHEMA, optional=("case_group",)).unique(
-            "case_id", keep="first", maintain_order=True
-        )
-        stored = self._frame_of(
-            "SELECT case_id FROM cases WHERE run_id = ?", [run_id], {"case_id": pl.String}
-        )
-        new = cases.join(stored, on="case_id", how="anti").filter(pl.col("run_id") == run_id)
-        if new.height:
-            with self._transaction():
-                self._append("cases", new.select(list(CASE_SCHEMA)))
+    def _merged(self, run_id: str) -> set[str]:
+        if not self._has_table("merged_parts"):  # no merge yet: nothing written before checks
+            return set()
+        rows = self._con.execute(
+            "SELECT part FROM merged_parts WHERE run_id = ?", [run_id]
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def _insert_cache(self, cache: pl.DataFrame) -> int:
+        """Add the entries not cached yet; returns how many."""
+        self._con.register("_part_cache", cache.to_arrow())
+        try:
+            (before,) = self._con.execute("SELECT count(*) FROM response_cache").fetchall()[0]
+            self._con.execute(
+                "INSERT INTO response_cache SELECT cache_key, response, created_at "
+                "FROM _part_cache n WHERE NOT EXISTS (SELECT 1 FROM response_cache "
+                "c WHERE c.cache_key = n.cache_key)"
+            )
+            (after,) = self._con.execute("SELECT count(*) FROM response_cache").fetchall()[0]
+        finally:
+            self._con.unregister("_part_cache")
+        return int(after - before)
+
+    def _real_keys(self, run_id: str, replays: int) -> int:
+        """Stored (case, replay) keys of the run's own cases and replays."""
+        (count,) = self._con.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT case_id, replay FROM outputs WHERE run_id = ? "
+            "AND replay >= 0 AND replay < ? "
+            "AND case_id IN (SELECT case_id FROM cases WHERE run_id = ?))",
+            [run_id, replays, run_id],
+        ).fetchall()[0]
+        return int(count)
 
     def _frame_of(
         self, sql: str, params: Sequence[Any], schema: dict[str, pl.DataType]
@@ -258,34 +305,28 @@ class _Merger:
         return frame.cast(schema) if frame.height else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
 
 
+def _shape(manifest: dict[str, Any]) -> tuple[str, int, int]:
+    """What the merge checks rows against: the corpus (hash, size) and the replays."""
+    corpus = manifest["corpus"]
+    return str(corpus["hash"]), int(corpus["n_cases"]), int(manifest["replays"])
+
+
 def _read_tagged(
     root: PartsRoot,
     parts: Sequence[PartInfo],
     schema: dict[str, pl.DataType],
     order_of: Sequence[PartInfo] | None = None,
-    optional: Sequence[str] = (),
 ) -> pl.DataFrame:
-    """The rows of ``parts`` with the schema's columns and ``_order``: the position of the
-    part's chunk attempt in ``order_of`` (default: in ``parts``), i.e. its completion order.
-    An ``optional`` column a part lacks is null."""
+    """The rows of ``parts`` (each read and checked against its schema) with ``_order``: the
+    position of the part's chunk attempt in ``order_of`` (default: in ``parts``), i.e. its
+    completion order."""
     position = {(p.chunk_id, p.attempt): i for i, p in enumerate(order_of or parts)}
-    frames = []
-    for part in parts:
-        table: pa.Table = root.read(part)
-        frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
-        missing = [c for c in schema if c not in frame.columns and c not in optional]
-        if missing:
-            raise StoreError(f"{root}: part {part.name} lacks columns {', '.join(missing)}")
-        columns = (
-            (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
-            for c, t in schema.items()
+    frames = [
+        root.read_frame(part).with_columns(
+            pl.lit(position[(part.chunk_id, part.attempt)], pl.Int64).alias("_order")
         )
-        frames.append(
-            frame.select(columns).with_columns(
-                pl.lit(position[(part.chunk_id, part.attempt)], pl.Int64).alias("_order")
-            )
-        )
+        for part in parts
+    ]
     if not frames:
         return pl.DataFrame(schema={**schema, "_order": pl.Int64})
     return pl.concat(frames, how="vertical")

@@ -12,6 +12,11 @@ the whole object through ``pyarrow.fs``. A chunk's outputs part is written last,
 commit: the merge takes a chunk attempt only once its outputs part exists, and its scores and
 cache parts are there already.
 
+A part is trusted no more than any file: :meth:`PartsRoot.read_frame` refuses one that is not
+Parquet (truncated, another file) or not of its table's schema, and :class:`RunKeys` one with
+a row of another run, of a case the run does not have or of a replay it does not run, each in
+one line naming the file.
+
 An S3 root names its endpoint in the query string, as ``pyarrow.fs`` reads it:
 ``s3://bucket/prefix?endpoint_override=127.0.0.1:9000&scheme=http`` (credentials from the
 usual ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` environment variables).
@@ -40,22 +45,25 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalkit.errors import StoreError
-from evalkit.store.schema import (
-    CASE_COLUMNS,
-    OUTPUT_SCHEMA,
-    SCORE_SCHEMA,
-    StoredCase,
-    case_columns,
-    polars_schema,
+from evalkit.store.part_checks import (
+    CACHE_SCHEMA,
+    CASE_SCHEMA,
+    KEY_COLUMNS,
+    PART_SCHEMAS,
+    RunKeys,
+    first_line,
+    manifest_problem,
+    schema_problem,
 )
+from evalkit.store.schema import OUTPUT_SCHEMA, SCORE_SCHEMA, StoredCase, case_columns
 
-#: The case parts' columns: the store's ``cases`` table (``case_group`` included).
-CASE_SCHEMA = polars_schema(CASE_COLUMNS)
 DEFAULT_PARTS = "data/parts"
 #: The tables a chunk writes, in the order they are written: ``outputs`` last (the commit).
 CHUNK_TABLES = ("cache", "scores", "outputs")
 TABLES = ("cases", *CHUNK_TABLES)
 _PART_NAME = re.compile(r"^(?P<chunk>.+)-(?P<attempt>\d+)\.parquet$")
+#: What reading a file that is not a Parquet part of ours can raise.
+_UNREADABLE = (pa.ArrowException, OSError, ValueError, pl.exceptions.PolarsError)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,19 @@ class PartInfo:
     def name(self) -> str:
         """``<table>/<chunk>-<attempt>``: how the merge records it."""
         return f"{self.table}/{self.chunk_id}-{self.attempt}"
+
+
+class PartRefused(StoreError):
+    """A part that is not what its name says (not Parquet, another schema, another run's rows):
+    one line naming the file, why, and what to do."""
+
+    def __init__(self, part: PartInfo, shown: str, reason: str) -> None:
+        self.part, self.shown, self.reason = part, shown, reason
+        super().__init__(
+            f"{shown}: {part.table} part refused: {reason}; run the shard that wrote it again "
+            "(it sets a refused part aside and redoes its chunk) or remove the file, then merge "
+            "again"
+        )
 
 
 class PartsRoot:
@@ -154,7 +175,7 @@ class PartsRoot:
         attempt = self.next_attempt(run_id, chunk_id)
         entries = pl.DataFrame(
             {"cache_key": list(cache), "response": [scrub_json(v) for v in cache.values()]},
-            schema={"cache_key": pl.String, "response": pl.String},
+            schema=CACHE_SCHEMA,
         )
         frames = {
             "cache": entries,
@@ -199,13 +220,29 @@ class PartsRoot:
     # -- reads ------------------------------------------------------------------------------
 
     def manifests(self, run_id: str) -> list[dict[str, Any]]:
-        """Every manifest written for ``run_id``, by writer name."""
+        """Every manifest written for ``run_id``, by writer name.
+
+        Raises:
+            StoreError: naming the file, when one is not JSON or not a manifest of the run.
+        """
         directory = f"{self.run_dir(run_id)}/manifest"
         found = []
         for info in sorted(self._listing(directory), key=lambda i: i.base_name):
             if info.base_name.endswith(".json") and not info.base_name.startswith("."):
-                with self.fs.open_input_stream(info.path) as stream:
-                    found.append(json.loads(stream.read()))
+                try:
+                    with self.fs.open_input_stream(info.path) as stream:
+                        manifest = json.loads(stream.read())
+                except (OSError, ValueError) as exc:
+                    manifest = f"not readable JSON ({first_line(exc)})"
+                problem = (
+                    manifest if isinstance(manifest, str) else manifest_problem(manifest, run_id)
+                )
+                if problem:
+                    raise StoreError(
+                        f"{self.shown(info.path)}: manifest refused: {problem}; remove the file "
+                        "(the shard that wrote it writes it anew when run again)"
+                    )
+                found.append(manifest)
         return found
 
     def parts(self, run_id: str, table: str) -> list[PartInfo]:
@@ -225,16 +262,99 @@ class PartsRoot:
                 )
         return sorted(found, key=lambda p: (p.mtime_ns, p.chunk_id, p.attempt))
 
-    def read(self, part: PartInfo, columns: list[str] | None = None) -> pa.Table:
-        return pq.read_table(part.path, filesystem=self.fs, columns=columns)
+    def read_frame(self, part: PartInfo, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """The rows of ``part`` in its table's schema (only ``columns`` of it, when given; the
+        whole file's schema is checked either way).
+
+        Raises:
+            StoreError: naming the file, when it is not Parquet (truncated, another file), or a
+                column of its table is missing, of another type, or null where a key must be.
+        """
+        schema = PART_SCHEMAS[part.table]
+        try:
+            found = pl.from_arrow(pq.read_schema(part.path, filesystem=self.fs).empty_table())
+        except _UNREADABLE as exc:
+            raise self.refused(part, f"not a readable Parquet file ({first_line(exc)})") from None
+        assert isinstance(found, pl.DataFrame)
+        problem = schema_problem(part.table, found.schema)
+        if problem:
+            raise self.refused(part, problem)
+        wanted = list(columns or schema)
+        try:
+            table = pq.read_table(
+                part.path, filesystem=self.fs, columns=[c for c in wanted if c in found.columns]
+            )
+            frame = pl.from_arrow(table)
+        except _UNREADABLE as exc:
+            raise self.refused(part, f"its data cannot be read ({first_line(exc)})") from None
+        assert isinstance(frame, pl.DataFrame)
+        frame = frame.select(
+            (pl.col(c) if c in frame.columns else pl.lit(None)).cast(schema[c]).alias(c)
+            for c in wanted
+        )
+        nulls = [c for c in KEY_COLUMNS[part.table] if c in wanted and frame[c].null_count()]
+        if nulls:
+            raise self.refused(part, f"rows without {', '.join(nulls)}")
+        return frame
+
+    def read_checked(self, part: PartInfo, keys: RunKeys) -> pl.DataFrame:
+        """The :data:`KEY_COLUMNS` of ``part``, refused (naming the file) unless every row
+        belongs to the run ``keys`` describes."""
+        rows = self.read_frame(part, KEY_COLUMNS[part.table])
+        problem = keys.refusal(part.table, rows)
+        if problem:
+            raise self.refused(part, problem)
+        return rows
+
+    def check_attempt(
+        self, outputs: PartInfo, scores: PartInfo | None, cache: PartInfo | None, keys: RunKeys
+    ) -> pl.DataFrame:
+        """Refuse (naming the part) a chunk attempt whose outputs, scores or cache part is not
+        the run's, or whose scores are of (case, replay) its outputs do not have; returns the
+        outputs' key columns."""
+        answered = self.read_checked(outputs, keys)
+        if scores is not None:
+            orphans = self.read_checked(scores, keys).join(
+                answered, on=["case_id", "replay"], how="anti"
+            )
+            if orphans.height:
+                first = orphans.row(0, named=True)
+                raise self.refused(
+                    scores,
+                    f"scores of {orphans.height} (case, replay) its chunk's outputs part lacks "
+                    f"(first: {first['case_id']}, {first['replay']})",
+                )
+        if cache is not None:
+            self.read_checked(cache, keys)
+        return answered
+
+    def refused(self, part: PartInfo, reason: str) -> PartRefused:
+        """The one-line error refusing ``part``: which file, why, and what to do."""
+        return PartRefused(part, self.shown(part.path), reason)
+
+    def set_aside(self, part: PartInfo) -> str:
+        """Rename a refused part to a hidden name no listing shows (kept for a post-mortem);
+        returns the new path."""
+        directory, name = part.path.rsplit("/", 1)
+        aside = f"{directory}/.{name}.refused-{secrets.token_hex(4)}"
+        self.fs.move(part.path, aside)
+        return aside
+
+    def shown(self, path: str) -> str:
+        """A path inside the filesystem as the user names it (``s3://`` for an S3 root)."""
+        return path if self.local else f"{urlsplit(self.location).scheme}://{path}"
 
     def completed_keys(self, run_id: str) -> set[tuple[str, int]]:
         """(case_id, replay) of every committed output part of ``run_id``: work already done,
-        merged or not."""
+        merged or not.
+
+        Raises:
+            StoreError: naming the file, when an outputs part is not one (see ``read_frame``).
+        """
         done: set[tuple[str, int]] = set()
         for part in self.parts(run_id, "outputs"):
-            table = self.read(part, ["case_id", "replay"])
-            done.update(zip(table["case_id"].to_pylist(), table["replay"].to_pylist(), strict=True))
+            frame = self.read_frame(part, ["case_id", "replay"])
+            done.update(frame.iter_rows())
         return done
 
     def _listing(self, directory: str) -> list[pafs.FileInfo]:

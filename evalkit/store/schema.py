@@ -13,8 +13,11 @@ Examples:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -97,6 +100,40 @@ CREATE TABLE IF NOT EXISTS pairwise_judgments (
 );
 """
 
+#: Which Parquet parts a merge has put into the store (:mod:`evalkit.store.merge`): created by
+#: the first merge, so a store that never merged has no such table.
+MERGED_PARTS_DDL = """
+CREATE TABLE IF NOT EXISTS merged_parts (
+    run_id VARCHAR, part VARCHAR, rows BIGINT, merged_at TIMESTAMPTZ
+);
+"""
+
+#: How ``information_schema`` names a type the DDL spells otherwise.
+_TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}
+_CREATE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", re.M | re.S)
+_ALTER = re.compile(r"^ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+) (\S+);", re.M)
+
+
+@functools.cache
+def known_tables() -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+    """Each table evalkit makes, read from its DDL: the columns its ``CREATE`` makes and those
+    an ``ALTER`` added since (a store from before the ``ALTER`` lacks them), each with the type
+    name ``information_schema`` reports. What tells an evalkit store from another DuckDB file.
+
+    Examples:
+        >>> created, added = known_tables()["cases"]
+        >>> created["tags"], added
+        ('VARCHAR[]', {'case_group': 'VARCHAR'})
+    """
+    tables: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+    for name, body in _CREATE.findall(DDL + MERGED_PARTS_DDL):
+        columns = (c.split() for c in body.split(","))  # "name TYPE", types without spaces
+        tables[name] = ({c: _TYPE_NAMES.get(t, t) for c, t in columns}, {})
+    for name, column, sql_type in _ALTER.findall(DDL):
+        tables[name][1][column] = _TYPE_NAMES.get(sql_type, sql_type)
+    return tables
+
+
 #: The cases a run executes (written once, when the run starts).
 CASE_COLUMNS: dict[str, str] = {
     "run_id": "VARCHAR",
@@ -125,6 +162,30 @@ class StoredCase(Protocol):
     source: str
 
     def input_json(self) -> str: ...
+
+
+def initial_scoring_id(run_id: str) -> str:
+    """The id of a run's own scoring (the one its run wrote; rescorings come after it).
+
+    Examples:
+        >>> initial_scoring_id("nightly-42")
+        'nightly-42/s0'
+    """
+    return f"{run_id}/s0"
+
+
+def corpus_digest(cases: Iterable[tuple[str, str]]) -> str:
+    """The corpus hash a manifest records (``Corpus.hash``), from (case id, case hash) pairs:
+    what a merge checks a run's cases parts against.
+
+    Examples:
+        >>> corpus_digest([("b", "h2"), ("a", "h1")]) == corpus_digest([("a", "h1"), ("b", "h2")])
+        True
+    """
+    digest = hashlib.sha256()
+    for case_id, case_hash in sorted(cases):
+        digest.update(f"{case_id}\0{case_hash}\n".encode())
+    return digest.hexdigest()
 
 
 #: ``json.dumps(x, sort_keys=True)`` without building an encoder per call (a third faster).

@@ -1,5 +1,6 @@
 """Hostile endpoints and model outputs: one bad response never kills a run or poisons the cache,
-every wait is bounded, and a key the child tries to steal appears in nothing stored.
+every wait and every body is bounded, and a key the child tries to steal appears in nothing
+stored.
 
 Every test starts its own loopback aiohttp endpoint.
 """
@@ -7,8 +8,15 @@ Every test starts its own loopback aiohttp endpoint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import gzip
 import json
 import socket
+import subprocess
+import sys
+import tempfile
+import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +24,7 @@ from typing import Any
 import polars as pl
 import pytest
 from aiohttp import web
+from loopback_support import serving
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -189,6 +198,142 @@ def test_a_dripping_body_stops_at_the_total_deadline(tmp_path: Path, transport: 
     assert outputs["error"][0].startswith("timeout after 2s"), outputs["error"][0]
 
 
+# --- bodies past system.max_response_mb -------------------------------------------------------
+
+
+@functools.cache
+def _gzip_bomb(mib: int = 384) -> bytes:
+    """``mib`` MiB of spaces (JSON whitespace), gzipped: about 1/1000 of that on the wire."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = b" " * 2**20
+    return b"".join([*(packer.compress(block) for _ in range(mib)), packer.flush()])
+
+
+async def _bomb_endless_or_ok(request: web.Request, case: str) -> web.StreamResponse:
+    if case == "c0":
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        return web.Response(body=_gzip_bomb(), headers=headers)
+    if case == "c1":  # a chunked 200 that never ends: 40 MB/s until the client hangs up
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            for _ in range(2**14):
+                await response.write(b" " * 2**20)
+                await asyncio.sleep(0.025)
+        return response
+    return web.json_response(_ok('{"ok": true}'))
+
+
+def _app(handler: Handler) -> web.Application:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await handler(request, await _case_of(request))
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+# Runs ``evalkit`` (argv[2:]) and writes its exit code and peak RSS (KiB) to argv[1]. A small
+# launcher, not this process, forks it: a forked (or vforked) child's ru_maxrss starts at its
+# parent's high-water RSS, which exec keeps, so a child of the test process would report the
+# test process's own peak. It stops a run that hangs (and so is its only child's reaper).
+_LAUNCHER = """
+import os, subprocess, sys, time
+child = subprocess.Popen(sys.argv[2:])
+deadline = time.monotonic() + 300
+while (waited := os.wait4(child.pid, os.WNOHANG))[0] == 0:
+    if time.monotonic() > deadline:
+        child.kill()
+    time.sleep(0.05)
+with open(sys.argv[1], "w") as out:
+    out.write(f"{os.waitstatus_to_exitcode(waited[1])} {waited[2].ru_maxrss}")
+"""
+
+
+def _evalkit_measured(args: list[str], cwd: Path) -> tuple[int, str, float]:
+    """``evalkit ARGS`` in a child process: its exit code, its output (stdout and stderr) and
+    its own peak RSS in MiB (os.wait4: that child's rusage alone, where RUSAGE_CHILDREN is
+    the largest of every child ever waited for)."""
+    result = cwd / "measured.txt"
+    with tempfile.TemporaryFile() as sink:
+        subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, result, sys.executable, "-m", "evalkit.cli", *args],
+            cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, timeout=400, check=True,
+        )  # fmt: skip
+        sink.seek(0)
+        printed = sink.read().decode(errors="replace")
+    code, peak_kib = map(int, result.read_text().split())
+    return code, printed, peak_kib / 1024
+
+
+@pytest.mark.parametrize("transport", ["lean", "openai"])
+def test_a_gzip_bomb_and_an_endless_body_are_errors_in_bounded_memory(
+    tmp_path: Path, transport: str
+) -> None:
+    """A real ``evalkit run``: the 384 MiB bomb (about 0.4 MB on the wire) and the endless
+    chunked 200 each become that case's stored error at the 32 MB default, the child never
+    holds more than a few caps' worth, the other cases pass and nothing bad is cached."""
+    root = tmp_path / "corpus"
+    (root / "cases").mkdir(parents=True)
+    (root / "cases" / "a.yaml").write_text(
+        "".join(
+            f"- id: c{i}\n  input: {{messages: [{{role: user, content: 'qc{i}'}}]}}\n"
+            "  expect: [json_valid]\n"
+            for i in range(6)
+        )
+    )
+    _gzip_bomb()  # built before the clock of the child's timeout starts
+    with serving(_app(_bomb_endless_or_ok)) as base_url:
+        (root / "evalkit.yaml").write_text(
+            f"suite: bodies\nsystem: {{model: m, base_url: '{base_url}', transport: {transport}, "
+            "max_retries: 0, timeout_s: 8}\ncache: true\n"
+        )
+        db = tmp_path / "e.duckdb"
+        code, printed, peak_mib = _evalkit_measured(
+            ["run", "--config", str(root / "evalkit.yaml"), "--db", str(db), "--no-progress"],
+            tmp_path,
+        )
+    assert code == 0, printed
+    assert peak_mib < 300, f"peak RSS {peak_mib:.0f} MiB"
+    with open_store(db, read_only=True) as store:
+        (run_id,) = store.runs()["run_id"].to_list()
+        outputs = store.outputs(run_id)
+        cached = store.query("SELECT count(*) AS n FROM response_cache")["n"][0]
+    errors = dict(zip(outputs["case_id"], outputs["error"], strict=True))
+    limit = "response body exceeds system.max_response_mb = 32 MB"
+    assert errors.pop("c0") == f"{limit} (decompressed)", printed
+    assert errors.pop("c1") == f"{limit} (on the wire)", printed
+    assert errors == dict.fromkeys(["c2", "c3", "c4", "c5"]), errors  # the rest are fine
+    assert cached == 4  # the four good answers, nothing of the two bodies
+
+
+@pytest.mark.parametrize("transport", ["lean", "openai"])
+def test_compressed_answers_are_read_and_a_compressed_error_body_is_bounded_too(
+    tmp_path: Path, transport: str
+) -> None:
+    """Both transports inflate gzip and deflate answers themselves (under the cap); a 503
+    whose body is an 8 MiB bomb is stopped at ``max_response_mb: 1`` like a 200's."""
+
+    async def handler(request: web.Request, case: str) -> web.Response:
+        answer = json.dumps(_ok('{"ok": true}')).encode()
+        if case == "c0":
+            body, headers, status = gzip.compress(answer), {"Content-Encoding": "gzip"}, 200
+        elif case == "c1":
+            body, headers, status = zlib.compress(answer), {"Content-Encoding": "deflate"}, 200
+        else:
+            body, headers, status = _gzip_bomb(8), {"Content-Encoding": "gzip"}, 503
+        return web.Response(body=body, status=status, headers=headers)
+
+    system = f"transport: {transport}, max_retries: 2, max_response_mb: 1"
+    summary, outputs, _ = _run(tmp_path, handler, 3, system)
+    assert outputs["error"].to_list() == [
+        None,
+        None,
+        "response body exceeds system.max_response_mb = 1 MB (decompressed)",
+    ]
+    assert summary.retries == 0  # the server would send the same body again
+
+
 def test_connection_errors_name_what_went_wrong(tmp_path: Path) -> None:
     async def handler(request: web.Request, case: str) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -304,8 +449,10 @@ def test_registered_keys_and_their_masked_forms_are_removed(text: str, expected:
 def test_a_key_in_a_url_is_a_key() -> None:
     assert strip_userinfo("http://user:s3cr3t-pass-9@host:1/v1") == "http://host:1/v1"
     assert redact_secrets("GET http://user:s3cr3t-pass-9@host/v1 failed") == (
-        "GET http://user:[redacted]@host/v1 failed"
+        "GET http://host/v1 failed"
     )
+    # the userinfo ends at the last "@" of the authority, as every client reads it
+    assert strip_userinfo("http://user:x@s3cr3t@host:1/v1") == "http://host:1/v1"
 
 
 @pytest.mark.parametrize("transport", ["openai", "lean"])

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ import pytest
 from aiohttp import web
 
 from evalkit.cli import main
+from evalkit.cli.running import print_run_summary
 from evalkit.corpus.cases import Corpus, load_corpus
 from evalkit.corpus.messages import render_messages
 from evalkit.corpus.suite import Suite, load_suite
@@ -212,7 +214,8 @@ def _run_scripted(
     tmp_path: Path, script: _Script, n_cases: int, system: str, config: str = ""
 ) -> tuple[RunSummary, pl.DataFrame]:
     """Run ``n_cases`` trivial cases against ``script`` in one event loop; ``system`` adds keys
-    to the ``system:`` mapping, ``config`` top-level lines."""
+    to the ``system:`` mapping (``{base_url}`` in it: the script's), ``config`` top-level
+    lines."""
     root = tmp_path / "corpus"
     (root / "cases").mkdir(parents=True, exist_ok=True)
     (root / "cases" / "a.yaml").write_text(
@@ -228,7 +231,7 @@ def _run_scripted(
         try:
             (root / "evalkit.yaml").write_text(
                 f"suite: scripted\nsystem: {{model: scripted-1, base_url: '{base_url}', "
-                f"{system}}}\ncache: false\n{config}\n"
+                f"{system.replace('{base_url}', base_url)}}}\ncache: false\n{config}\n"
             )
             suite = load_suite(root / "evalkit.yaml")
             corpus = load_corpus(suite.root)
@@ -617,3 +620,28 @@ def test_bench_faults_figures_add_up(tmp_path: Path) -> None:
     injected = faults["injected_429"] + faults["injected_500"] + faults["injected_timeouts"]
     assert injected >= faults["injected_failures"]
     assert set(faults["error_causes"]) <= {"HTTP 429", "HTTP 500", "timeout after 1s"}
+
+
+def test_replicas_route_around_a_dead_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``base_urls: [healthy, refused]``, 300 cases, two retries: a refused connection fails at
+    once, so the dead replica is never busy and fewest-in-flight alone kept choosing it (91 of
+    300 errored). Its breaker opens and each retry goes to the other replica: at most 2 % of
+    the cases error, and the summary names each replica's requests and errors."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    script = _Script()
+    summary, outputs = _run_scripted(
+        tmp_path, script, 300, f"base_urls: ['{{base_url}}', '{dead}'], max_retries: 2"
+    )
+    assert summary.outputs == 300
+    assert summary.errored <= 6, outputs["error"].drop_nulls().value_counts()
+    healthy, refused = summary.replicas
+    assert refused.url == dead and refused.requests == refused.errors > 0
+    assert refused.opened >= 1  # its breaker opened: it was skipped, not asked 300 times
+    assert healthy.errors == 0 and healthy.requests == len(script.arrivals) >= 294
+    assert summary.requests == healthy.requests + refused.requests
+    print_run_summary(summary, "e.duckdb")
+    shown = capsys.readouterr().out
+    assert f"replica {dead}: {refused.requests} requests, {refused.errors} errors" in shown
+    assert f"replica {healthy.url}: {healthy.requests} requests, 0 errors" in shown

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from loopback_support import serving
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -229,3 +231,116 @@ def test_registered_keys_are_scrubbed_whatever_they_look_like() -> None:
     error = ProviderError(f"HTTP 403: key {odd_key} is not allowed", retryable=False)
     assert odd_key not in error.cause and odd_key not in str(error)
     assert error.cause == "HTTP 403: key [redacted] is not allowed"
+
+
+# --- a password in a URL ------------------------------------------------------------------------
+
+URL_SECRET = "SECRETPW"
+
+
+def _ok_app() -> web.Application:
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        body = {"model": "m", "choices": [{"message": {"content": "{}"}}], "usage": {}}
+        return web.json_response(body)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+def _evalkit(*args: str | Path, cwd: Path) -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "evalkit.cli", *map(str, args)],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_a_password_in_base_url_is_printed_stored_and_reported_nowhere(tmp_path: Path) -> None:
+    """``base_url: http://user:SECRETPW@127.0.0.1:PORT/v1`` through ``evalkit run`` (also with
+    an "@" in the password, and as replicas beside a dead one), a ``--shard`` run and its
+    merge, and a compare writing every report: SECRETPW is in no printed line, no manifest,
+    no stored value and no file evalkit wrote."""
+    root, work = tmp_path / "corpus", tmp_path / "work"
+    (root / "cases").mkdir(parents=True)
+    work.mkdir()
+    (root / "cases" / "a.yaml").write_text(
+        "".join(
+            f"- id: c{i}\n  input: {{messages: [{{role: user, content: q{i}}}]}}\n"
+            "  expect: [json_valid]\n"
+            for i in range(6)
+        )
+    )
+    with socket.socket() as probe:  # a port nothing listens on: a dead replica
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    with serving(_ok_app()) as url:
+        netloc = url.removeprefix("http://")
+        config = root / "evalkit.yaml"
+        config.write_text(
+            f"suite: url-secret\nsystem: {{model: m, base_url: 'http://user:{URL_SECRET}@"
+            f"{netloc}'}}\ncache: false\n"
+        )
+        common = ["--config", config, "--db", work / "e.duckdb", "--no-progress"]
+        fleet = (
+            f"system.base_urls=[http://user:{URL_SECRET}@{netloc}, "
+            f"http://user:{URL_SECRET}@127.0.0.1:{dead}/v1]"
+        )
+        commands = [
+            ["run", *common, "--label", "plain", "--json", work / "plain.json"],
+            ["run", *common, "--label", "at-sign",
+             "--set", f"system.base_url=http://user:x@{URL_SECRET}@{netloc}"],
+            ["run", *common, "--label", "fleet", "--set", fleet, "--set", "system.max_retries=2"],
+            ["run", *common, "--shard", "1/1", "--run-id", "sharded", "--label", "sharded",
+             "--parts", work / "parts"],
+            ["merge", "sharded", "--parts", work / "parts", "--db", work / "e.duckdb"],
+            ["compare", "plain", "sharded", "--db", work / "e.duckdb", "--config", config,
+             "--json", work / "r.json", "--html", work / "r.html", "--junit", work / "r.xml",
+             "--markdown", work / "r.md"],
+        ]  # fmt: skip
+        printed = []
+        for command in commands:
+            code, output = _evalkit(*command, cwd=work)
+            assert code == 0, (command[:2], output[-3000:])
+            printed.append(output)
+    everything = "\n".join(printed)
+    assert f"loopback endpoint {url}" in everything  # the note names the endpoint, bare
+    assert f"replica http://127.0.0.1:{dead}/v1: " in printed[2]  # and the dead replica
+    assert URL_SECRET not in everything, next(p for p in printed if URL_SECRET in p)[-3000:]
+    written = [p for p in work.rglob("*") if p.is_file()]
+    assert {"e.duckdb", "plain.json", "r.html", "r.md"} <= {p.name for p in written}
+    for path in written:
+        assert URL_SECRET.encode() not in path.read_bytes(), path
+    with open_store(work / "e.duckdb", read_only=True) as store:
+        runs = store.runs()
+        assert sorted(runs["label"]) == ["at-sign", "fleet", "plain", "sharded"]
+        for manifest in runs["manifest"]:
+            assert json.loads(manifest)["provider"]["base_url"] == url
+        tables = store.query("SELECT table_name FROM information_schema.tables")["table_name"]
+        for table in tables:  # DuckDB compresses strings: read every value back, decompressed
+            assert URL_SECRET not in repr(store.query(f"SELECT * FROM {table}").rows()), table
+        errors = store.query("SELECT count(*) AS n FROM outputs WHERE error IS NOT NULL")["n"]
+    assert errors[0] == 0  # every run really answered (the dead replica's were retried)
+
+
+def test_errors_and_resume_commands_quoting_a_url_print_no_password(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """What the command line echoes back (a ``--set`` in an error, the ``--resume`` command of
+    an interrupted run) shows the URL without its userinfo."""
+    import argparse
+
+    from evalkit.cli.running import resume_command
+
+    item = f"system.base_urls=http://user:{URL_SECRET}@127.0.0.1:9/v1"  # a list, given a string
+    capfd.readouterr()
+    assert main(["run", "--config", str(CONFIG), "--set", item]) == 2
+    printed = capfd.readouterr()
+    assert "--set system.base_urls=http://127.0.0.1:9/v1: invalid value" in printed.err
+    assert URL_SECRET not in printed.out + printed.err
+    args = argparse.Namespace(
+        db="e.duckdb", config=str(CONFIG), overrides=[item.replace("_urls", "_url")], prompt=None
+    )
+    shown = resume_command(args, "r1")
+    assert "system.base_url=http://127.0.0.1:9/v1" in shown and URL_SECRET not in shown

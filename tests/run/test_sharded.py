@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import pytest
 from distributed_support import (
     CANDIDATE_PROMPT,
@@ -142,3 +143,38 @@ def test_replicas_share_the_requests_of_a_run(tmp_path: Path) -> None:
         assert store.manifest(fleet_id)["config_hash"] == store.manifest(single)["config_hash"]
     fleet_outputs, _ = stored(db, fleet_id)
     assert single_outputs.equals(fleet_outputs)
+
+
+def test_a_shard_run_again_sets_bad_parts_aside_and_redoes_their_chunks(
+    noisy_server: DemoServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard resuming over its parts trusts them no more than the merge: a truncated scores
+    part, an outputs part of random bytes and a part of ghost cases are each set aside with
+    one line naming it, their chunks run again, and the merge then takes every part left."""
+    parts = tmp_path / "parts"
+    shard = [*demo_args(noisy_server, "--tier", "smoke"), "--shard", "1/1", "--run-id", "bad"]
+    shard += ["--parts", str(parts), "--chunk-size", "4", "--no-cache"]
+    assert main(["run", *shard]) == 0
+    root = PartsRoot(parts)
+    first, second, *_ = root.parts("bad", "outputs")
+    truncated = next(p for p in root.parts("bad", "scores") if p.chunk_id == first.chunk_id)
+    data = Path(truncated.path).read_bytes()
+    Path(truncated.path).write_bytes(data[: len(data) // 2])
+    Path(second.path).write_bytes(os.urandom(2048))
+    ghost = pl.read_parquet(first.path).with_columns(pl.lit("ghost-1").alias("case_id"))
+    root.write_part("bad", "outputs", "ghost", ghost.to_arrow(), 1)
+    capsys.readouterr()
+    noisy_server.reset_stats()
+
+    assert main(["run", *shard]) == 0
+    captured = capsys.readouterr()
+    aside = [line for line in captured.err.splitlines() if "set aside" in line]
+    for part in (first, truncated, second):  # a bad attempt goes aside whole
+        assert sum(line.startswith(f"evalkit: {part.path}: ") for line in aside) == 1, aside
+    assert any("ghost-1.parquet" in line and "ghost-1" in line for line in aside), aside
+    assert "in 2 chunks" in captured.out  # only the two chunks with a bad part ran again
+    assert main(["merge", "bad", "--parts", str(parts), "--db", str(tmp_path / "b.duckdb")]) == 0
+    outputs, distinct, scores, distinct_scores = exactly_once(tmp_path / "b.duckdb", "bad")
+    assert outputs == distinct == 16 and scores == distinct_scores > 0
+    with open_store(tmp_path / "b.duckdb", read_only=True) as store:
+        assert store.run_status("bad") == "complete"

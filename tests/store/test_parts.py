@@ -17,18 +17,42 @@ from evalkit.errors import StoreError
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
 from evalkit.store.merge import merge_parts
 from evalkit.store.parts import PartsRoot
+from evalkit.store.schema import corpus_digest
 
 RUN = "run-parts-1"
 
 
-def _manifest(n_cases: int, config_hash: str = "c" * 64, replays: int = 1) -> dict:
+class _Case:
+    """What the store records of a case (``StoredCase``), with an optional group."""
+
+    def __init__(self, case_id: str, group: str | None = None) -> None:
+        self.id, self.hash, self.tags, self.criticality = case_id, "h-" + case_id, ("t",), "normal"
+        self.sealed, self.provenance, self.source = False, {"by": "ana"}, "cases/a.yaml:1"
+        self.group = group
+
+    def input_json(self) -> str:
+        return "{}"
+
+
+def _manifest(cases: list[_Case], config_hash: str = "c" * 64, replays: int = 1) -> dict:
+    corpus = {"hash": corpus_digest((c.id, c.hash) for c in cases), "n_cases": len(cases)}
     return {
         "config_hash": config_hash,
         "replays": replays,
-        "corpus": {"hash": "h", "n_cases": n_cases},
+        "corpus": corpus,
         "run": {"run_id": RUN, "label": "parts", "cache": True},
         "warnings": [],
     }
+
+
+def _record(
+    root: PartsRoot, case_ids: list[str], writer: str = "shard-1", replays: int = 1
+) -> list[_Case]:
+    """What every shard writes first: the run's manifest and all of its cases."""
+    cases = [_Case(case_id) for case_id in case_ids]
+    root.write_manifest(RUN, writer, _manifest(cases, replays=replays))
+    root.write_cases(RUN, writer, cases)
+    return cases
 
 
 def _frames(case_ids: list[str], text: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -67,7 +91,7 @@ def _counts(db: Path) -> tuple[int, int, int]:
 
 def test_a_part_written_twice_merges_to_one_row_per_key(tmp_path: Path) -> None:
     root = PartsRoot(tmp_path / "parts")
-    root.write_manifest(RUN, "shard-1", _manifest(4))
+    _record(root, ["a", "b", "c", "d"])
     first = root.write_chunk(RUN, "c1", *_frames(["a", "b"], "first"), {"k1": '{"x": 1}'})
     time.sleep(0.01)  # a retry after a slow write: the same chunk again, the next attempt
     again = root.write_chunk(RUN, "c1", *_frames(["a", "b"], "again"), {"k1": '{"x": 2}'})
@@ -93,7 +117,7 @@ def test_a_part_written_twice_merges_to_one_row_per_key(tmp_path: Path) -> None:
 
 def test_a_part_merged_after_its_key_was_stored_adds_nothing(tmp_path: Path) -> None:
     root = PartsRoot(tmp_path / "parts")
-    root.write_manifest(RUN, "w", _manifest(2))
+    _record(root, ["a", "b"], writer="w")
     root.write_chunk(RUN, "c1", *_frames(["a"], "early"), {})
     db = tmp_path / "e.duckdb"
     with open_store(db) as store:
@@ -118,8 +142,9 @@ def test_parts_are_never_overwritten(tmp_path: Path) -> None:
 
 def test_the_merge_refuses_parts_of_other_configurations(tmp_path: Path) -> None:
     root = PartsRoot(tmp_path / "parts")
-    root.write_manifest(RUN, "shard-1", _manifest(2, "a" * 64))
-    root.write_manifest(RUN, "shard-2", _manifest(2, "b" * 64))
+    cases = [_Case("a"), _Case("b")]
+    root.write_manifest(RUN, "shard-1", _manifest(cases, "a" * 64))
+    root.write_manifest(RUN, "shard-2", _manifest(cases, "b" * 64))
     with open_store(tmp_path / "e.duckdb") as store, pytest.raises(StoreError, match="shard"):
         merge_parts(store, root, RUN)
     with open_store(tmp_path / "e.duckdb") as store, pytest.raises(StoreError, match="no parts"):
@@ -130,7 +155,7 @@ def test_the_merge_is_the_only_writer(tmp_path: Path) -> None:
     """A merge needs the store opened for writing, which holds the writer lock: a second
     writer (another merge, a run) is refused while it is open."""
     root = PartsRoot(tmp_path / "parts")
-    root.write_manifest(RUN, "w", _manifest(1))
+    _record(root, ["a"], writer="w")
     root.write_chunk(RUN, "c1", *_frames(["a"], "x"), {})
     db = tmp_path / "e.duckdb"
     open_store(db).close()
@@ -189,7 +214,7 @@ def test_parts_on_s3_are_written_and_merged_through_pyarrow_fs(
     root = PartsRoot(location)
     assert isinstance(root.fs, pafs.S3FileSystem)
     root.fs.create_dir("parts-bucket")
-    root.write_manifest(RUN, "shard-1", _manifest(3))
+    _record(root, ["a", "b", "c"])
     root.write_chunk(RUN, "c1", *_frames(["a", "b"], "first"), {"k": "{}"})
     root.write_chunk(RUN, "c1", *_frames(["a", "b"], "again"), {})  # a retry: attempt 2
     root.write_chunk(RUN, "c2", *_frames(["c"], "first"), {})
@@ -253,32 +278,27 @@ def _python_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_cases: int)
     return str(root / "evalkit.yaml")
 
 
-class _GroupedCase:
-    def __init__(self, case_id: str, group: str | None) -> None:
-        self.id, self.hash, self.tags, self.criticality = case_id, "h-" + case_id, ("t",), "normal"
-        self.sealed, self.provenance, self.source = False, {"by": "ana"}, "cases/a.yaml:1"
-        self.group = group
-
-    def input_json(self) -> str:
-        return "{}"
-
-
 def test_case_groups_survive_the_parts_and_the_merge(tmp_path: Path) -> None:
     """A sharded run's cases keep their ``group:`` (the slices cluster over it); parts written
     before the column existed merge as cases without a group."""
     root = PartsRoot(tmp_path / "parts")
-    root.write_manifest(RUN, "shard-1", _manifest(3))
-    root.write_cases(RUN, "shard-1", [_GroupedCase("a", "inc-1"), _GroupedCase("b", None)])
-    old = pl.DataFrame({"run_id": [RUN], "case_id": ["c"], "case_hash": ["h-c"], "tags": [["t"]],
-                        "criticality": ["normal"], "sealed": [False], "input": ["{}"],
-                        "provenance": ["{}"], "source": ["cases/a.yaml:3"]})  # fmt: skip
-    root.write_part(RUN, "cases", "old-writer", old.to_arrow(), 1)
+    cases = [_Case("a", "inc-1"), _Case("b")]
+    root.write_manifest(RUN, "shard-1", _manifest(cases))
+    root.write_cases(RUN, "shard-1", cases)
     with open_store(tmp_path / "e.duckdb") as store:
         merge_parts(store, root, RUN)
-        cases = store.cases(RUN)
-    assert cases.select("case_id", "case_group").rows() == [
-        ("a", "inc-1"),
-        ("b", None),
-        ("c", None),
-    ]
-    assert cases["provenance"].to_list()[:2] == ['{"by": "ana"}'] * 2
+        grouped = store.cases(RUN)
+    assert grouped.select("case_id", "case_group").rows() == [("a", "inc-1"), ("b", None)]
+    assert grouped["provenance"].to_list() == ['{"by": "ana"}'] * 2
+
+    old_root = PartsRoot(tmp_path / "old-parts")
+    old_root.write_manifest(RUN, "old-writer", _manifest(cases))
+    old = pl.DataFrame({"run_id": [RUN] * 2, "case_id": ["a", "b"], "case_hash": ["h-a", "h-b"],
+                        "tags": [["t"]] * 2, "criticality": ["normal"] * 2, "sealed": [False] * 2,
+                        "input": ["{}"] * 2, "provenance": ["{}"] * 2,
+                        "source": ["cases/a.yaml:3"] * 2})  # fmt: skip
+    old_root.write_part(RUN, "cases", "old-writer", old.to_arrow(), 1)
+    with open_store(tmp_path / "old.duckdb") as store:
+        merge_parts(store, old_root, RUN)
+        ungrouped = store.cases(RUN)
+    assert ungrouped.select("case_id", "case_group").rows() == [("a", None), ("b", None)]

@@ -36,6 +36,7 @@ def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
             ]
         )
     api_key = api_key_for(system)
+    from evalkit.run.providers.bodies import DEFAULT_MAX_RESPONSE_MB
     from evalkit.run.providers.openai_api import OpenAIProvider
 
     # The endpoint the manifest records and the cache keys on, resolved once and handed to the
@@ -47,6 +48,8 @@ def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
         timeout_s=system.timeout_s,
         transport=system.resolved_transport(),
         key_is_secret=api_key != PLACEHOLDER_KEY,
+        # a judge has no such setting: its bodies are bounded by the default
+        max_response_mb=getattr(system, "max_response_mb", DEFAULT_MAX_RESPONSE_MB),
     )
     if api_key != PLACEHOLDER_KEY:
         return provider

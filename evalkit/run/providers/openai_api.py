@@ -13,7 +13,9 @@ lean for a named OpenAI-compatible ``base_url`` and the official client for the 
 
 Both send the same request, parse the response with the same function (:func:`_completion`)
 and map errors the same way. ``timeout_s`` is a total deadline for one attempt (connecting,
-sending and reading the whole body), in both.
+sending and reading the whole body), in both. Neither inflates a body itself: both hand the raw
+bytes to :class:`evalkit.run.providers.bodies.BoundedBody`, so ``max_response_mb`` caps every
+body (errors and redirects included) on the wire and decompressed, in both.
 
 Every response is validated here, at the boundary: a body that is not a chat completion of the
 expected shape (``content`` an object or a number, a numeric ``model``, token counts that are not
@@ -35,12 +37,20 @@ import email.utils
 import json
 import math
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from evalkit.errors import ProviderError
 from evalkit.records import ChatRequest, Completion, ToolCallRequest
 from evalkit.redact import register_secret, strip_userinfo
+from evalkit.run.providers.bodies import (
+    ACCEPT_ENCODING,
+    DEFAULT_MAX_RESPONSE_MB,
+    BoundedBody,
+    bounded_stream_type,
+    read_bounded,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -65,9 +75,11 @@ class OpenAIProvider:
         timeout_s: float = 60.0,
         transport: str = "openai",
         key_is_secret: bool = True,
+        max_response_mb: float = DEFAULT_MAX_RESPONSE_MB,
     ) -> None:
         self._transport = transport
         self._timeout_s = timeout_s
+        self._max_response_mb = max_response_mb
         if base_url is None:  # resolved here as make_provider does: both transports agree
             from evalkit.corpus.suite import resolve_endpoint
 
@@ -88,10 +100,22 @@ class OpenAIProvider:
         if transport == "openai":
             import openai  # here, not at the top: the lean transport never pays for the import
 
+            # The body is read under the cap by a response hook (_bound_body), which runs
+            # before the client reads a byte of it, for every response: errors and redirects
+            # too. The client's own defaults (pool, redirects, proxies from the environment)
+            # are kept: DefaultAsyncHttpxClient is the client it would have built.
+            http_client = openai.DefaultAsyncHttpxClient(
+                headers={"Accept-Encoding": ACCEPT_ENCODING},
+                event_hooks={"response": [self._bound_body]},
+            )
             # base_url is never None here: the client would read OPENAI_BASE_URL itself, and
             # could talk to another endpoint than the manifest and the cache key name.
             self._client = openai.AsyncOpenAI(
-                base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s
+                base_url=base_url,
+                api_key=api_key,
+                max_retries=0,
+                timeout=timeout_s,
+                http_client=http_client,
             )
 
     async def complete(self, request: ChatRequest) -> Completion:
@@ -126,6 +150,20 @@ class OpenAIProvider:
             raise _status_error(exc.status_code, exc.response.headers, _first_line(exc)) from None
         return _completion(body, 200)
 
+    async def _bound_body(self, response: Any) -> None:
+        """Replace ``response``'s raw stream by the same bytes decoded under the cap; the
+        client then reads the decoded body (its own decoder sees no Content-Encoding)."""
+        body = BoundedBody(
+            response.headers.get("content-encoding"),
+            self._max_response_mb,
+            response.headers.get("content-length"),
+        )
+        response.headers.pop("content-encoding", None)
+        # httpx or httpx2, whichever this openai version speaks: its responses only read a
+        # stream that subclasses its own AsyncByteStream.
+        http = sys.modules[type(response).__module__.partition(".")[0]]
+        response.stream = bounded_stream_type(http.AsyncByteStream)(response.stream, body)
+
     # -- lean transport ---------------------------------------------------------------------
 
     async def _complete_lean(self, request: ChatRequest) -> Completion:
@@ -138,6 +176,9 @@ class OpenAIProvider:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                 connector=aiohttp.TCPConnector(limit=0),
+                # BoundedBody inflates, under the cap; aiohttp would inflate each chunk whole
+                auto_decompress=False,
+                headers={"Accept-Encoding": ACCEPT_ENCODING},
             )
             self._lean = _lean_routing(url, self._api_key)
         headers, proxy, tunnel_headers = self._lean
@@ -149,7 +190,7 @@ class OpenAIProvider:
                 proxy=proxy,
                 proxy_headers=tunnel_headers,
             ) as response:
-                body = await response.read()
+                body = await read_bounded(response, self._max_response_mb)
                 if response.status >= 400:
                     raise _status_error(
                         response.status, response.headers, body[:200].decode(errors="replace")
