@@ -15,6 +15,7 @@ import pytest
 from evalkit.cli import main
 from evalkit.demo.server import DemoServer
 from evalkit.run import runner
+from evalkit.store import open_store
 
 EVALKIT = str(Path(sys.executable).parent / "evalkit")
 
@@ -89,3 +90,27 @@ def test_an_unknown_tag_gets_a_did_you_mean_and_the_list(project, capsys) -> Non
 def test_a_missing_prompt_file_is_blamed_on_the_flag_not_the_config(project, capsys) -> None:
     assert main(["run", "--prompt", "prompts/v9.md", *project.args]) == 2
     assert capsys.readouterr().err == "evalkit: error: --prompt prompts/v9.md: file not found\n"
+
+
+def test_a_judge_scorer_without_a_judge_section_is_refused_by_lint_and_before_a_run(
+    project, capsys
+) -> None:
+    config = Path(project.args[1])
+    (config.parent / "rubrics").mkdir(exist_ok=True)
+    (config.parent / "rubrics" / "tone.md").write_text("# Tone\n\n1: rude\n4: polite\n5: kind\n")
+    cases = config.parent / "cases" / "support.yaml"
+    cases.write_text(
+        cases.read_text() + "\n- id: tone-judge-009\n  tags: [account]\n"
+        "  provenance: {reviewer: you, date: 2026-01-15, source: test}\n"
+        "  input: {vars: {message: hello}}\n"
+        "  expect:\n    - {scorer: judge, args: {rubric: rubrics/tone.md, min_score: 4}}\n"
+    )
+    assert main(["cases", "lint", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "(case tone-judge-009): the judge scorer needs a judge: section" in err
+    with open_store(project.db, read_only=True) as store:
+        before = store.runs().height
+    assert main(["run", "--label", "judged", "--no-progress", *project.args]) == 2
+    assert "needs a judge: section" in capsys.readouterr().err
+    with open_store(project.db, read_only=True) as store:
+        assert store.runs().height == before  # no failed run left holding the label

@@ -35,6 +35,12 @@ concurrency: 8
 replays: 1                              # > 1 measures run-to-run noise (majority verdict per case)
 critical_tags: []                       # at most 4 tags, each with >= 8 cases, may block the gate
 gate: {alpha: 0.05, tolerance: 0.02}
+# A model judge for `- {scorer: judge, args: {rubric: rubrics/tone.md}}` cases (pinned, temperature
+# 0; reported, not gated, until calibrated against human labels: `evalkit labels export`):
+# judge:
+#   model: demo-judge-1                 # the demo's judge; for real, another family than system's
+#   base_url: http://127.0.0.1:8765/v1
+#   api_key_env: OPENAI_API_KEY
 """
 
 PROMPT = """\

@@ -263,6 +263,9 @@ def _cmd_lint(args: argparse.Namespace) -> int:
         return 2
     for warning in corpus.warnings:
         print(f"evalkit: warning: {warning}", file=sys.stderr)
+    from evalkit.run.judging import require_judge
+
+    require_judge(suite, corpus)  # a judge scorer with no judge: section fails every run
     _policy_warnings(suite, _tag_counts(corpus.cases))  # the gate's checks, before any run
     stats = corpus.stats(suite.config.critical_tags)
     console = Console(highlight=False)

@@ -3,6 +3,8 @@ same retries and bounded waits as the system under test."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError
@@ -23,12 +25,30 @@ def make_judge(suite: Suite, corpus: Corpus, store: Store, use_cache: bool) -> J
     """
     if not any(s.tier == JUDGE for case in corpus.cases for s in case.scorers):
         return None
-    if suite.config.judge is None:
-        raise ConfigError(
-            f"{suite.path}: cases use the judge scorer but the suite has no judge: section "
-            "(judge: {model: ..., base_url: ...})"
-        )
+    require_judge(suite, corpus)
     return judge_client(suite, store, use_cache)
+
+
+def require_judge(suite: Suite, corpus: Corpus) -> None:
+    """Refuse a corpus whose cases use a judge scorer when the suite has no ``judge:`` section,
+    naming the first such case: before a run is recorded (it would fail and keep its label),
+    and in ``evalkit cases lint``.
+
+    Raises:
+        ConfigError: one line, ``file:line (case ID)``, and the section to add.
+    """
+    if suite.config.judge is not None:
+        return
+    for case in corpus.cases:
+        if any(s.tier == JUDGE for s in case.scorers):
+            raise ConfigError(
+                f"{case.source} (case {case.id}): the {_judge_name(case)} scorer needs a "
+                f"judge: section in {suite.path.name} (judge: {{model: ..., base_url: ...}})"
+            )
+
+
+def _judge_name(case: Any) -> str:
+    return next(s.name for s in case.scorers if s.tier == JUDGE)
 
 
 def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeClient:

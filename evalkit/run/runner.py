@@ -33,7 +33,8 @@ from evalkit.records import ChatRequest, Completion, Output, Provider, Score, To
 from evalkit.retries import CallStats, RateLimiter, RetryPolicy, complete_with_retries
 from evalkit.run.cache import cache_key, system_cache_identity
 from evalkit.run.caveats import config_warnings, result_warnings
-from evalkit.run.judging import make_judge
+from evalkit.run.judging import make_judge, require_judge
+from evalkit.run.preflight import check_endpoints
 from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
 from evalkit.run.replicas import replica_counts
@@ -131,6 +132,12 @@ async def run_suite_async(
             suite.tools,
         )
         config = suite.config
+    if provider is None and config.system.provider == "openai":
+        # Before anything is recorded: a dead endpoint stops the run now, not after every
+        # case's retries (evalkit.run.preflight). An injected provider is the caller's.
+        fleet = [r.url for r in config.system.replicas] or [config.system.effective_endpoint().url]
+        check_endpoints([url for url in fleet if url])
+    require_judge(suite, corpus)  # before a run is recorded: it would fail holding its label
     retried = 0
     if options.resume:
         run_id = store.resolve_run(options.resume)

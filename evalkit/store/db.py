@@ -389,7 +389,9 @@ class Store(DecisionRecords, JudgmentRecords):
 
     def resolve_run(self, ref: str) -> str:
         """A run id from an id, a unique id prefix, a label that names one run, or
-        ``label@latest`` (the newest run with that label).
+        ``label@latest`` (the newest run with that label). A label that several runs carry
+        resolves to its one *complete* run when exactly one is complete: a run that failed or
+        was killed does not capture the label of the run it was meant to replace.
 
         Raises:
             StoreError: no such run, or a label or prefix that names several runs (listed).
@@ -399,9 +401,12 @@ class Store(DecisionRecords, JudgmentRecords):
         if exact:
             return exact[0][0]
         rows = self._con.execute(
-            "SELECT run_id, created_at FROM runs WHERE label = ? ORDER BY created_at DESC",
+            "SELECT run_id, created_at, status FROM runs WHERE label = ? ORDER BY created_at DESC",
             [label],
         ).fetchall()
+        complete = [r for r in rows if r[2] == "complete"]
+        if len(rows) > 1 and not latest and len(complete) == 1:
+            return complete[0][0]
         if len(rows) > 1 and not latest:
             listed = ", ".join(f"{r[0]} ({str(r[1])[:19]})" for r in rows[:5])
             more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
@@ -442,7 +447,9 @@ class Store(DecisionRecords, JudgmentRecords):
 
     def cases(self, run_id: str) -> pl.DataFrame:
         """The cases a run executed. After a rescore against edited expectations, ``case_hash``
-        is the hash the newest scoring scored against (the stored outputs are unchanged)."""
+        is the hash the newest scoring scored against (the stored outputs are unchanged).
+        ``run_id`` may be a label (`resolve_run`), as for every per-run frame."""
+        run_id = self.resolve_run(run_id)
         scoring_id = self.latest_scoring(run_id)
         return self._frame(
             "SELECT c.* REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) FROM cases c "
@@ -454,7 +461,9 @@ class Store(DecisionRecords, JudgmentRecords):
     def outputs(self, run_id: str, *, ordered: bool = True) -> pl.DataFrame:
         """A run's outputs by (case_id, replay); ``ordered=False``: in the order they were
         written, skipping a sort that costs more than the read at a million rows (the
-        analysis groups them itself)."""
+        analysis groups them itself). ``run_id`` may be a label: an unknown one is an error,
+        never an empty frame."""
+        run_id = self.resolve_run(run_id)
         order = " ORDER BY case_id, replay" if ordered else ""
         return self._frame(f"SELECT * FROM outputs WHERE run_id = ?{order}", [run_id])
 
@@ -463,6 +472,7 @@ class Store(DecisionRecords, JudgmentRecords):
     ) -> pl.DataFrame:
         """Long scores of a run: the newest scoring unless ``scoring_id`` is given, by
         (case_id, replay, scorer_index); ``ordered=False``: in the order they were written."""
+        run_id = self.resolve_run(run_id)
         scoring_id = scoring_id or self.latest_scoring(run_id)
         order = " ORDER BY case_id, replay, scorer_index" if ordered else ""
         return self._frame(

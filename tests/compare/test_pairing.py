@@ -44,6 +44,19 @@ def test_a_label_naming_several_runs_is_an_error_listing_them(db: Path) -> None:
         assert store.resolve_run("b1") == "b1"
 
 
+def test_a_failed_or_killed_run_does_not_capture_the_label(db: Path) -> None:
+    write_store(db, [make_run("b2", _cases("c", "p"), label="baseline")], status="failed")
+    write_store(db, [make_run("b3", _cases("c", "p"), label="baseline")], status="running")
+    with open_store(db, read_only=True) as store:
+        assert store.resolve_run("baseline") == "b1"  # the one complete run with the label
+        assert store.resolve_run("baseline@latest") == "b3"  # the newest, as asked
+        # per-run frames take labels too, and an unknown one is an error, not an empty frame
+        assert store.outputs("baseline")["run_id"].unique().to_list() == ["b1"]
+        assert store.scores("candidate")["run_id"].unique().to_list() == ["c1"]
+        with pytest.raises(StoreError, match="no run with id or label 'nope'"):
+            store.outputs("nope")
+
+
 def test_an_unknown_label_gets_a_did_you_mean_and_the_labels(db: Path) -> None:
     with open_store(db) as store, pytest.raises(StoreError) as caught:
         store.resolve_run("candidat")
