@@ -4,6 +4,7 @@ Ctrl-C, an unknown tag with a did-you-mean and the list."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -45,6 +46,21 @@ def test_runs_json_and_full_ids_when_piped(project, capsys) -> None:
     )
     assert piped.stdout.split("\t")[:2] == [run["run_id"], "base"]  # full id, no table
     assert run["config_hash"] in piped.stdout
+
+
+def test_runs_in_a_terminal_is_a_table_with_status_pass_rate_and_age(
+    project, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "160")
+    assert main(["runs", "--db", str(project.db)]) == 0
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # a terminal gets colours
+    header = next(line for line in out.splitlines() if "run_id" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
+        "run_id", "label", "status", "pass rate", "age", "config",
+    ]  # fmt: skip
+    row = next(line for line in out.splitlines() if " base " in line)
+    assert "complete" in row and "%" in row and (" s " in row or " min " in row)
 
 
 def test_ctrl_c_prints_the_exact_resume_command(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evalkit.cli import sharding
 from evalkit.cli.options import db_arg, suite_args
@@ -307,17 +308,56 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 )
             )
         return 0
-    table = Table("run_id", "label", "created_at", "status", "config")
+    table = Table("run_id", "label", "status", "pass rate", "age", "config")
+    now = dt.datetime.now(dt.UTC)
     for row in runs.iter_rows(named=True):
         table.add_row(
             row["run_id"],
             row["label"],
-            str(row["created_at"])[:19],
             row["status"],
+            _pass_rate(row["summary"]),
+            _age(now, row["created_at"]),
             row["config_hash"][:12],
         )
     Console().print(table)
     return 0
+
+
+def _pass_rate(summary: str | None) -> str:
+    """The stored summary's pass rate of scored outputs, with the errors beside it.
+
+    Examples:
+        >>> _pass_rate('{"passed": 9, "failed": 3, "errored": 1}')
+        '75.0% (+1 errored)'
+        >>> _pass_rate(None)
+        '–'
+    """
+    try:
+        counts = json.loads(summary or "null") or {}
+        passed, failed = int(counts["passed"]), int(counts["failed"])
+    except (ValueError, KeyError, TypeError):
+        return "–"
+    errored = int(counts.get("errored") or 0)
+    rate = f"{passed / (passed + failed):.1%}" if passed + failed else "–"
+    return rate + (f" (+{errored} errored)" if errored else "")
+
+
+def _age(now: dt.datetime, created: Any) -> str:
+    """How long ago, in the largest unit that fits.
+
+    Examples:
+        >>> t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        >>> _age(t, t - dt.timedelta(minutes=5)), _age(t, t - dt.timedelta(days=3, hours=2))
+        ('5 min', '3 d')
+    """
+    if not isinstance(created, dt.datetime):
+        return "–"
+    created = created if created.tzinfo else created.replace(tzinfo=dt.UTC)
+    seconds = max(0.0, (now - created).total_seconds())
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def _cmd_rescore(args: argparse.Namespace) -> int:
