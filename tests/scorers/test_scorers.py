@@ -409,3 +409,17 @@ def test_a_catastrophic_regex_runs_off_the_event_loop_and_is_bounded() -> None:
     worst_gap, wall = asyncio.run(both())
     assert worst_gap < 0.5  # the loop kept serving the other coroutine while the regex ran
     assert wall < 5.0
+
+
+def test_a_schema_named_by_many_cases_is_compiled_once_and_an_edit_is_seen(tmp_path) -> None:
+    from evalkit.scorers import structured
+
+    schema = tmp_path / "reply.json"
+    schema.write_text('{"type": "object", "required": ["answer"]}')
+    before = structured._compiled.cache_info().misses
+    scorers = [build_scorer("json_schema", {"schema": str(schema)}) for _ in range(500)]
+    assert structured._compiled.cache_info().misses - before == 1  # a counter, not a timer
+    assert not scorers[-1](Output('{"other": 1}'), None).passed
+    schema.write_text('{"type": "object"}')  # edited: read again, compiled again
+    assert build_scorer("json_schema", {"schema": str(schema)})(Output('{"other": 1}'), None).passed
+    assert structured._compiled.cache_info().misses - before == 2
