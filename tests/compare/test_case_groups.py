@@ -48,10 +48,16 @@ class _Case:
 def test_store_keeps_the_group_and_migrates_an_old_cases_table(tmp_path: Path) -> None:
     db = tmp_path / "old.duckdb"
     con = duckdb.connect(str(db))  # a store written before case groups existed
+    con.execute(  # an evalkit store has its runs table (a file without one is someone else's)
+        "CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, label VARCHAR, created_at TIMESTAMPTZ, "
+        "finished_at TIMESTAMPTZ, config_hash VARCHAR, status VARCHAR, manifest VARCHAR, "
+        "summary VARCHAR)"
+    )
     con.execute(
         "CREATE TABLE cases (run_id VARCHAR, case_id VARCHAR, case_hash VARCHAR, tags VARCHAR[],"
         " criticality VARCHAR, sealed BOOLEAN, input VARCHAR, provenance VARCHAR, source VARCHAR)"
     )
+    con.execute("INSERT INTO runs VALUES ('r0', 'a', now(), now(), 'c', 'complete', '{}', '{}')")
     con.execute("INSERT INTO cases VALUES ('r0', 'old', 'h', ['x'], 'normal', false, '{}', '{}',"
                 " 's')")  # fmt: skip
     con.close()
