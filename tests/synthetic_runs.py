@@ -146,3 +146,12 @@ def write_store(path: Path, runs: list[RunData], status: str = "complete") -> No
                 store.write_results(outputs, _conform(scores, SCORE_SCHEMA))
             if status != "running":
                 store.finish_run(run.run_id, status, {})
+
+
+#: The runs table as every evalkit store has had it: a test's "store written by an older
+#: evalkit" starts with it (a DuckDB file without one is someone else's and is refused).
+OLD_RUNS_DDL = (
+    "CREATE TABLE runs (run_id VARCHAR, label VARCHAR, created_at TIMESTAMPTZ, "
+    "finished_at TIMESTAMPTZ, config_hash VARCHAR, status VARCHAR, manifest VARCHAR, "
+    "summary VARCHAR)"
+)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from synthetic_runs import MANIFEST, C, make_run, write_store
+from synthetic_runs import MANIFEST, OLD_RUNS_DDL, C, make_run, write_store
 
 from evalkit.compare.analysis import load_comparison, load_run
 from evalkit.compare.flakes import (
@@ -145,6 +145,7 @@ def test_a_store_without_flake_case_hashes_reads_them_as_null(tmp_path: Path) ->
 
     db = tmp_path / "old.duckdb"
     con = duckdb.connect(str(db))  # a store written before flakes recorded a case hash
+    con.execute(OLD_RUNS_DDL)
     con.execute(
         "CREATE TABLE flakes (config_hash VARCHAR, measured_at TIMESTAMPTZ, case_id VARCHAR, "
         "tags VARCHAR[], runs INTEGER, flips INTEGER, flake_rate DOUBLE)"

@@ -189,8 +189,10 @@ def test_a_notebook_stores_vega_lite_and_images_and_the_cards_compare_html_shows
     assert (
         set(cards.data) == {"text/html", "text/plain"} and html.CARD_CSS in cards.data["text/html"]
     )
-    # the slices section: its tables as HTML, then the linked chart as its own output, no more
-    assert [set(o.data) >= {VL, "image/svg+xml"} for o in slices] == [False, True]
+    # the slices section: its tables as HTML, the linked chart as its own output, then the
+    # per-scorer table as HTML
+    assert [set(o.data) >= {VL, "image/svg+xml"} for o in slices] == [False, True, False]
+    assert "Per scorer (reported, not gated by itself)" in slices[2].data["text/html"]
     assert (
         "<svg" not in slices[0].data["text/html"] and 'id="slices"' in slices[0].data["text/html"]
     )

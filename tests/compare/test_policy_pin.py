@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from synthetic_runs import MANIFEST, C, make_run, write_store
+from synthetic_runs import MANIFEST, OLD_RUNS_DDL, C, make_run, write_store
 
 from evalkit.cli import main
 from evalkit.compare.policy import (
@@ -229,6 +229,7 @@ def test_a_promoted_policy_round_trips_and_the_newest_pinning_promotion_wins(
 def test_a_read_only_store_from_before_policy_pinning_reads_as_no_policy(tmp_path: Path) -> None:
     db = tmp_path / "old.duckdb"
     con = duckdb.connect(str(db))
+    con.execute(OLD_RUNS_DDL)
     con.execute("CREATE TABLE baselines (suite VARCHAR, run_id VARCHAR, who VARCHAR, "
                 "reason VARCHAR, promoted_at TIMESTAMPTZ, tier VARCHAR)")  # fmt: skip
     con.execute("INSERT INTO baselines VALUES ('demo', 'b1', 'ana', 'v1', now(), NULL)")

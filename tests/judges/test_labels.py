@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from synthetic_runs import OLD_RUNS_DDL
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -200,7 +201,9 @@ def test_pinning_errors_name_the_line(
 
 
 def test_an_older_store_opened_read_only_has_no_labels_yet(tmp_path: Path) -> None:
-    duckdb.connect(str(tmp_path / "old.duckdb")).close()
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))  # runs, but no label tables yet
+    con.execute(OLD_RUNS_DDL)
+    con.close()
     with open_store(tmp_path / "old.duckdb", read_only=True) as store:
         assert store.human_labels().is_empty()
         assert store.calibrations().is_empty()
