@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from process_guard import pids_with
+
 LEAKY = textwrap.dedent(
     """\
     import subprocess
@@ -42,18 +44,6 @@ def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def _sleepers(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_a_leaked_child_fails_the_session_and_is_killed(tmp_path: Path) -> None:
     try:
         done = _run(tmp_path, LEAKY)
@@ -61,9 +51,9 @@ def test_a_leaked_child_fails_the_session_and_is_killed(tmp_path: Path) -> None:
         assert done.returncode == 1, done.stdout + done.stderr
         assert "1 process(es) started by the tests outlived them" in done.stdout
         assert "sleep 7171.5" in done.stdout
-        assert _sleepers("7171.5") == []  # the guard killed it
+        assert pids_with("7171.5") == []  # the guard killed it
     finally:
-        for pid in _sleepers("7171.5"):
+        for pid in pids_with("7171.5"):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from process_guard import pids_with
 
 from evalkit.records import Output, Score
 from evalkit.scorers import sandbox
@@ -56,18 +57,6 @@ def score(scorer: Scorer, text: str) -> Score:
     return scorer(Output(text), None)
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_fork_exec_spawns_inside_and_the_setsid_grandchild_is_gone(tmp_path: Path) -> None:
     mark = tmp_path / "spawned"
     marker = "4242.17"  # a sleep length no other process uses
@@ -84,9 +73,9 @@ def test_fork_exec_spawns_inside_and_the_setsid_grandchild_is_gone(tmp_path: Pat
     assert not mark.exists()
     assert not Path("/usr/evalkit-pwned").exists()
     deadline = time.monotonic() + 2
-    while _processes_with(marker) and time.monotonic() < deadline:
+    while pids_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _processes_with(marker) == []
+    assert pids_with(marker) == []
 
 
 def test_clearing_the_hook_from_a_frame_then_spawning_and_connecting_is_contained(
@@ -275,6 +264,6 @@ def test_a_fork_bomb_is_capped_and_gone_afterwards() -> None:
     if "started " in result.reason:
         assert int(result.reason.split("started ")[1].split()[0]) < 64, result.reason
     deadline = time.monotonic() + 2
-    while _processes_with(marker) and time.monotonic() < deadline:
+    while pids_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _processes_with(marker) == []
+    assert pids_with(marker) == []

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_guard import pids_with
 
 from evalkit.cli import main
 from evalkit.corpus import manifest
@@ -216,7 +217,7 @@ def test_a_fork_bomb_stops_at_the_cap_counted_from_outside() -> None:
 
     def watch() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], sum(1 for _ in _pids_with(marker)))
+            peak[0] = max(peak[0], sum(1 for _ in pids_with(marker)))
             time.sleep(0.01)
 
     watcher = threading.Thread(target=watch)
@@ -229,19 +230,7 @@ def test_a_fork_bomb_stops_at_the_cap_counted_from_outside() -> None:
     assert result.status == "processes", result
     assert result.message == "process limit 64 (processes and threads) reached"
     assert 0 < peak[0] < 64, peak[0]
-    assert list(_pids_with(marker)) == []
-
-
-def _pids_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    assert list(pids_with(marker)) == []
 
 
 # Finds every 32-hex-digit string in the interpreter's own writable memory, through a relative
