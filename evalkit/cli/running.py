@@ -227,7 +227,7 @@ def print_run_summary(summary, db: str) -> None:
     if summary.error_causes:
         console.print("  top error causes:")
         for cause in summary.error_causes:
-            console.print(f"    {escape(cause.render())}")
+            console.print(f"    {escape(cause.render(width=600))}")  # a fix is in its tail
     for warning in summary.warnings:
         console.print(f"  [yellow]warning[/]: {escape(warning)}")
     if summary.all_errored:

@@ -37,6 +37,9 @@ def answer(messages, **context):
     text = messages[-1]["content"]
     if "bad model" in text:
         raise ValueError("HTTP 400: Invalid model name 'gpt-4x'")
+    if "long cause" in text:
+        raise ValueError("judge: no API key: set the environment variable " + "W" * 150
+                         + " LITELLM_MASTER_KEY (system.api_key_env) for the proxy")
     if "flaky" in text and FAIL.exists():
         raise ConnectionError("connection refused")
     if "hold" in text and FAIL.with_name("hold").exists():
@@ -275,3 +278,13 @@ def test_a_reader_that_never_lets_go_names_the_run_and_the_resume_command(
         (tmp_path / "app" / "hold").unlink()
         resumed = run_suite(suite, corpus, store, RunOptions(resume=run_id, progress=False))
     assert resumed.outputs == 4 and resumed.passed == 4
+
+
+def test_an_error_cause_is_printed_whole_in_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    config = _project(tmp_path, monkeypatch, ["long cause"] * 2)
+    db = tmp_path / "e.duckdb"
+    assert main(["run", "--config", str(config), "--db", str(db), "--no-progress"]) == 1
+    out = " ".join(capsys.readouterr().out.split())  # rich may wrap a long line
+    assert "LITELLM_MASTER_KEY (system.api_key_env) for the proxy" in out
