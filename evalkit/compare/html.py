@@ -365,13 +365,13 @@ def _scorers(r: Report) -> str:
 def _growth(r: Report) -> str:
     """Paired growth per critical tag and the cases whose steps grew most."""
     out = ""
-    if r.usage_deltas is not None and r.usage_deltas.height:
+    if changed := r.changed_usage():
         body = "".join(
             f"<tr><td>{_h(x['slice'])}</td><td>{_h(x['metric'])}</td><td>{x['n']}</td><td>"
             + (f"×{x['estimate']:.2f}" if x["kind"] == "ratio" else f"{x['estimate']:+.2f} s")
             + ("" if x["lo"] is None else f" [{x['lo']:.2f}, {x['hi']:.2f}]")
             + f"</td><td>{x['grew']}</td><td>{x['shrank']}</td><td>{fmt_p(x['p_grew'])}</td></tr>"
-            for x in r.usage_deltas.iter_rows(named=True)
+            for x in changed
         )
         head = "".join(f"<th>{c}</th>" for c in (
             "slice", "metric", "n", "median per case [exact interval]", "grew", "shrank",

@@ -109,6 +109,13 @@ class Report:
     usage_deltas: pl.DataFrame | None = None
     grew_most: tuple[tuple[str, float, float, str, str], ...] = ()
 
+    def changed_usage(self) -> list[dict[str, Any]]:
+        """The paired-growth rows where some case grew or shrank (an unchanged metric is not
+        shown: a table of ×1.00 rows says nothing)."""
+        if self.usage_deltas is None:
+            return []
+        return [r for r in self.usage_deltas.to_dicts() if r["grew"] or r["shrank"]]
+
     def scorer_rows(self) -> list[dict[str, Any]]:
         """The per-scorer table's rows, the same in every format: scorer, tier name, n, both
         pass rates, broken, fixed and the one-sided exact p."""
@@ -508,12 +515,13 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
 
 def _growth_tables(r: Report) -> list[Any]:
     out: list[Any] = []
-    if r.usage_deltas is not None and r.usage_deltas.height:
+    changed = r.changed_usage()
+    if changed:
         rows = [
             (_m(x["slice"]), x["metric"], x["n"],
              f"×{x['estimate']:.2f}" if x["kind"] == "ratio" else f"{x['estimate']:+.2f} s",
              x["grew"], x["shrank"], fmt_p(x["p_grew"]))
-            for x in r.usage_deltas.iter_rows(named=True)
+            for x in changed
         ]  # fmt: skip
         cols = ("slice", "metric", "n", "median per case", "grew", "shrank", "sign test p")
         out.append(_table("Paired growth against the baseline (per case)", cols, rows))

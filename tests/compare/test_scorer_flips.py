@@ -13,6 +13,7 @@ from synthetic_runs import seed000_runs
 
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
+from evalkit.compare.html import to_html
 from evalkit.compare.markdown import to_markdown
 from evalkit.compare.policy import GatePolicy
 from evalkit.compare.report import build_report, to_json, to_text
@@ -69,3 +70,5 @@ def test_the_table_is_in_every_report_format():
     markdown = to_markdown(report)
     assert "### Per scorer" in markdown and "| contains | deterministic |" in markdown
     assert json.loads(to_json(report))["scorers"][0]["scorer"] == "contains"
+    page = to_html(report)
+    assert "Per scorer (reported, not gated by itself)" in page and "<td>json_schema</td>" in page

@@ -14,6 +14,7 @@ from synthetic_runs import C, make_run
 
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
+from evalkit.compare.html import to_html
 from evalkit.compare.policy import GatePolicy, policy_changes
 from evalkit.compare.report import build_report, to_text
 from evalkit.compare.usage_deltas import usage_deltas
@@ -60,6 +61,8 @@ def test_the_same_verdicts_with_2_8x_steps_block_only_under_relative_budgets():
     report = build_report(cmp, decision)
     text = to_text(report, max_cases=3)
     assert "Paired growth against the baseline" in text and "Steps grew most" in text
+    page = to_html(report)
+    assert "Paired growth against the baseline" in page and "Steps grew most" in page
     case, before, after, base_calls, cand_calls = report.grew_most[0]
     assert base_calls.count("lookup") <= before
     assert case.startswith("billing-") and after / before >= 2.5
@@ -97,3 +100,14 @@ def test_relative_budgets_are_validated_and_pinned():
     assert "removed" in removed.looser[0]
     with pytest.raises(ConfigError, match="relative_budgets"):
         GatePolicy.from_suite([], {"relative_budgets": {"wall_time": 2}})
+
+
+def test_unchanged_usage_shows_no_growth_table():
+    base = make_run("b", CASES, label="base")
+    cand = make_run("c", CASES, label="cand")
+    cmp = compare(base, cand)
+    report = build_report(cmp, decide(cmp.paired, GatePolicy(critical_tags=("billing",))))
+    assert report.usage_deltas.height > 0 and report.changed_usage() == []
+    assert "Paired growth" not in to_text(report, max_cases=3) and "Paired growth" not in to_html(
+        report
+    )
