@@ -11,7 +11,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from evalkit.cli import baseline, demo, gating, init, judging, merging, notebook, running, scorers
+from evalkit.cli import (
+    baseline,
+    cache,
+    demo,
+    gating,
+    init,
+    judging,
+    merging,
+    notebook,
+    running,
+    scorers,
+)
 from evalkit.cli.options import find_config
 from evalkit.errors import EvalkitError
 from evalkit.redact import strip_userinfo
@@ -73,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         gating,
         baseline,
         judging,
+        cache,
         scorers,
         demo,
     ):

@@ -47,6 +47,7 @@ import duckdb
 
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
+from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
@@ -149,7 +150,7 @@ def _serialized(
     return locked
 
 
-class Store(DecisionRecords, JudgmentRecords):
+class Store(DecisionRecords, JudgmentRecords, CacheRecords):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(
