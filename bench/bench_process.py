@@ -179,6 +179,16 @@ for line in sys.stdin:
 _spawner: subprocess.Popen[str] | None = None
 
 
+def stop_spawner() -> None:
+    """Close the spawner's stdin and wait for it to exit (the script's atexit does this; a test
+    that imports this module calls it, so no spawner outlives the test)."""
+    global _spawner
+    if _spawner is not None:
+        atexit.unregister(_spawner.communicate)
+        _spawner.communicate()
+        _spawner = None
+
+
 def _spawn(job: dict[str, Any]) -> dict[str, Any]:
     """One job through the spawner (started on first use, stopped when this script exits)."""
     global _spawner

@@ -11,6 +11,7 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,6 +23,19 @@ ROUNDS_2 = ("--rounds", "2")
 MEM_ITERS = ("--mem-iters", "100", "1000", "--mem-iters-index", "10", "100")
 
 
+_LOADED: list[ModuleType] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_spawner_outlives_a_test() -> Iterator[None]:
+    """bench_process keeps a spawner process until exit; stop every one a test started."""
+    yield
+    while _LOADED:
+        stop = getattr(_LOADED.pop(), "stop_spawner", None)
+        if stop is not None:
+            stop()
+
+
 def _script(name: str) -> ModuleType:
     """Import ``bench/<name>.py`` (the directory is not a package)."""
     spec = importlib.util.spec_from_file_location(f"evalkit_bench_{name}", BENCH / f"{name}.py")
@@ -29,6 +43,7 @@ def _script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    _LOADED.append(module)
     return module
 
 
