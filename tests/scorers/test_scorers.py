@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -384,7 +383,6 @@ def test_every_text_scorer_accepts_field(name: str) -> None:
 
 def test_a_catastrophic_regex_runs_off_the_event_loop_and_is_bounded() -> None:
     import asyncio
-    import time
 
     from evalkit.records import Output
     from evalkit.scorers.registry import build_scorer
@@ -392,23 +390,30 @@ def test_a_catastrophic_regex_runs_off_the_event_loop_and_is_bounded() -> None:
     slow = build_scorer("regex", {"pattern": "(a|aa)+$", "timeout_s": 1.0})
     assert slow.threaded
 
-    async def both() -> tuple[float, float]:
-        ticks: list[float] = []
+    async def both() -> tuple[int, int]:
+        ticks: list[int] = []
+        done: list[int] = []
 
         async def heartbeat() -> None:
-            for _ in range(10):
-                ticks.append(time.monotonic())
+            for i in range(40):
+                ticks.append(i)
+                if done:
+                    return
                 await asyncio.sleep(0.05)
 
-        started = time.monotonic()
-        score, _ = await asyncio.gather(slow.ascore(Output("a" * 48 + "!"), None), heartbeat())
-        assert score.error, score.reason  # timed out: an error for this case only
-        gaps = [b - a for a, b in itertools.pairwise(ticks)]
-        return max(gaps), time.monotonic() - started
+        async def scored() -> object:
+            score = await slow.ascore(Output("a" * 48 + "!"), None)
+            done.append(len(ticks))  # how many heartbeats the loop served while it ran
+            return score
 
-    worst_gap, wall = asyncio.run(both())
-    assert worst_gap < 0.5  # the loop kept serving the other coroutine while the regex ran
-    assert wall < 5.0
+        score, _ = await asyncio.gather(scored(), heartbeat())
+        assert score.error, score.reason  # timed out: an error for this case only, not a hang
+        return done[0], len(ticks)
+
+    during, _ = asyncio.run(both())
+    # A regex holding the loop would let the heartbeat tick once at most while it ran; counted,
+    # not timed, so a loaded machine does not fail it.
+    assert during >= 3, during
 
 
 def test_a_schema_named_by_many_cases_is_compiled_once_and_an_edit_is_seen(tmp_path) -> None:
