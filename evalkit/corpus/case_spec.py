@@ -49,7 +49,8 @@ class FixtureSpec(_Strict):
 
 
 class ProvenanceSpec(_Strict):
-    reviewer: str
+    # A draft (imported, sampled from traces) has no reviewer yet; `evalkit cases review` adds one.
+    reviewer: str | None = None
     date: dt.date | str
     source: str | None = None
     note: str | None = None
@@ -65,6 +66,9 @@ class CaseSpec(_Strict):
     tags: list[str] = Field(default_factory=list)
     criticality: Literal["must_pass", "normal"] = "normal"
     provenance: ProvenanceSpec | None = None
+    # Importers and trace sampling write `review: draft`; a draft is never gated until a person
+    # reviews it. Left out of the case hash: reviewing a case does not change what it asks.
+    review: Literal["draft", "reviewed"] = "reviewed"
     input: InputSpec
     fixtures: FixtureSpec = Field(default_factory=FixtureSpec)
     expect: list[ScorerSpec] = Field(min_length=1)

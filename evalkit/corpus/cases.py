@@ -72,6 +72,7 @@ class Case:
     source: str  # "cases/billing.yaml:12", relative to the corpus root
     sealed: bool = False
     group: str | None = None  # the case group (incident, document, conversation), if any
+    review: str = "reviewed"  # "draft": imported or sampled, never gated until reviewed
 
     @property
     def must_pass(self) -> bool:
@@ -149,7 +150,7 @@ class Corpus:
 
 def case_hash(spec: CaseSpec) -> str:
     """sha256 of the canonical form of a validated case (defaults dropped, short forms expanded)."""
-    payload = spec.model_dump(mode="json", exclude_defaults=True)
+    payload = spec.model_dump(mode="json", exclude_defaults=True, exclude={"review"})
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
@@ -367,6 +368,7 @@ def _build_case(
         source=f"{rel}:{line}",
         sealed=sealed,
         group=spec.group,
+        review=spec.review,
     )
 
 
