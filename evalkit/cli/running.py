@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalkit.cli import sharding
+from evalkit.cli import corpus_tools, sharding
 from evalkit.cli.options import db_arg, suite_args
 from evalkit.errors import EvalkitError
 from evalkit.redact import strip_userinfo
@@ -47,6 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     suite_args(lint)
     lint.add_argument("--sealed", action="store_true", help="include corpus/sealed/")
     lint.set_defaults(handler=_cmd_lint)
+    corpus_tools.add_cases_parsers(cases_sub)
 
     runs = sub.add_parser("runs", help="list stored runs")
     db_arg(runs)
