@@ -33,7 +33,8 @@ _EXPORTS = {
     "RunSummary": "evalkit.run.runner",
     "run_suite": "evalkit.run.runner",
     "Store": "evalkit.store",
-    "open_store": "evalkit.store",
+    # for analysis: read-only unless write=True, holding the file only during each call
+    "open_store": "evalkit.store.db:open_for_analysis",
     "GateDecision": "evalkit.compare.decision",
     "GatePolicy": "evalkit.compare.policy",
     "decide": "evalkit.compare.gate",
@@ -77,7 +78,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'evalkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attribute = module.partition(":")
+    value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 
@@ -104,4 +106,5 @@ if TYPE_CHECKING:
     )
     from evalkit.records import Output, Score, ToolCall
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
-    from evalkit.store import Store, open_store
+    from evalkit.store import Store
+    from evalkit.store.db import open_for_analysis as open_store

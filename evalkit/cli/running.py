@@ -309,12 +309,13 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 )
             )
         return 0
-    table = Table("run_id", "label", "status", "pass rate", "age", "config")
+    table = Table("run_id", "label", "suite", "status", "pass rate", "age", "config")
     now = dt.datetime.now(dt.UTC)
     for row in runs.iter_rows(named=True):
         table.add_row(
             row["run_id"],
             row["label"],
+            _suite(row["manifest"]),
             row["status"],
             _pass_rate(row["summary"]),
             _age(now, row["created_at"]),
@@ -322,6 +323,14 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         )
     Console().print(table)
     return 0
+
+
+def _suite(manifest: str | None) -> str:
+    """The suite a run belongs to (runs of two suites do not pair)."""
+    try:
+        return str(json.loads(manifest or "{}").get("suite", ""))
+    except (ValueError, AttributeError):
+        return ""
 
 
 def _pass_rate(summary: str | None) -> str:

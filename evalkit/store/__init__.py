@@ -17,6 +17,7 @@ from evalkit.store.db import (
     StoredCase,
     initial_scoring_id,
     new_run_id,
+    open_for_analysis,
     open_store,
 )
 from evalkit.store.schema import OUTPUT_COLUMNS, SCORE_COLUMNS
@@ -37,6 +38,7 @@ __all__ = [
     "StoredCase",
     "initial_scoring_id",
     "new_run_id",
+    "open_for_analysis",
     "open_store",
 ]
 

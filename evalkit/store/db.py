@@ -13,10 +13,12 @@ imports) go in through their Arrow C stream, and reads return Polars frames exce
 :meth:`Store.records`, which returns plain rows for the run path.
 
 One writer, many readers: a writing store holds an exclusive lock on ``<db>.lock`` for its whole
-life, so a second writer gets a clear :class:`StoreError` (or waits ``wait_s`` for it). DuckDB
-itself lets a file be open either by one read-write process or by many read-only ones, so the
-runner closes the DuckDB file between batches (:meth:`Store.release`): a notebook can open the
-store read-only (retrying for a few seconds) while a run writes; the next batch waits for it.
+life, so a second writer gets a clear :class:`StoreError` (or waits ``wait_s`` for it), naming
+the holder's PID and command. DuckDB itself lets a file be open either by one read-write process
+or by many read-only ones, so the runner closes the DuckDB file between batches
+(:meth:`Store.release`), and a read-only store holds the file only *during* each call: it opens
+it (retrying for a few seconds while a batch is appended) and lets go when the call returns. A
+notebook's idle store therefore never blocks a run, and every read sees what was written since.
 
 A file that is not an evalkit store is left exactly as it is: before anything is written,
 open_store checks that a DuckDB file with tables has evalkit's ``runs`` table and that every
@@ -110,7 +112,10 @@ def open_store(
         raise StoreError(f"{db_path}: no evalkit store here (run `evalkit run` first)")
     if read_only:
         con = connect_duckdb(db_path, True, max(wait_s, READ_RETRY_S))
-        return Store(db_path, evalkit_store(con, db_path, read_only=True), True)
+        store = Store(db_path, evalkit_store(con, db_path, read_only=True), True)
+        store._read_wait_s = max(wait_s, READ_RETRY_S)
+        store.release()  # held only during each call from here on
+        return store
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -130,6 +135,29 @@ def open_store(
     except BaseException:
         lock.release()
         raise
+
+
+def open_for_analysis(
+    path: str | Path = DEFAULT_DB,
+    *,
+    write: bool = False,
+    wait_s: float = 0.0,
+    read_only: bool | None = None,
+) -> Store:
+    """Open a store to look at results — ``evalkit.open_store``, the notebook's entry point.
+
+    Read-only unless ``write=True``: the file is open only while each call reads, so a kernel
+    holding this store never blocks ``evalkit run`` or ``compare``, and each call sees runs
+    written after the store was opened. ``write=True`` is :func:`open_store` itself (one writer
+    at a time: close it when done). ``read_only`` (the store-level spelling) is accepted too:
+    ``read_only=False`` is ``write=True``.
+
+    Examples:
+        >>> store = evalkit.open_store("data/evalkit.duckdb")    # doctest: +SKIP
+        >>> store.runs().height                                  # doctest: +SKIP
+        2
+    """
+    return open_store(path, read_only=not write if read_only is None else read_only, wait_s=wait_s)
 
 
 _P = ParamSpec("_P")
@@ -165,6 +193,9 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
         self.read_only = read_only
         self._writer_lock = writer_lock
         self._lock = threading.RLock()  # see _serialized
+        self._read_wait_s = READ_RETRY_S  # a read-only store's retry on each reopen
+        self._calls = 0  # public calls in progress (a read-only store lets go at zero)
+        self._opened = 0  # times the file was opened (tests count it)
         con.execute("SET TimeZone = 'UTC'")
         if not read_only:
             con.execute(DDL)
@@ -175,7 +206,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
     def _con(self) -> duckdb.DuckDBPyConnection:
         """The connection, reopened (waiting up to ``REOPEN_WAIT_S`` for readers) if released."""
         if self._conn is None:
-            self.reopen(REOPEN_WAIT_S)
+            self.reopen(self._read_wait_s if self.read_only else REOPEN_WAIT_S)
         assert self._conn is not None
         return self._conn
 
@@ -183,7 +214,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
     def release(self) -> None:
         """Close the DuckDB file but keep the writer lock: readers may open it until the next
         use of this store reopens it. Cheap to call when already released."""
-        if self._conn is not None and not self.read_only:
+        if self._conn is not None:
             con, self._conn = self._conn, None
             con.close()
 
@@ -201,6 +232,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             return False
         con.execute("SET TimeZone = 'UTC'")
         self._conn = con
+        self._opened += 1
         return True
 
     @_serialized
@@ -212,9 +244,15 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             self._writer_lock.release()
 
     def __enter__(self) -> Store:
+        if self.read_only:  # a block of reads shares one opening of the file
+            self._lock.acquire()
+            self._calls += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.read_only:
+            self._calls -= 1
+            self._lock.release()
         self.close()
 
     # -- writes -----------------------------------------------------------------------------
@@ -596,6 +634,44 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._con, self.path)
+
+
+_LIFECYCLE = frozenset({"release", "reopen", "close"})
+
+
+def _lets_go_after_each_call(
+    method: Callable[Concatenate[Store, _P], _R],
+) -> Callable[Concatenate[Store, _P], _R]:
+    """A read-only store closes the DuckDB file when its outermost public call returns, so it
+    never holds the file while idle (a writer cannot open a file any reader holds)."""
+
+    @functools.wraps(method)
+    def call(self: Store, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not self.read_only:
+            return method(self, *args, **kwargs)
+        with self._lock:
+            self._calls += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._calls -= 1
+                if not self._calls and self._conn is not None:
+                    con, self._conn = self._conn, None
+                    con.close()
+
+    return call
+
+
+def _wrap_public_methods(cls: type[Store]) -> None:
+    for name in dir(cls):
+        if name.startswith("_") or name in _LIFECYCLE:
+            continue
+        value = getattr(cls, name)
+        if callable(value) and not isinstance(value, type):
+            setattr(cls, name, _lets_go_after_each_call(value))
+
+
+_wrap_public_methods(Store)
 
 
 class _ArrowStream:

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import ClassVar
 import duckdb
 
 from evalkit.errors import StoreError
+from evalkit.redact import redact_secrets
 from evalkit.store.schema import known_tables
 
 
@@ -33,7 +35,7 @@ def connect_duckdb(db_path: Path, read_only: bool, wait_s: float) -> duckdb.Duck
                 ) from None
             if time.monotonic() >= deadline:
                 pid = re.search(r"PID (\d+)", message)
-                holder = f" (PID {pid.group(1)})" if pid else ""
+                holder = f" ({describe_process(int(pid.group(1)))})" if pid else ""
                 raise StoreError(
                     f"{db_path} is being written by another process{holder}; wait for it to "
                     "finish, pass --wait SECONDS, or use another --db"
@@ -131,16 +133,17 @@ class WriterLock:
                 break
             except OSError:
                 if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                    holder = os.pread(fd, 4096, 0).decode(errors="replace").split("\n", 1)
                     os.close(fd)  # it is the other writer's file: never removed here
-                    shown = f" (PID {holder})" if holder.isdigit() else ""
+                    pid, command = holder[0].strip(), holder[1].strip() if len(holder) > 1 else ""
+                    shown = f" ({describe_process(int(pid), command)})" if pid.isdigit() else ""
                     raise StoreError(
                         f"{db_path} is being written by another process{shown}; wait for it to "
                         "finish, pass --wait SECONDS, or use another --db"
                     ) from None
                 time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        os.ftruncate(fd, 0)  # who holds it, for the next writer's message
+        os.pwrite(fd, f"{os.getpid()}\n{_command_line(sys.argv)}\n".encode(), 0)
         with cls._mutex:
             cls._held[key] = [fd, 1, int(created)]
         return cls(key)
@@ -195,3 +198,41 @@ def os_reason(exc: OSError) -> str:
     """
     name = errno.errorcode.get(exc.errno or 0, "")
     return f"{exc.strerror or exc}" + (f" ({name})" if name else "")
+
+
+def describe_process(pid: int, command: str = "") -> str:
+    """``PID 4242: evalkit run --label candidate`` — the process holding a store, by the command
+    it recorded or, failing that, its ``/proc`` command line (secrets and URL credentials
+    removed), so a person can tell their own idle notebook from a run.
+
+    Examples:
+        >>> describe_process(4242, "evalkit run --label candidate")
+        'PID 4242: evalkit run --label candidate'
+    """
+    if not command:
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                argv = file.read().decode(errors="replace").split("\0")
+            command = _command_line([a for a in argv if a])
+    return f"PID {pid}: {command}" if command else f"PID {pid}"
+
+
+def _command_line(argv: list[str]) -> str:
+    """What a process is, in a few words: a Jupyter kernel is named as one (its argv is a
+    launcher and a connection file); else the program's name and arguments, cut at 120.
+
+    Examples:
+        >>> _command_line(["/x/.venv/bin/evalkit", "run", "--label", "candidate"])
+        'evalkit run --label candidate'
+        >>> _command_line(["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "k.json"])
+        'a Jupyter kernel (a notebook holding the store open for writing)'
+    """
+    if any("ipykernel" in part for part in argv):
+        return "a Jupyter kernel (a notebook holding the store open for writing)"
+    if not argv:
+        return ""
+    # ``python -c CODE`` leaves ``-c`` as argv[0]: name the interpreter in front of it
+    program = [os.path.basename(sys.executable or "python")] if argv[0] == "-c" else []
+    words = [*program, os.path.basename(argv[0]), *argv[1:]]
+    text = redact_secrets(" ".join(words))
+    return text if len(text) <= 120 else text[:117] + "..."
