@@ -367,7 +367,9 @@ def _flip_panels(
             "cases:Q",
             title=x_title,
             scale=alt.Scale(domain=[-top, top], nice=True),
-            axis=alt.Axis(format="d", labelExpr="abs(datum.value)"),
+            # counts: whole-number ticks only (with no flips the domain is ±1, and Vega would
+            # otherwise tick at 0.1 cases)
+            axis=alt.Axis(values=_count_ticks(top), labelExpr="abs(datum.value)"),
         )
         bars = alt.Chart(data, title=title)
         if pick is not None:
@@ -383,6 +385,20 @@ def _flip_panels(
     if (agg := long.filter(pl.col("slice") == _AGG)).height:
         parts.append(panel(agg, "Flips over all paired cases (own scale)", None))
     return parts
+
+
+def _count_ticks(top: int) -> list[int]:
+    """Whole-number ticks from ``-top`` to ``top``, about five a side.
+
+    Examples:
+        >>> _count_ticks(1), _count_ticks(12)
+        ([-1, 0, 1], [-12, -9, -6, -3, 0, 3, 6, 9, 12])
+    """
+    step = max(1, -(-top // 5))
+    side = list(range(step, top + 1, step))
+    if side[-1] != top:
+        side.append(top)
+    return [-v for v in reversed(side)] + [0] + side
 
 
 def slice_overview(

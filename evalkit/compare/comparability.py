@@ -76,12 +76,34 @@ def check_comparable(
         )
         flags = " ".join(f"--allow-diff {_DISPLAY.get(f, f)}" for f in undeclared)
         declared = f" (declared: {', '.join(allow_diff)})" if allow_diff else ""
+        if "suite" in undeclared:
+            raise ComparabilityError(_suite_refusal(base_manifest, cand_manifest, differing))
         raise ComparabilityError(
             f"refusing to compare: the runs' manifests differ in {len(differing)} field(s) "
             f"({', '.join(differing)}){declared}: {details}; compare runs that differ only in "
             f"the variable under test, or declare the other differences with {flags}"
         )
     return differing
+
+
+def _suite_refusal(base: dict[str, Any], cand: dict[str, Any], differing: Sequence[str]) -> str:
+    """Two runs of different suites: say that first. Declaring every differing field would only
+    lead to a gate with no paired case (cases pair by id within one suite), so the fix is to pick
+    two runs of one suite; ``--allow-diff suite`` is for a suite that was only renamed.
+
+    Examples:
+        >>> message = _suite_refusal({"suite": "a"}, {"suite": "b"}, ["suite", "model"])
+        >>> message.split(": compare")[0]
+        'refusing to compare: the runs are of different suites (a → b; they also differ in model)'
+    """
+    others = [f for f in differing if f != "suite"]
+    also = f"; they also differ in {', '.join(others)}" if others else ""
+    return (
+        f"refusing to compare: the runs are of different suites "
+        f"({base.get('suite')} → {cand.get('suite')}{also}): compare two runs of one suite "
+        "(`evalkit runs` lists each run's suite); if the suite was only renamed, declare "
+        "--allow-diff suite"
+    )
 
 
 def comparability_warnings(differing: Sequence[str], allow_diff: Sequence[str]) -> list[str]:

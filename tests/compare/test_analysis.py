@@ -150,6 +150,17 @@ def test_comparability_refuses_two_undeclared_differences_and_names_them():
         check_comparable(MANIFEST, cand, allow_diff=["modle"])
 
 
+def test_runs_of_two_suites_are_refused_as_such_not_with_a_list_of_flags():
+    other = MANIFEST | {"suite": "other-suite", "model": {"id": "other", "snapshot": "other"}}
+    with pytest.raises(ComparabilityError) as err:
+        check_comparable(MANIFEST, other)
+    message = str(err.value)
+    assert f"the runs are of different suites ({MANIFEST['suite']} → other-suite" in message
+    assert "compare two runs of one suite" in message and "--allow-diff model" not in message
+    # a renamed suite with nothing else changed is one variable, as before
+    assert check_comparable(MANIFEST, MANIFEST | {"suite": "renamed"}) == ["suite"]
+
+
 def test_compare_refuses_incomparable_runs():
     cand = MANIFEST | {"model": {"id": "x"}, "replays": 5}
     with pytest.raises(ComparabilityError):
