@@ -40,11 +40,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from evalkit.errors import StoreError
+from evalkit.errors import ConfigError, StoreError
+
+try:  # the `distributed` extra: a one-machine run never writes parts
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+except ImportError:  # pragma: no cover - the test environment has it
+    raise ConfigError(
+        "sharded, Ray and merged runs write Parquet parts with pyarrow, which is not installed: "
+        "pip install 'evalkit-gate[distributed]'"
+    ) from None
 from evalkit.store.part_checks import (
     CACHE_SCHEMA,
     CASE_SCHEMA,
