@@ -26,9 +26,10 @@ class CacheRecords:
     _transaction: Callable[..., Any]
 
     def cache_stats(self) -> dict[str, Any]:
-        """Entries, their total size in bytes, the oldest and newest entry."""
+        """Entries, their total size in bytes, the oldest and newest entry. (``strlen`` counts a
+        text's UTF-8 bytes; a cast to BLOB would read backslashes in the JSON as escapes.)"""
         count, size, oldest, newest = self._con.execute(
-            "SELECT count(*), coalesce(sum(octet_length(response::BLOB)), 0), min(created_at), "
+            "SELECT count(*), coalesce(sum(strlen(response)), 0), min(created_at), "
             "max(created_at) FROM response_cache"
         ).fetchall()[0]
         return {"entries": int(count), "bytes": int(size), "oldest": oldest, "newest": newest}

@@ -49,6 +49,7 @@ import duckdb
 
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
+from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.judgments import JudgmentRecords
@@ -625,7 +626,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
         name = f"_batch_{table}"
         # Through the Arrow C stream, not ``frame.to_arrow()``: DuckDB reads the capsule
         # itself, so writing never imports pyarrow (~40 MiB and ~20 ms at start-up).
-        self._con.register(name, _ArrowStream(frame))
+        self._con.register(name, ArrowStream(frame))
         try:
             columns = ", ".join(frame.columns)
             self._con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {name}")
@@ -672,19 +673,6 @@ def _wrap_public_methods(cls: type[Store]) -> None:
 
 
 _wrap_public_methods(Store)
-
-
-class _ArrowStream:
-    """Only the Arrow PyCapsule stream of a frame: DuckDB scans a Polars frame by converting it
-    with pyarrow, but an object exposing nothing else it reads with no pyarrow at all."""
-
-    __slots__ = ("_frame",)
-
-    def __init__(self, frame: pl.DataFrame) -> None:
-        self._frame = frame
-
-    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
-        return self._frame.__arrow_c_stream__(requested_schema)
 
 
 class _Transaction:

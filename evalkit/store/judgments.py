@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from evalkit.store import schema
+from evalkit.store.arrow_stream import ArrowStream
 
 if TYPE_CHECKING:
     import duckdb
@@ -48,7 +49,8 @@ class JudgmentRecords:
             "= coalesce(b.output_hash, '') AND h.rater = b.rater AND h.scorer = b.scorer"
         )
         with self._transaction():
-            self._con.register("_new_labels", frame.to_arrow())
+            # the Arrow C stream, as Store._append: no pyarrow (an optional extra) needed
+            self._con.register("_new_labels", ArrowStream(frame))
             try:
                 where = f"WHERE EXISTS (SELECT 1 FROM _new_labels b WHERE {same})"
                 replaced = self._con.execute(

@@ -43,8 +43,8 @@ def answer(messages, **context):
     if "flaky" in text and FAIL.exists():
         raise ConnectionError("connection refused")
     if "hold" in text and FAIL.with_name("hold").exists():
-        from evalkit.store import open_store
-        HOLD.append(open_store(FAIL.with_name("hold").read_text(), read_only=True))
+        import duckdb  # a reader holding the file (evalkit's own read-only store lets go)
+        HOLD.append(duckdb.connect(FAIL.with_name("hold").read_text(), read_only=True))
     return json.dumps({"answer": "fine " + text})
 """
 

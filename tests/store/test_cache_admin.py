@@ -73,6 +73,14 @@ def test_stats_counts_entries_bytes_and_hits_per_suite(tmp_path: Path, capsys) -
     )
 
 
+def test_stats_counts_utf8_bytes_of_json_with_escapes(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    entry = '{"text": "{\\"reason\\": \\"caf\u00e9\\"}"}'  # a judge's JSON inside JSON
+    with open_store(db) as store:
+        store.cache_put({"k": entry})
+        assert store.cache_stats()["bytes"] == len(entry.encode()) == len(entry) + 1
+
+
 def test_an_age_must_read_as_one() -> None:
     from evalkit.cli.cache import parse_age
 
