@@ -388,16 +388,14 @@ def _flip_panels(
 
 
 def _count_ticks(top: int) -> list[int]:
-    """Whole-number ticks from ``-top`` to ``top``, about five a side.
+    """Whole-number ticks within ``-top`` to ``top``, about five a side, evenly spaced.
 
     Examples:
-        >>> _count_ticks(1), _count_ticks(12)
-        ([-1, 0, 1], [-12, -9, -6, -3, 0, 3, 6, 9, 12])
+        >>> _count_ticks(1), _count_ticks(17)
+        ([-1, 0, 1], [-16, -12, -8, -4, 0, 4, 8, 12, 16])
     """
     step = max(1, -(-top // 5))
     side = list(range(step, top + 1, step))
-    if side[-1] != top:
-        side.append(top)
     return [-v for v in reversed(side)] + [0] + side
 
 
