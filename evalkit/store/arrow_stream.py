@@ -15,7 +15,10 @@ Examples:
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a lean run writes without importing polars
+    import polars as pl
 
 
 class ArrowStream:
