@@ -15,13 +15,19 @@ from evalkit.cli import (
     baseline,
     cache,
     demo,
+    fixture_tools,
     gating,
+    history,
+    importing,
     init,
     judging,
     merging,
     notebook,
     running,
     scorers,
+    sealing,
+    sharing,
+    traces,
 )
 from evalkit.cli.options import find_config
 from evalkit.errors import EvalkitError
@@ -85,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
         baseline,
         judging,
         cache,
+        importing,
+        traces,
+        fixture_tools,
+        history,
+        sharing,
+        sealing,
         scorers,
         demo,
     ):

@@ -42,12 +42,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _cmd_promote(args: argparse.Namespace) -> int:
     from evalkit.compare.pairing import require_complete, run_tier
     from evalkit.compare.policy import GatePolicy, pinned_policy
+    from evalkit.run.live_tools import refuse_live
     from evalkit.store import open_store
 
     with open_store(args.db, wait_s=args.wait) as store:
         run_id = store.resolve_run(args.run)
-        require_complete(store, run_id, "promoted", db=args.db)
         manifest = store.manifest(run_id)
+        refuse_live(manifest, run_id, "promoted as a baseline")  # before: it never could be
+        require_complete(store, run_id, "promoted", db=args.db)
         suite, tier = manifest.get("suite") or "", run_tier(store, run_id)
         _refuse_partial(run_id, manifest.get("selection") or {})
         if args.policy:

@@ -78,6 +78,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from evalkit.corpus.cases import load_corpus
     from evalkit.corpus.selection import Selection, resolve_selection
     from evalkit.corpus.suite import load_suite
+    from evalkit.run.cache import with_shared_cache
     from evalkit.run.runner import RunOptions, RunStart, run_suite
     from evalkit.store import open_store
 
@@ -106,14 +107,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             exclude_tags=args.exclude_tag,
             sealed=args.sealed,
         )
-    corpus = load_corpus(
-        suite.root, sealed=selection.sealed, user_template=suite.config.system.user_template
+    corpus = load_corpus(  # scorers of the selected cases only (selection.apply builds them)
+        suite.root,
+        sealed=selection.sealed,
+        user_template=suite.config.system.user_template,
+        defer_scorers=True,
     )
     full_counts = _tag_counts(corpus.cases)
     _check_tags(corpus.cases, (*selection.tags, *selection.exclude_tags))
     corpus = selection.apply(corpus)
     if not corpus.cases:
         raise EvalkitError("no cases selected (check --tier / --tag / --exclude-tag)")
+    from evalkit.corpus.drafts import refuse_drafts
+
+    refuse_drafts(corpus.cases, suite.config.kind)  # drafts never gate: review them first
     partial = bool(selection.tier or selection.tags or selection.exclude_tags)
     policy = _policy_warnings(suite, full_counts, corpus.cases if partial else None)
     started: list[RunStart] = []
@@ -148,7 +155,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return sharding.run_distributed(args, suite, corpus, options, print_run_summary)
     try:
         with open_store(args.db, wait_s=args.wait) as store:
-            summary = run_suite(suite, corpus, store, options)
+            summary = run_suite(suite, corpus, with_shared_cache(store, suite), options)
     except KeyboardInterrupt:
         if started:
             run_id = started[0].run_id
@@ -161,7 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print_run_summary(summary, args.db)
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
-    return 1 if summary.all_errored else 0
+    return sharding.run_exit_code(summary)  # 1 also when the run ended incomplete
 
 
 def resume_command(args: argparse.Namespace, run_id: str) -> str:
@@ -265,6 +272,19 @@ def _cmd_lint(args: argparse.Namespace) -> int:
         return 2
     for warning in corpus.warnings:
         print(f"evalkit: warning: {warning}", file=sys.stderr)
+    from evalkit.corpus.drafts import draft_errors, provenance_errors
+
+    refused = [
+        *draft_errors(corpus.cases, suite.config.kind),
+        *provenance_errors(
+            corpus.cases, suite.config.policy.require_provenance, suite.config.critical_tags
+        ),
+    ]
+    for error in refused:  # drafts and unreviewed blocking cases: never gated
+        print(f"evalkit: error: {error}", file=sys.stderr)
+    if refused:
+        print(f"evalkit: {len(refused)} cases cannot gate yet; review them", file=sys.stderr)
+        return 2
     from evalkit.run.judging import require_judge
 
     require_judge(suite, corpus)  # a judge scorer with no judge: section fails every run
@@ -412,6 +432,9 @@ def _cmd_flakes(args: argparse.Namespace) -> int:
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     corpus = corpus.select(tags=args.tag)
+    from evalkit.corpus.drafts import refuse_drafts
+
+    refuse_drafts(corpus.cases, suite.config.kind)  # the flake list gates: no drafts in it
     with open_store(args.db, wait_s=args.wait) as store:
         result = measure_flakes(suite, corpus, store, runs=args.runs, progress=not args.no_progress)
     console = Console(highlight=False)

@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass
 
 from evalkit.errors import ConfigError, IncompleteRunError
+from evalkit.run.live_tools import refuse_live
 from evalkit.store import Store
 
 
@@ -145,6 +146,8 @@ def resolve_pair(store: Store, baseline: str | None, candidate: str) -> tuple[st
         base = promoted
     else:
         base = store.resolve_run(baseline)
+    for run_id in (base, cand):  # a live run is reported only (evalkit.run.live_tools)
+        refuse_live(store.manifest(run_id), run_id, "compared or gated")
     if base == cand:
         raise ConfigError(
             f"refusing to compare run {cand} with itself: the baseline and the candidate must be "

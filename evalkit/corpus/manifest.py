@@ -74,6 +74,7 @@ def build_manifest(
     endpoint = system.effective_endpoint()  # what make_provider connects to and the cache keys on
     manifest: dict[str, Any] = {
         "suite": suite.config.suite,
+        "kind": suite.config.kind,  # "live": reported only, never promoted or gated
         "provider": {
             "name": system.provider,
             # The effective endpoint: base_url, else OPENAI_BASE_URL where the official client
@@ -98,6 +99,9 @@ def build_manifest(
             "names": sorted(t.get("function", {}).get("name", "?") for t in suite.tools or []),
             "max_steps": system.max_steps,
             "offer": system.offer_tools,
+            # `kind: live`: calls to these tools were answered by the live callables, not the
+            # fixtures; hashed (a live run is another configuration), absent otherwise
+            **({"live": dict(sorted(suite.config.tools.items()))} if _live(suite) else {}),
         },
         "sampling": system.sampling.model_dump(),
         "judge": None
@@ -163,6 +167,8 @@ def gate_policy(suite: Suite) -> dict[str, Any]:
         "gate": dict(config.gate),
         "budgets": dict(config.budgets),
         "tiers": {name: tier.model_dump() for name, tier in sorted(config.tiers.items())},
+        # replays: pass rules decide each case's verdict; absent when majority (as before)
+        **({} if config.pass_rules.is_default else {"pass_rules": config.pass_rules.model_dump()}),
     }
 
 
@@ -198,18 +204,27 @@ def request_settings(suite: Suite) -> dict[str, Any]:
     return settings
 
 
-def _warnings(suite: Suite) -> list[str]:
+def _live(suite: Suite) -> bool:
+    return suite.config.kind == "live"
 
+
+def _warnings(suite: Suite) -> list[str]:
+    live = [
+        f"LIVE run (kind: live): calls to {', '.join(sorted(suite.config.tools))} were answered "
+        "by the live tools, not the fixtures; reported only, never promoted as a baseline or "
+        "gated (`evalkit fixtures record RUN` freezes its answers into the cases)"
+    ] if _live(suite) else []  # fmt: skip
     judge = suite.config.judge
     if judge is None:
-        return []
+        return live
     family = model_family(judge.model)
     if family == model_family(suite.config.system.model):
         return [
+            *live,
             f"judge {judge.model} and the system under test {suite.config.system.model} share "
-            f"the model family {family!r}: expect self-preference; prefer another family"
+            f"the model family {family!r}: expect self-preference; prefer another family",
         ]
-    return []
+    return live
 
 
 def config_hash(manifest: dict[str, Any]) -> str:

@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from evalkit.corpus.scorer_modules import import_scorer_modules
 from evalkit.corpus.selection import TierConfig
@@ -225,11 +233,63 @@ class RateLimit(_Strict):
     max_in_flight: int | None = Field(default=None, ge=1)
 
 
+#: A replay pass rule as written (``evalkit.compare.pass_rules.parse_rule`` reads it): majority,
+#: all, any, ``k_of_n: K/N`` or ``K/N``; YAML makes ``{k_of_n: 4/5}`` of the unquoted form.
+_RULE = re.compile(r"^\s*(majority|all|any|(?:k_of_n\s*:?\s*)?(\d+)\s*/\s*(\d+))\s*$")
+
+
+def _rule_text(value: Any) -> str:
+    if isinstance(value, Mapping) and list(value) == ["k_of_n"]:
+        value = f"k_of_n: {value['k_of_n']}"
+    match = _RULE.match(str(value)) if isinstance(value, str | Mapping) else None
+    if match is None or (match[2] and not 1 <= int(match[2]) <= int(match[3])):
+        raise ValueError(
+            f"{value!r} is not a rule: use majority, all, any or k_of_n: K/N (1 ≤ K ≤ N)"
+        )
+    return str(value).strip()
+
+
+class PassRulesConfig(_Strict):
+    """How replays become one verdict per case (``replays: {n: 5, pass_rule: ..., tags: {...},
+    cases: {...}}``): the case's own rule, else its tags' strictest, else ``pass_rule``."""
+
+    pass_rule: str = "majority"
+    tags: dict[str, str] = Field(default_factory=dict)
+    cases: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("pass_rule", mode="before")
+    @classmethod
+    def _one(cls, value: Any) -> str:
+        return _rule_text(value)
+
+    @field_validator("tags", "cases", mode="before")
+    @classmethod
+    def _each(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value  # pydantic says what is wrong with it
+        return {str(k): _rule_text(v) for k, v in value.items()}
+
+    @property
+    def is_default(self) -> bool:
+        return self.pass_rule == "majority" and not self.tags and not self.cases
+
+
+class CorpusPolicy(_Strict):
+    """``policy:`` in evalkit.yaml: what ``evalkit cases lint`` asks of the cases themselves."""
+
+    # Cases that must name a reviewer and a date in their provenance: `must_pass` cases, and
+    # `critical` (those carrying a critical tag). Checked by evalkit.corpus.drafts.
+    require_provenance: list[Literal["must_pass", "critical"]] = Field(default_factory=list)
+
+
 class SuiteConfig(_Strict):
     suite: str
     system: SystemConfig
     concurrency: int = Field(default=8, ge=1, le=4096)
+    # `replays: 5`, or `replays: {n: 5, pass_rule: ..., tags: ..., cases: ...}`: the mapping's
+    # rules land in pass_rules (the manifest's gate policy pins them; see _replays_mapping).
     replays: int = Field(default=1, ge=1, le=100)
+    pass_rules: PassRulesConfig = Field(default_factory=PassRulesConfig)
     critical_tags: list[str] = Field(default_factory=list)
     gate: dict[str, Any] = Field(default_factory=dict)
     budgets: dict[str, Any] = Field(default_factory=dict)
@@ -239,6 +299,36 @@ class SuiteConfig(_Strict):
     cache: bool = True
     tiers: dict[str, TierConfig] = Field(default_factory=dict)  # named selections (--tier)
     scorers: list[str] = Field(default_factory=list)  # modules registering your own scorers
+    # Live tools (`lookup_order: myapp.tools:lookup_order`): answer tool calls only in a
+    # `kind: live` configuration, an end-to-end run that is reported, never promoted or gated;
+    # `evalkit fixtures record/check/refresh` freeze and re-check the cases' fixtures from them
+    # (evalkit.run.live_tools). Imported only when used.
+    tools: dict[str, str] = Field(default_factory=dict)
+    kind: Literal["fixtures", "live"] = "fixtures"
+    # The team's shared store (`store: {shared: sqlite:///ci/catalog.db}`, evalkit.store.shared):
+    # where `evalkit push/pull` and the response cache go besides the local DuckDB file. Its
+    # credentials come from the environment, never from here (a password in it is refused).
+    store: dict[Literal["shared"], str] = Field(default_factory=dict)
+    policy: CorpusPolicy = Field(default_factory=CorpusPolicy)  # asked of the cases (lint)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replays_mapping(cls, raw: Any) -> Any:
+        """``replays: {n, pass_rule, tags, cases}``: n is the replay count, the rest the rules
+        (errors in them are reported under ``replays.`` by `_config_error`)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("replays"), Mapping):
+            return raw
+        rules = dict(raw["replays"])
+        return {**raw, "replays": rules.pop("n", 1), "pass_rules": rules}
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_specs(cls, tools: dict[str, str]) -> dict[str, str]:
+        for name, spec in tools.items():
+            module, _, attr = spec.partition(":")
+            if not module.strip() or not attr.strip():
+                raise ValueError(f"{name}: {spec!r} is not 'package.module:function'")
+        return tools
 
 
 @dataclass(frozen=True)
@@ -307,6 +397,12 @@ def load_suite(
         config = SuiteConfig.model_validate(raw)
     except ValidationError as exc:
         raise _config_error(exc, config_path, node, overrides) from None
+    if config.kind == "live" and not config.tools:
+        line = node_line(node, ["kind"]) if node is not None else None
+        raise ConfigError(
+            f"{config_path}{f':{line}' if line else ''}: kind: live needs tools: (a tool name: "
+            "'package.module:function' each) to answer the calls"
+        )
     import_scorer_modules(config.scorers, root, config_path)
     system_prompt = _read_optional(root, config.system.prompt, config_path, "system.prompt")
     tools_text = _read_optional(root, config.system.tools, config_path, "system.tools")
@@ -373,6 +469,8 @@ def _config_error(
     the file's line; unknown keys get a did-you-mean (also one level up or down: ``sampling``
     lives under ``system``)."""
     error = exc.errors()[0]
+    if error["loc"][:1] == ("pass_rules",):  # written under replays: (`_replays_mapping`)
+        error = {**error, "loc": ("replays", *error["loc"][1:])}
     loc = [str(p) for p in error["loc"]]
     key = ".".join(loc)
     key = key if len(key) <= 80 else key[:77] + "..."

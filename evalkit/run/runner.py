@@ -28,12 +28,13 @@ from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.messages import render_messages
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError, ProviderError, StoreError
-from evalkit.fixtures import FixtureMiss, serve_tool_call
+from evalkit.fixtures import FixtureMiss
 from evalkit.records import ChatRequest, Completion, Output, Provider, Score, ToolCall
 from evalkit.retries import CallStats, RateLimiter, RetryPolicy, complete_with_retries
 from evalkit.run.cache import cache_key, system_cache_identity
 from evalkit.run.caveats import config_warnings, result_warnings
 from evalkit.run.judging import make_judge, require_judge
+from evalkit.run.live_tools import LiveToolError, answer_tool_call, live_tools_for
 from evalkit.run.preflight import check_endpoints
 from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
@@ -304,6 +305,7 @@ class _Execution:
         self.sampling = config.system.sampling.model_dump()
         self.identity = system_cache_identity(suite, manifest)
         self.judge = judge
+        self.live = live_tools_for(suite)  # kind: live: the named tools answer, not fixtures
 
     async def run(self, work: list[tuple[Case, int]]) -> None:
         first_requests = [(case, replay, self._first_request(case)) for case, replay in work]
@@ -336,7 +338,11 @@ class _Execution:
     def _first_request(self, case: Case) -> ChatRequest:
         system = self.suite.config.system
         messages = render_messages(case, self.suite.system_prompt, system.user_template)
-        offer = system.offer_tools == "always" or bool(case.fixtures.get("tools"))
+        offer = (
+            system.offer_tools == "always"
+            or bool(case.fixtures.get("tools"))
+            or self.live is not None
+        )
         return ChatRequest(
             system.model,
             messages,
@@ -369,7 +375,8 @@ class _Execution:
     async def _converse(
         self, case: Case, replay: int, request: ChatRequest
     ) -> tuple[Output, str, float]:
-        """One model turn, or a tool loop served from the case's fixtures until a final answer.
+        """One model turn, or a tool loop served from the case's fixtures (``kind: live``: the
+        live tools, :mod:`evalkit.run.live_tools`) until a final answer.
 
         Returns the output, the cache key of the first request (the request's identity) and
         the cost of its turns (a cached turn costs what it cost when it was produced).
@@ -414,12 +421,15 @@ class _Execution:
             messages.append(_assistant_tool_message(completion))
             for call in completion.tool_calls:
                 try:
-                    served = serve_tool_call(
-                        case.fixtures.get("tools") or {}, call.name, call.arguments
+                    served = await answer_tool_call(
+                        self.live, case.fixtures.get("tools") or {}, call.name, call.arguments
                     )
                 except FixtureMiss as miss:
                     trajectory.append(ToolCall(call.name, miss.arguments, None, call.id))
                     return finish(completion.text, step, fail_reason=str(miss))
+                except LiveToolError as failed:  # the live service failed: an error, no verdict
+                    trajectory.append(ToolCall(call.name, failed.arguments, None, call.id))
+                    return finish(None, step, error=str(failed))
                 trajectory.append(ToolCall(call.name, served.arguments, served.response, call.id))
                 content = json.dumps(served.response)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": content})

@@ -1,0 +1,261 @@
+"""``evalkit import promptfoo CONFIG``: a ``promptfooconfig.yaml`` and its tests as draft cases.
+
+Tests come inline or from ``file://`` lists (YAML, JSON or JSONL, globs allowed), each merged
+over ``defaultTest`` (its ``vars`` and ``assert``). A test's vars become the case's
+``input.vars``; its prompts are written to ``prompts/promptfoo_N.md`` (evalkit renders vars
+through ``system.user_template``). Assertions map onto evalkit scorers (:data:`ASSERTIONS`);
+``llm-rubric`` writes a rubric file for the ``judge`` scorer; ``javascript`` and ``python`` are
+refused (evalkit runs no code from a case's expectations), and every other type is counted.
+
+Examples:
+    >>> assertion_scorers({"type": "icontains", "value": "refund"}, {})
+    [{'scorer': 'contains', 'args': {'text': 'refund', 'ignore_case': True}}]
+    >>> assertion_scorers({"type": "not-regex", "value": "(?i)password"}, {})
+    [{'scorer': 'forbidden_regex', 'args': {'pattern': '(?i)password'}}]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalkit.corpus.importers.draft_cases import DraftCase, ImportResult, content_hash, slug
+from evalkit.corpus.messages import render_template
+from evalkit.errors import CorpusError
+
+_TEXT = {"contains": False, "icontains": True}
+REFUSED = {
+    "javascript": "refused: evalkit runs no JavaScript from a case; write the check as a scorer "
+    "(evalkit scorers lists them) or a scorer module",
+    "python": "refused: evalkit runs no inline Python from a case; write the check as a scorer "
+    "module (scorers: in evalkit.yaml)",
+}
+_RUBRIC = """# {title}
+
+Imported from a promptfoo llm-rubric assertion. Grade the final answer against this rubric:
+
+{text}
+
+Score levels:
+1: Does not meet the rubric at all.
+2: Meets a small part of the rubric.
+3: Meets about half of the rubric.
+4: Meets the rubric with minor gaps.
+5: Fully meets the rubric.
+"""
+
+
+def assertion_scorers(assertion: Mapping[str, Any], files: dict[str, str]) -> list[dict] | None:
+    """The evalkit scorers for one promptfoo assertion, or None when none fits.
+
+    Side files a scorer needs (a rubric, a schema) are added to ``files``.
+    """
+    kind, value = str(assertion.get("type", "")), assertion.get("value")
+    negated = kind.startswith("not-")
+    base = kind.removeprefix("not-")
+    if isinstance(value, str) and value.startswith("file://"):
+        return None
+    if base in _TEXT and isinstance(value, str | int | float):
+        name = "not_contains" if negated else "contains"
+        return [{"scorer": name, "args": {"text": str(value), "ignore_case": _TEXT[base]}}]
+    if base in ("contains-all", "icontains-all") and isinstance(value, list) and not negated:
+        ignore = base.startswith("i")
+        return [
+            {"scorer": "contains", "args": {"text": str(v), "ignore_case": ignore}} for v in value
+        ]
+    if base in ("contains-any", "icontains-any") and isinstance(value, list) and value:
+        pattern = "|".join(re.escape(str(v)) for v in value)
+        args = {"pattern": pattern, "flags": "i" if base.startswith("i") else ""}
+        return [{"scorer": "forbidden_regex" if negated else "regex", "args": args}]
+    if base == "regex" and isinstance(value, str):
+        return [{"scorer": "forbidden_regex" if negated else "regex", "args": {"pattern": value}}]
+    if base == "starts-with" and isinstance(value, str) and not negated:
+        return [{"scorer": "regex", "args": {"pattern": r"\A\s*" + re.escape(value)}}]
+    if negated:
+        return None
+    if base == "equals" and value is not None:
+        text = value if isinstance(value, str) else json.dumps(value)
+        return [{"scorer": "exact", "args": {"text": text}}]
+    if base in ("is-json", "contains-json"):
+        if not value:
+            return [{"scorer": "json_valid", "args": {}}]
+        schema = value if isinstance(value, Mapping) else _loads(value)
+        if not isinstance(schema, Mapping):
+            return None
+        rel = f"schemas/promptfoo_{_digest(schema)}.json"
+        files[rel] = json.dumps(schema, indent=2) + "\n"
+        return [{"scorer": "json_schema", "args": {"schema": rel}}]
+    if base == "llm-rubric" and isinstance(value, str) and value.strip():
+        rel = f"rubrics/promptfoo_{_digest(value)}.md"
+        files[rel] = _RUBRIC.format(title=slug(value, 6) or "rubric", text=value.strip())
+        return [{"scorer": "judge", "args": {"rubric": rel}}]
+    if base == "similar" and isinstance(value, str):
+        threshold = float(assertion.get("threshold", 0.75))  # promptfoo's default threshold
+        return [{"scorer": "similar", "args": {"reference": value, "threshold": threshold}}]
+    return None
+
+
+def import_promptfoo(config: str | Path) -> ImportResult:
+    """Read a promptfoo config and the tests it names into draft cases.
+
+    Raises:
+        CorpusError: the config or a tests file is missing or not YAML/JSON of the right shape.
+    """
+    config = Path(config)
+    data = _load(config)
+    if not isinstance(data, Mapping):
+        raise CorpusError(
+            "a promptfoo config is a YAML mapping (prompts, providers, tests)", path=config
+        )
+    base = config.parent
+    files: dict[str, str] = {}
+    notes = list(_prompts(data.get("prompts"), base, files))
+    default = data.get("defaultTest") or {}
+    if isinstance(default, str):
+        default = _load(_file_ref(default, base, config))
+    mapped, unmapped = Counter(), Counter()
+    why = dict(REFUSED)
+    cases = []
+    for where, test in _tests(data.get("tests"), base, config):
+        variables = {**(default.get("vars") or {}), **(test.get("vars") or {})}
+        asserts = [*(default.get("assert") or []), *(test.get("assert") or [])]
+        expect = []
+        for assertion in asserts:
+            kind = str(assertion.get("type", "?")) if isinstance(assertion, Mapping) else "?"
+            rendered = _render_value(assertion, variables) if kind != "?" else {}
+            scorers = assertion_scorers(rendered, files) if kind not in REFUSED else None
+            if scorers is None:
+                unmapped[kind] += 1
+                why.setdefault(kind, "no evalkit scorer matches; write expect: by hand")
+                continue
+            mapped[f"{kind} -> {scorers[0]['scorer']}"] += 1
+            expect.extend(s for s in scorers if s not in expect)
+        if any(isinstance(v, list) for v in variables.values()):
+            unmapped["vars with a list value"] += 1
+            why["vars with a list value"] = "promptfoo expands a list into one test per value"
+        if not expect:
+            unmapped["test with no assertion evalkit can score"] += 1
+            why.setdefault("test with no assertion evalkit can score", "not imported")
+            continue
+        description = test.get("description")
+        cases.append(
+            DraftCase(
+                {"vars": variables},
+                tuple(expect),
+                where,
+                notes=f"promptfoo test: {description}" if description else None,
+                title=str(description) if description else None,
+            )
+        )
+    if any("similar" in k for k in mapped):
+        notes.append(
+            "similar: evalkit's scorer compares token sets, not embeddings; check the threshold"
+        )
+    if any("contains-json" in k for k in mapped):
+        notes.append("contains-json -> json_valid: evalkit wants the whole output to be JSON")
+    return ImportResult(
+        "promptfoo", config, tuple(cases), dict(mapped), dict(unmapped), why, tuple(notes), files
+    )
+
+
+def _prompts(prompts: Any, base: Path, files: dict[str, str]):
+    items = prompts if isinstance(prompts, list) else [prompts] if prompts else []
+    for n, prompt in enumerate(items, start=1):
+        text = prompt.get("raw") if isinstance(prompt, Mapping) else prompt
+        if isinstance(prompt, Mapping) and text is None:
+            text = prompt.get("id")
+        if not isinstance(text, str):
+            continue
+        if text.startswith("file://"):
+            path = _file_ref(text, base, base)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError:
+                yield f"prompt {n}: cannot read {path.name}; not written"
+                continue
+        rel = f"prompts/promptfoo_{n}.md"
+        files[rel] = text if text.endswith("\n") else text + "\n"
+        yield (
+            f"prompt {n} -> {rel}: promptfoo sends it as the user message; in evalkit it is the "
+            f"suite's system.user_template: {' '.join(text.split())[:80]!r}"
+        )
+
+
+def _tests(tests: Any, base: Path, config: Path):
+    """(where, test) for every test, ``file://`` references read (globs expanded)."""
+    items = [tests] if isinstance(tests, str | Mapping) else list(tests or [])
+    for n, item in enumerate(items):
+        if isinstance(item, Mapping):
+            yield f"{config.name}#{n}", item
+            continue
+        if not isinstance(item, str):
+            raise CorpusError(f"tests[{n}] is neither a test nor a file:// reference", path=config)
+        pattern = str(_file_ref(item, base, config))
+        paths = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
+        for path in map(Path, paths):
+            if path.suffix not in (".yaml", ".yml", ".json", ".jsonl"):
+                raise CorpusError(
+                    "only YAML, JSON and JSONL tests files are read; convert this one, or "
+                    "import it with `evalkit import csv FILE --map ...`",
+                    path=path,
+                )
+            loaded = _load(path)
+            rows = loaded if isinstance(loaded, list) else [loaded]
+            for m, test in enumerate(rows):
+                if not isinstance(test, Mapping):
+                    raise CorpusError(f"test {m} is not a mapping", path=path)
+                yield f"{path.name}#{m}", test
+
+
+def _render_value(assertion: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
+    """promptfoo renders ``{{var}}`` in assertion values with the test's vars; so do we."""
+    value = assertion.get("value")
+    if isinstance(value, str) and "{{" in value:
+        # a nunjucks expression beyond plain {{name}} is kept as written
+        with contextlib.suppress(KeyError):
+            value = render_template(value, dict(variables))
+    return {**assertion, "value": value}
+
+
+def _file_ref(ref: str, base: Path, where: Path) -> Path:
+    if not ref.startswith("file://"):
+        raise CorpusError(f"expected a file:// reference, got {ref[:60]!r}", path=where)
+    return base / ref.removeprefix("file://")
+
+
+def _load(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror}", path=path) from None
+    try:
+        if path.suffix == ".jsonl":
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return yaml.safe_load(text)  # JSON is YAML too
+    except (yaml.YAMLError, ValueError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise CorpusError(
+            f"not valid YAML/JSON: {str(exc).splitlines()[0]}", path=path, line=line
+        ) from None
+
+
+def _loads(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None
+
+
+def _digest(value: Any) -> str:
+    return content_hash(DraftCase({"value": value}, (), ""))[:8]
