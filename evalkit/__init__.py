@@ -42,6 +42,8 @@ _EXPORTS = {
     "verdicts": "evalkit.compare.verdicts",
     "run_verdicts": "evalkit.compare.verdicts",
     "load_comparison": "evalkit.compare.analysis",
+    "history": "evalkit.compare.history",
+    "History": "evalkit.compare.history_values",
 }
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "EvalkitError",
     "GateDecision",
     "GatePolicy",
+    "History",
     "Output",
     "RunOptions",
     "RunSummary",
@@ -63,6 +66,7 @@ __all__ = [
     "ToolCall",
     "__version__",
     "decide",
+    "history",
     "load_comparison",
     "load_corpus",
     "load_suite",
@@ -92,6 +96,8 @@ if TYPE_CHECKING:
     from evalkit.compare.analysis import load_comparison
     from evalkit.compare.decision import GateDecision
     from evalkit.compare.gate import decide
+    from evalkit.compare.history import history
+    from evalkit.compare.history_values import History
     from evalkit.compare.paired import paired_frame
     from evalkit.compare.policy import GatePolicy
     from evalkit.compare.verdicts import run_verdicts, verdicts

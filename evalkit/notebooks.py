@@ -79,9 +79,11 @@ class GateRun:
 
 #: Where the notebooks ship inside the package (``notebooks/`` of the repository, linked).
 TEMPLATES = "notebook_templates"
-#: What ``evalkit init`` writes into a new project's ``notebooks/`` (the gate runs from the CLI;
-#: a history notebook joins this list when there is one). `evalkit notebook` copies any of them.
-PROJECT_NOTEBOOKS = ("slices.ipynb", "flakiness.ipynb", "judge_agreement.ipynb", "power.ipynb")
+#: What ``evalkit init`` writes into a new project's ``notebooks/`` (the gate runs from the CLI).
+#: `evalkit notebook` copies any of them.
+PROJECT_NOTEBOOKS = (
+    "slices.ipynb", "flakiness.ipynb", "judge_agreement.ipynb", "power.ipynb", "history.ipynb",
+)  # fmt: skip
 
 
 def notebook_path(name: str) -> Path:

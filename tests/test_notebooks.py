@@ -315,3 +315,35 @@ def test_judge_agreement_notebook_studies_the_labels_in_a_store(labelled_store, 
 def test_unknown_notebook_is_a_config_error():
     with pytest.raises(ConfigError, match="not found"):
         notebook_path("nope.ipynb")
+
+
+def test_history_notebook_executes(tmp_path):
+    """notebooks/history.ipynb over six nightly runs whose unstable cases grow and whose served
+    model changes at run 4: both charts (one panel per critical tag) and the warning."""
+    import duckdb
+    from synthetic_runs import MANIFEST, C, make_run
+
+    manifest = MANIFEST | {"gate_policy": {"critical_tags": ["billing", "refunds"]}}
+    runs = [
+        make_run(f"run-{k}", [C(f"billing-{i}", "pp", ["billing"]) for i in range(8)]
+                 + [C(f"refunds-{i}", "pf" if i < k else "pp", ["refunds"]) for i in range(8)],
+                 manifest=manifest, label="nightly")
+        for k in range(6)
+    ]  # fmt: skip
+    db = tmp_path / "history.duckdb"
+    write_store(db, runs)
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "UPDATE outputs SET model = 'demo-model-0806' WHERE run_id IN ('run-4', 'run-5')"
+        )
+    params = {"DB_PATH": str(db), "BY": "label", "OUTPUT_DIR": str(tmp_path / "out")}
+    nb, ename, message = execute_notebook("history.ipynb", tmp_path / "history.ipynb", params)
+    assert ename is None, message
+    text = nb.read_text()
+    assert "6 points by label; critical tags: billing, refunds" in text
+    assert "billing: pass rate" in text and "refunds: pass rate" in text
+    assert "warn: unstable cases are growing in nightly" in text
+    assert "served model changed in nightly: demo-model -> demo-model-0806 at run-4" in text
+    assert text.count("application/vnd.vegalite.v5+json") >= 2
+    assert (tmp_path / "out" / "pass_rates.svg").is_file()
+    assert not EXTERNAL_SCRIPT.search(to_report_html(nb).read_text())

@@ -25,6 +25,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--html", metavar="FILE", help="write the report as HTML")
     compare.add_argument("--markdown", metavar="FILE", help="write the pull-request Markdown")
     add_rebaseline_args(compare)
+    compare.add_argument(
+        "--transfer", action="store_true",
+        help="say whether the live gains transfer to the sealed cases (both runs ran --sealed)",
+    )  # fmt: skip
     compare.set_defaults(handler=_cmd_compare)
 
     gate = sub.add_parser("gate", help="execute the gate notebook; exit 1 when blocked")
@@ -77,8 +81,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             pair = resolve_pair(store, *pair_refs(args))
         maybe_rebaseline(args, *pair)
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-        report = dataclasses.replace(build_report(*_decide_pair(store, args)), command="compare")
+        comparison, decision = _decide_pair(store, args)
+        report = dataclasses.replace(build_report(comparison, decision), command="compare")
     render_terminal(report)
+    if args.transfer:
+        from evalkit.cli.sealing import print_transfer
+
+        print_transfer(comparison, decision)
     link = Path(args.html).name if args.html else None
     renderers = ((args.json, to_json), (args.junit, to_junit), (args.html, to_html),
                  (args.markdown, lambda r: to_markdown(r, link)))  # fmt: skip

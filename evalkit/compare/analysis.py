@@ -16,6 +16,7 @@ import polars as pl
 
 from evalkit.compare.comparability import check_comparable, comparability_warnings
 from evalkit.compare.paired import case_changes, corpus_delta, paired_frame
+from evalkit.compare.pass_rules import PassRules
 from evalkit.compare.slices import slices
 from evalkit.compare.verdicts import verdicts
 from evalkit.judges.gating import (
@@ -95,6 +96,7 @@ def compare(
     allow_diff: Sequence[str] = (),
     gating: JudgeGating | None = None,
     rebaseline: RunData | None = None,
+    pass_rules: PassRules | None = None,
 ) -> Comparison:
     """Check comparability, then build verdicts, the paired frame and the corpus delta.
 
@@ -106,6 +108,9 @@ def compare(
     ``rebaseline`` is a run of the baseline's configuration on the candidate's added and edited
     cases: those cases pair with its verdicts as their baseline side (``origin`` column:
     ``"paired"`` for cases unedited in both runs, ``"rebaselined"`` for these).
+
+    ``pass_rules`` (the policy's, `evalkit.compare.pass_rules`) turn each case's replays into
+    its verdict on every side; None: majority.
     """
     differing = check_comparable(base.manifest, cand.manifest, allow_diff)
     base_scores, cand_scores = base.scores, cand.scores
@@ -117,15 +122,15 @@ def compare(
             gated_scores(cand_scores, gating),
         )
         rb_scores = gated_scores(rb_scores, gating) if rb_scores is not None else None
-        judge_paired = _ungated_judge_paired(base, cand, gating)
-    bv = verdicts(base.outputs, base_scores, base.cases)
-    cv = verdicts(cand.outputs, cand_scores, cand.cases)
+        judge_paired = _ungated_judge_paired(base, cand, gating, pass_rules)
+    bv = verdicts(base.outputs, base_scores, base.cases, pass_rules)
+    cv = verdicts(cand.outputs, cand_scores, cand.cases, pass_rules)
     changes = case_changes(base.cases, cand.cases)
     paired = paired_frame(bv, cv, base.cases, cand.cases)
     rebaselined: frozenset[str] = frozenset()
     if rebaseline is not None and rb_scores is not None:
         wanted = changes.filter(pl.col("change") != "removed")["case_id"].implode()
-        rv = verdicts(rebaseline.outputs, rb_scores, rebaseline.cases)
+        rv = verdicts(rebaseline.outputs, rb_scores, rebaseline.cases, pass_rules)
         extra = paired_frame(rv, cv, rebaseline.cases, cand.cases)
         extra = extra.filter(pl.col("case_id").is_in(wanted)).with_columns(
             origin=pl.lit("rebaselined")
@@ -196,10 +201,13 @@ def rebaseline_blocker(base_manifest: dict[str, Any], cand_manifest: dict[str, A
     return None
 
 
-def _ungated_judge_paired(base: RunData, cand: RunData, gating: JudgeGating) -> pl.DataFrame:
+def _ungated_judge_paired(
+    base: RunData, cand: RunData, gating: JudgeGating, rules: PassRules | None = None
+) -> pl.DataFrame:
     """The paired frame of the judge checks that may not gate, on the cases they scored."""
     judged = [ungated_scores(run.scores, gating) for run in (base, cand)]
-    sides = [verdicts(r.outputs, s, r.cases) for r, s in zip((base, cand), judged, strict=True)]
+    runs = zip((base, cand), judged, strict=True)
+    sides = [verdicts(r.outputs, s, r.cases, rules) for r, s in runs]
     frame = paired_frame(*sides, base.cases, cand.cases)
     return frame.filter(
         pl.col("case_id").is_in(pl.concat([s["case_id"] for s in judged]).implode())
@@ -239,6 +247,7 @@ def load_comparison(
     allow_diff: Sequence[str] = (),
     judge_kappa_min: float = 0.6,
     judge_min_labels: int = 100,
+    pass_rules: PassRules | None = None,
 ) -> Comparison:
     """`compare` two runs read from the store; judge checks gate only where the store holds a
     calibration record for that judge model, snapshot, prompt version and rubric on at least
@@ -256,7 +265,8 @@ def load_comparison(
     gating = judge_gating(
         judged[0], store.calibrations(), judge_kappa_min, judge_min_labels, candidate=judged[1]
     )
-    return compare(base, cand, allow_diff, gating, _rebaseline_run(store, base, cand))
+    rebaseline = _rebaseline_run(store, base, cand)
+    return compare(base, cand, allow_diff, gating, rebaseline, pass_rules)
 
 
 def _rebaseline_run(store: Store, base: RunData, cand: RunData) -> RunData | None:

@@ -167,6 +167,7 @@ class GateDecision:
         for finding, row in zip(self.findings, out["findings"], strict=True):
             row["key"] = finding.key
         out["policy"]["budgets"] = [b.model_dump() for b in self.policy.budgets]
+        out["policy"]["pass_rules"] = self.policy.pass_rules.to_config()  # as in evalkit.yaml
         for o in out["overrides"]:
             o["created_at"] = o["created_at"].isoformat() if o["created_at"] else None
         return out

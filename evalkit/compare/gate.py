@@ -695,6 +695,8 @@ def gate_comparison(
     pinned policy), ``policy_source`` and ``siblings`` come from `evalkit.compare.pin.gate_pair`.
     """
     from evalkit.compare.flakes import excusing_flakes, shown_flakes
+    from evalkit.compare.replay_checks import replay_findings
+    from evalkit.compare.transfer import transfer, transfer_finding
 
     rates = excusing_flakes(store, comparison.base, comparison.cand)
     observed = usage_means(comparison.cand_verdicts)
@@ -723,6 +725,13 @@ def gate_comparison(
     notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
     notes += ungated_judge_flips(comparison.judge_paired, policy)
     notes += _cache_share(comparison)
+    replays = min(
+        int(run.manifest.get("replays") or 1) for run in (comparison.base, comparison.cand)
+    )
+    notes += replay_findings(comparison.paired, policy, replays)
+    # Sealed cases run in both: do the live gains hold on cases nobody tuned against? (warn)
+    held = transfer(comparison.paired, policy.bootstrap_iters, policy.level, policy.bootstrap_seed)
+    notes += [found] if (found := transfer_finding(held)) else []
     for r in shown_flakes(store, comparison.base, comparison.cand).iter_rows(named=True):
         msg = f"flake rate {r['flake_rate']:.0%} of {r['case_id']} excuses nothing: {r['why_not']}"
         notes.append(Finding(0, "flakes", (r["case_id"],), {}, msg, "info", "not-excusing"))

@@ -186,6 +186,7 @@ def _decision(r: Report) -> str:
     )
     meta += f"<br>{_h(r.delta_line())}" if r.delta_line() else ""
     meta += f"<br><b>{_h(r.served_line())}</b>" if r.served_line() else ""
+    meta += f"<br>{_h(r.replay_line())}" if r.replay_line() else ""
     out = [
         f'<section id="decision"><div class="banner {tables.status_class(status)}">'
         f"<h1>{tables.status_icon(status)} {_h(r.heading())}</h1>"
@@ -339,7 +340,28 @@ def _slices(r: Report, charts: bool) -> list[object]:
         live = r.paired.filter(~pl.col("sealed").fill_null(False))  # the slices' cases
         out.append(ch.slice_overview(r.slices, tol, r.critical_tags, method, paired=live))
     out.append(_scorers(r))
+    out.append(_replays(r))
     return [*out, "</section>"]
+
+
+def _replays(r: Report) -> str:
+    """pass@k (some replay passes) and pass^k (every replay passes) per slice."""
+    t = r.replay_slices
+    if t is None or not t.height:
+        return ""
+    body = "".join(
+        f"<tr><td>{_h(x[0])}</td><td>{x[2]}</td>"
+        + "".join(f"<td>{fmt_pct(v)}</td>" for v in x[3:])
+        + "</tr>"
+        for x in t.iter_rows()
+    )
+    head = "".join(f"<th>{c}</th>" for c in (
+        "slice", "cases", "baseline pass@k", "baseline pass^k", "candidate pass@k",
+        "candidate pass^k"))  # fmt: skip
+    return (
+        f'<h3 id="replays">Replays: pass@k and pass^k (k = {t["k"][0]}; verdict per case: '
+        f'{_h(r.pass_rule)})</h3><table class="reasons"><tr>{head}</tr>{body}</table>'
+    )
 
 
 def _scorers(r: Report) -> str:

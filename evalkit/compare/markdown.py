@@ -126,6 +126,23 @@ def _scorer_table(report: Report) -> list[str]:
     ]
 
 
+def _replay_table(report: Report) -> list[str]:
+    """pass@k and pass^k per slice, when the runs replayed each case more than once."""
+    t = report.replay_slices
+    if t is None or not t.height:
+        return []
+    head = [
+        "", f"### Replays: pass@k and pass^k (k = {t['k'][0]})", "",
+        "| slice | cases | baseline pass@k | baseline pass^k | candidate pass@k | "
+        "candidate pass^k |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    return head + [
+        f"| {md(x[0], 60)} | {x[2]} | " + " | ".join(fmt_pct(v) for v in x[3:]) + " |"
+        for x in t.iter_rows()
+    ]
+
+
 def _table(rows: list[dict]) -> list[str]:
     head = [
         "| tag | n | baseline pass | candidate pass | broken b | fixed c | one-sided exact p | "
@@ -179,6 +196,8 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
         head.append(md(r.delta_line() or ""))
     if r.served_line():
         head.append(f"⚠️ {md(r.served_line() or '', 600)}")
+    if r.replay_line():
+        head.append(md(r.replay_line() or "", 600))
     if r.manifest_changes:
         head.append(f"Manifests differ in: {md('; '.join(r.manifest_changes), 600)}")
     stopping = [_finding_line(f) for f in r.stopping()]
@@ -206,6 +225,7 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
     tail += ["", f"<sub>evalkit · details, outputs and charts: {where}</sub>"]
     table = ["", "### Per tag (critical in bold)", "", *_table(tag_rows(r))]
     table += _scorer_table(r)
+    table += _replay_table(r)
     fixed = []
     if r.n_fixed:
         ids = [c.case_id for c in r.fixed]

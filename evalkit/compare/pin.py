@@ -96,8 +96,9 @@ def gate_pair(
         require_complete(store, run_id, role, allow_incomplete, db)
     policy, looser, source = resolve_policy(store, base, config_path)
     comparison = load_comparison(
-        store, base, cand, allow_diff, policy.judge_kappa_min, policy.judge_min_labels
-    )
+        store, base, cand, allow_diff, policy.judge_kappa_min, policy.judge_min_labels,
+        policy.pass_rules,
+    )  # fmt: skip
     policy.validate_against(comparison.cand.cases, comparison.cand.manifest.get("selection"))
     found: list[tuple[str, str]] = []
     for run_id in siblings(store, comparison) if with_siblings else ():

@@ -11,12 +11,13 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalkit import stats
+from evalkit.compare.pass_rules import PassRules
 from evalkit.corpus.cases import MIN_CRITICAL_CASES
 from evalkit.errors import ConfigError
 
@@ -105,6 +106,7 @@ class GatePolicy:
     block_on_any_broken: tuple[str, ...] = ()
     served_model_change: Literal["warn", "block"] = "warn"
     relative_budgets: tuple[tuple[str, float], ...] = ()  # (metric, allowed), sorted
+    pass_rules: PassRules = field(default_factory=PassRules)  # replays -> one verdict per case
 
     @classmethod
     def from_suite(
@@ -113,8 +115,10 @@ class GatePolicy:
         gate: Mapping[str, Any] | None = None,
         budgets: Mapping[str, Any] | None = None,
         source: str = "evalkit.yaml",
+        pass_rules: Mapping[str, Any] | None = None,
     ) -> GatePolicy:
-        """Validate the suite's ``critical_tags``, ``gate:`` and ``budgets:`` sections.
+        """Validate the suite's ``critical_tags``, ``gate:`` and ``budgets:`` sections (and
+        the ``replays:`` pass rules, `evalkit.compare.pass_rules.PassRules.from_config`).
 
         Raises:
             ConfigError: one line naming ``source``, the key and what to do.
@@ -141,7 +145,8 @@ class GatePolicy:
         ]  # fmt: skip
         params["block_on_any_broken"] = tuple(params["block_on_any_broken"])
         params["relative_budgets"] = tuple(sorted(params["relative_budgets"].items()))
-        return cls(critical_tags=tags, budgets=tuple(specs), **params)
+        rules = PassRules.from_config(pass_rules, f"{source}: replays")
+        return cls(critical_tags=tags, budgets=tuple(specs), pass_rules=rules, **params)
 
     @classmethod
     def from_manifest(
@@ -155,8 +160,9 @@ class GatePolicy:
             0.05
         """
         return cls.from_suite(
-            policy.get("critical_tags") or (), policy.get("gate"), policy.get("budgets"), source
-        )
+            policy.get("critical_tags") or (), policy.get("gate"), policy.get("budgets"), source,
+            policy.get("pass_rules"),
+        )  # fmt: skip
 
     def interval_level(self) -> float:
         """The level of the slice intervals the gate reads: at least ``level``, and high enough
@@ -229,7 +235,8 @@ def load_policy(config_path: str | None) -> GatePolicy:
     from evalkit.corpus.suite import load_suite
 
     cfg = load_suite(config_path).config
-    return GatePolicy.from_suite(cfg.critical_tags, cfg.gate, cfg.budgets, str(config_path))
+    rules = cfg.pass_rules.model_dump()
+    return GatePolicy.from_suite(cfg.critical_tags, cfg.gate, cfg.budgets, str(config_path), rules)
 
 
 def load_policy_dict(config_path: str | None) -> dict[str, Any] | None:
@@ -343,6 +350,11 @@ def policy_changes(pinned: Mapping[str, Any], proposed: Mapping[str, Any]) -> Po
             f"gate.{key} {_shown(was)} → {_shown(now)} ({way}: {why})"
         )
     _budget_changes(old, new, looser, stricter)
+    if old.pass_rules != new.pass_rules:  # the verdicts themselves change: promote it first
+        looser.append(
+            f"replays pass rules {old.pass_rules.describe()} → {new.pass_rules.describe()} "
+            f"(looser: {_ANY_CHANGE})"
+        )
     _tier_changes(pinned.get("tiers") or {}, proposed.get("tiers") or {}, looser)
     return PolicyChanges(tuple(looser), tuple(stricter))
 

@@ -34,6 +34,7 @@ from evalkit.compare.analysis import Comparison
 from evalkit.compare.decision import GateDecision
 from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.paired import flips
+from evalkit.compare.pass_rules import replay_table
 from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
 from evalkit.compare.usage_deltas import grew_most, usage_deltas
@@ -108,6 +109,25 @@ class Report:
     # and the cases whose steps grew most: (case, base steps, cand steps, base calls, cand calls).
     usage_deltas: pl.DataFrame | None = None
     grew_most: tuple[tuple[str, float, float, str, str], ...] = ()
+    # Replays per case (baseline, candidate), the rule that made each case's verdict from them
+    # (`evalkit.compare.pass_rules`) and, with more than one replay, pass@k and pass^k per slice.
+    replays: tuple[int, int] = (1, 1)
+    pass_rule: str = "majority"
+    replay_slices: pl.DataFrame | None = None
+
+    def replay_line(self) -> str | None:
+        """How replays became verdicts, for the first screen; None with one replay and the
+        default rule (every rule agrees on one replay).
+
+        Examples:
+            >>> report.replay_line()                                       # doctest: +SKIP
+            'replays: 5 per case; verdict per case: k_of_n 4/5 (tag billing: all)'
+        """
+        if max(self.replays) <= 1 and self.pass_rule == "majority":
+            return None
+        b, c = self.replays
+        count = f"{b} per case" if b == c else f"{b} per case (baseline), {c} (candidate)"
+        return f"replays: {count}; verdict per case: {self.pass_rule}"
 
     def changed_usage(self) -> list[dict[str, Any]]:
         """The paired-growth rows where some case grew or shrank (an unchanged metric is not
@@ -342,7 +362,18 @@ def build_report(
         grew_most=_trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
         ),
+        **_replay_fields(cmp, decision),
     )  # fmt: skip
+
+
+def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, Any]:
+    """`Report`'s replay fields: counts from the manifests, the rule from the decision's policy
+    (the comparison was built under it), pass@k and pass^k at k = the smaller replay count."""
+    replays = tuple(int(run.manifest.get("replays") or 1) for run in (cmp.base, cmp.cand))
+    rule = decision.policy.pass_rules.describe() if decision is not None else "majority"
+    k = min(replays)
+    table = replay_table(cmp.base_verdicts, cmp.cand_verdicts, k) if k > 1 else None
+    return {"replays": replays, "pass_rule": rule, "replay_slices": table}
 
 
 def _trajectories(
@@ -448,6 +479,7 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
                 f"({_m(r.cand_run_id)})\n{r.counts_line()}")  # fmt: skip
         body += f"\n{_m(r.delta_line())}" if r.delta_line() else ""
         body += f"\n[bold yellow]{_m(r.served_line())}[/]" if r.served_line() else ""
+        body += f"\n{_m(r.replay_line())}" if r.replay_line() else ""
         body += (
             f"\nmanifests differ in: {_m(', '.join(r.manifest_diff))}" if r.manifest_diff else ""
         )
@@ -494,6 +526,11 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
                 (_m(x["scorer"]), x["kind"], x["n"], _pct(x["base_pass"]), _pct(x["cand_pass"]),
                  x["broken"], x["fixed"], fmt_p(x["p_broken"])) for x in rows
             ]))  # fmt: skip
+        if (t := r.replay_slices) is not None and t.height:
+            cols = ("slice", "k", "cases", "baseline pass@k", "baseline pass^k",
+                    "candidate pass@k", "candidate pass^k")  # fmt: skip
+            rows = [(_m(x[0]), *x[1:3], *map(_pct, x[3:])) for x in t.iter_rows()]
+            out.append(_table(f"Replays: pass@k and pass^k (k = {t['k'][0]})", cols, rows))
         return out
     if name == "suite":
         changes = [f"{c} ({k})" for c, k in r.changes.select("case_id", "change").iter_rows()]
@@ -577,6 +614,9 @@ def to_dict(report: Report) -> dict[str, Any]:
         "manifest_diff": list(r.manifest_diff), "aggregate": r.aggregate,
         "scorers": r.scorer_rows(),
         "usage_deltas": r.usage_deltas.to_dicts() if r.usage_deltas is not None else [],
+        "replays": {"baseline": r.replays[0], "candidate": r.replays[1],
+                    "pass_rule": r.pass_rule},
+        "replay_slices": r.replay_slices.to_dicts() if r.replay_slices is not None else [],
         "grew_most": [dict(zip(("case_id", "base_steps", "cand_steps", "base_calls",
                                 "cand_calls"), g, strict=True)) for g in r.grew_most],
     }  # fmt: skip

@@ -1,4 +1,5 @@
-"""Verdicts: per (case, replay), then per case by majority over replays (Polars).
+"""Verdicts: per (case, replay), then per case by majority over replays or the suite's
+replay pass rules (`evalkit.compare.pass_rules`) (Polars).
 
 Data flows one way: outputs + scores -> replay verdicts -> case verdicts (majority over replays)
 -> paired frame of two runs -> flips and per-slice statistics. Every function takes frames (so
@@ -25,6 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+from evalkit.compare.pass_rules import PassRules
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -144,9 +147,14 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
 
 
 def verdicts(
-    outputs: pl.DataFrame, scores: pl.DataFrame, cases: pl.DataFrame | None = None
+    outputs: pl.DataFrame,
+    scores: pl.DataFrame,
+    cases: pl.DataFrame | None = None,
+    rules: PassRules | None = None,
 ) -> pl.DataFrame:
-    """One verdict per (run, case): majority over decided replays, ties fail.
+    """One verdict per (run, case): majority over decided replays, ties fail, unless ``rules``
+    (`evalkit.compare.pass_rules.PassRules`, the suite's ``replays:`` rules) say otherwise for
+    the case or its tags (tag rules need ``cases``, which carries the tags).
 
     ``passed`` is null and ``error`` true when every replay errored; ``unstable`` is true when
     decided replays disagree. With ``cases``, every case of the run appears (a case with no
@@ -181,8 +189,8 @@ def verdicts(
     return (
         per_case.with_columns((pl.col("n_pass") + pl.col("n_fail") == 0).alias("error"))
         .with_columns(
-            pl.when(pl.col("n_pass") + pl.col("n_fail") > 0)
-            .then(pl.col("n_pass") > pl.col("n_fail"))
+            (rules or PassRules())
+            .verdict_expr(pl.col("tags") if cases is not None else None, pl.col("case_id"))
             .alias("passed"),
             ((pl.col("n_pass") > 0) & (pl.col("n_fail") > 0)).alias("unstable"),
         )
