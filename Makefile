@@ -8,7 +8,8 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 .PHONY: install demo test lint format bench notebook clean
 
 # Re-install only when the project's dependency list changes. The demo needs only the package
-# itself; the tests also need the test tools and Ray (about four times the download).
+# itself; the tests also need the test tools, Ray (about four times the download) and pyiceberg
+# (the shared store's tests).
 $(DEMO_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -16,7 +17,7 @@ $(DEMO_STAMP): pyproject.toml
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,ray]'
+	$(BIN)/python -m pip install -q -e '.[test,ray,shared]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -58,15 +58,18 @@ def write_corpus(root: Path, n_cases: int, concurrency: int) -> Path:
     (root / "cases").mkdir(parents=True)
     (root / "prompts").mkdir()
     (root / "prompts" / "system.md").write_text(SYSTEM_PROMPT, encoding="utf-8")
-    (root / "cases" / "synthetic.yaml").write_text(
-        "".join(
-            f"- id: synthetic-{i:05d}\n"
-            f"  input: {{messages: [{{role: user, content: 'Where is my order {10_000 + i}?'}}]}}\n"
-            "  expect: [json_valid, {max_words: 200}]\n"
-            for i in range(n_cases)
-        ),
-        encoding="utf-8",
-    )
+    per_file = 50_000  # a cases file may hold 20 MB at most
+    for first in range(0, n_cases, per_file):
+        (root / "cases" / f"synthetic-{first // per_file:02d}.yaml").write_text(
+            "".join(
+                f"- id: synthetic-{i:05d}\n"
+                "  input: {messages: [{role: user, content: "
+                f"'Where is my order {10_000 + i}?'}}]}}\n"
+                "  expect: [json_valid, {max_words: 200}]\n"
+                for i in range(first, min(n_cases, first + per_file))
+            ),
+            encoding="utf-8",
+        )
     config = root / "evalkit.yaml"
     config.write_text(
         "suite: bench-distributed\n"
@@ -166,7 +169,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "outputs": merged.result.stored,
             "again_s": merges[1][0],
             "again_parts": merges[1][1],
+            # the costs that must stay linear: per part and per row of the first merge
+            "ms_per_part": round(1000 * merges[0][0] / max(1, merges[0][1]), 3),
+            "us_per_row": round(1e6 * merges[0][0] / max(1, merged.result.stored), 2),
         }
+        figures["ray"]["ms_per_chunk"] = round(
+            1000 * figures["ray"]["wall_s"] / max(1, figures["ray"]["parts"]), 2
+        )
+        figures["ray"]["us_per_row"] = round(
+            1e6 * figures["ray"]["wall_s"] / max(1, figures["ray"]["outputs"]), 1
+        )
 
     loc, ray_fig, merge = figures["local"], figures["ray"], figures["merge"]
     print(f"{args.cases} cases, simulator latency {args.latency_ms:g} ms")
@@ -182,8 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"  merge        : {merge['first_s']:8.2f} s for {merge['parts']} parts "
-        f"({merge['outputs']} outputs); again: {merge['again_s']:.2f} s, "
+        f"({merge['outputs']} outputs; {merge['ms_per_part']:.1f} ms/part, "
+        f"{merge['us_per_row']:.1f} µs/row); again: {merge['again_s']:.2f} s, "
         f"{merge['again_parts']} parts"
+    )
+    print(
+        f"  ray per chunk: {ray_fig['ms_per_chunk']:.1f} ms, per row {ray_fig['us_per_row']:.0f} µs"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,13 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         "--shard", metavar="K/N", help="run only shard K of N into Parquet parts (CI matrix)"
     )
     run.add_argument("--run-id", metavar="ID", help="the run id all shards of one run share")
+    run.add_argument(
+        "--shard-rate",
+        choices=("split", "whole"),
+        default="split",
+        help="with --shard K/N: each shard paces to 1/N of rate_limit (split, the default: the "
+        "shards together keep the endpoint's limit) or to all of it (whole: N times the rate)",
+    )
     run.add_argument(
         "--parts",
         default=DEFAULT_PARTS,
@@ -88,7 +96,20 @@ def run_distributed(
     print(f"  parts under {root.run_dir(summary.run_id)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
-    return 1 if summary.all_errored else 0
+    return run_exit_code(summary)
+
+
+def run_exit_code(summary: RunSummary) -> int:
+    """1 when a finished run verified nothing (every output errored) or did not store every
+    output it should have (incomplete), else 0: a CI step never passes on half a run."""
+    if not summary.complete:
+        print(
+            f"evalkit: run {summary.run_id} is incomplete: {summary.outputs} of "
+            f"{summary.expected_outputs} outputs stored",
+            file=sys.stderr,
+            flush=True,
+        )
+    return 1 if summary.all_errored or not summary.complete else 0
 
 
 def _shard(
@@ -116,14 +137,17 @@ def _shard(
             "(e.g. the CI pipeline id)"
         )
     summary = run_shard(
-        suite, corpus, options, shard=shard, run_id=args.run_id, root=root, chunk_size=chunk_size
-    )
+        suite, corpus, options, shard=shard, run_id=args.run_id, root=root,
+        chunk_size=chunk_size, split_rate=args.shard_rate == "split",
+    )  # fmt: skip
     print(
         f"evalkit: shard {summary.shard} of run {summary.run_id}: {summary.units} outputs in "
         f"this shard, {summary.skipped} already in parts, {summary.outputs} written now in "
         f"{summary.chunks} chunks ({summary.requests} requests, {summary.wall_s:.2f}s)",
         flush=True,
     )
+    if summary.rate_note:
+        print(f"  {summary.rate_note}", flush=True)
     print(
         f"  parts under {root.run_dir(summary.run_id)}; when every shard is done: "
         f"evalkit merge {summary.run_id} --parts {strip_userinfo(args.parts)} --db {args.db}",

@@ -4,18 +4,24 @@ rendered messages, tools, sampling, replay index).
 
 The runner prefetches the keys of a whole run in one query and writes new entries with each
 batch; :class:`CachedProvider` wraps any provider for one-off calls (model judges, rescoring)
-so an unchanged judge request is answered from the store with zero model calls.
+so an unchanged judge request is answered from the store with zero model calls. With a shared
+store configured, :func:`with_shared_cache` makes lookups ask the team's cache for what the
+local one lacks (:class:`SharedCacheStore`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from evalkit.corpus.suite import Suite
 from evalkit.records import ChatRequest, Completion, Provider, canonical_json
 from evalkit.store import Store
+
+if TYPE_CHECKING:
+    from evalkit.store.shared import SharedStore
 
 #: Version of the runner's cache entries (completion + the latency and cost it had when
 #: produced); part of every key, so entries of an older layout are never read as this one.
@@ -96,3 +102,44 @@ class CachedProvider:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class SharedCacheStore:
+    """The local store, whose response-cache lookups fall back to the team's shared store:
+    the one seam through which a run asks what the team already asked (the runner's
+    prefetch and each later tool-loop step call ``cache_get``). Everything else is the
+    local store's own. A shared hit is kept in the local cache too, so a resume or a rescore
+    reads it locally; new answers go to the local cache as ever, and ``evalkit push``
+    publishes them.
+    """
+
+    def __init__(self, local: Store, shared: SharedStore) -> None:
+        self.local = local
+        self.shared = shared
+        self.shared_hits = 0  # entries the shared store answered (the local one had not)
+
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+        found = self.local.cache_get(wanted)
+        missing = [key for key in wanted if key not in found]
+        if missing:
+            remote = self.shared.cache_get(missing)
+            if remote:
+                self.local.cache_put(remote)
+                self.shared_hits += len(remote)
+                found.update(remote)
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.local, name)
+
+
+def with_shared_cache(store: Store, suite: Suite) -> Store | SharedCacheStore:
+    """``store``, asking the shared store's cache first when the suite names one
+    (``store: {shared: URI}``); ``store`` itself otherwise or with the cache off."""
+    uri = suite.config.store.get("shared")
+    if not uri or not suite.config.cache:
+        return store
+    from evalkit.store.shared import open_shared_store
+
+    return SharedCacheStore(store, open_shared_store(uri, source=f"{suite.path}: store.shared"))

@@ -41,6 +41,7 @@ from evalkit.run.shards import (
     DEFAULT_CHUNK_SIZE,
     Chunk,
     Shard,
+    ShardRate,
     make_chunks,
     order_units,
     remaining,
@@ -125,6 +126,7 @@ class ShardSummary:
     outputs: int  # outputs written now
     requests: int
     wall_s: float
+    rate_note: str = ""  # how the endpoint's rate limit was shared between the shards
 
 
 def run_manifest(suite: Suite, corpus: Corpus, options: RunOptions, run_id: str) -> dict[str, Any]:
@@ -198,9 +200,12 @@ def run_shard(
     root: PartsRoot,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     report: Callable[[str], None] | None = None,
+    split_rate: bool = True,
 ) -> ShardSummary:
     """Run shard ``K/N`` of run ``run_id`` into parts under ``root`` (no store is opened);
-    ``report`` gets one line per earlier part set aside (default: printed to stderr).
+    ``report`` gets one line per earlier part set aside (default: printed to stderr). The
+    shard paces itself to its share of ``rate_limit`` (:class:`ShardRate`; ``split_rate``
+    False: the whole limit).
 
     Raises:
         EvalkitError: parts of ``run_id`` from another configuration are already there, or a
@@ -231,13 +236,30 @@ def run_shard(
     todo = remaining(make_chunks(mine, chunk_size), done)
     skipped = len(mine) - sum(len(c.units) for c in todo)
     by_id = {case.id: case for case in corpus.cases}
+    paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
     results = [
-        asyncio.run(run_chunk(suite, by_id, manifest, chunk, root, options)) for chunk in todo
+        asyncio.run(run_chunk(paced, by_id, manifest, chunk, root, options)) for chunk in todo
     ]
     return ShardSummary(
         run_id, str(shard), len(mine), skipped, len(results), sum(r.outputs for r in results),
-        sum(r.requests for r in results), round(time.perf_counter() - started, 3),
+        sum(r.requests for r in results), round(time.perf_counter() - started, 3), rate.note,
     )  # fmt: skip
+
+
+def _shard_share(suite: Suite, shard: Shard, split: bool) -> tuple[Suite, ShardRate]:
+    """The suite as this shard paces it: its share of the endpoint's rate limit."""
+    limit = suite.config.rate_limit
+    if limit is None:
+        return suite, ShardRate.of(None, None, shard)
+    rate = ShardRate.of(limit.requests_per_minute, limit.tokens_per_minute, shard, split)
+    share = limit.model_copy(
+        update={
+            "requests_per_minute": rate.requests_per_minute,
+            "tokens_per_minute": rate.tokens_per_minute,
+        }
+    )
+    config = suite.config.model_copy(update={"rate_limit": share})
+    return Suite(config, suite.path, suite.root, suite.system_prompt, suite.tools), rate
 
 
 def committed_keys(

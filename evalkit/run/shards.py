@@ -126,3 +126,43 @@ def remaining(chunks: Sequence[Chunk], done: set[tuple[str, int]]) -> list[Chunk
         if todo:
             left.append(Chunk(chunk.chunk_id, todo))
     return left
+
+
+@dataclass(frozen=True)
+class ShardRate:
+    """One shard's share of the endpoint's ``rate_limit``: the shards of one run are N
+    processes against one endpoint, so by default each gets ``1/N`` of requests/min and
+    tokens/min (``split=False``: each keeps the whole limit, N times the rate in total).
+
+    Examples:
+        >>> rate = ShardRate.of(600.0, None, Shard(2, 4))
+        >>> rate.requests_per_minute, rate.note
+        (150.0, 'rate limit split over 4 shards: 150 requests/min in this shard (600 in all)')
+        >>> ShardRate.of(600.0, None, Shard(2, 4), split=False).note
+        'rate limit not split: each of 4 shards may send 600 requests/min (2400 in all)'
+        >>> ShardRate.of(None, None, Shard(1, 2)).note
+        ''
+    """
+
+    requests_per_minute: float | None
+    tokens_per_minute: float | None
+    note: str  # what the shard's summary states ('' without a limit or with one shard)
+
+    @staticmethod
+    def of(rpm: float | None, tpm: float | None, shard: Shard, split: bool = True) -> ShardRate:
+        n = shard.count
+        if (rpm is None and tpm is None) or n == 1:
+            return ShardRate(rpm, tpm, "")
+
+        def shown(div: int, mul: int) -> tuple[str, str]:
+            kinds = ((rpm, "requests/min"), (tpm, "tokens/min"))
+            mine = ", ".join(f"{v / div:g} {what}" for v, what in kinds if v)
+            return mine, ", ".join(f"{v * mul:g}" for v, _ in kinds if v)
+
+        if not split:
+            mine, total = shown(1, n)
+            return ShardRate(rpm, tpm, f"rate limit not split: each of {n} shards may send "
+                             f"{mine} ({total} in all)")  # fmt: skip
+        mine, total = shown(n, 1)
+        note = f"rate limit split over {n} shards: {mine} in this shard ({total} in all)"
+        return ShardRate(rpm / n if rpm else None, tpm / n if tpm else None, note)

@@ -109,18 +109,24 @@ class _Merger:
             with self._transaction():
                 self._append("cases", cases.select(list(CASE_SCHEMA)))
         added = scores_added = cache_added = duplicates = 0
-        for start in range(0, len(pending), BATCH_PARTS):
-            batch = pending[start : start + BATCH_PARTS]
-            outputs = scrub_outputs(_read_tagged(root, batch, OUTPUT_SCHEMA))
-            stored = self._frame_of(
+        # the keys already stored, read once and grown with each batch's winners: the merge
+        # reads the run's stored keys once, not once per batch of parts
+        stored = set(
+            self._frame_of(
                 "SELECT case_id, replay FROM outputs WHERE run_id = ?",
                 [run_id],
                 {"case_id": pl.String, "replay": pl.Int32},
-            )
+            ).iter_rows()
+        )
+        for start in range(0, len(pending), BATCH_PARTS):
+            batch = pending[start : start + BATCH_PARTS]
+            outputs = scrub_outputs(_read_tagged(root, batch, OUTPUT_SCHEMA))
             first = outputs.sort("_order", maintain_order=True).unique(
                 ["case_id", "replay"], keep="first", maintain_order=True
             )
-            winners = first.join(stored, on=["case_id", "replay"], how="anti")
+            new_key = [key not in stored for key in first.select("case_id", "replay").iter_rows()]
+            winners = first.filter(pl.Series(new_key, dtype=pl.Boolean))
+            stored.update(winners.select("case_id", "replay").iter_rows())
             duplicates += outputs.height - winners.height
             score_parts = [
                 side["scores"][(p.chunk_id, p.attempt)]

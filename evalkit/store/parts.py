@@ -118,6 +118,10 @@ class PartsRoot:
             except (pa.ArrowInvalid, ValueError, OSError) as exc:
                 raise StoreError(f"--parts {_shown(text)}: {exc}") from None
             self.base = self.base.rstrip("/")
+        # run id -> chunk id -> highest attempt written or seen: one listing per run and process,
+        # not one per chunk commit (a hint: a name taken meanwhile is still never overwritten)
+        self._attempts: dict[str, dict[str, int]] = {}
+        self.listings = 0  # directory listings made (tests count them)
 
     def __repr__(self) -> str:
         return f"PartsRoot({_shown(self.location)!r})"
@@ -165,6 +169,8 @@ class PartsRoot:
                     continue
                 pq.write_table(data, path, filesystem=self.fs)  # one object, whole or absent
             info = self.fs.get_file_info(path)
+            if (known := self._attempts.get(run_id)) is not None:
+                known[chunk_id] = max(known.get(chunk_id, 0), attempt)
             return PartInfo(table, chunk_id, attempt, path, int(info.mtime_ns or 0))
 
     def write_chunk(
@@ -202,13 +208,17 @@ class PartsRoot:
         return self.write_part(run_id, "cases", writer, frame.to_arrow(), 1)
 
     def next_attempt(self, run_id: str, chunk_id: str) -> int:
-        """One past the highest attempt of ``chunk_id`` in any table (1 for a new chunk)."""
-        highest = 0
-        for table in TABLES:
-            for part in self.parts(run_id, table):
-                if part.chunk_id == chunk_id:
-                    highest = max(highest, part.attempt)
-        return highest + 1
+        """One past the highest attempt of ``chunk_id`` in any table (1 for a new chunk), from
+        one listing of the run's parts per process, kept up to date by this root's writes:
+        a chunk commit costs the same at the run's first chunk and its ten-thousandth."""
+        known = self._attempts.get(run_id)
+        if known is None:
+            known = {}
+            for table in TABLES:
+                for part in self.parts(run_id, table):
+                    known[part.chunk_id] = max(known.get(part.chunk_id, 0), part.attempt)
+            self._attempts[run_id] = known
+        return known.get(chunk_id, 0) + 1
 
     def write_manifest(self, run_id: str, writer: str, manifest: dict[str, Any]) -> None:
         """Record the run's manifest as ``writer`` saw it (each shard writes its own)."""
@@ -365,6 +375,7 @@ class PartsRoot:
         return done
 
     def _listing(self, directory: str) -> list[pafs.FileInfo]:
+        self.listings += 1
         selector = pafs.FileSelector(directory, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)

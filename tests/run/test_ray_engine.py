@@ -6,6 +6,7 @@ started once for this module and shut down at its end, checked process by proces
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import signal
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +196,8 @@ def _two_workers_on_two_nodes(
     record_run(root, manifest, "driver", corpus.cases)
     units = order_units((c.id for c in corpus.cases), 2)
     chunks = make_chunks(units, math.ceil(len(units) / 2))
-    budgets = start_budgets(ray, suite) if shared else ()
+    budgets = start_budgets(ray, suite) if shared else None
+    names = budgets.names if budgets else ()
     nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
     assert len(nodes) == 2 and len(chunks) == 2
     server.reset_stats()
@@ -202,17 +205,57 @@ def _two_workers_on_two_nodes(
     refs = [
         ray.remote(chunk_task)
         .options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), num_cpus=1)
-        .remote(source, manifest, chunk, root.location, options, {}, budgets)
+        .remote(source, manifest, chunk, root.base, options, {}, names, _cases_of(corpus, chunk))
         for chunk, node in zip(chunks, nodes, strict=True)
     ]
     results = ray.get(refs, timeout=120)
     arrivals = server.stats()["arrivals"]
-    if shared:
-        actor = ray.get_actor(budgets[0], namespace=NAMESPACE)
+    if budgets:
+        actor = ray.get_actor(names[0], namespace=NAMESPACE)
         assert ray.get(actor.stats.remote())["granted"] == len(arrivals)
         stop_budgets(ray, budgets)
     assert sum(r.outputs for r in results) == len(units)
     return arrivals, {r.node for r in results}
+
+
+def _cases_of(corpus: Any, chunk: Any) -> tuple[Any, ...]:
+    by_id = {case.id: case for case in corpus.cases}
+    return tuple(by_id[i] for i in dict.fromkeys(u.case_id for u in chunk.units))
+
+
+def test_a_chunk_task_gets_its_cases_and_never_loads_the_corpus(
+    ray_cluster: _Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's cost follows its chunk, not the corpus: the driver ships the chunk's cases
+    (before, each worker process loaded and selected the whole corpus)."""
+    from evalkit.corpus import cases as corpus_cases
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.engines import ray_engine
+    from evalkit.run.runner import RunOptions
+    from evalkit.run.sharded import record_run, run_manifest
+    from evalkit.run.shards import make_chunks, order_units
+
+    with start_demo_server(noise=False) as server:
+        overrides = (f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}")
+        suite = load_suite(CONFIG, overrides=list(overrides))
+        corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
+        options = RunOptions(label="shipped", use_cache=False)
+        manifest = run_manifest(suite, corpus, options, "shipped")
+        root = PartsRoot(tmp_path / "parts")
+        record_run(root, manifest, "driver", corpus.cases)
+        chunk = make_chunks(order_units((c.id for c in corpus.cases), 1), 5)[0]
+
+        def refuse(*_: object, **__: object) -> None:
+            raise AssertionError("a chunk task loaded the corpus")
+
+        monkeypatch.setattr(corpus_cases, "load_corpus", refuse)
+        monkeypatch.setattr(ray_engine, "load_corpus", refuse, raising=False)
+        source = ray_engine.SuiteSource(CONFIG, overrides)
+        result = ray_engine.chunk_task(  # here, in this process: the patch applies
+            source, manifest, chunk, root.base, options, {}, (), _cases_of(corpus, chunk)
+        )
+    assert result.outputs == 5
 
 
 def test_two_workers_on_two_nodes_share_one_rate_budget(
@@ -238,8 +281,10 @@ def test_the_budget_actor_lives_on_the_head_and_comes_back(ray_cluster: _Cluster
     from evalkit.run.engines.ray_engine import RayBudget, start_budgets, stop_budgets
 
     ray = ray_cluster.ray
-    suite = load_suite(CONFIG, overrides=["rate_limit={requests_per_minute: 6000}"])
-    (name,) = start_budgets(ray, suite)
+    limit = "rate_limit={requests_per_minute: 6000, max_in_flight: 4}"  # leases: ids from 1
+    suite = load_suite(CONFIG, overrides=[limit])
+    budgets = start_budgets(ray, suite)
+    (name,) = budgets.names
     actor = ray.get_actor(name, namespace=NAMESPACE)
     head = ray_cluster.cluster.head_node.node_id
     where = actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
@@ -247,7 +292,71 @@ def test_the_budget_actor_lives_on_the_head_and_comes_back(ray_cluster: _Cluster
     ray.kill(actor, no_restart=False)  # dies; Ray restarts it (max_restarts=-1)
     handle = RayBudget(ray, name)
     assert asyncio.run(handle.acquire(0)) >= 1  # a worker's next ask waits it out
-    stop_budgets(ray, (name,))
+    stop_budgets(ray, budgets)
+
+
+def test_a_second_driver_keeps_its_budget_after_the_first_ends_and_remakes_a_lost_one(
+    ray_cluster: _Cluster,
+) -> None:
+    """Two drivers on one endpoint: the first leaving does not end the second's budget
+    (before, it killed it: the second run then sent nothing for 75 s); a budget that vanished
+    is made again by the next heartbeat; each driver hears when its own limits are not the
+    ones enforced; the last to leave removes it."""
+    import asyncio
+
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.engines.budget import BudgetLimits
+    from evalkit.run.engines.ray_engine import RayBudget, start_budgets, stop_budgets
+
+    ray = ray_cluster.ray
+    fast = load_suite(CONFIG, overrides=["rate_limit={requests_per_minute: 6000}"])
+    slow = load_suite(CONFIG, overrides=["rate_limit={requests_per_minute: 600}"])
+    first = start_budgets(ray, fast, holder="first")
+    second = start_budgets(ray, slow, holder="second")
+    (name,) = first.names
+    assert second.names == (name,) and second.notes == ()  # 600 is what it asked for
+    first.renew(every_s=0)
+    assert first.enforced[name] == BudgetLimits(600)  # the strictest of both runs
+    assert "shared with another run: it enforces 600 requests/min" in first.notes[0]
+    stop_budgets(ray, first)
+    actor = ray.get_actor(name, namespace=NAMESPACE)  # still there: the second holds it
+    assert ray.get(actor.holders.remote()) == ["second"]
+    assert asyncio.run(RayBudget(ray, name).acquire(0)) == 0  # granted (no cap: lease 0)
+    ray.kill(actor)  # lost for good (no restart): the second driver's heartbeat remakes it
+    second.renew(every_s=0)
+    assert second.recreated == 1
+    assert ray.get(ray.get_actor(name, namespace=NAMESPACE).holders.remote()) == ["second"]
+    stop_budgets(ray, second)  # the last holder: the actor goes
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"budget actor {name} still alive after its last holder left")
+
+
+def test_a_relative_parts_run_stores_every_output_and_exits_zero(
+    ray_cluster: _Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--parts data/parts`` (the default) from a directory other than the one the nodes
+    started in: the workers write where the driver merges (before, under the nodes' own
+    directory: "0 of N outputs stored, incomplete" and exit 0)."""
+    nodes_cwd = Path.cwd()  # where this module's cluster was started
+    here = tmp_path / "driver"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with start_demo_server(noise=False) as server:
+        args = [*demo_args(server, "--tier", "smoke"), "--engine", "ray", "--address",
+                ray_cluster.address, "--chunk-size", "8", "--db", "d.duckdb", "--no-progress",
+                "--label", "relative", "--run-id", "relative-parts"]  # fmt: skip
+        assert main(["run", *args, "--parts", "data/parts"]) == 0
+    outputs, distinct, _, _ = exactly_once(here / "d.duckdb", "relative-parts")
+    assert outputs == distinct == 16
+    assert len(PartsRoot(here / "data" / "parts").parts("relative-parts", "outputs")) == 2
+    assert not (nodes_cwd / "data" / "parts" / "runs" / "relative-parts").exists()
 
 
 def _wait_for_parts(root: PartsRoot, run_id: str | None, at_least: int, timeout: float) -> str:
@@ -382,3 +491,108 @@ def test_the_distributed_bench_runs_small(ray_cluster: _Cluster, tmp_path: Path)
     assert figures["local"]["passed"] == figures["ray"]["passed"] == 300
     assert (figures["merge"]["parts"], figures["merge"]["outputs"]) == (6, 300)
     assert figures["merge"]["again_parts"] == 0
+
+
+_DUPLICATES = """
+- id: dup-{n}
+  tags: [dup]
+  input:
+    messages:
+      - role: user
+        content: I'm locked out after too many password attempts and the reset email never comes.
+  expect:
+    - {{scorer: json_fields, args: {{fields: {{category: account}}}}}}
+"""
+
+
+def test_duplicate_requests_within_a_run_are_asked_on_ray_as_locally(
+    ray_cluster: _Cluster, tmp_path: Path
+) -> None:
+    """Four cases with the same first request, one per chunk, chunks one at a time with a merge
+    after each: a Ray run asks all four, as a local run does (neither answers a run's own
+    duplicates from the cache). Before, each later chunk's prefetch found what the first had
+    merged: 1 request and 3 cache hits on Ray, 4 requests locally."""
+    import shutil
+
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.engines.ray_engine import RayOptions, SuiteSource, run_on_ray
+    from evalkit.run.runner import RunOptions, run_suite
+    from evalkit.store import open_store
+
+    corpus_dir = tmp_path / "corpus"
+    shutil.copytree(Path(CONFIG).parent, corpus_dir)
+    (corpus_dir / "cases" / "dup.yaml").write_text(
+        "".join(_DUPLICATES.format(n=n) for n in range(4))
+    )
+    config = str(corpus_dir / "evalkit.yaml")
+    with start_demo_server(noise=False) as server:
+        overrides = (f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}")
+        suite = load_suite(config, overrides=list(overrides))
+        full = load_corpus(suite.root, user_template=suite.config.system.user_template)
+        dups = replace(full, cases=tuple(c for c in full.cases if c.id.startswith("dup-")))
+        assert len(dups.cases) == 4
+        asked = {}
+        with open_store(tmp_path / "local.duckdb") as store:
+            server.reset_stats()
+            local = run_suite(suite, dups, store, RunOptions(label="local", use_cache=True))
+            asked["local"] = server.stats()["requests"]
+        ray_options = RayOptions(chunk_size=1, chunks_in_flight=1, merge_every_s=0.0)
+        with open_store(tmp_path / "ray.duckdb") as store:
+            server.reset_stats()
+            on_ray = run_on_ray(
+                suite, dups, store, RunOptions(label="ray", use_cache=True),
+                SuiteSource(config, overrides), PartsRoot(tmp_path / "parts"), ray_options,
+            )  # fmt: skip
+            asked["ray"] = server.stats()["requests"]
+    assert (local.cache_hits, local.requests, asked["local"]) == (0, 4, 4)
+    assert (on_ray.cache_hits, on_ray.requests, asked["ray"]) == (0, 4, 4)
+    assert on_ray.cached_outputs == local.cached_outputs == 0
+
+
+def test_periodic_merges_are_spaced_by_what_the_last_one_cost(
+    ray_cluster: _Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each periodic merge waits ``MERGE_SHARE`` times as long as the last took, so merging
+    while the run goes on stays a share of its wall time, however many parts pile up (before:
+    every ``merge_every_s``, each merge costlier than the last). Merges are made slow here."""
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.selection import resolve_selection
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.engines import ray_engine
+    from evalkit.run.runner import RunOptions
+    from evalkit.store import open_store
+
+    slow_s, periodic = 0.3, list[float]()
+    real_merge = ray_engine.merge_run
+
+    def slow_merge(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("in_progress"):
+            periodic.append(time.monotonic())
+            time.sleep(slow_s)
+        return real_merge(*args, **kwargs)
+
+    monkeypatch.setattr(ray_engine, "merge_run", slow_merge)
+    with start_demo_server(noise=False, latency_ms=150) as server:
+        overrides = (f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}")
+        suite = load_suite(CONFIG, overrides=list(overrides))
+        selection = resolve_selection(suite.config.tiers, "smoke")
+        corpus = selection.apply(
+            load_corpus(suite.root, user_template=suite.config.system.user_template)
+        )
+        options = RunOptions(label="spaced", use_cache=False, selection=selection.to_manifest())
+        ray_options = ray_engine.RayOptions(chunk_size=1, chunks_in_flight=1, merge_every_s=0.0)
+        with open_store(tmp_path / "s.duckdb") as store:
+            started = time.monotonic()
+            summary = ray_engine.run_on_ray(
+                suite, corpus, store, options, ray_engine.SuiteSource(CONFIG, overrides),
+                PartsRoot(tmp_path / "parts"), ray_options,
+            )  # fmt: skip
+            wall = time.monotonic() - started
+    assert summary.outputs == 16 and summary.complete
+    in_run = periodic[1:]  # the first records the run, before any chunk
+    assert len(in_run) >= 1
+    # spaced ≥ MERGE_SHARE × slow_s apart: at most wall / 3 s of them (+1 for the first)
+    assert len(in_run) <= wall / (ray_engine.MERGE_SHARE * slow_s) + 1, (len(in_run), wall)
+    gaps = [b - a for a, b in itertools.pairwise(in_run)]
+    assert all(gap >= ray_engine.MERGE_SHARE * slow_s * 0.95 for gap in gaps), gaps

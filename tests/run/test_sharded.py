@@ -178,3 +178,76 @@ def test_a_shard_run_again_sets_bad_parts_aside_and_redoes_their_chunks(
     assert outputs == distinct == 16 and scores == distinct_scores > 0
     with open_store(tmp_path / "b.duckdb", read_only=True) as store:
         assert store.run_status("bad") == "complete"
+
+
+def _max_per_window(arrivals: list[float], window: float = 1.0) -> int:
+    """The most requests that arrived within any ``window`` seconds (a closed interval)."""
+    times = sorted(arrivals)
+    best, start = 0, 0
+    for end, t in enumerate(times):
+        while t - times[start] > window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def _two_shards_at_once(server: DemoServer, parts: Path, rpm: int, *extra: str) -> list[float]:
+    """Shards 1/2 and 2/2 of one run, at the same time (two threads), against ``server``
+    with ``rate_limit.requests_per_minute = rpm``; the server's arrival times."""
+    import threading
+
+    server.reset_stats()
+    codes: list[int] = []
+
+    def shard(k: int) -> None:
+        args = [*demo_args(server, "--tier", "smoke"), "--set", "replays=2", "--set",
+                f"rate_limit={{requests_per_minute: {rpm}}}", "--shard", f"{k}/2", "--run-id",
+                "paced", "--parts", str(parts), "--no-cache", *extra]  # fmt: skip
+        codes.append(main(["run", *args]))
+
+    threads = [threading.Thread(target=shard, args=(k,)) for k in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert codes == [0, 0]
+    return server.stats()["arrivals"]
+
+
+def test_two_shards_together_stay_within_the_endpoints_rate_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rpm = 480  # 8 requests/s for the endpoint, whatever the number of shards
+    with start_demo_server(noise=False) as server:
+        arrivals = _two_shards_at_once(server, tmp_path / "split", rpm)
+        assert len(arrivals) >= 32  # 16 cases × 2 replays
+        assert _max_per_window(arrivals) <= rpm / 60 + 2  # each shard's own +1 at most
+        out = capsys.readouterr().out
+        assert out.count("rate limit split over 2 shards: 240 requests/min in this shard") == 2
+        # --shard-rate whole: each shard paces to the whole limit, twice the rate together
+        alone = _two_shards_at_once(server, tmp_path / "whole", rpm, "--shard-rate", "whole")
+        assert _max_per_window(alone) > rpm / 60 + 2
+        assert "rate limit not split: each of 2 shards" in capsys.readouterr().out
+
+
+def test_a_ray_run_that_ends_incomplete_exits_non_zero(
+    noisy_server: DemoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The CLI's exit code, whatever made the run incomplete (no Ray needed: the engine's
+    result is stood in for)."""
+    from evalkit.run.engines import ray_engine
+    from evalkit.run.summary import RunSummary
+
+    def incomplete(*_: object, **__: object) -> RunSummary:
+        return RunSummary(
+            run_id="r1", label="half", config_hash="c" * 64, cases=0, outputs=0, passed=0,
+            failed=0, errored=0, cache_hits=0, requests=0, retries=0, resumed_skipped=0,
+            wall_s=1.0, prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+            mean_latency_ms=0.0, expected_outputs=2730,
+        )  # fmt: skip
+
+    monkeypatch.setattr(ray_engine, "run_on_ray", incomplete)
+    args = [*demo_args(noisy_server), "--engine", "ray", "--db", str(tmp_path / "d.duckdb")]
+    assert main(["run", *args, "--parts", str(tmp_path / "parts")]) == 1
+    assert "run r1 is incomplete: 0 of 2730 outputs stored" in capsys.readouterr().err

@@ -129,6 +129,33 @@ def test_a_part_merged_after_its_key_was_stored_adds_nothing(tmp_path: Path) -> 
     assert texts == {"a": "early", "b": "late"} and result.duplicates == 1 and result.complete
 
 
+def test_chunk_commits_list_the_run_once_and_the_merge_reads_stored_keys_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import evalkit.store.merge as merge
+
+    root = PartsRoot(tmp_path / "parts")
+    ids = [f"c{i:02d}" for i in range(12)]
+    _record(root, ids)
+    for case_id in ids:  # twelve chunk commits: one listing of the run's four tables in all
+        root.write_chunk(RUN, f"chunk-{case_id}", *_frames([case_id], "x"), {})
+    assert root.listings == 4
+    assert root.write_chunk(RUN, "chunk-c00", *_frames(["c00"], "y"), {}).attempt == 2
+    reads: list[str] = []
+    frame_of = merge._Merger._frame_of
+
+    def counted(self, sql, *args):  # type: ignore[no-untyped-def]
+        reads.append(sql)
+        return frame_of(self, sql, *args)
+
+    monkeypatch.setattr(merge._Merger, "_frame_of", counted)
+    monkeypatch.setattr(merge, "BATCH_PARTS", 2)  # seven batches of parts
+    with open_store(tmp_path / "e.duckdb") as store:
+        result = merge_parts(store, root, RUN)
+    assert (result.parts_merged, result.outputs_added, result.duplicates) == (13, 12, 1)
+    assert sum("FROM outputs WHERE run_id" in sql for sql in reads) == 1
+
+
 def test_parts_are_never_overwritten(tmp_path: Path) -> None:
     root = PartsRoot(tmp_path / "parts")
     outputs, _ = _frames(["a"], "x")

@@ -15,7 +15,16 @@ The worker side is two small pieces the runner already has seams for: :class:`Bu
 replaces the runner's rate limiter (it acquires before each attempt, outside the latency
 clock) and :class:`BudgetedProvider` wraps the provider (it releases the lease when the
 attempt ends and reports a 429, which pauses every worker: the Retry-After, or an exponential
-backoff on repeated 429s).
+backoff on repeated 429s). Without ``max_in_flight`` there is no slot to give back: a grant is
+lease ``0`` and a request costs one call to the budget (a success is reported with the next
+``acquire``), not two.
+
+A budget outlives the run that made it while any other run uses it: each run *joins* it
+(:meth:`RateBudget.join`, again every few seconds as a heartbeat) and *leaves* it when done;
+the last to leave removes it. A holder that stops heartbeating (its driver was killed) expires
+after its ``ttl_s``. Holders may ask for different limits: the budget enforces the strictest of
+each (requests/min, tokens/min, in flight) and :meth:`join` returns what it enforces, so no
+run's own limit is ever dropped in silence.
 
 Examples:
     >>> budget = RateBudget(requests_per_minute=60, clock=lambda: 100.0)
@@ -24,6 +33,8 @@ Examples:
     (True, 0.0)
     >>> budget.acquire()      # the next request may go one second later
     (None, 1.0)
+    >>> budget.join("run-b", requests_per_minute=30)   # a second run asks for less
+    BudgetLimits(requests_per_minute=30, tokens_per_minute=None, max_in_flight=None)
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ import asyncio
 import contextvars
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evalkit.errors import ProviderError
@@ -42,6 +54,37 @@ from evalkit.records import ChatRequest, Completion, Provider
 SLOT_POLL_S = 0.02
 #: Longest pause one 429 imposes when it names no Retry-After.
 MAX_BACKOFF_S = 30.0
+#: How long a holder of a budget counts without a heartbeat (a killed driver's share ends).
+HOLDER_TTL_S = 60.0
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    """One run's limits for an endpoint (``None``: no limit of that kind)."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    max_in_flight: int | None = None
+
+    @staticmethod
+    def strictest(limits: Iterable[BudgetLimits]) -> BudgetLimits:
+        """The lowest of each limit any of ``limits`` sets.
+
+        Examples:
+            >>> BudgetLimits.strictest([BudgetLimits(600, None, 4), BudgetLimits(300)])
+            BudgetLimits(requests_per_minute=300, tokens_per_minute=None, max_in_flight=4)
+        """
+        every = list(limits)
+
+        def low(values: list[Any]) -> Any:
+            present = [v for v in values if v is not None]
+            return min(present) if present else None
+
+        return BudgetLimits(
+            low([x.requests_per_minute for x in every]),
+            low([x.tokens_per_minute for x in every]),
+            low([x.max_in_flight for x in every]),
+        )
 
 
 def budget_name(base_url: str | None, api_key: str) -> str:
@@ -82,12 +125,70 @@ class RateBudget:
         self._strikes = 0  # 429s in a row
         self._leases: dict[int, float] = {}  # lease id -> expiry
         self._counter = 0
+        self._holders: dict[str, tuple[BudgetLimits, float]] = {}  # holder -> (limits, expiry)
+        self._holders_checked = clock()
         self.granted = 0
         self.backoffs = 0
 
-    def acquire(self, tokens: int = 0) -> tuple[int | None, float]:
-        """``(lease, 0.0)`` when one more request fits now, else ``(None, seconds to wait)``."""
+    @property
+    def limits(self) -> BudgetLimits:
+        """What the budget enforces now."""
+        return BudgetLimits(self._rpm, self._tpm, self._cap)
+
+    def join(
+        self,
+        holder: str,
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        max_in_flight: int | None = None,
+        ttl_s: float = HOLDER_TTL_S,
+    ) -> BudgetLimits:
+        """``holder`` (a run) uses the budget for ``ttl_s`` more seconds with these limits
+        (joining again renews it: the heartbeat); returns the limits enforced from now on,
+        the strictest of every live holder's."""
         now = self._clock()
+        wanted = BudgetLimits(requests_per_minute, tokens_per_minute, max_in_flight)
+        self._holders[holder] = (wanted, now + ttl_s)
+        self._expire_holders(now)
+        return self._apply()
+
+    def leave(self, holder: str) -> int:
+        """``holder`` is done with the budget; returns how many holders still use it."""
+        self._holders.pop(holder, None)
+        self._expire_holders(self._clock())
+        if self._holders:
+            self._apply()
+        return len(self._holders)
+
+    def _expire_holders(self, now: float) -> None:
+        """Forget holders past their ttl; the limits of the others apply from now on."""
+        gone = [holder for holder, (_, expiry) in self._holders.items() if expiry <= now]
+        for holder in gone:
+            del self._holders[holder]
+        if gone and self._holders:
+            self._apply()
+
+    def _apply(self) -> BudgetLimits:
+        """Enforce the strictest limits of the live holders (none left: keep what is)."""
+        if self._holders:
+            limits = BudgetLimits.strictest(wanted for wanted, _ in self._holders.values())
+            if limits.tokens_per_minute != self._tpm:
+                self._tok_capacity = (limits.tokens_per_minute or 0.0) / 60
+                self._tok_allow = min(self._tok_allow, self._tok_capacity)
+            self._rpm, self._tpm = limits.requests_per_minute, limits.tokens_per_minute
+            self._cap = limits.max_in_flight
+        return self.limits
+
+    def acquire(self, tokens: int = 0, succeeded: bool = False) -> tuple[int | None, float]:
+        """``(lease, 0.0)`` when one more request fits now, else ``(None, seconds to wait)``.
+        Without an in-flight cap the lease is ``0``: nothing to release. ``succeeded``: the
+        asker's last request ended without a 429 (ends a streak of 429s, as ``release``)."""
+        if succeeded:
+            self._strikes = 0
+        now = self._clock()
+        if self._holders and now >= self._holders_checked + 1.0:  # a killed run's limits end
+            self._holders_checked = now
+            self._expire_holders(now)
         for lease, expiry in list(self._leases.items()):
             if expiry <= now:
                 del self._leases[lease]
@@ -107,9 +208,11 @@ class RateBudget:
         if self._rpm:
             self._next_at = now + 60 / self._rpm
         self._tok_allow -= tokens
+        self.granted += 1
+        if self._cap is None:  # no slot to hold: no lease to release (one call per request)
+            return 0, 0.0
         self._counter += 1
         self._leases[self._counter] = now + self._lease_s
-        self.granted += 1
         return self._counter, 0.0
 
     def release(self, lease: int | None, throttled: bool = False) -> None:
@@ -135,6 +238,11 @@ class RateBudget:
     def stats(self) -> dict[str, Any]:
         return {"granted": self.granted, "in_flight": len(self._leases), "backoffs": self.backoffs}
 
+    def holders(self) -> list[str]:
+        """The runs using the budget now (expired holders dropped)."""
+        self._expire_holders(self._clock())
+        return sorted(self._holders)
+
 
 class BudgetHandle(Protocol):
     """An async view of a :class:`RateBudget`, local or behind a Ray actor."""
@@ -145,19 +253,27 @@ class BudgetHandle(Protocol):
 
     async def backoff(self, retry_after_s: float | None) -> None: ...
 
+    def succeeded(self) -> None:
+        """A request without a lease ended well: say so with the next ``acquire``."""
+
 
 class LocalBudget:
     """A :class:`RateBudget` in this process, behind the async handle workers use."""
 
     def __init__(self, budget: RateBudget) -> None:
         self.budget = budget
+        self._succeeded = False
 
     async def acquire(self, tokens: int) -> int:
+        succeeded, self._succeeded = self._succeeded, False
         while True:
-            lease, wait = self.budget.acquire(tokens)
+            lease, wait = self.budget.acquire(tokens, succeeded)
             if lease is not None:
                 return lease
             await asyncio.sleep(wait)
+
+    def succeeded(self) -> None:
+        self._succeeded = True
 
     async def release(self, lease: int | None, throttled: bool = False) -> None:
         self.budget.release(lease, throttled)
@@ -213,7 +329,10 @@ class BudgetedProvider:
                 await self.handle.backoff(exc.retry_after)
             raise
         finally:
-            await self.handle.release(lease, throttled)
+            if lease or throttled:  # a held slot (or a 429 streak) the budget must hear of now
+                await self.handle.release(lease, throttled)
+            else:  # lease 0: no slot held; the success rides on the next acquire
+                self.handle.succeeded()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -4,9 +4,12 @@ Needs the optional extra (``pip install 'evalkit-gate[ray]'``, Ray core only); R
 when a Ray run starts, never by ``import evalkit``. The driver (the ``evalkit run`` process) holds
 the store: it records the run, schedules the chunks (:mod:`evalkit.run.shards`) as tasks, and
 merges their Parquet parts into the store every ``merge_every_s`` seconds and at the end; it
-is the store's only writer. Each task loads the suite and corpus from the same files (the
-cluster's nodes must see them: a shared directory, or a Ray ``working_dir``), runs its chunk
-through the runner's own loop and writes the chunk's parts (:mod:`evalkit.run.sharded`).
+is the store's only writer. Each task gets its chunk's cases from the driver and loads the
+suite from the same files (the cluster's nodes must see them, and the prompt, schema and tool
+files they name: a shared directory, or a Ray ``working_dir``), runs its chunk through the
+runner's own loop and writes the chunk's parts (:mod:`evalkit.run.sharded`). The driver's
+periodic merge waits at least ten times as long as the last one took, so merging while the run
+goes on costs a bounded share of the run, however many parts it has.
 
 A task lost with its node is retried by Ray on another node (``max_task_retries``); a chunk
 that committed before the loss is written again under the next attempt number and the merge
@@ -15,34 +18,41 @@ keeps the first. A killed driver loses the chunks in flight: ``evalkit run --eng
 
 With ``rate_limit:`` in the suite, one named rate-budget actor per endpoint
 (:func:`evalkit.run.engines.budget.budget_name`) enforces requests/min, tokens/min and
-``rate_limit.max_in_flight`` across every worker; it is detached, pinned to the head node and
-restarted by Ray when it dies, and workers retry while it is briefly unavailable.
+``rate_limit.max_in_flight`` across every worker of every run using that endpoint; it is
+detached, pinned to the head node, held by each run while it runs and removed when the last
+one leaves (:mod:`evalkit.run.engines.ray_budget`).
+
+The parts root is resolved once, on the driver, before any task is scheduled: a relative
+``--parts`` (the default ``data/parts``) becomes an absolute path, so the workers write where
+the driver merges, whatever directory their node was started in.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import datetime as dt
 import os
+import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from evalkit.corpus.cases import Case, Corpus, load_corpus
-from evalkit.corpus.selection import Selection
+from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.suite import Suite, load_suite
-from evalkit.errors import EvalkitError, ProviderError
-from evalkit.run.engines.budget import (
-    BudgetedProvider,
-    BudgetLimiter,
-    RateBudget,
-    acquire_remote,
-    budget_name,
+from evalkit.errors import EvalkitError
+from evalkit.run.engines.budget import BudgetedProvider, BudgetLimiter
+from evalkit.run.engines.ray_budget import (
+    BUDGET_PATIENCE_S,
+    NAMESPACE,
+    Budgets,
+    RayBudget,
+    start_budgets,
+    stop_budgets,
 )
 from evalkit.run.merging import merge_run
-from evalkit.run.providers import api_key_for, make_provider
+from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, RunStart, first_request_keys
 from evalkit.run.sharded import ChunkResult, record_run, run_chunk, run_manifest, session_counts
 from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, make_chunks, order_units, remaining
@@ -53,12 +63,15 @@ from evalkit.store.parts import PartsRoot
 if TYPE_CHECKING:
     import ray as ray_module
 
-NAMESPACE = "evalkit"
+__all__ = [  # the budget names are re-exported: callers of the engine find them here
+    "BUDGET_PATIENCE_S", "NAMESPACE", "Budgets", "RayBudget", "start_budgets", "stop_budgets",
+]  # fmt: skip
 #: Ray reads this before it starts: "0" keeps a cluster started on this machine on 127.0.0.1
 #: rather than the machine's network address.
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-#: How long a worker keeps asking a budget actor that is unavailable (restarting).
-BUDGET_PATIENCE_S = 60.0
+#: A periodic merge waits at least this many times as long as the last one took (so merges
+#: while a run goes on take at most about a tenth of its wall time).
+MERGE_SHARE = 10.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +137,9 @@ def run_on_ray(
     """Run ``corpus`` as Ray tasks, merging their parts into ``store``; the run's summary."""
     ray = connect(ray_options.address)
     started = time.perf_counter()
+    # The cache as it is now answers this session's first requests, as a local run's prefetch
+    # does; what the run itself adds (merged every few seconds) never does (see _prefetch).
+    cache_as_of = dt.datetime.now(dt.UTC)
     if options.resume:
         run_id = store.resolve_run(options.resume)
         manifest = store.manifest(run_id)
@@ -145,14 +161,17 @@ def run_on_ray(
     done = store.completed(run_id) | root.completed_keys(run_id)
     todo = deque(remaining(make_chunks(units, ray_options.chunk_size), done))
     skipped = len(units) - sum(len(c.units) for c in todo)
+    budgets = start_budgets(ray, suite, holder=f"{run_id}-{secrets.token_hex(4)}")
+    notes = dict.fromkeys(budgets.notes)  # every budget note of the run, in order, once
     if options.on_start is not None:
         options.on_start(
             RunStart(
                 run_id, manifest["run"]["label"], bool(options.resume), len(units), skipped,
-                len(units) - skipped, use_cache, tuple(manifest.get("warnings") or ()),
+                len(units) - skipped, use_cache, (*(manifest.get("warnings") or ()), *notes),
             )
         )  # fmt: skip
-    budgets = start_budgets(ray, suite)
+    # Resolved once, here: a relative --parts would name another directory on each node.
+    location = root.base if root.local else root.location
     shipped = replace(options, on_start=None, progress=False, resume=None)
     task = ray.remote(chunk_task).options(
         max_retries=ray_options.max_task_retries,
@@ -166,13 +185,17 @@ def run_on_ray(
     by_id = {case.id: case for case in corpus.cases}
     running: dict[Any, Chunk] = {}
     results: list[ChunkResult] = []
-    last_merge = time.monotonic()
+    last_merge, merge_every = time.monotonic(), ray_options.merge_every_s
     try:
         while todo or running:
             while todo and len(running) < in_flight:
                 chunk = todo.popleft()
-                cache = _prefetch(store, suite, manifest, chunk, by_id, shipped, use_cache)
-                ref = task.remote(source, manifest, chunk, root.location, shipped, cache, budgets)
+                as_of = cache_as_of if use_cache else None
+                cache = _prefetch(store, suite, manifest, chunk, by_id, shipped, as_of)
+                mine = tuple(by_id[i] for i in dict.fromkeys(u.case_id for u in chunk.units))
+                ref = task.remote(
+                    source, manifest, chunk, location, shipped, cache, budgets.names, mine
+                )
                 running[ref] = chunk
             ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
             for ref in ready:
@@ -185,9 +208,16 @@ def run_on_ray(
                         f"chunk {chunk.chunk_id} of run {run_id} failed: {first}; what finished "
                         f"is in the parts: evalkit run --engine ray --resume {run_id}"
                     ) from None
-            if time.monotonic() - last_merge >= ray_options.merge_every_s:
+            budgets.renew()  # the heartbeat: this run still holds its budget (or remakes it)
+            notes.update(dict.fromkeys(budgets.notes))
+            if time.monotonic() - last_merge >= merge_every:
+                merge_started = time.monotonic()
                 merge_run(store, root, run_id, in_progress=True)
                 last_merge = time.monotonic()
+                # each merge costs more as parts pile up: space them so it stays a share
+                merge_every = max(
+                    ray_options.merge_every_s, MERGE_SHARE * (last_merge - merge_started)
+                )
     except BaseException as exc:
         for ref in running:
             ray.cancel(ref, force=True)
@@ -195,10 +225,24 @@ def run_on_ray(
         merge_run(store, root, run_id, in_progress=True)
         store.finish_run(run_id, status, {"stopped": f"{type(exc).__name__}: {exc}"[:300]})
         raise
+    finally:
+        stop_budgets(ray, budgets)
     session = session_counts(results, time.perf_counter() - started, skipped)
     merged = merge_run(store, root, run_id, session=session)
-    stop_budgets(ray, budgets)
-    return merged.summary
+    if budgets.recreated:
+        notes[f"the rate budget vanished and this run recreated it {budgets.recreated}×"] = None
+    return _with_notes(store, merged.summary, tuple(notes))
+
+
+def _with_notes(store: Store, summary: RunSummary, notes: tuple[str, ...]) -> RunSummary:
+    """The summary (and the stored run) with the run's budget notes among its warnings."""
+    added = tuple(n for n in notes if n not in summary.warnings)
+    if not added:
+        return summary
+    summary = replace(summary, warnings=(*summary.warnings, *added))
+    store.set_warnings(summary.run_id, list(summary.warnings))
+    store.finish_run(summary.run_id, store.run_status(summary.run_id), summary.to_dict())
+    return summary
 
 
 def _prefetch(
@@ -208,109 +252,46 @@ def _prefetch(
     chunk: Chunk,
     cases: dict[str, Case],
     options: RunOptions,
-    use_cache: bool,
+    as_of: dt.datetime | None,
 ) -> dict[str, str]:
-    """The stored response-cache entries of a chunk's first requests (workers cannot read
-    the store)."""
-    if not use_cache:
+    """The response-cache entries of a chunk's first requests stored before ``as_of`` (the
+    session's start; ``None``: the cache is off). Workers cannot read the store.
+
+    One behaviour for both engines: a local run looks its first requests up once, when it
+    starts, so a run never answers its own duplicate requests from the cache. Without the
+    cut-off, a chunk scheduled after a merge would be answered from what earlier chunks of the
+    same run asked, and whether a duplicate was asked or cached (the request count, the
+    ``cached`` flags, the cost spent) would depend on chunk order and merge timing.
+    """
+    if as_of is None:
         return {}
     work = [(cases[u.case_id], u.replay) for u in chunk.units]
-    return store.cache_get(first_request_keys(suite, manifest, work, options))
-
-
-# -- rate budgets --------------------------------------------------------------------------
-
-
-def start_budgets(ray: ray_module, suite: Suite) -> tuple[str, ...]:
-    """One named, detached, restartable budget actor per endpoint, on the head node; their
-    names (none when the suite has no ``rate_limit:``)."""
-    limit = suite.config.rate_limit
-    system = suite.config.system
-    if limit is None or system.provider == "python":
-        return ()
-    name = budget_name(system.base_url, api_key_for(system))
-    actor = ray.remote(RateBudget).options(
-        name=name,
-        namespace=NAMESPACE,
-        lifetime="detached",
-        get_if_exists=True,
-        max_restarts=-1,
-        max_task_retries=-1,
-        num_cpus=0,
-        resources={"node:__internal_head__": 0.001},  # pinned to the head node
+    keys = list(dict.fromkeys(first_request_keys(suite, manifest, work, options)))
+    if not keys:
+        return {}
+    rows = store.records(
+        "SELECT c.cache_key, c.response FROM response_cache c "
+        "JOIN (SELECT UNNEST(?::VARCHAR[]) AS cache_key) w USING (cache_key) "
+        "WHERE c.created_at < ?",
+        [keys, as_of],
     )
-    handle = actor.remote(limit.requests_per_minute, limit.tokens_per_minute, limit.max_in_flight)
-    ray.get(handle.stats.remote())  # up before the first task asks it
-    return (name,)
-
-
-def stop_budgets(ray: ray_module, names: tuple[str, ...]) -> None:
-    for name in names:
-        with contextlib.suppress(ValueError):  # already gone
-            ray.kill(ray.get_actor(name, namespace=NAMESPACE))
-
-
-class RayBudget:
-    """A worker's async handle on a budget actor, asking again while it is unavailable."""
-
-    def __init__(self, ray: ray_module, name: str) -> None:
-        self._ray = ray
-        self._name = name
-        self._actor: Any = None
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        deadline = time.monotonic() + BUDGET_PATIENCE_S
-        delay = 0.05
-        while True:
-            try:
-                if self._actor is None:
-                    self._actor = self._ray.get_actor(self._name, namespace=NAMESPACE)
-                return await getattr(self._actor, method).remote(*args)
-            except (self._ray.exceptions.RayActorError, ValueError) as exc:
-                self._actor = None
-                if time.monotonic() > deadline:
-                    raise ProviderError(
-                        f"rate budget {self._name} unavailable for {BUDGET_PATIENCE_S:g}s: "
-                        f"{type(exc).__name__}",
-                        retryable=True,
-                    ) from None
-                await asyncio.sleep(delay)
-                delay = min(1.0, delay * 2)
-
-    async def acquire(self, tokens: int) -> int:
-        return await acquire_remote(lambda: self._call("acquire", tokens))
-
-    async def release(self, lease: int | None, throttled: bool = False) -> None:
-        await self._call("release", lease, throttled)
-
-    async def backoff(self, retry_after_s: float | None) -> None:
-        await self._call("backoff", retry_after_s)
+    return {row["cache_key"]: row["response"] for row in rows}
 
 
 # -- the task ------------------------------------------------------------------------------
 
-_LOADED: dict[tuple[SuiteSource, str], tuple[Suite, dict[str, Case]]] = {}
+_SUITES: dict[SuiteSource, Suite] = {}
 
 
-def _load(source: SuiteSource, selection: dict[str, Any]) -> tuple[Suite, dict[str, Case]]:
-    """The suite and selected cases, loaded once per worker process."""
-    import json
-
-    key = (source, json.dumps(selection, sort_keys=True))
-    if key not in _LOADED:
-        suite = load_suite(source.config, overrides=list(source.overrides), prompt=source.prompt)
-        chosen = Selection(
-            selection.get("tier"),
-            tuple(selection.get("tags") or ()),
-            tuple(selection.get("exclude_tags") or ()),
-            tuple(selection.get("skip_scorers") or ()),
-            bool(selection.get("sealed")),
+def _load(source: SuiteSource) -> Suite:
+    """The suite, loaded once per worker process. The cases come with each task: a worker
+    never loads the corpus (that cost grew with the corpus, once per worker process and
+    shard, for a chunk of a few hundred cases)."""
+    if source not in _SUITES:
+        _SUITES[source] = load_suite(
+            source.config, overrides=list(source.overrides), prompt=source.prompt
         )
-        corpus = load_corpus(
-            suite.root, sealed=chosen.sealed, user_template=suite.config.system.user_template
-        )
-        _LOADED[key] = (suite, {case.id: case for case in chosen.apply(corpus).cases})
-    return _LOADED[key]
+    return _SUITES[source]
 
 
 def chunk_task(
@@ -321,17 +302,13 @@ def chunk_task(
     options: RunOptions,
     cache: dict[str, str],
     budgets: tuple[str, ...],
+    chunk_cases: tuple[Case, ...],
 ) -> ChunkResult:
     """One chunk on a Ray worker: run it and write its parts (the body of each task)."""
     import ray
 
-    suite, cases = _load(source, manifest.get("selection") or {})
-    missing = [u.case_id for u in chunk.units if u.case_id not in cases]
-    if missing:
-        raise EvalkitError(
-            f"this worker's corpus lacks {len(missing)} case(s) of the run (e.g. {missing[0]}): "
-            "every node must see the same corpus files"
-        )
+    suite = _load(source)
+    cases = {case.id: case for case in chunk_cases}
 
     async def go() -> ChunkResult:
         provider = make_provider(suite.config.system)

@@ -1,0 +1,282 @@
+"""The team's shared store: runs pushed from a local DuckDB store into Iceberg tables, and pulled
+back (a run, or a suite's promoted baseline) into another local store, both idempotent.
+
+A push commits one table at a time (Iceberg has no multi-table commit) in an order that makes
+a half-finished push harmless: a run's cases, outputs, scorings, scores, flakes and response
+cache entries first, its ``runs`` row after them, its promotions last. A run is *published*
+once its ``runs`` row is there, so a reader never sees a run whose rows are still coming, a
+promotion never names a run that is not all there, and a push killed midway is finished by
+pushing again (each table skips the rows it already holds: :func:`append_new`).
+
+A pull copies a published run's rows, and with a baseline its suite's promotion history, into
+the local store in one DuckDB transaction, skipping the rows the local store already holds.
+
+Examples:
+    >>> shared = open_shared_store("sqlite:///ci/catalog.db")        # doctest: +SKIP
+    >>> shared.push_run(local, "nightly").added                         # doctest: +SKIP
+    {'cases': 61, 'outputs': 61, ..., 'runs': 1, 'baselines': 1}
+    >>> shared.pull(other_local, "support-bot").run_id                # doctest: +SKIP
+    '20261203T061502-3f9a1c'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from evalkit.errors import StoreError
+from evalkit.store.shared.local_rows import insert_missing, local_rows
+from evalkit.store.shared.tables import (
+    TABLES,
+    Appended,
+    append_new,
+    load_table,
+    open_catalog,
+    scan,
+)
+from evalkit.store.shared.uri import StoreURI, parse_store_uri
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    import polars as pl
+    import pyarrow as pa
+    from pyiceberg.table import Table
+
+    from evalkit.store.db import Store
+
+#: A run's tables in the order a push commits them: the ``runs`` row publishes the run, so it
+#: comes after every table of the run's rows, and the promotions after it.
+PUSH_ORDER = (
+    "cases",
+    "outputs",
+    "scorings",
+    "scores",
+    "scoring_cases",
+    "flakes",
+    "response_cache",
+    "runs",
+    "baselines",
+)
+#: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
+PULL_TABLES = tuple(t for t in PUSH_ORDER if t != "response_cache")
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What a push added: rows per table (0 where the shared store had them all already) and
+    how many commits lost to a concurrent writer and were retried."""
+
+    run_id: str
+    added: dict[str, int]
+    conflicts: int
+
+    @property
+    def rows(self) -> int:
+        return sum(self.added.values())
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """What a pull copied into the local store: rows per table (0: it had them)."""
+
+    run_id: str
+    added: dict[str, int]
+    baseline_of: str | None  # the suite whose promoted baseline this is, if pulled as one
+
+    @property
+    def rows(self) -> int:
+        return sum(self.added.values())
+
+
+def open_shared_store(uri: str | StoreURI, *, source: str = "shared store") -> SharedStore:
+    """The shared store at ``uri`` (``sqlite:///PATH?warehouse=...``), catalog opened."""
+    parsed = uri if isinstance(uri, StoreURI) else parse_store_uri(uri, source=source)
+    return SharedStore(parsed)
+
+
+class SharedStore:
+    """Runs, promotions and the response cache in Iceberg tables behind one SQL catalog."""
+
+    def __init__(self, uri: StoreURI) -> None:
+        self.uri = uri
+        self._catalog = open_catalog(uri)
+        self._tables: dict[str, Table] = {}
+
+    def _table(self, name: str, *, create: bool = False) -> Table | None:
+        table = self._tables.get(name)
+        if table is None:
+            table = load_table(self._catalog, TABLES[name], create=create)
+            if table is None:
+                return None
+            self._tables[name] = table
+        else:
+            table = self._tables[name] = table.refresh()
+        return table
+
+    def _read(self, name: str, column: str, values: Iterable[str]) -> pa.Table:
+        table = self._table(name)
+        wanted = {v for v in values if v is not None}
+        if table is None or not wanted:
+            return TABLES[name].arrow.empty_table()
+        return (
+            scan(table, column, wanted).select(list(TABLES[name].columns)).cast(TABLES[name].arrow)
+        )
+
+    # -- push -------------------------------------------------------------------------------
+
+    def push_run(self, local: Store, ref: str) -> Pushed:
+        """Publish run ``ref`` of ``local`` (its rows, flakes of its configuration, its
+        response cache entries, its promotions); rows already shared are skipped.
+
+        Raises:
+            StoreError: the run is not complete (a running or failed run may still grow, and
+                a published run's rows are published once).
+        """
+        run_id = local.resolve_run(ref)
+        status = local.run_status(run_id)
+        if status != "complete":
+            raise StoreError(
+                f"run {run_id} is {status}: only a complete run is pushed (finish it with "
+                f"`evalkit run --resume {run_id}`)"
+            )
+        added: dict[str, int] = {}
+        conflicts = 0
+        for name in PUSH_ORDER:
+            rows = local_rows(local, name, run_id)
+            table = self._table(name, create=True)
+            assert table is not None
+            result: Appended = append_new(table, TABLES[name], rows)
+            added[name] = result.added
+            conflicts += result.conflicts
+        return Pushed(run_id, added, conflicts)
+
+    def promote(
+        self, suite: str, run_id: str, who: str, reason: str, *, tier: str | None = None,
+        policy: Mapping[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        """Make the published run ``run_id`` the baseline of ``suite`` (``tier``): one
+        appended row with who, why, when and the pinned policy; earlier ones stay (history).
+
+        Raises:
+            StoreError: the run is not published, or no name or reason is given.
+        """
+        import json
+
+        import pyarrow as pa
+
+        if not who.strip() or not reason.strip():
+            raise StoreError("promoting a baseline needs a name (--who) and a reason (--reason)")
+        if run_id not in self.run_ids([run_id]):
+            raise StoreError(f"{self.uri.shown}: run {run_id} is not pushed; push it first")
+        row = {
+            "suite": suite,
+            "run_id": run_id,
+            "who": who.strip(),
+            "reason": reason.strip(),
+            "promoted_at": dt.datetime.now(dt.UTC),
+            "tier": tier,
+            "policy": json.dumps(dict(policy), sort_keys=True) if policy is not None else None,
+        }
+        table = self._table("baselines", create=True)
+        assert table is not None
+        append_new(
+            table, TABLES["baselines"], pa.Table.from_pylist([row], TABLES["baselines"].arrow)
+        )
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def runs(self) -> pl.DataFrame:
+        """Every published run (``runs`` rows), oldest first."""
+        import polars as pl
+
+        table = self._table("runs")
+        if table is None or table.current_snapshot() is None:
+            return pl.from_arrow(TABLES["runs"].arrow.empty_table())  # type: ignore[return-value]
+        rows = pl.from_arrow(table.scan().to_arrow())
+        return rows.sort("created_at")  # type: ignore[union-attr]
+
+    def run_ids(self, candidates: Iterable[str]) -> set[str]:
+        """Which of ``candidates`` are published runs."""
+        return set(self._read("runs", "run_id", candidates).column("run_id").to_pylist())
+
+    def resolve_run(self, ref: str) -> str:
+        """A published run id from an id, a label (its newest complete run) or an id prefix.
+
+        Raises:
+            StoreError: no published run matches, or a prefix matches several.
+        """
+        if self.run_ids([ref]):
+            return ref
+        runs = self.runs()
+        labelled = runs.filter(runs["label"] == ref.removesuffix("@latest"))
+        if labelled.height:
+            complete = labelled.filter(labelled["status"] == "complete")
+            return str((complete if complete.height else labelled)["run_id"][-1])
+        prefixed = runs.filter(runs["run_id"].str.starts_with(ref))
+        if prefixed.height == 1:
+            return str(prefixed["run_id"][0])
+        if prefixed.height > 1:
+            raise StoreError(f"{self.uri.shown}: run {ref!r} is ambiguous: {prefixed.height} runs")
+        raise StoreError(f"{self.uri.shown}: no published run or suite baseline {ref!r}")
+
+    def baselines(self, suite: str) -> pl.DataFrame:
+        """Every promotion of ``suite``, newest first (``suite, tier, run_id, who, reason,
+        promoted_at, policy``)."""
+        import polars as pl
+
+        rows = pl.from_arrow(self._read("baselines", "suite", [suite]))
+        return rows.sort("promoted_at", descending=True)  # type: ignore[union-attr]
+
+    def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
+        """The run promoted last for ``suite`` (``tier``; None: the full suite)."""
+        rows = self.baselines(suite)
+        rows = rows.filter(rows["tier"].is_null() if tier is None else rows["tier"] == tier)
+        return str(rows["run_id"][0]) if rows.height else None
+
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
+        """The shared response cache's entries for ``keys`` (those it has)."""
+        rows = self._read("response_cache", "cache_key", keys)
+        keys_found, responses = rows.column("cache_key"), rows.column("response")
+        return dict(zip(keys_found.to_pylist(), responses.to_pylist(), strict=True))
+
+    # -- pull -------------------------------------------------------------------------------
+
+    def pull(self, local: Store, ref: str, *, tier: str | None = None) -> Pulled:
+        """Copy a published run into ``local``: ``ref`` is a run id, label or prefix, or a
+        suite name (its promoted baseline, with the suite's promotion history).
+
+        Raises:
+            StoreError: ``ref`` names no published run and no suite with a baseline.
+        """
+        suite = None
+        baseline = self.current_baseline(ref, tier)
+        if baseline is not None:
+            suite, run_id = ref, baseline
+        else:
+            run_id = self.resolve_run(ref)
+        return Pulled(run_id, self._copy(local, run_id, suite), suite)
+
+    def _copy(self, local: Store, run_id: str, suite: str | None) -> dict[str, int]:
+        import polars as pl
+
+        frames: dict[str, pl.DataFrame] = {}
+        runs = pl.from_arrow(self._read("runs", "run_id", [run_id]))
+        scorings = pl.from_arrow(self._read("scorings", "run_id", [run_id]))
+        config_hashes = runs["config_hash"].to_list()  # type: ignore[index]
+        for name in PULL_TABLES:
+            if name == "scoring_cases":
+                rows = self._read(name, "scoring_id", scorings["scoring_id"].to_list())  # type: ignore[index]
+            elif name == "flakes":
+                rows = self._read(name, "config_hash", config_hashes)
+            elif name == "baselines":
+                rows = (
+                    self._read(name, "suite", [suite])
+                    if suite
+                    else self._read(name, "run_id", [run_id])
+                )
+            else:
+                rows = self._read(name, "run_id", [run_id])
+            frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
+        return insert_missing(local, frames)

