@@ -16,9 +16,14 @@ the same invocation; ratios are medians over ``--rounds``.
     reply), the fastest a Python client gets against this server; its ratio bounds what any
     transport can reach.
 ``corpus``
-    ``load_corpus`` (read + validate) of 1k / 10k / 100k synthetic cases (files of at most
-    10,000 cases), in a fresh process each: ms per case and the per-case ratio of each size to
-    the smallest (1.0 = linear). Target: <= 0.15 ms per case at 10k and 100k.
+    ``load_corpus`` (read + validate + build every case's scorers) of 1k / 10k / 100k synthetic
+    cases (files of at most 10,000 cases), in a fresh process each: ms per case and the
+    per-case ratio of each size to the smallest (1.0 = linear). ``--mix demo`` (the default)
+    gives the cases the demo corpus's own ``expect`` lists in turn (json_schema, json_fields,
+    regex, judge, trajectory scorers, with its schema and rubric files); ``--mix simple`` the
+    ``json_valid`` + ``max_words`` pair. Beside it, what ``evalkit run --tag`` pays: a deferred
+    load and a selection of two cases (``two_s``, scorers built for those two only). Target:
+    <= 0.15 ms per case at 10k and 100k.
 ``startup``
     ``evalkit run`` of one case at zero latency (imports, config, corpus, store, one request,
     summary) against ``python -c 'import openai'``. Target: <= 0.5 s above it.
@@ -35,6 +40,7 @@ Correctness is checked, not assumed: the server's request counter must equal N f
 Usage:
     .venv/bin/python bench/bench_process.py whole --rounds 3
     .venv/bin/python bench/bench_process.py corpus --sizes 1000 10000 100000
+    .venv/bin/python bench/bench_process.py corpus --mix simple
     .venv/bin/python bench/bench_process.py startup
     .venv/bin/python bench/bench_process.py rss
     .venv/bin/python bench/bench_process.py curve --sizes 1000 10000 100000 --rounds 1
@@ -132,14 +138,21 @@ async def main():
 asyncio.run(main())
 """
 
-#: ``python -c LOAD_CORPUS root``: load and validate the corpus, print cases and seconds.
+#: ``python -c LOAD_CORPUS root [id id]``: load and validate the corpus (building every case's
+#: scorers), or with two ids a deferred load and a selection of those two (``evalkit run
+#: --tag``); prints cases loaded, seconds, cases selected and cases whose scorers were built.
 LOAD_CORPUS = f"""
 import sys, time
 sys.path.insert(0, {str(REPO)!r})
+from evalkit.corpus.case_scorers import is_pending
 from evalkit.corpus.cases import load_corpus
 t0 = time.perf_counter()
-corpus = load_corpus(sys.argv[1])
-print(len(corpus.cases), time.perf_counter() - t0)
+ids = sys.argv[2:]
+corpus = load_corpus(sys.argv[1], defer_scorers=bool(ids))
+chosen = corpus.select(ids=ids) if ids else corpus
+seconds = time.perf_counter() - t0
+built = sum(not is_pending(c) for c in corpus.cases)
+print(len(corpus.cases), seconds, len(chosen.cases), built)
 """
 
 
@@ -249,6 +262,36 @@ def write_corpus(root: Path, n_cases: int, concurrency: int) -> Path:
     return config
 
 
+def write_mix_corpus(root: Path, n_cases: int) -> list[str]:
+    """N one-turn cases, each with the ``expect`` list of a demo-corpus case in turn (and the
+    demo's schema, rubric and tool files); returns the case ids. Entries are written as JSON
+    flow mappings, as compact as the demo's own ``- {scorer: ..., args: ...}`` lines."""
+    import shutil
+
+    import yaml
+
+    demo: list[dict[str, Any]] = []
+    for path in sorted((REPO / "corpus" / "cases").glob("*.yaml")):
+        demo += yaml.safe_load(path.read_text(encoding="utf-8"))
+    (root / "cases").mkdir(parents=True)
+    for folder in ("schemas", "rubrics", "tools"):
+        shutil.copytree(REPO / "corpus" / folder, root / folder)
+    ids = [f"{demo[i % len(demo)]['id']}-{i:06d}" for i in range(n_cases)]
+    for start in range(0, n_cases, CASES_PER_FILE):
+        chunk = []
+        for i in range(start, min(n_cases, start + CASES_PER_FILE)):
+            case = demo[i % len(demo)]
+            expect = "".join(f"    - {json.dumps(e)}\n" for e in case["expect"])
+            chunk.append(
+                f"- id: {ids[i]}\n  tags: {json.dumps(case.get('tags', []))}\n"
+                f"  input: {{messages: [{{role: user, content: 'Order {10_000 + i}?'}}]}}\n"
+                f"  expect:\n{expect}"
+            )
+        path = root / "cases" / f"mix-{start // CASES_PER_FILE:03d}.yaml"
+        path.write_text("".join(chunk), encoding="utf-8")
+    return ids
+
+
 def _served(server: DemoServer) -> int:
     return int(server.stats()["requests"])
 
@@ -356,24 +399,43 @@ def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     by_size: dict[str, Any] = {}
     for n in sizes:
         corpus_dir = root / f"corpus-{n}"
-        write_corpus(corpus_dir, n, 1)
+        if args.mix == "demo":
+            two = write_mix_corpus(corpus_dir, n)[:2]
+        else:
+            write_corpus(corpus_dir, n, 1)
+            two = ["synthetic-000000", "synthetic-000001"]
         runs = []
-        for _ in range(args.rounds):
-            proc = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir)])
-            loaded, seconds = proc.stdout.split()
+        for _ in range(args.rounds):  # alternating: every case, then two selected
+            every = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir)])
+            selected = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir), *two])
+            loaded, seconds, _, built = every.stdout.split()
+            _, two_s, chosen, two_built = selected.stdout.split()
             runs.append(
-                {"loaded": int(loaded), "load_s": float(seconds), "rss_mib": proc.peak_rss_mib}
+                {
+                    "loaded": int(loaded),
+                    "load_s": float(seconds),
+                    "built": int(built),
+                    "rss_mib": every.peak_rss_mib,
+                    "two_s": float(two_s),
+                    "two_selected": int(chosen),
+                    "two_built": int(two_built),
+                }
             )
         load_s = statistics.median(r["load_s"] for r in runs)
+        two_s = statistics.median(r["two_s"] for r in runs)
         by_size[str(n)] = {
             "cases": n,
             "runs": runs,
             "loaded": runs[0]["loaded"],
+            "built": runs[0]["built"],
+            "two_built": runs[0]["two_built"],
             "median_load_s": load_s,
             "ms_per_case": 1000 * load_s / n,
+            "median_two_s": two_s,
+            "two_ms_per_case": 1000 * two_s / n,
         }
     _per_case_ratios(by_size, "ms_per_case")
-    return {"sizes": sizes, "by_size": by_size}
+    return {"sizes": sizes, "mix": args.mix, "by_size": by_size}
 
 
 def bench_startup(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -500,12 +562,16 @@ def _print(mode: str, f: dict[str, Any]) -> None:
                 f"{s[f'median_cpu_s_{side}']:.2f} s, peak RSS {s[f'median_rss_mib_{side}']:.0f} MiB"
             )
     elif mode == "corpus":
-        print("corpus: load_corpus (read + validate), fresh process per size, median")
+        print(
+            f"corpus ({f['mix']} scorer mix): load_corpus (read + validate + build scorers), "
+            "fresh process per size, median"
+        )
         for n, e in f["by_size"].items():
             print(
                 f"  {int(n):>7,} cases: {e['median_load_s']:.3f} s = {e['ms_per_case']:.4f} ms/case"
                 f" ({e['ms_per_case_vs_smallest']:.2f}x the smallest size's per case); loaded "
-                f"{e['loaded']:,}"
+                f"{e['loaded']:,}; two selected (deferred): {e['median_two_s']:.3f} s = "
+                f"{e['two_ms_per_case']:.4f} ms/case, {e['two_built']} cases' scorers built"
             )
     elif mode == "startup":
         s = f["summary"]
@@ -553,6 +619,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("mode", choices=sorted(_BENCHES))
     parser.add_argument("--cases", type=int, help="cases (whole; default 1000)")
     parser.add_argument("--sizes", type=int, nargs="+", help="case counts (corpus, rss, curve)")
+    parser.add_argument(
+        "--mix", choices=["demo", "simple"], default="demo", help="corpus: the cases' scorers"
+    )
     parser.add_argument("--latency-ms", type=float, default=50.0, help="server latency")
     parser.add_argument("--concurrency", type=int, help="default 32 (whole, rss), 256 (curve)")
     parser.add_argument(

@@ -192,6 +192,19 @@ def test_process_whole_runs_evalkit_and_the_bare_loop_as_processes(tmp_path: Pat
         assert f["summary"][f"median_ratio_{t}"] == pytest.approx(r[f"ratio_{t}"])
 
 
+def test_process_corpus_demo_mix_builds_only_two_cases_when_two_are_selected(
+    tmp_path: Path,
+) -> None:
+    sizes = [91, 300]  # 91: every demo case's expect list once
+    args = ["corpus", "--mix", "demo", "--sizes", *map(str, sizes), "--rounds", "1"]
+    f = _run("bench_process", args, tmp_path)
+    assert f["mix"] == "demo"
+    for n in sizes:
+        entry = f["by_size"][str(n)]
+        assert entry["loaded"] == entry["built"] == n  # every case's scorers built
+        assert entry["runs"][0]["two_selected"] == entry["two_built"] == 2  # deferred: two
+
+
 def test_process_corpus_loads_every_case_at_every_size(tmp_path: Path) -> None:
     sizes = [30, 60, 10_050]  # the last spans two files (10,000 cases per file)
     f = _run(
@@ -245,3 +258,39 @@ def test_process_measures_a_childs_own_peak_rss_not_the_benchmarks() -> None:
     small = _script("bench_process").measure([sys.executable, "-c", "x = bytearray(40 << 20)"])
     assert 40 < small.peak_rss_mib < 100, small
     assert len(ballast) == 160 * 1024 * 1024
+
+
+def test_judge_bench_serves_and_scores_both_calls_and_rescores_from_the_cache(
+    tmp_path: Path,
+) -> None:
+    cases = 12  # more than the 2c workers: a worker's judge call precedes its next system call
+    args = ["--cases", str(cases), "--concurrency", "2", "--latency-ms", "5", "--rounds", "1"]
+    f = _run("bench_judge", args, tmp_path)
+    (r,) = f["rounds"]
+    for side in ("bare", "evalkit"):
+        assert r[side]["system_requests"] == r[side]["judge_requests"] == cases
+        assert r[side]["passed_scores"] == cases  # the server's verdict is 5, min_score 4
+    e = r["evalkit"]
+    assert e["outputs"] == e["scores"] == cases and e["score_errors"] == 0
+    assert e["overlap"]  # judge calls run while system calls are still being sent
+    assert e["rescore"]["system_requests"] == e["rescore"]["judge_requests"] == 0  # cached
+    assert e["rescore"]["judge_scores_after"] == 2 * cases  # a new scoring beside the run's
+    assert f["summary"]["rescore_requests"] == 0
+    assert e["rescore_changed_judge"]["judge_requests"] == cases  # the snapshot is in the key
+    assert r["ratio"] == pytest.approx(e["wall_s"] / r["bare"]["wall_s"])
+
+
+def test_agent_bench_serves_every_tool_step_and_scores_every_replay(tmp_path: Path) -> None:
+    cases, replays = 6, 2
+    args = ["--cases", str(cases), "--concurrency", "2", "--latency-ms", "2", "--rounds", "1"]
+    f = _run("bench_agent", [*args, "--replays", str(replays)], tmp_path)
+    (r,) = f["rounds"]
+    for side, outputs in (("agent", cases), ("single", 4 * cases), ("replays", replays * cases)):
+        run = r[side]
+        assert run["outputs"] == run["ok_outputs"] == outputs
+        assert run["scores"] == run["passed_scores"] == 2 * outputs  # two scorers, all pass
+        assert run["cpu_ms_per_request"] == pytest.approx(1000 * run["cpu_s"] / run["served"])
+    assert r["agent"]["served"] == r["single"]["served"] == 4 * cases  # 3 tool steps + answer
+    assert r["agent"]["tool_calls"] == 3 * cases and r["single"]["tool_calls"] == 0
+    assert r["replays"]["served"] == 4 * cases * replays
+    assert r["ratio_to_limit"] == pytest.approx(r["agent"]["wall_s"] / (4 * cases * 0.002 / 2))

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from evalkit.corpus.case_scorers import DeferredScorers, ExpectEntry, PendingScorers, ScorerBinder
 from evalkit.corpus.case_spec import CaseSpec, describe_validation
 from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_input import (
@@ -35,8 +36,7 @@ from evalkit.corpus.yaml_input import (
 )
 from evalkit.errors import CorpusError
 from evalkit.records import canonical_json
-from evalkit.scorers import SCORERS, Scorer, build_scorer
-from evalkit.scorers.registry import ScorerArgError
+from evalkit.scorers import SCORERS, Scorer
 
 CASE_GLOBS = ("*.yaml", "*.yml")
 #: Refused before parsing (a 50 MB flat list grows to gigabytes in a YAML loader); a module
@@ -85,6 +85,11 @@ class Case:
         return json.dumps(payload, sort_keys=True, default=str)
 
 
+# Set after the dataclass is made (a descriptor in the class body would become its default):
+# ``load_corpus(defer_scorers=True)`` stores pending scorers, built when first read.
+Case.scorers = DeferredScorers()  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class CorpusStats:
     """Counts shown by ``evalkit cases lint``."""
@@ -128,6 +133,8 @@ class Corpus:
             and not drop & set(c.tags)
             and (not only or c.id in only)
         )
+        for case in chosen:  # deferred scorers: built now, so bad args stop a run before it starts
+            _ = case.scorers
         return Corpus(self.root, chosen, self.file_hashes)
 
     def stats(self, critical_tags: Sequence[str] = ()) -> CorpusStats:
@@ -165,8 +172,14 @@ def load_corpus(
     case_dirs: Sequence[str] = ("cases",),
     user_template: str | None = None,
     max_errors: int = 1,
+    defer_scorers: bool = False,
 ) -> Corpus:
     """Load and validate every case file under ``root/cases`` (and ``root/sealed`` if asked).
+
+    Each distinct built-in ``expect`` entry is built once per load and shared. With
+    ``defer_scorers`` a case's scorers are built when first read (:meth:`Corpus.select` reads
+    those of the cases it keeps): a run of two selected cases builds two cases' scorers, and a
+    bad scorer argument in an unselected case is left to ``evalkit cases lint``.
 
     Raises:
         CorpusError: the first problem found, as ``file:line: case id: what is wrong``; with
@@ -182,10 +195,14 @@ def load_corpus(
     file_hashes: dict[str, str] = {}
     warnings: list[str] = []
     errors = _Problems(max_errors)
+    binder = ScorerBinder(root_path)
     for directory in dirs:
         for path in find_yaml_files(root_path / directory, root_path, CASE_GLOBS):
             with errors.collect():
-                loaded = _load_file(path, root_path, sealed=directory == "sealed", errors=errors)
+                loaded = _load_file(
+                    path, root_path, sealed=directory == "sealed", errors=errors, binder=binder,
+                    defer=defer_scorers,
+                )  # fmt: skip
                 if not loaded and not errors.found_in(_relative(path, root_path)):
                     warnings.append(
                         f"{_relative(path, root_path)}: no cases in this file; add cases "
@@ -203,10 +220,9 @@ def load_corpus(
                         seen[case.id] = case.source
                         if user_template is not None:
                             _check_vars(case, user_template)
-                        for scorer in case.scorers:
-                            file_hashes.update(scorer.file_hashes)
                         cases.append(case)
     errors.raise_any()
+    file_hashes.update(binder.file_hashes)
     return Corpus(root_path, tuple(cases), dict(sorted(file_hashes.items())), tuple(warnings))
 
 
@@ -262,11 +278,18 @@ class _Problems:
 
 def load_cases_file(path: str | Path, root: str | Path) -> list[Case]:
     """Validate a single case file (used by editors and tests)."""
-    return _load_file(Path(path).resolve(), Path(root).resolve(), sealed=False)
+    root_path = Path(root).resolve()
+    return _load_file(Path(path).resolve(), root_path, sealed=False, binder=ScorerBinder(root_path))
 
 
 def _load_file(
-    path: Path, root: Path, *, sealed: bool, errors: _Problems | None = None
+    path: Path,
+    root: Path,
+    *,
+    sealed: bool,
+    binder: ScorerBinder,
+    errors: _Problems | None = None,
+    defer: bool = False,
 ) -> list[Case]:
     rel = _relative(path, root)
     data, node = read_yaml_file(path, rel, MAX_CASE_FILE_BYTES)
@@ -284,10 +307,10 @@ def _load_file(
     for index, (raw, item_node) in enumerate(zip(data, node.value, strict=True)):
         line = item_node.start_mark.line + 1
         if errors is None:
-            cases.append(_build_case(raw, item_node, rel, line, index, root, sealed))
+            cases.append(_build_case(raw, item_node, rel, line, index, binder, sealed, defer))
             continue
         with errors.collect():  # each case on its own: lint reports them all
-            cases.append(_build_case(raw, item_node, rel, line, index, root, sealed))
+            cases.append(_build_case(raw, item_node, rel, line, index, binder, sealed, defer))
     return cases
 
 
@@ -304,7 +327,14 @@ def _shown_id(value: Any) -> str:
 
 
 def _build_case(
-    raw: Any, node: Any, rel: str, line: int, index: int, root: Path, sealed: bool
+    raw: Any,
+    node: Any,
+    rel: str,
+    line: int,
+    index: int,
+    binder: ScorerBinder,
+    sealed: bool,
+    defer: bool,
 ) -> Case:
     if not isinstance(raw, dict):
         raise CorpusError(
@@ -324,8 +354,7 @@ def _build_case(
             _check_expect(original, node, rel, line, case_id)  # its own message, if it is that
         message, key_line = describe_validation(exc, node, line)
         raise CorpusError(message, path=rel, line=key_line, case_id=case_id) from None
-    resolve = _resolver(root, rel, case_id)
-    scorers = []
+    entries = []
     for position, entry in enumerate(spec.expect):
         entry_line = _seq_item_line(node, "expect", position) or line
         if entry.scorer not in SCORERS:
@@ -336,20 +365,11 @@ def _build_case(
                 line=entry_line,
                 case_id=case_id,
             )
-        try:
-            scorers.append(build_scorer(entry.scorer, entry.args, resolve))
-        except ScorerArgError as exc:
-            raise CorpusError(str(exc), path=rel, line=entry_line, case_id=case_id) from None
-        except CorpusError as exc:
-            raise CorpusError(exc.message, path=rel, line=entry_line, case_id=case_id) from None
-        except Exception as exc:  # a factory's own bug or limit (deep JSON, huge regex repeat)
-            raise CorpusError(
-                f"scorer {entry.scorer!r} cannot use these args: {type(exc).__name__}: {exc}"[:300],
-                path=rel,
-                line=entry_line,
-                case_id=case_id,
-            ) from None
-    scorers.sort(key=lambda s: s.tier)  # cheapest first (stable within a tier)
+        entries.append(ExpectEntry(entry.scorer, entry.args, entry_line))
+    expect = tuple(entries)
+    binder.hash_files(expect, rel, case_id)
+    pending = PendingScorers(binder, expect, rel, case_id)
+    scorers: tuple[Scorer, ...] | PendingScorers = pending if defer else pending.build()
     inputs = spec.input
     return Case(
         id=spec.id,
@@ -363,7 +383,7 @@ def _build_case(
         else None,
         vars=dict(inputs.vars) if inputs.vars is not None else None,
         fixtures=spec.fixtures.model_dump(mode="json"),
-        scorers=tuple(scorers),
+        scorers=scorers,  # type: ignore[arg-type]  # PendingScorers: Case.scorers builds them
         hash=case_hash(spec),
         source=f"{rel}:{line}",
         sealed=sealed,
@@ -445,26 +465,6 @@ def _accepts_all(factory: Any, keys: Iterable[str]) -> bool:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return True
     return set(keys) <= set(params)
-
-
-def _resolver(root: Path, rel: str, case_id: str):
-    def resolve(name: str) -> Path:
-        shown = repr(name) if len(name) <= 120 else f"{name[:120]!r}..."
-        try:
-            candidate = Path(name)
-            if candidate.is_absolute():
-                raise CorpusError(f"file {shown} must be relative to the corpus root")
-            resolved = (root / candidate).resolve()
-            if not resolved.is_relative_to(root):
-                raise CorpusError(f"file {shown} is outside the corpus root {root}")
-            if not resolved.is_file():
-                raise CorpusError(f"file {shown} not found under the corpus root {root}")
-        except (OSError, ValueError) as exc:  # NUL bytes, names too long for the OS
-            reason = getattr(exc, "strerror", None) or exc  # strerror: without the long name
-            raise CorpusError(f"file {shown} is not a usable path: {reason}") from None
-        return resolved
-
-    return resolve
 
 
 def _seq_item_line(node: Any, key: str, position: int) -> int | None:
