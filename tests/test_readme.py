@@ -2,13 +2,16 @@
 
 The tour's blocks marked ``<!-- readme-test: run -->`` run in one bash session in a scratch
 folder holding a copy of ``corpus/``, with this venv's ``evalkit`` first on PATH, against a demo
-simulator the tour itself starts on a free port. The GitHub Actions example is a real file,
-quoted verbatim in the README; its shell step runs in a scratch git repository whose
-``origin/main`` holds the baseline prompt.
+simulator the tour itself starts on a free port; "Growing the corpus" (``readme-test: corpus``)
+runs the same way in its own session, with the trace fixture it samples, and the team store
+(``readme-test: team``) in a third. The GitHub Actions example is a real file, quoted verbatim
+in the README; its shell step runs in a scratch git repository whose ``origin/main`` holds the
+baseline prompt.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,6 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 WORKFLOW = REPO / "examples" / "github-actions" / "evalkit.yml"
 MARK = "<!-- readme-test: run -->"
+CORPUS_MARK = "<!-- readme-test: corpus -->"
+TEAM_MARK = "<!-- readme-test: team -->"
 
 
 def _blocks(text: str, lang: str) -> list[tuple[int, str]]:
@@ -32,8 +37,8 @@ def _blocks(text: str, lang: str) -> list[tuple[int, str]]:
     return [(m.start(), textwrap.dedent(m[2])) for m in fence.finditer(text)]
 
 
-def _marked(text: str) -> list[str]:
-    return [body for start, body in _blocks(text, "bash") if text[:start].rstrip().endswith(MARK)]
+def _marked(text: str, mark: str = MARK) -> list[str]:
+    return [body for start, body in _blocks(text, "bash") if text[:start].rstrip().endswith(mark)]
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -160,6 +165,35 @@ def test_the_ci_example_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(480)
+def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path) -> None:
+    """main's promoted baseline published to the team store; the pull-request job pulls it and
+    gates with one run: no base-branch run, no promotion of its own, the same PASSED."""
+    _, script, work, env = _ci_checkout(tmp_path)
+    store = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}"
+    main_job = f"""
+        eval "$(evalkit demo serve --port 18080 --detach)"
+        URL="--set system.base_url=$EVALKIT_DEMO_URL --set judge.base_url=$EVALKIT_DEMO_URL"
+        evalkit run --label nightly --no-progress $URL --db {tmp_path}/main.duckdb
+        evalkit baseline promote nightly --who ana --reason "night 41" --db {tmp_path}/main.duckdb
+        evalkit push nightly --store {store} --db {tmp_path}/main.duckdb
+        kill $EVALKIT_DEMO_PID
+    """
+    published = _bash(textwrap.dedent(main_job), work, env)
+    assert published.returncode == 0, (published.stdout + published.stderr)[-3000:]
+    result = _bash(script, work, env | {"EVALKIT_STORE": store})
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "PASSED" in (tmp_path / "gate.md").read_text().splitlines()[0]
+    runs = subprocess.run(
+        [sys.executable, "-m", "evalkit.cli", "runs", "--json"],
+        cwd=work, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    labels = sorted(run["label"] for run in json.loads(runs.stdout))
+    assert labels == ["candidate", "nightly"]  # the pulled baseline and the one run of the job
+    assert not (tmp_path / "base").exists()  # the base branch was never checked out
+
+
+@pytest.mark.timeout(480)
 def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path: Path) -> None:
     """The same workflow on a pull request whose only change is a looser evalkit.yaml (alpha
     lowered, so nothing could block): UNVERIFIED, exit 1, the change named in the report."""
@@ -174,3 +208,38 @@ def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path
     report = (tmp_path / "gate.md").read_text()
     assert "evalkit gate: UNVERIFIED" in report.splitlines()[0], report[:2000]
     assert "alpha" in report and "--policy" in report
+
+
+def test_growing_the_corpus_runs_as_written(tmp_path: Path) -> None:
+    """Import, traces → drafts → review, convert, live fixtures record/check/refresh, sealed
+    rotation and transfer, coverage and retire: the whole loop, as the README writes it."""
+    shutil.copytree(REPO / "corpus", tmp_path / "corpus")
+    shutil.copytree(REPO / "tests" / "fixtures" / "traces", tmp_path / "tests/fixtures/traces")
+    blocks = _marked(README, CORPUS_MARK)
+    assert len(blocks) >= 8
+    # a checkout: the loop reviews its own edits with git diff
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "corpus"], cwd=tmp_path, check=True)
+    result = _bash("\n".join(blocks), tmp_path, _env(tmp_path))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    assert "imported 2 draft cases from tickets.csv" in out
+    assert out.count("drafts refused") == 2  # the imported drafts, then the sampled ones
+    assert "is a draft (review: draft) and never gates" in out
+    assert "stale fixtures: exit 1" in out and "refused: exit 2" in out
+    assert re.search(r"gains (do not )?(transfer|not shown to transfer)", out), out[-3000:]
+    retired = tmp_path / "corpus" / "retired"
+    assert any("id: bug-wishlist-500-003" in f.read_text() for f in retired.glob("*.yaml"))
+
+
+def test_the_team_store_runs_as_written(tmp_path: Path) -> None:
+    """Promote, push (twice), a candidate-only store pulls the baseline and gates: one run."""
+    shutil.copytree(REPO / "corpus", tmp_path / "corpus")
+    (block,) = _marked(README, TEAM_MARK)
+    result = _bash(block, tmp_path, _env(tmp_path))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    assert "gate exit 1" in out  # v2 blocks against the pulled baseline, as the local gate does
+    assert (tmp_path / "data" / "team" / "catalog.db").is_file()

@@ -473,7 +473,7 @@ def test_one_writer_a_clear_error_or_a_wait_and_readers_meanwhile(
             code = main(["run", *map(str, common), "--label", "second"])
         assert code == 2
         assert err.getvalue().count("\n") == 1, err.getvalue()
-        assert f"is being written by another process (PID {first.pid})" in err.getvalue()
+        assert f"is being written by another process (PID {first.pid}: " in err.getvalue()
         with pytest.raises(StoreError, match="--wait"):
             open_store(db)
 
@@ -539,13 +539,12 @@ def test_a_reader_holding_the_file_delays_batches_but_loses_nothing(
         task = asyncio.ensure_future(run_suite_async(suite, corpus, store, options))
         while server.stats()["requests"] < 8:  # the run is under way and has released the file
             await asyncio.sleep(0.05)
-        reader = open_store(db, read_only=True)
-        stored_at_start = reader.query("SELECT count(*) FROM outputs").item()
-        asked_at_start = server.stats()["requests"]
-        await asyncio.sleep(1.0)  # several batches come due while the reader holds the file
-        asked_during = server.stats()["requests"] - asked_at_start
-        stored_during = reader.query("SELECT count(*) FROM outputs").item() - stored_at_start
-        reader.close()
+        with open_store(db, read_only=True) as reader:  # a with-block holds the file open
+            stored_at_start = reader.query("SELECT count(*) FROM outputs").item()
+            asked_at_start = server.stats()["requests"]
+            await asyncio.sleep(1.0)  # several batches come due while the reader holds the file
+            asked_during = server.stats()["requests"] - asked_at_start
+            stored_during = reader.query("SELECT count(*) FROM outputs").item() - stored_at_start
         return await task, asked_during, stored_during, stored_at_start
 
     with open_store(db) as store:
