@@ -44,6 +44,7 @@ from evalkit.compare.gate import decide  # noqa: E402
 from evalkit.compare.paired import flips  # noqa: E402
 from evalkit.compare.policy import GatePolicy  # noqa: E402
 from evalkit.compare.slices import slices  # noqa: E402
+from evalkit.compare.usage_deltas import usage_deltas  # noqa: E402
 from evalkit.corpus.cases import Case  # noqa: E402
 from evalkit.store import (  # noqa: E402
     OUTPUT_SCHEMA,
@@ -323,6 +324,8 @@ def run(n_cases: int, replays: int, batch: int, keep: Path | None = None) -> dic
                 table = slices(comparison.paired)
             with phase(timings, "gate"):
                 decision = decide(comparison.paired, policy, corpus=comparison.cand.cases)
+            with phase(timings, "paired_growth"):  # gate.relative_budgets' paired comparison
+                growth = usage_deltas(comparison.paired, policy.critical_tags)
             outputs = comparison.base.outputs.height + comparison.cand.outputs.height
             score_rows = comparison.base.scores.height + comparison.cand.scores.height
     want = expected(n_cases, (b_counts[0], b_counts[1]), (c_counts[0], c_counts[1]))
@@ -350,6 +353,8 @@ def run(n_cases: int, replays: int, batch: int, keep: Path | None = None) -> dic
         measured=got,
         verified=want == got and all_row["broken"] == want["broken"],
         analysis_s=analysis_s,
+        growth_rows=growth.height,
+        growth_share=timings["paired_growth"]["s"] / analysis_s,
         analysis_peak_rss_mib=max(timings[p]["peak_rss_mib"] for p in timings if p != "ingest"),
         ru_maxrss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
@@ -368,12 +373,16 @@ def _print(f: dict[str, Any]) -> None:
         f"batches of {s['batch']} cases); generating the frames {f['generate_s']:.2f} s; "
         f"peak RSS {p['ingest']['peak_rss_mib']:.0f} MiB"
     )
-    for name in ("load_and_compare", "slices", "gate"):
+    for name in ("load_and_compare", "slices", "gate", "paired_growth"):
         print(f"  {name:17} {p[name]['s']:6.2f} s   peak RSS {p[name]['peak_rss_mib']:6.0f} MiB")
     print(
         f"analysis (verdicts + paired frame + {f['slices']} slices + gate): "
         f"{f['analysis_s']:.2f} s; peak RSS {f['analysis_peak_rss_mib']:.0f} MiB "
         f"(ru_maxrss over the whole script {f['ru_maxrss_mib']:.0f} MiB)"
+    )
+    print(
+        f"paired cost/latency/steps growth ({f['growth_rows']} slice x metric rows): "
+        f"{f['growth_share']:.1%} of the analysis time"
     )
     a = f["all_slice"]
     print(
