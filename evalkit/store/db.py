@@ -343,6 +343,8 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
                 "case_hash": list(case_hashes.values()),
             }
             self._insert("scoring_cases", hashes, dict.fromkeys(hashes, "VARCHAR"))
+        if self.run_status(run_id) == "complete":  # the newest scoring is what history reads
+            self.record_history(run_id)
         return scoring_id
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
@@ -350,6 +352,17 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
             [status, _now(), json.dumps(summary), run_id],
         )
+        if status == "complete":
+            self.record_history(run_id)
+
+    def record_history(self, run_id: str) -> None:
+        """A complete run's (or new scoring's) history counts, for `evalkit history`: derived
+        data, so a failure to record them loses nothing (history counts the run instead)."""
+        from evalkit.store.history_sql import record_history
+
+        # each statement is atomic: a half-recorded run reads as not recorded
+        with contextlib.suppress(duckdb.Error, StoreError):
+            record_history(self._con, run_id, self.latest_scoring(run_id))
 
     def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
         """Replace ``manifest["warnings"]`` of a run (the config hash does not cover them)."""
@@ -589,6 +602,10 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             [table, column],
         ).fetchall()
         return bool(rows[0][0])
+
+    def has_table(self, name: str) -> bool:
+        """Whether the store has table ``name`` (derived tables appear on first use)."""
+        return self._has_table(name)
 
     def _has_table(self, name: str) -> bool:
         """False for a store created before the table existed and opened read-only."""

@@ -21,68 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from evalkit.store.history_sql import ALL, LATEST, SELECTED, TAG_COUNTS, USAGE
+
 if TYPE_CHECKING:
     import polars as pl
 
     from evalkit.store.db import Store
-
-#: The slice every case belongs to (as `evalkit.compare.slices` names it).
-ALL = "ALL"
-
-_SELECTED = "sel AS (SELECT DISTINCT UNNEST(?::VARCHAR[]) AS run_id)"
-
-# Each run's newest scoring, or its own (``<run>/s0``) when the scorings table has none.
-_LATEST = f"""
-{_SELECTED},
-newest AS (
-    SELECT s.run_id, s.scoring_id FROM scorings s JOIN sel USING (run_id)
-    QUALIFY row_number() OVER (PARTITION BY s.run_id ORDER BY s.created_at DESC,
-                               s.scoring_id DESC) = 1
-),
-latest AS (
-    SELECT sel.run_id, coalesce(newest.scoring_id, sel.run_id || '/s0') AS scoring_id
-    FROM sel LEFT JOIN newest USING (run_id)
-)"""
-
-_TAG_COUNTS = f"""
-WITH {_LATEST},
-per_replay AS (
-    SELECT s.run_id, s.case_id, s.replay, count(*) AS n_scores,
-           count(*) FILTER (coalesce(s.error, false) OR s.passed IS NULL) AS n_err,
-           count(*) FILTER (NOT coalesce(s.error, false) AND NOT s.passed) AS n_fail
-    FROM scores s JOIN latest l ON s.run_id = l.run_id AND s.scoring_id = l.scoring_id
-    GROUP BY s.run_id, s.case_id, s.replay
-),
-replays AS (
-    SELECT o.run_id, o.case_id,
-           CASE WHEN o.error IS NOT NULL OR coalesce(r.n_err, 0) > 0 THEN NULL
-                WHEN o.fail_reason IS NOT NULL OR coalesce(r.n_fail, 0) > 0 THEN false
-                WHEN coalesce(r.n_scores, 0) = 0 THEN NULL
-                ELSE true END AS passed
-    FROM outputs o JOIN sel USING (run_id)
-    LEFT JOIN per_replay r USING (run_id, case_id, replay)
-),
-per_case AS (
-    SELECT run_id, case_id, count(*) FILTER (passed) AS n_pass,
-           count(*) FILTER (NOT passed) AS n_fail
-    FROM replays GROUP BY run_id, case_id
-),
-verdicts AS MATERIALIZED (
-    SELECT c.run_id, c.tags, coalesce(v.n_pass, 0) AS n_pass, coalesce(v.n_fail, 0) AS n_fail
-    FROM cases c JOIN sel USING (run_id) LEFT JOIN per_case v USING (run_id, case_id)
-    {{where}}
-),
-tagged AS (
-    SELECT run_id, UNNEST(tags) AS tag, n_pass, n_fail FROM verdicts
-)
-SELECT run_id, tag, count(*) AS cases, count(*) FILTER (n_pass + n_fail > 0) AS decided,
-       count(*) FILTER (n_pass > n_fail) AS passed,
-       count(*) FILTER (n_pass + n_fail = 0) AS errored,
-       count(*) FILTER (n_pass > 0 AND n_fail > 0) AS unstable
-FROM (SELECT run_id, '{ALL}' AS tag, n_pass, n_fail FROM verdicts
-      UNION ALL SELECT * FROM tagged {{tag_where}})
-GROUP BY run_id, tag ORDER BY run_id, tag
-"""
 
 
 def tag_counts(store: Store, run_ids: Sequence[str], tag: str | None = None) -> pl.DataFrame:
@@ -90,44 +34,93 @@ def tag_counts(store: Store, run_ids: Sequence[str], tag: str | None = None) -> 
     ``passed``, ``errored`` and ``unstable`` case counts, by the rules above. With ``tag``, only
     the cases carrying it (``ALL`` then counts those). A run with no cases has no rows.
 
+    The counts a run recorded when it finished (``history_sql.record_history``, for its newest
+    scoring)
+    are read as they are; only the other runs are counted from their outputs.
+
     Returns:
         ``run_id, tag, cases, decided, passed, errored, unstable``, by run_id and tag.
     """
+    import polars as pl
+
+    stored = _stored_counts(store, run_ids)
+    counted = set(stored["run_id"].to_list())
+    rest = [r for r in dict.fromkeys(run_ids) if r not in counted]
+    if tag is not None:  # a tag's cases: its row, and ALL counting the same cases
+        mine = stored.filter(pl.col("tag") == tag)
+        stored = pl.concat([mine, mine.with_columns(tag=pl.lit(ALL))])
+    fresh = count_tags(store, rest, tag) if rest else stored.clear()
+    frame = pl.concat([stored, fresh.cast(stored.schema)]) if stored.height else fresh
+    return frame.sort("run_id", "tag")
+
+
+def count_tags(store: Store, run_ids: Sequence[str], tag: str | None = None) -> pl.DataFrame:
+    """:func:`tag_counts` counted from the runs' outputs and scores (what is recorded)."""
     if tag is None:
-        sql = _TAG_COUNTS.format(where="", tag_where="")
+        sql = TAG_COUNTS.format(where="", tag_where="")
         params: list[object] = [list(run_ids)]
     else:
-        sql = _TAG_COUNTS.format(where="WHERE list_contains(c.tags, ?)", tag_where="WHERE tag = ?")
+        sql = TAG_COUNTS.format(where="WHERE list_contains(c.tags, ?)", tag_where="WHERE tag = ?")
         params = [list(run_ids), tag, tag]
     return store.query(sql, params)
 
 
-_USAGE = f"""
-WITH {_SELECTED}
-SELECT o.run_id, o.model, count(*) AS outputs,
-       count(*) FILTER (o.cached) AS cached,
-       count(o.latency_ms) AS timed, coalesce(sum(o.latency_ms), 0) AS latency_ms,
-       coalesce(sum(o.cost_usd), 0) AS cost_usd,
-       coalesce(sum(o.prompt_tokens + o.completion_tokens), 0) AS total_tokens,
-       coalesce(sum(o.steps), 0) AS steps
-FROM outputs o JOIN sel USING (run_id)
-GROUP BY o.run_id, o.model ORDER BY o.run_id, outputs DESC, o.model
+_STORED_COUNTS = f"""
+WITH {LATEST}
+SELECT h.run_id, h.tag, h.cases, h.decided, h.passed, h.errored, h.unstable
+FROM history_counts h JOIN latest l ON h.run_id = l.run_id AND h.scoring_id = l.scoring_id
 """
+
+_COUNT_COLUMNS = ("run_id", "tag", "cases", "decided", "passed", "errored", "unstable")
+
+
+def _stored_counts(store: Store, run_ids: Sequence[str]) -> pl.DataFrame:
+    """The recorded counts of ``run_ids`` for their newest scoring (none in an older store)."""
+    import polars as pl
+
+    if not store.has_table("history_counts"):
+        return pl.DataFrame(
+            schema={c: pl.String if c in ("run_id", "tag") else pl.Int64 for c in _COUNT_COLUMNS}
+        )
+    frame = store.query(_STORED_COUNTS, [list(run_ids)])
+    return frame.select(
+        pl.col("run_id", "tag").cast(pl.String), pl.col(*_COUNT_COLUMNS[2:]).cast(pl.Int64)
+    )
 
 
 def usage_by_model(store: Store, run_ids: Sequence[str]) -> pl.DataFrame:
     """Per run and served model (``outputs.model``; null where the provider named none): the
     outputs, how many came from the response cache, and sums of latency (over ``timed``
-    outputs), cost, tokens and agent steps, for means per case replay.
+    outputs), cost, tokens and agent steps, for means per case replay. Recorded usage
+    (``history_sql.record_history``) is read as it is; the other runs are summed from their outputs.
 
     Returns:
         ``run_id, model, outputs, cached, timed, latency_ms, cost_usd, total_tokens, steps``.
     """
-    return store.query(_USAGE, [list(run_ids)])
+    import polars as pl
+
+    wanted = list(dict.fromkeys(run_ids))
+    stored = (
+        store.query(
+            f"WITH {SELECTED} SELECT h.* FROM history_usage h JOIN sel USING (run_id)", [wanted]
+        )
+        if store.has_table("history_usage")
+        else None
+    )
+    counted = set() if stored is None else set(stored["run_id"].to_list())
+    rest = [r for r in wanted if r not in counted]
+    fresh = store.query(USAGE, [rest]) if rest or stored is None else None
+    parts = [f for f in (stored, fresh) if f is not None and f.height]
+    if not parts:
+        return store.query(USAGE, [[]])
+    frame = pl.concat([p.cast(parts[0].schema) for p in parts]) if len(parts) > 1 else parts[0]
+    return frame.sort(
+        "run_id", "outputs", "model", descending=[False, True, False], nulls_last=True
+    )
 
 
 _FLAKES = f"""
-WITH {_SELECTED},
+WITH {SELECTED},
 configs AS (SELECT DISTINCT config_hash FROM runs JOIN sel USING (run_id)),
 newest AS (
     SELECT f.config_hash, max(f.measured_at) AS measured_at

@@ -108,6 +108,21 @@ CREATE TABLE IF NOT EXISTS merged_parts (
 );
 """
 
+#: Each complete run's history counts (:mod:`evalkit.store.history_queries`), written when the
+#: run finishes or is rescored, so `evalkit history` over a thousand runs reads a few thousand
+#: rows instead of re-deciding ten million outputs; derived data (a store without them, or a run
+#: missing from them, is counted from its outputs), created by the first run that writes them.
+HISTORY_DDL = """
+CREATE TABLE IF NOT EXISTS history_counts (
+    run_id VARCHAR, scoring_id VARCHAR, tag VARCHAR, cases BIGINT, decided BIGINT,
+    passed BIGINT, errored BIGINT, unstable BIGINT
+);
+CREATE TABLE IF NOT EXISTS history_usage (
+    run_id VARCHAR, model VARCHAR, outputs BIGINT, cached BIGINT, timed BIGINT,
+    latency_ms DOUBLE, cost_usd DOUBLE, total_tokens BIGINT, steps BIGINT
+);
+"""
+
 #: How ``information_schema`` names a type the DDL spells otherwise.
 _TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}
 _CREATE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", re.M | re.S)
@@ -126,7 +141,7 @@ def known_tables() -> dict[str, tuple[dict[str, str], dict[str, str]]]:
         ('VARCHAR[]', {'case_group': 'VARCHAR'})
     """
     tables: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
-    for name, body in _CREATE.findall(DDL + MERGED_PARTS_DDL):
+    for name, body in _CREATE.findall(DDL + MERGED_PARTS_DDL + HISTORY_DDL):
         columns = (c.split() for c in body.split(","))  # "name TYPE", types without spaces
         tables[name] = ({c: _TYPE_NAMES.get(t, t) for c, t in columns}, {})
     for name, column, sql_type in _ALTER.findall(DDL):

@@ -50,6 +50,9 @@ def _six_runs(tmp_path: Path, unstable: list[int] = UNSTABLE, label: str = "nigh
 def _set_model(db: Path, run_ids: list[str], model: str) -> None:
     with duckdb.connect(str(db)) as con:  # what the provider answered with, per output
         con.execute("UPDATE outputs SET model = ? WHERE run_id IN ?", [model, run_ids])
+    with open_store(db) as store:  # outputs edited by hand: their recorded usage follows
+        for run_id in run_ids:
+            store.record_history(run_id)
 
 
 def test_six_runs_per_tag_rates_and_intervals(tmp_path: Path) -> None:
@@ -257,3 +260,46 @@ def test_label_keeps_one_labels_runs(tmp_path: Path) -> None:
         kept = history(store, by="label", label="nightly")
     assert [p.run_id for p in kept.points] == ["n-0", "n-1", "n-2"]
     assert main(["history", "--db", str(db), "--by", "label", "--label", "pr-1"]) == 0
+
+
+def test_finished_runs_record_their_counts_and_history_reads_them_without_recounting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import evalkit.store.history_queries as queries
+
+    db = _six_runs(tmp_path)  # write_store finishes each run: each records its counts
+    runs = [f"run-{k}" for k in range(6)]
+    with open_store(db, read_only=True) as store:
+        assert store.has_table("history_counts") and store.has_table("history_usage")
+        for tag in (None, "billing"):  # what is recorded is what counting the outputs gives
+            assert tag_counts(store, runs, tag).equals(queries.count_tags(store, runs, tag))
+        recounted: list[list[str]] = []
+        count_tags = queries.count_tags
+        monkeypatch.setattr(
+            queries, "count_tags", lambda s, ids, t=None: recounted.append(list(ids)) or
+            count_tags(s, ids, t),
+        )  # fmt: skip
+        expected = history(store, by="label")
+        assert recounted == []  # a thousand runs cost a few thousand recorded rows
+    with duckdb.connect(str(db)) as con:  # a run recorded nothing (an older evalkit wrote it)
+        con.execute("DELETE FROM history_counts WHERE run_id = 'run-3'")
+        con.execute("DELETE FROM history_usage WHERE run_id = 'run-3'")
+    with open_store(db, read_only=True) as store:
+        again = history(store, by="label")
+    assert recounted == [["run-3"]] and again.to_dict() == expected.to_dict()
+
+
+def test_a_rescore_records_the_new_scoring_and_the_old_counts_are_not_read(
+    tmp_path: Path,
+) -> None:
+    db = _six_runs(tmp_path)
+    with open_store(db) as store:
+        scores = store.scores("run-0").with_columns(passed=pl.lit(False))  # everything fails
+        store.write_scoring("run-0", "strict", scores, {})
+    with open_store(db, read_only=True) as store:
+        point = history(store, by="label").points[0]
+        assert point.run_id == "run-0" and point.rate("billing").passed == 0
+        recorded = store.query(
+            "SELECT DISTINCT scoring_id FROM history_counts WHERE run_id = 'run-0'"
+        )["scoring_id"].to_list()
+    assert recorded == [store.latest_scoring("run-0")] == ["run-0/s1"]

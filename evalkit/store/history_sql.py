@@ -1,0 +1,101 @@
+"""The SQL that decides a run's verdicts per tag and sums its usage, and the recording of both
+when a run finishes (:func:`record_history`, called by ``Store.finish_run`` and
+``Store.write_scoring``). Plain DuckDB, no Polars: it runs at the end of a lean run.
+:mod:`evalkit.store.history_queries` reads what is recorded and counts what is not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+
+from evalkit.store.schema import HISTORY_DDL
+
+#: The slice every case belongs to (as `evalkit.compare.slices` names it).
+ALL = "ALL"
+
+SELECTED = "sel AS (SELECT DISTINCT UNNEST(?::VARCHAR[]) AS run_id)"
+
+# Each run's newest scoring, or its own (``<run>/s0``) when the scorings table has none.
+LATEST = f"""
+{SELECTED},
+newest AS (
+    SELECT s.run_id, s.scoring_id FROM scorings s JOIN sel USING (run_id)
+    QUALIFY row_number() OVER (PARTITION BY s.run_id ORDER BY s.created_at DESC,
+                               s.scoring_id DESC) = 1
+),
+latest AS (
+    SELECT sel.run_id, coalesce(newest.scoring_id, sel.run_id || '/s0') AS scoring_id
+    FROM sel LEFT JOIN newest USING (run_id)
+)"""
+
+TAG_COUNTS = f"""
+WITH {LATEST},
+per_replay AS (
+    SELECT s.run_id, s.case_id, s.replay, count(*) AS n_scores,
+           count(*) FILTER (coalesce(s.error, false) OR s.passed IS NULL) AS n_err,
+           count(*) FILTER (NOT coalesce(s.error, false) AND NOT s.passed) AS n_fail
+    FROM scores s JOIN latest l ON s.run_id = l.run_id AND s.scoring_id = l.scoring_id
+    GROUP BY s.run_id, s.case_id, s.replay
+),
+replays AS (
+    SELECT o.run_id, o.case_id,
+           CASE WHEN o.error IS NOT NULL OR coalesce(r.n_err, 0) > 0 THEN NULL
+                WHEN o.fail_reason IS NOT NULL OR coalesce(r.n_fail, 0) > 0 THEN false
+                WHEN coalesce(r.n_scores, 0) = 0 THEN NULL
+                ELSE true END AS passed
+    FROM outputs o JOIN sel USING (run_id)
+    LEFT JOIN per_replay r USING (run_id, case_id, replay)
+),
+per_case AS (
+    SELECT run_id, case_id, count(*) FILTER (passed) AS n_pass,
+           count(*) FILTER (NOT passed) AS n_fail
+    FROM replays GROUP BY run_id, case_id
+),
+verdicts AS MATERIALIZED (
+    SELECT c.run_id, c.tags, coalesce(v.n_pass, 0) AS n_pass, coalesce(v.n_fail, 0) AS n_fail
+    FROM cases c JOIN sel USING (run_id) LEFT JOIN per_case v USING (run_id, case_id)
+    {{where}}
+),
+tagged AS (
+    SELECT run_id, UNNEST(tags) AS tag, n_pass, n_fail FROM verdicts
+)
+SELECT run_id, tag, count(*) AS cases, count(*) FILTER (n_pass + n_fail > 0) AS decided,
+       count(*) FILTER (n_pass > n_fail) AS passed,
+       count(*) FILTER (n_pass + n_fail = 0) AS errored,
+       count(*) FILTER (n_pass > 0 AND n_fail > 0) AS unstable
+FROM (SELECT run_id, '{ALL}' AS tag, n_pass, n_fail FROM verdicts
+      UNION ALL SELECT * FROM tagged {{tag_where}})
+GROUP BY run_id, tag ORDER BY run_id, tag
+"""
+
+
+USAGE = f"""
+WITH {SELECTED}
+SELECT o.run_id, o.model, count(*) AS outputs,
+       count(*) FILTER (o.cached) AS cached,
+       count(o.latency_ms) AS timed, coalesce(sum(o.latency_ms), 0) AS latency_ms,
+       coalesce(sum(o.cost_usd), 0) AS cost_usd,
+       coalesce(sum(o.prompt_tokens + o.completion_tokens), 0) AS total_tokens,
+       coalesce(sum(o.steps), 0) AS steps
+FROM outputs o JOIN sel USING (run_id)
+GROUP BY o.run_id, o.model ORDER BY o.run_id, outputs DESC, o.model
+"""
+
+
+def record_history(con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str) -> None:
+    """Record a finished run's counts (every tag) and usage, for ``scoring_id``, replacing
+    what it recorded before: what :func:`tag_counts` and :func:`usage_by_model` read instead of
+    counting the run again. Plain DuckDB (no Polars): it runs at the end of a lean run."""
+    con.execute(HISTORY_DDL)
+    counts = TAG_COUNTS.format(where="", tag_where="")
+    con.execute("DELETE FROM history_counts WHERE run_id = ?", [run_id])
+    con.execute(
+        f"INSERT INTO history_counts SELECT run_id, ? AS scoring_id, tag, cases, decided, passed, "
+        f"errored, unstable FROM ({counts})",
+        [scoring_id, [run_id]],
+    )
+    con.execute("DELETE FROM history_usage WHERE run_id = ?", [run_id])
+    con.execute(f"INSERT INTO history_usage {USAGE}", [[run_id]])
