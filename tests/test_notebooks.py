@@ -336,6 +336,9 @@ def test_history_notebook_executes(tmp_path):
         con.execute(
             "UPDATE outputs SET model = 'demo-model-0806' WHERE run_id IN ('run-4', 'run-5')"
         )
+    with open_store(db) as store:  # outputs edited by hand: their recorded usage follows
+        for run_id in ("run-4", "run-5"):
+            store.record_history(run_id)
     params = {"DB_PATH": str(db), "BY": "label", "OUTPUT_DIR": str(tmp_path / "out")}
     nb, ename, message = execute_notebook("history.ipynb", tmp_path / "history.ipynb", params)
     assert ename is None, message
