@@ -225,7 +225,7 @@ def _plain(tmp_path: Path) -> Path:
 def test_imported_cases_lint_and_run_against_the_demo(
     project, demo_server: DemoServer, tmp_path: Path, capsys
 ) -> None:
-    """Every format into one project: drafts refused until reviewed, then lint and run."""
+    """Every format into one project: drafts refused until reviewed, then lint, run and gate."""
     assert _import(project, "promptfoo", str(PROMPTFOO)) == 0
     assert _import(project, "inspect", str(INSPECT_EVAL)) == 0
     assert _import(project, "jsonl", str(CHAT)) == 0
@@ -249,6 +249,9 @@ def test_imported_cases_lint_and_run_against_the_demo(
     capsys.readouterr()
     assert main(["compare", "--db", db, "--config", project.config, "imported", "again"]) == 0
     assert "over 13 cases; 0 broken, 0 fixed" in " ".join(capsys.readouterr().out.split())
+    gate = ["gate", "imported", "again", "--db", db, "--config", project.config]
+    assert main([*gate, "--out", str(tmp_path / "reports")]) == 0  # the gate itself, papermill
+    assert "gate PASSED" in capsys.readouterr().out
 
 
 def test_inspect_chat_input_with_a_tool_call(tmp_path: Path) -> None:
