@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import polars as pl
 import pytest
@@ -213,18 +211,15 @@ def test_analysis_scales_to_a_million_outputs():
     """200k cases x 5 replays = 1M outputs and 3M score rows, vectorized end to end."""
     base = _big_run("b", 200_000, 5, 1)
     assert base.outputs.height == 1_000_000 and base.scores.height == 3_000_000
-    start = time.process_time()  # CPU, not wall: a loaded machine slows the wall, not the work
     bv = verdicts(base.outputs, base.scores, base.cases)
-    elapsed = time.process_time() - start
     flip = pl.Series(np.random.default_rng(3).random(bv.height) < 0.02)
     cv = bv.with_columns(passed=pl.col("passed") ^ flip)
-    start = time.process_time()
     table = slices(paired_frame(bv, cv, base.cases, base.cases), iters=10_000)
-    elapsed += time.process_time() - start
     assert bv.height == 200_000 and bv["n_replays"].sum() == 1_000_000
     assert table.filter(pl.col("slice") == "ALL")["n"][0] + table["n_error"][-1] == 200_000
-    # A Python loop per row would take minutes of CPU; the speed target is bench_analysis.py's.
-    assert elapsed < 60, f"verdicts + pairing + slices of 1M outputs took {elapsed:.1f}s CPU"
+    broken = int(table.filter(pl.col("slice") == "ALL")["broken"][0])
+    assert broken == int((flip & bv["passed"]).sum())  # every flipped pass is one broken case
+    # How fast this is, is bench/bench_analysis.py's to measure (100k x 5 x 2 runs, printed).
 
 
 def test_allow_diff_names_the_variable_under_test_and_nothing_else():

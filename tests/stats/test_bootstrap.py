@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import doctest
 import math
-import time
 import warnings
 
 import numpy as np
@@ -145,13 +144,13 @@ def test_paired_bootstrap_edge_cases() -> None:
         paired_bootstrap([1, 0], [1, 0], iters=0)
 
 
-def test_paired_bootstrap_is_fast_at_100k_cases() -> None:
+def test_paired_bootstrap_at_100k_cases() -> None:
+    """10,000 resamples of 100k pass/fail pairs (how fast: bench/bench_bootstrap.py)."""
     rng = np.random.default_rng(0)
     base = rng.random(100_000) < 0.9
     cand = np.where(rng.random(100_000) < 0.05, ~base, base)
-    start = time.perf_counter()
     r = paired_bootstrap(base, cand, iters=10_000, seed=1)
-    assert time.perf_counter() - start < 2.0
+    assert r.diff == pytest.approx(cand.mean() - base.mean())
     assert r.lo < r.diff < r.hi and r.hi - r.lo < 0.01
 
 
