@@ -39,6 +39,7 @@ import yaml
 from pydantic import ValidationError
 
 from evalkit.corpus.case_spec import CaseSpec
+from evalkit.corpus.fixture_files import compose_cases, content_end
 from evalkit.errors import CorpusError
 from evalkit.scorers import SCORERS
 
@@ -74,15 +75,7 @@ def convert_file(path: str | Path, out: str | Path | None = None) -> Conversion:
 
 def convert_text(text: str, rel: str) -> Conversion:
     """``text`` with each case in the old spelling rewritten canonically (see the module)."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", exc)
-        raise CorpusError(f"cannot parse: {problem}", path=rel, line=line) from None
-    if not isinstance(root, yaml.SequenceNode):
-        raise CorpusError("a case file must be a YAML list of cases", path=rel, line=1)
+    root = compose_cases(text, rel)
     splices, converted, kept, notes = [], [], [], []
     for item, raw in zip(root.value, yaml.safe_load(text), strict=True):
         line = item.start_mark.line + 1
@@ -98,7 +91,7 @@ def convert_text(text: str, rel: str) -> Conversion:
             raise CorpusError(
                 f"converted case is not valid: {message}", path=rel, line=line, case_id=case_id
             ) from None
-        splices.append((item.start_mark.index, _content_end(text, item), _render(case, item)))
+        splices.append((item.start_mark.index, content_end(text, item), _render(case, item)))
         converted.append(case["id"])
         notes.append(f"{rel}:{line}: {case['id']}: {note}")
     new_text = text
@@ -176,19 +169,6 @@ def _render(case: dict[str, Any], item: yaml.Node) -> str:
     lines = dumped.rstrip("\n").split("\n")
     pad = " " * max(0, item.start_mark.column - 2)
     return "\n".join([lines[0][2:], *(pad + line if line else line for line in lines[1:])])
-
-
-def _content_end(text: str, node: yaml.Node) -> int:
-    """Where the case's own text ends, before the blank lines and comments that follow it."""
-    end, start = node.end_mark.index, node.start_mark.index
-    while end > start:
-        line_start = text.rfind("\n", start, end) + 1
-        line = text[line_start:end]
-        stripped = line.strip()
-        if line_start <= start or (stripped and not stripped.startswith("#")):
-            return line_start + len(line.rstrip())
-        end = line_start - 1
-    return end
 
 
 class _Dumper(yaml.SafeDumper):

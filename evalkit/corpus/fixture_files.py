@@ -76,10 +76,15 @@ def rewrite_case_file(path: Path, edits: Sequence[CaseEdit], rel: str) -> None:
     new_text = rewrite_text(text, edits, rel)
     if new_text == text:
         return
+    write_atomically(path, new_text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (its own line endings kept): the old file or the new."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(new_text)
+            out.write(text)
         os.replace(temporary, path)  # a reader sees the old file or the new one, never half
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -95,7 +100,7 @@ def rewrite_text(text: str, edits: Sequence[CaseEdit], rel: str) -> str:
     if "\r\n" in text:  # spliced text is written with the file's own line endings
         lf = rewrite_text(text.replace("\r\n", "\n"), edits, rel)
         return lf.replace("\n", "\r\n")
-    root = _compose(text, rel)
+    root = compose_cases(text, rel)
     # what each case holds now, from one load of the whole file (a block value's own text
     # does not parse on its own: its first line has lost its indentation)
     loaded = {c.get("id"): c for c in yaml.safe_load(text) or () if isinstance(c, dict)}
@@ -126,7 +131,8 @@ def rewrite_text(text: str, edits: Sequence[CaseEdit], rel: str) -> str:
     return new_text
 
 
-def _compose(text: str, rel: str) -> yaml.SequenceNode:
+def compose_cases(text: str, rel: str) -> yaml.SequenceNode:
+    """The node tree of a case file (a list), for splicing its text; one-line errors."""
     try:
         # the pure-Python composer: its marks index characters of ``text`` (what we splice)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -192,7 +198,7 @@ def _provenance_splice(
         flow = yaml.dump(
             merged, Dumper=_Dumper, default_flow_style=True, sort_keys=False, width=10_000
         )
-        start, end = value.start_mark.index, _content_end(text, value)
+        start, end = value.start_mark.index, content_end(text, value)
         return _Splice(start, end, flow.strip())
     return _replace(text, key, value, "provenance", merged, block=True)  # block stays block
 
@@ -203,7 +209,7 @@ def _replace(
     """``name: new`` in place of the key and its value, at the key's column (``block``: every
     collection in block style)."""
     block_text = _render(name, new, key.start_mark.column, block=block)
-    return _Splice(key.start_mark.index, _content_end(text, value), block_text)
+    return _Splice(key.start_mark.index, content_end(text, value), block_text)
 
 
 def _insert(
@@ -225,7 +231,7 @@ def _insert(
         return _Splice(
             anchor.start_mark.index, anchor.start_mark.index, block + "\n" + " " * column
         )
-    end = _content_end(text, mapping.value[-1][1])
+    end = content_end(text, mapping.value[-1][1])
     return _Splice(end, end, "\n" + " " * column + block)
 
 
@@ -243,7 +249,7 @@ def _render(name: str, value: Any, column: int, *, block: bool = False) -> str:
     return "\n".join([lines[0], *(" " * column + line if line else line for line in lines[1:])])
 
 
-def _content_end(text: str, node: yaml.Node) -> int:
+def content_end(text: str, node: yaml.Node) -> int:
     """Where ``node``'s own text ends: a block collection's end mark sits at the next token,
     past the newline, blank lines and comments that follow it, which stay where they are."""
     end = node.end_mark.index

@@ -33,8 +33,7 @@ from pathlib import Path
 import yaml
 
 from evalkit.corpus.cases import load_corpus
-from evalkit.corpus.fixture_files import CaseEdit, rewrite_text
-from evalkit.corpus.review import write_atomically
+from evalkit.corpus.fixture_files import CaseEdit, content_end, rewrite_text, write_atomically
 from evalkit.errors import CorpusError
 
 RETIRED_DIR = "retired"
@@ -108,7 +107,7 @@ def cut_case(text: str, case_id: str, rel: str) -> tuple[str, str]:
                 case_id=case_id,
             )
         start = text.rfind("\n", 0, item.start_mark.index) + 1  # the line of its "- "
-        end = _content_end(text, item)
+        end = content_end(text, item)
         after = end + 1 if text[end : end + 1] == "\n" else end
         while text[after : after + 1] == "\n":  # the blank lines that separated it
             after += 1
@@ -125,16 +124,3 @@ def cut_case(text: str, case_id: str, rel: str) -> tuple[str, str]:
             )
         return kept, moved
     raise CorpusError("case not found in this file", path=rel, case_id=case_id)
-
-
-def _content_end(text: str, node: yaml.Node) -> int:
-    """Where the case's own text ends, before the blank lines and comments after it."""
-    end, start = node.end_mark.index, node.start_mark.index
-    while end > start:
-        line_start = text.rfind("\n", start, end) + 1
-        line = text[line_start:end]
-        stripped = line.strip()
-        if line_start <= start or (stripped and not stripped.startswith("#")):
-            return line_start + len(line.rstrip())
-        end = line_start - 1
-    return end

@@ -26,8 +26,6 @@ Examples:
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from evalkit.corpus.cases import Case, load_corpus
-from evalkit.corpus.fixture_files import CaseEdit, rewrite_text
+from evalkit.corpus.fixture_files import CaseEdit, rewrite_text, write_atomically
 from evalkit.errors import CorpusError
 
 
@@ -151,15 +149,3 @@ def _set_review(text: str, ids: Sequence[str], rel: str) -> str:
             path=rel,
         )
     return new_text
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` (its own line endings kept): the old file or the new."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        os.replace(temporary, path)  # a reader sees the old file or the new one, never half
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
