@@ -23,7 +23,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evalkit.corpus.traces.records import ToolCall, Trace, parse_arguments, parse_response
+from evalkit.corpus.traces.records import (
+    ToolCall,
+    Trace,
+    conversation_turns,
+    parse_arguments,
+    parse_response,
+)
 from evalkit.errors import CorpusError
 
 
@@ -89,14 +95,9 @@ def trace_from_line(line: dict[str, Any], source: str) -> Trace | None:
             line=int(number) if number.isdigit() else None,
         )
     messages = [m for m in messages if isinstance(m, dict)]
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    if last_user < 0:
+    turns = conversation_turns(messages, _content)
+    if turns is None:
         return None
-    turns = tuple(
-        {"role": str(m["role"]), "content": text}
-        for m in messages[: last_user + 1]
-        if m.get("role") in ("user", "assistant") and (text := _content(m))
-    )
     choices = response.get("choices") or []
     answer = (choices[0] or {}).get("message") or {} if choices else {}
     calls: dict[str, dict[str, Any]] = {}

@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalkit.corpus.traces.records import ToolCall, Trace, parse_arguments, parse_response
+from evalkit.corpus.traces.records import (
+    ToolCall,
+    Trace,
+    conversation_turns,
+    parse_arguments,
+    parse_response,
+)
 from evalkit.errors import CorpusError
 
 _CHAT_OPERATIONS = {"chat", "text_completion", "generate_content"}
@@ -155,14 +161,9 @@ def _trace(path: Path, trace_id: str, spans: list[_Span], resource: dict) -> Tra
         return None
     final = chats[-1]
     conversation = _messages(final.attributes.get("gen_ai.input.messages"))
-    last_user = max((i for i, m in enumerate(conversation) if m.get("role") == "user"), default=-1)
-    if last_user < 0:
+    turns = conversation_turns(conversation, _text)
+    if turns is None:
         return None
-    turns = tuple(
-        {"role": str(m["role"]), "content": text}
-        for m in conversation[: last_user + 1]
-        if m.get("role") in ("user", "assistant") and (text := _text(m))
-    )
     outputs = _messages(final.attributes.get("gen_ai.output.messages"))
     output = "\n".join(t for m in outputs if (t := _text(m))) or None
     calls: dict[str, dict[str, Any]] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,3 +83,24 @@ def parse_response(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+def conversation_turns(
+    messages: Sequence[dict[str, Any]], text_of: Callable[[dict[str, Any]], str]
+) -> tuple[dict[str, str], ...] | None:
+    """The user and assistant turns up to the last user message, as case input (``text_of``
+    reads a message's text in its source's spelling); ``None`` without a user message.
+
+    Examples:
+        >>> conversation_turns([{"role": "system", "content": "s"}, {"role": "user",
+        ...     "content": "hi"}, {"role": "assistant", "content": "yo"}], lambda m: m["content"])
+        ({'role': 'user', 'content': 'hi'},)
+    """
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    if last_user < 0:
+        return None
+    return tuple(
+        {"role": str(m["role"]), "content": text}
+        for m in messages[: last_user + 1]
+        if m.get("role") in ("user", "assistant") and (text := text_of(m))
+    )
