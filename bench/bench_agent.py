@@ -13,9 +13,15 @@ RSS), in one invocation:
   request of the agent run over this one's; target <= 1.5x.
 * ``replays``: the agent run with ``--replays 5``: peak RSS beside the single-replay run's
   (flat: the same cases, five times the outputs).
+* ``bare``: the floor on this machine, in the same invocation: an aiohttp loop (no evalkit)
+  doing the same tool loop (N cases, 4 requests each, the tools offered, tool results from the
+  same fixtures, a semaphore of c per request). On a loaded machine the limit is out of reach
+  for anything (both sides wait for the CPU); the agent run over the bare loop is what evalkit
+  itself costs.
 
-Checked, not assumed: the server's request count is 4N (1 x 4N, 5 x 4N), the store holds every
-output with 3 tool calls and a passing score for each scorer.
+Checked, not assumed: the server's request count is 4N (1 x 4N, 5 x 4N; the bare loop's too),
+the store holds every output with 3 tool calls and a passing score for each scorer, and the
+bare loop made 3N tool calls and parsed N final answers.
 
 Usage:
     .venv/bin/python bench/bench_agent.py --cases 1000 --concurrency 32 --rounds 3
@@ -93,6 +99,51 @@ async def main():
                      daemon=True).start()
     await done.wait()
     await runner.cleanup()
+
+asyncio.run(main())
+"""
+
+
+#: ``python -c BARE_LOOP base_url cases concurrency tools.json``: the same tool loop, no
+#: evalkit; prints the tool calls made and the final answers parsed.
+BARE_LOOP = """
+import asyncio, json, sys
+import aiohttp
+
+base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+tools = json.loads(open(sys.argv[4], encoding="utf-8").read())
+FIXTURES = {"lookup_order": {"status": "delivered", "charges": 2},
+            "lookup_customer": {"verified": True},
+            "issue_refund": {"refund_id": "RF-1", "status": "issued"}}
+
+async def main():
+    slots = asyncio.Semaphore(concurrency)
+    url = base_url + "/chat/completions"
+    headers = {"Authorization": "Bearer bench"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def one(i):
+            messages = [{"role": "user", "content": f"Refund the double charge on {i}."}]
+            calls = 0
+            while True:
+                body = {"model": "bench-agent-1", "messages": messages, "tools": tools,
+                        "temperature": 0}
+                async with slots:
+                    async with session.post(url, json=body, headers=headers) as response:
+                        reply = json.loads(await response.read())
+                message = reply["choices"][0]["message"]
+                if not message.get("tool_calls"):
+                    json.loads(message["content"])
+                    return calls
+                messages.append(message)
+                for call in message["tool_calls"]:
+                    json.loads(call["function"]["arguments"])
+                    content = json.dumps(FIXTURES[call["function"]["name"]])
+                    messages.append({"role": "tool", "tool_call_id": call["id"],
+                                     "content": content})
+                    calls += 1
+
+        done = await asyncio.gather(*(one(i) for i in range(n)))
+    print(sum(done), len(done))
 
 asyncio.run(main())
 """
@@ -209,6 +260,17 @@ def run_evalkit(
     return row
 
 
+def run_bare(server: Server, tools: Path, n_cases: int, concurrency: int) -> dict[str, Any]:
+    """The bare aiohttp tool loop (:data:`BARE_LOOP`): what the server served, the tool calls
+    made and the final answers parsed."""
+    server.reset()
+    command = [sys.executable, "-c", BARE_LOOP, server.base_url, str(n_cases), str(concurrency)]
+    proc = bench_process.measure([*command, str(tools)])
+    calls, answers = (int(word) for word in proc.stdout.split()[-2:])
+    row = {k: v for k, v in asdict(proc).items() if k != "stdout"}
+    return row | {"served": server.requests(), "tool_calls": calls, "outputs": answers}
+
+
 def _stored(db: Path) -> dict[str, Any]:
     import duckdb
 
@@ -242,6 +304,7 @@ def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         run_evalkit(server, single, db, conc)  # warm-up: page cache, first sockets
         for _ in range(args.rounds):
             row = {
+                "bare": run_bare(server, agent.parent / "tools" / "support.json", n, conc),
                 "agent": run_evalkit(server, agent, db, conc),
                 "single": run_evalkit(server, single, db, conc),
                 "replays": run_evalkit(server, agent, db, conc, replays=args.replays),
@@ -251,6 +314,10 @@ def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             row["ratio_to_limit"] = row["agent"]["wall_s"] / (
                 STEPS * n * args.latency_ms / 1000 / conc
             )
+            row["bare_ratio_to_limit"] = row["bare"]["wall_s"] / (
+                STEPS * n * args.latency_ms / 1000 / conc
+            )
+            row["agent_vs_bare"] = row["agent"]["wall_s"] / row["bare"]["wall_s"]
             row["cpu_per_request_vs_single"] = (
                 row["agent"]["cpu_ms_per_request"] / row["single"]["cpu_ms_per_request"]
             )
@@ -265,10 +332,12 @@ def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     summary = {
         "limit_s": STEPS * n * args.latency_ms / 1000 / conc,
         "median_ratio_to_limit": med("ratio_to_limit"),
+        "median_bare_ratio_to_limit": med("bare_ratio_to_limit"),
+        "median_agent_vs_bare": med("agent_vs_bare"),
         "median_cpu_per_request_vs_single": med("cpu_per_request_vs_single"),
         "median_rss_replays_vs_one": med("rss_replays_vs_one"),
     }
-    for side in ("agent", "single", "replays"):
+    for side in ("bare", "agent", "single", "replays"):
         for key in ("wall_s", "cpu_s", "peak_rss_mib", "cpu_ms_per_request"):
             summary[f"median_{key}_{side}"] = statistics.median(r[side][key] for r in rounds)
     return {"cases": n, "concurrency": conc, "replays": args.replays, "rounds": rounds} | {
@@ -291,7 +360,9 @@ def _print(f: dict[str, Any]) -> None:
             f"{a['scores']} scores passed; CPU/request {a['cpu_ms_per_request']:.3f} ms vs "
             f"single-turn {r['single']['cpu_ms_per_request']:.3f} ms "
             f"({r['cpu_per_request_vs_single']:.2f}x); peak RSS {a['peak_rss_mib']:.0f} MiB, "
-            f"x{f['replays']} replays {r['replays']['peak_rss_mib']:.0f} MiB"
+            f"x{f['replays']} replays {r['replays']['peak_rss_mib']:.0f} MiB; bare loop "
+            f"{r['bare']['wall_s']:.2f} s ({r['bare_ratio_to_limit']:.3f}x the limit), agent "
+            f"{r['agent_vs_bare']:.3f}x the bare loop"
         )
     print(
         f"  median: {s['median_wall_s_agent']:.2f} s against the limit {s['limit_s']:.2f} s = "
@@ -301,6 +372,11 @@ def _print(f: dict[str, Any]) -> None:
         f"{s['median_cpu_ms_per_request_single']:.3f} ms; peak RSS "
         f"{s['median_peak_rss_mib_agent']:.0f} MiB, with {f['replays']} replays "
         f"{s['median_peak_rss_mib_replays']:.0f} MiB ({s['median_rss_replays_vs_one']:.2f}x)"
+    )
+    print(
+        f"  bare aiohttp tool loop (same invocation): {s['median_wall_s_bare']:.2f} s = "
+        f"{s['median_bare_ratio_to_limit']:.3f}x the limit; agent run "
+        f"{s['median_agent_vs_bare']:.3f}x the bare loop"
     )
 
 

@@ -326,6 +326,10 @@ def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "median_rescore_wall_s": statistics.median(
             r["evalkit"]["rescore"]["wall_s"] for r in rounds
         ),
+        "median_rescore_cpu_s": statistics.median(r["evalkit"]["rescore"]["cpu_s"] for r in rounds),
+        "median_rescore_changed_judge_wall_s": statistics.median(
+            r["evalkit"]["rescore_changed_judge"]["wall_s"] for r in rounds
+        ),
     }
     return {"cases": n, "concurrency": conc, "rounds": rounds, "summary": summary}
 
@@ -355,6 +359,11 @@ def _print(f: dict[str, Any]) -> None:
         f"({s['median_judge_share_before_last_system']:.0%} of judge calls arrived before the "
         f"last system call); rescore with the judge unchanged: {s['rescore_requests']} requests, "
         f"with judge.snapshot changed: {s['rescore_changed_judge_requests']} judge requests"
+    )
+    print(
+        f"  rescore with the judge unchanged: {s['median_rescore_wall_s']:.2f} s wall, "
+        f"{s['median_rescore_cpu_s']:.2f} s CPU (the whole process); with judge.snapshot "
+        f"changed: {s['median_rescore_changed_judge_wall_s']:.2f} s"
     )
 
 

@@ -294,3 +294,8 @@ def test_agent_bench_serves_every_tool_step_and_scores_every_replay(tmp_path: Pa
     assert r["agent"]["tool_calls"] == 3 * cases and r["single"]["tool_calls"] == 0
     assert r["replays"]["served"] == 4 * cases * replays
     assert r["ratio_to_limit"] == pytest.approx(r["agent"]["wall_s"] / (4 * cases * 0.002 / 2))
+    # the bare aiohttp floor ran the same tool loop: every step served, every fixture answered
+    bare = r["bare"]
+    assert bare["served"] == 4 * cases and bare["tool_calls"] == 3 * cases
+    assert bare["outputs"] == cases
+    assert r["agent_vs_bare"] == pytest.approx(r["agent"]["wall_s"] / bare["wall_s"])

@@ -64,7 +64,12 @@ def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeCli
     # judge elsewhere is never served these verdicts; never a password from the URL.
     base_url = config.effective_endpoint().recorded
     identity = {"judge": config.model, "snapshot": config.snapshot, "base_url": base_url}
-    provider = CachedProvider(make_provider(config), store, identity, enabled=use_cache)
+    # As many judge calls in flight as a run's workers can make (twice its concurrency): a
+    # rescore starts a chunk's calls at once, and only the cache's misses wait for a slot.
+    in_flight = 2 * suite.config.concurrency
+    provider = CachedProvider(
+        make_provider(config), store, identity, enabled=use_cache, max_in_flight=in_flight
+    )
     return JudgeClient(
         provider,
         config.model,

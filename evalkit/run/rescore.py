@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -36,6 +36,10 @@ from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import DETERMINISTIC, JUDGE, Scorer
 from evalkit.store import SCORE_SCHEMA, Store
 from evalkit.version import __version__
+
+#: Outputs whose judge scores are asked together (one cache query; the misses concurrently):
+#: a bound on the coroutines alive at once, whatever the run's size.
+CHUNK_OUTPUTS = 1024
 
 
 @dataclass(frozen=True)
@@ -137,26 +141,44 @@ async def _score_rows(
     columns: dict[str, list],
     run_id: str,
 ) -> tuple[int, int]:
-    """Score every stored output in one event loop (a judge client lives in one loop)."""
+    """Score every stored output in one event loop (a judge client lives in one loop).
+
+    Judge scores of :data:`CHUNK_OUTPUTS` outputs at a time are asked together: their cache
+    lookups go to the store in one query (:class:`evalkit.run.cache.CachedProvider`) and the
+    misses run concurrently, as many as the judge allows in flight. The other scores are
+    computed in order as before; rows are appended in the outputs' order either way.
+    """
     rescored = carried = 0
     try:
-        for row in rows.iter_rows(named=True):
-            if row["error"] is not None or row["fail_reason"] is not None:
-                continue  # nothing to score: an outage, or a failure decided by the runner
-            case = current[row["case_id"]]
-            output = _output_from_row(row)
-            for index, scorer in enumerate(case.scorers):
-                key = (row["case_id"], row["replay"], index, scorer.name)
-                keep = (only and scorer.name not in only) or (scorer.tier == JUDGE and not judge)
-                if keep and key in carried_lookup:
-                    score = carried_lookup[key]
-                    carried += 1
-                elif scorer.tier == DETERMINISTIC:  # plain functions: no coroutine per score
-                    score = _score_now(scorer, output, case)
-                else:
-                    score = await _score(scorer, output, case, judge)
-                _append(columns, run_id, row["case_id"], row["replay"], index, scorer.tier, score)
-            rescored += 1
+        for chunk in rows.iter_slices(CHUNK_OUTPUTS):
+            scored: list[tuple[str, int, int, int, Score | None]] = []
+            judged: list[Awaitable[Score]] = []
+            for row in chunk.iter_rows(named=True):
+                if row["error"] is not None or row["fail_reason"] is not None:
+                    continue  # nothing to score: an outage, or a failure decided by the runner
+                case = current[row["case_id"]]
+                output = _output_from_row(row)
+                for index, scorer in enumerate(case.scorers):
+                    key = (row["case_id"], row["replay"], index, scorer.name)
+                    keep = (only and scorer.name not in only) or (
+                        scorer.tier == JUDGE and not judge
+                    )
+                    score: Score | None = None
+                    if keep and key in carried_lookup:
+                        score = carried_lookup[key]
+                        carried += 1
+                    elif scorer.tier == DETERMINISTIC:  # plain functions: no coroutine per score
+                        score = _score_now(scorer, output, case)
+                    elif scorer.tier == JUDGE:  # asked with the chunk's other judge scores
+                        judged.append(_score(scorer, output, case, judge))
+                    else:
+                        score = await _score(scorer, output, case, judge)
+                    scored.append((row["case_id"], row["replay"], index, scorer.tier, score))
+                rescored += 1
+            verdicts = iter(await asyncio.gather(*judged))
+            for case_id, replay, index, tier, score in scored:
+                done = score if score is not None else next(verdicts)
+                _append(columns, run_id, case_id, replay, index, tier, done)
     finally:
         if judge is not None:
             await judge.provider.aclose()

@@ -86,6 +86,7 @@ class OpenAIProvider:
             base_url = resolve_endpoint(None, reads_env=transport == "openai").url
         # Authorization is the Bearer key; URL credentials are dropped (aiohttp refuses both).
         self._base_url = (strip_userinfo(base_url) or "").rstrip("/")
+        self._given_base_url = base_url  # the official client's (it strips credentials itself)
         self._api_key = api_key
         if key_is_secret:  # the loopback placeholder is public: scrubbing it would cost, not hide
             register_secret(api_key)  # scrubbed from every ProviderError cause from now on
@@ -94,10 +95,17 @@ class OpenAIProvider:
             if part:  # a key in the URL is a key: never stored, whatever string carries it
                 register_secret(unquote(part))
                 register_secret(part)
-        self._client: openai.AsyncOpenAI | None = None
+        self._built: openai.AsyncOpenAI | None = None  # the official client, once built
         self._session: Any = None
         self._lean: tuple[dict[str, str], Any, dict[str, str] | None] | None = None
-        if transport == "openai":
+
+    @property
+    def _client(self) -> openai.AsyncOpenAI | None:
+        """The official client (None on the lean transport), built on first use: a judge whose
+        every verdict is cached (a rescore) never imports openai (1-2 s on a loaded machine)."""
+        if self._transport != "openai":
+            return None
+        if self._built is None:
             import openai  # here, not at the top: the lean transport never pays for the import
 
             # The body is read under the cap by a response hook (_bound_body), which runs
@@ -110,22 +118,23 @@ class OpenAIProvider:
             )
             # base_url is never None here: the client would read OPENAI_BASE_URL itself, and
             # could talk to another endpoint than the manifest and the cache key name.
-            self._client = openai.AsyncOpenAI(
-                base_url=base_url,
-                api_key=api_key,
+            self._built = openai.AsyncOpenAI(
+                base_url=self._given_base_url,
+                api_key=self._api_key,
                 max_retries=0,
-                timeout=timeout_s,
+                timeout=self._timeout_s,
                 http_client=http_client,
             )
+        return self._built
 
     async def complete(self, request: ChatRequest) -> Completion:
-        if self._client is not None:
+        if self._transport == "openai":
             return await self._complete_openai(request)
         return await self._complete_lean(request)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        if self._built is not None:
+            await self._built.close()
         if self._session is not None:
             await self._session.close()
 
