@@ -146,6 +146,11 @@ def _shard(
         f"{summary.chunks} chunks ({summary.requests} requests, {summary.wall_s:.2f}s)",
         flush=True,
     )
+    if summary.shared_hits:
+        print(
+            f"  {summary.shared_hits} cache lookups answered by the team's shared cache",
+            flush=True,
+        )
     if summary.rate_note:
         print(f"  {summary.rate_note}", flush=True)
     print(

@@ -6,6 +6,13 @@ store, and the status: ``complete`` once every (case, replay) of the run's own c
 replays is stored (rows of other keys never count), else ``incomplete`` (or ``running`` while a
 driver still has chunks in flight).
 
+A merge that added nothing (no new part, no new case) leaves the run as it was: its stored
+status and summary stand and nothing is recomputed, so a re-merge with nothing new costs the
+listing of the parts and a few small reads, however big the run. A driver's periodic merge
+that did add parts recomputes the summary (one aggregate over the run's rows in DuckDB: 0.1 s
+at 200k outputs, measured in bench/bench_distributed.py, against periodic merges at least 10 s
+apart).
+
 Examples:
     >>> with open_store("data/evalkit.duckdb") as store:                 # doctest: +SKIP
     ...     merged = merge_run(store, PartsRoot("data/parts"), "nightly-42")
@@ -15,10 +22,13 @@ Examples:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from evalkit.run.caveats import result_warnings
-from evalkit.run.summary import RunSummary, SessionCounts, summarize
+from evalkit.run.replicas import ReplicaCounts
+from evalkit.run.summary import ErrorCause, RunSummary, SessionCounts, summarize
 from evalkit.store import Store
 from evalkit.store.merge import MergeResult, merge_parts
 from evalkit.store.parts import PartsRoot
@@ -41,6 +51,10 @@ def merge_run(
     """Merge ``run_id``'s parts and record its status and summary (``in_progress``: a driver's
     periodic merge while work is still running: the status stays ``running``)."""
     result = merge_parts(store, root, run_id)
+    if not result.changed and session is None:
+        status = "running" if in_progress else ("complete" if result.complete else "incomplete")
+        if store.run_status(run_id) == status and (kept := stored_summary(store, run_id)):
+            return MergedRun(result, kept)
     manifest = store.manifest(run_id)
     summary = summarize(
         store,
@@ -70,3 +84,22 @@ def merge_run(
     status = "running" if in_progress else ("complete" if result.complete else "incomplete")
     store.finish_run(run_id, status, summary.to_dict())
     return MergedRun(result, summary)
+
+
+def stored_summary(store: Store, run_id: str) -> RunSummary | None:
+    """The summary the store holds for ``run_id``, or None when it holds none of this shape
+    (a run stopped with an error records only why)."""
+    rows = store.records("SELECT summary FROM runs WHERE run_id = ?", [run_id])
+    text = rows[0]["summary"] if rows else None
+    try:
+        data: dict[str, Any] = json.loads(text) if text else {}
+        names = {f.name for f in fields(RunSummary)}
+        if not isinstance(data, dict) or not {"run_id", "outputs", "passed"} <= set(data):
+            return None
+        data = {k: v for k, v in data.items() if k in names}
+        data["error_causes"] = tuple(ErrorCause(**c) for c in data.get("error_causes") or ())
+        data["replicas"] = tuple(ReplicaCounts(**r) for r in data.get("replicas") or ())
+        data["warnings"] = tuple(data.get("warnings") or ())
+        return RunSummary(**data)
+    except (TypeError, ValueError):
+        return None

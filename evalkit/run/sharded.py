@@ -12,6 +12,12 @@ the merge would refuse (truncated, another schema, rows of another run or case) 
 under a hidden name, with one line saying so, and its chunk runs again, so the merge after it
 finds only parts it takes.
 
+With a shared store in the suite (``store: {shared: URI}``) and the cache on, a chunk asks
+the team's response cache for what its own snapshot lacks, as a local run does
+(:class:`evalkit.run.cache.SharedCacheStore` over the chunk's sink): a second CI job, shard or
+Ray task asks nothing the team already asked under the same full key. The entries it is
+served go into the chunk's cache part, so the merge keeps them in the local store too.
+
 Examples:
     >>> root = PartsRoot("data/parts")
     >>> summary = run_shard(suite, corpus, RunOptions(label="nightly"),   # doctest: +SKIP
@@ -25,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -34,6 +40,7 @@ from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
+from evalkit.run.cache import SharedCacheStore
 from evalkit.run.judging import make_judge
 from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, execute_work
@@ -51,6 +58,9 @@ from evalkit.run.summary import SessionCounts
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
 from evalkit.store.part_checks import RunKeys, corpus_problem
 from evalkit.store.parts import PartInfo, PartRefused, PartsRoot
+
+if TYPE_CHECKING:
+    from evalkit.store.shared import SharedStore
 
 
 class PartSink:
@@ -112,6 +122,7 @@ class ChunkResult:
     retries: int
     cache_hits: int
     node: str = ""  # the Ray node that ran it (empty outside Ray)
+    shared_hits: int = 0  # cache entries the team's shared store answered
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,7 @@ class ShardSummary:
     requests: int
     wall_s: float
     rate_note: str = ""  # how the endpoint's rate limit was shared between the shards
+    shared_hits: int = 0  # cache entries the team's shared store answered
 
 
 def run_manifest(suite: Suite, corpus: Corpus, options: RunOptions, run_id: str) -> dict[str, Any]:
@@ -143,12 +155,19 @@ def run_manifest(suite: Suite, corpus: Corpus, options: RunOptions, run_id: str)
 
 
 def record_run(
-    root: PartsRoot, manifest: dict[str, Any], writer: str, cases: Sequence[Case]
+    root: PartsRoot,
+    manifest: dict[str, Any],
+    writer: str,
+    cases: Sequence[Case],
+    *,
+    with_cases: bool = True,
 ) -> None:
-    """Write the manifest and the run's cases under the parts root (for the merge)."""
+    """Write the manifest and (``with_cases``) the run's cases under the parts root (for the
+    merge)."""
     run_id = manifest["run"]["run_id"]
     root.write_manifest(run_id, writer, manifest)
-    root.write_cases(run_id, writer, cases)
+    if with_cases:
+        root.write_cases(run_id, writer, cases)
 
 
 async def run_chunk(
@@ -162,21 +181,28 @@ async def run_chunk(
     provider: Provider | None = None,
     cache: dict[str, str] | None = None,
     limiter: Any = None,
+    shared: SharedStore | None = None,
 ) -> ChunkResult:
-    """Run one chunk through the runner's loop and write its parts."""
+    """Run one chunk through the runner's loop and write its parts; with ``shared``, cache
+    lookups the chunk's snapshot cannot answer ask the team's shared store."""
     suite = _with_overrides(suite, options)
     run_id = manifest["run"]["run_id"]
     use_cache = bool(manifest["run"].get("cache", True))
     work = [(cases[unit.case_id], unit.replay) for unit in chunk.units]
     sink = PartSink(cache if use_cache else None)
+    # the runner and the judge see the sink, or the sink asking the team's cache after it
+    team = None
+    if shared is not None and use_cache:
+        team = SharedCacheStore(sink, shared)  # type: ignore[arg-type]  # duck-typed: a sink
+    store: Any = team or sink
     own = provider is None
     provider = provider or make_provider(suite.config.system)
     distinct = {case.id: case for case, _ in work}
     chunk_corpus = Corpus(suite.root, tuple(distinct.values()), {})
-    judge = make_judge(suite, chunk_corpus, sink, use_cache)  # type: ignore[arg-type]
+    judge = make_judge(suite, chunk_corpus, store, use_cache)
     try:
         counts = await execute_work(
-            suite, sink, run_id, manifest, work, replace(options, progress=False), provider,
+            suite, store, run_id, manifest, work, replace(options, progress=False), provider,
             use_cache=use_cache, judge=judge, limiter=limiter,
         )  # fmt: skip
     finally:
@@ -186,8 +212,21 @@ async def run_chunk(
             await judge.provider.aclose()
     attempt = sink.commit(root, run_id, chunk.chunk_id)
     return ChunkResult(
-        chunk.chunk_id, attempt, sink.rows, counts.requests, counts.retries, counts.cache_hits
-    )
+        chunk.chunk_id, attempt, sink.rows, counts.requests, counts.retries, counts.cache_hits,
+        shared_hits=team.shared_hits if team is not None else 0,
+    )  # fmt: skip
+
+
+def team_cache(suite: Suite, use_cache: bool) -> SharedStore | None:
+    """The team's shared store whose response cache a chunk asks (opened once per shard or
+    worker), or None: no ``store.shared`` in the suite, or the cache off (as
+    :func:`evalkit.run.cache.with_shared_cache` decides for a local run)."""
+    uri = suite.config.store.get("shared")
+    if not uri or not use_cache:
+        return None
+    from evalkit.store.shared import open_shared_store
+
+    return open_shared_store(uri, source=f"{suite.path}: store.shared")
 
 
 def run_shard(
@@ -228,21 +267,28 @@ def run_shard(
                 f"{manifest['corpus']['hash'][:12]}, {manifest['replays']}): the cases changed "
                 "since; use a new --run-id"
             )
-    record_run(root, manifest, f"shard-{shard.index}-of-{shard.count}", corpus.cases)
     replays = int(manifest["replays"])
     mine = shard_units(order_units((c.id for c in corpus.cases), replays), shard)
     keys = RunKeys(run_id, frozenset(c.id for c in corpus.cases), replays)
+    # earlier parts checked first (a bad one set aside), then the run recorded: a shard run
+    # again writes no second cases part of the whole corpus when its first one stands
     done = committed_keys(root, manifest, keys, report or _to_stderr)
+    writer = f"shard-{shard.index}-of-{shard.count}"
+    written = any(part.chunk_id == writer for part in root.parts(run_id, "cases"))
+    record_run(root, manifest, writer, corpus.cases, with_cases=not written)
     todo = remaining(make_chunks(mine, chunk_size), done)
     skipped = len(mine) - sum(len(c.units) for c in todo)
     by_id = {case.id: case for case in corpus.cases}
     paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
+    shared = team_cache(suite, bool(manifest["run"].get("cache", True))) if todo else None
     results = [
-        asyncio.run(run_chunk(paced, by_id, manifest, chunk, root, options)) for chunk in todo
+        asyncio.run(run_chunk(paced, by_id, manifest, chunk, root, options, shared=shared))
+        for chunk in todo
     ]
     return ShardSummary(
         run_id, str(shard), len(mine), skipped, len(results), sum(r.outputs for r in results),
         sum(r.requests for r in results), round(time.perf_counter() - started, 3), rate.note,
+        sum(r.shared_hits for r in results),
     )  # fmt: skip
 
 

@@ -87,11 +87,14 @@ def parse_shard(text: str) -> Shard:
 
 def order_units(case_ids: Iterable[str], replays: int) -> list[Unit]:
     """Every (case, replay) unit, in the stable order every process agrees on."""
-    return sorted(
-        Unit(case_digest(case_id), replay, case_id)
+    # sorted as plain tuples, then made units: the dataclass's own ordering builds two tuples
+    # per comparison (5 s of 7 for 200k units, measured)
+    keys = sorted(
+        (case_digest(case_id), replay, case_id)
         for case_id in dict.fromkeys(case_ids)
         for replay in range(replays)
     )
+    return [Unit(digest, replay, case_id) for digest, replay, case_id in keys]
 
 
 def shard_units(units: Sequence[Unit], shard: Shard) -> list[Unit]:

@@ -18,7 +18,13 @@ be decoded is refused when its batch is read, before that batch is written.) A r
 complete only by its real (case, replay) keys.
 
 ``merged_parts`` is the only table this adds; it is created by the first merge, and none of
-the existing tables change.
+the existing tables change. It names every part a merge took (outputs parts and cases parts)
+and holds the merge's watermark (the run's stored real keys and output rows after it). A merge
+lists the run's outputs and cases parts once (names only: on S3 one LIST request per thousand
+parts) and reads only the parts not named there: a part written late by a straggler attempt
+is a name not merged yet, whenever it was written. With nothing new and the run's output rows
+as the watermark recorded them, it reads no part and counts no key (O(new parts)); the scores
+and cache parts are listed only when outputs parts are pending.
 """
 
 from __future__ import annotations
@@ -44,6 +50,12 @@ if TYPE_CHECKING:
 
 #: Output parts merged per transaction.
 BATCH_PARTS = 64
+#: The merge's watermark, two rows of ``merged_parts`` beside the parts' names (no part is
+#: named so: part names are ``<table>/<chunk>-<attempt>``): the run's stored real keys after
+#: the last merge, and its rows in ``outputs`` then. A merge with no new part and the same
+#: row count takes the keys from here instead of counting them.
+_REAL_KEYS = "#real-keys"
+_OUTPUT_ROWS = "#output-rows"
 
 
 @dataclass(frozen=True)
@@ -62,10 +74,16 @@ class MergeResult:
     expected: int
     config_hash: str
     label: str
+    cases_added: int = 0  # cases the merge added to the store (a new run's, or a late shard's)
 
     @property
     def complete(self) -> bool:
         return self.stored >= self.expected
+
+    @property
+    def changed(self) -> bool:
+        """Whether the merge wrote anything the run's summary reads."""
+        return self.run_created or bool(self.parts_merged or self.cases_added)
 
 
 def merge_parts(store: Store, root: PartsRoot, run_id: str) -> MergeResult:
@@ -92,41 +110,49 @@ class _Merger:
 
     def merge(self, root: PartsRoot, run_id: str) -> MergeResult:
         manifest, stored_run = self._manifest(root, run_id)
-        cases, keys = self._cases(root, run_id, manifest, stored_run)
         merged = self._merged(run_id)
+        replays = int(manifest["replays"])
+        expected = int(manifest["corpus"]["n_cases"]) * replays
+        # one listing of the outputs and one of the cases parts: nothing is read but the parts
+        # no merge took yet, so a merge with nothing new costs the same at any size of run
         pending = [p for p in root.parts(run_id, "outputs") if p.name not in merged]
-        side = {
-            table: {(p.chunk_id, p.attempt): p for p in root.parts(run_id, table)}
-            for table in ("scores", "cache")
-        }
+        new_cases = [p for p in root.parts(run_id, "cases") if p.name not in merged]
+        watermark = self._watermark(run_id, merged) if stored_run else None
+        if stored_run and not pending and not new_cases and watermark is not None:
+            return MergeResult(
+                run_id, False, 0, 0, 0, 0, 0, watermark, expected, manifest["config_hash"],
+                manifest["run"]["label"], cases_added=0,
+            )  # fmt: skip
+        side = self._side_parts(root, run_id, pending)
+        mentioned = _case_ids_of(root, [*pending, *side["scores"].values()])
+        cases, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
         for part in pending:  # all of them before anything is written
             attempt = (part.chunk_id, part.attempt)
             root.check_attempt(part, side["scores"].get(attempt), side["cache"].get(attempt), keys)
         self._con.execute(MERGED_PARTS_DDL)
+        case_records = _records(run_id, [(p.name, -1) for p in new_cases])
         if not stored_run:
-            self._record_run(run_id, manifest, cases)
-        elif cases.height:
+            self._record_run(run_id, manifest, cases, case_records)
+        elif new_cases:
             with self._transaction():
-                self._append("cases", cases.select(list(CASE_SCHEMA)))
+                if cases.height:
+                    self._append("cases", cases.select(list(CASE_SCHEMA)))
+                self._append("merged_parts", case_records)
         added = scores_added = cache_added = duplicates = 0
-        # the keys already stored, read once and grown with each batch's winners: the merge
-        # reads the run's stored keys once, not once per batch of parts
-        stored = set(
-            self._frame_of(
-                "SELECT case_id, replay FROM outputs WHERE run_id = ?",
-                [run_id],
-                {"case_id": pl.String, "replay": pl.Int32},
-            ).iter_rows()
-        )
         for start in range(0, len(pending), BATCH_PARTS):
             batch = pending[start : start + BATCH_PARTS]
             outputs = scrub_outputs(_read_tagged(root, batch, OUTPUT_SCHEMA))
             first = outputs.sort("_order", maintain_order=True).unique(
                 ["case_id", "replay"], keep="first", maintain_order=True
             )
-            new_key = [key not in stored for key in first.select("case_id", "replay").iter_rows()]
-            winners = first.filter(pl.Series(new_key, dtype=pl.Boolean))
-            stored.update(winners.select("case_id", "replay").iter_rows())
+            # a key stored already (by an earlier batch or merge, or a local run) wins: only the
+            # batch's own keys are looked up, never the run's whole key set
+            winners = first.join(
+                self._stored_of(run_id, first.select("case_id", "replay")),
+                on=["case_id", "replay"],
+                how="anti",
+                maintain_order="left",
+            )
             duplicates += outputs.height - winners.height
             score_parts = [
                 side["scores"][(p.chunk_id, p.attempt)]
@@ -151,21 +177,8 @@ class _Merger:
                 pl.col("response").map_elements(scrub_json, return_dtype=pl.String),
                 pl.lit(_now()).dt.cast_time_unit("us").alias("created_at"),
             )
-            now = _now()
-            records = pl.DataFrame(
-                {
-                    "run_id": [run_id] * len(batch),
-                    "part": [p.name for p in batch],
-                    "rows": [int((outputs["_order"] == i).sum()) for i in range(len(batch))],
-                    "merged_at": [now] * len(batch),
-                },
-                schema={
-                    "run_id": pl.String,
-                    "part": pl.String,
-                    "rows": pl.Int64,
-                    "merged_at": pl.Datetime("us", "UTC"),
-                },
-            )
+            rows = [int((outputs["_order"] == i).sum()) for i in range(len(batch))]
+            records = _records(run_id, [(p.name, n) for p, n in zip(batch, rows, strict=True)])
             with self._transaction():
                 if winners.height:
                     self._append("outputs", winners.select(list(OUTPUT_SCHEMA)))
@@ -176,12 +189,74 @@ class _Merger:
                 self._append("merged_parts", records)
             added += winners.height
             scores_added += scores.height
-        expected = int(manifest["corpus"]["n_cases"]) * int(manifest["replays"])
+        # every winner is a new key of the run's own cases and replays (checked above), so a
+        # valid watermark grows by the winners; only without one are the real keys counted
+        real = (
+            watermark + added
+            if watermark is not None and not cases.height
+            else self._real_keys(run_id, replays)
+        )
+        self._set_watermark(run_id, real)
         return MergeResult(
             run_id, not stored_run, len(pending), added, scores_added, cache_added, duplicates,
-            self._real_keys(run_id, int(manifest["replays"])), expected, manifest["config_hash"],
-            manifest["run"]["label"],
+            real, expected, manifest["config_hash"], manifest["run"]["label"],
+            cases_added=cases.height,
         )  # fmt: skip
+
+    def _stored_of(self, run_id: str, keys: pl.DataFrame) -> pl.DataFrame:
+        """Which of ``keys`` (case_id, replay) the run has in ``outputs`` already."""
+        self._con.register("_batch_keys", keys.to_arrow())
+        try:
+            return self._frame_of(
+                "SELECT DISTINCT case_id, replay FROM outputs o SEMI JOIN _batch_keys k "
+                "USING (case_id, replay) WHERE o.run_id = ?",
+                [run_id],
+                {"case_id": pl.String, "replay": pl.Int32},
+            )
+        finally:
+            self._con.unregister("_batch_keys")
+
+    def _side_parts(
+        self, root: PartsRoot, run_id: str, pending: Sequence[PartInfo]
+    ) -> dict[str, dict[tuple[str, int], PartInfo]]:
+        """The scores and cache parts of the pending chunk attempts (listed only when some
+        are pending)."""
+        if not pending:
+            return {"scores": {}, "cache": {}}
+        wanted = {(p.chunk_id, p.attempt) for p in pending}
+        return {
+            table: {
+                (p.chunk_id, p.attempt): p
+                for p in root.parts(run_id, table)
+                if (p.chunk_id, p.attempt) in wanted
+            }
+            for table in ("scores", "cache")
+        }
+
+    def _watermark(self, run_id: str, merged: dict[str, int]) -> int | None:
+        """The run's stored real keys as the last merge counted them, when the outputs table
+        still holds as many of the run's rows as it did then (a local ``--resume`` that added
+        rows since makes it stale: None, and the keys are counted again)."""
+        keys, rows = merged.get(_REAL_KEYS), merged.get(_OUTPUT_ROWS)
+        if keys is None or rows is None:
+            return None
+        (now,) = self._con.execute(
+            "SELECT count(*) FROM outputs WHERE run_id = ?", [run_id]
+        ).fetchall()[0]
+        return keys if int(now) == rows else None
+
+    def _set_watermark(self, run_id: str, real_keys: int) -> None:
+        (rows,) = self._con.execute(
+            "SELECT count(*) FROM outputs WHERE run_id = ?", [run_id]
+        ).fetchall()[0]
+        with self._transaction():
+            self._con.execute(
+                "DELETE FROM merged_parts WHERE run_id = ? AND part IN (?, ?)",
+                [run_id, _REAL_KEYS, _OUTPUT_ROWS],
+            )
+            self._append(
+                "merged_parts", _records(run_id, [(_REAL_KEYS, real_keys), (_OUTPUT_ROWS, rows)])
+            )
 
     def _manifest(self, root: PartsRoot, run_id: str) -> tuple[dict[str, Any], bool]:
         """The run's manifest (the stored one, else its parts'), and whether it is stored."""
@@ -221,15 +296,19 @@ class _Merger:
         return manifests[0], False
 
     def _cases(
-        self, root: PartsRoot, run_id: str, manifest: dict[str, Any], stored_run: bool
+        self,
+        root: PartsRoot,
+        run_id: str,
+        manifest: dict[str, Any],
+        stored_run: bool,
+        parts: Sequence[PartInfo],
+        mentioned: set[str],
     ) -> tuple[pl.DataFrame, RunKeys]:
-        """The run's cases its parts add to the store (each checked to be the run's corpus,
-        first written wins), and the keys every row of the run must have."""
+        """The cases the not yet merged cases ``parts`` add to the store (each checked to be
+        the run's corpus, first written wins), and the keys the pending rows must have: the
+        run's case ids among ``mentioned`` (the case ids of the pending parts) and the new
+        cases. Only those ids are looked up in the store, never the run's whole case list."""
         replays = int(manifest["replays"])
-        stored = self._frame_of(
-            "SELECT case_id FROM cases WHERE run_id = ?", [run_id], {"case_id": pl.String}
-        )
-        parts = root.parts(run_id, "cases")
         if not parts and not stored_run:
             raise StoreError(
                 f"{root}: run {run_id} has no cases part (expected under "
@@ -246,12 +325,27 @@ class _Merger:
         cases = pl.concat([pl.DataFrame(schema=CASE_SCHEMA), *frames]).unique(
             "case_id", keep="first", maintain_order=True
         )
-        case_ids = frozenset(stored["case_id"].to_list()) | frozenset(cases["case_id"].to_list())
-        new = cases.join(stored, on="case_id", how="anti")
-        return new, RunKeys(run_id, case_ids, replays)
+        new_ids = set(cases["case_id"].to_list())
+        stored = self._stored_cases(run_id, mentioned | new_ids) if stored_run else set()
+        new = cases.filter(~pl.col("case_id").is_in(list(stored)))
+        return new, RunKeys(run_id, frozenset(stored | new_ids), replays)
 
-    def _record_run(self, run_id: str, manifest: dict[str, Any], cases: pl.DataFrame) -> None:
-        """The run, its own scoring and its cases, in one transaction."""
+    def _stored_cases(self, run_id: str, case_ids: set[str]) -> set[str]:
+        """Which of ``case_ids`` the stored run has."""
+        if not case_ids:
+            return set()
+        rows = self._con.execute(
+            "SELECT DISTINCT case_id FROM cases WHERE run_id = ? AND case_id IN "
+            "(SELECT UNNEST(?::VARCHAR[]))",
+            [run_id, sorted(case_ids)],
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def _record_run(
+        self, run_id: str, manifest: dict[str, Any], cases: pl.DataFrame, merged: pl.DataFrame
+    ) -> None:
+        """The run, its own scoring, its cases and the cases parts they came from (``merged``),
+        in one transaction."""
         with self._transaction():
             self._con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
@@ -270,14 +364,17 @@ class _Merger:
             )
             if cases.height:
                 self._append("cases", cases.select(list(CASE_SCHEMA)))
+            self._append("merged_parts", merged)
 
-    def _merged(self, run_id: str) -> set[str]:
+    def _merged(self, run_id: str) -> dict[str, int]:
+        """What earlier merges recorded of the run: each merged part's name (outputs parts
+        with their rows, cases parts with -1) and the watermark rows (:data:`_REAL_KEYS`)."""
         if not self._has_table("merged_parts"):  # no merge yet: nothing written before checks
-            return set()
+            return {}
         rows = self._con.execute(
-            "SELECT part FROM merged_parts WHERE run_id = ?", [run_id]
+            "SELECT part, rows FROM merged_parts WHERE run_id = ?", [run_id]
         ).fetchall()
-        return {row[0] for row in rows}
+        return {part: int(count) for part, count in rows}
 
     def _insert_cache(self, cache: pl.DataFrame) -> int:
         """Add the entries not cached yet; returns how many."""
@@ -336,6 +433,34 @@ def _read_tagged(
     if not frames:
         return pl.DataFrame(schema={**schema, "_order": pl.Int64})
     return pl.concat(frames, how="vertical")
+
+
+def _case_ids_of(root: PartsRoot, parts: Sequence[PartInfo]) -> set[str]:
+    """The case ids the rows of ``parts`` name (their ``case_id`` column only; a part that
+    is not readable is refused here, naming it, as its full check would)."""
+    found: set[str] = set()
+    for part in parts:
+        found.update(root.read_frame(part, ["case_id"])["case_id"].to_list())
+    return found
+
+
+def _records(run_id: str, parts: Sequence[tuple[str, int]]) -> pl.DataFrame:
+    """``merged_parts`` rows: (name, rows) of each part, merged now."""
+    now = _now()
+    return pl.DataFrame(
+        {
+            "run_id": [run_id] * len(parts),
+            "part": [name for name, _ in parts],
+            "rows": [rows for _, rows in parts],
+            "merged_at": [now] * len(parts),
+        },
+        schema={
+            "run_id": pl.String,
+            "part": pl.String,
+            "rows": pl.Int64,
+            "merged_at": pl.Datetime("us", "UTC"),
+        },
+    )
 
 
 def _now() -> dt.datetime:

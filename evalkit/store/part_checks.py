@@ -69,7 +69,7 @@ class RunKeys:
     _cases: pl.DataFrame = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:  # the case ids as a frame, to anti-join rows against
-        cases = pl.DataFrame({"case_id": sorted(self.case_ids)}, schema={"case_id": pl.String})
+        cases = pl.DataFrame({"case_id": list(self.case_ids)}, schema={"case_id": pl.String})
         object.__setattr__(self, "_cases", cases)
 
     def refusal(self, table: str, rows: pl.DataFrame) -> str | None:

@@ -258,6 +258,47 @@ def test_a_chunk_task_gets_its_cases_and_never_loads_the_corpus(
     assert result.outputs == 5
 
 
+def test_a_chunk_task_asks_the_teams_shared_cache(
+    ray_cluster: _Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job's run is pushed to the team's shared store; a Ray task of another run with the
+    shared store configured and an empty prefetch asks the endpoint nothing of its chunk: the
+    worker asks the team's cache, as a local run and a shard do."""
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.engines import ray_engine
+    from evalkit.run.runner import RunOptions
+    from evalkit.run.sharded import record_run, run_manifest
+    from evalkit.run.shards import make_chunks, order_units
+
+    uri = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}?warehouse={tmp_path / 'team' / 'wh'}"
+    with start_demo_server(noise=False) as server:
+        parts, db = str(tmp_path / "job-1"), str(tmp_path / "job-1.duckdb")
+        args = demo_args(server, "--shard", "1/1", "--run-id", "job-1", "--parts", parts)
+        assert main(["run", *args]) == 0
+        assert main(["merge", "job-1", "--parts", parts, "--db", db]) == 0
+        assert main(["push", "job-1", "--db", db, "--store", uri]) == 0
+        overrides = (
+            f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}",
+            f"store.shared={uri}",
+        )  # fmt: skip
+        suite = load_suite(CONFIG, overrides=list(overrides))
+        corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
+        options = RunOptions(label="job-2")
+        manifest = run_manifest(suite, corpus, options, "job-2")
+        root = PartsRoot(tmp_path / "parts")
+        record_run(root, manifest, "driver", corpus.cases)
+        chunk = make_chunks(order_units((c.id for c in corpus.cases), 1), 5)[0]
+        server.reset_stats()
+        result = ray_engine.chunk_task(  # here, in this process, with an empty prefetch
+            ray_engine.SuiteSource(CONFIG, overrides), manifest, chunk, root.base, options, {},
+            (), _cases_of(corpus, chunk),
+        )  # fmt: skip
+        asked = server.stats()["requests"]
+    assert (result.outputs, result.requests, asked) == (5, 0, 0)
+    assert result.shared_hits >= 5
+
+
 def test_two_workers_on_two_nodes_share_one_rate_budget(
     ray_cluster: _Cluster, tmp_path: Path
 ) -> None:

@@ -59,7 +59,9 @@ def test_three_shards_and_a_merge_equal_one_local_run(
     assert gate_signature(db, base, "cand-sharded") == decision
     with open_store(db, read_only=True) as store:
         assert store.run_status("cand-sharded") == "complete"
-        merged = store.query("SELECT count(*) AS n FROM merged_parts")["n"][0]
+        merged = store.query("SELECT count(*) AS n FROM merged_parts WHERE part LIKE 'outputs/%'")[
+            "n"
+        ][0]
         shards_manifests = PartsRoot(parts).manifests("cand-sharded")
         assert {m["config_hash"] for m in shards_manifests} == {
             store.manifest(local)["config_hash"]
@@ -112,6 +114,41 @@ def test_a_killed_shard_run_again_stores_each_case_once(tmp_path: Path) -> None:
     asked_twice = sum(n - 1 for n in counts.values() if n > 1)
     # at most one chunk's requests (a case takes up to 3 turns + judge calls here) again
     assert asked_twice <= 4 * chunk and first_requests > 0
+
+
+def test_a_shards_second_job_asks_nothing_the_first_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two CI jobs each run the demo as one shard with the team's shared store configured; the
+    first is merged and pushed; the second asks the endpoint nothing the first asked, and its
+    merged run is all served from the cache."""
+    uri = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}?warehouse={tmp_path / 'team' / 'wh'}"
+    with start_demo_server(noise=False) as server:
+
+        def job(run_id: str) -> int:
+            server.reset_stats()
+            args = demo_args(server, "--set", f"store.shared={uri}", "--shard", "1/1")
+            parts = str(tmp_path / run_id / "parts")
+            assert main(["run", *args, "--run-id", run_id, "--parts", parts,
+                         "--chunk-size", "20"]) == 0  # fmt: skip
+            asked = int(server.stats()["requests"])
+            db = str(tmp_path / run_id / "store.duckdb")
+            assert main(["merge", run_id, "--parts", parts, "--db", db]) == 0
+            return asked
+
+        first = job("job-1")
+        assert first > 91  # the demo's tool loops and judge calls: more than one per case
+        assert main(["push", "job-1", "--db", str(tmp_path / "job-1" / "store.duckdb"),
+                     "--store", uri]) == 0  # fmt: skip
+        capsys.readouterr()
+        second = job("job-2")
+        assert "answered by the team's shared cache" in capsys.readouterr().out
+    assert second == 0
+    with open_store(tmp_path / "job-2" / "store.duckdb", read_only=True) as store:
+        outputs = store.outputs("job-2")
+        kept = store.query("SELECT count(*) AS n FROM response_cache")["n"][0]
+    assert outputs.height == 91 and outputs["cached"].all()
+    assert kept >= 91  # the entries the team's cache served are kept in the local store too
 
 
 def test_run_id_alone_is_refused(
@@ -173,6 +210,7 @@ def test_a_shard_run_again_sets_bad_parts_aside_and_redoes_their_chunks(
         assert sum(line.startswith(f"evalkit: {part.path}: ") for line in aside) == 1, aside
     assert any("ghost-1.parquet" in line and "ghost-1" in line for line in aside), aside
     assert "in 2 chunks" in captured.out  # only the two chunks with a bad part ran again
+    assert len(root.parts("bad", "cases")) == 1  # its cases part stood: not written again
     assert main(["merge", "bad", "--parts", str(parts), "--db", str(tmp_path / "b.duckdb")]) == 0
     outputs, distinct, scores, distinct_scores = exactly_once(tmp_path / "b.duckdb", "bad")
     assert outputs == distinct == 16 and scores == distinct_scores > 0

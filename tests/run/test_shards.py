@@ -45,6 +45,16 @@ def test_shards_cover_all_work_without_overlap_and_balanced(
     assert all(len(c.units) <= size for c in chunks)
 
 
+@settings(max_examples=100, deadline=None)
+@given(ids=case_ids, replays=st.integers(1, 4))
+def test_the_order_is_the_units_own_order(ids: list[str], replays: int) -> None:
+    """Sorted as tuples for speed, the units come out as sorting the units themselves would."""
+    from evalkit.run.shards import Unit, case_digest
+
+    units = [Unit(case_digest(c), r, c) for c in ids for r in range(replays)]
+    assert order_units(ids, replays) == sorted(units)
+
+
 @settings(max_examples=60, deadline=None)
 @given(ids=case_ids, replays=st.integers(1, 3), data=st.data())
 def test_the_order_ignores_input_order_and_a_resume_keeps_chunk_ids(

@@ -129,7 +129,7 @@ def test_a_part_merged_after_its_key_was_stored_adds_nothing(tmp_path: Path) -> 
     assert texts == {"a": "early", "b": "late"} and result.duplicates == 1 and result.complete
 
 
-def test_chunk_commits_list_the_run_once_and_the_merge_reads_stored_keys_once(
+def test_chunk_commits_list_the_run_once_and_the_merge_reads_only_its_batches_keys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import evalkit.store.merge as merge
@@ -153,7 +153,58 @@ def test_chunk_commits_list_the_run_once_and_the_merge_reads_stored_keys_once(
     with open_store(tmp_path / "e.duckdb") as store:
         result = merge_parts(store, root, RUN)
     assert (result.parts_merged, result.outputs_added, result.duplicates) == (13, 12, 1)
-    assert sum("FROM outputs WHERE run_id" in sql for sql in reads) == 1
+    # the run's whole key set is never read: each batch looks up only its own keys
+    assert sum("FROM outputs WHERE run_id" in sql for sql in reads) == 0
+    assert sum("SEMI JOIN _batch_keys" in sql for sql in reads) == 7
+
+
+def test_a_merge_with_nothing_new_reads_no_part_and_counts_no_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import evalkit.store.merge as merge
+
+    root = PartsRoot(tmp_path / "parts")
+    ids = [f"c{i:02d}" for i in range(12)]
+    _record(root, ids)
+    _record(root, ids, writer="shard-2")  # a second writer: a second cases part
+    for case_id in ids[:10]:
+        root.write_chunk(RUN, f"chunk-{case_id}", *_frames([case_id], "x"), {})
+    db = tmp_path / "e.duckdb"
+    with open_store(db) as store:
+        assert merge_parts(store, root, RUN).stored == 10
+    reads: list[str] = []
+    counted: list[str] = []
+    read_frame, real_keys = PartsRoot.read_frame, merge._Merger._real_keys
+
+    def reading(self, part, *args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append(part.name)
+        return read_frame(self, part, *args, **kwargs)
+
+    def counting(self, *args):  # type: ignore[no-untyped-def]
+        counted.append("real keys")
+        return real_keys(self, *args)
+
+    monkeypatch.setattr(PartsRoot, "read_frame", reading)
+    monkeypatch.setattr(merge._Merger, "_real_keys", counting)
+    for _ in range(3):  # nothing new, three times: no part read, no key counted
+        with open_store(db) as store:
+            result = merge_parts(store, root, RUN)
+        assert (result.parts_merged, result.stored, result.changed) == (0, 10, False)
+    assert reads == [] and counted == []
+    # a straggler's chunk written late (an earlier attempt number of a chunk merged already)
+    # and one new chunk: read, merged, and the watermark grown by their winners
+    root.write_chunk(RUN, "chunk-c00", *_frames(["c00", "c10"], "late"), {})
+    root.write_chunk(RUN, "chunk-c11", *_frames(["c11"], "x"), {})
+    with open_store(db) as store:
+        result = merge_parts(store, root, RUN)
+    assert (result.parts_merged, result.outputs_added, result.duplicates) == (2, 2, 1)
+    assert result.stored == 12 and result.complete and counted == []
+    assert {name.split("/")[1] for name in reads} == {"chunk-c00-2", "chunk-c11-1"}
+    # rows the merge did not write (a local --resume) make the watermark stale: counted again
+    with open_store(db) as store:
+        store._append("outputs", _frames(["c05"], "local")[0])
+        result = merge_parts(store, root, RUN)
+    assert result.stored == 12 and counted == ["real keys"]
 
 
 def test_parts_are_never_overwritten(tmp_path: Path) -> None:

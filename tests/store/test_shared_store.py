@@ -87,6 +87,62 @@ def test_push_then_pull_round_trips_every_row_and_both_are_idempotent(tmp_path: 
         assert frame.equals(_frames(tmp_path / "b.duckdb", "base-run")[name]), name
 
 
+def _labels(texts: dict[str, str], label: int) -> pl.DataFrame:
+    """Human labels by ``ana`` of outputs (case id -> text), and one of a case, by output."""
+    from evalkit.judges.labels import output_hash
+
+    rows = [(case_id, output_hash(text)) for case_id, text in texts.items()]
+    rows.append((next(iter(texts)), None))  # a label of the case that names no output
+    return pl.DataFrame(
+        {
+            "case_id": [c for c, _ in rows], "output_hash": [h for _, h in rows],
+            "rater": ["ana"] * len(rows), "label": [label] * len(rows),
+            "scorer": ["judge"] * len(rows), "source": ["labels.csv"] * len(rows),
+        }
+    )  # fmt: skip
+
+
+def test_overrides_and_human_labels_are_pushed_and_pulled_once(tmp_path: Path) -> None:
+    base, cand = seed000_runs()
+    write_store(tmp_path / "a.duckdb", [base, cand])
+    with open_store(tmp_path / "a.duckdb") as store:
+        store.save_override("base-run", "cand-run", "ana", "billing change reviewed", ["k1"])
+        store.save_override("other-run", "other-cand", "ben", "not of these runs", ["k2"])
+        texts = dict(
+            store.query("SELECT case_id, text FROM outputs WHERE run_id = 'cand-run' "
+                        "ORDER BY case_id LIMIT 2").iter_rows()
+        )  # fmt: skip
+        store.save_human_labels(_labels(texts, 3))
+        store.save_human_labels(_labels({"zz-none": "not an output"}, 1).head(1))
+    shared = open_shared_store(_uri(tmp_path))
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        first = shared.push_run(store, "cand-run")
+        again = shared.push_run(store, "cand-run")
+        base_push = shared.push_run(store, "base-run")  # the override names it too: once
+    assert (first.added["overrides"], first.added["human_labels"]) == (1, 3)
+    assert again.rows == 0 and base_push.added["overrides"] == 0
+    assert _shared_rows(_uri(tmp_path), "overrides").height == 1
+    with open_store(tmp_path / "b.duckdb") as store:
+        pulled = shared.pull(store, "cand-run")
+        repeat = shared.pull(store, "cand-run")
+        (override,) = store.overrides("base-run", "cand-run").iter_rows(named=True)
+        labels = store.human_labels()
+    assert (pulled.added["overrides"], pulled.added["human_labels"]) == (1, 3)
+    assert repeat.rows == 0
+    assert (override["who"], override["findings"]) == ("ana", ["k1"])
+    assert sorted(labels["label"].to_list()) == [3, 3, 3]
+    # relabelled in job a and pushed: job b's pull replaces its labels with the newer values
+    with open_store(tmp_path / "a.duckdb") as store:
+        store.save_human_labels(_labels(texts, 5))
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        assert shared.push_run(store, "cand-run").added["human_labels"] == 3
+    assert _shared_rows(_uri(tmp_path), "human_labels").height == 6  # history is kept
+    with open_store(tmp_path / "b.duckdb") as store:
+        assert shared.pull(store, "cand-run").added["human_labels"] == 3
+        assert shared.pull(store, "cand-run").rows == 0
+        assert sorted(store.human_labels()["label"].to_list()) == [5, 5, 5]
+
+
 def test_only_a_complete_run_is_pushed_and_an_unknown_pull_is_one_line(tmp_path: Path) -> None:
     write_store(tmp_path / "a.duckdb", _runs("r", 1), status="running")
     shared = open_shared_store(_uri(tmp_path))

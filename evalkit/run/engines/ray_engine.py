@@ -11,6 +11,10 @@ runner's own loop and writes the chunk's parts (:mod:`evalkit.run.sharded`). The
 periodic merge waits at least ten times as long as the last one took, so merging while the run
 goes on costs a bounded share of the run, however many parts it has.
 
+With a shared store in the suite (``store: {shared: URI}``) and the cache on, each worker
+opens it once and its chunks ask the team's response cache for what the driver's prefetch
+did not answer (:func:`evalkit.run.sharded.team_cache`), as a local run and a shard do.
+
 A task lost with its node is retried by Ray on another node (``max_task_retries``); a chunk
 that committed before the loss is written again under the next attempt number and the merge
 keeps the first. A killed driver loses the chunks in flight: ``evalkit run --engine ray
@@ -54,7 +58,14 @@ from evalkit.run.engines.ray_budget import (
 from evalkit.run.merging import merge_run
 from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, RunStart, first_request_keys
-from evalkit.run.sharded import ChunkResult, record_run, run_chunk, run_manifest, session_counts
+from evalkit.run.sharded import (
+    ChunkResult,
+    record_run,
+    run_chunk,
+    run_manifest,
+    session_counts,
+    team_cache,
+)
 from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, make_chunks, order_units, remaining
 from evalkit.run.summary import RunSummary
 from evalkit.store import Store, new_run_id
@@ -62,6 +73,8 @@ from evalkit.store.parts import PartsRoot
 
 if TYPE_CHECKING:
     import ray as ray_module
+
+    from evalkit.store.shared import SharedStore
 
 __all__ = [  # the budget names are re-exported: callers of the engine find them here
     "BUDGET_PATIENCE_S", "NAMESPACE", "Budgets", "RayBudget", "start_budgets", "stop_budgets",
@@ -281,6 +294,8 @@ def _prefetch(
 # -- the task ------------------------------------------------------------------------------
 
 _SUITES: dict[SuiteSource, Suite] = {}
+#: The team's shared store per suite source, opened once per worker process (None: none).
+_TEAM_CACHES: dict[SuiteSource, SharedStore | None] = {}
 
 
 def _load(source: SuiteSource) -> Suite:
@@ -309,6 +324,10 @@ def chunk_task(
 
     suite = _load(source)
     cases = {case.id: case for case in chunk_cases}
+    use_cache = bool(manifest["run"].get("cache", True))
+    if use_cache and source not in _TEAM_CACHES:
+        _TEAM_CACHES[source] = team_cache(suite, use_cache)
+    shared = _TEAM_CACHES.get(source) if use_cache else None
 
     async def go() -> ChunkResult:
         provider = make_provider(suite.config.system)
@@ -319,7 +338,7 @@ def chunk_task(
         try:
             return await run_chunk(
                 suite, cases, manifest, chunk, PartsRoot(parts), options,
-                provider=provider, cache=cache, limiter=limiter,
+                provider=provider, cache=cache, limiter=limiter, shared=shared,
             )  # fmt: skip
         finally:
             await provider.aclose()

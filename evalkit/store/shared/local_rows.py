@@ -24,6 +24,9 @@ def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
     every shared column (an older store's missing columns as nulls)."""
     import pyarrow as pa
 
+    spec = TABLES[name]
+    if not local._has_table(name):  # an older store: nothing of this table to publish
+        return spec.arrow.empty_table()
     where = {
         "scoring_cases": "scoring_id IN (SELECT scoring_id FROM scorings WHERE run_id = $1)",
         "flakes": "config_hash = (SELECT config_hash FROM runs WHERE run_id = $1)",
@@ -31,9 +34,15 @@ def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
         "response_cache": "cache_key IN (SELECT request_hash FROM outputs WHERE run_id = $1) "
         "OR created_at BETWEEN (SELECT created_at FROM runs WHERE run_id = $1) AND "
         "(SELECT coalesce(finished_at, now()) FROM runs WHERE run_id = $1)",
+        "overrides": "cand_run_id = $1 OR base_run_id = $1",
+        # the labels of the run's outputs (by the sha256 of their text, as labelling names
+        # them) and those of its cases that name no output
+        "human_labels": "(output_hash IS NULL AND case_id IN "
+        "(SELECT case_id FROM cases WHERE run_id = $1)) OR EXISTS (SELECT 1 FROM outputs o "
+        "WHERE o.run_id = $1 AND o.case_id = human_labels.case_id "
+        "AND sha256(o.text) = human_labels.output_hash)",
     }.get(name, "run_id = $1")
     frame = local.query(f"SELECT * FROM {name} WHERE {where}", [run_id]).to_arrow()
-    spec = TABLES[name]
     for column in spec.columns:
         if column not in frame.column_names:
             frame = frame.append_column(
@@ -51,6 +60,9 @@ def insert_missing(local: Store, frames: dict[str, pl.DataFrame]) -> dict[str, i
     added: dict[str, int] = {}
     with local._transaction():
         for name, frame in frames.items():
+            if name == "human_labels":
+                added[name] = _insert_newest_labels(local, frame)
+                continue
             spec = TABLES[name]
             key = list(spec.key)
             values = frame[key[0]].drop_nulls().unique().to_list()
@@ -67,3 +79,52 @@ def insert_missing(local: Store, frames: dict[str, pl.DataFrame]) -> dict[str, i
                 local._append(name, new.select(list(spec.columns)))
             added[name] = new.height
     return added
+
+
+#: What names one human label (a relabel replaces it): as ``Store.save_human_labels``.
+_LABEL_IDENTITY = ("case_id", "output_hash", "rater", "scorer")
+
+
+def text_hashes(outputs: pl.DataFrame) -> set[str]:
+    """The ``output_hash`` of each output text (sha256 of its UTF-8, as labels name it)."""
+    import hashlib
+
+    return {
+        hashlib.sha256(text.encode("utf-8")).hexdigest()
+        for text in outputs["text"].drop_nulls().to_list()
+    }
+
+
+def _insert_newest_labels(local: Store, frame: pl.DataFrame) -> int:
+    """Pulled labels into ``local`` (inside its transaction): of each label's identity the
+    newest wins, the local one when it is as new or newer; returns how many were written."""
+    import polars as pl
+
+    if not frame.height:
+        return 0
+    spec = TABLES["human_labels"]
+    identity = list(_LABEL_IDENTITY)
+    newest = frame.sort("imported_at", descending=True, nulls_last=True).unique(
+        identity, keep="first", maintain_order=True
+    )
+    mine = local.query(
+        "SELECT case_id, output_hash, rater, scorer, imported_at AS local_at FROM human_labels "
+        "WHERE case_id IN (SELECT UNNEST($1::VARCHAR[]))",
+        [newest["case_id"].unique().to_list()],
+    )
+    mine = mine.cast({c: newest.schema[c] for c in identity})
+    joined = newest.join(mine, on=identity, how="left", nulls_equal=True)
+    newer = pl.col("imported_at") > pl.col("local_at")
+    fresh = joined.filter(pl.col("local_at").is_null() | newer).select(list(spec.columns))
+    if not fresh.height:
+        return 0
+    stale = joined.filter(pl.col("local_at").is_not_null() & newer)
+    for row in stale.select(*identity, "local_at").iter_rows():  # few: labels are by hand
+        local._con.execute(
+            "DELETE FROM human_labels WHERE case_id IS NOT DISTINCT FROM ? AND output_hash IS "
+            "NOT DISTINCT FROM ? AND rater = ? AND scorer IS NOT DISTINCT FROM ? "
+            "AND imported_at = ?",
+            list(row),
+        )
+    local._append("human_labels", fresh)
+    return fresh.height

@@ -3,13 +3,16 @@ back (a run, or a suite's promoted baseline) into another local store, both idem
 
 A push commits one table at a time (Iceberg has no multi-table commit) in an order that makes
 a half-finished push harmless: a run's cases, outputs, scorings, scores, flakes and response
-cache entries first, its ``runs`` row after them, its promotions last. A run is *published*
+cache entries first, its ``runs`` row after them, then the gate overrides naming the run (as
+base or candidate) and the human labels of its outputs, its promotions last. A run is *published*
 once its ``runs`` row is there, so a reader never sees a run whose rows are still coming, a
 promotion never names a run that is not all there, and a push killed midway is finished by
 pushing again (each table skips the rows it already holds: :func:`append_new`).
 
-A pull copies a published run's rows, and with a baseline its suite's promotion history, into
-the local store in one DuckDB transaction, skipping the rows the local store already holds.
+A pull copies a published run's rows, its overrides and the human labels of its outputs, and
+with a baseline its suite's promotion history, into the local store in one DuckDB
+transaction, skipping the rows the local store already holds (of a label relabelled since,
+the newest value wins, as a local re-import does).
 
 Examples:
     >>> shared = open_shared_store("sqlite:///ci/catalog.db")        # doctest: +SKIP
@@ -57,6 +60,8 @@ PUSH_ORDER = (
     "flakes",
     "response_cache",
     "runs",
+    "overrides",
+    "human_labels",
     "baselines",
 )
 #: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
@@ -88,6 +93,16 @@ class Pulled:
     @property
     def rows(self) -> int:
         return sum(self.added.values())
+
+
+def pa_concat(*tables: pa.Table) -> pa.Table:
+    """Rows of ``tables`` (one schema), each row once (an override of a run against itself
+    is found as base and as candidate)."""
+    import polars as pl
+
+    frame = pl.concat([pl.from_arrow(t) for t in tables])  # type: ignore[misc]
+    assert isinstance(frame, pl.DataFrame)
+    return frame.unique(maintain_order=True).to_arrow()
 
 
 def open_shared_store(uri: str | StoreURI, *, source: str = "shared store") -> SharedStore:
@@ -266,7 +281,14 @@ class SharedStore:
         scorings = pl.from_arrow(self._read("scorings", "run_id", [run_id]))
         config_hashes = runs["config_hash"].to_list()  # type: ignore[index]
         for name in PULL_TABLES:
-            if name == "scoring_cases":
+            if name == "overrides":
+                rows = pa_concat(
+                    self._read(name, "cand_run_id", [run_id]),
+                    self._read(name, "base_run_id", [run_id]),
+                )
+            elif name == "human_labels":
+                rows = self._labels_of(frames["cases"], frames["outputs"])
+            elif name == "scoring_cases":
                 rows = self._read(name, "scoring_id", scorings["scoring_id"].to_list())  # type: ignore[index]
             elif name == "flakes":
                 rows = self._read(name, "config_hash", config_hashes)
@@ -280,3 +302,28 @@ class SharedStore:
                 rows = self._read(name, "run_id", [run_id])
             frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
         return insert_missing(local, frames)
+
+    def _labels_of(self, cases: pl.DataFrame, outputs: pl.DataFrame) -> pa.Table:
+        """The shared human labels of a run: those of its outputs' texts (``output_hash``)
+        and those of its cases that name no output."""
+        import polars as pl
+
+        from evalkit.store.shared.local_rows import text_hashes
+
+        spec = TABLES["human_labels"]
+        table = self._table("human_labels")
+        if table is None or table.current_snapshot() is None:
+            return spec.arrow.empty_table()
+        # labels are made by hand (thousands, not millions): one scan, filtered here, rather
+        # than a filter naming every case id of the run
+        found = pl.from_arrow(table.scan().to_arrow().select(list(spec.columns)).cast(spec.arrow))
+        assert isinstance(found, pl.DataFrame)
+        found = found.filter(pl.col("case_id").is_in(cases["case_id"].to_list()))
+        if not found.height:  # no label of the run's cases: no output text hashed
+            return found.to_arrow()
+        labelled = outputs.filter(pl.col("case_id").is_in(found["case_id"].to_list()))
+        kept = found.filter(
+            pl.col("output_hash").is_null()
+            | pl.col("output_hash").is_in(list(text_hashes(labelled)))
+        )
+        return kept.to_arrow()

@@ -58,8 +58,15 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "baselines": ("suite", "tier", "run_id", "promoted_at"),
     "flakes": ("config_hash", "measured_at"),
     "response_cache": ("cache_key",),
+    # one row per override made (a pair can be overridden more than once, each kept)
+    "overrides": ("cand_run_id", "base_run_id", "who", "created_at"),
+    # one row per label imported: a relabelled output is a newer row of the same
+    # (case_id, output_hash, rater, scorer), and a pull keeps the newest (local_rows)
+    "human_labels": ("case_id", "output_hash", "rater", "scorer", "imported_at"),
 }
-_UNIQUE = frozenset({"runs", "scorings", "baselines", "response_cache"})
+_UNIQUE = frozenset(
+    {"runs", "scorings", "baselines", "response_cache", "overrides", "human_labels"}
+)
 
 
 @dataclass(frozen=True)
