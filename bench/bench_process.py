@@ -33,6 +33,18 @@ the same invocation; ratios are medians over ``--rounds``.
 ``curve``
     1k / 10k / 100k cases at concurrency 256 against the demo server: wall, CPU and peak RSS of
     ``evalkit run`` and of the bare loop, per case, with the per-case ratio to the smallest size.
+``timeline``
+    Where the fixed cost of ``evalkit run`` goes: 20 and 1000 cases (``--sizes``), c = 32,
+    50 ms, each round the floor, the bare loop and ``evalkit run`` in turn. The phases come
+    from the processes themselves: run with ``EVALKIT_TIMELINE=1``, evalkit prints
+    ``evalkit-timeline <phase> <CLOCK_MONOTONIC>`` to stderr at the end of each phase
+    (:mod:`evalkit.run.timeline`; off by default, one flag test per mark), and the two loops
+    print the same after their imports and their last answer; the spawner takes
+    ``time.monotonic()`` at launch and after ``wait4``, the same system-wide clock, so each
+    phase is the time between two marks (:data:`PHASES`: startup, parse, imports, corpus,
+    store_open, run_record, first_request, first_answer, answers, last_batch, summary, close,
+    print, exit). The gap to the floor is evalkit's wall minus the floor's, per round. Target:
+    <= 0.35 s at 20 cases.
 
 Correctness is checked, not assumed: the server's request counter must equal N for every run
 (bare or evalkit), and the store must hold N outputs and 2N score rows, all passed.
@@ -44,6 +56,7 @@ Usage:
     .venv/bin/python bench/bench_process.py startup
     .venv/bin/python bench/bench_process.py rss
     .venv/bin/python bench/bench_process.py curve --sizes 1000 10000 100000 --rounds 1
+    .venv/bin/python bench/bench_process.py timeline --sizes 20 1000 --rounds 3
     .venv/bin/python bench/bench_process.py whole --cases 40 --rounds 1 --json out.json
 """
 
@@ -75,8 +88,9 @@ SCORERS_PER_CASE = 2
 #: The floor, run as ``python -c BARE_LOOP base_url cases concurrency``: the official client
 #: and a semaphore over the same messages evalkit sends; no corpus, no scoring, no storing.
 BARE_LOOP = f"""
-import asyncio, sys
+import asyncio, sys, time
 import openai
+sys.stderr.write(f"evalkit-timeline imports {{time.monotonic()}}\\n")
 
 base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 system = {SYSTEM_PROMPT!r}
@@ -101,6 +115,7 @@ async def main():
         texts = await asyncio.gather(*(one(i) for i in range(n)))
     finally:
         await client.close()
+    sys.stderr.write(f"evalkit-timeline answers {{time.monotonic()}}\\n")
     print(sum(bool(t) for t in texts))
 
 asyncio.run(main())
@@ -109,8 +124,9 @@ asyncio.run(main())
 #: The floor, run as ``python -c FLOOR_LOOP base_url cases concurrency``: one aiohttp session
 #: and a semaphore posting the same bodies; it only decodes each reply's JSON.
 FLOOR_LOOP = f"""
-import asyncio, json, sys
+import asyncio, json, sys, time
 import aiohttp
+sys.stderr.write(f"evalkit-timeline imports {{time.monotonic()}}\\n")
 
 base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 system = {SYSTEM_PROMPT!r}
@@ -133,6 +149,7 @@ async def main():
             return reply["choices"][0]["message"]["content"]
 
         texts = await asyncio.gather(*(one(i) for i in range(n)))
+    sys.stderr.write(f"evalkit-timeline answers {{time.monotonic()}}\\n")
     print(sum(bool(t) for t in texts))
 
 asyncio.run(main())
@@ -164,6 +181,9 @@ class Proc:
     cpu_s: float
     peak_rss_mib: float
     stdout: str
+    # (phase, seconds after launch) of each ``evalkit-timeline`` line on its stderr, then
+    # ("exit", wall from launch to the end of wait4)
+    marks: tuple[tuple[str, float], ...] = ()
 
 
 #: Runs each measured command, as ``python -c SPAWNER``: one JSON job per stdin line, one JSON
@@ -177,16 +197,22 @@ for line in sys.stdin:
     job = json.loads(line)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
+        launched = time.monotonic()
         child = subprocess.Popen(job["command"], stdout=out, stderr=err, cwd=job["cwd"],
                                  env=job["env"])
         _, status, usage = os.wait4(child.pid, 0)
+        exited = time.monotonic()
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
+        stderr = err.read().decode()
         print(json.dumps({
             "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
             "peak_rss_mib": usage.ru_maxrss / 1024, "code": os.waitstatus_to_exitcode(status),
-            "stdout": out.read().decode(), "stderr": err.read().decode()[-2000:],
+            "stdout": out.read().decode(), "stderr": stderr[-2000:],
+            "launched": launched, "exited": exited,
+            "marks": [line.split()[1:] for line in stderr.splitlines()
+                      if line.startswith("evalkit-timeline ")],
         }), flush=True)
 """
 _spawner: subprocess.Popen[str] | None = None
@@ -220,13 +246,18 @@ def _spawn(job: dict[str, Any]) -> dict[str, Any]:
     return json.loads(line)
 
 
-def measure(command: Sequence[str], cwd: Path | None = None) -> Proc:
-    """Run ``command`` to completion (from the spawner); raise with its stderr when it fails."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def measure(
+    command: Sequence[str], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Proc:
+    """Run ``command`` to completion (from the spawner); raise with its stderr when it fails.
+    ``env``: variables added to this process's environment for the child."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     got = _spawn({"command": list(command), "cwd": str(cwd) if cwd else None, "env": env})
     if got["code"] != 0:
         raise RuntimeError(f"{list(command)[:4]} exited {got['code']}: {got['stderr']}")
-    return Proc(got["wall_s"], got["cpu_s"], got["peak_rss_mib"], got["stdout"])
+    marks = [(phase, float(at) - got["launched"]) for phase, at in got["marks"]]
+    marks.append(("exit", got["exited"] - got["launched"]))
+    return Proc(got["wall_s"], got["cpu_s"], got["peak_rss_mib"], got["stdout"], tuple(marks))
 
 
 def write_corpus(root: Path, n_cases: int, concurrency: int) -> Path:
@@ -315,9 +346,15 @@ def run_floor(server: DemoServer, cases: int, concurrency: int) -> dict[str, Any
 
 
 def run_evalkit(
-    server: DemoServer, config: Path, db: Path, concurrency: int, transport: str | None
+    server: DemoServer,
+    config: Path,
+    db: Path,
+    concurrency: int,
+    transport: str | None,
+    timeline: bool = False,
 ) -> dict[str, Any]:
-    """``evalkit run`` in its own process into a fresh store; counts what it stored."""
+    """``evalkit run`` in its own process into a fresh store; counts what it stored.
+    ``timeline``: with ``EVALKIT_TIMELINE=1``, so its phase marks are in ``marks``."""
     db.unlink(missing_ok=True)
     command = [
         sys.executable, "-m", "evalkit.cli", "run", "--config", str(config), "--db", str(db),
@@ -327,7 +364,7 @@ def run_evalkit(
     if transport is not None:  # None: whatever the default is
         command += ["--set", f"system.transport={transport}"]
     server.reset_stats()
-    proc = measure(command)
+    proc = measure(command, env={"EVALKIT_TIMELINE": "1"} if timeline else None)
     served = _served(server)
     counts = _stored(db)
     db.unlink(missing_ok=True)
@@ -526,6 +563,92 @@ def bench_curve(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return {"sizes": sizes, "concurrency": conc, "by_size": by_size}
 
 
+#: The phases of one ``evalkit run``, each ending at the timeline mark of its name
+#: (:mod:`evalkit.run.timeline`; ``exit`` is the end of the process), in order.
+PHASES = (
+    ("startup", "cli"),  # the interpreter and ``import evalkit.cli``
+    ("parse", "parsed"),  # the ``run`` command's module and arguments
+    ("imports", "imports"),  # what the run path imports (corpus, scorers, store, runner)
+    ("corpus", "corpus"),  # suite config, corpus read + validated + selected, policy checks
+    ("store_open", "store"),  # open_store: lock, connect, schema check and DDL
+    ("run_record", "recorded"),  # preflight, manifest, create_run (the run is recorded)
+    ("first_request", "first_request"),  # provider, the work's first requests built
+    ("first_answer", "first_answer"),  # the transport's import and first round trip
+    ("answers", "answers"),  # every other answer, scored and handed to the writer
+    ("last_batch", "last_batch"),  # the final batch written
+    ("summary", "summary"),  # the summary and the run's finish recorded
+    ("close", "closed"),  # the store closed
+    ("print", "printed"),  # the summary printed
+    ("exit", "exit"),  # interpreter shutdown
+)
+#: The floor's and the bare loop's phases: imports, every request answered, exit.
+LOOP_PHASES = (("imports", "imports"), ("answers", "answers"), ("exit", "exit"))
+
+
+def phase_seconds(
+    marks: Sequence[Sequence[Any]], phases: Sequence[tuple[str, str]]
+) -> dict[str, float]:
+    """Seconds in each phase: from the previous mark (launch for the first) to its own.
+
+    Examples:
+        >>> phase_seconds([("imports", 0.25), ("answers", 0.5), ("exit", 0.625)], LOOP_PHASES)
+        {'imports': 0.25, 'answers': 0.25, 'exit': 0.125}
+    """
+    at = {str(phase): float(t) for phase, t in marks}
+    missing = [mark for _, mark in phases if mark not in at]
+    if missing:
+        raise RuntimeError(f"no timeline mark {missing} (marks: {sorted(at)})")
+    seconds, previous = {}, 0.0
+    for phase, mark in phases:
+        seconds[phase] = at[mark] - previous
+        previous = at[mark]
+    return seconds
+
+
+def bench_timeline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Phases of ``evalkit run`` (``EVALKIT_TIMELINE=1``) beside the floor and the bare loop,
+    alternately, per size; the gap to the floor is evalkit's wall minus the floor's."""
+    sizes = args.sizes or [20, 1000]
+    conc = args.concurrency or 32
+    transport = args.transport[0]
+    by_size: dict[str, Any] = {}
+    with start_demo_server(noise=False, latency_ms=args.latency_ms) as server:
+        run_floor(server, min(sizes), conc)  # warm-up: page cache, first sockets
+        for n in sizes:
+            config = write_corpus(root / f"corpus-{n}", n, conc)
+            rows = []
+            for _ in range(args.rounds):
+                floor, bare = run_floor(server, n, conc), run_bare(server, n, conc)
+                ours = run_evalkit(server, config, root / "t.duckdb", conc, _t(transport), True)
+                rows.append(
+                    {
+                        "floor": _drop_stdout(floor) | {"phases": _loop_phases(floor)},
+                        "bare": _drop_stdout(bare) | {"phases": _loop_phases(bare)},
+                        "evalkit": _drop_stdout(ours)
+                        | {"phases": phase_seconds(ours["marks"], PHASES)},
+                        "gap_s": ours["wall_s"] - floor["wall_s"],
+                        "ratio_floor": ours["wall_s"] / floor["wall_s"],
+                        "ratio_bare": ours["wall_s"] / bare["wall_s"],
+                    }
+                )
+            entry: dict[str, Any] = {"cases": n, "rounds": rows}
+            for side in ("floor", "bare", "evalkit"):
+                entry[f"median_wall_s_{side}"] = statistics.median(r[side]["wall_s"] for r in rows)
+                entry[f"median_cpu_s_{side}"] = statistics.median(r[side]["cpu_s"] for r in rows)
+                entry[f"median_phases_{side}"] = {
+                    phase: statistics.median(r[side]["phases"][phase] for r in rows)
+                    for phase in rows[0][side]["phases"]
+                }
+            for key in ("gap_s", "ratio_floor", "ratio_bare"):
+                entry[f"median_{key}"] = _median(rows, key)
+            by_size[str(n)] = entry
+    return {"sizes": sizes, "concurrency": conc, "transport": transport, "by_size": by_size}
+
+
+def _loop_phases(row: dict[str, Any]) -> dict[str, float]:
+    return phase_seconds(row["marks"], LOOP_PHASES)
+
+
 def _per_case_ratios(by_size: dict[str, Any], key: str) -> None:
     """``<key>_vs_smallest`` on each size: its per-case figure over the smallest size's."""
     first = next(iter(by_size.values()))[key]
@@ -589,6 +712,24 @@ def _print(mode: str, f: dict[str, Any]) -> None:
             print(f"  {int(n):>7,} cases: " + ", ".join(parts))
         for side, kib in f["kib_per_case"].items():
             print(f"  growth per case {side:8} {kib:.2f} KiB")
+    elif mode == "timeline":
+        print(
+            f"timeline: evalkit run ({f['transport']} transport) beside the floor (aiohttp) "
+            f"and the bare AsyncOpenAI loop, c={f['concurrency']}, {f['latency_ms']:g} ms, "
+            "medians (seconds)"
+        )
+        for n, e in f["by_size"].items():
+            print(
+                f"  {int(n):>7,} cases: evalkit {e['median_wall_s_evalkit']:.3f} s, floor "
+                f"{e['median_wall_s_floor']:.3f} s, bare {e['median_wall_s_bare']:.3f} s; "
+                f"gap to the floor {e['median_gap_s']:+.3f} s "
+                f"({e['median_ratio_floor']:.2f}x floor, {e['median_ratio_bare']:.2f}x bare); "
+                f"CPU evalkit {e['median_cpu_s_evalkit']:.3f} s, floor "
+                f"{e['median_cpu_s_floor']:.3f} s, bare {e['median_cpu_s_bare']:.3f} s"
+            )
+            for side in ("evalkit", "floor", "bare"):
+                phases = e[f"median_phases_{side}"]
+                print(f"    {side:8} " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
     else:
         print(f"curve: c={f['concurrency']}, {f['latency_ms']:g} ms, medians")
         for n, e in f["by_size"].items():
@@ -610,6 +751,7 @@ _BENCHES = {
     "startup": bench_startup,
     "rss": bench_rss,
     "curve": bench_curve,
+    "timeline": bench_timeline,
 }
 
 
@@ -618,18 +760,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=sorted(_BENCHES))
     parser.add_argument("--cases", type=int, help="cases (whole; default 1000)")
-    parser.add_argument("--sizes", type=int, nargs="+", help="case counts (corpus, rss, curve)")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", help="case counts (corpus, rss, curve, timeline)"
+    )
     parser.add_argument(
         "--mix", choices=["demo", "simple"], default="demo", help="corpus: the cases' scorers"
     )
     parser.add_argument("--latency-ms", type=float, default=50.0, help="server latency")
-    parser.add_argument("--concurrency", type=int, help="default 32 (whole, rss), 256 (curve)")
+    parser.add_argument(
+        "--concurrency", type=int, help="default 32 (whole, rss, timeline), 256 (curve)"
+    )
     parser.add_argument(
         "--transport",
         nargs="+",
         default=["default", "openai", "lean"],
         choices=["default", "openai", "lean"],
-        help="evalkit transports to run (default: what the config leaves unset)",
+        help="evalkit transports to run (default: what the config leaves unset; timeline: "
+        "the first)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")

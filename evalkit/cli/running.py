@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +15,12 @@ from evalkit.cli import corpus_tools, sharding
 from evalkit.cli.options import db_arg, suite_args
 from evalkit.errors import EvalkitError
 from evalkit.redact import strip_userinfo
+from evalkit.run.timeline import mark
 
 if TYPE_CHECKING:
     from evalkit.corpus.cases import Case
     from evalkit.corpus.suite import Suite
+    from evalkit.run.summary import RunSummary
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -73,8 +76,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    import sys
-
     from evalkit.corpus.cases import load_corpus
     from evalkit.corpus.selection import Selection, resolve_selection
     from evalkit.corpus.suite import load_suite
@@ -82,6 +83,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from evalkit.run.runner import RunOptions, RunStart, run_suite
     from evalkit.store import open_store
 
+    mark("imports")
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     if args.resume:
         if args.tier or args.tag or args.exclude_tag or args.sealed:
@@ -123,9 +125,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     refuse_drafts(corpus.cases, suite.config.kind)  # drafts never gate: review them first
     partial = bool(selection.tier or selection.tags or selection.exclude_tags)
     policy = _policy_warnings(suite, full_counts, corpus.cases if partial else None)
+    mark("corpus")
     started: list[RunStart] = []
 
     def announce(start: RunStart) -> None:  # before any model call, on a terminal or not
+        mark("recorded")
         started.append(start)
         what = (
             f"resuming run {start.run_id} ({start.label}): {start.stored} of "
@@ -155,6 +159,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return sharding.run_distributed(args, suite, corpus, options, print_run_summary)
     try:
         with open_store(args.db, wait_s=args.wait) as store:
+            mark("store")
             summary = run_suite(suite, corpus, with_shared_cache(store, suite), options)
     except KeyboardInterrupt:
         if started:
@@ -165,7 +170,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return 130
+    mark("closed")
     print_run_summary(summary, args.db)
+    mark("printed")
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
     return sharding.run_exit_code(summary)  # 1 also when the run ended incomplete
@@ -206,49 +213,55 @@ def _require_store(db: str) -> None:
         raise EvalkitError(f"{db}: no evalkit store here (run `evalkit run --db {db}` first)")
 
 
-def print_run_summary(summary, db: str) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-
-    console = Console(highlight=False, soft_wrap=True)
+def print_run_summary(summary: RunSummary, db: str) -> None:
+    """The run's summary on stdout: plain lines, bold/yellow/red only on a colour terminal
+    (printed without Rich, whose import is about 20 ms of a short run's start-up)."""
+    paint = _painter(sys.stdout)
     scored = summary.passed + summary.failed
     rate = f"{summary.passed / scored:.1%}" if scored else "n/a"
-    console.print(
-        f"[bold]{escape(summary.label)}[/] run {summary.run_id}: {summary.cases} cases, "
+    lines = [
+        f"{paint(summary.label, _BOLD)} run {summary.run_id}: {summary.cases} cases, "
         f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
-        f"errors {summary.errored} (pass rate {rate} of scored outputs)"
-    )
-    console.print(
+        f"errors {summary.errored} (pass rate {rate} of scored outputs)",
         f"  this session: requests {summary.requests} (retries {summary.retries}), cache hits "
         f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}"
         + (f", errors asked again {summary.retried_errors}" if summary.retried_errors else "")
-        + f"; wall {summary.wall_s:.2f}s"
-    )
-    console.print(
+        + f"; wall {summary.wall_s:.2f}s",
         f"  {summary.cached_outputs} of {summary.outputs} outputs from cache; "
         f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
         f"{summary.completion_tokens}, cost spent ${summary.cost_spent_usd:.4f} "
-        f"+ served from cache ${summary.cost_cached_usd:.4f}"
-    )
-    for replica in summary.replicas:
-        console.print(f"  replica {escape(replica.render())}")
+        f"+ served from cache ${summary.cost_cached_usd:.4f}",
+    ]
+    lines += [f"  replica {replica.render()}" for replica in summary.replicas]
     if summary.error_causes:
-        console.print("  top error causes:")
-        for cause in summary.error_causes:
-            console.print(f"    {escape(cause.render(width=600))}")  # a fix is in its tail
-    for warning in summary.warnings:
-        console.print(f"  [yellow]warning[/]: {escape(warning)}")
+        lines.append("  top error causes:")
+        lines += [f"    {cause.render(width=600)}" for cause in summary.error_causes]
+    lines += [f"  {paint('warning', _YELLOW)}: {warning}" for warning in summary.warnings]
     if summary.all_errored:
-        console.print(
-            "  [red]every output errored[/]: this run verified nothing; fix the causes above "
-            "and run again (if they were passing, e.g. an outage: "
+        lines.append(
+            f"  {paint('every output errored', _RED)}: this run verified nothing; fix the "
+            "causes above and run again (if they were passing, e.g. an outage: "
             f"`evalkit run --resume {summary.run_id} --retry-errors`)"
         )
-    console.print(f"  stored in {db} (config {summary.config_hash[:12]})")
+    lines.append(f"  stored in {db} (config {summary.config_hash[:12]})")
+    print("\n".join(lines), flush=True)
+
+
+_BOLD, _YELLOW, _RED = "1", "33", "31"
+
+
+def _painter(stream: Any) -> Callable[[str, str], str]:
+    """``paint(text, sgr)``: ``text`` in that ANSI style on a colour terminal, else as it is
+    (piped, ``NO_COLOR`` set or ``TERM=dumb``: what Rich would print there)."""
+    import os
+
+    colour = stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    if not colour:
+        return lambda text, _sgr: text
+    return lambda text, sgr: f"\033[{sgr}m{text}\033[0m"
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    import sys
 
     from rich.console import Console
     from rich.table import Table
@@ -319,7 +332,6 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(runs.to_dicts(), indent=2, default=str))
         return 0
-    import sys
 
     if not sys.stdout.isatty():  # piped: one full row per line, nothing clipped
         for row in runs.iter_rows(named=True):

@@ -1,4 +1,5 @@
-"""The run summary, read back from the store so a resumed run counts every stored output.
+"""The run summary: counted by the writer for a fresh run, read back from the store for a
+resumed one (so it counts every stored output, earlier sessions' too).
 
 Counters of this process (requests, retries, cache hits, wall time, and what each replica of
 ``system.base_urls`` served and failed) describe the session that just ran; everything else
@@ -14,10 +15,13 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.run.replicas import ReplicaCounts
 from evalkit.store import Store, initial_scoring_id
+
+if TYPE_CHECKING:
+    from evalkit.run.writer import WrittenCounts
 
 #: How many distinct error causes a summary lists.
 TOP_CAUSES = 5
@@ -143,6 +147,49 @@ def summarize(
         cost_cached_usd=cost_cached,
         retried_errors=session.retried_errors,
         error_causes=error_causes(store, run_id),
+        warnings=warnings,
+        replicas=session.replicas,
+    )
+
+
+def summarize_written(
+    counts: WrittenCounts,
+    run_id: str,
+    label: str,
+    config_hash: str,
+    *,
+    expected_outputs: int,
+    session: SessionCounts,
+    warnings: tuple[str, ...] = (),
+) -> RunSummary:
+    """:func:`summarize` of a run whose every output went through one writer (a fresh run):
+    the same figures from what the writer counted as it wrote them, without a query."""
+    outputs = counts.outputs
+    causes = sorted(counts.error_causes.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_CAUSES]
+    return RunSummary(
+        run_id=run_id,
+        label=label,
+        config_hash=config_hash,
+        cases=counts.first_replays,
+        outputs=outputs,
+        passed=counts.passed,
+        failed=outputs - counts.errored - counts.passed,
+        errored=counts.errored,
+        cache_hits=session.cache_hits,
+        requests=session.requests,
+        retries=session.retries,
+        resumed_skipped=session.resumed_skipped,
+        wall_s=round(session.wall_s, 3),
+        prompt_tokens=counts.prompt_tokens,
+        completion_tokens=counts.completion_tokens,
+        cost_usd=counts.cost_usd,
+        mean_latency_ms=round(counts.latency_ms / outputs, 2) if outputs else 0.0,
+        expected_outputs=expected_outputs,
+        cached_outputs=counts.cached,
+        cost_spent_usd=counts.cost_usd - counts.cost_cached_usd,
+        cost_cached_usd=counts.cost_cached_usd,
+        retried_errors=session.retried_errors,
+        error_causes=tuple(ErrorCause(cause, n) for cause, n in causes),
         warnings=warnings,
         replicas=session.replicas,
     )

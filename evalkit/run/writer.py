@@ -23,6 +23,9 @@ reader lets go). So a kill, even SIGKILL, loses at most ``flush_rows`` answers (
 free, none older than ``flush_interval_s`` plus a write) and the (case, replay) still in flight
 (at most one per worker: twice the concurrency); ``--resume`` asks exactly those again.
 
+What it wrote it also counts (:class:`WrittenCounts`: verdicts, tokens, cost, latency, error
+causes, as the summary's query would read them back), so a fresh run's summary needs no query.
+
 Examples:
     >>> writer = BatchWriter(store, flush_rows=2048, interval_s=0.5)      # doctest: +SKIP
     >>> await writer.put(run_id, scoring_id, case, 0, output, scores, 0.0, key)  # doctest: +SKIP
@@ -35,13 +38,63 @@ import datetime as dt
 import json
 import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalkit.corpus.cases import Case
 from evalkit.records import Output, Score
+from evalkit.redact import redact_secrets
 from evalkit.store import OUTPUT_COLUMNS, REOPEN_WAIT_S, SCORE_COLUMNS, Store
 
 _Batch = tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]
+
+
+@dataclass
+class WrittenCounts:
+    """What the answers handed to one writer add up to, counted as they come in: the figures
+    :func:`evalkit.run.summary.summarize` reads back from the store for the same rows (an
+    output is *errored* when the system or one of its scorers errored, *passed* when neither
+    did, it has no ``fail_reason`` and every scorer passed)."""
+
+    outputs: int = 0
+    errored: int = 0
+    passed: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_cached_usd: float = 0.0
+    latency_ms: float = 0.0  # summed: the mean is latency_ms / outputs
+    # Outputs of replay 0: the run's distinct cases, since a fresh run asks every case's
+    # replay 0 (a set of the ids would hold ~40 B a case)
+    first_replays: int = 0
+    # cause -> outputs, with the store's wording and the store's redaction of key-shaped text
+    error_causes: Counter[str] = field(default_factory=Counter)
+
+    def count(self, replay: int, output: Output, scores: list[Score], cost: float) -> None:
+        """One answer and its scores."""
+        self.outputs += 1
+        self.first_replays += replay == 0
+        scorer_errored = False
+        for score in scores:
+            if score.error:
+                scorer_errored = True
+                reason = redact_secrets(score.reason) if score.reason else ""
+                self.error_causes[f"scorer {score.scorer}: {reason}"] += 1
+        if output.error is not None:
+            self.error_causes[redact_secrets(output.error)] += 1
+        if output.error is not None or scorer_errored:
+            self.errored += 1
+        elif output.fail_reason is None and all(score.passed for score in scores):
+            self.passed += 1
+        self.cached += output.cached
+        self.prompt_tokens += output.prompt_tokens
+        self.completion_tokens += output.completion_tokens
+        self.cost_usd += cost
+        if output.cached:
+            self.cost_cached_usd += cost
+        self.latency_ms += output.latency_ms
 
 
 class BatchWriter:
@@ -58,6 +111,7 @@ class BatchWriter:
         self.pending = 0  # answers handed over and not yet committed (a batch in a write too)
         self.written = 0  # answers committed
         self.deferred = False  # a reader held the file at the last try
+        self.counts = WrittenCounts()  # every answer added, whether committed yet or not
         self._oldest: float | None = None  # when the oldest row not yet in a batch came in
         # Guards the buffers: ``add`` runs on the event loop, ``_take`` in the writer's thread.
         self._cond = threading.Condition()
@@ -138,6 +192,7 @@ class BatchWriter:
                 col["details"].append(details)
             self.pending += 1
             self._arrived()
+        self.counts.count(replay, output, scores, cost)
 
     def cache(self, key: str, response: str) -> None:
         with self._cond:
@@ -227,16 +282,20 @@ class BatchWriter:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, *, keep_open: bool = False) -> None:
         """Stop the thread, then append what is pending in one transaction, waiting up to
-        ``REOPEN_WAIT_S`` for readers to let go of the file (the end of a run)."""
+        ``REOPEN_WAIT_S`` for readers to let go of the file (the end of a run).
+
+        ``keep_open``: leave the file open after the write, for the caller's next statement
+        (the run's finish) instead of closing and reopening it in between.
+        """
         self._halt()
         if not self.pending and not self.cache_entries:
             return
         self.store.reopen(REOPEN_WAIT_S)
         with self._cond:
             batch, rows = self._take()
-        self._write(*batch)
+        self._write(*batch, release=not keep_open)
         self.pending -= rows
         self.written += rows
 
@@ -250,14 +309,20 @@ class BatchWriter:
         return batch, len(batch[0]["run_id"])
 
     def _write(
-        self, outputs: dict[str, list[Any]], scores: dict[str, list[Any]], entries: dict[str, str]
+        self,
+        outputs: dict[str, list[Any]],
+        scores: dict[str, list[Any]],
+        entries: dict[str, str],
+        *,
+        release: bool = True,
     ) -> None:
         """Append one batch to the opened store, then release the file for readers."""
         # Cache entries first: if we die between the two, a resume re-uses the answer rather
         # than asking again; outputs and scores of a batch land together or not at all.
         self.store.cache_put(entries)
         self.store.write_results(outputs, scores)
-        self.store.release()
+        if release:
+            self.store.release()
 
 
 def _columns() -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:

@@ -58,6 +58,7 @@ from evalkit.store.schema import (
     CACHE_COLUMNS,
     CASE_COLUMNS,
     DDL,
+    HISTORY_DDL,
     OUTPUT_COLUMNS,
     SCORE_COLUMNS,
     Columns,
@@ -76,6 +77,8 @@ DEFAULT_DB = Path("data/evalkit.duckdb")
 READ_RETRY_S = 5.0
 #: How long a writer that released the file waits for readers to let go before it gives up.
 REOPEN_WAIT_S = 60.0
+#: Cases per insert when a run is recorded (one transaction still): bounds the memory.
+CASE_ROWS_PER_INSERT = 2048
 
 
 def _now() -> dt.datetime:
@@ -126,8 +129,10 @@ def open_store(
         ) from None
     lock = WriterLock.acquire(db_path, wait_s)
     try:
+        existed = db_path.exists()  # under the writer lock: no evalkit writer makes it now
         con = connect_duckdb(db_path, False, max(wait_s, READ_RETRY_S))
-        con = evalkit_store(con, db_path, read_only=False)
+        if existed:  # a file DuckDB just created has no tables to check
+            con = evalkit_store(con, db_path, read_only=False)
     except BaseException:
         lock.release(discard=True)  # a file refused: leave its directory as it was
         raise
@@ -199,7 +204,11 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
         self._opened = 0  # times the file was opened (tests count it)
         con.execute("SET TimeZone = 'UTC'")
         if not read_only:
-            con.execute(DDL)
+            # One transaction, not a commit per statement: a new store's ~30 statements cost
+            # ~8 ms so, ~70 ms one by one (each commit writes and syncs the WAL). The history
+            # tables too, so a run's finish (record_history) creates none.
+            with self._transaction():
+                con.execute(DDL + HISTORY_DDL)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -214,9 +223,19 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
     @_serialized
     def release(self) -> None:
         """Close the DuckDB file but keep the writer lock: readers may open it until the next
-        use of this store reopens it. Cheap to call when already released."""
+        use of this store reopens it. Cheap to call when already released.
+
+        A writer lets go without a checkpoint: what it committed is in the WAL, which readers
+        and the next reopen replay (DuckDB still checkpoints once the WAL passes its
+        ``checkpoint_threshold``), and :meth:`close` checkpoints, so a closed store is one
+        file. A checkpoint at every release (before a run's first request, after each batch)
+        wrote the new blocks and synced the file each time.
+        """
         if self._conn is not None:
             con, self._conn = self._conn, None
+            if not self.read_only:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("PRAGMA disable_checkpoint_on_shutdown")
             con.close()
 
     @_serialized
@@ -238,11 +257,17 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
 
     @_serialized
     def close(self) -> None:
+        """Close the store (a writer checkpoints its WAL into the file) and let go of the lock."""
+        if self._conn is None and not self.read_only and self._wal().exists():
+            self.reopen(0.0)  # released with a WAL: fold it in (unless a reader holds the file)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
         if self._writer_lock is not None:
             self._writer_lock.release()
+
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + ".wal")
 
     def __enter__(self) -> Store:
         if self.read_only:  # a block of reads shares one opening of the file
@@ -273,7 +298,11 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
                     redact_known(json.dumps(manifest)),
                 ],
             )
-            self._insert("cases", case_columns(run_id, cases), CASE_COLUMNS)
+            # In slices: the column lists of 100k cases at once, and DuckDB's copy of them,
+            # were the peak of a whole run's memory (+260 MiB over the corpus itself).
+            for start in range(0, len(cases), CASE_ROWS_PER_INSERT):
+                chunk = cases[start : start + CASE_ROWS_PER_INSERT]
+                self._insert("cases", case_columns(run_id, chunk), CASE_COLUMNS)
             self._con.execute(  # its scorer sources are the manifest's: none recorded here
                 "INSERT INTO scorings (scoring_id, run_id, created_at, note) "
                 "VALUES (?, ?, ?, 'run')",
@@ -347,22 +376,61 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             self.record_history(run_id)
         return scoring_id
 
-    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
-        self._con.execute(
-            "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
-            [status, _now(), json.dumps(summary), run_id],
-        )
+    def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        summary: dict[str, Any],
+        *,
+        warnings: Sequence[str] | None = None,
+    ) -> None:
+        """Record a run's status and summary; with ``warnings``, also replace its manifest's
+        (:meth:`set_warnings`) in the same statement. A complete run's history counts are
+        recorded in the same transaction (one commit); when they cannot be (derived data),
+        the finish is recorded alone."""
         if status == "complete":
-            self.record_history(run_id)
+            try:
+                with self._transaction():
+                    self._record_finish(run_id, status, summary, warnings)
+                    self._record_history(run_id)
+                return
+            except (duckdb.Error, StoreError):
+                pass  # rolled back whole: record the finish without the history counts
+        self._record_finish(run_id, status, summary, warnings)
+
+    def _record_finish(
+        self,
+        run_id: str,
+        status: str,
+        summary: dict[str, Any],
+        warnings: Sequence[str] | None,
+    ) -> None:
+        if warnings is None:
+            self._con.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
+                [status, _now(), json.dumps(summary), run_id],
+            )
+            return
+        manifest = self.manifest(run_id)
+        manifest["warnings"] = list(warnings)
+        self._con.execute(
+            "UPDATE runs SET status = ?, finished_at = ?, summary = ?, manifest = ? "
+            "WHERE run_id = ?",
+            [status, _now(), json.dumps(summary), json.dumps(manifest), run_id],
+        )
 
     def record_history(self, run_id: str) -> None:
         """A complete run's (or new scoring's) history counts, for `evalkit history`: derived
         data, so a failure to record them loses nothing (history counts the run instead)."""
+        # one transaction (one commit, not five): a failure records nothing, and a run not
+        # recorded is counted from its rows instead
+        with contextlib.suppress(duckdb.Error, StoreError), self._transaction():
+            self._record_history(run_id)
+
+    def _record_history(self, run_id: str) -> None:
         from evalkit.store.history_sql import record_history
 
-        # each statement is atomic: a half-recorded run reads as not recorded
-        with contextlib.suppress(duckdb.Error, StoreError):
-            record_history(self._con, run_id, self.latest_scoring(run_id))
+        record_history(self._con, run_id, self.latest_scoring(run_id))
 
     def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
         """Replace ``manifest["warnings"]`` of a run (the config hash does not cover them)."""
@@ -604,7 +672,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
         return bool(rows[0][0])
 
     def has_table(self, name: str) -> bool:
-        """Whether the store has table ``name`` (derived tables appear on first use)."""
+        """Whether the store has table ``name`` (a store of an older evalkit may lack one)."""
         return self._has_table(name)
 
     def _has_table(self, name: str) -> bool:

@@ -1,6 +1,7 @@
-"""``evalkit run`` imports only what a run needs: no Polars, pyarrow, numpy, scipy or pandas on
-the way from the command line to stored verdicts (Polars alone is about 35 MiB of resident
-memory and 0.1 s of start-up), and no ``openai`` when the lean transport makes the requests."""
+"""``evalkit run`` imports only what a run needs: no Polars, pyarrow, numpy, scipy, pandas,
+altair or Jupyter on the way from the command line to stored verdicts (Polars alone is about
+35 MiB of resident memory and 0.1 s of start-up), no Rich for the summary, none of the other
+commands' modules, and no ``openai`` when the lean transport makes the requests."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from evalkit.demo.server import DemoServer
 REPO = Path(__file__).resolve().parents[2]
 
 #: Modules a plain run must not load; ``openai`` too when the lean transport is used.
-HEAVY = ("polars", "pyarrow", "numpy", "scipy", "pandas", "openai", "rich.progress")
+HEAVY = (
+    "polars", "pyarrow", "numpy", "scipy", "pandas", "altair", "jupyter_client", "nbformat",
+    "papermill", "openai", "rich", "evalkit.cli.gating", "evalkit.cli.notebook",
+    "evalkit.cli.demo", "evalkit.compare.analysis",
+)  # fmt: skip
 
 _RUN_AND_LIST = f"""
 import json, sys

@@ -1,0 +1,46 @@
+"""The ``evalkit`` parser imports the module of the command it is given, and only that one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import evalkit.cli as cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_command_maps_to_the_group_that_registers_it() -> None:
+    full = cli._parser()
+    (commands,) = [a for a in full._actions if a.dest == "command"]
+    assert set(commands.choices) == set(cli.COMMAND_GROUP)
+    assert set(cli.COMMAND_GROUP.values()) <= set(cli.COMMAND_GROUPS)
+    for command, group in cli.COMMAND_GROUP.items():
+        (own,) = [a for a in cli._parser(command)._actions if a.dest == "command"]
+        assert command in own.choices, f"{command} is not registered by evalkit.cli.{group}"
+
+
+_GROUPS_LOADED = """
+import json, sys
+from evalkit.cli import COMMAND_GROUPS, _parser
+args = _parser(sys.argv[1]).parse_args(sys.argv[1:])
+loaded = sorted(g for g in COMMAND_GROUPS if f"evalkit.cli.{g}" in sys.modules)
+print(json.dumps({"command": args.command, "loaded": loaded}))
+"""
+
+
+def test_a_command_loads_its_own_group_alone() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _GROUPS_LOADED, "run", "--db", "x.duckdb"],
+        capture_output=True, text=True, cwd=REPO, check=True, timeout=60,
+    )  # fmt: skip
+    assert json.loads(done.stdout) == {"command": "run", "loaded": ["running"]}
+
+
+def test_an_unknown_or_optional_first_word_builds_the_whole_parser() -> None:
+    assert cli._command_in(["--version"]) is None
+    assert cli._command_in(["rn"]) is None  # argparse's own error names the choices
+    assert cli._command_in([]) is None
+    assert cli._command_in(["run", "--tag", "x"]) == "run"
