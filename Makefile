@@ -27,8 +27,12 @@ install: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(BIN)/evalkit demo run --db data/demo.duckdb --out reports
 
+# Two pytest-xdist workers, each given whole test files (--dist loadfile: a module's shared
+# set-up, such as its demo server or scaffolded project, runs once). The slow tests are CPU-bound
+# (evalkit CLI subprocesses, papermill kernels), so a second worker pays where a second core is
+# free; `make test TEST_WORKERS=0` runs the suite in this one process.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $${TEST_WORKERS:-2} --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check evalkit tests bench
