@@ -24,6 +24,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")
+
+
 class MessageSpec(_Strict):
     role: Literal["user", "assistant", "system", "tool"]
     content: str
@@ -92,7 +95,7 @@ class CaseSpec(_Strict):
     @field_validator("id")
     @classmethod
     def _id_chars(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*", value):
+        if not _ID.fullmatch(value):
             raise ValueError("id may use letters, digits and _ . : / - only")
         return value
 

@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import inspect
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,18 +26,24 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evalkit.corpus.case_scorers import DeferredScorers, ExpectEntry, PendingScorers, ScorerBinder
+from evalkit.corpus.case_scorers import DeferredScorers, PendingScorers, ScorerBinder, SharedExpect
 from evalkit.corpus.case_spec import CaseSpec, describe_validation
 from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_input import (
     find_yaml_files,
+    mapping_value,
     node_line,
+    parse_yaml_text,
     paused_gc,
-    read_yaml_file,
+    read_yaml_text,
+    self_contained,
+    sequence_items,
+    sequence_key,
 )
 from evalkit.errors import CorpusError
 from evalkit.records import canonical_json
 from evalkit.scorers import SCORERS, Scorer
+from evalkit.scorers.registry import factory_signature
 
 CASE_GLOBS = ("*.yaml", "*.yml")
 #: Refused before parsing (a 50 MB flat list grows to gigabytes in a YAML loader); a module
@@ -52,12 +59,16 @@ _EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers` lists th
 # --- the loaded case -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Case:
     """One validated case, bound to its scorers.
 
     ``hash`` is the sha256 of the canonical serialization of the case content: key order and
     YAML formatting do not change it; any content change does.
+
+    Slotted (a corpus holds 100,000 of them: no per-case ``__dict__``); cases of one load
+    share what they write alike (a tags tuple, an empty ``provenance`` or ``fixtures``, the
+    scorers of an ``expect`` list), which readers never modify.
     """
 
     id: str
@@ -85,9 +96,10 @@ class Case:
         return json.dumps(payload, sort_keys=True, default=str)
 
 
-# Set after the dataclass is made (a descriptor in the class body would become its default):
-# ``load_corpus(defer_scorers=True)`` stores pending scorers, built when first read.
-Case.scorers = DeferredScorers()  # type: ignore[assignment]
+# Set after the dataclass is made (a descriptor in the class body would become its default),
+# over the slot it made for the field: ``load_corpus(defer_scorers=True)`` stores pending
+# scorers, built when first read.
+Case.scorers = DeferredScorers(Case.__dict__["scorers"])  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -161,6 +173,34 @@ def case_hash(spec: CaseSpec) -> str:
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
+#: ``canonical_json``'s layout, by the C encoder: what pydantic dumps in JSON mode is already
+#: plain JSON data with string keys, so the walk of ``canonical_json`` changes only floats
+#: with an integral value (1.0 is written 1), and those are written ``1.0`` or ``1e+16``.
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+_MAYBE_INTEGRAL_FLOAT = re.compile(r"\.0(?![0-9])|e\+")  # also in strings: then the slow way
+_HASH_EXCLUDES = frozenset({"review", "expect"})
+
+
+def _canonical(value: Any) -> str:
+    """``canonical_json(value)`` of a JSON-mode dump, by the C encoder when that is the same."""
+    try:
+        text = _CANONICAL.encode(value)
+    except (TypeError, ValueError):
+        return canonical_json(value)
+    return canonical_json(value) if _MAYBE_INTEGRAL_FLOAT.search(text) else text
+
+
+def _case_hash(spec: CaseSpec, expect_json: str) -> tuple[str, dict[str, Any]]:
+    """``case_hash(spec)`` with the ``expect`` part given (its canonical JSON, the same for
+    every case sharing the list), and the dump of the rest. The canonical form of an object
+    is its members in key order, so the rest is written around ``expect``'s place."""
+    payload = spec.model_dump(mode="json", exclude_defaults=True, exclude=_HASH_EXCLUDES)
+    head = _canonical({k: v for k, v in payload.items() if k < "expect"})[1:-1]
+    tail = _canonical({k: v for k, v in payload.items() if k > "expect"})[1:-1]
+    text = ",".join(part for part in (head, f'"expect":{expect_json}', tail) if part)
+    return hashlib.sha256(f"{{{text}}}".encode()).hexdigest(), payload
+
+
 # --- loading ---------------------------------------------------------------------------------
 
 
@@ -196,12 +236,13 @@ def load_corpus(
     warnings: list[str] = []
     errors = _Problems(max_errors)
     binder = ScorerBinder(root_path)
+    shared = _LoadShared()
     for directory in dirs:
         for path in find_yaml_files(root_path / directory, root_path, CASE_GLOBS):
             with errors.collect():
                 loaded = _load_file(
                     path, root_path, sealed=directory == "sealed", errors=errors, binder=binder,
-                    defer=defer_scorers,
+                    defer=defer_scorers, shared=shared,
                 )  # fmt: skip
                 if not loaded and not errors.found_in(_relative(path, root_path)):
                     warnings.append(
@@ -209,7 +250,7 @@ def load_corpus(
                         "(a YAML list, each starting with '- id:') or delete it"
                     )
                 for case in loaded:
-                    with errors.collect():
+                    try:  # each case on its own (not a with-block: this runs per case)
                         if case.id in seen:
                             raise CorpusError(
                                 f"duplicate id (first defined at {seen[case.id]}); rename one",
@@ -221,6 +262,8 @@ def load_corpus(
                         if user_template is not None:
                             _check_vars(case, user_template)
                         cases.append(case)
+                    except CorpusError as exc:
+                        errors.add(exc)
     errors.raise_any()
     file_hashes.update(binder.file_hashes)
     return Corpus(root_path, tuple(cases), dict(sorted(file_hashes.items())), tuple(warnings))
@@ -256,15 +299,17 @@ class _Problems:
     def collect(self) -> Iterator[None]:
         try:
             yield
-        except CorpusErrors:
-            raise
         except CorpusError as exc:
-            if self.limit == 1:
-                raise
-            self.errors.append(exc)
-            if len(self.errors) >= self.limit:
-                self.truncated = True
-                raise CorpusErrors(self.errors, truncated=True) from None
+            self.add(exc)
+
+    def add(self, exc: CorpusError) -> None:
+        """Keep one problem, or raise it (the limit is 1), or raise them all (limit reached)."""
+        if isinstance(exc, CorpusErrors) or self.limit == 1:
+            raise exc
+        self.errors.append(exc)
+        if len(self.errors) >= self.limit:
+            self.truncated = True
+            raise CorpusErrors(self.errors, truncated=True) from None
 
     def found_in(self, rel: str) -> bool:
         return any(e.path == rel for e in self.errors)
@@ -279,7 +324,25 @@ class _Problems:
 def load_cases_file(path: str | Path, root: str | Path) -> list[Case]:
     """Validate a single case file (used by editors and tests)."""
     root_path = Path(root).resolve()
-    return _load_file(Path(path).resolve(), root_path, sealed=False, binder=ScorerBinder(root_path))
+    return _load_file(
+        Path(path).resolve(), root_path, sealed=False, binder=ScorerBinder(root_path),
+        shared=_LoadShared(),
+    )  # fmt: skip
+
+
+class _LoadShared:
+    """What the cases of one load share instead of holding a copy each: one tuple per distinct
+    tags list, one empty ``provenance`` and one empty ``fixtures`` (never modified: a case is
+    a frozen record, and every reader only reads them)."""
+
+    def __init__(self) -> None:
+        self.tags: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.no_provenance: dict[str, Any] = {}
+        self.no_fixtures: dict[str, Any] = {"tools": {}, "documents": []}
+
+    def tags_of(self, tags: list[str]) -> tuple[str, ...]:
+        key = tuple(tags)
+        return self.tags.setdefault(key, key)
 
 
 def _load_file(
@@ -288,11 +351,13 @@ def _load_file(
     *,
     sealed: bool,
     binder: ScorerBinder,
+    shared: _LoadShared,
     errors: _Problems | None = None,
     defer: bool = False,
 ) -> list[Case]:
     rel = _relative(path, root)
-    data, node = read_yaml_file(path, rel, MAX_CASE_FILE_BYTES)
+    text = read_yaml_text(path, rel, MAX_CASE_FILE_BYTES)
+    data, node = parse_yaml_text(text, rel)
     if data is None:
         return []
     if not isinstance(data, list):
@@ -303,15 +368,32 @@ def _load_file(
             path=rel,
             line=1,
         )
+    # An expect list's source text (and column) is its key for sharing what checking it found
+    # with the next case writing it alike, in a document whose nodes read from their own text.
+    source = text if self_contained(text) else None
+    place = _Place(rel, binder, shared, sealed, defer, source)
     cases = []
     for index, (raw, item_node) in enumerate(zip(data, node.value, strict=True)):
         line = item_node.start_mark.line + 1
-        if errors is None:
-            cases.append(_build_case(raw, item_node, rel, line, index, binder, sealed, defer))
-            continue
-        with errors.collect():  # each case on its own: lint reports them all
-            cases.append(_build_case(raw, item_node, rel, line, index, binder, sealed, defer))
+        try:  # each case on its own: lint reports them all (not a with-block: per case)
+            cases.append(_build_case(raw, item_node, line, index, place))
+        except CorpusError as exc:
+            if errors is None:
+                raise
+            errors.add(exc)
     return cases
+
+
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """What every case of one file is built with."""
+
+    rel: str
+    binder: ScorerBinder
+    shared: _LoadShared
+    sealed: bool
+    defer: bool
+    source: str | None  # the file's text, when an expect list's text is its key (see above)
 
 
 def _quoted(value: Any) -> str:
@@ -326,16 +408,8 @@ def _shown_id(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _build_case(
-    raw: Any,
-    node: Any,
-    rel: str,
-    line: int,
-    index: int,
-    binder: ScorerBinder,
-    sealed: bool,
-    defer: bool,
-) -> Case:
+def _build_case(raw: Any, node: Any, line: int, index: int, place: _Place) -> Case:
+    rel, binder = place.rel, place.binder
     if not isinstance(raw, dict):
         raise CorpusError(
             f"case #{index + 1} must be a mapping, got {type(raw).__name__}", path=rel, line=line
@@ -344,52 +418,77 @@ def _build_case(
     if case_id is None or case_id == "":
         raise CorpusError(f"case #{index + 1} has no id", path=rel, line=line)
     case_id = _shown_id(case_id)
-    original = raw
-    raw = {**raw, "expect": _expand_short_forms(raw.get("expect"), rel, node, case_id)}
+    expect_node = mapping_value(node, "expect")
+    key = sequence_key(expect_node, place.source)
+    known = binder.known_expect(key)
+    given = raw.get("expect")
+    if known is not None and isinstance(given, list) and len(given) == len(known.specs):
+        given = known.specs  # validated already: pydantic takes a validated entry as it is
+    else:
+        known = None
+        given = _expand_short_forms(given, rel, node, case_id)
     try:
-        spec = CaseSpec.model_validate(raw)
+        spec = CaseSpec.model_validate({**raw, "expect": given})
     except ValidationError as exc:
         first = exc.errors()[0]
         if first["loc"][:1] == ("expect",) or first["type"] == "extra_forbidden":
-            _check_expect(original, node, rel, line, case_id)  # its own message, if it is that
+            _check_expect(raw, node, rel, line, case_id)  # its own message, if it is that
         message, key_line = describe_validation(exc, node, line)
         raise CorpusError(message, path=rel, line=key_line, case_id=case_id) from None
-    entries = []
-    for position, entry in enumerate(spec.expect):
-        entry_line = _seq_item_line(node, "expect", position) or line
+    lines = _entry_lines(expect_node, len(spec.expect), line)
+    if known is None:
+        known = _share_expect(spec, key, lines, place, case_id)
+    offsets = binder.shared_offsets(tuple(n - line for n in lines))
+    pending = PendingScorers(binder, known, rel, case_id, line, offsets)
+    scorers: tuple[Scorer, ...] | PendingScorers = pending if place.defer else pending.build()
+    hash_, payload = _case_hash(spec, known.canonical)
+    inputs = spec.input
+    fixtures = spec.fixtures
+    return Case(
+        id=spec.id,
+        tags=place.shared.tags_of(spec.tags),
+        criticality=spec.criticality,
+        # exclude_defaults dropped the same fields exclude_none would: all default to None
+        provenance=payload.get("provenance") or place.shared.no_provenance,
+        messages=tuple(payload["input"]["messages"]) if inputs.messages is not None else None,
+        vars=dict(inputs.vars) if inputs.vars is not None else None,
+        fixtures=fixtures.model_dump(mode="json")
+        if fixtures.tools or fixtures.documents
+        else place.shared.no_fixtures,
+        scorers=scorers,  # type: ignore[arg-type]  # PendingScorers: Case.scorers builds them
+        hash=hash_,
+        source=f"{rel}:{line}",
+        sealed=place.sealed,
+        group=spec.group,
+        review=spec.review,
+    )
+
+
+def _share_expect(
+    spec: CaseSpec, key: tuple[int, str] | None, lines: tuple[int, ...], place: _Place, case_id: str
+) -> SharedExpect:
+    """The checks a new ``expect`` list gets once per load: known scorer names, files found and
+    hashed, its canonical JSON."""
+    for entry, entry_line in zip(spec.expect, lines, strict=True):
         if entry.scorer not in SCORERS:
             hint = _suggest(entry.scorer, SCORERS)
             raise CorpusError(
                 f"unknown scorer {_quoted(entry.scorer)}{hint}",
-                path=rel,
+                path=place.rel,
                 line=entry_line,
                 case_id=case_id,
             )
-        entries.append(ExpectEntry(entry.scorer, entry.args, entry_line))
-    expect = tuple(entries)
-    binder.hash_files(expect, rel, case_id)
-    pending = PendingScorers(binder, expect, rel, case_id)
-    scorers: tuple[Scorer, ...] | PendingScorers = pending if defer else pending.build()
-    inputs = spec.input
-    return Case(
-        id=spec.id,
-        tags=tuple(spec.tags),
-        criticality=spec.criticality,
-        provenance=spec.provenance.model_dump(mode="json", exclude_none=True)
-        if spec.provenance
-        else {},
-        messages=tuple(m.model_dump(exclude_none=True) for m in inputs.messages)
-        if inputs.messages is not None
-        else None,
-        vars=dict(inputs.vars) if inputs.vars is not None else None,
-        fixtures=spec.fixtures.model_dump(mode="json"),
-        scorers=scorers,  # type: ignore[arg-type]  # PendingScorers: Case.scorers builds them
-        hash=case_hash(spec),
-        source=f"{rel}:{line}",
-        sealed=sealed,
-        group=spec.group,
-        review=spec.review,
+    dumped = [e.model_dump(mode="json", exclude_defaults=True) for e in spec.expect]
+    return place.binder.share_expect(
+        key, spec.expect, canonical_json(dumped), lines, place.rel, case_id
     )
+
+
+def _entry_lines(expect_node: Any, count: int, line: int) -> tuple[int, ...]:
+    """The line of each expect entry (the case's line for one whose node is not found, as when
+    ``expect`` comes from a merge key)."""
+    items = sequence_items(expect_node)
+    return tuple(items[i].start_mark.line + 1 if i < len(items) else line for i in range(count))
 
 
 def _check_expect(raw: dict[str, Any], node: Any, rel: str, line: int, case_id: str) -> None:
@@ -461,7 +560,7 @@ def _expand_short_forms(expect: Any, rel: str, node: Any, case_id: str) -> Any:
 
 def _accepts_all(factory: Any, keys: Iterable[str]) -> bool:
     """Whether every key is an argument of the factory (any key, if it takes ``**kwargs``)."""
-    params = inspect.signature(factory).parameters
+    params = factory_signature(factory).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return True
     return set(keys) <= set(params)

@@ -85,10 +85,35 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-_CLoader = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
+_CSafeLoader = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
+
+
+if _CSafeLoader is not None:
+
+    class _Composer(_CSafeLoader):  # type: ignore[misc, valid-type]
+        """libyaml's safe loader, composing without two Python calls per node: its composer
+        calls ``descend_resolver(parent, index)`` and ``ascend_resolver()`` around every node
+        for path resolvers, which return at once when none is registered (none is: see
+        :func:`_loader`). Here they are C callables that do nothing (a class attribute that is
+        a type does not bind ``self``): ``slice`` makes a throwaway object, ``tuple`` returns
+        the empty tuple."""
+
+        descend_resolver = slice
+        ascend_resolver = tuple
+
+
+def _loader(text: str) -> Any:
+    """A libyaml loader of ``text`` (PyYAML's own when someone registered a path resolver)."""
+    if _Composer.yaml_path_resolvers:
+        return _CSafeLoader(text)
+    return _Composer(text)
+
+
+_CLoader = _CSafeLoader  # the fast path runs when PyYAML has libyaml
 #: Text libyaml reads where PyYAML refuses it: tabs, and a block scalar header running into a
-#: comment (``>#``). Such documents go to the Python loader.
+#: comment (``>#``). Such documents go to the Python loader (:func:`_lenient` asks this).
 _LENIENT = re.compile(r"\t|[|>][-+0-9]*#")
+_BLOCK_HEADER_COMMENT = re.compile(r"[|>][-+0-9]*#")  # _LENIENT without its tab
 _NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
 _OPEN_EVENTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _CLOSE_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
@@ -107,9 +132,9 @@ def _parse_fast(text: str) -> tuple[Any, Any] | None:
     error, a control character (the Python reader's check) and any refusal other than the node
     count return None: the Python loader then gives its own message.
     """
-    if _CLoader is None or _LENIENT.search(text) or yaml.reader.Reader.NON_PRINTABLE.search(text):
+    if _CLoader is None or _lenient(text) or yaml.reader.Reader.NON_PRINTABLE.search(text):
         return None
-    loader = _CLoader(text)
+    loader = _loader(text)
     try:
         events = loader.raw_parse()
     except yaml.YAMLError:
@@ -118,7 +143,7 @@ def _parse_fast(text: str) -> tuple[Any, Any] | None:
         loader.dispose()
     if events > MAX_YAML_NODES and not _count_nodes(text):
         return None
-    loader = _CLoader(text)
+    loader = _loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -138,6 +163,15 @@ def _parse_fast(text: str) -> tuple[Any, Any] | None:
         loader.dispose()
 
 
+def _lenient(text: str) -> bool:
+    """``_LENIENT.search(text)``, without running the pattern over text that has neither a tab
+    nor a ``|`` or ``>`` (most case files): substring tests are a scan at memory speed, the
+    pattern tries its alternatives at every character."""
+    if "\t" in text:
+        return True
+    return ("|" in text or ">" in text) and _BLOCK_HEADER_COMMENT.search(text) is not None
+
+
 def _count_nodes(text: str) -> bool:
     """Count the nodes event by event (nothing kept); False on a YAML error.
 
@@ -145,7 +179,7 @@ def _count_nodes(text: str) -> bool:
         YAMLInputError: more than ``MAX_YAML_NODES`` nodes, at the line the Python composer
             names.
     """
-    scan = _CLoader(text)
+    scan = _loader(text)
     try:
         nodes = 0
         while scan.check_event():
@@ -203,22 +237,52 @@ def _build_tree(node: yaml.Node, constructor: Any, level: int, flow: bool) -> An
         return build(constructor, node)
     level += 1
     flow = flow or bool(node.flow_style)
+    # Most children are non-empty plain strings: taken here without a call (two calls in three
+    # on a case file), exactly as the scalar branch above would take them: a non-empty str,
+    # without a '?' when unquoted inside brackets, not too deep.
+    inline = level <= MAX_YAML_DEPTH
     if kind is yaml.SequenceNode and tag == _SEQ:
-        return [_build_tree(child, constructor, level, flow) for child in node.value]
+        return [
+            child.value
+            if inline
+            and type(child) is _SCALAR
+            and child.tag == _STR
+            and child.value
+            and (not flow or child.style or "?" not in child.value)
+            else _build_tree(child, constructor, level, flow)
+            for child in node.value
+        ]
     if kind is not yaml.MappingNode or tag != _MAP:
         raise _Fallback
     mapping = {}
     for key, value in node.value:
-        if type(key) is not yaml.ScalarNode or key.tag not in _KEY_TAGS:
+        if type(key) is not _SCALAR or key.tag not in _KEY_TAGS:
             raise _Fallback
-        mapping[_build_tree(key, constructor, level, flow)] = _build_tree(
-            value, constructor, level, flow
-        )
+        if (
+            inline
+            and key.tag == _STR
+            and key.value
+            and (not flow or key.style or "?" not in key.value)
+        ):
+            built_key = key.value
+        else:
+            built_key = _build_tree(key, constructor, level, flow)
+        if (
+            inline
+            and type(value) is _SCALAR
+            and value.tag == _STR
+            and value.value
+            and (not flow or value.style or "?" not in value.value)
+        ):
+            mapping[built_key] = value.value
+        else:
+            mapping[built_key] = _build_tree(value, constructor, level, flow)
     if len(mapping) != len(node.value):
         raise _Fallback
     return mapping
 
 
+_SCALAR = yaml.ScalarNode
 _KEY_TAGS = frozenset({_STR, *_SCALARS})
 
 
@@ -397,6 +461,15 @@ def read_yaml_file(path: Path, rel: str, max_bytes: int) -> tuple[Any, Any]:
     Raises:
         CorpusError: ``rel:line: what is wrong``, one line.
     """
+    return parse_yaml_text(read_yaml_text(path, rel, max_bytes), rel)
+
+
+def read_yaml_text(path: Path, rel: str, max_bytes: int) -> str:
+    """A YAML file's text, refused before reading when larger than ``max_bytes``.
+
+    Raises:
+        CorpusError: ``rel: what is wrong`` (too large, not UTF-8, unreadable), one line.
+    """
     try:
         size = path.stat().st_size
         if size > max_bytes:
@@ -405,11 +478,19 @@ def read_yaml_file(path: Path, rel: str, max_bytes: int) -> tuple[Any, Any]:
                 "limit; split it into several files",
                 path=rel,
             )
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=rel) from None
     except OSError as exc:
         raise CorpusError(f"cannot read: {exc.strerror or exc}", path=rel) from None
+
+
+def parse_yaml_text(text: str, rel: str) -> tuple[Any, Any]:
+    """``parse_yaml`` of the text of the file ``rel``.
+
+    Raises:
+        CorpusError: ``rel:line: what is wrong``, one line.
+    """
     try:
         return parse_yaml(text)
     except YAMLInputError as exc:
@@ -470,6 +551,40 @@ def node_line(node: Any, loc: Sequence[Any]) -> int | None:
         else:
             return line
     return line
+
+
+def mapping_value(node: Any, key: str) -> Any:
+    """The value node of ``key`` in a mapping node (the first, as :func:`node_line` finds it),
+    or None."""
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if k.value == key:
+                return v
+    return None
+
+
+def sequence_items(node: Any) -> list[Any]:
+    """The item nodes of a sequence node (none for anything else)."""
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+def self_contained(text: str) -> bool:
+    """Whether every node of the document reads from its own text alone: no anchor (so no
+    alias, whose value is written elsewhere) and no directive (a %TAG handle is defined at the
+    top). Conservative: an '&' or a line starting with '%' inside a string counts too."""
+    return "&" not in text and not text.startswith("%") and "\n%" not in text
+
+
+def sequence_key(node: Any, text: str | None) -> tuple[int, str] | None:
+    """A sequence node's column and source text in ``text`` (None: no text, or not a
+    sequence). In a :func:`self_contained` document, nodes with equal keys read as equal
+    values: a block node's reading depends on its text and the columns in it, which its
+    start column fixes (the text before it on its first line is not part of it); a flow
+    node's on its text alone."""
+    if text is None or not isinstance(node, yaml.SequenceNode):
+        return None
+    start, end = node.start_mark, node.end_mark
+    return start.column, text[start.index : end.index]
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -148,7 +149,7 @@ def build_scorer(
             path.relative = str(bound[arg])
             file_hashes[path.relative] = _file_sha256(path)
             bound[arg] = path
-    signature = inspect.signature(definition.factory)
+    signature = factory_signature(definition.factory)
     try:
         signature.bind(**bound)
     except TypeError as exc:
@@ -166,6 +167,13 @@ def build_scorer(
             _SHARED.clear()
         _SHARED[key] = built
     return built
+
+
+@functools.lru_cache(maxsize=1024)
+def factory_signature(factory: Callable[..., ScoreFn]) -> inspect.Signature:
+    """``inspect.signature`` of a factory, worked out once per factory (it walks the function's
+    code and annotations: a corpus of distinct entries asked it once per entry)."""
+    return inspect.signature(factory)
 
 
 #: Bound built-in deterministic scorers without file arguments, shared by every case that

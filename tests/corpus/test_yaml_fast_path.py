@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,3 +136,33 @@ def test_the_node_limit_refuses_at_the_same_line(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(YAMLInputError, match="more than 50 values") as refused:
         parse_yaml(text)
     assert refused.value.line == 17
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "a: b", "a:\tb", "\t", "a: |#\n  x", "a: >-#", "a: |2\n  x", "b > c", "x | y #", "|+0#"],
+)
+def test_the_lenient_check_skips_the_pattern_without_changing_its_answer(text: str) -> None:
+    assert yaml_input._lenient(text) == bool(yaml_input._LENIENT.search(text))
+
+
+def test_the_composer_gives_the_nodes_pyyaml_gives() -> None:
+    """The composer without per-node path-resolver calls builds the same node graph."""
+    if yaml_input._CLoader is None:
+        pytest.skip("PyYAML without libyaml")
+
+    def shape(node: Any) -> Any:
+        marks = (node.tag, node.start_mark.index, node.end_mark.index, node.start_mark.line)
+        if isinstance(node.value, list):
+            return (marks, [shape(v) if not isinstance(v, tuple) else tuple(map(shape, v))
+                            for v in node.value])  # fmt: skip
+        return (marks, node.value, node.style)
+
+    for path in SAMPLES:
+        text = path.read_text(encoding="utf-8")
+        ours, theirs = yaml_input._loader(text), yaml.CSafeLoader(text)
+        try:
+            assert shape(ours.get_single_node()) == shape(theirs.get_single_node()), path
+        finally:
+            ours.dispose()
+            theirs.dispose()
