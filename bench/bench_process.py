@@ -163,13 +163,13 @@ import sys, time
 sys.path.insert(0, {str(REPO)!r})
 from evalkit.corpus.case_scorers import is_pending
 from evalkit.corpus.cases import load_corpus
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 ids = sys.argv[2:]
 corpus = load_corpus(sys.argv[1], defer_scorers=bool(ids))
 chosen = corpus.select(ids=ids) if ids else corpus
-seconds = time.perf_counter() - t0
+seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 built = sum(not is_pending(c) for c in corpus.cases)
-print(len(corpus.cases), seconds, len(chosen.cases), built)
+print(len(corpus.cases), seconds, len(chosen.cases), built, cpu)
 """
 
 
@@ -445,12 +445,13 @@ def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for _ in range(args.rounds):  # alternating: every case, then two selected
             every = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir)])
             selected = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir), *two])
-            loaded, seconds, _, built = every.stdout.split()
-            _, two_s, chosen, two_built = selected.stdout.split()
+            loaded, seconds, _, built, cpu = every.stdout.split()
+            _, two_s, chosen, two_built, _ = selected.stdout.split()
             runs.append(
                 {
                     "loaded": int(loaded),
                     "load_s": float(seconds),
+                    "load_cpu_s": float(cpu),  # the load's own CPU: what a loaded machine hides
                     "built": int(built),
                     "rss_mib": every.peak_rss_mib,
                     "two_s": float(two_s),
@@ -459,6 +460,7 @@ def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 }
             )
         load_s = statistics.median(r["load_s"] for r in runs)
+        cpu_s = statistics.median(r["load_cpu_s"] for r in runs)
         two_s = statistics.median(r["two_s"] for r in runs)
         by_size[str(n)] = {
             "cases": n,
@@ -467,6 +469,7 @@ def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "built": runs[0]["built"],
             "two_built": runs[0]["two_built"],
             "median_load_s": load_s,
+            "cpu_ms_per_case": 1000 * cpu_s / n,
             "ms_per_case": 1000 * load_s / n,
             "median_two_s": two_s,
             "two_ms_per_case": 1000 * two_s / n,
@@ -692,6 +695,7 @@ def _print(mode: str, f: dict[str, Any]) -> None:
         for n, e in f["by_size"].items():
             print(
                 f"  {int(n):>7,} cases: {e['median_load_s']:.3f} s = {e['ms_per_case']:.4f} ms/case"
+                f" (CPU {e['cpu_ms_per_case']:.4f} ms/case)"
                 f" ({e['ms_per_case_vs_smallest']:.2f}x the smallest size's per case); loaded "
                 f"{e['loaded']:,}; two selected (deferred): {e['median_two_s']:.3f} s = "
                 f"{e['two_ms_per_case']:.4f} ms/case, {e['two_built']} cases' scorers built"

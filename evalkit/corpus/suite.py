@@ -212,8 +212,19 @@ class JudgeConfig(_Strict):
     max_retry_after_s: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
 
     def resolved_transport(self) -> Literal["openai", "lean"]:
-        """A judge always uses the official client."""
-        return "openai"
+        """The judge's transport, as ``system.transport: auto`` picks it: lean for a named
+        OpenAI-compatible ``base_url``, the official client for the OpenAI API (or an unset
+        ``base_url``: ``OPENAI_BASE_URL``). A judge-heavy run makes as many judge calls as
+        system calls; the official client's CPU per call is ~6x lean's (bench/bench_judge.py).
+
+        Examples:
+            >>> JudgeConfig(model="j", base_url="http://127.0.0.1:8000/v1").resolved_transport()
+            'lean'
+            >>> JudgeConfig(model="gpt-4.1").resolved_transport()
+            'openai'
+        """
+        host = urlparse(self.base_url or "").hostname or ""
+        return "lean" if self.base_url and host != "api.openai.com" else "openai"
 
     def effective_endpoint(self) -> Endpoint:
         """The endpoint judge requests go to (``OPENAI_BASE_URL`` when ``base_url`` is unset)."""
