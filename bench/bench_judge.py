@@ -33,7 +33,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import bench_process  # noqa: E402  (the spawner and its rusage figures)
+import loopback  # noqa: E402  (the server script's tail and its process)
 
 REPO = bench_process.REPO
 JUDGE_MODEL = "bench-judge"
@@ -53,7 +53,8 @@ RUBRIC = (
 )
 
 #: ``python -c SERVER latency_ms``: prints its port, serves until stdin closes.
-SERVER = """
+SERVER = (
+    """
 import asyncio, json, sys, threading, time
 from aiohttp import web
 
@@ -83,24 +84,9 @@ async def reset(request):
         times.clear()
     return web.json_response({})
 
-async def main():
-    app = web.Application(client_max_size=16 << 20)
-    app.add_routes([web.post("/v1/chat/completions", chat), web.get("/stats", stats),
-                    web.post("/reset", reset)])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-    await site.start()
-    print(site._server.sockets[0].getsockname()[1], flush=True)
-    loop = asyncio.get_running_loop()
-    done = asyncio.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(done.set)),
-                     daemon=True).start()
-    await done.wait()
-    await runner.cleanup()
-
-asyncio.run(main())
 """
+    + loopback.SERVE
+)
 
 #: ``python -c BARE_LOOP base_url cases concurrency``: both calls per case, no evalkit.
 BARE_LOOP = f"""
@@ -144,41 +130,14 @@ asyncio.run(main())
 """
 
 
-class Server:
+class Server(loopback.LoopbackServer):
     """The loopback server process (stopped on exit of the ``with`` block)."""
 
     def __init__(self, latency_ms: float) -> None:
-        import subprocess
-
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(latency_ms)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self.process.stdout is not None
-        port = self.process.stdout.readline().strip()
-        if not port:
-            self.stop()
-            raise RuntimeError("the bench server did not start")
-        self.root = f"http://127.0.0.1:{port}"
-        self.base_url = self.root + "/v1"
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.communicate(timeout=10)  # closes stdin: the server exits
+        super().__init__(SERVER, latency_ms)
 
     def arrivals(self) -> dict[str, list[float]]:
-        with urllib.request.urlopen(self.root + "/stats", timeout=10) as response:
-            return json.loads(response.read())
-
-    def reset(self) -> None:
-        request = urllib.request.Request(self.root + "/reset", method="POST", data=b"")
-        urllib.request.urlopen(request, timeout=10).close()
+        return self.stats()
 
 
 def stop_spawner() -> None:

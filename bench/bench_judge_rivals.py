@@ -60,7 +60,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +69,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import bench_judge  # noqa: E402  (the suite, the bare loop and the judge prompt evalkit sends)
 import bench_process  # noqa: E402  (the spawner and its rusage figures)
+import loopback  # noqa: E402  (the server script's tail and its process)
 
 REPO = bench_process.REPO
 RIVALS = BENCH / ".rivals"
@@ -123,7 +123,8 @@ DEFAULT_NAMES = ("bare", "evalkit", *(tool.name for tool in RIVAL_TOOLS))
 ALL_NAMES = (*DEFAULT_NAMES, *EXTRA_NAMES)
 
 #: ``python -c SERVER latency_ms``: prints its port, serves until stdin closes.
-SERVER = """
+SERVER = (
+    """
 import asyncio, json, sys, threading, time
 from aiohttp import web
 
@@ -178,24 +179,9 @@ async def reset(request):
     by_model.clear()
     return web.json_response({})
 
-async def main():
-    app = web.Application(client_max_size=16 << 20)
-    app.add_routes([web.post("/v1/chat/completions", chat), web.get("/stats", stats),
-                    web.post("/reset", reset)])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-    await site.start()
-    print(site._server.sockets[0].getsockname()[1], flush=True)
-    loop = asyncio.get_running_loop()
-    done = asyncio.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(done.set)),
-                     daemon=True).start()
-    await done.wait()
-    await runner.cleanup()
-
-asyncio.run(main())
 """
+    + loopback.SERVE
+)
 
 #: DeepEval, as ``python -c DEEPEVAL_RUN base_url cases concurrency``: the system calls, then
 #: ``evaluate`` with GEval; prints the number of passed test cases.
@@ -312,35 +298,14 @@ def installed_version(tool: Tool) -> str:
     ).stdout.strip()
 
 
-class Server:
+class Server(loopback.LoopbackServer):
     """The loopback server process (stopped on exit of the ``with`` block)."""
 
     def __init__(self, latency_ms: float) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(latency_ms)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self.process.stdout is not None
-        port = self.process.stdout.readline().strip()
-        if not port:
-            self.stop()
-            raise RuntimeError("the bench server did not start")
-        self.root = f"http://127.0.0.1:{port}"
-        self.base_url = self.root + "/v1"
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.communicate(timeout=10)  # closes stdin: the server exits
+        super().__init__(SERVER, latency_ms)
 
     def served(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.root + "/stats", timeout=10) as response:
-            got = json.loads(response.read())
+        got = self.stats()
         system, judge = sorted(got["system"]), sorted(got["judge"])
         last_system = system[-1] if system else 0.0
         return {
@@ -350,10 +315,6 @@ class Server:
             # no phase barrier: the first judge call arrived before the last system call
             "overlap": bool(judge) and judge[0] < last_system,
         }
-
-    def reset(self) -> None:
-        request = urllib.request.Request(self.root + "/reset", method="POST", data=b"")
-        urllib.request.urlopen(request, timeout=10).close()
 
 
 def tool_env(work: Path, base_url: str) -> dict[str, str]:
