@@ -6,8 +6,10 @@ rubric and tool files). What a load keeps is traced memory after the load minus 
 corpus still held, divided by N: the case objects, their strings and dicts, their pending (or
 built, shared) scorers, and what the load retains besides (compiled schemas, file hashes), which
 is a fixed cost that shrinks per case as N grows. Peak is the high-water mark during the load
-(the YAML node graph of one file is its largest part). Each way (eager and ``defer_scorers``) is
-measured in a fresh process, so a cache warmed by one does not flatter the other.
+(the YAML node graph of one chunk of a file, ``CASE_CHUNK_ITEMS`` cases, is its largest part;
+the ``whole-file`` row parses each file at once, as before chunking, for comparison). Each way
+(eager and ``defer_scorers``, chunked and whole-file) is measured in a fresh process, so a cache
+warmed by one does not flatter the other.
 
 Usage:
     .venv/bin/python bench/bench_corpus_memory.py --cases 10000
@@ -37,6 +39,7 @@ class CorpusMemory:
 
     cases: int
     deferred: bool
+    whole_file: bool  # each file parsed at once (its whole node graph alive), not chunked
     kept_bytes: int
     peak_bytes: int
 
@@ -45,11 +48,15 @@ class CorpusMemory:
         return self.kept_bytes / self.cases
 
 
-def measure_load(root: Path, *, deferred: bool) -> CorpusMemory:
+def measure_load(root: Path, *, deferred: bool, whole_file: bool = False) -> CorpusMemory:
     """Load the corpus at ``root`` once untraced (imports, compiled schemas, interned names:
     process-wide caches that are not the cases'), then once traced; returns what the traced
     load keeps with the corpus still referenced."""
+    from evalkit.corpus import cases
     from evalkit.corpus.cases import load_corpus
+
+    if whole_file:
+        cases.CASE_CHUNK_ITEMS = 10**9  # chunks larger than any file
 
     load_corpus(root, defer_scorers=deferred)  # warm: imports and per-process caches
     gc.collect()
@@ -60,7 +67,7 @@ def measure_load(root: Path, *, deferred: bool) -> CorpusMemory:
     gc.collect()
     kept, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return CorpusMemory(len(corpus.cases), deferred, kept - before, peak - before)
+    return CorpusMemory(len(corpus.cases), deferred, whole_file, kept - before, peak - before)
 
 
 def main() -> None:
@@ -69,9 +76,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # the child's corpus
     parser.add_argument("--deferred", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--whole-file", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.root is not None:  # the child: one measurement, printed as JSON
-        print(json.dumps(asdict(measure_load(args.root, deferred=args.deferred))))
+        got = measure_load(args.root, deferred=args.deferred, whole_file=args.whole_file)
+        print(json.dumps(asdict(got)))
         return
     from bench_process import write_mix_corpus
 
@@ -79,10 +88,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="evalkit-corpus-memory-") as tmp:
         root = Path(tmp) / "corpus"
         write_mix_corpus(root, args.cases)
-        for deferred in (False, True):
+        for deferred, whole in ((False, False), (True, False), (True, True)):
             command = [sys.executable, __file__, "--root", str(root)]
+            command += ["--deferred"] if deferred else []
             out = subprocess.run(
-                command + (["--deferred"] if deferred else []),
+                command + (["--whole-file"] if whole else []),
                 check=True,
                 capture_output=True,
                 text=True,
@@ -91,6 +101,7 @@ def main() -> None:
     print(f"load_corpus of {args.cases:,} demo-mix cases (tracemalloc, fresh process each):")
     for row in rows:
         way = "deferred scorers" if row.deferred else "eager scorers   "
+        way += ", whole-file" if row.whole_file else ", chunked   "
         print(
             f"  {way}: kept {row.kept_bytes / (1 << 20):7.1f} MiB = "
             f"{row.bytes_per_case:7.0f} bytes/case; peak during load "

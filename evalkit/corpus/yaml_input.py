@@ -12,6 +12,10 @@ what libyaml reads more leniently than PyYAML (tabs, a '?' in unquoted text insi
 is parsed again by the pure-Python loader, so every refusal is the Python loader's, with its
 message and line. About 12x faster than the pure-Python loader, and linear in the document's
 size (the collector, walking everything built so far, made loading quadratic).
+
+Memory: libyaml's node graph takes ~17 KB per case; a long case list is parsed a few hundred
+items at a time (:func:`list_chunks`), so only one chunk's graph is alive, with the whole
+document's limits, results and refusals.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import gc
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +165,114 @@ def _parse_fast(text: str) -> tuple[Any, Any] | None:
         return loader.construct_document(node), node
     except (yaml.YAMLError, YAMLInputError, RecursionError, ValueError, OverflowError):
         return None
+    finally:
+        loader.dispose()
+
+
+@dataclass(frozen=True, slots=True)
+class ListChunk:
+    """A run of items of a document's root list, parsed on their own (:func:`list_chunks`)."""
+
+    items: list[Any]  # the items as parse_yaml builds them
+    nodes: list[yaml.Node]  # their nodes, with the whole document's lines and columns
+    text: str  # the text the nodes' indices point into: the chunk led by newlines
+
+
+class ChunkRefused(Exception):
+    """A chunk :func:`list_chunks` cannot vouch for: parse the whole document instead, whose
+    result (or refusal) is the reference."""
+
+
+#: A line opening an item of a root block sequence (column 0) after the first line: a pattern
+#: starting with a literal, which the regex engine finds at memory speed (``^`` in multiline
+#: mode would be tried at every character).
+_ROOT_ITEM = re.compile(r"\n-(?=[ \r\n]|\Z)")
+_DOCUMENT_MARKERS = ("---", "...")
+#: Line breaks libyaml counts that ``str.count("\n")`` does not (NEL, LS, PS).
+_OTHER_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
+def list_chunks(text: str, max_items: int, chunk_items: int) -> Iterator[ListChunk] | None:
+    """A document that is one long block list, parsed ``chunk_items`` items at a time; None
+    when the document is not one :func:`parse_yaml` would read the same way chunk by chunk.
+
+    Why: libyaml's node graph of a case file is ~17 KB per case, and the whole file's graph
+    was alive while its cases were built (168 MiB for 10,000 cases). Chunk by chunk only one
+    chunk's graph is.
+
+    Each chunk is the text from one column-0 ``-`` line to another, led by as many newlines as
+    there are lines before it, so its marks (line, column) are the whole document's and a
+    node's source text is ``chunk.text[start.index:end.index]``. Yields a :class:`ListChunk`
+    each. Taken only where that is sound: the fast path's preconditions (libyaml, no
+    tab, no control character), no anchor or directive (each chunk reads from its own text, as
+    :func:`self_contained` says), no document marker, ``\n`` line breaks (``\r\n`` too), more
+    than ``chunk_items`` and at most ``max_items`` items, and the whole text parsed by libyaml
+    into at most ``MAX_YAML_NODES`` events (a syntax error: None). The limits hold for the whole
+    document: the node count is the whole text's, the depth is counted from the same root
+    level, keys are checked within their mapping (no mapping spans two items).
+
+    Raises (from the iterator, before yielding the chunk):
+        ChunkRefused: a chunk that is not a block list of the items it was cut at, or one
+            that the fast path leaves to the Python loader (a key given twice, too deep, a
+            tag, an alias, a value the constructor refuses): the caller discards what it
+            built and parses the whole document.
+    """
+    if (
+        _CLoader is None
+        or _lenient(text)
+        or yaml.reader.Reader.NON_PRINTABLE.search(text)
+        or not self_contained(text)
+        or text.startswith(_DOCUMENT_MARKERS)
+        or any(f"\n{marker}" in text for marker in _DOCUMENT_MARKERS)
+        or any(line_break in text for line_break in _OTHER_BREAKS)
+        or text.count("\r") != text.count("\r\n")
+    ):
+        return None
+    starts = [0] if _ROOT_ITEM.match(f"\n{text[:2]}") else []
+    starts += [match.start() + 1 for match in _ROOT_ITEM.finditer(text)]
+    if not chunk_items < len(starts) <= max_items:
+        return None
+    loader = _loader(text)
+    try:
+        events = loader.raw_parse()  # nothing built: a syntax check and the node bound
+    except yaml.YAMLError:
+        return None
+    finally:
+        loader.dispose()
+    if events > MAX_YAML_NODES:
+        return None
+    return _chunks(text, starts, chunk_items)
+
+
+def _chunks(text: str, starts: list[int], chunk_items: int) -> Iterator[ListChunk]:
+    cuts = [0, *starts[chunk_items::chunk_items], len(text)]  # the first keeps leading comments
+    lines = 0
+    for number, (begin, end) in enumerate(pairwise(cuts)):
+        items = len(starts[number * chunk_items : (number + 1) * chunk_items])
+        yield _parse_chunk("\n" * lines + text[begin:end], items)
+        lines += text.count("\n", begin, end)
+
+
+def _parse_chunk(chunk_text: str, items: int) -> ListChunk:
+    """One chunk's items, item nodes and text (see :func:`list_chunks`).
+
+    Raises:
+        ChunkRefused: not a column-0 block list of ``items`` items, or left to PyYAML.
+    """
+    loader = _loader(chunk_text)
+    try:
+        node = loader.get_single_node()
+        if (
+            type(node) is not yaml.SequenceNode
+            or node.tag != _SEQ
+            or node.flow_style
+            or node.start_mark.column != 0
+            or len(node.value) != items
+        ):
+            raise ChunkRefused
+        return ListChunk(_build_tree(node, loader, 1, False), node.value, chunk_text)
+    except (yaml.YAMLError, _Fallback, RecursionError, ValueError, OverflowError) as exc:
+        raise ChunkRefused from exc
     finally:
         loader.dispose()
 
