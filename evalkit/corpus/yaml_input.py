@@ -70,7 +70,10 @@ def parse_yaml(text: str) -> tuple[Any, Any]:
     """  # noqa: E501
     with paused_gc():
         fast = _parse_fast(text)
-        if fast is not None:
+        # A document holding nothing (``---`` alone): libyaml marks its empty scalar at the next
+        # line where the Python composer marks it after the marker; the Python parse of a null
+        # document costs nothing and keeps the line an error message names the same.
+        if fast is not None and fast[0] is not None:
             return fast
         return _parse_python(text)
 
