@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
@@ -112,10 +112,54 @@ if _CSafeLoader is not None:
 
 
 def _loader(text: str) -> Any:
-    """A libyaml loader of ``text`` (PyYAML's own when someone registered a path resolver)."""
+    """A libyaml loader of ``text`` (PyYAML's own when someone registered a path resolver),
+    resolving tags by :func:`_tag_resolver` and counting its nodes as it does (``composed``)."""
     if _Composer.yaml_path_resolvers:
         return _CSafeLoader(text)
-    return _Composer(text)
+    loader = _Composer(text)
+    loader.resolve, loader.composed = _tag_resolver(_Composer)
+    return loader
+
+
+def _tag_resolver(loader_class: Any) -> tuple[Callable[..., Any], Callable[[], int]]:
+    """``Resolver.resolve`` for a loader of ``loader_class`` without path resolvers, and how
+    many nodes it was called for (every node but an alias and one whose tag is written).
+
+    PyYAML's ``resolve`` is a method: each call reads the loader's attributes through a long
+    class chain, and it concatenates two lists of patterns before it tries them. Most nodes of
+    a case file need none of that (nineteen in twenty here: a collection, a quoted scalar, a
+    plain one whose first character no pattern is registered for), so they get the default tag
+    at once; any other node gets PyYAML's own answer (it reads only class attributes). An
+    instance attribute: libyaml's composer looks ``resolve`` up on the loader, and a function
+    there is called as it is (the count is a closure cell, not an attribute to write).
+
+    Examples:
+        >>> resolve, composed = _tag_resolver(yaml.SafeLoader)
+        >>> resolve(yaml.ScalarNode, "12", (True, False)), resolve(yaml.ScalarNode, "ab", (True, False))
+        ('tag:yaml.org,2002:int', 'tag:yaml.org,2002:str')
+        >>> resolve(yaml.MappingNode, None, True), composed()
+        ('tag:yaml.org,2002:map', 3)
+    """  # noqa: E501
+    resolvers = loader_class.yaml_implicit_resolvers  # as PyYAML reads it: when the loader is made
+    pyyaml = loader_class.resolve  # a function: called with the class, whose attributes it reads
+    scalar, sequence = yaml.ScalarNode, yaml.SequenceNode
+    scalar_tag, sequence_tag = loader_class.DEFAULT_SCALAR_TAG, loader_class.DEFAULT_SEQUENCE_TAG
+    mapping_tag = loader_class.DEFAULT_MAPPING_TAG
+    nodes = 0
+
+    def resolve(kind: Any, value: Any, implicit: Any) -> Any:
+        nonlocal nodes
+        nodes += 1
+        if kind is scalar:
+            if implicit[0] and (value[:1] in resolvers or None in resolvers):
+                return pyyaml(loader_class, kind, value, implicit)
+            return scalar_tag
+        return sequence_tag if kind is sequence else mapping_tag
+
+    def composed() -> int:
+        return nodes
+
+    return resolve, composed
 
 
 _CLoader = _CSafeLoader  # the fast path runs when PyYAML has libyaml
@@ -179,6 +223,7 @@ class ListChunk:
     items: list[Any]  # the items as parse_yaml builds them
     nodes: list[yaml.Node]  # their nodes, with the whole document's lines and columns
     text: str  # the text the nodes' indices point into: the chunk led by newlines
+    size: int  # at least the number of nodes composed, the chunk's own root list counted
 
 
 class ChunkRefused(Exception):
@@ -208,20 +253,26 @@ def list_chunks(text: str, max_items: int, chunk_items: int) -> Iterator[ListChu
     node's source text is ``chunk.text[start.index:end.index]``. Yields a :class:`ListChunk`
     each. Taken only where that is sound: the fast path's preconditions (libyaml, no
     tab, no control character), no anchor or directive (each chunk reads from its own text, as
-    :func:`self_contained` says), no document marker, ``\n`` line breaks (``\r\n`` too), more
-    than ``chunk_items`` and at most ``max_items`` items, and the whole text parsed by libyaml
-    into at most ``MAX_YAML_NODES`` events (a syntax error: None). The limits hold for the whole
-    document: the node count is the whole text's, the depth is counted from the same root
-    level, keys are checked within their mapping (no mapping spans two items).
+    :func:`self_contained` says), no document marker, ``\n`` line breaks (``\r\n`` too), no
+    path resolver registered, more than ``chunk_items`` and at most ``max_items`` items. The
+    whole text is not checked first: each chunk is its own syntax check and node count, and a
+    chunk that fails either is refused (below), so the whole-document parse reports what is
+    wrong exactly as it does for any document. The limits hold for the whole document: the
+    nodes are counted over every chunk so far, the depth from the same root level, keys within
+    their mapping (no mapping spans two items). Valid chunks make a valid document: each ends
+    on a line break with every quote, bracket and block scalar closed, and the next starts a
+    root item at column 0, as the document reads it (a chunk cut elsewhere fails to parse).
 
     Raises (from the iterator, before yielding the chunk):
-        ChunkRefused: a chunk that is not a block list of the items it was cut at, or one
+        ChunkRefused: a chunk that is not a block list of the items it was cut at, one that
+            libyaml cannot parse, one taking the node count past ``MAX_YAML_NODES``, or one
             that the fast path leaves to the Python loader (a key given twice, too deep, a
             tag, an alias, a value the constructor refuses): the caller discards what it
             built and parses the whole document.
     """
     if (
         _CLoader is None
+        or _Composer.yaml_path_resolvers  # the loader then counts nothing (see _parse_chunk)
         or _lenient(text)
         or yaml.reader.Reader.NON_PRINTABLE.search(text)
         or not self_contained(text)
@@ -235,36 +286,40 @@ def list_chunks(text: str, max_items: int, chunk_items: int) -> Iterator[ListChu
     starts += [match.start() + 1 for match in _ROOT_ITEM.finditer(text)]
     if not chunk_items < len(starts) <= max_items:
         return None
-    loader = _loader(text)
-    try:
-        events = loader.raw_parse()  # nothing built: a syntax check and the node bound
-    except yaml.YAMLError:
-        return None
-    finally:
-        loader.dispose()
-    if events > MAX_YAML_NODES:
-        return None
     return _chunks(text, starts, chunk_items)
 
 
 def _chunks(text: str, starts: list[int], chunk_items: int) -> Iterator[ListChunk]:
     cuts = [0, *starts[chunk_items::chunk_items], len(text)]  # the first keeps leading comments
     lines = 0
+    nodes = 1  # the document's root list (each chunk counts its own: one too many)
     for number, (begin, end) in enumerate(pairwise(cuts)):
         items = len(starts[number * chunk_items : (number + 1) * chunk_items])
-        yield _parse_chunk("\n" * lines + text[begin:end], items)
+        chunk = _parse_chunk("\n" * lines + text[begin:end], items)
+        nodes += chunk.size - 1
+        if nodes > MAX_YAML_NODES:  # the whole-document parse says where, as it always does
+            raise ChunkRefused
+        yield chunk
+        del chunk  # one chunk's nodes alive while the next parses
         lines += text.count("\n", begin, end)
 
 
 def _parse_chunk(chunk_text: str, items: int) -> ListChunk:
-    """One chunk's items, item nodes and text (see :func:`list_chunks`).
+    """One chunk's items, item nodes, text and size (see :func:`list_chunks`).
+
+    The size bounds the nodes from above without a pass of its own: the loader counts the
+    nodes it resolves a tag for (:func:`_tag_resolver`), which is every node but an alias (none
+    here: no anchor) and one whose tag is written, and a written tag starts with a '!'.
 
     Raises:
-        ChunkRefused: not a column-0 block list of ``items`` items, or left to PyYAML.
+        ChunkRefused: not YAML, not a column-0 block list of ``items`` items, or left to PyYAML.
     """
     loader = _loader(chunk_text)
     try:
+        if not hasattr(loader, "composed"):  # a path resolver registered since list_chunks
+            raise ChunkRefused
         node = loader.get_single_node()
+        size = loader.composed() + chunk_text.count("!")
         if (
             type(node) is not yaml.SequenceNode
             or node.tag != _SEQ
@@ -273,7 +328,7 @@ def _parse_chunk(chunk_text: str, items: int) -> ListChunk:
             or len(node.value) != items
         ):
             raise ChunkRefused
-        return ListChunk(_build_tree(node, loader, 1, False), node.value, chunk_text)
+        return ListChunk(_build_tree(node, loader, 1, False), node.value, chunk_text, size)
     except (yaml.YAMLError, _Fallback, RecursionError, ValueError, OverflowError) as exc:
         raise ChunkRefused from exc
     finally:

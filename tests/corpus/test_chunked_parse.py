@@ -148,14 +148,20 @@ def test_texts_that_must_not_be_cut_at_a_dash_load_the_same(
 def test_the_node_limit_holds_for_the_whole_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_loads: list[int]
 ) -> None:
-    """Every chunk is far below the limit; the file is not: refused, as the whole parse does."""
+    """Every chunk is far below the limit; the file is not: refused, as the whole parse does,
+    at the chunk that takes the count past the limit (the chunks are the count)."""
     values = "[" + ", ".join(["1"] * 99) + "]"
     case = f"- id: x\n  input: {{vars: {{message: hi, v: {values}}}}}\n  expect: [json_valid]\n"
-    root = _corpus(tmp_path, {"big.yaml": case * 10_500})  # ~1.1M values
+    per_case = 113  # v's list and its 99 values, and 13 nodes around them
+    root = _corpus(tmp_path, {"big.yaml": case * 10_500})  # 1,186,501 values, 42 chunks
     monkeypatch.setattr(cases, "CASE_CHUNK_ITEMS", 256)
-    with pytest.raises(cases.CorpusError, match="more than 1,000,000 values"):
+    with pytest.raises(cases.CorpusError, match="more than 1,000,000 values") as chunked:
         load_corpus(root)
-    assert chunk_loads == []  # refused before any chunk was parsed
+    assert len(chunk_loads) == 1_000_000 // (256 * per_case) + 1 == 35  # the chunk past it
+    monkeypatch.setattr(cases, "CASE_CHUNK_ITEMS", WHOLE)
+    with pytest.raises(cases.CorpusError) as whole:
+        load_corpus(root)
+    assert (str(chunked.value), chunked.value.line) == (str(whole.value), whole.value.line)
 
 
 def _peak_bytes(root: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> int:
