@@ -11,6 +11,13 @@ the demo simulator on loopback with a fixed latency and no noise. Three figures:
             first merge (every part) and the second (nothing new), each timed, each per part
             and per row (then three re-merges that find nothing new: their median).
 
+``shards`` (``--shards``, alone: no Ray, no model calls) what one ``--shard 1/4`` costs before
+            its first request, by :func:`run_shard` itself with its chunks stood in for: the
+            corpus read, the manifest, the units ordered, the cases part written. Three ways,
+            in one process, alternated: today's (``load_corpus`` of the whole corpus), through
+            the case index cold (every file parsed once, entries written) and warm (entries
+            read, only the share's cases built); seconds, the ratios and ``uptime``'s load.
+
 On a 2-core machine the two Ray workers, the driver and the simulator share the same two
 cores, so this measures the engine's overhead, not a speed-up; on a cluster each worker has
 its own machine. Figures are printed, never asserted.
@@ -19,6 +26,7 @@ Usage:
     .venv/bin/python bench/bench_distributed.py
     .venv/bin/python bench/bench_distributed.py --cases 2000 --latency-ms 50
     .venv/bin/python bench/bench_distributed.py --address 127.0.0.1:6379   # an existing cluster
+    .venv/bin/python bench/bench_distributed.py --shards --cases 200000   # a shard's own cost
 """
 
 from __future__ import annotations
@@ -124,6 +132,62 @@ def _merge_a_straggler(db: Path, parts: PartsRoot, run_id: str) -> float:
     return round(time.perf_counter() - started, 3)
 
 
+def _shard_cost(config: Path, how: str, index: Path, run: int) -> dict[str, Any]:
+    """One ``--shard 1/4``'s cost before its first request (``how``: ``whole``, today's load
+    of every case; ``index``: read through the case index under ``index``), by run_shard with
+    its chunks stood in for (no model call)."""
+    from evalkit.corpus.cases import CorpusFacts, scan_corpus
+    from evalkit.run import sharded
+    from evalkit.run.shards import Shard
+
+    async def no_chunk(*_: Any, **__: Any) -> sharded.ChunkResult:
+        return sharded.ChunkResult("stood-in", 1, 0, 0, 0, 0)
+
+    suite = load_suite(config)
+    started = time.perf_counter()
+    if how == "whole":
+        corpus: Any = load_corpus(config.parent, defer_scorers=True)
+    else:
+        corpus = scan_corpus(config.parent, index_dir=index)
+    read_s = time.perf_counter() - started
+    real, sharded.run_chunk = sharded.run_chunk, no_chunk  # type: ignore[assignment]
+    try:
+        summary = sharded.run_shard(
+            suite, corpus, RunOptions(label="shard", progress=False), shard=Shard(1, 4),
+            run_id=f"bench-{how}-{run}", root=PartsRoot(index.parent / f"parts-{how}-{run}"),
+        )  # fmt: skip
+    finally:
+        sharded.run_chunk = real  # type: ignore[assignment]
+    total = time.perf_counter() - started
+    built = corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else summary.corpus_cases
+    return {"s": round(total, 2), "read_s": round(read_s, 2), "built": built,
+            "share": summary.cases, "load": os.getloadavg()[0]}  # fmt: skip
+
+
+def shard_figures(cases: int, rounds: int) -> dict[str, Any]:
+    """``shards``: cold and warm index against today's whole load, alternated ``rounds``
+    times (the cold one on a fresh index each round); medians."""
+    import shutil
+
+    with tempfile.TemporaryDirectory(prefix="evalkit-bench-shard-") as tmp:
+        config = write_corpus(Path(tmp) / "corpus", cases, 8)
+        index = Path(tmp) / "index"
+        runs: dict[str, list[dict[str, Any]]] = {"whole": [], "cold": [], "warm": []}
+        for run in range(rounds):
+            shutil.rmtree(index, ignore_errors=True)
+            runs["whole"].append(_shard_cost(config, "whole", index, run))
+            runs["cold"].append(_shard_cost(config, "cold", index, run))
+            runs["warm"].append(_shard_cost(config, "warm", index, run))
+    figures: dict[str, Any] = {
+        how: {key: statistics.median(r[key] for r in got) for key in got[0]}
+        for how, got in runs.items()
+    }
+    figures["cases"] = cases
+    figures["warm_vs_whole"] = round(figures["whole"]["s"] / figures["warm"]["s"], 2)
+    figures["warm_vs_cold"] = round(figures["cold"]["s"] / figures["warm"]["s"], 2)
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=20_000)
@@ -133,7 +197,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="nodes of the local cluster")
     parser.add_argument("--address", help="use this running cluster instead of starting one")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    parser.add_argument(
+        "--shards", action="store_true", help="only the shard figure: one --shard 1/4's own cost"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --shards: alternations")
     args = parser.parse_args(argv)
+    if args.shards:
+        shards = shard_figures(args.cases, args.rounds)
+        print(f"{args.cases} cases, one --shard 1/4 before its first request (medians of "
+              f"{args.rounds}):")  # fmt: skip
+        for how, what in (("whole", "whole load (today)"), ("cold", "index, cold"),
+                          ("warm", "index, warm")):  # fmt: skip
+            fig = shards[how]
+            print(f"  {what:20}: {fig['s']:7.2f} s (corpus read {fig['read_s']:.2f} s), "
+                  f"{fig['built']:.0f} cases built, {fig['share']:.0f} in the share; load "
+                  f"{fig['load']:.1f}")  # fmt: skip
+        print(f"  warm index: {shards['warm_vs_whole']:.2f}x faster than the whole load, "
+              f"{shards['warm_vs_cold']:.2f}x than a cold index")  # fmt: skip
+        if args.json:
+            Path(args.json).write_text(json.dumps({"shards": shards}, indent=2))
+        return 0
 
     figures: dict[str, Any] = {"cases": args.cases, "latency_ms": args.latency_ms}
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-dist-") as tmp:

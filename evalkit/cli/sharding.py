@@ -1,5 +1,10 @@
 """Beyond one machine: ``evalkit run --shard K/N`` (CI matrices) and ``evalkit run --engine
-ray``; ``evalkit merge`` (:mod:`evalkit.cli.merging`) then puts the parts into the store."""
+ray``; ``evalkit merge`` (:mod:`evalkit.cli.merging`) then puts the parts into the store.
+
+A shard reads the corpus through its case index (:func:`load_run_corpus`): the facts of every
+case from the index, and only its own share's cases built (a warm index makes a shard of N
+cost about 1/N of the corpus's building). The index lives under the corpus root in
+``.evalkit/case-index/``; a CI matrix keeps it warm by caching that directory between jobs."""
 
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ from evalkit.errors import EvalkitError
 from evalkit.redact import strip_userinfo
 
 if TYPE_CHECKING:
-    from evalkit.corpus.cases import Corpus
+    from evalkit.corpus.cases import Corpus, CorpusFacts
+    from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import Suite
     from evalkit.run.runner import RunOptions, RunSummary
     from evalkit.store.parts import PartsRoot
@@ -59,10 +65,26 @@ def wanted(args: argparse.Namespace) -> bool:
     )
 
 
+def load_run_corpus(
+    args: argparse.Namespace, suite: Suite, selection: Selection
+) -> Corpus | CorpusFacts:
+    """The corpus ``evalkit run`` selects from: for ``--shard K/N`` its facts, read through
+    the case index (:func:`~evalkit.corpus.cases.scan_corpus`: the shard builds only its
+    share, :func:`~evalkit.run.sharded.run_shard`), else every case loaded, its scorers
+    built when selected. Either way what is checked before the run (tags, drafts, policy)
+    reads the same."""
+    from evalkit.corpus.cases import load_corpus, scan_corpus
+
+    common = {"sealed": selection.sealed, "user_template": suite.config.system.user_template}
+    if getattr(args, "shard", None):
+        return scan_corpus(suite.root, **common)  # type: ignore[arg-type]
+    return load_corpus(suite.root, defer_scorers=True, **common)  # type: ignore[arg-type]
+
+
 def run_distributed(
     args: argparse.Namespace,
     suite: Suite,
-    corpus: Corpus,
+    corpus: Corpus | CorpusFacts,
     options: RunOptions,
     print_summary: Callable[[RunSummary, str], None],
 ) -> int:
@@ -115,7 +137,7 @@ def run_exit_code(summary: RunSummary) -> int:
 def _shard(
     args: argparse.Namespace,
     suite: Suite,
-    corpus: Corpus,
+    corpus: Corpus | CorpusFacts,
     options: RunOptions,
     root: PartsRoot,
     chunk_size: int,
@@ -136,14 +158,29 @@ def _shard(
             f"--shard {shard} needs --run-id ID: every shard of one run shares it "
             "(e.g. the CI pipeline id)"
         )
-    summary = run_shard(
-        suite, corpus, options, shard=shard, run_id=args.run_id, root=root,
-        chunk_size=chunk_size, split_rate=args.shard_rate == "split",
-    )  # fmt: skip
+    from evalkit.corpus.case_index import IndexMismatch
+
+    try:
+        summary = run_shard(
+            suite, corpus, options, shard=shard, run_id=args.run_id, root=root,
+            chunk_size=chunk_size, split_rate=args.shard_rate == "split",
+        )  # fmt: skip
+    except IndexMismatch as stale:  # an index entry proved stale: read the corpus again, once
+        print(f"evalkit: {stale}; reading the corpus again", file=sys.stderr, flush=True)
+        corpus = _reselect(args, suite, options)
+        summary = run_shard(
+            suite, corpus, options, shard=shard, run_id=args.run_id, root=root,
+            chunk_size=chunk_size, split_rate=args.shard_rate == "split",
+        )  # fmt: skip
     print(
         f"evalkit: shard {summary.shard} of run {summary.run_id}: {summary.units} outputs in "
         f"this shard, {summary.skipped} already in parts, {summary.outputs} written now in "
         f"{summary.chunks} chunks ({summary.requests} requests, {summary.wall_s:.2f}s)",
+        flush=True,
+    )
+    print(
+        f"  {summary.cases} of the run's {summary.corpus_cases} cases in this shard's share; "
+        f"{summary.built} cases built from their files",
         flush=True,
     )
     if summary.shared_hits:
@@ -159,3 +196,22 @@ def _shard(
         flush=True,
     )
     return 0
+
+
+def _reselect(args: argparse.Namespace, suite: Suite, options: RunOptions) -> CorpusFacts:
+    """The shard's selected facts read again (after a stale index entry was made again), with
+    the draft check made again on them."""
+    from evalkit.corpus.drafts import refuse_drafts
+    from evalkit.corpus.selection import Selection
+
+    stored = options.selection
+    selection = Selection(
+        stored.get("tier"),
+        tuple(stored.get("tags") or ()),
+        tuple(stored.get("exclude_tags") or ()),
+        tuple(stored.get("skip_scorers") or ()),
+        bool(stored.get("sealed")),
+    )
+    corpus = selection.apply(load_run_corpus(args, suite, selection))
+    refuse_drafts(corpus.cases, suite.config.kind)  # type: ignore[arg-type]  # facts read alike
+    return corpus  # type: ignore[return-value]

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from evalkit.corpus.cases import Corpus
+from evalkit.corpus.cases import Corpus, CorpusFacts
 from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
 from evalkit.corpus.scorer_modules import scorer_module_hashes
 from evalkit.corpus.suite import Suite
@@ -50,14 +50,18 @@ def _sha(text: str | None) -> str | None:
 
 def build_manifest(
     suite: Suite,
-    corpus: Corpus,
+    corpus: Corpus | CorpusFacts,
     *,
     run_id: str,
     label: str,
     selection: dict[str, Any],
     judge_rubrics: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Everything that produced a run (never keys), plus its ``config_hash``."""
+    """Everything that produced a run (never keys), plus its ``config_hash``.
+
+    ``corpus`` may be the facts of a corpus read through its case index (a shard builds only
+    its share): they give the same corpus hash, file hashes, judge rubric hashes and scorer
+    names as the loaded cases, so the manifest, and its ``config_hash``, are the same."""
     system = suite.config.system
     if judge_rubrics is None:
         judge_rubrics = {

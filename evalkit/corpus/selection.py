@@ -19,11 +19,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalkit.corpus.cases import Corpus
+from evalkit.corpus.cases import Corpus, CorpusFacts
 from evalkit.errors import ConfigError
 from evalkit.scorers.registry import DETERMINISTIC, EXECUTABLE, JUDGE, SCORERS, SIMILARITY
 
@@ -34,6 +34,9 @@ SCORER_KINDS = {
     "similarity": SIMILARITY,
     "judge": JUDGE,
 }
+#: What a selection applies to: loaded cases, or the facts of a corpus read through its index
+#: (a shard selects on facts, then builds only its share).
+CorpusT = TypeVar("CorpusT", Corpus, CorpusFacts)
 
 
 class TierConfig(BaseModel):
@@ -57,8 +60,9 @@ class Selection:
     skip_scorers: tuple[str, ...] = ()
     sealed: bool = False
 
-    def apply(self, corpus: Corpus) -> Corpus:
-        """The selected cases, each without the skipped scorers; cases left unscored drop out."""
+    def apply(self, corpus: CorpusT) -> CorpusT:
+        """The selected cases, each without the skipped scorers; cases left unscored drop out.
+        On :class:`CorpusFacts` the same choice is made from the facts (nothing is built)."""
         chosen = corpus.select(tags=self.tags, exclude_tags=self.exclude_tags)
         if not self.skip_scorers:
             return chosen
@@ -69,7 +73,7 @@ class Selection:
             scorers = tuple(s for s in case.scorers if s.tier not in kinds and s.name not in names)
             if scorers:
                 kept.append(case if scorers == case.scorers else replace(case, scorers=scorers))
-        return Corpus(chosen.root, tuple(kept), chosen.file_hashes)
+        return replace(chosen, cases=tuple(kept))
 
     def to_manifest(self) -> dict[str, Any]:
         """The manifest's ``selection`` entry."""

@@ -13,6 +13,11 @@ that did add parts recomputes the summary (one aggregate over the run's rows in 
 at 200k outputs, measured in bench/bench_distributed.py, against periodic merges at least 10 s
 apart).
 
+A sharded run's cases come in shares (each shard writes the cases its units name, each part
+checked to be one share its manifest recorded); once the run is complete, its stored cases are
+checked to be exactly the manifest's corpus (ids and case hashes against the corpus hash),
+before it is marked complete: a merge that finds otherwise refuses, and the run is not complete.
+
 Examples:
     >>> with open_store("data/evalkit.duckdb") as store:                 # doctest: +SKIP
     ...     merged = merge_run(store, PartsRoot("data/parts"), "nightly-42")
@@ -26,11 +31,13 @@ import json
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from evalkit.errors import StoreError
 from evalkit.run.caveats import result_warnings
 from evalkit.run.replicas import ReplicaCounts
 from evalkit.run.summary import ErrorCause, RunSummary, SessionCounts, summarize
 from evalkit.store import Store
 from evalkit.store.merge import MergeResult, merge_parts
+from evalkit.store.part_checks import cases_problem
 from evalkit.store.parts import PartsRoot
 
 
@@ -56,6 +63,14 @@ def merge_run(
         if store.run_status(run_id) == status and (kept := stored_summary(store, run_id)):
             return MergedRun(result, kept)
     manifest = store.manifest(run_id)
+    if not in_progress and result.complete:
+        union = store.records("SELECT case_id, case_hash FROM cases WHERE run_id = ?", [run_id])
+        problem = cases_problem(((r["case_id"], r["case_hash"]) for r in union), manifest)
+        if problem:
+            raise StoreError(
+                f"{root}: run {run_id}: {problem}; its shards' shares do not add up to it: run "
+                "its shards again into a new --run-id"
+            )
     summary = summarize(
         store,
         run_id,

@@ -1,11 +1,12 @@
 """Running chunks of a run into Parquet parts: one ``--shard K/N`` of a CI matrix, or the body
 of a Ray task. Nothing here opens DuckDB.
 
-A shard records the run's manifest and cases under the parts root, then runs its chunks one
-after another through the runner's own loop (:func:`evalkit.run.runner.execute_work`), each
-into a :class:`PartSink` that writes the chunk's parts when the chunk is done. Work already in
-committed parts is skipped, so re-running a killed shard with the same ``--run-id`` repeats at
-most the chunk it was in; ``evalkit merge`` then puts everything into the store.
+A shard records the run's manifest and its share of the cases under the parts root, then
+runs its chunks one after another through the runner's own loop
+(:func:`evalkit.run.runner.execute_work`), each into a :class:`PartSink` that writes the
+chunk's parts when the chunk is done. Work already in committed parts is skipped, so re-running
+a killed shard with the same ``--run-id`` repeats at most the chunk it was in; ``evalkit
+merge`` then puts everything into the store.
 
 A shard trusts its earlier parts no more than the merge does: a chunk attempt or cases part
 the merge would refuse (truncated, another schema, rows of another run or case) is set aside
@@ -17,6 +18,14 @@ the team's response cache for what its own snapshot lacks, as a local run does
 (:class:`evalkit.run.cache.SharedCacheStore` over the chunk's sink): a second CI job, shard or
 Ray task asks nothing the team already asked under the same full key. The entries it is
 served go into the chunk's cache part, so the merge keeps them in the local store too.
+
+A shard builds only its share of the corpus: given :class:`~evalkit.corpus.cases.CorpusFacts`
+(the corpus read through its case index, :func:`~evalkit.corpus.cases.scan_corpus`) it orders
+the units from the facts' ids, builds the cases its units name and writes a cases part of those
+alone. Its manifest records, beside the corpus hash, the hash of each of the N shares
+(``corpus.shares``), so the merge takes a share's cases part exactly when it is one of them
+(:func:`evalkit.store.part_checks.corpus_problem`), and checks the run's cases against the
+corpus hash once every share is in (:func:`evalkit.run.merging.merge_run`).
 
 Examples:
     >>> root = PartsRoot("data/parts")
@@ -35,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.cases import Case, Corpus, CorpusFacts
 from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError
@@ -49,6 +58,7 @@ from evalkit.run.shards import (
     Chunk,
     Shard,
     ShardRate,
+    Unit,
     make_chunks,
     order_units,
     remaining,
@@ -58,6 +68,7 @@ from evalkit.run.summary import SessionCounts
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
 from evalkit.store.part_checks import RunKeys, corpus_problem
 from evalkit.store.parts import PartInfo, PartRefused, PartsRoot
+from evalkit.store.schema import corpus_digest
 
 if TYPE_CHECKING:
     from evalkit.store.shared import SharedStore
@@ -139,9 +150,14 @@ class ShardSummary:
     wall_s: float
     rate_note: str = ""  # how the endpoint's rate limit was shared between the shards
     shared_hits: int = 0  # cache entries the team's shared store answered
+    cases: int = 0  # the cases of this shard's share (built, and in its cases part)
+    corpus_cases: int = 0  # the run's cases in all
+    built: int = 0  # cases built from their files by this process (the whole corpus when loaded)
 
 
-def run_manifest(suite: Suite, corpus: Corpus, options: RunOptions, run_id: str) -> dict[str, Any]:
+def run_manifest(
+    suite: Suite, corpus: Corpus | CorpusFacts, options: RunOptions, run_id: str
+) -> dict[str, Any]:
     """The run's manifest, as every shard of it computes it (same ``config_hash``)."""
     suite = _with_overrides(suite, options)
     manifest = build_manifest(
@@ -182,9 +198,13 @@ async def run_chunk(
     cache: dict[str, str] | None = None,
     limiter: Any = None,
     shared: SharedStore | None = None,
+    outbox: SharedCacheStore | None = None,
 ) -> ChunkResult:
     """Run one chunk through the runner's loop and write its parts; with ``shared``, cache
-    lookups the chunk's snapshot cannot answer ask the team's shared store."""
+    lookups the chunk's snapshot cannot answer ask the team's shared store, and what the
+    chunk asked the model is published to it once the chunk is committed — or, with
+    ``outbox``, kept there for its caller to publish (a shard: one commit for all its chunks,
+    since every commit is a file each later lookup of the shared cache reads)."""
     suite = _with_overrides(suite, options)
     run_id = manifest["run"]["run_id"]
     use_cache = bool(manifest["run"].get("cache", True))
@@ -211,6 +231,11 @@ async def run_chunk(
         if judge is not None:
             await judge.provider.aclose()
     attempt = sink.commit(root, run_id, chunk.chunk_id)
+    if team is not None:  # what the chunk asked, to the team's cache (warns, never raises)
+        if outbox is None:
+            team.publish(run_id)  # a Ray task: its chunk is all this process has
+        else:
+            outbox.cache_put(team.asked_entries())  # a shard publishes once, at its end
     return ChunkResult(
         chunk.chunk_id, attempt, sink.rows, counts.requests, counts.retries, counts.cache_hits,
         shared_hits=team.shared_hits if team is not None else 0,
@@ -224,14 +249,15 @@ def team_cache(suite: Suite, use_cache: bool) -> SharedStore | None:
     uri = suite.config.store.get("shared")
     if not uri or not use_cache:
         return None
-    from evalkit.store.shared import open_shared_store
+    from evalkit.run.cache import open_team_store
 
-    return open_shared_store(uri, source=f"{suite.path}: store.shared")
+    # unreachable: None, warned, and the chunk's cache goes on locally
+    return open_team_store(uri, source=f"{suite.path}: store.shared")
 
 
 def run_shard(
     suite: Suite,
-    corpus: Corpus,
+    corpus: Corpus | CorpusFacts,
     options: RunOptions,
     *,
     shard: Shard,
@@ -246,13 +272,29 @@ def run_shard(
     shard paces itself to its share of ``rate_limit`` (:class:`ShardRate`; ``split_rate``
     False: the whole limit).
 
+    ``corpus`` is the run's selected corpus: loaded cases, or facts (then only the share's
+    cases are built, :meth:`CorpusFacts.load`).
+
     Raises:
-        EvalkitError: parts of ``run_id`` from another configuration are already there, or a
-            manifest there is not one.
+        EvalkitError: parts of ``run_id`` from another configuration, corpus or shard count are
+            already there, or a manifest there is not one.
+        IndexMismatch: facts whose index entry proved stale while building the share (the
+            entry is made again): read the corpus again and call again.
     """
     started = time.perf_counter()
     manifest = run_manifest(suite, corpus, options, run_id)
+    replays = int(manifest["replays"])
+    units = order_units((c.id for c in corpus.cases), replays)
+    mine = shard_units(units, shard)
+    manifest["corpus"]["shares"] = corpus_shares(corpus.cases, units, shard.count)
     for other in root.manifests(run_id):
+        theirs = (other.get("corpus") or {}).get("shares") or {}
+        if theirs.get("count") != shard.count:
+            raise EvalkitError(
+                f"{root}: run {run_id} already has parts of a run cut into "
+                f"{theirs.get('count', 'no')} shards, this one into {shard.count}: every shard of "
+                "one run uses the same N in --shard K/N (or use a new --run-id)"
+            )
         if other["config_hash"] != manifest["config_hash"]:
             raise EvalkitError(
                 f"{root}: run {run_id} already has parts of another configuration (config_hash "
@@ -267,29 +309,93 @@ def run_shard(
                 f"{manifest['corpus']['hash'][:12]}, {manifest['replays']}): the cases changed "
                 "since; use a new --run-id"
             )
-    replays = int(manifest["replays"])
-    mine = shard_units(order_units((c.id for c in corpus.cases), replays), shard)
     keys = RunKeys(run_id, frozenset(c.id for c in corpus.cases), replays)
     # earlier parts checked first (a bad one set aside), then the run recorded: a shard run
     # again writes no second cases part of the whole corpus when its first one stands
     done = committed_keys(root, manifest, keys, report or _to_stderr)
     writer = f"shard-{shard.index}-of-{shard.count}"
     written = any(part.chunk_id == writer for part in root.parts(run_id, "cases"))
-    record_run(root, manifest, writer, corpus.cases, with_cases=not written)
+    share = share_cases(corpus, {unit.case_id for unit in mine})
+    record_run(root, manifest, writer, share, with_cases=not written)
     todo = remaining(make_chunks(mine, chunk_size), done)
     skipped = len(mine) - sum(len(c.units) for c in todo)
-    by_id = {case.id: case for case in corpus.cases}
+    by_id = {case.id: case for case in share}
     paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
     shared = team_cache(suite, bool(manifest["run"].get("cache", True))) if todo else None
-    results = [
-        asyncio.run(run_chunk(paced, by_id, manifest, chunk, root, options, shared=shared))
-        for chunk in todo
-    ]
+    outbox = None if shared is None else SharedCacheStore(_Outbox(), shared)
+    results = []
+    for chunk in todo:
+        results.append(
+            asyncio.run(
+                run_chunk(paced, by_id, manifest, chunk, root, options, shared=shared,
+                          outbox=outbox)
+            )
+        )  # fmt: skip
+        if outbox is not None and outbox.asked >= _batch_rows():
+            _publish(outbox, run_id)
+    if outbox is not None:
+        _publish(outbox, run_id)
     return ShardSummary(
         run_id, str(shard), len(mine), skipped, len(results), sum(r.outputs for r in results),
         sum(r.requests for r in results), round(time.perf_counter() - started, 3), rate.note,
-        sum(r.shared_hits for r in results),
+        sum(r.shared_hits for r in results), len(share), len(corpus.cases),
+        corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
     )  # fmt: skip
+
+
+class _Outbox(dict[str, str]):
+    """The response-cache entries a shard's chunks asked, held until it publishes them
+    (the two calls of a store :class:`SharedCacheStore` uses)."""
+
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
+        return {key: self[key] for key in keys if key in self}
+
+    def cache_put(self, entries: dict[str, str]) -> None:
+        self.update(entries)
+
+
+def _publish(outbox: SharedCacheStore, run_id: str) -> None:
+    """Publish what the outbox holds (warned, never raised, on failure) and empty it."""
+    published = outbox.publish(run_id)
+    if published.failure is None and published.asked:
+        print(f"evalkit: {published.render()}", file=sys.stderr, flush=True)
+    outbox.local.clear()
+    outbox.forget_asked()
+
+
+def _batch_rows() -> int:
+    from evalkit.store.shared.store import CACHE_BATCH_ROWS  # only with a shared store
+
+    return CACHE_BATCH_ROWS
+
+
+def share_cases(corpus: Corpus | CorpusFacts, ids: set[str]) -> tuple[Case, ...]:
+    """The cases of ``ids``: built from their files for facts (nothing else is), picked from
+    loaded cases, in corpus order either way."""
+    if isinstance(corpus, CorpusFacts):
+        return corpus.load(ids).cases
+    return tuple(case for case in corpus.cases if case.id in ids)
+
+
+def corpus_shares(cases: Sequence[Any], units: Sequence[Unit], count: int) -> dict[str, Any]:
+    """The manifest's ``corpus.shares``: for each of ``count`` shards, the hash and size of the
+    cases its units name (a case whose replays straddle two shards is in both), computed from
+    the ids and case hashes alone, so every shard records the same.
+
+    Examples:
+        >>> from types import SimpleNamespace as Fact
+        >>> cases = [Fact(id=i, hash="h" + i) for i in "abcd"]
+        >>> shares = corpus_shares(cases, order_units("abcd", 1), 2)
+        >>> shares["count"], shares["n_cases"]
+        (2, [2, 2])
+    """
+    hashes = {case.id: case.hash for case in cases}
+    digests, sizes = [], []
+    for k in range(1, count + 1):
+        ids = dict.fromkeys(unit.case_id for unit in shard_units(units, Shard(k, count)))
+        digests.append(corpus_digest((case_id, hashes[case_id]) for case_id in ids))
+        sizes.append(len(ids))
+    return {"count": count, "hashes": digests, "n_cases": sizes}
 
 
 def _shard_share(suite: Suite, shard: Shard, split: bool) -> tuple[Suite, ShardRate]:

@@ -12,7 +12,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,18 +132,69 @@ def manifest_problem(manifest: Any, run_id: str) -> str | None:
 
 
 def corpus_problem(cases: pl.DataFrame, manifest: Mapping[str, Any]) -> str | None:
-    """Why a cases part is not the corpus the run's manifest recorded. Every writer records
-    all of the run's cases, so each part must hold exactly that corpus."""
+    """Why a cases part is neither the corpus the run's manifest recorded nor one of the shares
+    it recorded (``corpus.shares``: a ``--shard K/N`` writes the cases of its share alone). A
+    part is taken only when its cases hash to exactly one of those; that the shares together
+    are the corpus is checked once they are all in (:func:`cases_problem`).
+
+    Examples:
+        >>> cases = pl.DataFrame({"case_id": ["a"], "case_hash": ["h"]})
+        >>> manifest = {"corpus": {"hash": "x", "n_cases": 2}}
+        >>> corpus_problem(cases, manifest)
+        "its 1 cases (hash 83739922c227) are not the run's corpus (2 cases, hash x)"
+        >>> shares = {"count": 2, "hashes": [corpus_digest([("a", "h")]), "y"], "n_cases": [1, 1]}
+        >>> corpus_problem(cases, {"corpus": {**manifest["corpus"], "shares": shares}}) is None
+        True
+    """
     corpus = manifest["corpus"]
     if cases["case_id"].n_unique() != cases.height:
         return "a case id appears twice"
     digest = corpus_digest(zip(cases["case_id"], cases["case_hash"], strict=True))
-    if cases.height != int(corpus["n_cases"]) or digest != corpus["hash"]:
-        return (
-            f"its {cases.height} cases (hash {digest[:12]}) are not the run's corpus "
-            f"({corpus['n_cases']} cases, hash {str(corpus['hash'])[:12]})"
-        )
-    return None
+    if cases.height == int(corpus["n_cases"]) and digest == corpus["hash"]:
+        return None
+    shares = _shares(corpus.get("shares"))
+    if (digest, cases.height) in shares:
+        return None
+    of_shares = f" nor one of its {len(shares)} shards' shares" if shares else ""
+    return (
+        f"its {cases.height} cases (hash {digest[:12]}) are not the run's corpus "
+        f"({corpus['n_cases']} cases, hash {str(corpus['hash'])[:12]}){of_shares}"
+    )
+
+
+def cases_problem(pairs: Iterable[tuple[str, str]], manifest: Mapping[str, Any]) -> str | None:
+    """Why a run's cases, all of them (every share merged), are not the corpus its manifest
+    hashed: the shares of a sharded run were each checked alone (:func:`corpus_problem`), their
+    union is checked here.
+
+    Examples:
+        >>> manifest = {"corpus": {"hash": corpus_digest([("a", "h")]), "n_cases": 1}}
+        >>> cases_problem([("a", "h")], manifest) is None
+        True
+        >>> cases_problem([("a", "h"), ("b", "g")], manifest)
+        "the run's 2 cases (hash 0f011aee69e5) are not its corpus (1 cases, hash 83739922c227)"
+    """
+    corpus = manifest["corpus"]
+    pairs = list(pairs)
+    digest = corpus_digest(pairs)
+    if len(pairs) == int(corpus["n_cases"]) and digest == corpus["hash"]:
+        return None
+    return (
+        f"the run's {len(pairs)} cases (hash {digest[:12]}) are not its corpus "
+        f"({corpus['n_cases']} cases, hash {str(corpus['hash'])[:12]})"
+    )
+
+
+def _shares(shares: Any) -> set[tuple[str, int]]:
+    """(hash, size) of each share a manifest recorded; none for anything malformed."""
+    if not isinstance(shares, dict):
+        return set()
+    hashes, sizes = shares.get("hashes"), shares.get("n_cases")
+    if not isinstance(hashes, list) or not isinstance(sizes, list) or len(hashes) != len(sizes):
+        return set()
+    return {
+        (h, n) for h, n in zip(hashes, sizes, strict=True) if isinstance(h, str) and type(n) is int
+    }
 
 
 def first_line(exc: BaseException) -> str:

@@ -4,7 +4,9 @@ every (case, replay) exactly once; replicas share the load. No Ray here."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -120,8 +122,9 @@ def test_a_shards_second_job_asks_nothing_the_first_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two CI jobs each run the demo as one shard with the team's shared store configured; the
-    first is merged and pushed; the second asks the endpoint nothing the first asked, and its
-    merged run is all served from the cache."""
+    first publishes what it asked as it ends (no `evalkit push`), in one commit for its five
+    chunks; the second asks the endpoint nothing the first asked, and its merged run is all
+    served from the cache."""
     uri = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}?warehouse={tmp_path / 'team' / 'wh'}"
     with start_demo_server(noise=False) as server:
 
@@ -136,11 +139,13 @@ def test_a_shards_second_job_asks_nothing_the_first_asked(
             assert main(["merge", run_id, "--parts", parts, "--db", db]) == 0
             return asked
 
+        capsys.readouterr()
         first = job("job-1")
         assert first > 91  # the demo's tool loops and judge calls: more than one per case
-        assert main(["push", "job-1", "--db", str(tmp_path / "job-1" / "store.duckdb"),
-                     "--store", uri]) == 0  # fmt: skip
-        capsys.readouterr()
+        published = [
+            line for line in capsys.readouterr().err.splitlines() if "published" in line
+        ]
+        assert len(published) == 1 and "(1 commit," in published[0], published
         second = job("job-2")
         assert "answered by the team's shared cache" in capsys.readouterr().out
     assert second == 0
@@ -289,3 +294,134 @@ def test_a_ray_run_that_ends_incomplete_exits_non_zero(
     args = [*demo_args(noisy_server), "--engine", "ray", "--db", str(tmp_path / "d.duckdb")]
     assert main(["run", *args, "--parts", str(tmp_path / "parts")]) == 1
     assert "run r1 is incomplete: 0 of 2730 outputs stored" in capsys.readouterr().err
+
+
+def _through_the_index(monkeypatch: pytest.MonkeyPatch, index: Path) -> None:
+    """``evalkit run --shard`` reading the corpus through the case index, as it does once
+    ``evalkit.cli.running`` loads a shard's corpus by ``sharding.load_run_corpus`` (then this
+    stands in for nothing: that path calls ``scan_corpus`` itself)."""
+    from evalkit.corpus import cases
+
+    monkeypatch.setenv("EVALKIT_CASE_INDEX", str(index))
+
+    def facts(root: Path, *, sealed: bool, user_template: str | None, **_: object) -> object:
+        return cases.scan_corpus(root, sealed=sealed, user_template=user_template)
+
+    monkeypatch.setattr(cases, "load_corpus", facts)
+
+
+def _built(out: str) -> tuple[int, int]:
+    """(cases in the share, cases built) from a shard's summary."""
+    line = next(line for line in out.splitlines() if "in this shard's share" in line)
+    words = line.split()
+    return int(words[0]), int(words[words.index("cases", 6) - 1])
+
+
+def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
+    noisy_server: DemoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A warm index: each shard builds only its share's cases and writes a cases part of those
+    alone; merged, the run is the local run (outputs, scores, cases, gate decision)."""
+    db = tmp_path / "i.duckdb"
+    base = run_local(noisy_server, db, "base")
+    local = run_local(noisy_server, db, "cand-local", "--prompt", CANDIDATE_PROMPT)
+    noisy_server.reset_stats()
+    parts = str(tmp_path / "parts")
+    capsys.readouterr()
+    built = []
+    with monkeypatch.context() as patch:
+        _through_the_index(patch, tmp_path / "index")
+        for k in (1, 2, 3):
+            args = demo_args(noisy_server, "--prompt", CANDIDATE_PROMPT, "--shard", f"{k}/3")
+            common = ["--run-id", "indexed", "--parts", parts, "--label", "indexed"]
+            assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
+            built.append(_built(capsys.readouterr().out))
+    assert built[0][1] == 91  # a cold index: the corpus read whole once, its entries written
+    assert all(share == made < 91 for share, made in built[1:])  # warm: the share alone
+    root = PartsRoot(parts)
+    heights = [root.read_frame(p).height for p in root.parts("indexed", "cases")]
+    assert sorted(heights) == sorted(share for share, _ in built) and max(heights) < 91
+    assert main(["merge", "indexed", "--parts", parts, "--db", str(db)]) == 0
+    local_outputs, local_scores = stored(db, local)
+    shard_outputs, shard_scores = stored(db, "indexed")
+    assert local_outputs.height == 91 and local_outputs.equals(shard_outputs)
+    assert local_scores.equals(shard_scores)
+    assert gate_signature(db, base, "indexed") == gate_signature(db, base, local)
+    with open_store(db, read_only=True) as store:
+        assert store.run_status("indexed") == "complete"
+        sql = "SELECT case_id, case_hash FROM cases WHERE run_id = ? ORDER BY case_id"
+        assert store.query(sql, ["indexed"]).equals(store.query(sql, [local]))
+        assert store.manifest("indexed")["config_hash"] == store.manifest(local)["config_hash"]
+
+
+def _two_smoke_shards(server: DemoServer, parts: Path) -> None:
+    for k in (1, 2):
+        args = [*demo_args(server, "--tier", "smoke"), "--shard", f"{k}/2", "--run-id", "pair"]
+        assert main(["run", *args, "--parts", str(parts), "--no-cache"]) == 0
+
+
+def test_the_merge_takes_a_share_only_as_recorded_and_checks_the_union(
+    noisy_server: DemoServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A share's cases part with one case hash changed is refused (not one of the recorded
+    shares); shares that do not add up to the manifest's corpus are caught once all are in."""
+    parts = tmp_path / "parts"
+    _two_smoke_shards(noisy_server, parts)
+    edited, unioned = tmp_path / "edited", tmp_path / "unioned"
+    shutil.copytree(parts, edited)
+    shutil.copytree(parts, unioned)
+    part = PartsRoot(edited).parts("pair", "cases")[-1]
+    frame = pl.read_parquet(part.path)
+    frame.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("0" * 64)).otherwise("case_hash")
+        .alias("case_hash")
+    ).write_parquet(part.path)  # fmt: skip
+    capsys.readouterr()
+    assert main(["merge", "pair", "--parts", str(edited), "--db", str(tmp_path / "e.db")]) == 2
+    assert "nor one of its 2 shards' shares" in capsys.readouterr().err
+    for path in (unioned / "runs" / "pair" / "manifest").glob(
+        "*.json"
+    ):  # a corpus hash the shares miss
+        manifest = json.loads(path.read_text())
+        manifest["corpus"]["hash"] = "1" * 64
+        path.write_text(json.dumps(manifest))
+    assert main(["merge", "pair", "--parts", str(unioned), "--db", str(tmp_path / "u.db")]) == 2
+    assert "shares do not add up" in capsys.readouterr().err
+    assert main(["merge", "pair", "--parts", str(parts), "--db", str(tmp_path / "p.db")]) == 0
+
+
+def test_the_shards_of_one_run_are_cut_alike(
+    noisy_server: DemoServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--run-id", "cut", "--parts", str(tmp_path / "parts"), "--no-cache"]
+    smoke = demo_args(noisy_server, "--tier", "smoke")
+    assert main(["run", *smoke, "--shard", "1/2", *common]) == 0
+    capsys.readouterr()
+    assert main(["run", *smoke, "--shard", "2/3", *common]) == 2
+    assert "cut into 2 shards, this one into 3" in capsys.readouterr().err
+
+
+def test_a_shard_reads_the_corpus_through_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``evalkit run`` loads: facts for ``--shard K/N`` (read through the case index; a
+    warm one parses no file), every case otherwise."""
+    import argparse
+
+    from distributed_support import CONFIG
+
+    from evalkit.cli.sharding import load_run_corpus
+    from evalkit.corpus.cases import Corpus, CorpusFacts
+    from evalkit.corpus.selection import Selection
+    from evalkit.corpus.suite import load_suite
+
+    monkeypatch.setenv("EVALKIT_CASE_INDEX", str(tmp_path / "index"))
+    suite = load_suite(CONFIG)
+    shard, local = argparse.Namespace(shard="1/2"), argparse.Namespace(shard=None)
+    cold = load_run_corpus(shard, suite, Selection())
+    warm = load_run_corpus(shard, suite, Selection())
+    whole = load_run_corpus(local, suite, Selection())
+    assert isinstance(cold, CorpusFacts) and isinstance(warm, CorpusFacts)
+    assert isinstance(whole, Corpus) and warm.hash == whole.hash
+    assert cold.counts.files_parsed == warm.counts.entries_used > 0 == warm.counts.files_parsed

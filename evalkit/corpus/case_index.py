@@ -1,0 +1,349 @@
+"""The case index: what each case file says, kept beside the corpus so a run that needs a few
+cases (one ``--shard K/N``) builds only those and reads the rest's facts from here.
+
+A case file's entry holds, for each case, what the corpus hash, a selection (``--tag``,
+``--tier``, sealed), the draft and policy checks and the run manifest read: its id, case hash,
+tags, criticality, review state, line, the names of its ``input.vars``, its scorers' names and
+the files they name; and where its item is in the file's text, so the case alone can be parsed
+again (:func:`evalkit.corpus.cases.scan_corpus`). It is a cache of what the files say, never a
+source of truth:
+
+- an entry is used only for the exact bytes it was made from (their sha256 is checked at every
+  load, the file read whole), and only under the same reader (:func:`reader_fingerprint`: the
+  evalkit version, the loader's own source, the libraries and the scorer registry it reads
+  with), so an edited case file, a new evalkit or another scorer module reads the file again;
+- the files a case names (schemas, rubrics) are hashed again at every load, never taken from
+  here, so an edited schema is what the run's manifest records;
+- an entry carries the sha256 of its own text: a truncated, corrupted or foreign entry is
+  ignored and made again, never read;
+- every case built from an entry is checked against it (id, hash, line, review): an entry that
+  disagrees with its file is made again from the file (:class:`IndexMismatch`).
+
+Entries live in ``<corpus root>/.evalkit/case-index/`` (or ``$EVALKIT_CASE_INDEX``: a CI cache
+keeps a matrix's index warm), one JSON file per case file (named by the digest of its path,
+replaced when the file changes, so the directory never grows past the corpus), written
+atomically (a temporary file, then a rename); the directory ignores itself for git (a
+``.gitignore`` of ``*``, as ``.pytest_cache`` does).
+
+Examples:
+    >>> facts = ScorerFacts("json_schema", ("schemas/reply.json",), {"schemas/reply.json": "ab"})
+    >>> facts.tier, facts.file_hashes
+    (0, {'schemas/reply.json': 'ab'})
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from evalkit.scorers import SCORERS
+from evalkit.scorers.registry import factory_signature
+from evalkit.version import __version__
+
+#: The layout of an entry; part of the reader fingerprint.
+INDEX_FORMAT = 1
+#: Where entries go, under the corpus root.
+INDEX_DIR = Path(".evalkit") / "case-index"
+#: Another directory for one corpus's entries (a CI cache, a test's temporary directory).
+INDEX_ENV = "EVALKIT_CASE_INDEX"
+
+
+def index_directory(root: Path, given: str | Path | None = None) -> Path:
+    """Where the corpus at ``root`` keeps its entries: ``given``, else ``$EVALKIT_CASE_INDEX``,
+    else ``<root>/.evalkit/case-index``.
+
+    Examples:
+        >>> index_directory(Path("/suite"), "/tmp/idx")
+        PosixPath('/tmp/idx')
+    """
+    if given is not None:
+        return Path(given)
+    return Path(os.environ.get(INDEX_ENV) or root / INDEX_DIR)
+
+
+class IndexMismatch(Exception):
+    """A case built from its file disagreed with the index entry the load had read: the entry
+    has been made again from the file; read the corpus again (a caller retries once)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerFacts:
+    """One ``expect`` entry as a selection and the manifest read it: the scorer's name, the
+    files it names (as the case writes them) and their sha256 (hashed at this load)."""
+
+    name: str
+    files: tuple[str, ...]
+    file_hashes: dict[str, str] = field(compare=False)
+
+    @property
+    def tier(self) -> int:
+        return SCORERS[self.name].tier
+
+
+@dataclass(frozen=True, slots=True)
+class CaseFacts:
+    """What a case says, short of building it: the fields a :class:`~evalkit.corpus.cases.Case`
+    shares with it read the same (``id``, ``hash``, ``tags``, ``criticality``, ``review``,
+    ``source``, ``sealed``; ``scorers`` as :class:`ScorerFacts`), so a selection, the draft
+    check and the manifest take either."""
+
+    id: str
+    hash: str
+    tags: tuple[str, ...]
+    criticality: str
+    review: str
+    source: str  # "cases/billing.yaml:12"
+    sealed: bool
+    var_names: tuple[str, ...] | None  # the keys of input.vars (None: messages)
+    scorers: tuple[ScorerFacts, ...]
+    span: tuple[int, int, int] | None  # its item's (start, end) in the text and its first line
+
+    @property
+    def must_pass(self) -> bool:
+        return self.criticality == "must_pass"
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """One case file's entry: its path, the sha256 of its bytes, whether its items can be
+    parsed one by one (``sliceable``), and its cases' facts in file order."""
+
+    rel: str
+    sha256: str
+    sealed: bool
+    sliceable: bool
+    cases: tuple[CaseFacts, ...]
+
+
+@dataclass
+class IndexCounts:
+    """What one load did with the index (tests count with it, never with a timer)."""
+
+    entries_used: int = 0  # files whose facts came from their entry
+    entries_refused: int = 0  # entries present but not used (corrupt, foreign, stale)
+    entries_written: int = 0
+    files_parsed: int = 0  # case files parsed whole
+    cases_built: int = 0  # cases built from their files (whole or one by one)
+
+
+def reader_fingerprint(module_files: Iterable[Path], limits: Sequence[int]) -> str:
+    """The sha256 of everything that changes how a case file reads: the index format, evalkit's
+    version and the source of the loader's modules, pydantic's and PyYAML's versions (and
+    whether libyaml is there), the loader's limits and the scorer registry (names, tiers, file
+    arguments, short forms, factory signatures: a short form expands by them)."""
+    import yaml
+
+    digest = hashlib.sha256()
+    versions = [INDEX_FORMAT, __version__, _version("pydantic"), _version("PyYAML")]
+    parts: list[Any] = [*versions, hasattr(yaml, "CSafeLoader"), list(limits)]
+    digest.update(json.dumps(parts).encode())
+    for path in module_files:
+        digest.update(b"\0" + Path(path).read_bytes())
+    for name in sorted(SCORERS):
+        definition = SCORERS[name]
+        factory = definition.factory
+        described = [
+            name,
+            definition.tier,
+            list(definition.files),
+            definition.primary,
+            f"{factory.__module__}.{factory.__qualname__}",
+            str(factory_signature(factory)),
+        ]
+        digest.update(json.dumps(described, default=str).encode())
+    return digest.hexdigest()
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+class CaseIndex:
+    """The entries of one corpus under ``directory`` read and written for one ``fingerprint``.
+
+    ``read`` returns an entry only when it is intact (its own sha256), of this reader, of this
+    path and of these exact bytes; anything else counts as refused and is made again by the
+    caller. ``write`` never fails a load: a directory that cannot be written leaves the corpus
+    read the slow way next time.
+    """
+
+    def __init__(self, directory: Path, fingerprint: str) -> None:
+        self.directory = Path(directory)
+        self.fingerprint = fingerprint
+        self.counts = IndexCounts()
+
+    def entry_path(self, rel: str) -> Path:
+        return self.directory / f"{hashlib.sha256(rel.encode()).hexdigest()[:40]}.json"
+
+    def read(self, rel: str, sha256: str, sealed: bool) -> FileFacts | None:
+        path = self.entry_path(rel)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        facts = self._decode(data, rel, sha256, sealed)
+        if facts is None:
+            self.counts.entries_refused += 1
+        return facts
+
+    def write(self, facts: FileFacts) -> None:
+        body = json.dumps(_encode(facts, self.fingerprint), separators=(",", ":")).encode()
+        data = hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+        path = self.entry_path(facts.rel)
+        try:
+            self._prepare()
+            temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+            temp.write_bytes(data)
+            os.replace(temp, path)
+        except OSError:
+            return
+        self.counts.entries_written += 1
+
+    def _prepare(self) -> None:
+        """The directory, holding a ``.gitignore`` of ``*`` (git then sees nothing in it)."""
+        if self.directory.is_dir():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ignore = self.directory / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# evalkit's case index (a cache): never committed\n*\n")
+
+    def _decode(self, data: bytes, rel: str, sha256: str, sealed: bool) -> FileFacts | None:
+        """The entry's facts, or None for anything short of an intact entry of this file."""
+        head, _, body = data.partition(b"\n")
+        if hashlib.sha256(body).hexdigest().encode() != head:
+            return None
+        try:
+            entry = json.loads(body)
+            if (
+                entry.get("format") != INDEX_FORMAT
+                or entry.get("fingerprint") != self.fingerprint
+                or entry.get("rel") != rel
+                or entry.get("sha256") != sha256
+                or entry.get("sealed") is not sealed
+            ):
+                return None
+            return _decode_cases(entry, rel, sha256, sealed)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return None
+
+
+def _encode(facts: FileFacts, fingerprint: str) -> dict[str, Any]:
+    """An entry as JSON data: columns, with tag lists and scorer lists written once each."""
+    tag_sets: dict[tuple[str, ...], int] = {}
+    scorer_sets: dict[tuple[tuple[str, tuple[str, ...]], ...], int] = {}
+    columns: dict[str, list[Any]] = {
+        k: []
+        for k in ("id", "hash", "tags", "criticality", "review", "line", "vars", "scorers", "span")
+    }
+    for case in facts.cases:
+        scorers = tuple((s.name, s.files) for s in case.scorers)
+        columns["id"].append(case.id)
+        columns["hash"].append(case.hash)
+        columns["tags"].append(tag_sets.setdefault(case.tags, len(tag_sets)))
+        columns["criticality"].append(case.criticality)
+        columns["review"].append(case.review)
+        columns["line"].append(int(case.source.rpartition(":")[2]))
+        columns["vars"].append(None if case.var_names is None else list(case.var_names))
+        columns["scorers"].append(scorer_sets.setdefault(scorers, len(scorer_sets)))
+        columns["span"].append(None if case.span is None else list(case.span))
+    return {
+        "format": INDEX_FORMAT,
+        "fingerprint": fingerprint,
+        "rel": facts.rel,
+        "sha256": facts.sha256,
+        "sealed": facts.sealed,
+        "sliceable": facts.sliceable,
+        "tag_sets": [list(tags) for tags in tag_sets],
+        "scorer_sets": [[[name, list(files)] for name, files in s] for s in scorer_sets],
+        "cases": columns,
+    }
+
+
+def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) -> FileFacts | None:
+    """The facts of a well-formed entry (every value of its type, every column as long), or
+    None. Checked column by column (a warm load reads every case's entry: per-case checks
+    were most of its cost). ``ScorerFacts.file_hashes`` is left empty here: the load fills it
+    from the files."""
+    tag_sets = [_strings(tags) for tags in entry["tag_sets"]]
+    scorer_sets = [
+        tuple(ScorerFacts(_string(name), _strings(files), {}) for name, files in scorers)
+        for scorers in entry["scorer_sets"]
+    ]
+    columns = entry["cases"]
+    ids, hashes, tags, criticality, review, lines, names, scorers, spans = (
+        columns[key] for key in _COLUMNS
+    )
+    n = len(ids)
+    sliceable = entry["sliceable"] is True
+    if not (
+        all(isinstance(c, list) and len(c) == n for c in (hashes, tags, criticality, review,
+                                                            lines, names, scorers, spans))
+        and all(type(v) is str for column in (ids, criticality, review) for v in column)
+        and all(type(h) is str and len(h) == 64 for h in hashes)
+        and _HEX.fullmatch("".join(hashes))
+        and all(type(v) is int and v >= 1 for v in lines)
+        and _indices(tags, len(tag_sets))
+        and _indices(scorers, len(scorer_sets))
+        and all(v is None or _span(v) for v in spans)
+        and not (sliceable and None in spans)
+    ):  # fmt: skip
+        return None
+    cases = [
+        CaseFacts(
+            case_id,
+            case_hash,
+            tag_sets[tag],
+            crit,
+            state,
+            f"{rel}:{line}",
+            sealed,
+            None if var_names is None else _strings(var_names),
+            scorer_sets[scorer],
+            None if span is None else (span[0], span[1], span[2]),
+        )
+        for case_id, case_hash, tag, crit, state, line, var_names, scorer, span in zip(
+            ids, hashes, tags, criticality, review, lines, names, scorers, spans, strict=True
+        )
+    ]
+    return FileFacts(rel, sha256, sealed, sliceable, tuple(cases))
+
+
+_COLUMNS = ("id", "hash", "tags", "criticality", "review", "line", "vars", "scorers", "span")
+_HEX = re.compile(r"[0-9a-f]*")
+
+
+def _indices(values: list[Any], size: int) -> bool:
+    return all(type(v) is int and 0 <= v < size for v in values)
+
+
+def _span(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and all(type(v) is int and v >= 0 for v in value)
+        and value[0] < value[1]
+    )
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    return value
+
+
+def _strings(values: Any) -> tuple[str, ...]:
+    if not isinstance(values, list):
+        raise TypeError("not a list")
+    return tuple(_string(v) for v in values)
