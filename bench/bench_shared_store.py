@@ -7,19 +7,33 @@ rows (4N rows in all), written into a fresh local DuckDB store, then
 ``push``      ``SharedStore.push_run`` into an empty shared store, then again (dedupe only);
 ``pull``      ``SharedStore.pull`` of the run into another fresh local store, then again.
 
-Each is timed (wall and CPU of this process) and divided by the rows moved. Figures are
-printed, never asserted.
+Each is timed (wall and CPU of this process) and divided by the rows moved.
+
+``publish``   what a run's end costs when it publishes its new response-cache entries
+              (``SharedStore.cache_put``, one commit per batch): commits of 1 to 20,000
+              entries into the shared cache (the fixed cost of a commit and the cost per
+              entry, by least squares over the sizes), the same entries again (all there:
+              the dedupe read only), and, as the cache grows by one 1,000-entry commit per
+              "run" to ``--files`` data files, a 100-entry publish and a 100-key lookup (what
+              a run's prefetch asks) at a few sizes: every commit adds a data file, and a
+              lookup of random sha256 keys reads the key column of every file.
+
+Figures are printed, never asserted; the load average is printed with them.
 
 Usage:
     .venv/bin/python bench/bench_shared_store.py
     .venv/bin/python bench/bench_shared_store.py --cases 20000 --json figures.json
+    .venv/bin/python bench/bench_shared_store.py --only publish --files 100
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -81,12 +95,114 @@ def _timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
+def _entries(start: int, n: int) -> dict[str, str]:
+    """``n`` cache entries as a run writes them: sha256 keys, a ~300-byte completion each."""
+    text = "an answer of about the length a support reply has, " * 5
+    return {
+        hashlib.sha256(f"request {i}".encode()).hexdigest(): json.dumps(
+            {"text": f"{text}{i}", "latency_ms": 120.0, "cost_usd": 0.0004, "steps": 1}
+        )
+        for i in range(start, start + n)
+    }
+
+
+def _median_timed(calls: list[Callable[[], Any]]) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``calls`` (each timed once)."""
+    timed = [_timed(call)[1:] for call in calls]
+    return statistics.median(w for w, _ in timed), statistics.median(c for _, c in timed)
+
+
+def bench_publish(root: Path, files: int, rounds: int = 3) -> dict[str, Any]:
+    """The cost of a commit of a run's new cache entries, and of lookups as commits pile up."""
+    from evalkit.store.shared.store import CACHE_BATCH_ROWS
+
+    shared = open_shared_store(f"sqlite:///{root / 'cache-catalog.db'}")
+    shared.cache_put(_entries(10**9, 1))  # the table made (a first publish does it once)
+    next_key = 0
+    sizes: dict[str, Any] = {}
+    for n in (1, 100, 1_000, 10_000, CACHE_BATCH_ROWS):
+        calls = []
+        for _ in range(rounds):
+            batch = _entries(next_key, n)
+            next_key += n
+            calls.append(lambda batch=batch: shared.cache_put(batch))
+        wall, cpu = _median_timed(calls)
+        sizes[str(n)] = {"wall_s": wall, "cpu_s": cpu}
+    xs = [float(n) for n in sizes]
+    ys = [fig["wall_s"] for fig in sizes.values()]
+    slope = statistics.linear_regression(xs, ys).slope
+    fixed = statistics.linear_regression(xs, ys).intercept
+    cpu_fit = statistics.linear_regression(xs, [fig["cpu_s"] for fig in sizes.values()])
+    again, again_wall, again_cpu = _timed(lambda: shared.cache_put(_entries(0, 10_000)))
+    growth: dict[str, Any] = {}
+    held_files = 1 + rounds * len(sizes)  # one data file per commit that added rows
+    present = list(_entries(0, 100))  # keys of the first commits: a lookup finds them all
+    for mark in sorted({held_files, *(m for m in (50, 100, files) if m <= files)}):
+        while held_files < mark:
+            shared.cache_put(_entries(next_key, 1_000))
+            next_key, held_files = next_key + 1_000, held_files + 1
+        assert len(shared.cache_get(present)) == 100
+        get_s, _ = _median_timed([lambda: shared.cache_get(present)] * rounds)
+        probe = _entries(next_key, 100)
+        next_key, held_files = next_key + 100, held_files + 1
+        _, put_s, _ = _timed(lambda probe=probe: shared.cache_put(probe))
+        growth[str(mark)] = {"publish_100_s": put_s, "lookup_100_s": get_s}
+    return {
+        "commit_sizes": sizes,
+        "commit_fixed_s": fixed,
+        "commit_per_entry_us": slope * 1e6,
+        "commit_fixed_cpu_s": cpu_fit.intercept,
+        "commit_per_entry_cpu_us": cpu_fit.slope * 1e6,
+        "republish_10000": {"added": again.added, "wall_s": again_wall, "cpu_s": again_cpu},
+        "by_data_files": growth,
+        "batch_rows": CACHE_BATCH_ROWS,
+    }
+
+
+def _print_publish(fig: dict[str, Any]) -> None:
+    print(f"publish: one commit of N new cache entries (median of 3), load {_load()}")
+    for n, size in fig["commit_sizes"].items():
+        print(
+            f"  {int(n):>7,} entries  {size['wall_s'] * 1000:8.1f} ms wall  "
+            f"{size['cpu_s'] * 1000:8.1f} ms CPU  {size['wall_s'] / int(n) * 1e6:9.1f} us/entry"
+        )
+    print(
+        f"  fixed cost of a commit {fig['commit_fixed_s'] * 1000:.0f} ms + "
+        f"{fig['commit_per_entry_us']:.1f} us per entry (least squares); CPU "
+        f"{fig['commit_fixed_cpu_s'] * 1000:.0f} ms + {fig['commit_per_entry_cpu_us']:.1f} us"
+    )
+    again = fig["republish_10000"]
+    print(
+        f"  10,000 entries again (all there): {again['added']} added, "
+        f"{again['wall_s'] * 1000:.0f} ms wall, {again['cpu_s'] * 1000:.0f} ms CPU"
+    )
+    for files, at in fig["by_data_files"].items():
+        print(
+            f"  cache of {int(files):>3} data files: publish 100 {at['publish_100_s'] * 1000:6.0f}"
+            f" ms, look up 100 keys {at['lookup_100_s'] * 1000:6.0f} ms"
+        )
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=200_000)
+    parser.add_argument("--files", type=int, default=200, help="publish: grow the cache to this")
+    parser.add_argument("--only", choices=["push-pull", "publish"], help="one part only")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     figures: dict[str, Any] = {"cases": args.cases}
+    if args.only != "push-pull":
+        with tempfile.TemporaryDirectory() as tmp:
+            figures["publish"] = bench_publish(Path(tmp), args.files)
+        _print_publish(figures["publish"])
+    if args.only == "publish":
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         _write_run(root / "local.duckdb", "bench-run", args.cases)
@@ -100,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pulled, wall, cpu = _timed(lambda: shared.pull(other, "bench-run"))
                 figures[name] = {"rows": pulled.rows, "wall_s": wall, "cpu_s": cpu}
     moved = figures["push"]["rows"]
+    print(f"push and pull of one run of {args.cases:,} cases, load {_load()}")
     for name in ("push", "push_again", "pull", "pull_again"):
         fig = figures[name]
         fig["us_per_row"] = fig["wall_s"] / moved * 1e6

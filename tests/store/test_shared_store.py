@@ -495,3 +495,42 @@ def test_promotions_in_the_shared_store_need_a_published_run_and_keep_history(
     with open_store(tmp_path / "b.duckdb") as store:
         assert shared.pull(store, "demo").run_id == "r1"
         assert store.baselines("demo").height == 2  # the history comes along
+
+
+# -- Store.import_rows: the pull's one write --------------------------------------------------
+
+
+def _cache_frame(keys: list[str], response: str = "{}") -> pl.DataFrame:
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC)
+    return pl.DataFrame({"cache_key": keys, "response": [response] * len(keys),
+                         "created_at": [now] * len(keys)})  # fmt: skip
+
+
+def test_import_rows_checks_every_table_and_writes_all_or_nothing(tmp_path: Path) -> None:
+    with open_store(tmp_path / "a.duckdb") as store:
+        with pytest.raises(StoreError, match=r"into 'response_cahce': no such table \(did you"):
+            store.import_rows({"response_cahce": _cache_frame(["k"])})
+        with pytest.raises(StoreError, match="into response_cache: extra column x"):
+            store.import_rows({"response_cache": _cache_frame(["k"]).with_columns(x=pl.lit(1))})
+        with pytest.raises(StoreError, match="into response_cache: missing column response"):
+            store.import_rows({"response_cache": _cache_frame(["k"]).drop("response")})
+        bad_flakes = pl.DataFrame({c: ["not a number"] for c in TABLES["flakes"].columns})
+        with pytest.raises(StoreError, match="cannot import rows"):  # rolled back whole
+            store.import_rows({"response_cache": _cache_frame(["k1"]), "flakes": bad_flakes})
+        assert store.cache_get(["k1"]) == {}
+        reordered = _cache_frame(["k1", "k2"]).select("response", "created_at", "cache_key")
+        assert store.import_rows({"response_cache": reordered.to_arrow()}) == {
+            "response_cache": 2
+        }  # Arrow or Polars, columns in any order
+        assert store.cache_get(["k1", "k2"]) == {"k1": "{}", "k2": "{}"}
+        newer = {"response_cache": _cache_frame(["k2"], '{"v": 2}')}
+        store.import_rows(newer, replace_on={"response_cache": ["cache_key"]})
+        assert store.query("SELECT count(*) AS n FROM response_cache")["n"][0] == 2
+        assert store.cache_get(["k2"]) == {"k2": '{"v": 2}'}  # the newer copy replaced it
+    with (
+        open_store(tmp_path / "a.duckdb", read_only=True) as store,
+        pytest.raises(StoreError, match="read-only"),
+    ):
+        store.import_rows({"response_cache": _cache_frame(["k3"])})

@@ -3,7 +3,8 @@ local store as Arrow (what a push publishes), and pulled rows inserted into it, 
 holds already.
 
 Only the store writes SQL; these are the store package's own reads of its tables, and its one
-write goes through the store's batch append inside one of its transactions.
+write is the store's public :meth:`~evalkit.store.db.Store.import_rows` (every table of a pull
+in one transaction).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
     import pyarrow as pa
 
     spec = TABLES[name]
-    if not local._has_table(name):  # an older store: nothing of this table to publish
+    if not local.has_table(name):  # an older store: nothing of this table to publish
         return spec.arrow.empty_table()
     where = {
         "scoring_cases": "scoring_id IN (SELECT scoring_id FROM scorings WHERE run_id = $1)",
@@ -52,33 +53,36 @@ def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
 
 
 def insert_missing(local: Store, frames: dict[str, pl.DataFrame]) -> dict[str, int]:
-    """Insert each frame's rows whose key ``local`` lacks, all in one local transaction.
+    """Insert each frame's rows whose key ``local`` lacks (of human labels, the newer ones),
+    all in one local transaction (:meth:`Store.import_rows`); returns rows added per table.
 
-    Uses the store's private batch append: ``Store`` has no public insert of whole rows (a
-    ``Store.import_rows(table, frame)`` would be the hook)."""
+    The keys ``local`` holds are read first, then the rows it lacks go in together: a
+    writing store holds its writer lock for its whole life, so nothing lands in between.
+    """
+    new: dict[str, pl.DataFrame] = {}
+    for name, frame in frames.items():
+        new[name] = (
+            _newest_labels(local, frame) if name == "human_labels" else _absent(local, name, frame)
+        )
+    labels = {"human_labels": _LABEL_IDENTITY} if "human_labels" in new else None
+    return local.import_rows(new, replace_on=labels)
 
-    added: dict[str, int] = {}
-    with local._transaction():
-        for name, frame in frames.items():
-            if name == "human_labels":
-                added[name] = _insert_newest_labels(local, frame)
-                continue
-            spec = TABLES[name]
-            key = list(spec.key)
-            values = frame[key[0]].drop_nulls().unique().to_list()
-            present = local.query(
-                f"SELECT DISTINCT {', '.join(key)} FROM {name} "
-                f"WHERE {key[0]} IN (SELECT UNNEST($1::VARCHAR[]))",
-                [values],
-            )
-            present = present.cast({c: frame.schema[c] for c in key})
-            new = frame.join(present, on=key, how="anti", nulls_equal=True)
-            if spec.unique:
-                new = new.unique(key, keep="first", maintain_order=True)
-            if new.height:
-                local._append(name, new.select(list(spec.columns)))
-            added[name] = new.height
-    return added
+
+def _absent(local: Store, name: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``frame`` whose key local table ``name`` lacks, each unique key once."""
+    spec = TABLES[name]
+    key = list(spec.key)
+    values = frame[key[0]].drop_nulls().unique().to_list()
+    present = local.query(
+        f"SELECT DISTINCT {', '.join(key)} FROM {name} "
+        f"WHERE {key[0]} IN (SELECT UNNEST($1::VARCHAR[]))",
+        [values],
+    )
+    present = present.cast({c: frame.schema[c] for c in key})
+    new = frame.join(present, on=key, how="anti", nulls_equal=True)
+    if spec.unique:
+        new = new.unique(key, keep="first", maintain_order=True)
+    return new.select(list(spec.columns))
 
 
 #: What names one human label (a relabel replaces it): as ``Store.save_human_labels``.
@@ -95,36 +99,25 @@ def text_hashes(outputs: pl.DataFrame) -> set[str]:
     }
 
 
-def _insert_newest_labels(local: Store, frame: pl.DataFrame) -> int:
-    """Pulled labels into ``local`` (inside its transaction): of each label's identity the
-    newest wins, the local one when it is as new or newer; returns how many were written."""
+def _newest_labels(local: Store, frame: pl.DataFrame) -> pl.DataFrame:
+    """Of each pulled label's identity the newest, where it is newer than ``local``'s (or
+    ``local`` has none): the rows to import, replacing the local label of the same identity."""
     import polars as pl
 
-    if not frame.height:
-        return 0
     spec = TABLES["human_labels"]
+    if not frame.height:
+        return frame.select(list(spec.columns))
     identity = list(_LABEL_IDENTITY)
     newest = frame.sort("imported_at", descending=True, nulls_last=True).unique(
         identity, keep="first", maintain_order=True
     )
     mine = local.query(
-        "SELECT case_id, output_hash, rater, scorer, imported_at AS local_at FROM human_labels "
-        "WHERE case_id IN (SELECT UNNEST($1::VARCHAR[]))",
+        "SELECT case_id, output_hash, rater, scorer, max(imported_at) AS local_at "
+        "FROM human_labels WHERE case_id IN (SELECT UNNEST($1::VARCHAR[])) "
+        "GROUP BY ALL",
         [newest["case_id"].unique().to_list()],
     )
     mine = mine.cast({c: newest.schema[c] for c in identity})
     joined = newest.join(mine, on=identity, how="left", nulls_equal=True)
     newer = pl.col("imported_at") > pl.col("local_at")
-    fresh = joined.filter(pl.col("local_at").is_null() | newer).select(list(spec.columns))
-    if not fresh.height:
-        return 0
-    stale = joined.filter(pl.col("local_at").is_not_null() & newer)
-    for row in stale.select(*identity, "local_at").iter_rows():  # few: labels are by hand
-        local._con.execute(
-            "DELETE FROM human_labels WHERE case_id IS NOT DISTINCT FROM ? AND output_hash IS "
-            "NOT DISTINCT FROM ? AND rater = ? AND scorer IS NOT DISTINCT FROM ? "
-            "AND imported_at = ?",
-            list(row),
-        )
-    local._append("human_labels", fresh)
-    return fresh.height
+    return joined.filter(pl.col("local_at").is_null() | newer).select(list(spec.columns))

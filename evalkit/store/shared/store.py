@@ -64,6 +64,12 @@ PUSH_ORDER = (
     "human_labels",
     "baselines",
 )
+#: Entries per commit when a run publishes its new response-cache entries. A commit costs a
+#: fixed 130-190 ms wall, 34-44 ms CPU (a data file, a manifest, the table's metadata, the
+#: catalog row) beside 5-6 us CPU an entry, and each adds a data file every later lookup
+#: reads (bench/bench_shared_store.py --only publish, at load 11): one commit carries an
+#: ordinary run whole, and this bounds a big run's batch in memory (~10 MB of Arrow).
+CACHE_BATCH_ROWS = 20_000
 #: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
 PULL_TABLES = tuple(t for t in PUSH_ORDER if t != "response_cache")
 
@@ -80,6 +86,18 @@ class Pushed:
     @property
     def rows(self) -> int:
         return sum(self.added.values())
+
+
+@dataclass(frozen=True)
+class CachePublished:
+    """What :meth:`SharedStore.cache_put` did: entries appended, entries the shared cache
+    held already, commits made (one per batch that added a row) and commits that lost to a
+    concurrent writer and were retried."""
+
+    added: int
+    present: int
+    commits: int
+    conflicts: int
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,10 @@ class SharedStore:
         self.uri = uri
         self._catalog = open_catalog(uri)
         self._tables: dict[str, Table] = {}
+        #: Why this process stopped asking the store for cache entries (set by
+        #: :class:`evalkit.run.cache.SharedCacheStore` when a lookup failed), or None; push,
+        #: pull and promotions do not read it: they raise on any failure.
+        self.lost: str | None = None
 
     def _table(self, name: str, *, create: bool = False) -> Table | None:
         table = self._tables.get(name)
@@ -251,10 +273,63 @@ class SharedStore:
         return str(rows["run_id"][0]) if rows.height else None
 
     def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
-        """The shared response cache's entries for ``keys`` (those it has)."""
-        rows = self._read("response_cache", "cache_key", keys)
-        keys_found, responses = rows.column("cache_key"), rows.column("response")
-        return dict(zip(keys_found.to_pylist(), responses.to_pylist(), strict=True))
+        """The shared response cache's entries for ``keys`` (those it has).
+
+        A key holds one row when every writer went through :meth:`cache_put` or a push; one
+        held twice (a table an older evalkit wrote, with pyiceberg's own retry, or rows
+        appended by hand) answers its first-published row (earliest ``created_at``, then
+        the smallest response), whatever order the scan reads the data files in.
+        """
+        import polars as pl
+
+        rows = pl.from_arrow(self._read("response_cache", "cache_key", keys))
+        assert isinstance(rows, pl.DataFrame)
+        if rows.height > rows["cache_key"].n_unique():
+            rows = rows.sort("cache_key", "created_at", "response", nulls_last=True).unique(
+                "cache_key", keep="first"
+            )
+        return dict(zip(rows["cache_key"].to_list(), rows["response"].to_list(), strict=True))
+
+    def cache_put(
+        self, entries: Mapping[str, str], *, batch_rows: int = CACHE_BATCH_ROWS
+    ) -> CachePublished:
+        """Append the response-cache entries whose key the shared cache lacks, in commits of
+        at most ``batch_rows`` (a run's new answers, published as it ends). Idempotent: a key
+        there already, or committed meanwhile by another job, is skipped
+        (:func:`append_new`). Responses are scrubbed of registered keys, as the local
+        store's are.
+
+        Raises:
+            StoreError: the commits kept conflicting; anything the catalog or the warehouse
+                raises (unreachable) propagates.
+        """
+        import pyarrow as pa
+
+        from evalkit.store.scrub import scrub_json
+
+        spec = TABLES["response_cache"]
+        keys = list(entries)
+        added = present = commits = conflicts = 0
+        if not keys:
+            return CachePublished(0, 0, 0, 0)
+        table = self._table("response_cache", create=True)
+        assert table is not None
+        now = dt.datetime.now(dt.UTC)
+        for start in range(0, len(keys), batch_rows):
+            batch = keys[start : start + batch_rows]
+            rows = pa.table(
+                {
+                    "cache_key": batch,
+                    "response": [scrub_json(entries[k]) for k in batch],
+                    "created_at": [now] * len(batch),
+                },
+                schema=spec.arrow,
+            )
+            result = append_new(table, spec, rows)
+            added, present = added + result.added, present + result.present
+            commits += result.added > 0
+            conflicts += result.conflicts
+        return CachePublished(added, present, commits, conflicts)
 
     # -- pull -------------------------------------------------------------------------------
 

@@ -45,6 +45,9 @@ NAMESPACE = "evalkit"
 #: How many times a conflicting commit is tried again before the push gives up (with backoff
 #: from 20 ms doubling to 1 s, jittered: ~25 s of contention).
 MAX_ATTEMPTS = 40
+#: Up to this many key values, a duplicate check filters its scan by them (an Iceberg ``In``);
+#: above, it reads the key columns whole (:func:`existing_keys`).
+IN_FILTER_MAX = 256
 #: The dedupe key of each shared table: a push adds a row only when no row with its key is
 #: there. A run's rows are keyed by the run (each table's rows of a run land in one commit, so
 #: a table holds all of them or none); a rescoring's by its scoring id.
@@ -211,7 +214,15 @@ def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
 
 
 def existing_keys(table: Table, spec: SharedTable, keys: list[tuple[Any, ...]]) -> set[tuple]:
-    """Which of ``keys`` ``table`` holds (read on its current snapshot)."""
+    """Which of ``keys`` ``table`` holds (read on its current snapshot).
+
+    A few keys (a run's id) filter the scan, which skips the data files whose bounds leave
+    them out; many (a run's cache keys) read the key columns whole and match them in Arrow:
+    pyiceberg binds an ``In`` filter literal by literal (1.4 s of a 1.7 s publish of 10,000
+    entries, profiled), and random sha256 keys skip no file anyway.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
     from pyiceberg.expressions import In
 
     if not keys or table.current_snapshot() is None:
@@ -219,17 +230,29 @@ def existing_keys(table: Table, spec: SharedTable, keys: list[tuple[Any, ...]]) 
     first = {k[0] for k in keys if k[0] is not None}
     if not first:
         return set()
-    found = table.scan(row_filter=In(spec.key[0], first), selected_fields=spec.key).to_arrow()
+    if len(first) <= IN_FILTER_MAX:
+        found = table.scan(row_filter=In(spec.key[0], first), selected_fields=spec.key)
+        return set(_keys(found.to_arrow(), spec.key))
+    whole = table.scan(selected_fields=spec.key).to_arrow()
+    wanted = pa.array(sorted(first), whole.schema.field(spec.key[0]).type)
+    found = whole.filter(pc.is_in(whole.column(spec.key[0]), value_set=wanted))
     return set(_keys(found, spec.key))
 
 
 def scan(table: Table, column: str, values: set[str]) -> pa.Table:
-    """The rows of ``table`` whose ``column`` is one of ``values``."""
+    """The rows of ``table`` whose ``column`` is one of ``values`` (many values: the whole
+    table read and matched in Arrow, as :func:`existing_keys` does)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     from pyiceberg.expressions import In
 
     if not values or table.current_snapshot() is None:
         return table.schema().as_arrow().empty_table()
-    return table.scan(row_filter=In(column, values)).to_arrow()
+    if len(values) <= IN_FILTER_MAX:
+        return table.scan(row_filter=In(column, values)).to_arrow()
+    whole = table.scan().to_arrow()
+    wanted = pa.array(sorted(values), whole.schema.field(column).type)
+    return whole.filter(pc.is_in(whole.column(column), value_set=wanted))
 
 
 def _keys(rows: pa.Table, key: tuple[str, ...]) -> list[tuple[Any, ...]]:
