@@ -23,7 +23,9 @@ the same invocation; ratios are medians over ``--rounds``.
     regex, judge, trajectory scorers, with its schema and rubric files); ``--mix simple`` the
     ``json_valid`` + ``max_words`` pair. Beside it, what ``evalkit run --tag`` pays: a deferred
     load and a selection of two cases (``two_s``, scorers built for those two only). Target:
-    <= 0.15 ms per case at 10k and 100k.
+    <= 0.15 ms per case at 10k and 100k. ``--against CHECKOUT`` (a tree of another commit,
+    e.g. ``git archive HEAD | tar -x -C /tmp/evalkit-before``) loads the same corpus with
+    that evalkit in the same rounds, in turn: before and after in one invocation, as ratios.
 ``startup``
     ``evalkit run`` of one case at zero latency (imports, config, corpus, store, one request,
     summary) against ``python -c 'import openai'``. Target: <= 0.5 s above it.
@@ -53,6 +55,7 @@ Usage:
     .venv/bin/python bench/bench_process.py whole --rounds 3
     .venv/bin/python bench/bench_process.py corpus --sizes 1000 10000 100000
     .venv/bin/python bench/bench_process.py corpus --mix simple
+    .venv/bin/python bench/bench_process.py corpus --against /tmp/evalkit-before
     .venv/bin/python bench/bench_process.py startup
     .venv/bin/python bench/bench_process.py rss
     .venv/bin/python bench/bench_process.py curve --sizes 1000 10000 100000 --rounds 1
@@ -155,17 +158,18 @@ async def main():
 asyncio.run(main())
 """
 
-#: ``python -c LOAD_CORPUS root [id id]``: load and validate the corpus (building every case's
-#: scorers), or with two ids a deferred load and a selection of those two (``evalkit run
-#: --tag``); prints cases loaded, seconds, cases selected and cases whose scorers were built.
-LOAD_CORPUS = f"""
+#: ``python -c LOAD_CORPUS checkout root [id id]``: load and validate the corpus with the
+#: evalkit of ``checkout`` (building every case's scorers), or with two ids a deferred load and
+#: a selection of those two (``evalkit run --tag``); prints cases loaded, seconds, cases
+#: selected, cases whose scorers were built and CPU seconds.
+LOAD_CORPUS = """
 import sys, time
-sys.path.insert(0, {str(REPO)!r})
+sys.path.insert(0, sys.argv[1])
 from evalkit.corpus.case_scorers import is_pending
 from evalkit.corpus.cases import load_corpus
 t0, c0 = time.perf_counter(), time.process_time()
-ids = sys.argv[2:]
-corpus = load_corpus(sys.argv[1], defer_scorers=bool(ids))
+ids = sys.argv[3:]
+corpus = load_corpus(sys.argv[2], defer_scorers=bool(ids))
 chosen = corpus.select(ids=ids) if ids else corpus
 seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 built = sum(not is_pending(c) for c in corpus.cases)
@@ -430,9 +434,19 @@ def bench_whole(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return {"cases": cases, "concurrency": conc, "rounds": rounds, "summary": summary}
 
 
+def _load_corpus(checkout: Path, corpus_dir: Path, ids: Sequence[str] = ()) -> Proc:
+    """``load_corpus`` in a fresh process, with the evalkit of ``checkout``."""
+    command = [sys.executable, "-c", LOAD_CORPUS, str(checkout), str(corpus_dir), *ids]
+    return measure(command, env={"PYTHONPATH": str(checkout)})
+
+
 def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    """``load_corpus`` per size in a fresh process, ``rounds`` times; ms per case."""
+    """``load_corpus`` per size in a fresh process, ``rounds`` times; ms per case. With
+    ``--against`` another checkout's evalkit loads the same corpus in the same rounds, each
+    round running both in turn (so a load that changes during the run affects both): the
+    per-size medians of the other checkout and of this one's time over it."""
     sizes = args.sizes or [1000, 10_000, 100_000]
+    against = Path(args.against).resolve() if args.against else None
     by_size: dict[str, Any] = {}
     for n in sizes:
         corpus_dir = root / f"corpus-{n}"
@@ -442,11 +456,22 @@ def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             write_corpus(corpus_dir, n, 1)
             two = ["synthetic-000000", "synthetic-000001"]
         runs = []
-        for _ in range(args.rounds):  # alternating: every case, then two selected
-            every = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir)])
-            selected = measure([sys.executable, "-c", LOAD_CORPUS, str(corpus_dir), *two])
+        for number in range(args.rounds):  # alternating: every case, then two selected
+            if against is not None and number % 2 == 0:  # who goes first alternates too
+                other = _load_corpus(against, corpus_dir)
+            every = _load_corpus(REPO, corpus_dir)
+            if against is not None and number % 2 == 1:
+                other = _load_corpus(against, corpus_dir)
+            selected = _load_corpus(REPO, corpus_dir, two)
             loaded, seconds, _, built, cpu = every.stdout.split()
             _, two_s, chosen, two_built, _ = selected.stdout.split()
+            if against is not None:
+                _, other_s, _, _, other_cpu = other.stdout.split()
+                vs = {"against_s": float(other_s), "against_cpu_s": float(other_cpu)}
+                vs |= {"ratio": float(seconds) / vs["against_s"]}
+                vs |= {"cpu_ratio": float(cpu) / vs["against_cpu_s"]}
+            else:
+                vs = {}
             runs.append(
                 {
                     "loaded": int(loaded),
@@ -458,6 +483,7 @@ def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     "two_selected": int(chosen),
                     "two_built": int(two_built),
                 }
+                | vs
             )
         load_s = statistics.median(r["load_s"] for r in runs)
         cpu_s = statistics.median(r["load_cpu_s"] for r in runs)
@@ -474,8 +500,17 @@ def bench_corpus(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "median_two_s": two_s,
             "two_ms_per_case": 1000 * two_s / n,
         }
+        if against is not None:
+            by_size[str(n)] |= {
+                "against_ms_per_case": 1000 * statistics.median(r["against_s"] for r in runs) / n,
+                "against_cpu_ms_per_case": 1000
+                * statistics.median(r["against_cpu_s"] for r in runs)
+                / n,
+                "median_ratio": statistics.median(r["ratio"] for r in runs),
+                "median_cpu_ratio": statistics.median(r["cpu_ratio"] for r in runs),
+            }
     _per_case_ratios(by_size, "ms_per_case")
-    return {"sizes": sizes, "mix": args.mix, "by_size": by_size}
+    return {"sizes": sizes, "mix": args.mix, "against": str(against or ""), "by_size": by_size}
 
 
 def bench_startup(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -700,6 +735,13 @@ def _print(mode: str, f: dict[str, Any]) -> None:
                 f"{e['loaded']:,}; two selected (deferred): {e['median_two_s']:.3f} s = "
                 f"{e['two_ms_per_case']:.4f} ms/case, {e['two_built']} cases' scorers built"
             )
+            if f["against"]:
+                print(
+                    f"  {'':>7}  against {f['against']}: {e['against_ms_per_case']:.4f} ms/case "
+                    f"(CPU {e['against_cpu_ms_per_case']:.4f}); this checkout over it: "
+                    f"{e['median_ratio']:.3f}x wall, {e['median_cpu_ratio']:.3f}x CPU "
+                    "(medians of the rounds' ratios)"
+                )
     elif mode == "startup":
         s = f["summary"]
         print(
@@ -783,6 +825,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the first)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians)")
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="corpus: also load with the evalkit of this checkout, in the same rounds",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]

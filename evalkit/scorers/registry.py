@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, ItemsView, Iterator, KeysView, ValuesView
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -92,7 +94,99 @@ class CorpusPath(type(Path())):  # type: ignore[misc]
     relative: str = ""
 
 
-SCORERS: dict[str, ScorerDef] = {}
+#: Where each built-in scorer registers itself. A lookup of a built-in name imports its module
+#: alone, so a run whose cases name ``json_valid`` and ``max_words`` never imports the similarity
+#: (rapidfuzz), sandbox or judge modules; listing the registry imports them all.
+#: tests/run/test_fixed_cost_scorers.py holds this equal to what the modules register.
+BUILTIN_MODULES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "exact", "normalized_match", "contains", "not_contains", "regex", "forbidden_regex",
+            "max_words", "max_chars",
+        ),
+        "evalkit.scorers.deterministic",
+    ),
+    **dict.fromkeys(
+        ("json_valid", "json_schema", "json_fields", "one_of", "numeric_close"),
+        "evalkit.scorers.structured",
+    ),
+    **dict.fromkeys(
+        ("tool_called", "tool_not_called", "tool_order", "max_steps", "no_unexpected_calls"),
+        "evalkit.scorers.trajectory",
+    ),
+    **dict.fromkeys(("python_tests", "sql_result"), "evalkit.scorers.executable"),
+    **dict.fromkeys(("similar", "embedding_similar"), "evalkit.scorers.similarity"),
+    "judge": "evalkit.scorers.judge",
+}  # fmt: skip
+_BUILTIN_MODULE_NAMES = frozenset(BUILTIN_MODULES.values())
+
+
+class ScorerRegistry(dict[str, ScorerDef]):
+    """:data:`SCORERS`: name -> :class:`ScorerDef`, whose built-in entries register on first
+    use. ``SCORERS[name]``, ``.get`` and ``in`` import only the module of ``name`` (see
+    :data:`BUILTIN_MODULES`); iterating, ``len``, ``keys``/``values``/``items`` and ``dict()``
+    import every built-in module first, so a listing is complete. A scorer registered from
+    outside evalkit loads the built-ins first too, so it replaces one as it always did.
+
+    Examples:
+        >>> "contains" in SCORERS, SCORERS["contains"].primary, "contans" in SCORERS
+        (True, 'text', False)
+        >>> SCORERS["judge"].factory.__module__
+        'evalkit.scorers.judge'
+    """
+
+    def __missing__(self, name: str) -> ScorerDef:
+        module = BUILTIN_MODULES.get(name)
+        if module is None or module in sys.modules:  # unknown, or removed after registering
+            raise KeyError(name)
+        importlib.import_module(module)
+        return dict.__getitem__(self, name)
+
+    def get(self, name: str, default: ScorerDef | None = None) -> ScorerDef | None:  # type: ignore[override]
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name: object) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        module = BUILTIN_MODULES.get(name) if isinstance(name, str) else None
+        return module is not None and module not in sys.modules  # registers when looked up
+
+    def load_all(self) -> None:
+        """Import every built-in scorer module (each registers its scorers)."""
+        for module in sorted(_BUILTIN_MODULE_NAMES - sys.modules.keys()):
+            importlib.import_module(module)
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_all()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self.load_all()
+        return dict.__len__(self)
+
+    def keys(self) -> KeysView[str]:
+        self.load_all()
+        return dict.keys(self)
+
+    def values(self) -> ValuesView[ScorerDef]:
+        self.load_all()
+        return dict.values(self)
+
+    def items(self) -> ItemsView[str, ScorerDef]:
+        self.load_all()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, ScorerDef]:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"ScorerRegistry({sorted(self)})"
+
+
+SCORERS: ScorerRegistry = ScorerRegistry()
 
 
 def scorer(
@@ -107,6 +201,8 @@ def scorer(
     """Register a scorer factory under ``name``."""
 
     def register(factory: Callable[..., ScoreFn]) -> Callable[..., ScoreFn]:
+        if factory.__module__ not in _BUILTIN_MODULE_NAMES:
+            SCORERS.load_all()  # a suite's own scorer replaces a built-in, never the reverse
         SCORERS[name] = ScorerDef(name, factory, tier, files, primary, trajectory, threaded)
         return factory
 

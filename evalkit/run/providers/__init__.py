@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -13,7 +16,49 @@ from evalkit.records import ChatRequest, Completion, Provider
 if TYPE_CHECKING:  # config imports cases, which imports scorers, which import providers.base
     from evalkit.corpus.suite import JudgeConfig, SystemConfig
 
-__all__ = ["ChatRequest", "Completion", "Provider", "ProviderError", "make_provider"]
+__all__ = [
+    "ChatRequest",
+    "Completion",
+    "Provider",
+    "ProviderError",
+    "make_provider",
+    "prefetch_transport",
+]
+
+
+def transport_module(system: SystemConfig) -> str | None:
+    """The HTTP client module the system's requests will import: ``aiohttp`` for the lean
+    transport, ``openai`` for the official client, None for a python system."""
+    if system.provider != "openai":
+        return None
+    return "aiohttp" if system.resolved_transport() == "lean" else "openai"
+
+
+def prefetch_transport(system: SystemConfig) -> threading.Thread | None:
+    """Start importing the system's HTTP client in a thread; the thread, or None when there
+    is nothing to import (a python system, or the module is imported already).
+
+    The import (aiohttp: ~0.15 s of a short run) would otherwise start at the first request,
+    after the corpus is loaded and the run recorded; begun here it runs while the main
+    thread waits on the store's writes and syncs (DuckDB releases the GIL), and the first
+    request's own ``import`` waits on the module's import lock until it is complete. Nothing is
+    sent: only modules are imported. A failure is left to that ``import`` to report.
+
+    Not a daemon: a run refused while the import is under way (a bad corpus) exits once the
+    import is complete, never with a thread still importing while the interpreter finalizes
+    (with a daemon thread, one refused run in testing ended in SIGSEGV at exit).
+    """
+    module = transport_module(system)
+    if module is None or module in sys.modules:
+        return None
+    thread = threading.Thread(target=_import_quietly, args=(module,), name="evalkit-prefetch")
+    thread.start()
+    return thread
+
+
+def _import_quietly(module: str) -> None:
+    with contextlib.suppress(Exception):  # the request path imports it again and says why
+        importlib.import_module(module)
 
 
 def make_provider(system: SystemConfig | JudgeConfig) -> Provider:
