@@ -173,6 +173,11 @@ print(conflicts)
 """
 
 
+def _stderrs(procs: list[subprocess.Popen[str]]) -> list[str]:
+    """The last lines each (ended) process wrote to stderr."""
+    return [p.communicate(timeout=60)[1][-2000:] for p in procs]
+
+
 def _start_together(tmp_path: Path, uri: str, jobs: list[tuple[Path, list[str]]]) -> list[str]:
     """Start one pusher per job, release them at the same moment, return their stdout."""
     go = tmp_path / "go"
@@ -189,7 +194,11 @@ def _start_together(tmp_path: Path, uri: str, jobs: list[tuple[Path, list[str]]]
         deadline = time.monotonic() + 120
         while not all(Path(f"{go}.{db.stem}").exists() for db, _ in jobs):
             assert time.monotonic() < deadline, "the pushers never got ready"
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            if any(p.poll() is not None for p in procs):  # one died: stop the other, say why
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                pytest.fail(f"a pusher exited before it was ready: {_stderrs(procs)}")
             time.sleep(0.01)
         go.touch()
         outs = [p.communicate(timeout=300) for p in procs]
