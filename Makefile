@@ -30,9 +30,12 @@ demo: $(DEMO_STAMP)
 # Two pytest-xdist workers, each given whole test files (--dist loadfile: a module's shared
 # set-up, such as its demo server or scaffolded project, runs once). The slow tests are CPU-bound
 # (evalkit CLI subprocesses, papermill kernels), so a second worker pays where a second core is
-# free; `make test TEST_WORKERS=0` runs the suite in this one process.
+# free; `make test TEST_WORKERS=0` runs the suite in this one process. Files go to the workers in
+# collection order, which tests/conftest.py starts with the slowest files (xdist's own reorder,
+# files with most tests first, would leave the few-test, minutes-long files for last).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $${TEST_WORKERS:-2} --dist loadfile
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $${TEST_WORKERS:-2} --dist loadfile \
+		--no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff check evalkit tests bench

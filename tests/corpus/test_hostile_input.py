@@ -444,14 +444,36 @@ HOSTILE_SUITES: dict[str, tuple[bytes, dict[str, bytes], str]] = {
 }
 
 
+def _cpu_to_load_suite(root: Path) -> tuple[str | None, float]:
+    started = time.process_time()
+    message = _load_suite(root)
+    return message, time.process_time() - started
+
+
+def _benign_suite_cpu(scratch: Path, size: int) -> float:
+    """CPU to load the valid suite padded to ``size`` bytes with a comment, best of three."""
+    pad = max(size - len(SUITE) - 16, 0)
+    root = _corpus(scratch, suite=SUITE + b"# " + b"x" * pad + b"\n")
+    return min(_cpu_to_load_suite(root)[1] for _ in range(3))
+
+
+#: How many times a plain suite's cost a hostile one of its size may take, 10,000 nested
+#: brackets aside (~450x, held to the case files' bound). The others are ~2x; a refusal whose
+#: did-you-mean walked a 1 MB key once per known key was ~2000x (20 s).
+HOSTILE_SUITE_COST_RATIO = 100
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE_SUITES))
 def test_hostile_suite_config(scratch: Path, name: str) -> None:
     config, files, expected = HOSTILE_SUITES[name]
     root = _corpus(scratch, suite=config)
     for file_name, content in files.items():
         (root / file_name).write_bytes(content)
-    message = _load_suite(root)
+    message, elapsed = _cpu_to_load_suite(root)
     assert message is not None and expected in message, message
+    ratio = _cost_ratio(elapsed, _benign_suite_cpu(scratch, len(config)))
+    bound = HOSTILE_COST_RATIO if name == "deep" else HOSTILE_SUITE_COST_RATIO
+    assert ratio < bound, f"{name}: {ratio:.0f}x the CPU of a plain suite its size"
     if name != "deep":  # the CLI path for 10,000 levels is covered by the case-file test
         _check_lint(root)
 

@@ -63,12 +63,17 @@ def _processes_of(temp_dir: str) -> set[int]:
     return found
 
 
+#: How long the cluster's processes get to exit on SIGTERM before SIGKILL: the raylets and
+#: workers go within a second; gcs_server and the autoscaler monitor sit out any grace.
+TERM_GRACE_S = 2.0
+
+
 def _stop(temp_dir: str) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig, grace_s in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 15.0)):
         for pid in _processes_of(temp_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + grace_s
         while _processes_of(temp_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
     assert not _processes_of(temp_dir), "Ray processes of the test still running"

@@ -1,0 +1,143 @@
+"""The README's GitHub Actions example (examples/github-actions/evalkit.yml) is the file it
+quotes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds the
+baseline prompt, with or without a team store, and refusing a pull request that loosens its
+policy. (Split from ``tests/test_readme.py`` so the two workers share these sessions.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from readme_support import README, REPO, WORKFLOW, blocks, run_bash, user_env
+
+
+def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
+    text = WORKFLOW.read_text()
+    assert any(body == text for _, body in blocks(README, "yaml")), "README quotes another YAML"
+    flow = yaml.safe_load(text)
+    steps = flow["jobs"]["gate"]["steps"]
+    checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))
+    assert checkout["with"]["fetch-depth"] == 0  # history for the base branch
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "reports/"
+    script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
+    paths = re.findall(r"(?<![\w$])[\w.-]+/[\w./-]+\.(?:md|yaml|json)\b", script)
+    assert "base/corpus/evalkit.yaml" in paths  # the base branch's config, in its worktree
+    # The pin: the base branch is promoted, the gate names only the candidate (so it judges it
+    # against the promotion) and rebaselines the corpus delta; never the PR's own baseline.
+    assert "evalkit baseline promote base" in script
+    assert re.search(r"evalkit gate candidate --rebaseline", script)
+    for path in paths:  # the base branch's files are the repository's, in a worktree
+        assert (REPO / path.removeprefix("base/")).is_file(), path
+    for tag in re.findall(r"--tag (\S+)", script):
+        assert f"[{tag}" in (REPO / "corpus" / "cases").joinpath(f"{tag}.yaml").read_text()
+    assert flow["jobs"]["gate"]["permissions"]["pull-requests"] == "write"  # the PR comment
+    post = _posting_step(steps)
+    assert post["if"] == "always()" and "GITHUB_STEP_SUMMARY" in post["run"]
+    assert '--markdown "$RUNNER_TEMP/gate.md"' in script and "gate.md" in post["run"]
+
+
+def _posting_step(steps: list[dict]) -> dict:
+    return next(s for s in steps if "gh pr comment" in s.get("run", ""))
+
+
+def _ci_checkout(tmp_path: Path) -> tuple[list[dict], str, Path, dict[str, str]]:
+    """The workflow's steps and gate script, and a git checkout of the corpus whose HEAD is
+    also ``origin/main`` (the base branch the workflow promotes)."""
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
+    script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO / "corpus", work / "corpus")
+    env = user_env(tmp_path) | {"GITHUB_BASE_REF": "main", "RUNNER_TEMP": str(tmp_path)}
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
+    for command in (
+        ["init", "-q"],
+        ["add", "corpus"],
+        ["commit", "-q", "-m", "base"],
+        ["update-ref", "refs/remotes/origin/main", "HEAD"],
+    ):
+        subprocess.run([*git, *command], cwd=work, env=env, check=True, capture_output=True)
+    return steps, script, work, env
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_runs(tmp_path: Path) -> None:
+    steps, script, work, env = _ci_checkout(tmp_path)
+    result = run_bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "baseline of suite" in out and "rebaselin" in out  # promoted, then the delta (none)
+    assert list((work / "reports").glob("*/gate.html")), out[-2000:]
+    # the posting step, with a stand-in gh that records its arguments and has no last comment
+    bin_dir, calls, summary = tmp_path / "bin", tmp_path / "gh-calls", tmp_path / "summary.md"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *--edit-last*) exit 1;; esac\n'
+    )
+    (bin_dir / "gh").chmod(0o755)
+    env |= {"GITHUB_STEP_SUMMARY": str(summary), "PR": "7", "GH_TOKEN": "t",
+            "PATH": os.pathsep.join([str(bin_dir), env["PATH"]])}  # fmt: skip
+    posted = run_bash(_posting_step(steps)["run"], work, env)
+    assert posted.returncode == 0, posted.stdout + posted.stderr
+    report = (tmp_path / "gate.md").read_text()
+    assert report.startswith("## ") and "evalkit gate: PASSED" in report.splitlines()[0]
+    assert summary.read_text() == report
+    body = f"--body-file {tmp_path / 'gate.md'}"
+    assert calls.read_text().splitlines() == [
+        f"pr comment 7 {body} --edit-last",
+        f"pr comment 7 {body}",
+    ]
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path) -> None:
+    """main's promoted baseline published to the team store; the pull-request job pulls it and
+    gates with one run: no base-branch run, no promotion of its own, the same PASSED."""
+    _, script, work, env = _ci_checkout(tmp_path)
+    store = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}"
+    main_job = f"""
+        eval "$(evalkit demo serve --port 18080 --detach)"
+        URL="--set system.base_url=$EVALKIT_DEMO_URL --set judge.base_url=$EVALKIT_DEMO_URL"
+        evalkit run --label nightly --no-progress $URL --db {tmp_path}/main.duckdb
+        evalkit baseline promote nightly --who ana --reason "night 41" --db {tmp_path}/main.duckdb
+        evalkit push nightly --store {store} --db {tmp_path}/main.duckdb
+        kill $EVALKIT_DEMO_PID
+    """
+    published = run_bash(textwrap.dedent(main_job), work, env)
+    assert published.returncode == 0, (published.stdout + published.stderr)[-3000:]
+    result = run_bash(script, work, env | {"EVALKIT_STORE": store})
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "PASSED" in (tmp_path / "gate.md").read_text().splitlines()[0]
+    runs = subprocess.run(
+        [sys.executable, "-m", "evalkit.cli", "runs", "--json"],
+        cwd=work, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    labels = sorted(run["label"] for run in json.loads(runs.stdout))
+    assert labels == ["candidate", "nightly"]  # the pulled baseline and the one run of the job
+    assert not (tmp_path / "base").exists()  # the base branch was never checked out
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path: Path) -> None:
+    """The same workflow on a pull request whose only change is a looser evalkit.yaml (alpha
+    lowered, so nothing could block): UNVERIFIED, exit 1, the change named in the report."""
+    _, script, work, env = _ci_checkout(tmp_path)
+    config = work / "corpus" / "evalkit.yaml"
+    text = config.read_text()
+    assert "gate: {alpha: 0.05," in text
+    config.write_text(text.replace("gate: {alpha: 0.05,", "gate: {alpha: 0.01,"))
+    result = run_bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    report = (tmp_path / "gate.md").read_text()
+    assert "evalkit gate: UNVERIFIED" in report.splitlines()[0], report[:2000]
+    assert "alpha" in report and "--policy" in report
