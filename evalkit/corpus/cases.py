@@ -153,14 +153,7 @@ class Corpus:
         ids: Iterable[str] = (),
     ) -> Corpus:
         """Cases having any of ``tags`` (all when empty), none of ``exclude_tags``."""
-        want, drop, only = set(tags), set(exclude_tags), set(ids)
-        chosen = tuple(
-            c
-            for c in self.cases
-            if (not want or want & set(c.tags))
-            and not drop & set(c.tags)
-            and (not only or c.id in only)
-        )
+        chosen = _chosen(self.cases, tags, exclude_tags, ids)
         for case in chosen:  # deferred scorers: built now, so bad args stop a run before it starts
             _ = case.scorers
         return Corpus(self.root, chosen, self.file_hashes)
@@ -178,6 +171,21 @@ class Corpus:
             sealed=sum(c.sealed for c in self.cases),
             thin_critical_tags=thin,
         )
+
+
+def _chosen(
+    cases: Sequence[Any], tags: Iterable[str], exclude_tags: Iterable[str], ids: Iterable[str]
+) -> tuple[Any, ...]:
+    """The cases (or facts) having any of ``tags`` (all when empty), none of
+    ``exclude_tags``, and an id among ``ids`` (any when empty), in their order."""
+    want, drop, only = set(tags), set(exclude_tags), set(ids)
+    return tuple(
+        c
+        for c in cases
+        if (not want or want & set(c.tags))
+        and not drop & set(c.tags)
+        and (not only or c.id in only)
+    )
 
 
 def _corpus_digest(cases: Iterable[Case] | Iterable[CaseFacts]) -> str:
@@ -218,14 +226,7 @@ class CorpusFacts:
         ids: Iterable[str] = (),
     ) -> CorpusFacts:
         """The facts :meth:`Corpus.select` would keep (no scorer is built here)."""
-        want, drop, only = set(tags), set(exclude_tags), set(ids)
-        chosen = tuple(
-            c
-            for c in self.cases
-            if (not want or want & set(c.tags))
-            and not drop & set(c.tags)
-            and (not only or c.id in only)
-        )
+        chosen = _chosen(self.cases, tags, exclude_tags, ids)
         return replace(self, cases=chosen, warnings=())
 
     @paused_gc()  # as load_corpus: building frees nothing, collections would walk it again

@@ -142,9 +142,7 @@ def test_a_shards_second_job_asks_nothing_the_first_asked(
         capsys.readouterr()
         first = job("job-1")
         assert first > 91  # the demo's tool loops and judge calls: more than one per case
-        published = [
-            line for line in capsys.readouterr().err.splitlines() if "published" in line
-        ]
+        published = [line for line in capsys.readouterr().err.splitlines() if "published" in line]
         assert len(published) == 1 and "(1 commit," in published[0], published
         second = job("job-2")
         assert "answered by the team's shared cache" in capsys.readouterr().out
