@@ -474,6 +474,52 @@ def publish_new_cache(
     return replace(summary, warnings=(*summary.warnings, published.failure))
 
 
+class EntryBuffer(dict[str, str]):
+    """Response-cache entries held in memory until they are published: the two calls of a
+    store :class:`SharedCacheStore` uses, over a dict (a shard's chunks, a merged run)."""
+
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
+        return {key: self[key] for key in keys if key in self}
+
+    def cache_put(self, entries: dict[str, str]) -> None:
+        self.update(entries)
+
+
+def report_publish(published: CachePublish) -> None:
+    """The published line on stderr (a failure was warned when it happened)."""
+    if published.failure is None and published.asked:
+        _info_on_stderr(published.render())
+
+
+def publish_run_cache(store: Store, suite: Suite, run_id: str) -> CachePublish | None:
+    """Publish the response-cache entries of a merged run (a Ray run, from its driver after
+    its last merge) to the suite's shared store, in one commit: every entry its outputs or
+    its tool loops cached, those the shared cache holds already skipped. None without a
+    shared store or with the run's cache off. Never raises: an unreachable store, or a
+    failed commit, is one warning (``evalkit push RUN`` publishes later).
+
+    Examples:
+        >>> from types import SimpleNamespace as NS
+        >>> publish_run_cache(None, NS(config=NS(store={}, cache=True)), "r1") is None
+        True
+    """
+    uri = suite.config.store.get("shared")
+    if not uri or not suite.config.cache or not store.manifest(run_id)["run"].get("cache", True):
+        return None
+    shared = open_team_store(uri, source=f"{suite.path}: store.shared")
+    if shared is None:  # warned: the run is stored locally all the same
+        return None
+    from evalkit.store.shared.local_rows import local_rows
+
+    rows = local_rows(store, "response_cache", run_id)
+    entries = dict(zip(rows["cache_key"].to_pylist(), rows["response"].to_pylist(), strict=True))
+    publisher = SharedCacheStore(EntryBuffer(), shared)  # type: ignore[arg-type]
+    publisher.cache_put(entries)
+    published = publisher.publish(run_id)
+    report_publish(published)
+    return published
+
+
 def failure_cause(exc: BaseException) -> str:
     """A store error as one short line: its first line (the type when it says nothing),
     without any URL's user part or a registered key.

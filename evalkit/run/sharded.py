@@ -49,7 +49,7 @@ from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
-from evalkit.run.cache import SharedCacheStore
+from evalkit.run.cache import EntryBuffer, SharedCacheStore, report_publish
 from evalkit.run.judging import make_judge
 from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, execute_work
@@ -201,10 +201,11 @@ async def run_chunk(
     outbox: SharedCacheStore | None = None,
 ) -> ChunkResult:
     """Run one chunk through the runner's loop and write its parts; with ``shared``, cache
-    lookups the chunk's snapshot cannot answer ask the team's shared store, and what the
-    chunk asked the model is published to it once the chunk is committed — or, with
-    ``outbox``, kept there for its caller to publish (a shard: one commit for all its chunks,
-    since every commit is a file each later lookup of the shared cache reads)."""
+    lookups the chunk's snapshot cannot answer ask the team's shared store, and with
+    ``outbox`` what the chunk asked the model is kept there for its caller to publish. A chunk
+    never publishes on its own: every commit is a file each later lookup of the shared cache
+    reads, so a shard publishes once for all its chunks and a Ray run once, from its driver,
+    after its last merge (:func:`evalkit.run.cache.publish_run_cache`)."""
     suite = _with_overrides(suite, options)
     run_id = manifest["run"]["run_id"]
     use_cache = bool(manifest["run"].get("cache", True))
@@ -231,11 +232,8 @@ async def run_chunk(
         if judge is not None:
             await judge.provider.aclose()
     attempt = sink.commit(root, run_id, chunk.chunk_id)
-    if team is not None:  # what the chunk asked, to the team's cache (warns, never raises)
-        if outbox is None:
-            team.publish(run_id)  # a Ray task: its chunk is all this process has
-        else:
-            outbox.cache_put(team.asked_entries())  # a shard publishes once, at its end
+    if team is not None and outbox is not None:  # a shard publishes once, at its end
+        outbox.cache_put(team.asked_entries())
     return ChunkResult(
         chunk.chunk_id, attempt, sink.rows, counts.requests, counts.retries, counts.cache_hits,
         shared_hits=team.shared_hits if team is not None else 0,
@@ -322,7 +320,7 @@ def run_shard(
     by_id = {case.id: case for case in share}
     paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
     shared = team_cache(suite, bool(manifest["run"].get("cache", True))) if todo else None
-    outbox = None if shared is None else SharedCacheStore(_Outbox(), shared)
+    outbox = None if shared is None else SharedCacheStore(EntryBuffer(), shared)
     results = []
     for chunk in todo:
         results.append(
@@ -343,22 +341,9 @@ def run_shard(
     )  # fmt: skip
 
 
-class _Outbox(dict[str, str]):
-    """The response-cache entries a shard's chunks asked, held until it publishes them
-    (the two calls of a store :class:`SharedCacheStore` uses)."""
-
-    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
-        return {key: self[key] for key in keys if key in self}
-
-    def cache_put(self, entries: dict[str, str]) -> None:
-        self.update(entries)
-
-
 def _publish(outbox: SharedCacheStore, run_id: str) -> None:
     """Publish what the outbox holds (warned, never raised, on failure) and empty it."""
-    published = outbox.publish(run_id)
-    if published.failure is None and published.asked:
-        print(f"evalkit: {published.render()}", file=sys.stderr, flush=True)
+    report_publish(outbox.publish(run_id))
     outbox.local.clear()
     outbox.forget_asked()
 

@@ -333,3 +333,36 @@ def test_a_chunk_publishes_through_its_part_sink(tmp_path: Path) -> None:
     published = chunk.publish()
     assert (published.asked, published.added, published.present) == (1, 1, 0)
     assert sorted(_cache_rows(uri)["cache_key"].to_list()) == ["new", "team"]
+
+
+def test_a_merged_run_publishes_its_cache_once_and_a_second_job_asks_nothing(
+    project: Path, demo_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ray run's driver publishes after its last merge (:func:`publish_run_cache`): from the
+    local store, every entry the run cached, in one commit; publishing again adds nothing,
+    and a second job with an empty local store asks the endpoint nothing."""
+    from evalkit.run.cache import publish_run_cache
+
+    uri = _team_uri(tmp_path)
+    demo_server.reset_stats()
+    merged = _Job(_share(project, None), tmp_path / "merged.duckdb", demo_server.base_url)
+    run_id = merged.run("nightly").run_id  # no shared store while it ran: as a Ray run's tasks
+    asked = int(demo_server.stats()["requests"])
+    suite = load_suite(_share(project, uri), overrides=[f"system.base_url={demo_server.base_url}"])
+    capsys.readouterr()
+    with open_store(tmp_path / "merged.duckdb") as store:
+        first = publish_run_cache(store, suite, run_id)
+        again = publish_run_cache(store, suite, run_id)
+    assert first is not None and again is not None
+    assert (first.added, first.commits, first.failure) == (asked, 1, None)
+    assert (again.added, again.present) == (0, asked)
+    assert _cache_rows(uri).height == asked
+    lines = [line for line in capsys.readouterr().err.splitlines() if "published" in line]
+    assert [line.split(" to ")[0] for line in lines] == [
+        f"evalkit: published {asked} new response-cache entries",
+        "evalkit: published 0 new response-cache entries",
+    ]
+    demo_server.reset_stats()
+    second = _Job(_share(project, uri), tmp_path / "job2.duckdb", demo_server.base_url)
+    second.run("ci")
+    assert int(demo_server.stats()["requests"]) == 0

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.suite import Suite, load_suite
 from evalkit.errors import EvalkitError
+from evalkit.run.cache import publish_run_cache
 from evalkit.run.engines.budget import BudgetedProvider, BudgetLimiter
 from evalkit.run.engines.ray_budget import (
     BUDGET_PATIENCE_S,
@@ -242,6 +243,11 @@ def run_on_ray(
         stop_budgets(ray, budgets)
     session = session_counts(results, time.perf_counter() - started, skipped)
     merged = merge_run(store, root, run_id, session=session)
+    # what the tasks asked goes to the team's cache once, from here (a commit per chunk would
+    # be a file per chunk for every later lookup to read)
+    published = publish_run_cache(store, suite, run_id)
+    if published is not None and published.failure is not None:
+        notes[published.failure] = None
     if budgets.recreated:
         notes[f"the rate budget vanished and this run recreated it {budgets.recreated}×"] = None
     return _with_notes(store, merged.summary, tuple(notes))
