@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import combinations, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +285,12 @@ def test_rate_limit_spaces_every_attempt_retries_included(tmp_path: Path) -> Non
     assert summary.outputs == 4 and outputs["error"].is_null().all()
     assert len(script.arrivals) == 6 == summary.requests
     gaps = [b - a for a, b in pairwise(script.arrivals)]
-    assert min(gaps) >= 0.45, gaps
+    # the limiter's spacing as the server sees it: any j - i attempts span (j - i) x 0.5 s,
+    # less one delivery's delay (at load 10 one request reached the server 0.31 s late, so
+    # its gap to the next read 0.19 s though they were sent 0.5 s apart); a burst spans ~0
+    arrivals = script.arrivals
+    spans = [(arrivals[j] - arrivals[i]) - 0.5 * (j - i) for i, j in combinations(range(6), 2)]
+    assert min(spans) >= -0.4, gaps
     assert script.arrivals[-1] - script.arrivals[0] < 8, gaps
 
 
