@@ -99,13 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _require_store(args.db)
         with open_store(args.db, read_only=True, wait_s=args.wait) as store:
             stored = store.manifest(store.resolve_run(args.resume)).get("selection") or {}
-        selection = Selection(
-            stored.get("tier"),
-            tuple(stored.get("tags") or ()),
-            tuple(stored.get("exclude_tags") or ()),
-            tuple(stored.get("skip_scorers") or ()),
-            bool(stored.get("sealed")),
-        )
+        selection = Selection.from_manifest(stored)
     else:
         selection = resolve_selection(
             suite.config.tiers,

@@ -205,13 +205,7 @@ def _reselect(args: argparse.Namespace, suite: Suite, options: RunOptions) -> Co
     from evalkit.corpus.selection import Selection
 
     stored = options.selection
-    selection = Selection(
-        stored.get("tier"),
-        tuple(stored.get("tags") or ()),
-        tuple(stored.get("exclude_tags") or ()),
-        tuple(stored.get("skip_scorers") or ()),
-        bool(stored.get("sealed")),
-    )
+    selection = Selection.from_manifest(stored)
     corpus = selection.apply(load_run_corpus(args, suite, selection))
     refuse_drafts(corpus.cases, suite.config.kind)  # type: ignore[arg-type]  # facts read alike
     return corpus  # type: ignore[return-value]

@@ -75,6 +75,22 @@ class Selection:
                 kept.append(case if scorers == case.scorers else replace(case, scorers=scorers))
         return replace(chosen, cases=tuple(kept))
 
+    @classmethod
+    def from_manifest(cls, stored: Mapping[str, Any]) -> Selection:
+        """The selection a manifest's ``selection`` entry records (:meth:`to_manifest`).
+
+        Examples:
+            >>> Selection.from_manifest(Selection("smoke", ("a",)).to_manifest()).tags
+            ('a',)
+        """
+        return cls(
+            stored.get("tier"),
+            tuple(stored.get("tags") or ()),
+            tuple(stored.get("exclude_tags") or ()),
+            tuple(stored.get("skip_scorers") or ()),
+            bool(stored.get("sealed")),
+        )
+
     def to_manifest(self) -> dict[str, Any]:
         """The manifest's ``selection`` entry."""
         return {

@@ -183,7 +183,12 @@ def test_two_jobs_publishing_the_same_keys_at_once_leave_one_value_per_key(
         deadline = time.monotonic() + 120
         while not all(Path(f"{go}.{who}").exists() for who in ("a", "b")):
             assert time.monotonic() < deadline, "the publishers never got ready"
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            if any(p.poll() is not None for p in procs):  # one died: stop the other, say why
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                why = [p.communicate(timeout=60)[1][-2000:] for p in procs]
+                pytest.fail(f"a publisher exited before it was ready: {why}")
             time.sleep(0.01)
         go.touch()
         outs = [p.communicate(timeout=300) for p in procs]
