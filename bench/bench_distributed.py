@@ -16,7 +16,13 @@ the demo simulator on loopback with a fixed latency and no noise. Three figures:
             corpus read, the manifest, the units ordered, the cases part written. Three ways,
             in one process, alternated: today's (``load_corpus`` of the whole corpus), through
             the case index cold (every file parsed once, entries written) and warm (entries
-            read, only the share's cases built); seconds, the ratios and ``uptime``'s load.
+            read, only the share's cases built); and what warms the index for a CI matrix,
+            ``evalkit cases index`` (:func:`refresh_index`) on a fresh index, in this process
+            alone and with one worker process per core (when there are several files:
+            ``--per-file``), with the CPU seconds of this process and of the workers (on a
+            busy machine the kernel's autogroups share one session's CPU among all its
+            processes, so only the CPU figures say what free cores would give); seconds, the
+            ratios and ``uptime``'s load.
 
 On a 2-core machine the two Ray workers, the driver and the simulator share the same two
 cores, so this measures the engine's overhead, not a speed-up; on a cluster each worker has
@@ -27,6 +33,7 @@ Usage:
     .venv/bin/python bench/bench_distributed.py --cases 2000 --latency-ms 50
     .venv/bin/python bench/bench_distributed.py --address 127.0.0.1:6379   # an existing cluster
     .venv/bin/python bench/bench_distributed.py --shards --cases 200000   # a shard's own cost
+    .venv/bin/python bench/bench_distributed.py --shards --cases 40000 --per-file 5000
 """
 
 from __future__ import annotations
@@ -63,12 +70,12 @@ from evalkit.store.parts import PartsRoot  # noqa: E402
 SYSTEM_PROMPT = "Respond only with a JSON object. Keep the reply under 40 words.\n"
 
 
-def write_corpus(root: Path, n_cases: int, concurrency: int) -> Path:
-    """N distinct one-turn cases; returns the suite config."""
+def write_corpus(root: Path, n_cases: int, concurrency: int, per_file: int = 50_000) -> Path:
+    """N distinct one-turn cases, ``per_file`` to a file (a cases file may hold 20 MB at
+    most: 50,000 of these); returns the suite config."""
     (root / "cases").mkdir(parents=True)
     (root / "prompts").mkdir()
     (root / "prompts" / "system.md").write_text(SYSTEM_PROMPT, encoding="utf-8")
-    per_file = 50_000  # a cases file may hold 20 MB at most
     for first in range(0, n_cases, per_file):
         (root / "cases" / f"synthetic-{first // per_file:02d}.yaml").write_text(
             "".join(
@@ -134,9 +141,9 @@ def _merge_a_straggler(db: Path, parts: PartsRoot, run_id: str) -> float:
 
 def _shard_cost(config: Path, how: str, index: Path, run: int) -> dict[str, Any]:
     """One ``--shard 1/4``'s cost before its first request (``how``: ``whole``, today's load
-    of every case; ``index``: read through the case index under ``index``), by run_shard with
-    its chunks stood in for (no model call)."""
-    from evalkit.corpus.cases import CorpusFacts, scan_corpus
+    of every case; ``cold``/``warm``: read through the case index under ``index``), by
+    run_shard with its chunks stood in for (no model call)."""
+    from evalkit.corpus.case_facts import CorpusFacts, scan_corpus
     from evalkit.run import sharded
     from evalkit.run.shards import Shard
 
@@ -164,20 +171,45 @@ def _shard_cost(config: Path, how: str, index: Path, run: int) -> dict[str, Any]
             "share": summary.cases, "load": os.getloadavg()[0]}  # fmt: skip
 
 
-def shard_figures(cases: int, rounds: int) -> dict[str, Any]:
-    """``shards``: cold and warm index against today's whole load, alternated ``rounds``
-    times (the cold one on a fresh index each round); medians."""
+def _index_cost(config: Path, index: Path, workers: int | None) -> dict[str, Any]:
+    """``evalkit cases index`` on a fresh index (``workers`` None: one process per core):
+    wall seconds, CPU seconds of this process and of its workers, files the workers loaded."""
+    import resource
+    import shutil
+
+    from evalkit.corpus.case_facts import refresh_index
+
+    shutil.rmtree(index, ignore_errors=True)
+    here, workers_cpu = resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN
+    before = [resource.getrusage(who) for who in (here, workers_cpu)]
+    started = time.perf_counter()
+    done = refresh_index(config.parent, index_dir=index, workers=workers)
+    wall = time.perf_counter() - started
+    after = [resource.getrusage(who) for who in (here, workers_cpu)]
+    pairs = zip(after, before, strict=True)
+    cpu = [max(0.0, a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime) for a, b in pairs]
+    return {"s": round(wall, 2), "cpu_s": round(cpu[0], 2), "workers_cpu_s": round(cpu[1], 2),
+            "apart": done.facts.counts.files_in_workers, "load": os.getloadavg()[0]}  # fmt: skip
+
+
+def shard_figures(cases: int, rounds: int, per_file: int) -> dict[str, Any]:
+    """``shards``: cold and warm index against today's whole load, and the index job serial
+    and with workers, alternated ``rounds`` times (each cold one on a fresh index); medians."""
     import shutil
 
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-shard-") as tmp:
-        config = write_corpus(Path(tmp) / "corpus", cases, 8)
-        index = Path(tmp) / "index"
-        runs: dict[str, list[dict[str, Any]]] = {"whole": [], "cold": [], "warm": []}
+        config = write_corpus(Path(tmp) / "corpus", cases, 8, per_file)
+        index, job = Path(tmp) / "index", Path(tmp) / "index-job"
+        runs: dict[str, list[dict[str, Any]]] = {
+            "whole": [], "cold": [], "warm": [], "job_serial": [], "job_workers": []
+        }  # fmt: skip
         for run in range(rounds):
             shutil.rmtree(index, ignore_errors=True)
             runs["whole"].append(_shard_cost(config, "whole", index, run))
             runs["cold"].append(_shard_cost(config, "cold", index, run))
             runs["warm"].append(_shard_cost(config, "warm", index, run))
+            runs["job_serial"].append(_index_cost(config, job, 1))
+            runs["job_workers"].append(_index_cost(config, job, None))
     figures: dict[str, Any] = {
         how: {key: statistics.median(r[key] for r in got) for key in got[0]}
         for how, got in runs.items()
@@ -185,6 +217,13 @@ def shard_figures(cases: int, rounds: int) -> dict[str, Any]:
     figures["cases"] = cases
     figures["warm_vs_whole"] = round(figures["whole"]["s"] / figures["warm"]["s"], 2)
     figures["warm_vs_cold"] = round(figures["cold"]["s"] / figures["warm"]["s"], 2)
+    serial, apart = figures["job_serial"], figures["job_workers"]
+    figures["job_wall_ratio"] = round(serial["s"] / apart["s"], 2)
+    # CPU of the work (this process's + the workers'): what the workers add
+    figures["job_cpu_ratio"] = round(
+        (apart["cpu_s"] + apart["workers_cpu_s"]) / (serial["cpu_s"] + serial["workers_cpu_s"]), 2
+    )
+    figures["per_file"] = per_file
     return figures
 
 
@@ -201,11 +240,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--shards", action="store_true", help="only the shard figure: one --shard 1/4's own cost"
     )
     parser.add_argument("--rounds", type=int, default=2, help="with --shards: alternations")
+    parser.add_argument(
+        "--per-file", type=int, default=50_000, help="with --shards: cases per case file"
+    )
     args = parser.parse_args(argv)
     if args.shards:
-        shards = shard_figures(args.cases, args.rounds)
-        print(f"{args.cases} cases, one --shard 1/4 before its first request (medians of "
-              f"{args.rounds}):")  # fmt: skip
+        shards = shard_figures(args.cases, args.rounds, args.per_file)
+        files = -(-args.cases // args.per_file)
+        print(f"{args.cases} cases in {files} files, one --shard 1/4 before its first request "
+              f"(medians of {args.rounds}; {os.cpu_count()} cores):")  # fmt: skip
         for how, what in (("whole", "whole load (today)"), ("cold", "index, cold"),
                           ("warm", "index, warm")):  # fmt: skip
             fig = shards[how]
@@ -214,6 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{fig['load']:.1f}")  # fmt: skip
         print(f"  warm index: {shards['warm_vs_whole']:.2f}x faster than the whole load, "
               f"{shards['warm_vs_cold']:.2f}x than a cold index")  # fmt: skip
+        for how, what in (("job_serial", "cases index, serial"),
+                          ("job_workers", "cases index, workers")):  # fmt: skip
+            fig = shards[how]
+            print(f"  {what:20}: {fig['s']:7.2f} s; CPU {fig['cpu_s']:.2f} s here + "
+                  f"{fig['workers_cpu_s']:.2f} s in workers ({fig['apart']:.0f} files); load "
+                  f"{fig['load']:.1f}")  # fmt: skip
+        print(f"  cases index with workers: {shards['job_wall_ratio']:.2f}x faster (wall), "
+              f"{shards['job_cpu_ratio']:.2f}x the CPU of serial")  # fmt: skip
         if args.json:
             Path(args.json).write_text(json.dumps({"shards": shards}, indent=2))
         return 0

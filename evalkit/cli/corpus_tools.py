@@ -1,5 +1,6 @@
 """``evalkit cases …`` beyond lint: the corpus lifecycle (review drafts, retire, convert,
-coverage). ``running`` creates the ``cases`` group and hands its subparsers here."""
+coverage) and the case index a CI matrix caches (``index``). ``running`` creates the
+``cases`` group and hands its subparsers here."""
 
 from __future__ import annotations
 
@@ -45,6 +46,22 @@ def add_cases_parsers(cases_sub: argparse._SubParsersAction) -> None:  # type: i
     db_arg(coverage)
     coverage.add_argument("--runs", type=int, default=5, help="K: the suite's newest runs")
     coverage.set_defaults(handler=_cmd_coverage)
+
+    index = cases_sub.add_parser(
+        "index",
+        help="build or refresh the case index of the whole corpus (sealed cases too), which "
+        "`run --shard K/N` reads: warm it once and cache corpus/.evalkit/case-index for the "
+        "shards of a CI matrix",
+    )
+    suite_args(index)
+    index.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes that load the files without an entry (default: one per core, "
+        "for a large corpus; 1: this process alone)",
+    )
+    index.set_defaults(handler=_cmd_index)
 
 
 def _cmd_review(args: argparse.Namespace) -> int:
@@ -115,4 +132,32 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
     if found.candidates:
         ids = " ".join(c.case_id for c in found.candidates)
         print(f"retire them after review: evalkit cases retire {ids} --reason 'saturated'")
+    return 0
+
+
+def _cmd_index(args: argparse.Namespace) -> int:
+    """Every case file's entry made (or kept, when it is of the file's bytes), entries of
+    files no longer in the corpus removed. A bad case is an input error as in ``cases lint``
+    (exit 2, its one-line error); entries are written whole or not at all (a temporary file,
+    then a rename)."""
+    import time
+
+    from evalkit.corpus.case_facts import refresh_index
+    from evalkit.corpus.suite import load_suite
+    from evalkit.errors import ConfigError
+
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: one process at least")
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    started = time.perf_counter()
+    done = refresh_index(
+        suite.root, user_template=suite.config.system.user_template, workers=args.workers
+    )
+    counts = done.facts.counts
+    print(
+        f"case index: {done.files} files, {len(done.facts.cases)} cases: "
+        f"{counts.entries_used} entries reused, {counts.entries_written} written, "
+        f"{done.removed} removed, in {time.perf_counter() - started:.2f} s → {done.directory}",
+        flush=True,
+    )
     return 0

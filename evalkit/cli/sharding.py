@@ -19,7 +19,8 @@ from evalkit.errors import EvalkitError
 from evalkit.redact import strip_userinfo
 
 if TYPE_CHECKING:
-    from evalkit.corpus.cases import Corpus, CorpusFacts
+    from evalkit.corpus.case_facts import CorpusFacts
+    from evalkit.corpus.cases import Corpus
     from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import Suite
     from evalkit.run.runner import RunOptions, RunSummary
@@ -69,11 +70,12 @@ def load_run_corpus(
     args: argparse.Namespace, suite: Suite, selection: Selection
 ) -> Corpus | CorpusFacts:
     """The corpus ``evalkit run`` selects from: for ``--shard K/N`` its facts, read through
-    the case index (:func:`~evalkit.corpus.cases.scan_corpus`: the shard builds only its
+    the case index (:func:`~evalkit.corpus.case_facts.scan_corpus`: the shard builds only its
     share, :func:`~evalkit.run.sharded.run_shard`), else every case loaded, its scorers
     built when selected. Either way what is checked before the run (tags, drafts, policy)
     reads the same."""
-    from evalkit.corpus.cases import load_corpus, scan_corpus
+    from evalkit.corpus.case_facts import scan_corpus
+    from evalkit.corpus.cases import load_corpus
 
     common = {"sealed": selection.sealed, "user_template": suite.config.system.user_template}
     if getattr(args, "shard", None):

@@ -5,7 +5,7 @@ A case file's entry holds, for each case, what the corpus hash, a selection (``-
 ``--tier``, sealed), the draft and policy checks and the run manifest read: its id, case hash,
 tags, criticality, review state, line, the names of its ``input.vars``, its scorers' names and
 the files they name; and where its item is in the file's text, so the case alone can be parsed
-again (:func:`evalkit.corpus.cases.scan_corpus`). It is a cache of what the files say, never a
+again (:func:`evalkit.corpus.case_facts.scan_corpus`). It is a cache of what the files say, never a
 source of truth:
 
 - an entry is used only for the exact bytes it was made from (their sha256 is checked at every
@@ -33,6 +33,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -131,6 +132,7 @@ class IndexCounts:
     entries_refused: int = 0  # entries present but not used (corrupt, foreign, stale)
     entries_written: int = 0
     files_parsed: int = 0  # case files parsed whole
+    files_in_workers: int = 0  # of those, parsed in worker processes (a parallel cold scan)
     cases_built: int = 0  # cases built from their files (whole or one by one)
 
 
@@ -201,14 +203,32 @@ class CaseIndex:
         body = json.dumps(_encode(facts, self.fingerprint), separators=(",", ":")).encode()
         data = hashlib.sha256(body).hexdigest().encode() + b"\n" + body
         path = self.entry_path(facts.rel)
+        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
             self._prepare()
-            temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
             temp.write_bytes(data)
-            os.replace(temp, path)
+            os.replace(temp, path)  # atomic: a reader sees the old entry or the new, whole
         except OSError:
+            with contextlib.suppress(OSError):  # a full disk leaves no half-written temporary
+                temp.unlink(missing_ok=True)
             return
         self.counts.entries_written += 1
+
+    def prune(self, rels: Iterable[str]) -> int:
+        """Remove the entries of files other than ``rels`` (files gone from the corpus); how
+        many. Only names an entry has are touched (a temporary file is a writer's)."""
+        keep = {self.entry_path(rel).name for rel in rels}
+        try:
+            found = [p for p in self.directory.iterdir() if _ENTRY_NAME.fullmatch(p.name)]
+        except OSError:
+            return 0
+        removed = 0
+        for path in found:
+            if path.name not in keep:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
+        return removed
 
     def _prepare(self) -> None:
         """The directory, holding a ``.gitignore`` of ``*`` (git then sees nothing in it)."""
@@ -322,6 +342,7 @@ def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) ->
 
 _COLUMNS = ("id", "hash", "tags", "criticality", "review", "line", "vars", "scorers", "span")
 _HEX = re.compile(r"[0-9a-f]*")
+_ENTRY_NAME = re.compile(r"[0-9a-f]{40}\.json")
 
 
 def _indices(values: list[Any], size: int) -> bool:

@@ -17,7 +17,6 @@ import hashlib
 import inspect
 import json
 import re
-import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,13 +28,6 @@ from pydantic import ValidationError
 
 from evalkit.corpus.case_index import (
     CaseFacts,
-    CaseIndex,
-    FileFacts,
-    IndexCounts,
-    IndexMismatch,
-    ScorerFacts,
-    index_directory,
-    reader_fingerprint,
 )
 from evalkit.corpus.case_scorers import DeferredScorers, PendingScorers, ScorerBinder, SharedExpect
 from evalkit.corpus.case_spec import CaseSpec, describe_validation
@@ -43,12 +35,10 @@ from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_input import (
     ChunkRefused,
     ListChunk,
-    YAMLInputError,
     find_yaml_files,
     list_chunks,
     mapping_value,
     node_line,
-    parse_yaml,
     parse_yaml_text,
     paused_gc,
     read_yaml_text,
@@ -196,67 +186,6 @@ def _corpus_digest(cases: Iterable[Case] | Iterable[CaseFacts]) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class CorpusFacts:
-    """Every case of a suite as the case index says it (:func:`scan_corpus`), for a run that
-    builds only some of them: ``hash``, ``file_hashes`` and each case's id, hash, tags, review
-    and scorer names are a full load's, so :meth:`select`, a selection's ``apply``, the draft
-    check and the run manifest read it as they read a :class:`Corpus`; :meth:`load` builds
-    the cases asked for."""
-
-    root: Path
-    cases: tuple[CaseFacts, ...]
-    file_hashes: dict[str, str]
-    warnings: tuple[str, ...] = ()
-    builder: _FactsBuilder | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def hash(self) -> str:
-        return _corpus_digest(self.cases)
-
-    @property
-    def counts(self) -> IndexCounts:
-        """What the scan (and the loads since) did: entries used, files parsed, cases built."""
-        return self.builder.index.counts if self.builder is not None else IndexCounts()
-
-    def select(
-        self,
-        tags: Iterable[str] = (),
-        exclude_tags: Iterable[str] = (),
-        ids: Iterable[str] = (),
-    ) -> CorpusFacts:
-        """The facts :meth:`Corpus.select` would keep (no scorer is built here)."""
-        chosen = _chosen(self.cases, tags, exclude_tags, ids)
-        return replace(self, cases=chosen, warnings=())
-
-    @paused_gc()  # as load_corpus: building frees nothing, collections would walk it again
-    def load(self, ids: Iterable[str] | None = None) -> Corpus:
-        """The cases of these facts (of ``ids`` only, when given) built from their files, each
-        with the scorers its facts keep (a selection's skips) built now, as
-        :meth:`Corpus.select` builds them: a bad argument stops a run before it starts.
-
-        Raises:
-            IndexMismatch: a built case disagreed with its file's entry; the entry is made
-                again: scan again (:func:`load_corpus` with ``only`` does, once).
-            CorpusError: a case's scorer arguments, as a full load reports them.
-        """
-        if self.builder is None:
-            raise ValueError("these facts were not read by scan_corpus: nothing to build from")
-        wanted = set(ids) if ids is not None else None
-        by_file: dict[str, list[CaseFacts]] = {}
-        for fact in self.cases:
-            if wanted is None or fact.id in wanted:
-                by_file.setdefault(fact.source.rpartition(":")[0], []).append(fact)
-        cases: list[Case] = []
-        for rel, facts in by_file.items():
-            for fact, case in zip(facts, self.builder.build(rel, facts), strict=True):
-                keep = {s.name for s in fact.scorers}
-                scorers = case.scorers
-                kept = tuple(s for s in scorers if s.name in keep)
-                cases.append(case if len(kept) == len(scorers) else replace(case, scorers=kept))
-        return Corpus(self.root, tuple(cases), self.file_hashes, self.warnings)
-
-
 # --- hashing ---------------------------------------------------------------------------------
 
 
@@ -306,15 +235,11 @@ def load_corpus(
     user_template: str | None = None,
     max_errors: int = 1,
     defer_scorers: bool = False,
-    only: Iterable[str] | None = None,
-    index_dir: str | Path | None = None,
 ) -> Corpus:
     """Load and validate every case file under ``root/cases`` (and ``root/sealed`` if asked).
 
-    With ``only``, the cases of those ids alone are built (their scorers too), and the others'
-    facts are read through the case index (:func:`scan_corpus`, entries under ``index_dir``):
-    the checks, ``file_hashes`` and ``warnings`` are still the whole corpus's, and a file
-    without a usable entry is loaded whole once.
+    To build a few cases and read the others' facts through the case index:
+    :func:`evalkit.corpus.case_facts.load_chosen`.
 
     Each distinct built-in ``expect`` entry is built once per load and shared. With
     ``defer_scorers`` a case's scorers are built when first read (:meth:`Corpus.select` reads
@@ -326,19 +251,6 @@ def load_corpus(
             ``max_errors`` > 1, :class:`CorpusErrors` listing up to that many when there are
             several (each case is checked on its own).
     """
-    if only is not None:
-        wanted = set(only)
-        for attempt in range(2):  # an entry found stale while building is made again: rescan
-            facts = scan_corpus(
-                root, sealed=sealed, case_dirs=case_dirs, user_template=user_template,
-                index_dir=index_dir,
-            )  # fmt: skip
-            try:
-                return facts.load(wanted)
-            except IndexMismatch as exc:
-                if attempt:
-                    raise CorpusError(f"{exc}, twice: the case files changed during the load; "
-                                      "load again") from None  # fmt: skip
     root_path = Path(root).resolve()
     if not root_path.is_dir():
         raise CorpusError("corpus root is not a directory", path=root)
@@ -432,300 +344,6 @@ class _Problems:
             raise self.errors[0]
         if self.errors:
             raise CorpusErrors(self.errors)
-
-
-# --- reading through the case index ----------------------------------------------------------
-
-
-@paused_gc()
-def scan_corpus(
-    root: str | Path,
-    *,
-    sealed: bool = False,
-    case_dirs: Sequence[str] = ("cases",),
-    user_template: str | None = None,
-    index_dir: str | Path | None = None,
-) -> CorpusFacts:
-    """Every case's facts: a file's from its entry in the case index when the entry is of the
-    file's exact bytes (:mod:`evalkit.corpus.case_index`), else from the file loaded whole
-    (its entry written then, its cases kept for :meth:`CorpusFacts.load`). The checks of
-    :func:`load_corpus` are made on the facts, with its messages: duplicate ids, the user
-    template's vars, files named by a case that are missing or outside the root.
-
-    ``index_dir``: where the entries are (default: ``$EVALKIT_CASE_INDEX``, else
-    ``<root>/.evalkit/case-index``).
-
-    Raises:
-        CorpusError: the first problem, as :func:`load_corpus` (``max_errors=1``) reports it.
-    """
-    root_path = Path(root).resolve()
-    if not root_path.is_dir():
-        raise CorpusError("corpus root is not a directory", path=root)
-    directory = index_directory(root_path, index_dir)
-    builder = _FactsBuilder(root_path, CaseIndex(directory, _reader_fingerprint()))
-    needed = template_vars(user_template) - {"documents"} if user_template is not None else set()
-    facts: list[CaseFacts] = []
-    seen: dict[str, str] = {}
-    warnings: list[str] = []
-    for folder in [*case_dirs, "sealed"] if sealed else list(case_dirs):
-        for path in find_yaml_files(root_path / folder, root_path, CASE_GLOBS):
-            rel = _relative(path, root_path)
-            entry = builder.scan(path, rel, sealed=folder == "sealed")
-            if not entry.cases:
-                warnings.append(
-                    f"{rel}: no cases in this file; add cases (a YAML list, each starting with "
-                    "'- id:') or delete it"
-                )
-            for case in entry.cases:  # load_corpus's checks, in its order, with its messages
-                where, _, line = case.source.rpartition(":")
-                if case.id in seen:
-                    raise CorpusError(
-                        f"duplicate id (first defined at {seen[case.id]}); rename one",
-                        path=where, line=int(line), case_id=case.id,
-                    )  # fmt: skip
-                seen[case.id] = case.source
-                missing = needed - set(case.var_names) if case.var_names is not None else None
-                if missing:
-                    raise CorpusError(
-                        f"input.vars lacks {sorted(missing)} used by the suite's user_template",
-                        path=where, line=int(line), case_id=case.id,
-                    )  # fmt: skip
-                facts.append(case)
-    hashes = dict(sorted(builder.binder.file_hashes.items()))
-    return CorpusFacts(root_path, tuple(facts), hashes, tuple(warnings), builder)
-
-
-def _reader_fingerprint() -> str:
-    """What an index entry must have been written under (see :func:`reader_fingerprint`): this
-    loader's modules and its limits as set now (module settings a user may change)."""
-    modules = (__name__, "evalkit.corpus.case_spec", "evalkit.corpus.case_scorers",
-               "evalkit.corpus.yaml_input", "evalkit.corpus.messages", "evalkit.records",
-               "evalkit.corpus.case_index")  # fmt: skip
-    yaml_limits = sys.modules["evalkit.corpus.yaml_input"]
-    limits = (MAX_CASE_FILE_BYTES, MAX_CASES_PER_FILE, yaml_limits.MAX_YAML_NODES,
-              yaml_limits.MAX_YAML_DEPTH)  # fmt: skip
-    return reader_fingerprint((Path(str(sys.modules[m].__file__)) for m in modules), limits)
-
-
-class _SliceRefused(Exception):
-    """Cases parsed one by one did not read as the entry says: load the file whole."""
-
-
-#: A column-0 ``-`` opening an item of the root list (after a line break), as list_chunks cuts.
-_ITEM_START = re.compile(r"\n-(?=[ \r\n]|\Z)")
-_FIRST_ITEM = re.compile(r"-(?=[ \r\n]|\Z)")
-
-
-class _FactsBuilder:
-    """One scan's reading of the case files: entries taken, files loaded whole (their cases kept
-    for :meth:`build`), and the building of the cases a caller asks for, one by one, from the
-    text of their items (each checked against its facts)."""
-
-    def __init__(self, root: Path, index: CaseIndex) -> None:
-        self.root = root
-        self.index = index
-        self.counts = index.counts
-        self.binder = ScorerBinder(root)
-        self.shared = _LoadShared()
-        self.files: dict[str, FileFacts] = {}
-        self.whole: dict[str, dict[str, Case]] = {}  # the files this scan loaded whole
-        self._scorers: dict[tuple[str, tuple[str, ...]], ScorerFacts] = {}
-
-    def scan(self, path: Path, rel: str, *, sealed: bool) -> FileFacts:
-        """The file's facts: from its entry when that is of these bytes, else loaded whole."""
-        try:
-            small = path.stat().st_size <= MAX_CASE_FILE_BYTES
-            data = path.read_bytes() if small else None  # a large file: refused by the load
-        except OSError:
-            data = None  # the load says why, as load_corpus does
-        entry = None
-        if data is not None:
-            entry = self.index.read(rel, hashlib.sha256(data).hexdigest(), sealed)
-        if entry is not None and self._files_hashed(entry):
-            self.counts.entries_used += 1
-            self.files[rel] = entry
-            return entry
-        return self._load_whole(path, rel, sealed, data)
-
-    def _files_hashed(self, entry: FileFacts) -> bool:
-        """The files the entry's scorers name, resolved and hashed now (never taken from the
-        entry); False when one cannot be (missing, outside the root) or a scorer is unknown:
-        the file is then loaded whole, which reports it at its case's line."""
-        for case in entry.cases:
-            for scorer in case.scorers:
-                if scorer.name not in SCORERS:
-                    return False
-                for name in scorer.files:
-                    if name not in self.binder.file_hashes:
-                        try:
-                            data = self.binder.resolve(name).read_bytes()
-                        except (CorpusError, OSError):
-                            return False
-                        self.binder.file_hashes[name] = hashlib.sha256(data).hexdigest()
-                    scorer.file_hashes[name] = self.binder.file_hashes[name]
-        return True
-
-    def _load_whole(
-        self, path: Path, rel: str, sealed: bool, data: bytes | None, sliceable: bool = True
-    ) -> FileFacts:
-        """The file loaded as load_corpus loads it (scorers deferred), its cases kept and its
-        entry written (when its bytes did not change under the load)."""
-        cases = _load_file(
-            path, self.root, sealed=sealed, binder=self.binder, shared=self.shared, defer=True
-        )
-        self.counts.files_parsed += 1
-        self.counts.cases_built += len(cases)
-        after = path.read_bytes()
-        facts = self._facts_of(rel, sealed, after, cases, sliceable)
-        if data is None or data == after:
-            self.index.write(facts)
-        self.files[rel] = facts
-        self.whole[rel] = {case.id: case for case in cases}
-        return facts
-
-    def _facts_of(
-        self, rel: str, sealed: bool, data: bytes, cases: list[Case], sliceable: bool
-    ) -> FileFacts:
-        text = data.decode("utf-8")
-        spans = _item_spans(text, cases) if sliceable else None
-        facts = tuple(
-            CaseFacts(
-                id=case.id,
-                hash=case.hash,
-                tags=case.tags,
-                criticality=case.criticality,
-                review=case.review,
-                source=case.source,
-                sealed=sealed,
-                var_names=tuple(case.vars) if case.vars is not None else None,
-                scorers=self._scorer_facts(case),
-                span=spans[i] if spans is not None else None,
-            )
-            for i, case in enumerate(cases)
-        )
-        return FileFacts(rel, hashlib.sha256(data).hexdigest(), sealed, spans is not None, facts)
-
-    def _scorer_facts(self, case: Case) -> tuple[ScorerFacts, ...]:
-        held = Case.scorers.stored(case)  # type: ignore[attr-defined]  # the descriptor
-        if isinstance(held, PendingScorers):
-            entries = [(name, args) for name, args, _ in held.shared.entries]
-        else:
-            entries = [(s.name, s.args) for s in held]
-        facts = []
-        for name, args in entries:
-            files = tuple(str(args[a]) for a in SCORERS[name].files if args.get(a) is not None)
-            shared = self._scorers.get((name, files))
-            if shared is None:
-                hashes = {f: self.binder.file_hashes[f] for f in files}
-                shared = self._scorers[(name, files)] = ScorerFacts(name, files, hashes)
-            facts.append(shared)
-        return tuple(facts)
-
-    def build(self, rel: str, wanted: Sequence[CaseFacts]) -> list[Case]:
-        """The cases of ``wanted`` (facts of the file ``rel``, in file order), built.
-
-        Raises:
-            IndexMismatch: the file did not read as its entry says (entry made again).
-        """
-        if rel in self.whole:
-            return [self.whole[rel][fact.id] for fact in wanted]
-        entry = self.files[rel]
-        path = self.root / rel
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() == entry.sha256 and entry.sliceable:
-            try:
-                return self._slices(data.decode("utf-8"), entry, wanted)
-            except _SliceRefused:
-                return self._rebuilt(path, entry, wanted, sliceable=False)
-        return self._rebuilt(path, entry, wanted)
-
-    def _rebuilt(
-        self, path: Path, entry: FileFacts, wanted: Sequence[CaseFacts], sliceable: bool = True
-    ) -> list[Case]:
-        """The file loaded whole and its entry made again; the cases asked for, when the file
-        says what the entry said (else :class:`IndexMismatch`: the scan read wrong facts)."""
-        fresh = self._load_whole(path, entry.rel, entry.sealed, None, sliceable)
-        if _fact_keys(fresh.cases) != _fact_keys(entry.cases):
-            raise IndexMismatch(f"{entry.rel}: its case index entry was stale; made again")
-        return [self.whole[entry.rel][fact.id] for fact in wanted]
-
-    def _slices(self, text: str, entry: FileFacts, wanted: Sequence[CaseFacts]) -> list[Case]:
-        """The wanted cases parsed from their items' text alone, a few hundred at a time: each
-        run of items led by newlines in place of the items left out, so every mark (line,
-        column) is the file's. Each built case is checked against its facts.
-
-        Raises:
-            _SliceRefused: a run that does not read as the facts say.
-        """
-        place = _Place(entry.rel, self.binder, self.shared, entry.sealed, True, None)
-        built: list[Case] = []
-        for first in range(0, len(wanted), CASE_CHUNK_ITEMS):
-            group = wanted[first : first + CASE_CHUNK_ITEMS]
-            pieces, line = [], 1
-            for fact in group:
-                start, end, item_line = fact.span or (0, 0, line)
-                pieces += ["\n" * (item_line - line), text[start:end]]
-                line = item_line + text.count("\n", start, end)
-            chunk = "".join(pieces)
-            try:
-                data, node = parse_yaml(chunk)
-            except YAMLInputError:
-                raise _SliceRefused from None
-            if not isinstance(data, list) or len(data) != len(group):
-                raise _SliceRefused
-            chunk_place = replace(place, source=chunk)
-            for raw, item_node, fact in zip(data, node.value, group, strict=True):
-                try:
-                    line = item_node.start_mark.line + 1
-                    case = _build_case(raw, item_node, line, 0, chunk_place)
-                except CorpusError:
-                    raise _SliceRefused from None
-                if _case_key(case) != _case_key(fact):
-                    raise _SliceRefused
-                built.append(case)
-            self.counts.cases_built += len(group)
-        return built
-
-
-def _case_key(case: Case | CaseFacts) -> tuple[Any, ...]:
-    return case.id, case.hash, case.source, case.review, case.tags, case.criticality
-
-
-def _fact_keys(facts: Sequence[CaseFacts]) -> list[tuple[Any, ...]]:
-    """What a scan read of each case (not where its item is)."""
-    return [
-        (*_case_key(f), f.var_names, tuple((s.name, s.files) for s in f.scorers)) for f in facts
-    ]
-
-
-def _item_spans(text: str, cases: Sequence[Case]) -> list[tuple[int, int, int]] | None:
-    """Each case's item as (start, end, first line) in ``text``, or None when the items cannot
-    be parsed one by one as the whole file reads (what :func:`list_chunks` refuses to cut: an
-    anchor or directive, a document marker, a tab, other line breaks than ``\\n`` and
-    ``\\r\\n``) or the cuts are not one per case, each holding its case's line."""
-    if (
-        not self_contained(text)
-        or "\t" in text
-        or text.startswith(("---", "..."))
-        or "\n---" in text
-        or "\n..." in text
-        or any(mark in text for mark in ("\x85", "\u2028", "\u2029"))
-        or text.count("\r") != text.count("\r\n")
-    ):
-        return None
-    starts = [0] if _FIRST_ITEM.match(text) else []
-    starts += [match.start() + 1 for match in _ITEM_START.finditer(text)]
-    if len(starts) != len(cases):
-        return None
-    spans, line, previous = [], 1, 0
-    for case, start, end in zip(cases, starts, [*starts[1:], len(text)], strict=True):
-        line += text.count("\n", previous, start)
-        previous = start
-        case_line = int(case.source.rpartition(":")[2])
-        if not line <= case_line <= line + text.count("\n", start, end):
-            return None
-        spans.append((start, end, line))
-    return spans
 
 
 def load_cases_file(path: str | Path, root: str | Path) -> list[Case]:

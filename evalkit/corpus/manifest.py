@@ -19,7 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from evalkit.corpus.cases import Corpus, CorpusFacts
+from evalkit.corpus.case_facts import CorpusFacts
+from evalkit.corpus.cases import Corpus
 from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
 from evalkit.corpus.scorer_modules import scorer_module_hashes
 from evalkit.corpus.suite import Suite

@@ -23,7 +23,8 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalkit.corpus.cases import Corpus, CorpusFacts
+from evalkit.corpus.case_facts import CorpusFacts
+from evalkit.corpus.cases import Corpus
 from evalkit.errors import ConfigError
 from evalkit.scorers.registry import DETERMINISTIC, EXECUTABLE, JUDGE, SCORERS, SIMILARITY
 

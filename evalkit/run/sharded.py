@@ -19,8 +19,8 @@ the team's response cache for what its own snapshot lacks, as a local run does
 Ray task asks nothing the team already asked under the same full key. The entries it is
 served go into the chunk's cache part, so the merge keeps them in the local store too.
 
-A shard builds only its share of the corpus: given :class:`~evalkit.corpus.cases.CorpusFacts`
-(the corpus read through its case index, :func:`~evalkit.corpus.cases.scan_corpus`) it orders
+A shard builds only its share of the corpus: given :class:`~evalkit.corpus.case_facts.CorpusFacts`
+(the corpus read through its case index, :func:`~evalkit.corpus.case_facts.scan_corpus`) it orders
 the units from the facts' ids, builds the cases its units name and writes a cases part of those
 alone. Its manifest records, beside the corpus hash, the hash of each of the N shares
 (``corpus.shares``), so the merge takes a share's cases part exactly when it is one of them
@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.corpus.cases import Case, Corpus, CorpusFacts
+from evalkit.corpus.case_facts import CorpusFacts
+from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError

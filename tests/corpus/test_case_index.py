@@ -1,4 +1,4 @@
-"""The case index (evalkit.corpus.case_index, ``scan_corpus`` and ``load_corpus(only=...)``):
+"""The case index (evalkit.corpus.case_index, ``scan_corpus`` and ``load_chosen``):
 the facts it gives are a full load's (corpus hash, file hashes, selection, manifest), a warm
 index builds only the cases asked for, and an entry that is stale, corrupt or wrong is read
 again from its file, never trusted. Counts, never timers."""
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.corpus.case_facts import load_chosen, scan_corpus
 from evalkit.corpus.case_index import CaseIndex
-from evalkit.corpus.cases import Case, Corpus, load_corpus, scan_corpus
+from evalkit.corpus.cases import Case, Corpus, load_corpus
 from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.selection import Selection
 from evalkit.corpus.suite import load_suite
@@ -109,7 +110,7 @@ def test_a_warm_index_builds_only_the_cases_asked_for(tmp_path: Path) -> None:
         0,
     )
     wanted = {c.id for c in warm.cases[::10]}
-    corpus = load_corpus(root, only=wanted, index_dir=index)
+    corpus = load_chosen(root, wanted, index_dir=index)
     assert {c.id for c in corpus.cases} == wanted
     again = scan_corpus(root, index_dir=index)
     again.load(wanted)
@@ -191,7 +192,7 @@ def test_an_entry_that_lies_is_caught_when_its_case_is_built(tmp_path: Path) -> 
     _resign(entry, {"hash": "0" * 64})
     lied = scan_corpus(root, index_dir=index)
     assert lied.counts.entries_used == 3 and lied.hash != truth.hash
-    corpus = load_corpus(root, only={"gen-0000", "gen-0003"}, index_dir=index)
+    corpus = load_chosen(root, {"gen-0000", "gen-0003"}, index_dir=index)
     assert [c.hash for c in corpus.cases] == [
         c.hash for c in truth.cases if c.id in {"gen-0000", "gen-0003"}
     ]
@@ -259,3 +260,122 @@ def test_the_index_directory_ignores_itself_for_git(demo: Path) -> None:
     scan_corpus(demo)
     ignore = demo / ".evalkit" / "case-index" / ".gitignore"
     assert ignore.read_text().splitlines()[-1] == "*"
+
+
+def _entry_bytes(index: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(index.iterdir())}
+
+
+def test_a_parallel_cold_index_is_the_serial_one_byte_for_byte(tmp_path: Path) -> None:
+    """Worker processes load the files: the same entries (names and bytes), the same facts,
+    and the cases built from them are a full load's (a worker's cases are built again here
+    from the entry's spans)."""
+    root = _generated(tmp_path / "gen")
+    (root / "sealed").mkdir()
+    shutil.copy(root / "cases" / "gen-2.yaml", root / "sealed" / "gen-2.yaml")
+    (root / "sealed" / "gen-2.yaml").write_text(
+        (root / "cases" / "gen-2.yaml").read_text().replace("id: gen-", "id: sealed-")
+    )
+    serial = scan_corpus(root, sealed=True, index_dir=tmp_path / "serial", workers=1)
+    apart = scan_corpus(root, sealed=True, index_dir=tmp_path / "apart", workers=2)
+    assert (serial.counts.files_in_workers, apart.counts.files_in_workers) == (0, 3)  # folders
+    assert (apart.counts.files_parsed, apart.counts.entries_written) == (4, 4)
+    assert _entry_bytes(tmp_path / "apart") == _entry_bytes(tmp_path / "serial")
+    assert apart.cases == serial.cases and apart.file_hashes == serial.file_hashes
+    assert [s.file_hashes for c in apart.cases for s in c.scorers] == [
+        s.file_hashes for c in serial.cases for s in c.scorers
+    ]
+    full = {c.id: c for c in load_corpus(root, sealed=True, defer_scorers=True).cases}
+    wanted = {c.id for c in serial.cases[::7]}
+    for case in apart.load(wanted).cases:
+        _same_case(case, full[case.id])
+    warm = scan_corpus(root, sealed=True, index_dir=tmp_path / "apart", workers=2)
+    assert (warm.counts.entries_used, warm.counts.files_parsed) == (4, 0)
+
+
+def test_a_parallel_scan_raises_the_serial_scans_first_problem(tmp_path: Path) -> None:
+    """Two bad files: the first in file order is reported, as a serial scan reports it, and
+    the good files' entries are whole (no temporary file left)."""
+    root = _generated(tmp_path / "gen")
+    for name, bad in (("gen-1.yaml", "gen-0004"), ("gen-2.yaml", "gen-0005")):
+        path = root / "cases" / name
+        path.write_text(path.read_text().replace(f"id: {bad}\n", f"id: {bad}\n  tagz: [x]\n"))
+    with pytest.raises(CorpusError) as serial:
+        scan_corpus(root, index_dir=tmp_path / "serial", workers=1)
+    with pytest.raises(CorpusError) as apart:
+        scan_corpus(root, index_dir=tmp_path / "apart", workers=3)
+    assert str(apart.value) == str(serial.value)
+    assert "cases/gen-1.yaml:" in str(apart.value) and "gen-0004" in str(apart.value)
+    names = [p.name for p in (tmp_path / "apart").iterdir()]
+    assert not [n for n in names if n.endswith(".tmp")] and len(names) == 2  # gen-0, .gitignore
+
+
+def test_no_workers_for_one_file_a_small_corpus_or_one_core(tmp_path: Path) -> None:
+    from evalkit.corpus import case_facts
+
+    many = [case_facts.PARALLEL_MIN_BYTES] * 3
+    assert case_facts._processes(None, many[:1]) == 1  # one file: nothing to share
+    assert case_facts._processes(None, [10, 10, 10]) == 1  # small: start-up would cost more
+    assert case_facts._processes(1, many) == 1
+    assert case_facts._processes(2, many) == 2
+    assert case_facts._processes(8, many) == 3  # never more processes than files
+
+
+def test_cases_index_builds_refreshes_and_prunes(
+    demo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evalkit cases index``: one line (files, cases, entries reused / written / removed),
+    sealed files included, and a second run reuses every entry; a file gone loses its entry;
+    a bad case exits 1 with its one-line error and leaves only whole entries."""
+    from evalkit.cli import main
+
+    monkeypatch.delenv("EVALKIT_CASE_INDEX", raising=False)
+    config = str(demo / "evalkit.yaml")
+    index = demo / ".evalkit" / "case-index"
+    n_files = len(list((demo / "cases").glob("*.yaml")) + list((demo / "sealed").glob("*.yaml")))
+    n_cases = len(load_corpus(demo, sealed=True).cases)
+    assert main(["cases", "index", "--config", config]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"case index: {n_files} files, {n_cases} cases: 0 entries reused, "
+                           f"{n_files} written, 0 removed, in ")  # fmt: skip
+    assert str(index) in line and len(list(index.glob("*.json"))) == n_files
+    assert main(["cases", "index", "--config", config, "--workers", "2"]) == 0
+    assert f": {n_files} entries reused, 0 written, 0 removed" in capsys.readouterr().out
+    assert main(["cases", "index", "--config", config, "--workers", "0"]) == 2
+    assert "--workers 0: one process at least" in capsys.readouterr().err
+    shard = scan_corpus(demo)  # what `run --shard` reads (no sealed files): warm
+    in_cases = len(list((demo / "cases").glob("*.yaml")))
+    assert (shard.counts.entries_used, shard.counts.files_parsed) == (in_cases, 0)
+    (demo / "cases" / "orders.yaml").unlink()
+    assert main(["cases", "index", "--config", config]) == 0
+    assert f"{n_files - 1} entries reused, 0 written, 1 removed" in capsys.readouterr().out
+    assert len(list(index.glob("*.json"))) == n_files - 1
+    billing = demo / "cases" / "billing.yaml"
+    text = billing.read_text()
+    first = text.index("- id: ") + len("- id: ")
+    case_id = text[first : text.index("\n", first)].strip()
+    billing.write_text(text.replace(f"- id: {case_id}\n", f"- id: {case_id}\n  tagz: [x]\n", 1))
+    assert main(["cases", "index", "--config", config]) == 2  # an input error, as in lint
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("evalkit: error: cases/billing.yaml:")
+    assert case_id in err and "tagz" in err
+    assert not [p for p in index.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_an_entry_that_cannot_be_renamed_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written to a temporary file, then renamed: a failed rename (a full disk, a read-only
+    directory) removes the temporary file, writes no entry and fails no load."""
+    from evalkit.corpus import case_index
+
+    root = _generated(tmp_path / "gen")
+    index = tmp_path / "index"
+
+    def refused(*_: object) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(case_index.os, "replace", refused)
+    facts = scan_corpus(root, index_dir=index)
+    assert (facts.counts.files_parsed, facts.counts.entries_written) == (3, 0)
+    assert sorted(p.name for p in index.iterdir()) == [".gitignore"]

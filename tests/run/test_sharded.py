@@ -295,17 +295,9 @@ def test_a_ray_run_that_ends_incomplete_exits_non_zero(
 
 
 def _through_the_index(monkeypatch: pytest.MonkeyPatch, index: Path) -> None:
-    """``evalkit run --shard`` reading the corpus through the case index, as it does once
-    ``evalkit.cli.running`` loads a shard's corpus by ``sharding.load_run_corpus`` (then this
-    stands in for nothing: that path calls ``scan_corpus`` itself)."""
-    from evalkit.corpus import cases
-
+    """``evalkit run --shard`` reading the corpus through a case index of this test's own (the
+    shard's loading path, ``sharding.load_run_corpus``, reads ``$EVALKIT_CASE_INDEX``)."""
     monkeypatch.setenv("EVALKIT_CASE_INDEX", str(index))
-
-    def facts(root: Path, *, sealed: bool, user_template: str | None, **_: object) -> object:
-        return cases.scan_corpus(root, sealed=sealed, user_template=user_template)
-
-    monkeypatch.setattr(cases, "load_corpus", facts)
 
 
 def _built(out: str) -> tuple[int, int]:
@@ -410,7 +402,8 @@ def test_a_shard_reads_the_corpus_through_the_index(
     from distributed_support import CONFIG
 
     from evalkit.cli.sharding import load_run_corpus
-    from evalkit.corpus.cases import Corpus, CorpusFacts
+    from evalkit.corpus.case_facts import CorpusFacts
+    from evalkit.corpus.cases import Corpus
     from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import load_suite
 
