@@ -18,12 +18,19 @@ Each is timed (wall and CPU of this process) and divided by the rows moved.
               a run's prefetch asks) at a few sizes: every commit adds a data file, and a
               lookup of random sha256 keys reads the key column of every file.
 
+``compact``    the cache grown by one commit per "run" (``--rows-per-commit`` entries each,
+              appended straight to the table: no dedupe read, no automatic compaction) to
+              each of ``--commits`` data files, a 100-key lookup before and after
+              ``SharedStore.compact_cache`` (every file rewritten as one), and the
+              compaction's own wall and CPU, per row of the cache.
+
 Figures are printed, never asserted; the load average is printed with them.
 
 Usage:
     .venv/bin/python bench/bench_shared_store.py
     .venv/bin/python bench/bench_shared_store.py --cases 20000 --json figures.json
     .venv/bin/python bench/bench_shared_store.py --only publish --files 100
+    .venv/bin/python bench/bench_shared_store.py --only compact --commits 16,200,1000
 """
 
 from __future__ import annotations
@@ -183,6 +190,77 @@ def _print_publish(fig: dict[str, Any]) -> None:
         )
 
 
+def bench_compact(root: Path, marks: Sequence[int], per_commit: int, rounds: int = 3) -> list:
+    """A 100-key lookup at each of ``marks`` data files, before and after a compaction, and
+    the compaction's cost; the cache grows on from the compacted table to the next mark."""
+    import pyarrow as pa
+
+    from evalkit.store.shared.compaction import data_files
+    from evalkit.store.shared.tables import TABLES
+
+    shared = open_shared_store(f"sqlite:///{root / 'compact-catalog.db'}")
+    shared.cache_put(_entries(0, per_commit))  # the table made: its first data file
+    table = shared._table("response_cache")
+    assert table is not None
+    spec = TABLES["response_cache"]
+    present = list(_entries(0, 100))  # keys of the first commit: every lookup finds them
+    next_key, figures = per_commit, []
+    for mark in marks:
+        while data_files(table) < mark:  # one commit a run, as publishes make them
+            batch = _entries(next_key, per_commit)
+            next_key += per_commit
+            now = dt.datetime.now(dt.UTC)
+            table.append(
+                pa.table(
+                    {
+                        "cache_key": list(batch),
+                        "response": list(batch.values()),
+                        "created_at": [now] * len(batch),
+                    },
+                    schema=spec.arrow,
+                )
+            )
+        assert len(shared.cache_get(present)) == 100
+        before = _median_timed([lambda: shared.cache_get(present)] * rounds)
+        load_before = _load()
+        done, wall, cpu = _timed(shared.compact_cache)
+        load_compact = _load()
+        assert len(shared.cache_get(present)) == 100 and data_files(table.refresh()) == 1
+        after = _median_timed([lambda: shared.cache_get(present)] * rounds)
+        figures.append({
+            "data_files": mark, "rows": done.rows_after,
+            "lookup_100_before_s": before[0], "lookup_100_before_cpu_s": before[1],
+            "lookup_100_after_s": after[0], "lookup_100_after_cpu_s": after[1],
+            "compact_wall_s": wall, "compact_cpu_s": cpu,
+            "compact_us_per_row": wall / done.rows_after * 1e6,
+            "compact_cpu_us_per_row": cpu / done.rows_after * 1e6,
+            "expired_snapshots": done.expired_snapshots,
+            "load_lookup_before": load_before, "load_compact": load_compact,
+            "load_lookup_after": _load(),
+        })  # fmt: skip
+        table = table.refresh()
+    return figures
+
+
+def _print_compact(figures: list[dict[str, Any]], per_commit: int) -> None:
+    print(f"compact: the cache at N data files ({per_commit} entries a commit), a 100-key lookup")
+    print("  (median of 3) before and after one compaction, and the compaction's own cost")
+    for fig in figures:
+        ms = {k: fig[k] * 1000 for k in fig if k.startswith("lookup_")}
+        print(
+            f"  {fig['data_files']:>5} files {fig['rows']:>8,} rows: lookup 100 keys "
+            f"{ms['lookup_100_before_s']:6.0f} ms wall {ms['lookup_100_before_cpu_s']:5.0f} ms CPU"
+            f" [load {fig['load_lookup_before']}] -> {ms['lookup_100_after_s']:5.0f} ms wall "
+            f"{ms['lookup_100_after_cpu_s']:4.0f} ms CPU [load {fig['load_lookup_after']}]"
+        )
+        print(
+            f"        compaction {fig['compact_wall_s']:.2f} s wall {fig['compact_cpu_s']:.2f} s "
+            f"CPU: {fig['compact_us_per_row']:.1f} us/row wall, "
+            f"{fig['compact_cpu_us_per_row']:.1f} us/row CPU; {fig['expired_snapshots']} "
+            f"snapshots expired [load {fig['load_compact']}]"
+        )
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -191,10 +269,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=200, help="publish: grow the cache to this")
-    parser.add_argument("--only", choices=["push-pull", "publish"], help="one part only")
+    parser.add_argument("--only", choices=["push-pull", "publish", "compact"], help="one part only")
+    parser.add_argument(
+        "--commits", default="16,200,1000", help="compact: data files to grow the cache to"
+    )
+    parser.add_argument(
+        "--rows-per-commit", type=int, default=100, help="compact: entries a commit"
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     figures: dict[str, Any] = {"cases": args.cases}
+    if args.only == "compact":
+        marks = [int(m) for m in args.commits.split(",")]
+        with tempfile.TemporaryDirectory() as tmp:
+            figures["compact"] = bench_compact(Path(tmp), marks, args.rows_per_commit)
+        _print_compact(figures["compact"], args.rows_per_commit)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+        return 0
     if args.only != "push-pull":
         with tempfile.TemporaryDirectory() as tmp:
             figures["publish"] = bench_publish(Path(tmp), args.files)

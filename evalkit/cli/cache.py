@@ -1,10 +1,12 @@
-"""``evalkit cache stats`` and ``evalkit cache prune``: the response cache, managed."""
+"""``evalkit cache stats``, ``evalkit cache prune`` and ``evalkit cache compact``: the response
+cache, managed (the local one; ``compact``: the team's shared one)."""
 
 from __future__ import annotations
 
 import argparse
 
 from evalkit.cli.options import db_arg
+from evalkit.cli.sharing import shared_store_of, store_args
 from evalkit.errors import EvalkitError
 
 
@@ -26,6 +28,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="entries that answered runs of this config hash (prefix)",
     )  # fmt: skip
     prune.set_defaults(handler=_cmd_prune)
+    compact = cache_sub.add_parser(
+        "compact",
+        help="rewrite the team's shared response cache as one data file (lookups read every "
+        "file; a publish compacts it by itself past 64)",
+    )
+    store_args(compact)
+    compact.set_defaults(handler=_cmd_compact)
     cache.set_defaults(handler=lambda args: (cache.print_help(), 2)[1])
 
 
@@ -75,4 +84,10 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         deleted = store.cache_prune(days, args.config_hash)
         left = store.cache_stats()["entries"]
     print(f"pruned {deleted} cache entries ({left} left); stored run outputs are untouched")
+    return 0
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    shared = shared_store_of(args)
+    print(shared.compact_cache().render(shared.uri.shown))
     return 0

@@ -82,9 +82,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from evalkit.compare.policy import check_policy  # noqa: F401  (the corpus step's)
         from evalkit.corpus.selection import Selection, resolve_selection
         from evalkit.corpus.suite import load_suite
-        from evalkit.run.cache import publish_new_cache, with_shared_cache
         from evalkit.run.providers import prefetch_transport
         from evalkit.run.runner import RunOptions, RunStart, run_suite
+        from evalkit.run.shared_cache import publish_new_cache, with_shared_cache
         from evalkit.store import open_store
 
     mark("imports")

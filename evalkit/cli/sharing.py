@@ -45,6 +45,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 def _common(parser: argparse.ArgumentParser) -> None:
     db_arg(parser)
+    store_args(parser)
+
+
+def store_args(parser: argparse.ArgumentParser) -> None:
+    """``--store URI`` and ``--config`` naming the shared store (:func:`shared_store_of`)."""
     parser.add_argument("--store", help=_STORE_HELP)
     parser.add_argument("--config", default=None, help="suite config naming store.shared")
 
@@ -52,7 +57,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _cmd_push(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
-    shared = _shared(args)
+    shared = shared_store_of(args)
     _require_store(args.db)
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         pushed = shared.push_run(store, args.run)
@@ -68,7 +73,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 def _cmd_pull(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
-    shared = _shared(args)
+    shared = shared_store_of(args)
     ref = _suite_of(args.config) if args.ref == "baseline" else args.ref
     with open_store(args.db, wait_s=args.wait) as store:
         pulled = shared.pull(store, ref, tier=args.tier)
@@ -80,8 +85,9 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shared(args: argparse.Namespace) -> SharedStore:
-    """The shared store of ``--store``, else of the suite config's ``store.shared``."""
+def shared_store_of(args: argparse.Namespace) -> SharedStore:
+    """The shared store of ``--store``, else of the suite config's ``store.shared``
+    (``args.store``, ``args.config``: :func:`store_args`)."""
     from evalkit.store.shared import open_shared_store
 
     if args.store:

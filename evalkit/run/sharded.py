@@ -15,8 +15,8 @@ finds only parts it takes.
 
 With a shared store in the suite (``store: {shared: URI}``) and the cache on, a chunk asks
 the team's response cache for what its own snapshot lacks, as a local run does
-(:class:`evalkit.run.cache.SharedCacheStore` over the chunk's sink): a second CI job, shard or
-Ray task asks nothing the team already asked under the same full key. The entries it is
+(:class:`evalkit.run.shared_cache.SharedCacheStore` over the chunk's sink): a second CI job,
+shard or Ray task asks nothing the team already asked under the same full key. The entries it is
 served go into the chunk's cache part, so the merge keeps them in the local store too.
 
 A shard builds only its share of the corpus: given :class:`~evalkit.corpus.case_facts.CorpusFacts`
@@ -50,7 +50,6 @@ from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
-from evalkit.run.cache import EntryBuffer, SharedCacheStore, report_publish
 from evalkit.run.judging import make_judge
 from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, execute_work
@@ -65,6 +64,7 @@ from evalkit.run.shards import (
     remaining,
     shard_units,
 )
+from evalkit.run.shared_cache import EntryBuffer, SharedCacheStore, report_publish
 from evalkit.run.summary import SessionCounts
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
 from evalkit.store.part_checks import RunKeys, corpus_problem
@@ -206,7 +206,7 @@ async def run_chunk(
     ``outbox`` what the chunk asked the model is kept there for its caller to publish. A chunk
     never publishes on its own: every commit is a file each later lookup of the shared cache
     reads, so a shard publishes once for all its chunks and a Ray run once, from its driver,
-    after its last merge (:func:`evalkit.run.cache.publish_run_cache`)."""
+    after its last merge (:func:`evalkit.run.shared_cache.publish_run_cache`)."""
     suite = _with_overrides(suite, options)
     run_id = manifest["run"]["run_id"]
     use_cache = bool(manifest["run"].get("cache", True))
@@ -244,11 +244,11 @@ async def run_chunk(
 def team_cache(suite: Suite, use_cache: bool) -> SharedStore | None:
     """The team's shared store whose response cache a chunk asks (opened once per shard or
     worker), or None: no ``store.shared`` in the suite, or the cache off (as
-    :func:`evalkit.run.cache.with_shared_cache` decides for a local run)."""
+    :func:`evalkit.run.shared_cache.with_shared_cache` decides for a local run)."""
     uri = suite.config.store.get("shared")
     if not uri or not use_cache:
         return None
-    from evalkit.run.cache import open_team_store
+    from evalkit.run.shared_cache import open_team_store
 
     # unreachable: None, warned, and the chunk's cache goes on locally
     return open_team_store(uri, source=f"{suite.path}: store.shared")

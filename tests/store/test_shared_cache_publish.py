@@ -1,5 +1,6 @@
 """A run publishes its own response-cache entries to the team's shared store, and an
-unreachable shared store degrades the cache, never the run (evalkit.run.cache.SharedCacheStore);
+unreachable shared store (a catalog that refuses, a warehouse on S3 gone mid-run) degrades the
+cache, never the run (evalkit.run.shared_cache.SharedCacheStore);
 `evalkit pull` against one fails, one line. The runs go through the demo simulator on
 127.0.0.1 (the module's ``demo_server``); two publishers are two processes released at once."""
 
@@ -20,13 +21,13 @@ import pytest
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
-from evalkit.run.cache import (
+from evalkit.run.runner import RunOptions, run_suite
+from evalkit.run.shared_cache import (
     SharedCacheStore,
     open_team_store,
     publish_new_cache,
     with_shared_cache,
 )
-from evalkit.run.runner import RunOptions, run_suite
 from evalkit.run.summary import RunSummary
 from evalkit.store import open_store
 from evalkit.store.shared import open_shared_store, parse_store_uri
@@ -346,7 +347,7 @@ def test_a_merged_run_publishes_its_cache_once_and_a_second_job_asks_nothing(
     """A Ray run's driver publishes after its last merge (:func:`publish_run_cache`): from the
     local store, every entry the run cached, in one commit; publishing again adds nothing,
     and a second job with an empty local store asks the endpoint nothing."""
-    from evalkit.run.cache import publish_run_cache
+    from evalkit.run.shared_cache import publish_run_cache
 
     uri = _team_uri(tmp_path)
     demo_server.reset_stats()
@@ -371,3 +372,136 @@ def test_a_merged_run_publishes_its_cache_once_and_a_second_job_asks_nothing(
     second = _Job(_share(project, uri), tmp_path / "job2.duckdb", demo_server.base_url)
     second.run("ci")
     assert int(demo_server.stats()["requests"]) == 0
+
+
+# -- the warehouse on S3 (moto's server on 127.0.0.1), and the server gone mid-run ---------------
+
+
+@pytest.fixture
+def s3_server(monkeypatch: pytest.MonkeyPatch):  # yields moto's ThreadedMotoServer
+    """moto's S3 on a free loopback port, keys only in the environment; stopped after (a test
+    may stop it sooner: stopping twice is harmless)."""
+    from moto.server import ThreadedMotoServer
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    stopped: list[bool] = []
+
+    def stop() -> None:
+        if not stopped:
+            stopped.append(True)
+            server.stop()
+
+    server.stop_once = stop  # type: ignore[attr-defined]
+    try:
+        yield server
+    finally:
+        stop()
+
+
+def _s3_uri(tmp_path: Path, server) -> str:
+    import pyarrow.fs as pafs
+
+    host, port = server.get_host_and_port()
+    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http",
+                           region="us-east-1", allow_bucket_creation=True)  # fmt: skip
+    fs.create_dir("team-bucket")
+    return (
+        f"sqlite:///{tmp_path / 'team' / 'catalog.db'}?warehouse=s3://team-bucket/evalkit"
+        f"&s3.endpoint=http://{host}:{port}&s3.region=us-east-1"
+    )
+
+
+def test_s3_gone_mid_run_leaves_the_run_local_warned_once_and_the_gate_as_without_it(
+    project: Path, demo_server, tmp_path: Path, s3_server, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from evalkit.compare.pin import gate_pair
+    from evalkit.store.shared.store import SharedStore
+
+    uri = _s3_uri(tmp_path, s3_server)
+    shown = parse_store_uri(uri).shown
+    url = ["--set", f"system.base_url={demo_server.base_url}", "--no-progress"]
+    db = tmp_path / "ci.duckdb"  # empty: every key of the run is asked of the shared cache
+    seeded = _Job(_share(project, uri), tmp_path / "seed.duckdb", demo_server.base_url)
+    assert seeded.run("seed").complete and not seeded.warned  # the team's cache, on S3
+    assert _cache_rows(uri).height > 0
+    assert main(["push", "seed", "--db", str(tmp_path / "seed.duckdb"), "--store", uri]) == 0
+    capsys.readouterr()
+    looked_up = SharedStore.cache_get
+
+    def s3_goes_first(self: SharedStore, keys: object) -> dict[str, str]:
+        s3_server.stop_once()  # the run has its store and its manifest: S3 goes now
+        return looked_up(self, keys)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SharedStore, "cache_get", s3_goes_first)
+    demo_server.reset_stats()
+    shared = ["run", "--config", str(_share(project, uri)), "--db", str(db)]
+    assert main([*shared, "--label", "cand", *url]) == 0  # the run completes, exit 0
+    err = capsys.readouterr().err
+    assert int(demo_server.stats()["requests"]) > 0  # the model answered what S3 could not
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1, err
+    assert warned[0].startswith(f"evalkit: warning: shared store {shown} failed during the run (")
+    assert "published" not in err  # nothing was, and no second line says it was not
+    plain = ["run", "--config", str(_share(project, None)), "--db", str(db)]
+    assert main([*plain, "--label", "base", *url]) == 0  # no shared store at all
+    assert main([*plain, "--label", "plain", *url]) == 0
+    with open_store(db, read_only=True) as store:
+        caveats = store.manifest(store.resolve_run("cand"))["warnings"]
+        kept = [c for c in caveats if c.startswith(f"shared store {shown}")]
+        assert kept == [warned[0].removeprefix("evalkit: warning: ")]  # one, in the manifest
+        _, with_s3_down = gate_pair(store, "base", "cand", None)
+        _, without = gate_pair(store, "base", "plain", None)
+    assert _texts(db, "cand") == _texts(db, "base")
+
+    def decided(d: object) -> tuple:
+        return (d.status, d.blocking(), d.n_paired, d.n_verified)  # type: ignore[attr-defined]
+
+    assert decided(with_s3_down) == decided(without) == ("PASSED", (), 4, 4)
+    capsys.readouterr()
+    code = main(["pull", "seed", "--db", str(tmp_path / "pull.duckdb"), "--store", uri])
+    pulled = capsys.readouterr().err.strip()
+    assert code == 2, pulled  # a gate that cannot get its baseline must not go on
+    assert len(pulled.splitlines()) == 1, pulled
+    assert pulled.startswith(f"evalkit: error: {shown}: the shared store is unreachable (")
+    assert "testing" not in pulled  # no key
+
+
+def test_a_merge_publishes_once_what_a_shard_that_lost_the_store_could_not(
+    project: Path, demo_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard matrix's shards publish their own entries; one that could not reach the store
+    publishes none, and the merge that completes the run publishes those, once."""
+    uri = _team_uri(tmp_path)
+    parts = str(tmp_path / "parts")
+    url = ["--set", f"system.base_url={demo_server.base_url}", "--no-progress"]
+    common = ["--run-id", "matrix", "--parts", parts, "--label", "matrix", *url]
+    demo_server.reset_stats()
+    assert main(["run", "--config", str(_share(project, uri)), "--shard", "1/2", *common]) == 0
+    lost = _share(project, _refusing_uri(tmp_path))
+    assert main(["run", "--config", str(lost), "--shard", "2/2", *common]) == 0
+    asked = int(demo_server.stats()["requests"])
+    by_shards = _cache_rows(uri).height
+    assert 0 < by_shards < asked  # the second shard published nothing
+    db = str(tmp_path / "merged.duckdb")
+    capsys.readouterr()
+    assert main(["merge", "matrix", "--parts", parts, "--db", db]) == 0  # no store named
+    assert "published" not in capsys.readouterr().err and _cache_rows(uri).height == by_shards
+    assert main(["merge", "matrix", "--parts", parts, "--db", db, "--store", uri]) == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "published" in x]
+    assert line.startswith(f"evalkit: published {asked - by_shards} new response-cache entries")
+    assert line.endswith(f"; {by_shards} there already)") and "(1 commit," in line
+    rows = _cache_rows(uri)
+    assert rows.height == asked and not rows["cache_key"].is_duplicated().any()
+    assert main(["merge", "matrix", "--parts", parts, "--db", db, "--store", uri]) == 0
+    (again,) = [x for x in capsys.readouterr().err.splitlines() if "published" in x]
+    assert again.startswith("evalkit: published 0 new response-cache entries")
+    assert _cache_rows(uri).height == asked

@@ -46,7 +46,6 @@ from urllib.parse import urlsplit
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.suite import Suite, load_suite
 from evalkit.errors import EvalkitError
-from evalkit.run.cache import publish_run_cache
 from evalkit.run.engines.budget import BudgetedProvider, BudgetLimiter
 from evalkit.run.engines.ray_budget import (
     BUDGET_PATIENCE_S,
@@ -68,6 +67,7 @@ from evalkit.run.sharded import (
     team_cache,
 )
 from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, make_chunks, order_units, remaining
+from evalkit.run.shared_cache import publish_run_cache
 from evalkit.run.summary import RunSummary
 from evalkit.store import Store, new_run_id
 from evalkit.store.parts import PartsRoot

@@ -2,7 +2,7 @@
 PostgreSQL for a team), on a directory or S3. The local DuckDB store stays the query engine:
 ``evalkit push RUN`` publishes a run here, ``evalkit pull BASELINE|RUN`` brings one back, and a
 run with a shared store configured asks its response cache before the endpoint and publishes
-the answers it asked when it ends (:class:`evalkit.run.cache.SharedCacheStore`).
+the answers it asked when it ends (:class:`evalkit.run.shared_cache.SharedCacheStore`).
 
 Needs the ``shared`` extra (``pip install 'evalkit-gate[shared]'``); pyiceberg is imported only
 when a shared store is opened.

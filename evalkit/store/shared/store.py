@@ -25,10 +25,19 @@ Examples:
 from __future__ import annotations
 
 import datetime as dt
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from evalkit.errors import StoreError
+from evalkit.store.shared.compaction import (
+    COMPACT_AT_FILES,
+    Compacted,
+    compact_table,
+    data_files,
+    first_published,
+)
 from evalkit.store.shared.local_rows import insert_missing, local_rows
 from evalkit.store.shared.tables import (
     TABLES,
@@ -48,6 +57,9 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from evalkit.store.db import Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: A run's tables in the order a push commits them: the ``runs`` row publishes the run, so it
 #: comes after every table of the run's rows, and the promotions after it.
@@ -70,6 +82,10 @@ PUSH_ORDER = (
 #: reads (bench/bench_shared_store.py --only publish, at load 11): one commit carries an
 #: ordinary run whole, and this bounds a big run's batch in memory (~10 MB of Arrow).
 CACHE_BATCH_ROWS = 20_000
+#: Tries of the compaction a publish makes past COMPACT_AT_FILES: one that keeps losing to
+#: other publishes gives up (said in the publish's line) rather than hold the run's end for
+#: the ~25 s of MAX_ATTEMPTS, since each of those publishes will try it again.
+AUTO_ATTEMPTS = 3
 #: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
 PULL_TABLES = tuple(t for t in PUSH_ORDER if t != "response_cache")
 
@@ -92,12 +108,16 @@ class Pushed:
 class CachePublished:
     """What :meth:`SharedStore.cache_put` did: entries appended, entries the shared cache
     held already, commits made (one per batch that added a row) and commits that lost to a
-    concurrent writer and were retried."""
+    concurrent writer and were retried; the compaction it made when it left the cache past
+    :data:`COMPACT_AT_FILES` data files (None: none), or why that failed (the entries are
+    published all the same)."""
 
     added: int
     present: int
     commits: int
     conflicts: int
+    compacted: Compacted | None = None
+    compact_failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +143,47 @@ def pa_concat(*tables: pa.Table) -> pa.Table:
     return frame.unique(maintain_order=True).to_arrow()
 
 
+class SharedStoreUnreachable(StoreError):
+    """The shared store, opened, failed to answer: its warehouse or catalog is unreachable
+    (``cause``: the storage's error, one line, no credential)."""
+
+    def __init__(self, shown: str, cause: str) -> None:
+        super().__init__(f"{shown}: the shared store is unreachable ({cause})")
+        self.cause = cause
+
+
+def _unreachable_is_one_line(method: Callable[P, R]) -> Callable[P, R]:
+    """``method`` of a :class:`SharedStore`, whose failures to reach the warehouse or the
+    catalog once it was opened (an S3 endpoint gone, a disk unmounted, PostgreSQL down) raise
+    a one-line :class:`StoreError` naming the store, as one that cannot be opened does."""
+
+    @functools.wraps(method)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except StoreError:
+            raise
+        except Exception as exc:
+            if not _is_unreachable(exc):
+                raise
+            from evalkit.redact import redact_known, strip_userinfo
+
+            store = args[0]
+            assert isinstance(store, SharedStore)
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            cause = redact_known(strip_userinfo(text))[:300]
+            raise SharedStoreUnreachable(store.uri.shown, cause) from None
+
+    return wrapped
+
+
+def _is_unreachable(exc: BaseException) -> bool:
+    """An error of the storage or the catalog's connection, not of evalkit's own code."""
+    if isinstance(exc, OSError):  # pyarrow's S3 and local files, sockets
+        return True
+    return type(exc).__name__ in {"OperationalError", "InterfaceError"}  # SQLAlchemy's
+
+
 def open_shared_store(uri: str | StoreURI, *, source: str = "shared store") -> SharedStore:
     """The shared store at ``uri`` (``sqlite:///PATH?warehouse=...``), catalog opened."""
     parsed = uri if isinstance(uri, StoreURI) else parse_store_uri(uri, source=source)
@@ -137,7 +198,7 @@ class SharedStore:
         self._catalog = open_catalog(uri)
         self._tables: dict[str, Table] = {}
         #: Why this process stopped asking the store for cache entries (set by
-        #: :class:`evalkit.run.cache.SharedCacheStore` when a lookup failed), or None; push,
+        #: :class:`evalkit.run.shared_cache.SharedCacheStore` when a lookup failed), or None; push,
         #: pull and promotions do not read it: they raise on any failure.
         self.lost: str | None = None
 
@@ -163,6 +224,7 @@ class SharedStore:
 
     # -- push -------------------------------------------------------------------------------
 
+    @_unreachable_is_one_line
     def push_run(self, local: Store, ref: str) -> Pushed:
         """Publish run ``ref`` of ``local`` (its rows, flakes of its configuration, its
         response cache entries, its promotions); rows already shared are skipped.
@@ -189,6 +251,7 @@ class SharedStore:
             conflicts += result.conflicts
         return Pushed(run_id, added, conflicts)
 
+    @_unreachable_is_one_line
     def promote(
         self, suite: str, run_id: str, who: str, reason: str, *, tier: str | None = None,
         policy: Mapping[str, Any] | None = None,
@@ -224,6 +287,7 @@ class SharedStore:
 
     # -- reads ------------------------------------------------------------------------------
 
+    @_unreachable_is_one_line
     def runs(self) -> pl.DataFrame:
         """Every published run (``runs`` rows), oldest first."""
         import polars as pl
@@ -234,10 +298,12 @@ class SharedStore:
         rows = pl.from_arrow(table.scan().to_arrow())
         return rows.sort("created_at")  # type: ignore[union-attr]
 
+    @_unreachable_is_one_line
     def run_ids(self, candidates: Iterable[str]) -> set[str]:
         """Which of ``candidates`` are published runs."""
         return set(self._read("runs", "run_id", candidates).column("run_id").to_pylist())
 
+    @_unreachable_is_one_line
     def resolve_run(self, ref: str) -> str:
         """A published run id from an id, a label (its newest complete run) or an id prefix.
 
@@ -258,6 +324,7 @@ class SharedStore:
             raise StoreError(f"{self.uri.shown}: run {ref!r} is ambiguous: {prefixed.height} runs")
         raise StoreError(f"{self.uri.shown}: no published run or suite baseline {ref!r}")
 
+    @_unreachable_is_one_line
     def baselines(self, suite: str) -> pl.DataFrame:
         """Every promotion of ``suite``, newest first (``suite, tier, run_id, who, reason,
         promoted_at, policy``)."""
@@ -272,6 +339,7 @@ class SharedStore:
         rows = rows.filter(rows["tier"].is_null() if tier is None else rows["tier"] == tier)
         return str(rows["run_id"][0]) if rows.height else None
 
+    @_unreachable_is_one_line
     def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
         """The shared response cache's entries for ``keys`` (those it has).
 
@@ -280,16 +348,17 @@ class SharedStore:
         appended by hand) answers its first-published row (earliest ``created_at``, then
         the smallest response), whatever order the scan reads the data files in.
         """
-        import polars as pl
+        import pyarrow.compute as pc
 
-        rows = pl.from_arrow(self._read("response_cache", "cache_key", keys))
-        assert isinstance(rows, pl.DataFrame)
-        if rows.height > rows["cache_key"].n_unique():
-            rows = rows.sort("cache_key", "created_at", "response", nulls_last=True).unique(
-                "cache_key", keep="first"
-            )
-        return dict(zip(rows["cache_key"].to_list(), rows["response"].to_list(), strict=True))
+        rows = self._read("response_cache", "cache_key", keys)
+        if rows.num_rows > pc.count_distinct(rows.column("cache_key")).as_py():
+            rows = first_published(rows)
+        return dict(
+            zip(rows.column("cache_key").to_pylist(), rows.column("response").to_pylist(),
+                strict=True)
+        )  # fmt: skip
 
+    @_unreachable_is_one_line
     def cache_put(
         self, entries: Mapping[str, str], *, batch_rows: int = CACHE_BATCH_ROWS
     ) -> CachePublished:
@@ -329,10 +398,42 @@ class SharedStore:
             added, present = added + result.added, present + result.present
             commits += result.added > 0
             conflicts += result.conflicts
-        return CachePublished(added, present, commits, conflicts)
+        compacted, failure = self._compact_if_due(table)
+        return CachePublished(added, present, commits, conflicts, compacted, failure)
+
+    def _compact_if_due(self, table: Table) -> tuple[Compacted | None, str | None]:
+        """Compact the cache when it holds more than :data:`COMPACT_AT_FILES` data files (read
+        from the snapshot this publish committed or read). Never raises: the entries are in."""
+        if data_files(table) <= COMPACT_AT_FILES:
+            return None, None
+        try:
+            done = compact_table(
+                table, TABLES["response_cache"], above=COMPACT_AT_FILES, attempts=AUTO_ATTEMPTS
+            )
+        except Exception as exc:
+            from evalkit.redact import redact_known, strip_userinfo
+
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return None, f"compacting it failed ({redact_known(strip_userinfo(text))[:300]})"
+        return (done if done.compacted else None), None
+
+    @_unreachable_is_one_line
+    def compact_cache(self) -> Compacted:
+        """Rewrite the shared response cache as one data file (each key's first-published
+        row), expiring its older snapshots: ``evalkit cache compact``. A cache of one file and
+        no key twice is left as it is.
+
+        Raises:
+            StoreError: the commit kept conflicting with publishes.
+        """
+        table = self._table("response_cache")
+        if table is None:
+            return Compacted(0, 0, 0, 0, 0, 0, 0.0)
+        return compact_table(table, TABLES["response_cache"], above=1)
 
     # -- pull -------------------------------------------------------------------------------
 
+    @_unreachable_is_one_line
     def pull(self, local: Store, ref: str, *, tier: str | None = None) -> Pulled:
         """Copy a published run into ``local``: ``ref`` is a run id, label or prefix, or a
         suite name (its promoted baseline, with the suite's promotion history).

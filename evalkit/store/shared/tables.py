@@ -199,13 +199,13 @@ def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
             return Appended(spec.name, len(fresh), len(wanted) - len(fresh), conflicts)
         except CommitFailedException:
             conflicts += 1
-            _backoff(attempt)
+            backoff(attempt)
             table = table.refresh()
         except Exception as exc:
-            if not _is_busy(exc):
+            if not is_busy(exc):
                 raise
             conflicts += 1
-            _backoff(attempt)
+            backoff(attempt)
             table = table.refresh()
     raise StoreError(
         f"shared table {spec.name}: {MAX_ATTEMPTS} commits in a row conflicted with other "
@@ -271,13 +271,13 @@ def _first_of_each(indices: list[int], keys: list[tuple[Any, ...]]) -> list[int]
     return kept
 
 
-def _is_busy(exc: Exception) -> bool:
+def is_busy(exc: Exception) -> bool:
     """SQLite answers a writer that waited too long for another's lock with "database is
     locked": a conflict to retry, not a failure."""
     return "database is locked" in str(exc)
 
 
-def _backoff(attempt: int) -> None:
+def backoff(attempt: int) -> None:
     wait = min(0.02 * 2**attempt, 1.0)
     time.sleep(wait * random.uniform(0.5, 1.0))
 
@@ -291,9 +291,9 @@ def _retried(call: Callable[[], Any], what: str) -> Any:
         try:
             return call()
         except (NamespaceAlreadyExistsError, TableAlreadyExistsError):
-            _backoff(attempt)
+            backoff(attempt)
         except Exception as exc:
-            if not _is_busy(exc) and "already exists" not in str(exc):
+            if not is_busy(exc) and "already exists" not in str(exc):
                 raise StoreError(f"{what}: {str(exc).splitlines()[0]}") from None
-            _backoff(attempt)
+            backoff(attempt)
     raise StoreError(f"{what}: the catalog stayed busy")
