@@ -20,6 +20,8 @@ from pathlib import Path
 import nbformat
 import polars as pl
 import pytest
+from bs4 import BeautifulSoup
+from nbconvert import HTMLExporter
 from synthetic_runs import seed000_runs, write_store
 
 from evalkit import stats
@@ -35,6 +37,7 @@ from evalkit.judges.display import fmt_kappa
 from evalkit.notebooks import (
     FILLED_NOTE,
     PROJECT_NOTEBOOKS,
+    REPORT_EXPORT,
     TEMPLATES,
     _fill_source,
     _ThisPython,
@@ -42,6 +45,7 @@ from evalkit.notebooks import (
     execute_notebook,
     fill_notebook,
     notebook_path,
+    report_cells,
     shipped_notebooks,
     to_report_html,
 )
@@ -151,10 +155,27 @@ def test_gate_passes_with_exit_0_and_writes_the_html_report(gate_env):
     assert states == {"billing": "underpowered"}
     page = run.html_path.read_text()
     _assert_a_report(page, "PASSED")
-    shown = page[: page.index('id="broken"')].split("<details")[0]  # in view, not folded
+    # in view, not folded; the text a reader sees (the page keeps evalkit's "&#x27;" for "'")
+    shown = html.unescape(page[: page.index('id="broken"')].split("<details")[0])
     assert "Not gated here: " in shown and "critical tag 'billing' is underpowered" in shown
     for artefact in ("report.json", "junit.xml", "gate.md", "slice_forest.svg", "slice_forest.png"):
         assert (out / artefact).is_file(), artefact
+    _assert_what_nbconvert_writes(run.notebook_path, page)
+
+
+def _assert_what_nbconvert_writes(notebook: Path, page: str) -> None:
+    """The report's body is nbconvert's own export of the notebook, element by element, with
+    its attributes (the images' alt text too) and text: `_ReportExporter` leaves out only the
+    pass that parses and rewrites the page (an nbconvert upgrade that changes more shows here)."""
+
+    def elements(markup: str) -> list[tuple[str, list[tuple[str, str]], str | None]]:
+        soup = BeautifulSoup(markup, features="html.parser")
+        return [(e.name, sorted((k, str(v)) for k, v in e.attrs.items()), e.string)
+                for e in soup.find_all(True)]  # fmt: skip
+
+    theirs, _ = HTMLExporter(**REPORT_EXPORT).from_notebook_node(report_cells(notebook))
+    ours = page[page.index("<main>") + len("<main>") : page.rindex("</main>")]
+    assert "<img" in ours and elements(ours) == elements(theirs)
 
 
 def _assert_a_report(page: str, status: str) -> None:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from evalkit.compare import tables
 from evalkit.compare.decision import STOPPING
 from evalkit.compare.formatting import describe_statistic, fmt_p
 from evalkit.compare.report import (
@@ -179,6 +178,8 @@ def _findings(findings: Sequence[object]) -> str:
 
 
 def _decision(r: Report) -> str:
+    from evalkit.compare import tables  # great_tables: not for `page` alone
+
     status, d = r.status, r.decision
     meta = (
         f"{_h(r.suite)}: <b>{_h(r.base_label)}</b> (<code>{_h(r.base_run_id)}</code>) → "
@@ -323,6 +324,8 @@ def _figure(chart: object) -> str:
 def _slices(r: Report, charts: bool) -> list[object]:
     """The slices section: its tables, then the linked forest plot and flips (a chart, shown as
     a figure on a page and as its own output in a notebook)."""
+    from evalkit.compare import tables  # great_tables: not for `page` alone
+
     out: list[object] = ['<section id="slices"><h2>Slices</h2>']
     if r.decision is not None and r.decision.critical:
         crit = r.decision.to_dict()["critical"]
@@ -415,6 +418,8 @@ def _growth(r: Report) -> str:
 
 
 def _suite(r: Report) -> str:
+    from evalkit.compare import tables  # great_tables: not for `page` alone
+
     changes = [f"{c} ({k})" for c, k in r.changes.select("case_id", "change").iter_rows()]
     items = [
         ("Unstable (replays disagree)", r.unstable),
@@ -433,6 +438,8 @@ def _suite(r: Report) -> str:
 
 
 def _budgets(r: Report) -> str:
+    from evalkit.compare import tables  # great_tables: not for `page` alone
+
     found = [f for f in (r.decision.findings if r.decision else ()) if f.tier == 4]
     budgets = r.decision.policy.budgets if r.decision else ()
     declared = ", ".join(f"{b.metric} ≤ {b.limit:g} ({b.action})" for b in budgets) or "none"

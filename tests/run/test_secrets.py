@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 from loopback_support import serving
 
+from evalkit import redact
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
@@ -249,19 +250,21 @@ def _ok_app() -> web.Application:
     return app
 
 
-def _evalkit(*args: str | Path, cwd: Path) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "evalkit.cli", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    return done.returncode, done.stdout + done.stderr
-
-
-def test_a_password_in_base_url_is_printed_stored_and_reported_nowhere(tmp_path: Path) -> None:
+def test_a_password_in_base_url_is_printed_stored_and_reported_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     """``base_url: http://user:SECRETPW@127.0.0.1:PORT/v1`` through ``evalkit run`` (also with
     an "@" in the password, and as replicas beside a dead one), a ``--shard`` run and its
     merge, and a compare writing every report: SECRETPW is in no printed line, no manifest,
-    no stored value and no file evalkit wrote."""
+    no stored value and no file evalkit wrote.
+
+    The commands run through the CLI's entry point in this process, their output captured at
+    the file descriptors (as `test_fake_key_appears_nowhere_after_run_compare_and_gate` does),
+    with the secrets registry emptied first: no secret an earlier test registered can redact
+    SECRETPW for the code under test, as none could in a fresh ``evalkit`` process.
+    """
+    monkeypatch.setattr(redact, "_KNOWN_SECRETS", set())
+    monkeypatch.setattr(redact, "_ENVIRONMENT_READ", False)
     root, work = tmp_path / "corpus", tmp_path / "work"
     (root / "cases").mkdir(parents=True)
     work.mkdir()
@@ -300,8 +303,12 @@ def test_a_password_in_base_url_is_printed_stored_and_reported_nowhere(tmp_path:
              "--markdown", work / "r.md"],
         ]  # fmt: skip
         printed = []
+        monkeypatch.chdir(work)
+        capfd.readouterr()
         for command in commands:
-            code, output = _evalkit(*command, cwd=work)
+            code = main([str(arg) for arg in command])
+            captured = capfd.readouterr()
+            output = captured.out + captured.err
             assert code == 0, (command[:2], output[-3000:])
             printed.append(output)
     everything = "\n".join(printed)
