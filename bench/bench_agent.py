@@ -1,11 +1,15 @@
 """Agent throughput: cases of 3 tool calls each, served from fixtures (4 model requests a case).
 
-A loopback server (:data:`SERVER`, aiohttp, its own process) plays the agent: while a request
-offering tools carries fewer than 3 tool results it asks for the next tool (``lookup_order``,
-``lookup_customer``, ``issue_refund``), then answers with JSON; a request offering no tools is
-answered at once. Each answer comes after a fixed latency. evalkit serves every tool call from
-the case's fixtures. Measured as fresh processes from bench_process's spawner (wall, CPU, peak
-RSS), in one invocation:
+A loopback server (its own process) plays the agent: while a request offering tools carries
+fewer than 3 tool results it asks for the next tool (``lookup_order``, ``lookup_customer``,
+``issue_refund``), then answers with JSON; a request offering no tools is answered at once.
+Each answer comes after a fixed latency. ``--server raw`` (the default, :data:`RAW_SERVER`) is
+a bare asyncio.Protocol HTTP/1.1 keep-alive responder that still parses every request and counts
+it, writing one of four answers serialized once: about 0.08 ms of CPU per request against the
+aiohttp web app's 0.21 ms (``--server aiohttp``, :data:`AIOHTTP_SERVER`), CPU the server would
+otherwise take from the client on the same cores; ``--server both`` runs the two interleaved.
+evalkit serves every tool call from the case's fixtures. Measured as fresh processes from
+bench_process's spawner (wall, CPU, peak RSS), in one invocation:
 
 * ``agent``: ``evalkit run`` of N agent cases at concurrency c; wall over the limit that
   latency x requests / concurrency sets (4N x latency / c); target <= 1.1x.
@@ -19,18 +23,25 @@ RSS), in one invocation:
   for anything (both sides wait for the CPU); the agent run over the bare loop is what evalkit
   itself costs.
 
+Where the time goes, per side: the client's CPU per request (the process, and its event loop
+alone: imports and set-up left out), its loop's lag (how late a 10 ms timer fires) and the
+loop's own wall over the limit; the server's CPU per request (its rusage) and its loop's lag;
+and both processes' CPU as a share of the cores.
+
 Checked, not assumed: the server's request count is 4N (1 x 4N, 5 x 4N; the bare loop's too),
 the store holds every output with 3 tool calls and a passing score for each scorer, and the
 bare loop made 3N tool calls and parsed N final answers.
 
 Usage:
     .venv/bin/python bench/bench_agent.py --cases 1000 --concurrency 32 --rounds 3
+    .venv/bin/python bench/bench_agent.py --cases 1000 --concurrency 32 --rounds 3 --server both
     .venv/bin/python bench/bench_agent.py --cases 20 --concurrency 4 --latency-ms 5 --rounds 1
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -50,49 +61,101 @@ TOOLS = ("lookup_order", "lookup_customer", "issue_refund")
 STEPS = len(TOOLS) + 1  # model requests per agent case
 SCORERS = 2
 
-#: ``python -c SERVER latency_ms``: prints its port, serves until stdin closes.
-SERVER = (
-    """
-import asyncio, json, sys, threading
-from aiohttp import web
-
+#: The agent both servers play: the completion for a request body (a dict).
+AGENT = """
 latency = float(sys.argv[1]) / 1000
 TOOLS = ("lookup_order", "lookup_customer", "issue_refund")
 count = {"requests": 0}
 FINAL = json.dumps({"category": "billing", "refund": True})
 
-async def chat(request):
-    body = json.loads(await request.read())
-    count["requests"] += 1
+def step_of(body):
+    \"\"\"The tool this request is answered with (its index), or len(TOOLS): the final answer.\"\"\"
     done = sum(m.get("role") == "tool" for m in body["messages"])
-    await asyncio.sleep(latency)
-    if body.get("tools") and done < len(TOOLS):
-        call = {"id": f"call_{done}", "type": "function",
-                "function": {"name": TOOLS[done], "arguments": json.dumps({"order_id": "8812"})}}
+    return done if body.get("tools") and done < len(TOOLS) else len(TOOLS)
+
+def completion(model, step):
+    if step < len(TOOLS):
+        call = {"id": f"call_{step}", "type": "function",
+                "function": {"name": TOOLS[step], "arguments": json.dumps({"order_id": "8812"})}}
         message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
     else:
         message, finish = {"role": "assistant", "content": FINAL}, "stop"
-    return web.json_response({
-        "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+    return {
+        "id": "x", "object": "chat.completion", "created": 0, "model": model,
         "choices": [{"index": 0, "finish_reason": finish, "message": message}],
         "usage": {"prompt_tokens": 60, "completion_tokens": 12, "total_tokens": 72},
-    })
+    }
+"""
+
+#: ``python -c AIOHTTP_SERVER latency_ms``: the agent as an aiohttp web app; prints its port,
+#: serves until stdin closes.
+AIOHTTP_SERVER = (
+    """
+import asyncio, json, sys, threading
+from aiohttp import web
+"""
+    + loopback.PROBE
+    + AGENT
+    + """
+probe = LoopProbe()
+
+async def chat(request):
+    body = json.loads(await request.read())
+    count["requests"] += 1
+    await asyncio.sleep(latency)
+    return web.json_response(completion(body["model"], step_of(body)))
 
 async def stats(request):
-    return web.json_response(count)
+    return web.json_response(count | probe.figures())
 
 async def reset(request):
     count["requests"] = 0
+    probe.reset()
     return web.json_response(count)
 
 """
     + loopback.SERVE
 )
 
+#: ``python -c RAW_SERVER latency_ms``: the same agent over a bare asyncio.Protocol responder
+#: (:data:`loopback.RAW_SERVE`); each request body is still parsed (the step is the count of
+#: its tool messages) and counted, and each of the four answers is serialized once per model.
+RAW_SERVER = (
+    loopback.RAW_HEAD
+    + loopback.PROBE
+    + AGENT
+    + """
+probe = LoopProbe()
+ANSWERS = {}
+
+def route(method, path, body):
+    if path == b"/v1/chat/completions" and method == b"POST":
+        request = json.loads(body)
+        count["requests"] += 1
+        key = (request["model"], step_of(request))
+        if key not in ANSWERS:
+            ANSWERS[key] = ok_response(json.dumps(completion(*key)).encode())
+        return latency, ANSWERS[key]
+    if path == b"/stats":
+        return 0, ok_response(json.dumps(count | probe.figures()).encode())
+    if path == b"/reset" and method == b"POST":
+        count["requests"] = 0
+        probe.reset()
+        return 0, ok_response(json.dumps(count).encode())
+    return 0, NOT_FOUND
+"""
+    + loopback.RAW_SERVE
+)
+
+#: The loopback servers ``--server`` picks from.
+SERVERS = {"raw": RAW_SERVER, "aiohttp": AIOHTTP_SERVER}
+
 
 #: ``python -c BARE_LOOP base_url cases concurrency tools.json``: the same tool loop, no
-#: evalkit; prints the tool calls made and the final answers parsed.
-BARE_LOOP = """
+#: evalkit; prints the tool calls made, the final answers parsed and its loop's probe (JSON).
+BARE_LOOP = (
+    loopback.PROBE
+    + """
 import asyncio, json, sys
 import aiohttp
 
@@ -103,6 +166,8 @@ FIXTURES = {"lookup_order": {"status": "delivered", "charges": 2},
             "issue_refund": {"refund_id": "RF-1", "status": "issued"}}
 
 async def main():
+    probe = LoopProbe()
+    probe.reset()
     slots = asyncio.Semaphore(concurrency)
     url = base_url + "/chat/completions"
     headers = {"Authorization": "Bearer bench"}
@@ -129,20 +194,64 @@ async def main():
                     calls += 1
 
         done = await asyncio.gather(*(one(i) for i in range(n)))
-    print(sum(done), len(done))
+    print(sum(done), len(done), json.dumps(probe.figures()))
 
 asyncio.run(main())
 """
+)
+
+#: ``python -c CLIENT_PROBE probe.json module args...``: ``python -m module args`` with a
+#: :data:`loopback.PROBE` on the loop its ``asyncio.run`` runs; the probe's figures (the CPU
+#: and lag of the loop's lifetime, imports and setup before it excluded) go to probe.json.
+CLIENT_PROBE = (
+    loopback.PROBE
+    + """
+import json, runpy, sys
+
+figures_path, module = sys.argv[1], sys.argv[2]
+sys.argv = [module, *sys.argv[3:]]
+unprobed_run = asyncio.run
+
+def probed_run(main, **kwargs):
+    async def probed():
+        probe = LoopProbe()
+        probe.reset()
+        try:
+            return await main
+        finally:
+            probe.task.cancel()
+            with open(figures_path, "w", encoding="utf-8") as out:
+                json.dump(probe.figures(), out)
+    return unprobed_run(probed(), **kwargs)
+
+asyncio.run = probed_run
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+)
 
 
 class Server(loopback.LoopbackServer):
-    """The loopback agent server process (stopped on exit of the ``with`` block)."""
+    """The loopback agent server process (stopped on exit of the ``with`` block); ``kind`` is
+    a key of :data:`SERVERS`."""
 
-    def __init__(self, latency_ms: float) -> None:
-        super().__init__(SERVER, latency_ms)
+    def __init__(self, latency_ms: float, kind: str = "raw") -> None:
+        super().__init__(SERVERS[kind], latency_ms)
 
     def requests(self) -> int:
         return int(self.stats()["requests"])
+
+    def served(self) -> dict[str, float]:
+        """Requests served since the last reset, the server's CPU in that time (its own
+        rusage), its CPU per request and its event loop's lag."""
+        got = self.stats()
+        requests = int(got["requests"])
+        return {
+            "served": requests,
+            "server_cpu_s": got["cpu_s"],
+            "server_cpu_ms_per_request": 1000 * got["cpu_s"] / max(requests, 1),
+            "server_lag_mean_ms": got["lag_mean_ms"],
+            "server_lag_max_ms": got["lag_max_ms"],
+        }
 
 
 def stop_spawner() -> None:
@@ -204,30 +313,44 @@ def write_suite(root: Path, n_cases: int, concurrency: int, agent: bool) -> Path
 def run_evalkit(
     server: Server, config: Path, db: Path, concurrency: int, replays: int = 1
 ) -> dict[str, Any]:
-    """``evalkit run`` into a fresh store; what the server served and the store holds."""
+    """``evalkit run`` into a fresh store (its loop probed, :data:`CLIENT_PROBE`); what the
+    server served and spent and the store holds."""
     db.unlink(missing_ok=True)
+    figures = db.with_suffix(".probe.json")
     command = [
-        sys.executable, "-m", "evalkit.cli", "run", "--config", str(config), "--db", str(db),
+        sys.executable, "-c", CLIENT_PROBE, str(figures), "evalkit.cli",
+        "run", "--config", str(config), "--db", str(db),
         "--no-progress", "--label", "bench", "--concurrency", str(concurrency),
         "--replays", str(replays), "--set", f"system.base_url={server.base_url}",
     ]  # fmt: skip
     server.reset()
     proc = bench_process.measure(command)
-    row = {k: v for k, v in asdict(proc).items() if k != "stdout"}
-    row |= {"served": server.requests()} | _stored(db)
+    row = {k: v for k, v in asdict(proc).items() if k not in ("stdout", "marks")}
+    row |= server.served() | _client_loop(json.loads(figures.read_text(encoding="utf-8")))
+    row |= _stored(db)
     db.unlink(missing_ok=True)
     return row
 
 
 def run_bare(server: Server, tools: Path, n_cases: int, concurrency: int) -> dict[str, Any]:
-    """The bare aiohttp tool loop (:data:`BARE_LOOP`): what the server served, the tool calls
-    made and the final answers parsed."""
+    """The bare aiohttp tool loop (:data:`BARE_LOOP`): what the server served and spent, the
+    tool calls made, the final answers parsed and the loop's probe."""
     server.reset()
     command = [sys.executable, "-c", BARE_LOOP, server.base_url, str(n_cases), str(concurrency)]
     proc = bench_process.measure([*command, str(tools)])
-    calls, answers = (int(word) for word in proc.stdout.split()[-2:])
-    row = {k: v for k, v in asdict(proc).items() if k != "stdout"}
-    return row | {"served": server.requests(), "tool_calls": calls, "outputs": answers}
+    calls, answers, probe = proc.stdout.strip().splitlines()[-1].split(" ", 2)
+    row = {k: v for k, v in asdict(proc).items() if k not in ("stdout", "marks")}
+    row |= server.served() | _client_loop(json.loads(probe))
+    return row | {"tool_calls": int(calls), "outputs": int(answers)}
+
+
+def _client_loop(probe: dict[str, float]) -> dict[str, float]:
+    return {
+        "loop_wall_s": probe["wall_s"],
+        "loop_cpu_s": probe["cpu_s"],
+        "loop_lag_mean_ms": probe["lag_mean_ms"],
+        "loop_lag_max_ms": probe["lag_max_ms"],
+    }
 
 
 def _stored(db: Path) -> dict[str, Any]:
@@ -257,86 +380,126 @@ def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     n, conc = args.cases, args.concurrency
     agent = write_suite(root / "agent", n, conc, agent=True)
     single = write_suite(root / "single", STEPS * n, conc, agent=False)
+    tools = agent.parent / "tools" / "support.json"
     db = root / "bench.duckdb"
-    rounds = []
-    with Server(args.latency_ms) as server:
-        run_evalkit(server, single, db, conc)  # warm-up: page cache, first sockets
+    limit_s = STEPS * n * args.latency_ms / 1000 / conc
+    kinds = list(SERVERS) if args.server == "both" else [args.server]
+    rounds: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    with contextlib.ExitStack() as stack:
+        servers = {kind: stack.enter_context(Server(args.latency_ms, kind)) for kind in kinds}
+        run_evalkit(servers[kinds[0]], single, db, conc)  # warm-up: page cache, first sockets
         for _ in range(args.rounds):
-            row = {
-                "bare": run_bare(server, agent.parent / "tools" / "support.json", n, conc),
-                "agent": run_evalkit(server, agent, db, conc),
-                "single": run_evalkit(server, single, db, conc),
-                "replays": run_evalkit(server, agent, db, conc, replays=args.replays),
-            }
-            for side in row.values():
-                side["cpu_ms_per_request"] = 1000 * side["cpu_s"] / max(side["served"], 1)
-            row["ratio_to_limit"] = row["agent"]["wall_s"] / (
-                STEPS * n * args.latency_ms / 1000 / conc
-            )
-            row["bare_ratio_to_limit"] = row["bare"]["wall_s"] / (
-                STEPS * n * args.latency_ms / 1000 / conc
-            )
-            row["agent_vs_bare"] = row["agent"]["wall_s"] / row["bare"]["wall_s"]
-            row["cpu_per_request_vs_single"] = (
-                row["agent"]["cpu_ms_per_request"] / row["single"]["cpu_ms_per_request"]
-            )
-            row["rss_replays_vs_one"] = (
-                row["replays"]["peak_rss_mib"] / row["agent"]["peak_rss_mib"]
-            )
-            rounds.append(row)
+            for kind, server in servers.items():  # interleaved: both see the same load drift
+                row = {
+                    "bare": run_bare(server, tools, n, conc),
+                    "agent": run_evalkit(server, agent, db, conc),
+                    "single": run_evalkit(server, single, db, conc),
+                    "replays": run_evalkit(server, agent, db, conc, replays=args.replays),
+                }
+                for side in row.values():
+                    served = max(side["served"], 1)
+                    side["cpu_ms_per_request"] = 1000 * side["cpu_s"] / served
+                    side["loop_cpu_ms_per_request"] = 1000 * side["loop_cpu_s"] / served
+                    # both processes' CPU over what the cores could give in that wall time
+                    side["cpu_share_of_cores"] = (side["cpu_s"] + side["server_cpu_s"]) / (
+                        side["wall_s"] * (os.cpu_count() or 1)
+                    )
+                for side in row.values():  # the loop alone: process start and exit left out
+                    side["loop_ratio_to_limit"] = side["loop_wall_s"] / (
+                        limit_s * side["served"] / (STEPS * n)
+                    )
+                row["ratio_to_limit"] = row["agent"]["wall_s"] / limit_s
+                row["bare_ratio_to_limit"] = row["bare"]["wall_s"] / limit_s
+                row["agent_vs_bare"] = row["agent"]["wall_s"] / row["bare"]["wall_s"]
+                row["cpu_per_request_vs_single"] = (
+                    row["agent"]["cpu_ms_per_request"] / row["single"]["cpu_ms_per_request"]
+                )
+                row["loop_cpu_per_request_vs_single"] = (
+                    row["agent"]["loop_cpu_ms_per_request"]
+                    / row["single"]["loop_cpu_ms_per_request"]
+                )
+                row["rss_replays_vs_one"] = (
+                    row["replays"]["peak_rss_mib"] / row["agent"]["peak_rss_mib"]
+                )
+                rounds[kind].append(row)
+    by_server = {kind: {"rounds": rows, "summary": _summary(rows)} for kind, rows in rounds.items()}
+    return {
+        "cases": n,
+        "concurrency": conc,
+        "replays": args.replays,
+        "limit_s": limit_s,
+        "servers": by_server,
+    }
 
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in rounds)
 
+_SIDE_FIGURES = (
+    "wall_s", "loop_wall_s", "loop_ratio_to_limit", "cpu_s", "peak_rss_mib", "cpu_ms_per_request",
+    "loop_cpu_ms_per_request",
+    "loop_lag_mean_ms", "loop_lag_max_ms", "server_cpu_ms_per_request", "server_lag_mean_ms",
+    "server_lag_max_ms", "cpu_share_of_cores",
+)  # fmt: skip
+
+
+def _summary(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """Medians over the rounds of one server: the ratios, then each side's figures."""
     summary = {
-        "limit_s": STEPS * n * args.latency_ms / 1000 / conc,
-        "median_ratio_to_limit": med("ratio_to_limit"),
-        "median_bare_ratio_to_limit": med("bare_ratio_to_limit"),
-        "median_agent_vs_bare": med("agent_vs_bare"),
-        "median_cpu_per_request_vs_single": med("cpu_per_request_vs_single"),
-        "median_rss_replays_vs_one": med("rss_replays_vs_one"),
-    }
+        f"median_{key}": statistics.median(r[key] for r in rounds)
+        for key in (
+            "ratio_to_limit", "bare_ratio_to_limit", "agent_vs_bare",
+            "cpu_per_request_vs_single", "loop_cpu_per_request_vs_single", "rss_replays_vs_one",
+        )
+    }  # fmt: skip
     for side in ("bare", "agent", "single", "replays"):
-        for key in ("wall_s", "cpu_s", "peak_rss_mib", "cpu_ms_per_request"):
+        for key in _SIDE_FIGURES:
             summary[f"median_{key}_{side}"] = statistics.median(r[side][key] for r in rounds)
-    return {"cases": n, "concurrency": conc, "replays": args.replays, "rounds": rounds} | {
-        "summary": summary
-    }
+    return summary
 
 
 def _print(f: dict[str, Any]) -> None:
-    s = f["summary"]
     print(
         f"agent: {f['cases']} cases x {STEPS} requests (3 tool calls from fixtures), "
-        f"c={f['concurrency']}, {f['latency_ms']:g} ms; load {f['loadavg_1min'][0]:.1f} on "
-        f"{f['cores']} cores; medians"
+        f"c={f['concurrency']}, {f['latency_ms']:g} ms, limit {f['limit_s']:.2f} s; load "
+        f"{f['loadavg_1min'][0]:.1f} -> {f['loadavg_1min'][1]:.1f} on {f['cores']} cores"
     )
-    for i, r in enumerate(f["rounds"]):
-        a = r["agent"]
+    for kind, figures in f["servers"].items():
+        print(f" server {kind}:")
+        for i, r in enumerate(figures["rounds"]):
+            a, b = r["agent"], r["bare"]
+            print(
+                f"  round {i}: agent {a['wall_s']:.2f} s ({r['ratio_to_limit']:.3f}x the limit, "
+                f"{r['agent_vs_bare']:.3f}x the bare loop's {b['wall_s']:.2f} s = "
+                f"{r['bare_ratio_to_limit']:.3f}x), served {a['served']}, {a['tool_calls']} "
+                f"tool calls, {a['passed_scores']}/{a['scores']} scores passed; "
+                f"x{f['replays']} replays peak RSS {r['replays']['peak_rss_mib']:.0f} vs "
+                f"{a['peak_rss_mib']:.0f} MiB"
+            )
+        s = figures["summary"]
         print(
-            f"  round {i}: agent {a['wall_s']:.2f} s ({r['ratio_to_limit']:.3f}x the limit), "
-            f"served {a['served']}, {a['tool_calls']} tool calls, {a['passed_scores']}/"
-            f"{a['scores']} scores passed; CPU/request {a['cpu_ms_per_request']:.3f} ms vs "
-            f"single-turn {r['single']['cpu_ms_per_request']:.3f} ms "
-            f"({r['cpu_per_request_vs_single']:.2f}x); peak RSS {a['peak_rss_mib']:.0f} MiB, "
-            f"x{f['replays']} replays {r['replays']['peak_rss_mib']:.0f} MiB; bare loop "
-            f"{r['bare']['wall_s']:.2f} s ({r['bare_ratio_to_limit']:.3f}x the limit), agent "
-            f"{r['agent_vs_bare']:.3f}x the bare loop"
+            f"  median: agent {s['median_wall_s_agent']:.2f} s = "
+            f"{s['median_ratio_to_limit']:.3f}x the limit, {s['median_agent_vs_bare']:.3f}x the "
+            f"bare loop ({s['median_wall_s_bare']:.2f} s = {s['median_bare_ratio_to_limit']:.3f}x "
+            f"the limit); CPU/request {s['median_cpu_ms_per_request_agent']:.3f} ms = "
+            f"{s['median_cpu_per_request_vs_single']:.2f}x single-turn's "
+            f"{s['median_cpu_ms_per_request_single']:.3f} ms (in the loop "
+            f"{s['median_loop_cpu_ms_per_request_agent']:.3f} vs "
+            f"{s['median_loop_cpu_ms_per_request_single']:.3f} ms = "
+            f"{s['median_loop_cpu_per_request_vs_single']:.2f}x); peak RSS x{f['replays']} "
+            f"replays {s['median_rss_replays_vs_one']:.2f}x one"
         )
-    print(
-        f"  median: {s['median_wall_s_agent']:.2f} s against the limit {s['limit_s']:.2f} s = "
-        f"{s['median_ratio_to_limit']:.3f}x; CPU per request "
-        f"{s['median_cpu_ms_per_request_agent']:.3f} ms = "
-        f"{s['median_cpu_per_request_vs_single']:.2f}x single-turn's "
-        f"{s['median_cpu_ms_per_request_single']:.3f} ms; peak RSS "
-        f"{s['median_peak_rss_mib_agent']:.0f} MiB, with {f['replays']} replays "
-        f"{s['median_peak_rss_mib_replays']:.0f} MiB ({s['median_rss_replays_vs_one']:.2f}x)"
-    )
-    print(
-        f"  bare aiohttp tool loop (same invocation): {s['median_wall_s_bare']:.2f} s = "
-        f"{s['median_bare_ratio_to_limit']:.3f}x the limit; agent run "
-        f"{s['median_agent_vs_bare']:.3f}x the bare loop"
-    )
+        for side in ("bare", "agent", "single"):
+            print(
+                f"    {side:>6}: wall {s[f'median_wall_s_{side}']:.2f} s, its loop "
+                f"{s[f'median_loop_wall_s_{side}']:.2f} s = "
+                f"{s[f'median_loop_ratio_to_limit_{side}']:.3f}x the limit; client CPU/request "
+                f"{s[f'median_cpu_ms_per_request_{side}']:.3f} "
+                f"ms (loop {s[f'median_loop_cpu_ms_per_request_{side}']:.3f}), loop lag mean "
+                f"{s[f'median_loop_lag_mean_ms_{side}']:.2f} max "
+                f"{s[f'median_loop_lag_max_ms_{side}']:.1f} ms; server CPU/request "
+                f"{s[f'median_server_cpu_ms_per_request_{side}']:.3f} ms, lag mean "
+                f"{s[f'median_server_lag_mean_ms_{side}']:.2f} max "
+                f"{s[f'median_server_lag_max_ms_{side}']:.1f} ms; both processes "
+                f"{100 * s[f'median_cpu_share_of_cores_{side}']:.0f}% of the cores"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -346,6 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--replays", type=int, default=5, help="replays of the memory run")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--server",
+        choices=[*SERVERS, "both"],
+        default="raw",
+        help="the loopback server: raw (asyncio.Protocol, the default), aiohttp, or both",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]

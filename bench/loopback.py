@@ -5,6 +5,13 @@ and is read through ``GET /stats`` and cleared by ``POST /reset``.
 A bench's script defines the handlers ``chat``, ``stats`` and ``reset`` and ends with
 :data:`SERVE` (one aiohttp app on a free 127.0.0.1 port); :class:`LoopbackServer` starts and
 stops it.
+
+A server that must cost as little as possible per request (so a bench measures the client,
+not the server) starts with :data:`RAW_HEAD`, defines ``route(method, path, body)`` returning
+``(delay_s, response)`` (``response`` from ``ok_response(json_bytes)``, built once and reused)
+and ends with :data:`RAW_SERVE`: a bare ``asyncio.Protocol`` HTTP/1.1 keep-alive responder (no
+web framework, no task per request: the answer is written by a timer ``delay_s`` later).
+:data:`PROBE` measures either kind from inside: its own CPU (rusage) and its event loop's lag.
 """
 
 from __future__ import annotations
@@ -33,6 +40,123 @@ async def main():
                      daemon=True).start()
     await done.wait()
     await runner.cleanup()
+
+asyncio.run(main())
+"""
+
+
+#: ``probe = LoopProbe()``: the wall time and the process's CPU (its rusage) since
+#: ``probe.reset()``, and the lag of its event loop (how late a 10 ms timer fires: the time the
+#: loop was busy or the process waited for a core). ``reset`` starts the ticker on first use,
+#: from inside the loop.
+PROBE = """
+import asyncio, resource, time
+
+class LoopProbe:
+    TICK = 0.01
+
+    def __init__(self):
+        self.task = None
+        self.started, self.cpu0 = time.perf_counter(), self.cpu()
+        self.lag, self.worst, self.ticks = 0.0, 0.0, 0
+
+    @staticmethod
+    def cpu():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def reset(self):
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self.tick())
+        self.started, self.cpu0 = time.perf_counter(), self.cpu()
+        self.lag, self.worst, self.ticks = 0.0, 0.0, 0
+
+    async def tick(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.TICK)
+            late = loop.time() - before - self.TICK
+            self.lag, self.worst = self.lag + late, max(self.worst, late)
+            self.ticks += 1
+
+    def figures(self):
+        return {"wall_s": time.perf_counter() - self.started, "cpu_s": self.cpu() - self.cpu0,
+                "lag_mean_ms": 1000 * self.lag / max(self.ticks, 1),
+                "lag_max_ms": 1000 * self.worst}
+"""
+
+#: The start of a raw server script: imports and ``ok_response(body)``, a whole HTTP/1.1 200
+#: response (status line, headers, ``body``) as bytes.
+RAW_HEAD = """
+import asyncio, json, sys, threading
+
+def ok_response(body):
+    head = (b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\n"
+            b"Content-Length: %d\\r\\n\\r\\n" % len(body))
+    return head + body
+
+NOT_FOUND = b"HTTP/1.1 404 Not Found\\r\\nContent-Length: 0\\r\\n\\r\\n"
+"""
+
+#: The end of a raw server script: HTTP/1.1 over ``asyncio.Protocol`` on a free loopback port.
+#: Requests carry a ``Content-Length`` body (or none); chunked bodies are refused (501, closed);
+#: ``Connection: close`` closes after the answer. Clients of the benches never pipeline, so
+#: answers are written in the order their timers fire.
+RAW_SERVE = """
+REFUSED = (b"HTTP/1.1 501 Not Implemented\\r\\nContent-Length: 0\\r\\n"
+           b"Connection: close\\r\\n\\r\\n")
+
+class Http(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+
+    def data_received(self, data):
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\\r\\n\\r\\n")
+            if end < 0:
+                return
+            lines = self.buffer[:end].split(b"\\r\\n")
+            method, path = lines[0].split(b" ")[:2]
+            length, close = 0, False
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"transfer-encoding":
+                    self.transport.write(REFUSED)
+                    self.transport.close()
+                    return
+                elif name == b"connection":
+                    close = value.strip().lower() == b"close"
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            delay, response = route(method, path, body)
+            if delay > 0:
+                loop.call_later(delay, self.answer, response, close)
+            else:
+                self.answer(response, close)
+
+    def answer(self, response, close):
+        if not self.transport.is_closing():
+            self.transport.write(response)
+            if close:
+                self.transport.close()
+
+async def main():
+    global loop
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Http, "127.0.0.1", 0, backlog=1024)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    done = asyncio.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(done.set)),
+                     daemon=True).start()
+    await done.wait()
+    server.close()
 
 asyncio.run(main())
 """

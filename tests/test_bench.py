@@ -283,19 +283,29 @@ def test_judge_bench_serves_and_scores_both_calls_and_rescores_from_the_cache(
 def test_agent_bench_serves_every_tool_step_and_scores_every_replay(tmp_path: Path) -> None:
     cases, replays = 6, 2
     args = ["--cases", str(cases), "--concurrency", "2", "--latency-ms", "2", "--rounds", "1"]
-    f = _run("bench_agent", [*args, "--replays", str(replays)], tmp_path)
-    (r,) = f["rounds"]
-    for side, outputs in (("agent", cases), ("single", 4 * cases), ("replays", replays * cases)):
-        run = r[side]
-        assert run["outputs"] == run["ok_outputs"] == outputs
-        assert run["scores"] == run["passed_scores"] == 2 * outputs  # two scorers, all pass
-        assert run["cpu_ms_per_request"] == pytest.approx(1000 * run["cpu_s"] / run["served"])
-    assert r["agent"]["served"] == r["single"]["served"] == 4 * cases  # 3 tool steps + answer
-    assert r["agent"]["tool_calls"] == 3 * cases and r["single"]["tool_calls"] == 0
-    assert r["replays"]["served"] == 4 * cases * replays
-    assert r["ratio_to_limit"] == pytest.approx(r["agent"]["wall_s"] / (4 * cases * 0.002 / 2))
-    # the bare aiohttp floor ran the same tool loop: every step served, every fixture answered
-    bare = r["bare"]
-    assert bare["served"] == 4 * cases and bare["tool_calls"] == 3 * cases
-    assert bare["outputs"] == cases
-    assert r["agent_vs_bare"] == pytest.approx(r["agent"]["wall_s"] / bare["wall_s"])
+    f = _run("bench_agent", [*args, "--replays", str(replays), "--server", "both"], tmp_path)
+    assert set(f["servers"]) == {"raw", "aiohttp"}  # the same checks hold against either server
+    for server in f["servers"].values():
+        (r,) = server["rounds"]
+        expected = (("agent", cases), ("single", 4 * cases), ("replays", replays * cases))
+        for side, outputs in expected:
+            run = r[side]
+            assert run["outputs"] == run["ok_outputs"] == outputs
+            assert run["scores"] == run["passed_scores"] == 2 * outputs  # two scorers, all pass
+            assert run["cpu_ms_per_request"] == pytest.approx(1000 * run["cpu_s"] / run["served"])
+        assert r["agent"]["served"] == r["single"]["served"] == 4 * cases  # 3 tool steps + answer
+        assert r["agent"]["tool_calls"] == 3 * cases and r["single"]["tool_calls"] == 0
+        assert r["replays"]["served"] == 4 * cases * replays
+        limit = 4 * cases * 0.002 / 2
+        assert r["ratio_to_limit"] == pytest.approx(r["agent"]["wall_s"] / limit)
+        # the bare aiohttp floor ran the same tool loop: every step served, every fixture answered
+        bare = r["bare"]
+        assert bare["served"] == 4 * cases and bare["tool_calls"] == 3 * cases
+        assert bare["outputs"] == cases
+        assert r["agent_vs_bare"] == pytest.approx(r["agent"]["wall_s"] / bare["wall_s"])
+        for side in ("bare", "agent", "single", "replays"):  # both processes were probed
+            run = r[side]
+            assert run["server_cpu_s"] > 0 and 0 < run["loop_cpu_s"] <= run["cpu_s"]
+            assert 0 < run["loop_wall_s"] <= run["wall_s"]
+            assert run["loop_lag_max_ms"] >= run["loop_lag_mean_ms"] >= 0
+            assert run["server_lag_max_ms"] >= run["server_lag_mean_ms"] >= 0
