@@ -211,11 +211,29 @@ def _start_together(tmp_path: Path, uri: str, jobs: list[tuple[Path, list[str]]]
     return [out for out, _ in outs]
 
 
-@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+def _s3_warehouse(uri: str, endpoint: str, bucket: str) -> str:
+    """``uri`` with its warehouse moved to a new bucket of the moto server at ``endpoint``
+    (keys from the environment, as the ``s3_endpoint`` fixture sets them)."""
+    import pyarrow.fs as pafs
+
+    fs = pafs.S3FileSystem(
+        endpoint_override=endpoint.removeprefix("http://"), scheme="http", region="us-east-1",
+        allow_bucket_creation=True,
+    )  # fmt: skip
+    fs.create_dir(bucket)
+    catalog = uri.split("?", 1)[0]
+    return f"{catalog}?warehouse=s3://{bucket}/evalkit&s3.endpoint={endpoint}&s3.region=us-east-1"
+
+
+#: sqlite: one machine; postgresql: a team's catalog; postgresql+s3: the team set-up the README
+#: names (a PostgreSQL catalog, the warehouse on S3 — here a moto server on 127.0.0.1).
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "postgresql+s3"])
 def test_two_processes_pushing_at_once_lose_and_duplicate_nothing(
     tmp_path: Path, catalog: str, request: pytest.FixtureRequest
 ) -> None:
     uri = _uri(tmp_path) if catalog == "sqlite" else request.getfixturevalue("postgres_uri")
+    if catalog.endswith("+s3"):
+        uri = _s3_warehouse(uri, request.getfixturevalue("s3_endpoint"), "race-bucket")
     runs = _runs("r", 6)
     write_store(tmp_path / "a.duckdb", runs[:4])
     write_store(tmp_path / "b.duckdb", runs[2:])  # r2 and r3 are pushed by both, at once
@@ -230,6 +248,7 @@ def test_two_processes_pushing_at_once_lose_and_duplicate_nothing(
     scores = _shared_rows(uri, "scores")
     assert scores.height == 6 * 40 * 2 * 2  # runs x cases x replays x scorers
     assert not scores.select(_KEYS["scores"]).is_duplicated().any()
+    assert (tmp_path / "wh").exists() == (catalog == "postgresql")  # s3: no local warehouse
     print("conflicts retried per process:", conflicts)
 
 
