@@ -266,7 +266,20 @@ def _entry_bytes(index: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(index.iterdir())}
 
 
-def test_a_parallel_cold_index_is_the_serial_one_byte_for_byte(tmp_path: Path) -> None:
+@pytest.fixture
+def as_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan forks workers only from a process of one thread (``case_facts._processes``);
+    ``evalkit cases index`` is one, but a pytest worker may hold threads an earlier test in
+    it left (a server's reader, a pool): the parallel tests must not depend on which ran
+    before them (one loaded ``.ci/run`` had one alive and these read 0 workers)."""
+    import threading
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+
+
+def test_a_parallel_cold_index_is_the_serial_one_byte_for_byte(
+    tmp_path: Path, as_one_thread: None
+) -> None:
     """Worker processes load the files: the same entries (names and bytes), the same facts,
     and the cases built from them are a full load's (a worker's cases are built again here
     from the entry's spans)."""
@@ -293,7 +306,9 @@ def test_a_parallel_cold_index_is_the_serial_one_byte_for_byte(tmp_path: Path) -
     assert (warm.counts.entries_used, warm.counts.files_parsed) == (4, 0)
 
 
-def test_a_parallel_scan_raises_the_serial_scans_first_problem(tmp_path: Path) -> None:
+def test_a_parallel_scan_raises_the_serial_scans_first_problem(
+    tmp_path: Path, as_one_thread: None
+) -> None:
     """Two bad files: the first in file order is reported, as a serial scan reports it, and
     the good files' entries are whole (no temporary file left)."""
     root = _generated(tmp_path / "gen")
@@ -310,10 +325,17 @@ def test_a_parallel_scan_raises_the_serial_scans_first_problem(tmp_path: Path) -
     assert not [n for n in names if n.endswith(".tmp")] and len(names) == 2  # gen-0, .gitignore
 
 
-def test_no_workers_for_one_file_a_small_corpus_or_one_core(tmp_path: Path) -> None:
+def test_no_workers_for_one_file_a_small_corpus_or_one_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
     from evalkit.corpus import case_facts
 
     many = [case_facts.PARALLEL_MIN_BYTES] * 3
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert case_facts._processes(2, many) == 1  # another thread: a fork could copy its locks
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     assert case_facts._processes(None, many[:1]) == 1  # one file: nothing to share
     assert case_facts._processes(None, [10, 10, 10]) == 1  # small: start-up would cost more
     assert case_facts._processes(1, many) == 1
