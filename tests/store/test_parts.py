@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from s3_support import endpoint, moto_server, set_test_keys
 
 from evalkit.errors import StoreError
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
@@ -256,24 +257,13 @@ def test_the_merge_is_the_only_writer(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"{host}:{port}"
-    server.stop()
+    with moto_server() as server:
+        yield endpoint(server).removeprefix("http://")
 
 
 @pytest.fixture
 def s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(name, value)
+    set_test_keys(monkeypatch)
 
 
 def _s3_root(endpoint: str, bucket: str) -> str:

@@ -34,6 +34,7 @@ from evalkit.store.shared import open_shared_store, parse_store_uri
 from evalkit.store.shared.tables import TABLES, load_table, open_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from s3_support import endpoint, moto_server, set_test_keys, warehouse_uri
 from synthetic_runs import C, make_run, write_store
 
 
@@ -380,43 +381,15 @@ def test_a_merged_run_publishes_its_cache_once_and_a_second_job_asks_nothing(
 @pytest.fixture
 def s3_server(monkeypatch: pytest.MonkeyPatch):  # yields moto's ThreadedMotoServer
     """moto's S3 on a free loopback port, keys only in the environment; stopped after (a test
-    may stop it sooner: stopping twice is harmless)."""
-    from moto.server import ThreadedMotoServer
-
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(name, value)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    stopped: list[bool] = []
-
-    def stop() -> None:
-        if not stopped:
-            stopped.append(True)
-            server.stop()
-
-    server.stop_once = stop  # type: ignore[attr-defined]
-    try:
+    may stop it sooner with ``stop_once``)."""
+    set_test_keys(monkeypatch)
+    with moto_server() as server:
         yield server
-    finally:
-        stop()
 
 
 def _s3_uri(tmp_path: Path, server) -> str:
-    import pyarrow.fs as pafs
-
-    host, port = server.get_host_and_port()
-    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http",
-                           region="us-east-1", allow_bucket_creation=True)  # fmt: skip
-    fs.create_dir("team-bucket")
-    return (
-        f"sqlite:///{tmp_path / 'team' / 'catalog.db'}?warehouse=s3://team-bucket/evalkit"
-        f"&s3.endpoint=http://{host}:{port}&s3.region=us-east-1"
-    )
+    return warehouse_uri(f"sqlite:///{tmp_path / 'team' / 'catalog.db'}", endpoint(server),
+                         "team-bucket")  # fmt: skip
 
 
 def test_s3_gone_mid_run_leaves_the_run_local_warned_once_and_the_gate_as_without_it(

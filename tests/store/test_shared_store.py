@@ -24,6 +24,7 @@ from evalkit.store.shared import open_shared_store, parse_store_uri
 from evalkit.store.shared.tables import TABLES, load_table, open_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from s3_support import endpoint, moto_server, set_test_keys, warehouse_uri
 from synthetic_runs import C, make_run, seed000_runs, write_store
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -211,20 +212,6 @@ def _start_together(tmp_path: Path, uri: str, jobs: list[tuple[Path, list[str]]]
     return [out for out, _ in outs]
 
 
-def _s3_warehouse(uri: str, endpoint: str, bucket: str) -> str:
-    """``uri`` with its warehouse moved to a new bucket of the moto server at ``endpoint``
-    (keys from the environment, as the ``s3_endpoint`` fixture sets them)."""
-    import pyarrow.fs as pafs
-
-    fs = pafs.S3FileSystem(
-        endpoint_override=endpoint.removeprefix("http://"), scheme="http", region="us-east-1",
-        allow_bucket_creation=True,
-    )  # fmt: skip
-    fs.create_dir(bucket)
-    catalog = uri.split("?", 1)[0]
-    return f"{catalog}?warehouse=s3://{bucket}/evalkit&s3.endpoint={endpoint}&s3.region=us-east-1"
-
-
 #: sqlite: one machine; postgresql: a team's catalog; postgresql+s3: the team set-up the README
 #: names (a PostgreSQL catalog, the warehouse on S3 — here a moto server on 127.0.0.1).
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "postgresql+s3"])
@@ -233,7 +220,8 @@ def test_two_processes_pushing_at_once_lose_and_duplicate_nothing(
 ) -> None:
     uri = _uri(tmp_path) if catalog == "sqlite" else request.getfixturevalue("postgres_uri")
     if catalog.endswith("+s3"):
-        uri = _s3_warehouse(uri, request.getfixturevalue("s3_endpoint"), "race-bucket")
+        catalog = uri.split("?", 1)[0]
+        uri = warehouse_uri(catalog, request.getfixturevalue("s3_endpoint"), "race-bucket")
     runs = _runs("r", 6)
     write_store(tmp_path / "a.duckdb", runs[:4])
     write_store(tmp_path / "b.duckdb", runs[2:])  # r2 and r3 are pushed by both, at once
@@ -391,22 +379,9 @@ def test_a_second_job_asks_nothing_the_first_asked(project: Path, demo_server, t
 
 @pytest.fixture
 def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(name, value)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    set_test_keys(monkeypatch)
+    with moto_server() as server:
+        yield endpoint(server)
 
 
 def test_a_warehouse_on_s3_round_trips_with_keys_from_the_environment(
@@ -414,17 +389,11 @@ def test_a_warehouse_on_s3_round_trips_with_keys_from_the_environment(
 ) -> None:
     import pyarrow.fs as pafs
 
-    fs = pafs.S3FileSystem(
-        endpoint_override=s3_endpoint.removeprefix("http://"), scheme="http",
-        region="us-east-1", allow_bucket_creation=True,
-    )  # fmt: skip
-    fs.create_dir("team-bucket")
     base, _ = seed000_runs()
     write_store(tmp_path / "a.duckdb", [base])
-    uri = (
-        f"sqlite:///{tmp_path / 'catalog.db'}?warehouse=s3://team-bucket/evalkit"
-        f"&s3.endpoint={s3_endpoint}&s3.region=us-east-1"
-    )
+    uri = warehouse_uri(f"sqlite:///{tmp_path / 'catalog.db'}", s3_endpoint, "team-bucket")
+    fs = pafs.S3FileSystem(endpoint_override=s3_endpoint.removeprefix("http://"),
+                           scheme="http", region="us-east-1")  # fmt: skip
     shared = open_shared_store(uri)
     with open_store(tmp_path / "a.duckdb", read_only=True) as store:
         assert shared.push_run(store, "base-run").added["outputs"] == 600
