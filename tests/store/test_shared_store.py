@@ -240,6 +240,28 @@ def test_two_processes_pushing_at_once_lose_and_duplicate_nothing(
     print("conflicts retried per process:", conflicts)
 
 
+def test_a_namespace_another_process_makes_between_check_and_insert_is_taken_as_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyiceberg's SQL catalog checks that the namespace is missing, then inserts it: the other
+    process's insert in between broke the unique key and stopped a CI pusher (seen once)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = parse_store_uri(_uri(tmp_path))
+    open_catalog(uri)  # the other process: its namespace is in the catalog now
+    exists = SqlCatalog.namespace_exists
+    asked: list[bool] = []
+
+    def missing_on_the_first_check(self: SqlCatalog, namespace: str) -> bool:
+        asked.append(exists(self, namespace))
+        return asked[-1] and len(asked) > 1  # the first check ran before the other's insert
+
+    monkeypatch.setattr(SqlCatalog, "namespace_exists", missing_on_the_first_check)
+    catalog = open_catalog(uri)
+    assert asked == [True, True]  # the insert broke the key once, the retry found it made
+    assert catalog.list_namespaces() == [("evalkit",)]
+
+
 _KILLED_PUSHER = """
 import os, signal, sys
 from pyiceberg.catalog.sql import SqlCatalog

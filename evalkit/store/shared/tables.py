@@ -284,13 +284,19 @@ def backoff(attempt: int) -> None:
 
 def _retried(call: Callable[[], Any], what: str) -> Any:
     """``call``, tried again while another process holds the SQLite catalog or makes the same
-    table at the same moment."""
+    namespace or table at the same moment.
+
+    pyiceberg's SQL catalog checks that a namespace is missing, then inserts it: a process that
+    inserts between the two makes the other's insert break the catalog's unique key (an
+    ``IntegrityError`` from SQLite and PostgreSQL alike), which the next try reads as present.
+    """
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+    from sqlalchemy.exc import IntegrityError
 
     for attempt in range(MAX_ATTEMPTS):
         try:
             return call()
-        except (NamespaceAlreadyExistsError, TableAlreadyExistsError):
+        except (NamespaceAlreadyExistsError, TableAlreadyExistsError, IntegrityError):
             backoff(attempt)
         except Exception as exc:
             if not is_busy(exc) and "already exists" not in str(exc):
