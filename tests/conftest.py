@@ -26,27 +26,47 @@ REPO = Path(__file__).resolve().parents[1]
 # The suite fails if a process a test started outlives the session (tests/process_guard.py).
 pytest_plugins = ["process_guard"]
 
-#: The session's bytecode cache, made by the session that set it (None when inherited).
+#: The session's bytecode cache when it is a temporary one of its own (None otherwise).
 _PYCACHE: Path | None = None
 
 
+def _bytecode_cache() -> tuple[Path, bool]:
+    """Where the session's processes keep compiled modules, and whether it is temporary.
+
+    The virtualenv the tests run in (``make test`` makes ``.venv``) holds it, so a second
+    ``make test`` finds every module of evalkit, its dependencies and the tests compiled:
+    with a prefix set, Python ignores the ``__pycache__`` folders pip wrote and compiles each
+    module into the prefix once. Outside a writable virtualenv, a temporary folder.
+    """
+    if sys.prefix != sys.base_prefix:
+        venv_cache = Path(sys.prefix) / "pycache"
+        try:
+            venv_cache.mkdir(exist_ok=True)
+            if os.access(venv_cache, os.W_OK):
+                return venv_cache, False
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(prefix="evalkit-test-pycache-")), True
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Give every Python process of the session one bytecode cache, deleted when it ends.
+    """Give every Python process of the session one bytecode cache.
 
     With ``PYTHONDONTWRITEBYTECODE`` set (some shells and sandboxes set it) every ``evalkit``,
     kernel and worker process the tests start compiled each module it imports from source:
-    ~0.3 s of CPU per CLI call, half of a small ``evalkit run``. A cache of this session's own
-    (``PYTHONPYCACHEPREFIX``) writes nothing into the checkout or the venv. Processes started
-    from here inherit it: the xdist workers (started after this hook), the CLI subprocesses, a
-    nested pytest session (which then keeps the cache it inherited).
+    ~0.3 s of CPU per CLI call, half of a small ``evalkit run``. A cache of the suite's own
+    (``PYTHONPYCACHEPREFIX``; `_bytecode_cache`) writes nothing into the checkout. Processes
+    started from here inherit it: the xdist workers (started after this hook), the CLI
+    subprocesses, a nested pytest session (which then keeps the cache it inherited).
     """
     global _PYCACHE
     if os.environ.get("PYTHONPYCACHEPREFIX") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
         return  # a cache given, or the usual __pycache__ folders written and read
-    _PYCACHE = Path(tempfile.mkdtemp(prefix="evalkit-test-pycache-"))
-    os.environ["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
+    cache, temporary = _bytecode_cache()
+    _PYCACHE = cache if temporary else None
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    sys.pycache_prefix = str(_PYCACHE)
+    sys.pycache_prefix = str(cache)
     sys.dont_write_bytecode = False
 
 
