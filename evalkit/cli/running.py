@@ -35,6 +35,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--replays", type=int, help="replays per case (default: suite config)")
     run.add_argument("--concurrency", type=int, help="concurrent requests (default: suite)")
     run.add_argument("--no-cache", action="store_true", help="bypass the response cache")
+    run.add_argument(
+        "--store", metavar="URI", help="the team's shared store, whose response cache the run "
+        "asks first and publishes to (default: store.shared of --config)",
+    )  # fmt: skip
     run.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run")
     run.add_argument(
         "--retry-errors", action="store_true", help="with --resume: ask stored errors again"
@@ -88,6 +92,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from evalkit.store import open_store
 
     mark("imports")
+    if args.store:  # as `--set store.shared=`, so every shard and Ray task reads it too
+        from evalkit.store.shared.uri import parse_store_uri
+
+        shared = parse_store_uri(args.store, source="--store").full
+        args.overrides = [*args.overrides, f"store.shared={json.dumps(shared)}"]
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
     if args.resume:

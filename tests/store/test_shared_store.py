@@ -396,6 +396,36 @@ def test_a_second_job_asks_nothing_the_first_asked(project: Path, demo_server, t
     assert outputs.height and outputs["cached"].all()  # marked as served from the cache
 
 
+def test_a_run_names_the_shared_store_with_the_store_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server, capsys
+) -> None:
+    """`evalkit run --store URI` (a config without `store:`): the first job publishes what it
+    asked, a second job in a fresh store asks nothing; a password in the flag is refused."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["init", str(tmp_path / "proj")]) == 0
+    monkeypatch.chdir(tmp_path)  # a relative SQLite path: made absolute for every process
+    config = str(tmp_path / "proj" / "evalkit.yaml")
+
+    def job(db: str, *store: str) -> int:
+        demo_server.reset_stats()
+        code = main(["run", "--label", "pr", "--no-progress", "--config", config, "--db", db,
+                     "--set", f"system.base_url={demo_server.base_url}", *store])  # fmt: skip
+        assert code == 0
+        return int(demo_server.stats()["requests"])
+
+    team = ["--store", "sqlite:///team/catalog.db"]
+    first = job("job1.duckdb", *team)
+    assert first > 0 and (tmp_path / "team" / "catalog.db").is_file()
+    assert job("job2.duckdb", *team) == 0
+    assert job("job3.duckdb") == first  # without the flag: no shared store, asked again
+    capsys.readouterr()
+    password = "postgresql://ci:hunter2@db.internal/evalkit?warehouse=s3://b/w"
+    assert main(["run", "--config", config, "--db", "job4.duckdb", "--store", password]) == 2
+    err = capsys.readouterr().err
+    assert "--store" in err and "holds a password" in err and "hunter2" not in err
+    assert not (tmp_path / "job4.duckdb").exists()
+
+
 # -- the warehouse on S3: moto's server on 127.0.0.1, keys only in the environment --------------
 
 

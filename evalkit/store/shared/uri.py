@@ -48,6 +48,18 @@ class StoreURI:
     settings: dict[str, str] = field(default_factory=dict)
 
     @property
+    def full(self) -> str:
+        """The URI whole, its SQLite path absolute: what another process of the job is given
+        (a user part stays; it never holds a password, which is refused).
+
+        Examples:
+            >>> parse_store_uri("sqlite:////tmp/c.db?s3.region=eu").full
+            'sqlite:////tmp/c.db?warehouse=file:///tmp/warehouse&s3.region=eu'
+        """
+        query = urlencode({"warehouse": self.warehouse, **self.settings}, safe=":/")
+        return f"{self.catalog}?{query}"
+
+    @property
     def shown(self) -> str:
         """The URI as reports print it (never any userinfo)."""
         query = urlencode({"warehouse": self.warehouse, **self.settings}, safe=":/")
