@@ -30,23 +30,19 @@ pytest_plugins = ["process_guard"]
 _PYCACHE: Path | None = None
 
 
-def _bytecode_cache() -> tuple[Path, bool]:
-    """Where the session's processes keep compiled modules, and whether it is temporary.
-
-    The virtualenv the tests run in (``make test`` makes ``.venv``) holds it, so a second
-    ``make test`` finds every module of evalkit, its dependencies and the tests compiled:
-    with a prefix set, Python ignores the ``__pycache__`` folders pip wrote and compiles each
-    module into the prefix once. Outside a writable virtualenv, a temporary folder.
-    """
-    if sys.prefix != sys.base_prefix:
-        venv_cache = Path(sys.prefix) / "pycache"
-        try:
-            venv_cache.mkdir(exist_ok=True)
-            if os.access(venv_cache, os.W_OK):
-                return venv_cache, False
-        except OSError:
-            pass
-    return Path(tempfile.mkdtemp(prefix="evalkit-test-pycache-")), True
+def _venv_bytecode_cache() -> Path | None:
+    """``pycache`` in the virtualenv the tests run in (``make test`` makes ``.venv``, which git
+    ignores), or None outside a writable one. A second ``make test`` finds every module of
+    evalkit, its dependencies and the tests compiled there: with a prefix set, Python ignores
+    the ``__pycache__`` folders pip wrote and compiles each module into the prefix once."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    cache = Path(sys.prefix) / "pycache"
+    try:
+        cache.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return cache if os.access(cache, os.W_OK) else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,15 +51,17 @@ def pytest_configure(config: pytest.Config) -> None:
     With ``PYTHONDONTWRITEBYTECODE`` set (some shells and sandboxes set it) every ``evalkit``,
     kernel and worker process the tests start compiled each module it imports from source:
     ~0.3 s of CPU per CLI call, half of a small ``evalkit run``. A cache of the suite's own
-    (``PYTHONPYCACHEPREFIX``; `_bytecode_cache`) writes nothing into the checkout. Processes
-    started from here inherit it: the xdist workers (started after this hook), the CLI
-    subprocesses, a nested pytest session (which then keeps the cache it inherited).
+    (``PYTHONPYCACHEPREFIX``: `_venv_bytecode_cache`, else a temporary folder deleted at the
+    end) writes nothing git tracks. Processes started from here inherit it: the xdist workers
+    (started after this hook), the CLI subprocesses, a nested pytest session (which then keeps
+    the cache it inherited).
     """
     global _PYCACHE
     if os.environ.get("PYTHONPYCACHEPREFIX") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
         return  # a cache given, or the usual __pycache__ folders written and read
-    cache, temporary = _bytecode_cache()
-    _PYCACHE = cache if temporary else None
+    cache = _venv_bytecode_cache()
+    if cache is None:
+        cache = _PYCACHE = Path(tempfile.mkdtemp(prefix="evalkit-test-pycache-"))
     os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.pycache_prefix = str(cache)

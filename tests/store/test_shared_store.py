@@ -403,7 +403,7 @@ def test_a_run_names_the_shared_store_with_the_store_flag(
     asked, a second job in a fresh store asks nothing; a password in the flag is refused."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert main(["init", str(tmp_path / "proj")]) == 0
-    monkeypatch.chdir(tmp_path)  # a relative SQLite path: made absolute for every process
+    monkeypatch.chdir(tmp_path)  # the job's directory: the store's relative path is under it
     config = str(tmp_path / "proj" / "evalkit.yaml")
 
     def job(db: str, *store: str) -> int:

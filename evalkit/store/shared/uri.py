@@ -62,8 +62,7 @@ class StoreURI:
     @property
     def shown(self) -> str:
         """The URI as reports print it (never any userinfo)."""
-        query = urlencode({"warehouse": self.warehouse, **self.settings}, safe=":/")
-        return strip_userinfo(f"{self.catalog}?{query}")
+        return strip_userinfo(self.full)
 
 
 def parse_store_uri(text: str, *, source: str = "shared store") -> StoreURI:
