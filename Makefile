@@ -34,7 +34,7 @@ demo: $(DEMO_STAMP)
 # collection order, which tests/conftest.py starts with the slowest files (xdist's own reorder,
 # files with most tests first, would leave the few-test, minutes-long files for last).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $${TEST_WORKERS:-2} --dist loadfile \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $${TEST_WORKERS:-3} --dist loadfile \
 		--no-loadscope-reorder
 
 lint: $(STAMP)

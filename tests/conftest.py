@@ -73,21 +73,36 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_PYCACHE, ignore_errors=True)
 
 
-#: The files that take longest (``--durations=0``, summed per file), longest first. Under
-#: ``make test`` (``--dist loadfile --no-loadscope-reorder``) each file goes whole to the next
-#: free worker in collection order: these go first, so that the many short files even out the
-#: two workers' ends instead of one of these starting last.
+#: The files that take longest (wall time summed per file, measured with two workers on two
+#: cores), longest first. Under ``make test`` (``--dist loadfile --no-loadscope-reorder``) each
+#: file goes whole to the next free worker in collection order: these go first, so that the
+#: many short files even out the workers' ends instead of one of these starting last (with
+#: tests/store/test_shared_store.py, 26 s, left in collection order it was among the last).
 SLOWEST_FILES = (
+    "tests/run/test_ray_engine.py",
     "tests/test_nightly_workflow.py",
     "tests/test_readme.py",
-    "tests/test_readme_ci.py",
-    "tests/run/test_ray_engine.py",
-    "tests/test_bench.py",
     "tests/test_notebooks.py",
+    "tests/test_bench.py",
+    "tests/run/test_reliability.py",
+    "tests/store/test_shared_store.py",
+    "tests/test_readme_ci.py",
+    "tests/run/test_sharded.py",
     "tests/test_project_notebooks.py",
     "tests/corpus/test_chunked_parse.py",
-    "tests/run/test_rebaseline.py",
     "tests/run/test_ray_cluster_commands.py",
+    "tests/compare/test_pin_demo.py",
+    "tests/run/test_rebaseline.py",
+    "tests/store/test_shared_cache_compaction.py",
+    "tests/run/test_hostile_endpoints.py",
+    "tests/store/test_shared_cache_publish.py",
+    "tests/scorers/test_executable.py",
+    "tests/judges/test_labelling.py",
+    "tests/test_architecture.py",
+    "tests/run/test_secrets.py",
+    "tests/test_self_contained.py",
+    "tests/test_cli_onboarding.py",
+    "tests/store/test_parts.py",
 )
 
 

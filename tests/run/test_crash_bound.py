@@ -191,7 +191,11 @@ def _hold_until_stalled(server: DemoServer, db: Path, process: subprocess.Popen[
 def test_a_killed_run_loses_at_most_the_bound_and_resume_asks_only_that(
     demo_server_factory: Callable[..., DemoServer], tmp_path: Path
 ) -> None:
-    server = demo_server_factory(noise=False, latency_ms=20)
+    # 50 ms: a kill lands a poll (10 ms) after the target, or later where the test waits for a
+    # core (a loaded machine); at 4 requests in flight that overshoot stays a few cases, so three
+    # legs end well inside the 240 cases (at 20 ms, under load, the third leg's target passed
+    # the end of the corpus and the run finished before the kill)
+    server = demo_server_factory(noise=False, latency_ms=50)
     config = _suite(tmp_path, server)
     db = tmp_path / "crash.duckdb"
     base = [sys.executable, "-c", _RUN, "run", "--config", str(config), "--db", str(db)]
@@ -203,6 +207,7 @@ def test_a_killed_run_loses_at_most_the_bound_and_resume_asks_only_that(
     for leg in legs:
         at_start = _served(server)
         target = at_start + rng.randint(10, 40)
+        assert target < N_CASES - BOUND, f"too few cases left for a kill mid-run: {at_start}"
         process = subprocess.Popen(
             [*base, *resume], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
