@@ -27,12 +27,15 @@ install: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(BIN)/evalkit demo run --db data/demo.duckdb --out reports
 
-# Two pytest-xdist workers, each given whole test files (--dist loadfile: a module's shared
-# set-up, such as its demo server or scaffolded project, runs once). The slow tests are CPU-bound
-# (evalkit CLI subprocesses, papermill kernels), so a second worker pays where a second core is
-# free; `make test TEST_WORKERS=0` runs the suite in this one process. Files go to the workers in
-# collection order, which tests/conftest.py starts with the slowest files (xdist's own reorder,
-# files with most tests first, would leave the few-test, minutes-long files for last).
+# Three pytest-xdist workers, each given whole test files (--dist loadfile: a module's shared
+# set-up, such as its demo server or scaffolded project, runs once). Most slow tests are
+# CPU-bound (evalkit CLI subprocesses, papermill kernels), but about a quarter of two workers'
+# time went to waits (Ray start-up, rate-limit windows, killed-run legs, demo latencies): on two
+# cores a third worker fills them (measured: 4 min 19-38 s against 5 min 2 s; a fourth spent 15 %
+# more CPU for a slower run). `make test TEST_WORKERS=0` runs the suite in this one process.
+# Files go to the workers in collection order, which tests/conftest.py starts with the slowest
+# files (xdist's own reorder, files with most tests first, would leave the few-test,
+# minutes-long files for last).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $${TEST_WORKERS:-3} --dist loadfile \
 		--no-loadscope-reorder
