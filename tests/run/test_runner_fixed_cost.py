@@ -14,6 +14,7 @@ import pytest
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import Suite, load_suite
 from evalkit.records import ChatRequest, Completion
+from evalkit.run import runner
 from evalkit.run.runner import PendingWork, RunOptions, RunStart, run_suite
 from evalkit.run.summary import summarize
 from evalkit.store import Store, open_store
@@ -58,8 +59,7 @@ class _Provider:
     def __init__(self, store: Store, events: list[str], count_live: bool = False) -> None:
         self.store = store
         self.events = events
-        # Counting the live requests walks every object of this process (gc.get_objects) at
-        # each request: ~0.1 s each in a test process, so only the test that asserts it does.
+        # Only the test that asserts the live requests counts them (`_CountedRequest`).
         self.count_live = count_live
         self.run_id = ""  # set by on_start, when the run is recorded
         self.recorded_at_first: tuple[str, int] | None = None
@@ -72,7 +72,7 @@ class _Provider:
                 cases = self.store.cases(self.run_id).height
                 self.recorded_at_first = (self.store.run_status(self.run_id), cases)
         if self.count_live:
-            self.live_requests.append(sum(isinstance(o, ChatRequest) for o in gc.get_objects()))
+            self.live_requests.append(_CountedRequest.live)
         text = request.messages[-1]["content"]
         if text.startswith("boom"):
             from evalkit.errors import ProviderError
@@ -150,16 +150,34 @@ def _session(summary: Any) -> Any:
     )
 
 
-def test_first_requests_are_built_as_workers_take_them(tmp_path: Path) -> None:
-    # 24 cases, not CASES: each request walks every object of the test process (~0.2 s), and
-    # 24 is three times what the workers may hold, so building them all up front still shows.
-    cases = 24
+class _CountedRequest(ChatRequest):
+    """A ChatRequest that counts the live ones: made (by the runner, or copied: both go through
+    ``__new__``) and not yet freed. The test once walked every object of its process per request
+    (gc.get_objects, ~0.2 s each); this counts the same objects of this run only."""
+
+    __slots__ = ()
+    live = 0
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _CountedRequest:
+        _CountedRequest.live += 1
+        return super().__new__(cls)
+
+    def __del__(self) -> None:
+        _CountedRequest.live -= 1
+
+
+def test_first_requests_are_built_as_workers_take_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = CASES
     suite = _suite(tmp_path / "corpus", cases)
     corpus = load_corpus(suite.root)
+    monkeypatch.setattr(runner, "ChatRequest", _CountedRequest)
     with open_store(tmp_path / "e.duckdb") as store:
         provider = _Provider(store, [], count_live=True)
         run_suite(suite, corpus, store, RunOptions(progress=False), provider=provider)
-    assert len(provider.live_requests) == cases
+    gc.collect()
+    assert len(provider.live_requests) == cases and _CountedRequest.live == 0
     # Concurrency 2: four workers, each holding the request it is asking (and its copy),
     # never one per case as when every first request was built before the first was sent.
     assert max(provider.live_requests) <= 8 < cases
