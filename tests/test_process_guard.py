@@ -53,7 +53,7 @@ def _run(tmp_path: Path, body: str, *options: str) -> subprocess.CompletedProces
     )  # fmt: skip
 
 
-#: One process, and two pytest-xdist workers (as `make test` runs the suite): there the check is
+#: One process, and pytest-xdist workers (as `make test` runs the suite, there three): the check is
 #: the controller's, once its workers have exited, and they are not leftovers themselves.
 SESSIONS = pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one-process", "xdist"])
 

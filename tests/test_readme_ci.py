@@ -1,7 +1,7 @@
 """The README's GitHub Actions example (examples/github-actions/evalkit.yml) is the file it
 quotes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds the
 baseline prompt, with or without a team store, and refusing a pull request that loosens its
-policy. (Split from ``tests/test_readme.py`` so the two workers share these sessions.)"""
+policy. (Split from ``tests/test_readme.py`` so the workers share these sessions.)"""
 
 from __future__ import annotations
 
