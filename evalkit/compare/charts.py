@@ -54,9 +54,9 @@ def to_mimebundle(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 
 def _svg(spec: dict[str, Any]) -> str:
-    """The SVG vl-convert draws for ``spec``, drawn once per process: the gate notebook saves a
-    chart and then shows it (a Vega render is ~70 ms; a PNG rasterized from this SVG is
-    byte-for-byte vl-convert's own PNG of the spec, for ~40 % of the cost).
+    """The SVG vl-convert draws for ``spec``, drawn once per process: the judge-agreement
+    notebook saves each chart and then shows it (a Vega render is ~70 ms; a PNG rasterized from
+    this SVG is byte-for-byte vl-convert's own PNG of the spec, for ~40 % of the cost).
 
     Examples:
         >>> spec = Chart(pl.DataFrame({"n": [1]})).mark_bar().encode(x="n:Q").to_dict()
@@ -70,7 +70,7 @@ def _svg(spec: dict[str, Any]) -> str:
 def _svg_of(spec_json: str) -> str:
     import vl_convert
 
-    return vl_convert.vegalite_to_svg(json.loads(spec_json))
+    return vl_convert.vegalite_to_svg(spec_json)  # it takes the JSON text as well as a dict
 
 
 def _title(spec: Any) -> str | None:

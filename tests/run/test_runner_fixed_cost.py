@@ -173,6 +173,7 @@ def test_first_requests_are_built_as_workers_take_them(
     suite = _suite(tmp_path / "corpus", cases)
     corpus = load_corpus(suite.root)
     monkeypatch.setattr(runner, "ChatRequest", _CountedRequest)
+    monkeypatch.setattr(_CountedRequest, "live", 0)  # whatever an earlier, failed run left
     with open_store(tmp_path / "e.duckdb") as store:
         provider = _Provider(store, [], count_live=True)
         run_suite(suite, corpus, store, RunOptions(progress=False), provider=provider)
