@@ -87,11 +87,11 @@ def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float | No
         >>> median_interval(np.array([1.0, 2.0, 3.0]))
         (None, None)
     """
-    from scipy.stats import binom
+    from evalkit.stats._dist import half_lower, half_ppf
 
     n, tail = values.size, (1 - level) / 2
-    j = int(binom.ppf(tail, n, 0.5))
-    if binom.cdf(j, n, 0.5) > tail:
+    j = half_ppf(tail, n)  # the largest j with P[X <= j] <= tail, X ~ Bin(n, 1/2)
+    if half_lower(j, n) > tail:
         j -= 1
     if j < 0:
         return None, None

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from evalkit.stats._base import CHUNK_ELEMS, Array, Seed, check, resample, rng_from
+from evalkit.stats._dist import norm_isf
 
 Weights = Literal["linear", "quadratic"] | None
 
@@ -115,7 +115,7 @@ def cohen_kappa_ci(
     table = _table(a, b, labels)
     n, d = int(table.sum()), _disagreement(table.shape[0], weights)
     kappa = float(_kappa(table, d))
-    z = float(stats.norm.isf((1 - level) / 2))
+    z = norm_isf((1 - level) / 2)
     if method == "asymptotic":
         w, p = 1 - d, table / n
         r, c = p.sum(1), p.sum(0)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from evalkit.stats._base import (
     CHUNK_ELEMS,
@@ -21,6 +21,7 @@ from evalkit.stats._base import (
     rng_from,
     vector,
 )
+from evalkit.stats._dist import t_cdf, t_ppf, t_sf
 
 BootMethod = Literal["percentile", "bca"]
 _MAX_LEVELS = 64  # at most this many distinct per-case differences -> multinomial resampling
@@ -238,9 +239,9 @@ def clustered_interval(values: Array, clusters: Array, level: float = 0.95) -> C
     if se == 0:
         less, greater = float(mean >= 0), float(mean <= 0)
         return ClusteredMean(mean, mean, mean, 0.0, level, x.size, g, less, greater)
-    t_crit = float(stats.t.ppf((1 + level) / 2, g - 1))
+    t_crit = t_ppf((1 + level) / 2, g - 1)
     t = mean / se
     return ClusteredMean(
         mean, mean - t_crit * se, mean + t_crit * se, se, level, x.size, g,
-        float(stats.t.cdf(t, g - 1)), float(stats.t.sf(t, g - 1)),
+        t_cdf(t, g - 1), t_sf(t, g - 1),
     )  # fmt: skip

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
@@ -21,15 +19,6 @@ class McNemarResult:
     p_value: float
     alternative: Alternative
     mid_p: bool
-
-
-def _point(k: int, n: int) -> float:
-    """P(X = k), X ~ Bin(n, 1/2), correctly rounded while 2**n is an exact int (n <= 1000)."""
-    if n <= 1000:
-        return float(Fraction(math.comb(n, k), 2**n))
-    from scipy import stats  # here: exact_min_flips and holm never pay for importing scipy
-
-    return float(stats.binom.pmf(k, n, 0.5))
 
 
 def mcnemar_exact(
@@ -60,11 +49,11 @@ def mcnemar_exact(
     n = broken + fixed
     if n == 0:
         return 1.0
-    from scipy import stats
+    from evalkit.stats import _dist  # here: exact_min_flips and holm never load scipy
 
-    half = 0.5 * _point(broken, n) if mid_p else 0.0
-    upper = float(stats.binom.sf(broken - 1, n, 0.5) - half)
-    lower = float(stats.binom.cdf(broken, n, 0.5) - half)
+    half = 0.5 * _dist.half_point(broken, n) if mid_p else 0.0
+    upper = _dist.half_upper(broken, n) - half
+    lower = _dist.half_lower(broken, n) - half
     if alternative == "two-sided" and mid_p and broken == fixed:
         return 1.0 - half
     p = {"greater": upper, "less": lower, "two-sided": 2 * min(upper, lower)}[alternative]

@@ -25,9 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from scipy import optimize, stats
-
 from evalkit.stats._base import Interval, check
+from evalkit.stats._dist import beta_isf, beta_ppf, norm_isf
 from evalkit.stats.exact import mcnemar_exact
 
 PairedMethod = Literal["tango", "tango-exact"]
@@ -62,7 +61,7 @@ def wilson_interval(k: int, n: int, level: float = 0.95) -> Interval:
         (0.4902, 0.9433)
     """
     check(level, k=k, n=n)
-    z = float(stats.norm.isf((1 - level) / 2))
+    z = norm_isf((1 - level) / 2)
     center = (k + z * z / 2) / (n + z * z)
     half = z * math.sqrt(k * (n - k) / n + z * z / 4) / (n + z * z)
     lo = 0.0 if k == 0 else max(0.0, center - half)
@@ -81,8 +80,8 @@ def clopper_pearson_interval(k: int, n: int, level: float = 0.95) -> Interval:
     """
     check(level, k=k, n=n)
     a = (1 - level) / 2
-    lo = 0.0 if k == 0 else float(stats.beta.ppf(a, k, n - k + 1))
-    return Interval(lo, 1.0 if k == n else float(stats.beta.isf(a, k + 1, n - k)), level)
+    lo = 0.0 if k == 0 else beta_ppf(a, k, n - k + 1)
+    return Interval(lo, 1.0 if k == n else beta_isf(a, k + 1, n - k), level)
 
 
 def tango_score(fixed: int, broken: int, n: int, delta: float) -> float:
@@ -105,7 +104,9 @@ def tango_score(fixed: int, broken: int, n: int, delta: float) -> float:
 
 
 def _tango(broken: int, fixed: int, n: int, level: float) -> tuple[float, float]:
-    z = float(stats.norm.isf((1 - level) / 2))
+    from scipy import optimize  # here: the proportion intervals never load it
+
+    z = norm_isf((1 - level) / 2)
     score = lambda d: tango_score(fixed, broken, n, d)  # noqa: E731
     a, b = -1 + _EPS, 1 - _EPS
     lo = optimize.brentq(lambda d: score(d) - z, a, b, xtol=1e-13) if score(a) > z else -1.0

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, stats
 
 from evalkit.stats._base import Sides
+from evalkit.stats._dist import binom_pmf, binom_sf, half_critical, norm_isf, norm_ppf
 
 
 def _z(alpha: float, power: float, alternative: Sides) -> tuple[float, float]:
@@ -34,8 +34,7 @@ def _z(alpha: float, power: float, alternative: Sides) -> tuple[float, float]:
         raise ValueError(f"alpha and power must be in (0, 1), got {alpha}, {power}")
     if alternative not in ("one-sided", "two-sided"):
         raise ValueError(f"alternative must be one-sided or two-sided, got {alternative!r}")
-    za = stats.norm.isf(alpha if alternative == "one-sided" else alpha / 2)
-    return float(za), float(stats.norm.ppf(power))
+    return norm_isf(alpha if alternative == "one-sided" else alpha / 2), norm_ppf(power)
 
 
 def _connor(psi: float, delta: float, za: float, zb: float) -> float:
@@ -210,6 +209,8 @@ def min_detectable_drop_paired(
     za, zb = _z(alpha, power, alternative)
     if _connor(psi, psi, za, zb) > n:
         return math.nan
+    from scipy import optimize  # here: the sample sizes never load it
+
     gap = lambda d: _connor(psi, d, za, zb) - n  # noqa: E731  (decreasing in d)
     return float(optimize.brentq(gap, psi * 1e-9, psi, xtol=1e-15, rtol=1e-15))
 
@@ -229,6 +230,6 @@ def exact_power_paired(n: int, psi: float, delta: float, alpha: float = 0.05) ->
     if n < 0 or not abs(delta) <= psi <= 1 or psi <= 0 or not 0 < alpha < 1:
         raise ValueError(f"need n >= 0, |delta| <= psi in (0, 1], alpha in (0, 1); got {n}, {psi}")
     m = np.arange(n + 1)
-    crit = stats.binom.ppf(1 - alpha, m, 0.5) + 1  # smallest k with P[X >= k] <= alpha
+    crit = np.array(half_critical(n, alpha))  # fewest broken of m where mcnemar_exact <= alpha
     q = (psi + delta) / (2 * psi)  # P(broken | discordant)
-    return float(stats.binom.pmf(m, n, psi) @ stats.binom.sf(crit - 1, m, q))
+    return float(binom_pmf(m, n, psi) @ binom_sf(crit - 1, m, q))

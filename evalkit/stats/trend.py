@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from evalkit.stats._base import Alternative, Array, vector
+from evalkit.stats._dist import norm_cdf, norm_sf
 
 #: Longest series whose exact null distribution is computed (its table has n(n-1)/2 + 1 terms).
 EXACT_MAX_N = 60
@@ -79,11 +79,11 @@ def mann_kendall(values: Array, alternative: Alternative = "greater") -> TrendRe
     var = (n * (n - 1) * (2 * n + 5) - float((t * (t - 1) * (2 * t + 5)).sum())) / 18
     z = s / math.sqrt(var)
     if alternative == "greater":
-        p = float(stats.norm.sf(z))
+        p = float(norm_sf(z))
     elif alternative == "less":
-        p = float(stats.norm.cdf(z))
+        p = float(norm_cdf(z))
     else:
-        p = min(1.0, 2 * float(stats.norm.sf(abs(z))))
+        p = min(1.0, 2 * float(norm_sf(abs(z))))
     return TrendResult(s, tau, p, n, alternative, "normal")
 
 
