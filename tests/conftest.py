@@ -121,11 +121,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo_server() -> Iterator[DemoServer]:
-    """A noise-free demo simulator on a free loopback port, shared by one test module.
-
-    Tests that count requests call ``demo_server.reset_stats()`` first.
+    """A noise-free demo simulator on a free loopback port, shared by the session (each xdist
+    worker starts one: ~0.2 s of CPU, which the 31 modules using it paid each when it was
+    theirs). Its only state is its request counts: tests that count call
+    ``demo_server.reset_stats()`` first.
     """
     with start_demo_server(noise=False) as server:
         yield server

@@ -18,6 +18,7 @@ import pytest
 from evalkit.cli import main
 from evalkit.cli.init import project_files
 from evalkit.demo.server import DemoServer
+from evalkit.run import providers
 from evalkit.scorers.registry import SCORERS
 from evalkit.version import __version__
 
@@ -28,6 +29,8 @@ def test_init_lint_run_compare_gate_in_a_fresh_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server: DemoServer, capsys
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    # the note is printed once per process and endpoint: an earlier test may have had it
+    monkeypatch.setattr(providers, "_NOTED", set())
     assert main(["init", str(tmp_path / "proj")]) == 0
     out = capsys.readouterr().out
     assert "wrote 11 files" in out and "notebooks/slices.ipynb" in out and "jupyter lab" in out
