@@ -6,8 +6,9 @@ which every gate, ``evalkit compare`` and notebook kernel paid for a few quantil
 tails. Here:
 
 - the normal, t and beta functions are the `scipy.special` calls that `scipy.stats` itself makes
-  (`ndtr`, `ndtri`, `stdtr`, `stdtrit`, `betaincinv`, `betainccinv`): the same values, bit for
-  bit (a test compares them on grids);
+  (`ndtr`, `ndtri`, `stdtr`, `stdtrit`, `betainccinv`), and for the beta quantile `betaincinv`,
+  whose values scipy.stats' own private call matches: the same values, bit for bit (a test
+  compares them on grids);
 - binomial tails and points at 1/2 (McNemar, the sign test, the median's interval) are the
   exact counts over 2**n, correctly rounded, while n <= 1000 (the incomplete beta beyond), and the
   exact test's critical counts follow from the same counts, so the power the gate reports is the
@@ -73,7 +74,7 @@ def t_ppf(q: float, df: float) -> float:
 
 
 def beta_ppf(q: float, a: float, b: float) -> float:
-    """The x with P[B <= x] = q, B ~ Beta(a, b) (`scipy.stats.beta.ppf`)."""
+    """The x with P[B <= x] = q, B ~ Beta(a, b) (`scipy.stats.beta.ppf`'s values)."""
     return float(special.betaincinv(a, b, q))
 
 
