@@ -90,7 +90,7 @@ def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float | No
     from evalkit.stats._dist import half_lower, half_ppf
 
     n, tail = values.size, (1 - level) / 2
-    j = half_ppf(tail, n)  # the largest j with P[X <= j] <= tail, X ~ Bin(n, 1/2)
+    j = half_ppf(tail, n)  # then the largest j with P[X <= j] <= tail, X ~ Bin(n, 1/2)
     if half_lower(j, n) > tail:
         j -= 1
     if j < 0:
