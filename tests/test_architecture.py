@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evalkit"
 
 #: The stages, bottom first. A module may import its own stage and any stage below it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("version", "errors", "redact", "records", "fixtures", "retries", "stats", "display"),
+    ("version", "errors", "redact", "records", "fixtures", "retries", "stats", "display", "kernel"),
     ("store",),
     ("scorers",),
     ("corpus",),

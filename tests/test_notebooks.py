@@ -6,6 +6,7 @@ The gate runs on a DuckDB file written through the store's writer API (`write_st
 from __future__ import annotations
 
 import ast
+import asyncio
 import html
 import json
 import os
@@ -21,6 +22,7 @@ import nbformat
 import polars as pl
 import pytest
 from bs4 import BeautifulSoup
+from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
 from synthetic_runs import seed000_runs, write_store
 
@@ -115,8 +117,25 @@ def test_the_kernel_is_this_interpreter():
     manager = _ThisPython(kernel_name="python3")
     manager.connection_file = "/tmp/kernel-x.json"
     cmd = manager.format_kernel_cmd()
-    assert cmd[:3] == [sys.executable, "-m", "ipykernel_launcher"]
+    assert cmd[:3] == [sys.executable, "-m", "evalkit.kernel"]
     assert cmd[-2:] == ["-f", "/tmp/kernel-x.json"]
+
+
+def test_the_kernel_gets_one_blas_thread_unless_the_environment_names_a_number(monkeypatch):
+    launched: list[dict] = []
+
+    async def launch(self, **kw):  # what AsyncKernelManager.start_kernel was given
+        launched.append(kw["env"])
+
+    monkeypatch.setattr(AsyncKernelManager, "start_kernel", launch)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("EVALKIT_SEEN_BY_THE_KERNEL", "yes")
+    asyncio.run(_ThisPython(kernel_name="python3").start_kernel())
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    asyncio.run(_ThisPython(kernel_name="python3").start_kernel())
+    asyncio.run(_ThisPython(kernel_name="python3").start_kernel(env={"OPENBLAS_NUM_THREADS": "2"}))
+    assert [env["OPENBLAS_NUM_THREADS"] for env in launched] == ["1", "4", "2"]
+    assert launched[0]["EVALKIT_SEEN_BY_THE_KERNEL"] == "yes"  # the rest of the environment too
 
 
 def _good_candidate(base: RunData) -> RunData:

@@ -226,8 +226,10 @@ def _command_line(argv: list[str]) -> str:
         'evalkit run --label candidate'
         >>> _command_line(["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "k.json"])
         'a Jupyter kernel (a notebook holding the store open for writing)'
+        >>> _command_line(["/x/.venv/bin/python", "-m", "evalkit.kernel", "-f", "k.json"])
+        'a Jupyter kernel (a notebook holding the store open for writing)'
     """
-    if any("ipykernel" in part for part in argv):
+    if any("ipykernel" in part or part == "evalkit.kernel" for part in argv):  # evalkit's own
         return "a Jupyter kernel (a notebook holding the store open for writing)"
     if not argv:
         return ""

@@ -1,0 +1,35 @@
+"""The kernel evalkit executes its notebooks in: ipykernel's, ending without a last walk of
+the cycle collector over everything the notebook imported.
+
+`evalkit.notebooks` starts it as ``python -m evalkit.kernel -f <connection file>``, which is
+``python -m ipykernel_launcher`` plus one line: once the kernel has been told to shut down and
+its loop has stopped, what is still alive is frozen (`gc.freeze`) before the exit handlers
+run. IPython's exit-time reset collects every generation, and so does the interpreter as it
+finalizes; over the modules and objects of a gate notebook (Altair, Polars, great_tables,
+scipy, evalkit: several hundred thousand objects) that came to ~0.5 s of CPU of a gate's
+kernel, ~3.2 s in all, to free what the end of the process frees anyway (an A/B of
+``evalkit gate`` on the demo store, in the README). Nothing a cell computed changes: the
+notebook file is written by the process that ran the kernel, before it is shut down.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    """Run ipykernel in this process until it is told to shut down; then freeze the heap."""
+    # as ipykernel_launcher: the working directory off sys.path while ipykernel imports (the
+    # kernel puts it back for the notebook's cells)
+    if sys.path and (sys.path[0] == "" or Path(sys.path[0]) == Path.cwd()):
+        del sys.path[0]
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
+    gc.freeze()
+
+
+if __name__ == "__main__":
+    main()
