@@ -16,7 +16,10 @@ that before and after alternate in one invocation, on the same store, under the 
 - the CLI imports `evalkit.compare.tables` (great_tables) with `evalkit.compare.html`, which it
   needs only for `page`;
 - the kernel's store is opened without ``with``, so that each of its ~40 calls opens the DuckDB
-  file again (a copy of ``gate.ipynb`` with that one line changed back).
+  file again (a copy of ``gate.ipynb`` with that one line changed back);
+- the kernel is ``python -m ipykernel_launcher`` again, not `evalkit.kernel` (which freezes the
+  heap before the exit-time collections), and starts with OpenBLAS's thread per core unless
+  the environment names a number (`evalkit.notebooks._ThisPython.start_kernel` undone).
 
 The demo store (``evalkit demo run --no-gate``, 91 cases, two runs) is built once in a
 temporary folder unless ``--db`` names one. Figures are medians over ``--rounds``; the load
@@ -67,6 +70,14 @@ old_gate = pathlib.Path(tempfile.mkdtemp()) / "gate.ipynb"
 old_gate.write_text(text.replace(HELD, EACH_CALL))
 _shipped = notebooks.notebook_path
 notebooks.notebook_path = lambda name: old_gate if name == "gate.ipynb" else _shipped(name)
+
+from jupyter_client.manager import AsyncKernelManager
+_command = notebooks._ThisPython.format_kernel_cmd
+notebooks._ThisPython.format_kernel_cmd = lambda self, extra_arguments=None: [
+    "ipykernel_launcher" if word == "evalkit.kernel" else word
+    for word in _command(self, extra_arguments)
+]
+notebooks._ThisPython.start_kernel = AsyncKernelManager.start_kernel
 """
 
 #: One gate, in its own process: ``argv[1]`` is the variant, the rest the CLI arguments.
