@@ -8,8 +8,9 @@ run. IPython's exit-time reset collects every generation, and so does the interp
 finalizes; over the modules and objects of a gate notebook (Altair, Polars, great_tables,
 scipy, evalkit: several hundred thousand objects) that came to ~0.5 s of CPU of a gate's
 kernel, ~3.2 s in all, to free what the end of the process frees anyway (an A/B of
-``evalkit gate`` on the demo store, in the README). Nothing a cell computed changes: the
-notebook file is written by the process that ran the kernel, before it is shut down.
+``evalkit gate`` on the demo store, in the README). Nothing a cell computed changes: papermill,
+in the process that started the kernel, has the executed notebook before it asks the kernel to
+shut down.
 """
 
 from __future__ import annotations

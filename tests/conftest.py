@@ -138,14 +138,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """After each file, freeze what its tests left alive (modules they imported, caches).
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After each file, once its module fixtures are torn down, freeze what its tests left
+    alive (modules they imported, caches).
 
     Frozen once at collection alone, full collections came more often, not less: Python runs
     one when the objects that survived since the last exceed a quarter of those it tracks, and
     freezing left it tracking few (one worker: 22 -> 53 full collections). Frozen objects are
-    still freed by their reference counts; only a cycle among them is never collected.
+    still freed by their reference counts; only a cycle among them is never collected, which is
+    why this runs after the teardown (a wrapper: the fixtures' finalizers have run).
     """
+    yield
     if nextitem is None or nextitem.path != item.path:
         gc.collect()
         gc.freeze()
