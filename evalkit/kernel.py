@@ -3,14 +3,14 @@ the cycle collector over everything the notebook imported.
 
 `evalkit.notebooks` starts it as ``python -m evalkit.kernel -f <connection file>``, which is
 ``python -m ipykernel_launcher`` plus one line: once the kernel has been told to shut down and
-its loop has stopped, what is still alive is frozen (`gc.freeze`) before the exit handlers
-run. IPython's exit-time reset collects every generation, and so does the interpreter as it
+its loop has stopped, what is still alive is frozen (`gc.freeze`) before the exit handlers run.
+IPython's exit-time reset collects every generation, and so does the interpreter as it
 finalizes; over the modules and objects of a gate notebook (Altair, Polars, great_tables,
-scipy, evalkit: several hundred thousand objects) that came to ~0.5 s of CPU of a gate's
-kernel, ~3.2 s in all, to free what the end of the process frees anyway (an A/B of
-``evalkit gate`` on the demo store, in the README). Nothing a cell computed changes: papermill,
-in the process that started the kernel, has the executed notebook before it asks the kernel to
-shut down.
+scipy, evalkit: several hundred thousand objects) that came to ~0.45 s of CPU of a gate's
+kernel, 2.92 -> 2.48 s with the freeze (``evalkit gate`` on the demo store, medians of 7
+alternating with the launcher without it), to free what the end of the process frees anyway.
+Nothing a cell computed changes: papermill, in the process that started the kernel, has the
+executed notebook before it asks the kernel to shut down.
 """
 
 from __future__ import annotations

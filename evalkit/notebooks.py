@@ -73,8 +73,9 @@ class _ThisPython(AsyncKernelManager):
 
         The notebooks' numbers are scalars and short vectors: no BLAS call of theirs is worth a
         thread. But the OpenBLAS that scipy loads starts one thread per core, which spins
-        before it sleeps: ~0.2 s of CPU per kernel (a gate's kernel 3.2 -> 3.0 s of CPU, 2
-        cores), taken from whatever else the machine runs.
+        before it sleeps: ~0.2 s of CPU per kernel (one `evalkit gate` on the demo store, CLI
+        and kernel: 4.99 -> 4.66 s of CPU, medians of 6 alternating, 2 cores), taken from
+        whatever else the machine runs.
         """
         env = dict(kw.pop("env", None) or os.environ)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
