@@ -17,9 +17,10 @@ that before and after alternate in one invocation, on the same store, under the 
   needs only for `page`;
 - the kernel's store is opened without ``with``, so that each of its ~40 calls opens the DuckDB
   file again (a copy of ``gate.ipynb`` with that one line changed back);
-- the kernel is ``python -m ipykernel_launcher`` again, not `evalkit.kernel` (which freezes the
-  heap before the exit-time collections), and starts with OpenBLAS's thread per core unless
-  the environment names a number (`evalkit.notebooks._ThisPython.start_kernel` undone).
+- the kernel is ``python -m ipykernel_launcher`` again, not `evalkit.kernel` (which leaves out
+  ipykernel's debugger and freezes the heap before the exit-time collections), and starts with
+  OpenBLAS's thread per core unless the environment names a number
+  (`evalkit.notebooks._ThisPython.start_kernel` undone).
 
 The demo store (``evalkit demo run --no-gate``, 91 cases, two runs) is built once in a
 temporary folder unless ``--db`` names one. Figures are medians over ``--rounds``; the load

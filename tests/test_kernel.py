@@ -1,4 +1,5 @@
-"""evalkit.kernel: ipykernel, then the heap frozen before the exit-time collections."""
+"""evalkit.kernel: ipykernel without its debugger, then the heap frozen before the exit-time
+collections."""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ import sys
 _RUN = """
 import gc, json, os, sys, types
 seen = []
+
+def launch_new_instance():
+    try:
+        import debugpy  # noqa: F401  (what ipykernel.debugger tries at start-up)
+        debugger = True
+    except ImportError:
+        debugger = False
+    seen.append([gc.get_freeze_count(), sys.path[0], debugger])
+
 app = types.ModuleType("ipykernel.kernelapp")
-app.launch_new_instance = lambda: seen.append([gc.get_freeze_count(), sys.path[0]])
+app.launch_new_instance = launch_new_instance
 package = types.ModuleType("ipykernel")
 package.kernelapp = app
 sys.modules.update({"ipykernel": package, "ipykernel.kernelapp": app})
@@ -30,6 +40,7 @@ def test_the_kernel_runs_ipykernel_then_freezes_what_is_alive() -> None:
     )
     result = json.loads(done.stdout)
     # ipykernel ran unfrozen, without the working directory first on sys.path (as
-    # ipykernel_launcher); once it returned, everything alive was frozen
-    assert result["seen"] == [[0, "/the/next/entry"]]
+    # ipykernel_launcher) and without debugpy to import; once it returned, everything alive was
+    # frozen
+    assert result["seen"] == [[0, "/the/next/entry", False]]
     assert result["frozen"] > 1000
