@@ -3,6 +3,7 @@ collections."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -35,6 +36,8 @@ print(json.dumps({"seen": seen, "frozen": gc.get_freeze_count()}))
 
 
 def test_the_kernel_runs_ipykernel_then_freezes_what_is_alive() -> None:
+    # debugpy is installed (ipykernel requires it): only evalkit.kernel makes it unimportable
+    assert importlib.util.find_spec("debugpy") is not None
     done = subprocess.run(
         [sys.executable, "-c", _RUN], capture_output=True, text=True, check=True, timeout=60
     )
