@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,13 @@ def user_env(tmp: Path) -> dict[str, str]:
     env["COLUMNS"] = "120"
     env["HOME"] = str(tmp)  # nothing from the user's home leaks in
     return env
+
+
+def free_port() -> int:
+    """A 127.0.0.1 port free now: for a script whose fixed port another test may hold."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -11,13 +11,13 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from readme_support import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "examples" / "github-actions" / "evalkit-nightly.yml"
@@ -121,12 +121,6 @@ def test_the_workflows_commands_take_those_flags() -> None:
             raise AssertionError(f"evalkit {command!r}: not a command with those flags") from exc
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     prologue = "set -euo pipefail\ntrap 'kill ${EVALKIT_DEMO_PID:-} 2>/dev/null || true' EXIT\n"
     return subprocess.run(
@@ -167,7 +161,7 @@ def test_two_nights_with_a_promotion_between(tmp_path: Path) -> None:
     env |= {"PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
             "HOME": str(tmp_path), "RUNNER_TEMP": str(tmp_path), "REPLAYS": "2",
             "FLAKE_RUNS": "2"}  # fmt: skip
-    port = _free_port()  # the workflow's fixed port may be taken here: another, every job
+    port = free_port()  # the workflow's fixed port may be taken here: another, every job
     first = _night(work, env, port, 1)
     # warmed by the case-index job: each shard builds its share's cases alone, none read cold
     assert all(0 < made == share for share, made in first), first

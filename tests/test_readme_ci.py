@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from readme_support import README, REPO, WORKFLOW, blocks, run_bash, user_env
+from readme_support import README, REPO, WORKFLOW, blocks, free_port, run_bash, user_env
 
 
 def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
@@ -49,11 +49,15 @@ def _posting_step(steps: list[dict]) -> dict:
     return next(s for s in steps if "gh pr comment" in s.get("run", ""))
 
 
-def _ci_checkout(tmp_path: Path) -> tuple[list[dict], str, Path, dict[str, str]]:
+def _ci_checkout(tmp_path: Path, port: int) -> tuple[list[dict], str, Path, dict[str, str]]:
     """The workflow's steps and gate script, and a git checkout of the corpus whose HEAD is
-    also ``origin/main`` (the base branch the workflow promotes)."""
+    also ``origin/main`` (the base branch the workflow promotes). The script's fixed port is
+    ``port``: another test may hold the workflow's own (a test that publishes a baseline first
+    must serve it on the same port, as the pin compares endpoints)."""
     steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
     script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
+    assert "--port 18080 " in script
+    script = script.replace("--port 18080 ", f"--port {port} ")
     work = tmp_path / "checkout"
     shutil.copytree(REPO / "corpus", work / "corpus")
     env = user_env(tmp_path) | {"GITHUB_BASE_REF": "main", "RUNNER_TEMP": str(tmp_path)}
@@ -70,7 +74,7 @@ def _ci_checkout(tmp_path: Path) -> tuple[list[dict], str, Path, dict[str, str]]
 
 @pytest.mark.timeout(480)
 def test_the_ci_example_runs(tmp_path: Path) -> None:
-    steps, script, work, env = _ci_checkout(tmp_path)
+    steps, script, work, env = _ci_checkout(tmp_path, free_port())
     result = run_bash(script, work, env)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
@@ -101,10 +105,11 @@ def test_the_ci_example_runs(tmp_path: Path) -> None:
 def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path) -> None:
     """main's promoted baseline published to the team store; the pull-request job pulls it and
     gates with one run: no base-branch run, no promotion of its own, the same PASSED."""
-    _, script, work, env = _ci_checkout(tmp_path)
+    port = free_port()
+    _, script, work, env = _ci_checkout(tmp_path, port)
     store = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}"
     main_job = f"""
-        eval "$(evalkit demo serve --port 18080 --detach)"
+        eval "$(evalkit demo serve --port {port} --detach)"
         URL="--set system.base_url=$EVALKIT_DEMO_URL --set judge.base_url=$EVALKIT_DEMO_URL"
         evalkit run --label nightly --no-progress $URL --db {tmp_path}/main.duckdb
         evalkit baseline promote nightly --who ana --reason "night 41" --db {tmp_path}/main.duckdb
@@ -130,7 +135,7 @@ def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path
 def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path: Path) -> None:
     """The same workflow on a pull request whose only change is a looser evalkit.yaml (alpha
     lowered, so nothing could block): UNVERIFIED, exit 1, the change named in the report."""
-    _, script, work, env = _ci_checkout(tmp_path)
+    _, script, work, env = _ci_checkout(tmp_path, free_port())
     config = work / "corpus" / "evalkit.yaml"
     text = config.read_text()
     assert "gate: {alpha: 0.05," in text
