@@ -33,12 +33,14 @@ def marked(text: str, mark: str = MARK) -> list[str]:
 
 
 def user_env(tmp: Path) -> dict[str, str]:
-    """This environment as a user's shell: this venv first on PATH, ``tmp`` as HOME, no
-    EVALKIT_ or PYTEST_ variables."""
+    """This environment as a user's shell: this venv first on PATH, ``tmp`` as HOME and
+    TMPDIR (a detached demo server's log is gone with the test), no EVALKIT_ or PYTEST_
+    variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "PYTEST_"))}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["COLUMNS"] = "120"
     env["HOME"] = str(tmp)  # nothing from the user's home leaks in
+    env["TMPDIR"] = str(tmp)
     return env
 
 

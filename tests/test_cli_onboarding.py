@@ -131,6 +131,7 @@ def test_broken_pipe_exits_quietly() -> None:
 
 def test_demo_serve_detach_exports_and_refuses_a_busy_port(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_")}
+    env["TMPDIR"] = str(tmp_path)  # where the server's log goes
     result = subprocess.run(
         [EVALKIT, "demo", "serve", "--port", "0", "--detach"],
         capture_output=True,
@@ -145,6 +146,7 @@ def test_demo_serve_detach_exports_and_refuses_a_busy_port(tmp_path: Path) -> No
         url = exports["EVALKIT_DEMO_URL"]
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
         assert "kill $EVALKIT_DEMO_PID" in result.stderr
+        assert f"log {tmp_path}/evalkit-demo-" in result.stderr  # named, and in TMPDIR
         port = url.rsplit(":", 1)[1].removesuffix("/v1")
         busy = subprocess.run(
             [EVALKIT, "demo", "serve", "--port", port, "--detach"],

@@ -159,8 +159,8 @@ def test_two_nights_with_a_promotion_between(tmp_path: Path) -> None:
     shutil.copytree(REPO / "notebooks", work / "notebooks")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "PYTEST_"))}
     env |= {"PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-            "HOME": str(tmp_path), "RUNNER_TEMP": str(tmp_path), "REPLAYS": "2",
-            "FLAKE_RUNS": "2"}  # fmt: skip
+            "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "RUNNER_TEMP": str(tmp_path),
+            "REPLAYS": "2", "FLAKE_RUNS": "2"}  # fmt: skip
     port = free_port()  # the workflow's fixed port may be taken here: another, every job
     first = _night(work, env, port, 1)
     # warmed by the case-index job: each shard builds its share's cases alone, none read cold
