@@ -7,17 +7,14 @@ nightly job that merges them."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from readme_support import free_port
+from readme_support import free_port, run_bash, user_env
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "examples" / "github-actions" / "evalkit-nightly.yml"
@@ -121,17 +118,9 @@ def test_the_workflows_commands_take_those_flags() -> None:
             raise AssertionError(f"evalkit {command!r}: not a command with those flags") from exc
 
 
-def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    prologue = "set -euo pipefail\ntrap 'kill ${EVALKIT_DEMO_PID:-} 2>/dev/null || true' EXIT\n"
-    return subprocess.run(
-        ["bash", "-c", prologue + script], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=420,
-    )  # fmt: skip
-
-
 def _night(work: Path, env: dict[str, str], port: int, night: int) -> list[tuple[int, int]]:
     """One night's jobs in order; (cases in the share, cases built) of each shard."""
-    index = _bash(_script("case-index", "evalkit cases index"), work, env)
+    index = run_bash(_script("case-index", "evalkit cases index"), work, env)
     assert index.returncode == 0, index.stderr[-3000:]
     assert f"→ {work / INDEX_PATH}" in index.stdout
     shards = _flow()["jobs"]["shard"]["strategy"]["matrix"]["shard"]
@@ -139,7 +128,7 @@ def _night(work: Path, env: dict[str, str], port: int, night: int) -> list[tuple
     built = []
     for shard in shards:
         script = _script("shard", "evalkit run").replace("--port 18080", f"--port {port}")
-        got = _bash(script, work, env | {"SHARD": str(shard), "SHARDS": str(len(shards)),
+        got = run_bash(script, work, env | {"SHARD": str(shard), "SHARDS": str(len(shards)),
                                           "RUN_ID": run_id, "REPLAYS": env["REPLAYS"]})  # fmt: skip
         assert got.returncode == 0, (got.stdout + got.stderr)[-3000:]
         line = next(x for x in got.stdout.splitlines() if "in this shard's share" in x)
@@ -147,7 +136,7 @@ def _night(work: Path, env: dict[str, str], port: int, night: int) -> list[tuple
         built.append((int(words[0]), int(words[words.index("cases", 6) - 1])))
     script = _script("nightly", "evalkit merge").replace("--port 18080", f"--port {port}")
     summary = str(work.parent / f"s{night}.md")
-    merged = _bash(script, work, env | {"RUN_ID": run_id, "GITHUB_STEP_SUMMARY": summary})
+    merged = run_bash(script, work, env | {"RUN_ID": run_id, "GITHUB_STEP_SUMMARY": summary})
     assert merged.returncode == 0, (merged.stdout + merged.stderr)[-3000:]
     return built
 
@@ -157,10 +146,7 @@ def test_two_nights_with_a_promotion_between(tmp_path: Path) -> None:
     work = tmp_path / "checkout"
     shutil.copytree(REPO / "corpus", work / "corpus", ignore=shutil.ignore_patterns(".evalkit"))
     shutil.copytree(REPO / "notebooks", work / "notebooks")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "PYTEST_"))}
-    env |= {"PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-            "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "RUNNER_TEMP": str(tmp_path),
-            "REPLAYS": "2", "FLAKE_RUNS": "2"}  # fmt: skip
+    env = user_env(tmp_path) | {"RUNNER_TEMP": str(tmp_path), "REPLAYS": "2", "FLAKE_RUNS": "2"}
     port = free_port()  # the workflow's fixed port may be taken here: another, every job
     first = _night(work, env, port, 1)
     # warmed by the case-index job: each shard builds its share's cases alone, none read cold
@@ -169,7 +155,7 @@ def test_two_nights_with_a_promotion_between(tmp_path: Path) -> None:
     summary = (tmp_path / "s1.md").read_text()
     assert "not passed (exit 2)" in summary  # no promoted baseline yet: nothing to gate against
     assert "Promotion candidate" in summary and "label nightly:" in summary
-    promoted = _bash(_script("promote", "baseline promote"), work,
+    promoted = run_bash(_script("promote", "baseline promote"), work,
                      env | {"RUN": "nightly@latest", "WHO": "ana", "WHY": "night one"})  # fmt: skip
     assert promoted.returncode == 0, promoted.stderr
     case = next((work / "corpus" / "cases").glob("*.yaml"))
