@@ -83,6 +83,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _read(args: argparse.Namespace):
+    from evalkit.errors import CorpusError
+
+    try:
+        return _read_format(args)
+    except RecursionError:  # the readers bound nesting; this is the last line of defence
+        raise CorpusError("nested too deeply to read", path=args.file) from None
+
+
+def _read_format(args: argparse.Namespace):
     if args.format == "promptfoo":
         from evalkit.corpus.importers.promptfoo import import_promptfoo
 

@@ -62,7 +62,10 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, sealed=True)
-    read = read_traces(args.files)
+    try:
+        read = read_traces(args.files)
+    except RecursionError:  # the readers bound nesting; this is the last line of defence
+        raise ConfigError(f"{', '.join(args.files)}: nested too deeply to read") from None
     try:
         picked = sample(
             read.traces, corpus.cases, args.n, by=args.by,

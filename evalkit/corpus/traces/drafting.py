@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from evalkit.corpus.json_input import loads_or_none
 from evalkit.corpus.traces.records import Trace
 from evalkit.redact import REDACTED, redact_secrets
 
@@ -122,10 +123,7 @@ def draft_case(
 
 
 def _is_json_object(text: str) -> bool:
-    try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
-        return False
+    return isinstance(loads_or_none(text), dict)
 
 
 def _tag(value: Any) -> str:
