@@ -75,6 +75,11 @@ class Comparison:
     rebaseline: RunData | None = None
     # Why the delta cannot be rebaselined (a Python system whose code changed ...), or None.
     rebaseline_blocker: str | None = None
+    # Judged on the baseline's pinned exam (`evalkit.compare.exam`): what the candidate was
+    # judged on (`ExamSummary`), and the pull request's own added and edited cases (its
+    # additive exam, `evalkit.compare.exam.additive_exam`); None without a pinned exam.
+    exam: Any = None
+    additions: pl.DataFrame | None = None
 
     def _repr_html_(self) -> str:
         """Jupyter shows the pair's runs and its per-slice table (percentages, 3-digit p)."""

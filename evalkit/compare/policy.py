@@ -50,8 +50,10 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # A critical tag whose cases were edited/added without being rebaselined, or removed, beyond
     # this share of its cases is UNVERIFIED (its evidence is no longer the baseline's).
     max_changed_share: float = Field(0.1, ge=0, le=1)
-    # Whether a BLOCKED sibling run of the candidate's configuration blocks ("report": shown).
-    siblings: Literal["report", "block"] = "report"
+    # Whether a BLOCKED sibling run of the candidate's configuration blocks (the default:
+    # every run of one configuration identity, whatever corpus, is evidence; "report" only
+    # shows them and counts as a loosening, issue 42).
+    siblings: Literal["report", "block"] = "block"
     # Tags in which any broken case (pass → fail) blocks, whatever the statistics say (seed 001:
     # "a newly_failing list with even one entry should block"): a policy choice, stricter.
     block_on_any_broken: list[str] = Field(default_factory=list)
@@ -102,7 +104,7 @@ class GatePolicy:
     max_error_rate: float = 0.0
     judge_tolerance_levels: float | None = 0.5
     max_changed_share: float = 0.1
-    siblings: Literal["report", "block"] = "report"
+    siblings: Literal["report", "block"] = "block"
     block_on_any_broken: tuple[str, ...] = ()
     served_model_change: Literal["warn", "block"] = "warn"
     relative_budgets: tuple[tuple[str, float], ...] = ()  # (metric, allowed), sorted

@@ -136,6 +136,9 @@ def build_manifest(
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "concurrency": suite.config.concurrency,
             "cache": suite.config.cache,
+            # Where the suite was loaded from (recorded, not hashed): a promotion pins the
+            # corpus found there as the exam (evalkit.corpus.pinned, issue 42).
+            "config": str(Path(suite.path).resolve()),
             **_git_state(suite.root),
         },
     }

@@ -52,6 +52,7 @@ from evalkit.redact import redact_known
 from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
+from evalkit.store.exams import ExamRecords
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.schema import (
@@ -185,7 +186,7 @@ def _serialized(
     return locked
 
 
-class Store(DecisionRecords, JudgmentRecords, CacheRecords):
+class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(

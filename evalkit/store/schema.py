@@ -71,6 +71,16 @@ CREATE TABLE IF NOT EXISTS baselines (
 ALTER TABLE baselines ADD COLUMN IF NOT EXISTS tier VARCHAR;
 -- The gate policy the promotion pins (JSON, manifest form); NULL when it pinned none.
 ALTER TABLE baselines ADD COLUMN IF NOT EXISTS policy VARCHAR;
+-- The pinned exam of a promotion (issue 42, evalkit.store.exams): every file of the corpus as
+-- promoted (case files, the files cases reference, custom scorer modules as ``module:NAME``),
+-- stored so the gate can judge a candidate on it without the pull request's files.
+CREATE TABLE IF NOT EXISTS exams (
+    exam_id VARCHAR, run_id VARCHAR, suite VARCHAR, tier VARCHAR, who VARCHAR,
+    promoted_at TIMESTAMPTZ, root VARCHAR, n_files INTEGER
+);
+CREATE TABLE IF NOT EXISTS exam_files (
+    exam_id VARCHAR, path VARCHAR, sha256 VARCHAR, content BLOB
+);
 CREATE TABLE IF NOT EXISTS flakes (
     config_hash VARCHAR, measured_at TIMESTAMPTZ, case_id VARCHAR, tags VARCHAR[], runs INTEGER,
     flips INTEGER, flake_rate DOUBLE
