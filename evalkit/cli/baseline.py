@@ -93,7 +93,8 @@ def _pin_exam(
     from evalkit.corpus.suite import load_suite
     from evalkit.errors import EvalkitError
 
-    source = config or (manifest.get("run") or {}).get("config")
+    recorded = (manifest.get("run") or {}).get("config")
+    source = config if config and Path(config).is_file() else recorded
     if not source or not Path(source).is_file():
         return (
             "no exam pinned: the run recorded no suite config that still exists (pass --config "

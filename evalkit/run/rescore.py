@@ -126,7 +126,16 @@ def score_in_memory(
     columns: dict[str, list] = {name: [] for name in SCORE_SCHEMA}
     rows = outputs.filter(pl.col("case_id").is_in(sorted(cases))) if outputs.height else outputs
     if rows.height:
-        asyncio.run(_score_rows(rows, dict(cases), (), {}, None, columns, run_id))
+        scoring = _score_rows(rows, dict(cases), (), {}, None, columns, run_id)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop running: the usual case
+            asyncio.run(scoring)
+        else:  # a notebook's kernel runs a loop: score in a thread of its own
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, scoring).result()
     return pl.DataFrame(columns, schema=SCORE_SCHEMA)
 
 
