@@ -5,7 +5,9 @@ request can make has a check it loosens.
 
 The app answers ``{"reply": "refund approved"}``; a system prompt saying ``break billing``
 answers ``{"reply": "no"}`` to the inputs marked ``#fragile-billing`` (five billing cases), one
-saying ``break mp`` to the must_pass case marked ``#fragile-mp``. Runs, rebaselines, exam runs
+saying ``break mp`` to the must_pass case marked ``#fragile-mp``; the undeclared environment
+variable ``EK_EXAM_OUTAGE`` breaks billing as ``break billing`` does (a noisy system: the
+same configuration, another outcome). Runs, rebaselines, exam runs
 and gates run in this process (no subprocess per cell): `run_candidate`, `gate_flow`.
 """
 
@@ -29,8 +31,12 @@ from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
 APP = '''
+import os
+
+
 def answer(messages, **context):
     system = " ".join(m["content"] for m in messages if m["role"] == "system")
+    system += " break billing" if os.environ.get("EK_EXAM_OUTAGE") else ""
     user = messages[-1]["content"]
     if ("break billing" in system and "#fragile-billing" in user) or (
         "break mp" in system and "#fragile-mp" in user
