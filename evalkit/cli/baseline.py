@@ -31,7 +31,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "of the one the run recorded: how a person accepts a looser policy",
     )
     promote.add_argument(
-        "--config", default=None,
+        "--config",
+        default=None,
         help="the suite config the run was made with (default: the one it recorded): its "
         "corpus is pinned as the exam; with --policy, its policy is pinned too",
     )

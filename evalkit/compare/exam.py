@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ExamSummary", "additive_exam", "judge_on_exam", "load_exam_comparison"]
 
+
 @dataclass(frozen=True)
 class ExamSummary:
     """What the candidate was judged on: the pinned exam (who promoted it, when) and what the
@@ -72,8 +73,11 @@ class ExamSummary:
         """The first screen's one line.
 
         Examples:
-            >>> ExamSummary("ana", "2026-12-07 04:31", "b1", ("n1",), ("e1", "e2"), ("m1",)).line()
-            'judged on the exam promoted 2026-12-07 04:31 by ana; this PR adds 1 case, edits 2 (e1, e2), removes 1 (evidence missing: m1)'
+            >>> summary = ExamSummary("ana", "2026-12-07 04:31", "b1", ("n1",), ("e1",), ("m1",))
+            >>> for part in summary.line().split("; "):
+            ...     print(part)
+            judged on the exam promoted 2026-12-07 04:31 by ana
+            this PR adds 1 case, edits 1 (e1), removes 1 (evidence missing: m1)
         """
         edits = f"edits {len(self.edited)}" + (f" ({_named(self.edited)})" if self.edited else "")
         removes = f"removes {len(self.missing)}" + (
@@ -94,7 +98,9 @@ def _named(ids: Sequence[str], limit: int = 5) -> str:
 def _pinned_scorer_files(corpus: Corpus, exam: StoredExam) -> dict[str, str]:
     """The pinned ``scorer_files`` (as a run manifest records them) of the exam."""
     modules = {
-        path: digest for path, digest in exam.file_hashes().items() if path.startswith(MODULE_PREFIX)
+        path: digest
+        for path, digest in exam.file_hashes().items()
+        if path.startswith(MODULE_PREFIX)
     }
     return {**corpus.file_hashes, **modules}
 
@@ -147,8 +153,9 @@ def judge_on_exam(
     for case_id in sorted(ran & set(pinned)):
         case, row = pinned[case_id], cand_rows.get(case_id)
         if row is not None and row["input"] == case.input_json() and case_id in answered_ids:
-            same = row["case_hash"] == case.hash and _scored_as_pinned(case, cand_files,
-                                                                        pinned_files)
+            same = row["case_hash"] == case.hash and _scored_as_pinned(
+                case, cand_files, pinned_files
+            )
             (as_stored if same else rescore).append(case_id)
         elif case_id in exam_ids:
             from_exam.append(case_id)
@@ -211,9 +218,9 @@ def additive_exam(pr: Comparison) -> pl.DataFrame:
     Columns: ``case_id, change, tags, criticality, base, cand, base_error, cand_error,
     rebaselined``.
     """
+    flags = ("base", "cand", "base_error", "cand_error", "rebaselined")
     schema = {"case_id": pl.String, "change": pl.String, "tags": pl.List(pl.String),
-              "criticality": pl.String, "base": pl.Boolean, "cand": pl.Boolean,
-              "base_error": pl.Boolean, "cand_error": pl.Boolean, "rebaselined": pl.Boolean}  # fmt: skip
+              "criticality": pl.String, **dict.fromkeys(flags, pl.Boolean)}  # fmt: skip
     delta = pr.delta
     if delta is None or delta.is_empty():
         return pl.DataFrame(schema=schema)

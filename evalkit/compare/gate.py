@@ -726,7 +726,9 @@ def _exam_findings(
         _, found = _critical(table, policy, swapped, counts)
         for f in found + _any_broken(mine, policy):
             if f.severity == "block" and f.kind in ("regressed", "any-broken"):
-                msg = f"with this pull request's versions of its edited and added cases: {f.message}"
+                msg = (
+                    f"with this pull request's versions of its edited and added cases: {f.message}"
+                )
                 out.append(replace(f, message=msg, kind=f"pr-exam-{f.kind}"))
     loosened = tuple(context.exam.loosened)
     if loosened:
@@ -735,7 +737,11 @@ def _exam_findings(
             f"passes in their new version: under the pinned expectations the candidate breaks "
             f"these {len(loosened)} cases ({_named(list(loosened))})"
         )
-        out.append(Finding(0, "corpus", loosened, {"n": len(loosened)}, msg, "warn", "loosened-expectations"))
+        out.append(
+            Finding(
+                0, "corpus", loosened, {"n": len(loosened)}, msg, "warn", "loosened-expectations"
+            )
+        )
     return out
 
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 import hashlib
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from evalkit.corpus.cases import CASE_GLOBS, Corpus, load_corpus
 from evalkit.corpus.scorer_modules import MODULE_PREFIX
@@ -99,7 +98,7 @@ def pinned_scorer_modules(modules: Mapping[str, bytes], where: Path) -> Iterator
             module = types.ModuleType(f"_evalkit_pinned_{name.replace('.', '_')}")
             module.__file__ = str(path)
             try:
-                exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102
+                exec(compile(source, str(path), "exec"), module.__dict__)
             except Exception as exc:  # the pinned module's own code failed
                 raise CorpusError(
                     f"the pinned scorer module {name} failed to load: {type(exc).__name__}: {exc}"

@@ -112,9 +112,7 @@ def rescore_run(
     return RescoreResult(run_id, scoring_id, rescored, carried, tuple(changed), tuple(missing))
 
 
-def score_in_memory(
-    outputs: pl.DataFrame, cases: Mapping[str, Case], run_id: str
-) -> pl.DataFrame:
+def score_in_memory(outputs: pl.DataFrame, cases: Mapping[str, Case], run_id: str) -> pl.DataFrame:
     """Stored ``outputs`` scored under ``cases`` (case id -> the version to judge them by),
     written nowhere: what the gate judges a candidate on a pinned exam with (no model call;
     a judge check, which would need one, is an undecided score).

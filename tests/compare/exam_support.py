@@ -30,7 +30,7 @@ from evalkit.run.rebaseline import rebaseline
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import open_store
 
-APP = '''
+APP = """
 import os
 
 
@@ -43,7 +43,7 @@ def answer(messages, **context):
     ):
         return '{"reply": "no"}'
     return '{"reply": "refund approved"}'
-'''
+"""
 
 CHECKS = '''
 from pathlib import Path

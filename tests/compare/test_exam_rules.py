@@ -77,7 +77,9 @@ def test_a_better_candidate_that_adds_and_rewords_cases_passes(project):
     assert decision.status == "PASSED", decision.summary()
     exam = comparison.exam
     assert (exam.added, set(exam.edited), exam.missing) == (
-        ("new-0", "new-1", "new-2"), reworded, ()
+        ("new-0", "new-1", "new-2"),
+        reworded,
+        (),
     )
     assert set(exam.answered) == reworded  # their pinned wording, answered by the candidate
     (state,) = decision.critical

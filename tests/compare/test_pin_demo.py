@@ -174,7 +174,10 @@ def test_five_identical_reruns_through_the_ci_flow_pass_every_time(
         args = SimpleNamespace(rebaseline=True, config=config, overrides=sets[1::2], db=db,
                                wait=30.0)  # fmt: skip
         with open_store(db, read_only=True) as store:
-            base, cand = store.current_baseline("support-triage"), store.resolve_run(f"candidate-{i}")
+            base, cand = (
+                store.current_baseline("support-triage"),
+                store.resolve_run(f"candidate-{i}"),
+            )
         maybe_rebaseline(args, base, cand)
         with open_store(db, read_only=True) as store:
             _, decision = gate_pair(store, None, f"candidate-{i}", config)
