@@ -185,6 +185,17 @@ def trust_findings(
     return out
 
 
+def trusted_calibrations(calibrations: pl.DataFrame, trust: Trust | None = None) -> pl.DataFrame:
+    """The judge calibration records a trusted writer recorded (one a pull-request job
+    measured lets no judge gate)."""
+    if calibrations.is_empty() or "written_by" not in calibrations.columns:
+        return calibrations
+    trust = trust or Trust.here()
+    reasons = {w: trust.why_not(w) for w in calibrations["written_by"].unique().to_list()}
+    keep = [reasons[w] is None for w in calibrations["written_by"].to_list()]
+    return calibrations.filter(pl.Series(keep, dtype=pl.Boolean))
+
+
 def unreadable_tree_finding(comparison: Comparison) -> Finding | None:
     """A Python candidate whose repository could not be read (its identity does not cover
     what it can read) served cached answers: they are not evidence of what ran."""
@@ -200,5 +211,5 @@ def unreadable_tree_finding(comparison: Comparison) -> Finding | None:
         f", and {len(cached)} of its cases were answered from the response cache: run it again "
         "with --no-cache, or from a git checkout"
     )
-    return Finding(0, "cache", tuple(sorted(cached)), {"cached": len(cached)}, msg, "unverified",
+    return Finding(0, "cache", tuple(sorted(cached)), {"cached": len(cached)}, msg, "warn",
                    "unreadable-tree")  # fmt: skip

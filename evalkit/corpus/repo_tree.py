@@ -10,8 +10,9 @@ default, **every tracked file of the git repository the suite lives in, outside 
 listed in ``system.env`` (hashed, never stored). An undeclared variable is not seen.
 
 Where the tree cannot be read (no git, not a repository) the digest is None, said in the
-manifest: the runner then serves such a system no cached answers in CI, and the gate does not
-accept cached answers for it (:func:`evalkit.compare.trust.unreadable_tree_finding`).
+manifest: the runner then serves such a system no cached answers in a CI job (the gate flow),
+and the gate warns where it was served some elsewhere
+(:func:`evalkit.compare.trust.unreadable_tree_finding`).
 
 Examples:
     >>> env_digests(["EK_DOC_FLAG"], {"EK_DOC_FLAG": "on"})["EK_DOC_FLAG"][:12]

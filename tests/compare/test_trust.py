@@ -190,3 +190,39 @@ def test_a_promotion_the_job_made_of_the_base_branch_commit_is_trusted() -> None
     looser = row | {"policy": '{"critical_tags": [], "gate": {"alpha": 0.001}}'}
     for promoted, manifest in ((row, own_run), (row, dirty), (looser, base_run)):
         assert "this pull-request job" in (trust.why_not_promotion(promoted, manifest) or "")
+
+
+def test_a_policy_promotion_written_by_the_pull_request_job_does_not_loosen_the_pin(
+    db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = db()
+    _in_pr_job(monkeypatch)
+    with open_store(path) as store:  # `baseline promote base --policy` with alpha lowered
+        loose = {"critical_tags": [], "gate": {"alpha": 0.0001, "trusted_writers": ["unknown"]}}
+        store.promote_baseline("demo", "base-run", "pr-author", "looser", None, loose)
+    decision = _gate(path)
+    assert decision.policy.alpha == 0.05 and decision.policy.trusted_writers == (
+        "base_branch",
+        "person",
+    )
+    assert any("promotion of base-run by pr-author (looser) ignored" in m
+               for m in _messages(decision, "untrusted"))  # fmt: skip
+
+
+def test_a_calibration_measured_by_the_pull_request_job_lets_no_judge_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import polars as pl
+
+    from evalkit.compare.trust import trusted_calibrations
+
+    job = Writer(ci="ci", event="pull_request", job="77", pull_request=True, base_ref="main")
+    person = Writer(who="ana", user="ana", host="laptop")
+    calibrations = pl.DataFrame(
+        {"judge_model": ["m", "m"], "kappa": [0.9, 0.95],
+         "written_by": [person.to_json(), job.to_json()]}
+    )  # fmt: skip
+    kept = trusted_calibrations(calibrations, Trust(job, ("base_branch", "person")))
+    assert kept["kappa"].to_list() == [0.9]
+    outside = Writer(user="ana", host="laptop")
+    assert trusted_calibrations(calibrations, Trust(outside))["kappa"].to_list() == [0.9]
