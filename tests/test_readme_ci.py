@@ -52,7 +52,8 @@ PR_JOB = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request", "GITHUB
           "GITHUB_BASE_REF": "main"}  # fmt: skip
 #: main's job (a person starting the nightly's promotion by hand).
 MAIN_JOB = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "workflow_dispatch",
-            "GITHUB_RUN_ID": "1200", "GITHUB_JOB": "promote", "GITHUB_REF": "refs/heads/main"}  # fmt: skip
+            "GITHUB_RUN_ID": "1200", "GITHUB_JOB": "promote",
+            "GITHUB_REF": "refs/heads/main"}  # fmt: skip
 
 
 def _posting_step(steps: list[dict]) -> dict:
