@@ -16,7 +16,7 @@ and the gate warns where it was served some elsewhere
 
 Examples:
     >>> env_digests(["EK_DOC_FLAG"], {"EK_DOC_FLAG": "on"})["EK_DOC_FLAG"][:12]
-    'a4b0e7c3bc52'
+    'b8790557700e'
     >>> env_digests(["EK_DOC_UNSET"], {})
     {'EK_DOC_UNSET': None}
 """
