@@ -43,8 +43,7 @@ from evalkit.provenance import (
     why_untrusted,
 )
 
-if TYPE_CHECKING:
-    from evalkit.compare.analysis import Comparison
+if TYPE_CHECKING:  # (not compare.analysis: it reads calibrations through this module)
     from evalkit.compare.policy import PinnedPolicy
     from evalkit.store import Store
 
@@ -159,7 +158,7 @@ def trusted_overrides(
 
 
 def trust_findings(
-    store: Store, comparison: Comparison, trust: Trust, ignored_overrides: list[dict[str, Any]]
+    store: Store, comparison: Any, trust: Trust, ignored_overrides: list[dict[str, Any]]
 ) -> list[Finding]:
     """The decision records the gate ignored, each with who wrote it and why it excuses
     nothing: overrides of the pair, and promotions of the suite newer than the baseline."""
@@ -196,7 +195,7 @@ def trusted_calibrations(calibrations: pl.DataFrame, trust: Trust | None = None)
     return calibrations.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
-def unreadable_tree_finding(comparison: Comparison) -> Finding | None:
+def unreadable_tree_finding(comparison: Any) -> Finding | None:
     """A Python candidate whose repository could not be read (its identity does not cover
     what it can read) served cached answers: they are not evidence of what ran."""
     repo = (comparison.cand.manifest.get("system") or {}).get("repo")
