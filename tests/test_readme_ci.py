@@ -158,3 +158,28 @@ def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path
     report = (tmp_path / "gate.md").read_text()
     assert "evalkit gate: UNVERIFIED" in report.splitlines()[0], report[:2000]
     assert "alpha" in report and "--policy" in report
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_ignores_a_promotion_the_pull_request_job_makes_of_its_own_run(
+    tmp_path: Path,
+) -> None:
+    """One extra command in the pull request's job — promoting its own candidate — changes
+    nothing: the gate judges against the base branch's promotion and lists the other."""
+    _, script, work, env = _ci_checkout(tmp_path, free_port())
+    git = ["git", "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the pull request"], cwd=work,
+                   env=env, check=True, capture_output=True)  # fmt: skip
+    own = "evalkit run --label candidate --no-progress $URL\n"
+    assert script.count(own) == 1
+    script = script.replace(
+        own, own + 'evalkit baseline promote candidate --who me --reason "mine"\n'
+    )
+    result = run_bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert "baseline of suite" in out and "is now" in out, out[-3000:]  # the promotion ran
+    assert (tmp_path / "gate.md").is_file(), out[-3000:]
+    report = (tmp_path / "gate.md").read_text()
+    assert "PASSED" in report.splitlines()[0]  # judged against the base branch's promotion
+    assert "(mine) ignored\\: written by this pull-request job" in report, report[:3000]
+    assert "refusing to compare run" not in out  # not gated against itself
