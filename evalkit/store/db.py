@@ -462,7 +462,10 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
         case_hash: the hash of each case version measured; NULL when the frame has none)."""
         import polars as pl
 
+        from evalkit.provenance import current_writer
+
         case_hash = pl.col("case_hash") if "case_hash" in flakes.columns else pl.lit(None)
+        written_by = current_writer().to_json()
         frame = flakes.select(
             pl.lit(config_hash).alias("config_hash"),
             pl.lit(_now()).dt.cast_time_unit("us").alias("measured_at"),
@@ -472,6 +475,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
             pl.col("flips").cast(pl.Int32),
             pl.col("flake_rate").cast(pl.Float64),
             case_hash.cast(pl.String).alias("case_hash"),
+            pl.lit(written_by, pl.String).alias("written_by"),
         )
         with self._transaction():
             self._append("flakes", frame)
@@ -730,11 +734,19 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
 
     def flake_measurements(self, config_hashes: Sequence[str]) -> pl.DataFrame:
         """Every stored flake row of these configurations, newest first, with columns
-        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate`` (``case_hash``
-        NULL where it was measured before evalkit recorded one)."""
+        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate, written_by``
+        (``case_hash`` NULL where it was measured before evalkit recorded one; ``written_by``,
+        `evalkit.provenance.Writer` JSON, NULL where it was measured before evalkit recorded
+        who measured it)."""
+        written_by = (
+            "written_by"
+            if self._has_column("flakes", "written_by")
+            else "CAST(NULL AS VARCHAR) AS written_by"
+        )
         return self._frame(
             f"SELECT config_hash, measured_at, case_id, {self._flake_hash()}, runs, flips, "
-            "flake_rate FROM flakes WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
+            f"flake_rate, {written_by} FROM flakes "
+            "WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
             "ORDER BY measured_at DESC, config_hash, case_id",
             [list(config_hashes)],
         )
