@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("judges",),
     ("compare",),
     ("notebooks",),
+    ("project",),
     ("demo",),
     ("cli",),
 )
