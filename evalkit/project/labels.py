@@ -42,7 +42,6 @@ class Labels:
     ) -> LabelSample:  # fmt: skip
         """The stratified, seeded sample of the run's judged outputs that raters label."""
         from evalkit.judges.labelling import sample_outputs
-
         from evalkit.store import open_store
 
         with open_store(self.db) as store:
