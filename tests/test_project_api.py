@@ -58,7 +58,11 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 def project(demo_server: DemoServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("api") / "proj"
+    return _init_project(tmp_path_factory.mktemp("api") / "proj", demo_server)
+
+
+def _init_project(root: Path, demo_server: DemoServer) -> Path:
+    """`evalkit init` at ``root``, on the demo simulator, with the red-team case and v2."""
     assert main(["init", str(root)]) == 0
     config = root / "evalkit.yaml"
     config.write_text(config.read_text().replace("http://127.0.0.1:8765/v1", demo_server.base_url))
@@ -154,3 +158,24 @@ def test_a_script_runs_without_a_loop_and_keyword_overrides_are_set_values(proje
         p.run(label="typo", tags=["biling"])
     with pytest.raises(evalkit.ConfigError, match=r"system\.temprature"):
         p.run(label="typo", system__temprature=0.5)
+
+
+GUIDE = REPO / "docs" / "guides" / "notebooks.md"
+
+
+def test_the_notebooks_guide_runs_in_a_fresh_project(
+    demo_server: DemoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Every Python block of docs/guides/notebooks.md, in order, from a project's notebooks/."""
+    root = _init_project(tmp_path / "proj", demo_server)
+    monkeypatch.chdir(root / "notebooks")
+    text = GUIDE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```$", text, re.S | re.M)
+    assert len(blocks) >= 8
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, str(GUIDE), "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "evalkit.yaml evalkit.duckdb" in out and "BLOCKED" in out
+    assert "injection-print-prompt-005" in out and "BLOCKED 1" in out
+    assert "2 4" in out and "nightly" in out
