@@ -27,20 +27,36 @@ def styled_table(
     )
 
 
+#: Float columns shown as percentages by `table`: rates and pass shares, by their names.
+_PERCENT_NAMES = ("rate", "_pass", "share", "agreement")
+
+
 def table(
     frame: pl.DataFrame, title: str | None = None, note: str | None = None, id: str | None = None
 ) -> GT:
     """``evalkit.table``: any frame in evalkit's house style, for a notebook cell (its id, which
-    scopes the table's CSS, made from its title and columns unless given).
+    scopes the table's CSS, made from its title and columns unless given). Float columns named
+    as rates (``pass_rate``, ``base_pass``, ``flake_rate``, ...) show as percentages, other
+    floats with three significant digits; list columns are joined with commas.
 
     Examples:
-        >>> cases = pl.DataFrame({"tag": ["billing"], "cases": [8]})
-        >>> table(cases, "Cases per tag").as_raw_html()[:6]
-        '<div i'
+        >>> runs = pl.DataFrame({"label": ["baseline"], "pass_rate": [0.8125]})
+        >>> "81.2%" in table(runs, "Runs").as_raw_html()
+        True
     """
     import hashlib
 
     if id is None:
         digest = hashlib.sha256(repr((title, frame.columns)).encode()).hexdigest()[:10]
         id = f"evalkit-{digest}"
-    return styled_table(frame, id, title, note)
+    lists = [c for c, t in frame.schema.items() if isinstance(t, pl.List)]
+    frame = frame.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join(", ") for c in lists)
+    floats = [c for c, t in frame.schema.items() if t.is_float()]
+    rates = [c for c in floats if any(part in c for part in _PERCENT_NAMES)]
+    shown = styled_table(frame, id, title, note)
+    if rates:
+        shown = shown.fmt_percent(columns=rates, decimals=1)
+    others = [c for c in floats if c not in rates]
+    if others:
+        shown = shown.fmt_number(columns=others, n_sigfig=3)
+    return shown
