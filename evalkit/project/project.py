@@ -154,6 +154,8 @@ class Project:
         from evalkit.run.shared_cache import publish_new_cache, with_shared_cache
         from evalkit.store import open_store
 
+        if str(self.root) not in sys.path:  # a `provider: python` system's module, as from
+            sys.path.insert(0, str(self.root))  # the project folder (`evalkit run` there)
         plan = plan_run(
             self._config(), overrides=set_items(overrides),
             prompt=self.path(prompt) if prompt is not None else None, tier=tier, tags=tags,

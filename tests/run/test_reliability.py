@@ -564,7 +564,7 @@ def test_the_lock_file_names_the_writer_and_dies_with_it(tmp_path: Path) -> None
     db = tmp_path / "e.duckdb"
     code = (
         "import sys, time\nfrom evalkit.store import open_store\n"
-        f"s = open_store({str(db)!r})\nprint('ready', flush=True)\ntime.sleep(60)\n"
+        f"s = open_store({str(db)!r}, write=True)\nprint('ready', flush=True)\ntime.sleep(60)\n"
     )
     holder = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path

@@ -192,7 +192,7 @@ def test_second_writer_gets_a_clear_error(tmp_path: Path) -> None:
         code = (
             "import sys\nfrom evalkit.store import open_store\n"
             "from evalkit.errors import StoreError\n"
-            f"try:\n    open_store({str(db)!r}, wait_s=0.3)\nexcept StoreError as e:\n"
+            f"try:\n    open_store({str(db)!r}, write=True, wait_s=0.3)\nexcept StoreError as e:\n"
             "    print(e); sys.exit(3)\n"
         )
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
