@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("judges",),
     ("compare",),
     ("notebooks",),
+    ("project",),
     ("demo",),
     ("cli",),
 )

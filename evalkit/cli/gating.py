@@ -146,7 +146,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 def _cmd_override(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         comparison, decision = _decide_pair(store, args)
         base, cand = comparison.base.run_id, comparison.cand.run_id
         if not decision.uncovered:

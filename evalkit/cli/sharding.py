@@ -114,7 +114,7 @@ def run_distributed(
         str(Path(args.prompt).resolve()) if args.prompt else None,
     )
     ray_options = RayOptions(address=args.address, chunk_size=chunk_size, run_id=args.run_id)
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         summary = run_on_ray(suite, corpus, store, options, source, root, ray_options)
     print_summary(summary, args.db)
     print(f"  parts under {root.run_dir(summary.run_id)}", flush=True)

@@ -80,7 +80,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
     shared = shared_store_of(args)
     ref = _suite_of(args.config) if args.ref == "baseline" else args.ref
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         pulled = shared.pull(store, ref, tier=args.tier)
     what = f"baseline of suite {pulled.baseline_of!r}: run " if pulled.baseline_of else "run "
     if pulled.rows:

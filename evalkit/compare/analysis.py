@@ -9,7 +9,7 @@ frame (:mod:`evalkit.compare.paired`) -> slices (:mod:`evalkit.compare.slices`) 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -44,6 +44,8 @@ class RunData:
     cases: pl.DataFrame
     outputs: pl.DataFrame
     scores: pl.DataFrame
+    # The run's stored summary (``evalkit run``'s counts): its own pass rate, over all its checks.
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config_hash(self) -> str | None:
@@ -233,6 +235,7 @@ def load_run(store: Store, ref: str) -> RunData:
     run_id = store.resolve_run(ref)
     runs = store.runs().filter(pl.col("run_id") == run_id)
     label = runs["label"][0] if runs.height else ref
+    stored = json.loads(runs["summary"][0] or "null") if runs.height else None
     # In storage order: verdicts group the rows themselves, faster than the store can sort them.
     outputs, scores = store.outputs(run_id, ordered=False), store.scores(run_id, ordered=False)
     manifest = store.manifest(run_id)
@@ -243,7 +246,9 @@ def load_run(store: Store, ref: str) -> RunData:
         manifest["run_scorer_files"] = manifest.get("scorer_files")
         manifest["scorer_files"] = json.loads(recorded)
         manifest["rescoring"] = {"scoring_id": scoring_id, "harness": scoring["harness"][0]}
-    return RunData(run_id, label, manifest, store.cases(run_id), outputs, scores)
+    return RunData(
+        run_id, label, manifest, store.cases(run_id), outputs, scores, dict(stored or {})
+    )
 
 
 def load_comparison(
