@@ -52,12 +52,12 @@ test: $(STAMP)
 		--no-loadscope-reorder
 
 lint: $(STAMP)
-	$(BIN)/ruff check evalkit tests bench
-	$(BIN)/ruff format --check evalkit tests bench
+	$(BIN)/ruff check evalkit tests bench docs
+	$(BIN)/ruff format --check evalkit tests bench docs
 
 format: $(STAMP)
-	$(BIN)/ruff format evalkit tests bench
-	$(BIN)/ruff check --fix evalkit tests bench
+	$(BIN)/ruff format evalkit tests bench docs
+	$(BIN)/ruff check --fix evalkit tests bench docs
 
 bench: $(STAMP)
 	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done

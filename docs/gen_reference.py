@@ -99,9 +99,7 @@ def _option_key(command: str, action: argparse.Action) -> str:
     return f"{command} {action.option_strings[0] if action.option_strings else action.dest}"
 
 
-def _option_rows(
-    parser: argparse.ArgumentParser, command: str = ""
-) -> list[tuple[str, str, str]]:
+def _option_rows(parser: argparse.ArgumentParser, command: str = "") -> list[tuple[str, str, str]]:
     """(option, default, help) for every argument of ``parser`` but --help and subcommands."""
     formatter = parser._get_formatter()
     rows = []
@@ -309,7 +307,10 @@ MEANINGS: dict[str, str] = {
 
 #: Sections whose YAML is a mapping the suite model keeps loosely typed (``dict[str, Any]``)
 #: and validates with another model: the model that gives their keys.
-_SECTION_MODELS = {"gate": "evalkit.compare.policy:_Gate", "budgets.*": "evalkit.compare.policy:Budget"}
+_SECTION_MODELS = {
+    "gate": "evalkit.compare.policy:_Gate",
+    "budgets.*": "evalkit.compare.policy:Budget",
+}
 
 
 #: Types as a user writes them, where the model keeps the section loose or reshapes it.
@@ -449,8 +450,11 @@ def render_config() -> str:
     top = [k for k in keys if "." not in k.path]
     for key in top:
         below = [k for k in keys if k.path.startswith((key.path + ".", key.path + "["))]
-        facts = f"Type: `{key.type}`" + (", **required**." if key.required else (
-            f", default {key.default}." if key.default else "."))
+        facts = f"Type: `{key.type}`" + (
+            ", **required**."
+            if key.required
+            else (f", default {key.default}." if key.default else ".")
+        )
         out += [f"## {key.path}", "", _sentence(key.meaning), "", facts, ""]
         if below:
             out += ["| key | type | default | meaning |", "|---|---|---|---|"]
@@ -502,8 +506,8 @@ def render_api() -> str:
         "",
     ]
     for name, target in api_names().items():
-        out += [f"## evalkit.{name}", "", f"::: {target}", "    options:",
-                "      show_root_heading: false", ""]  # fmt: skip
+        out += [f"## evalkit.{name}", "", f"::: {target}", "    options:"]
+        out += ["      show_root_heading: false", "      show_root_toc_entry: false", ""]
     return "\n".join(out)
 
 

@@ -56,11 +56,7 @@ def marked(text: str, session: str) -> list[str]:
 
 def sessions() -> set[tuple[str, str]]:
     """(page, session) of every marked block in the docs."""
-    return {
-        (name, m[1])
-        for name, text in pages().items()
-        for m in MARK.finditer(text)
-    }
+    return {(name, m[1]) for name, text in pages().items() for m in MARK.finditer(text)}
 
 
 def python_script(text: str) -> str:

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
 from docs_support import DOCS, README, REPO, blocks, page, pages
 
 MAX_README_LINES = 200
@@ -161,7 +160,9 @@ def _command_lines() -> list[tuple[str, str]]:
             body = body.replace("\\\n", " ")
             for line in body.splitlines():
                 line = re.sub(r"\s+#.*$", "", line)
-                for m in re.finditer(r"(?:^|\$\(|&&|\|\||;|\bthen\b|\belse\b)\s*evalkit (.*)", line):
+                for m in re.finditer(
+                    r"(?:^|\$\(|&&|\|\||;|\bthen\b|\belse\b)\s*evalkit (.*)", line
+                ):
                     found.append((name, re.split(r"\s(?:\|\||&&|[|>;])|\)\"", m[1])[0]))
     return found
 
@@ -191,7 +192,9 @@ def test_every_evalkit_command_line_in_the_docs_parses() -> None:
 
 def test_the_readme_is_a_short_front_page() -> None:
     text = README.read_text()
-    assert len(text.splitlines()) <= MAX_README_LINES, "the README is the front page: move it to docs/"
+    assert len(text.splitlines()) <= MAX_README_LINES, (
+        "the README is the front page: move it to docs/"
+    )
     assert "## Why paired, per-slice comparison" in text and "make demo" in text
     for target in re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", text):
         assert (REPO / target).exists(), target
