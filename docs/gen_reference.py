@@ -8,7 +8,8 @@
 - ``reference/api.md``: the public Python API (``evalkit.__all__``), rendered by mkdocstrings.
 
 mkdocs-gen-files runs this file during ``mkdocs build`` (see ``mkdocs.yml``); the docs tests
-import it and compare what it lists with the parsers and the models.
+import it and compare what it lists with the parsers and the models;
+``python docs/gen_reference.py cli|config|api`` prints a page.
 """
 
 from __future__ import annotations
@@ -523,5 +524,7 @@ def _write_pages() -> None:
             f.write(render())
 
 
-if __name__ in ("__main__", "<run_path>") or "mkdocs_gen_files" in sys.modules:
+if __name__ == "<run_path>":  # mkdocs-gen-files runs this file during the build
     _write_pages()
+elif __name__ == "__main__":  # `python docs/gen_reference.py cli` prints that page
+    print(PAGES[f"reference/{sys.argv[1] if len(sys.argv) > 1 else 'cli'}.md"]())
