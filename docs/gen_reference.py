@@ -379,6 +379,18 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _container(annotation: Any) -> type | None:
+    """``list`` or ``dict`` when the field holds its model in one (an optional one too)."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, dict):
+        return origin
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if _model_of(arg) is not None:
+                return _container(arg)
+    return None
+
+
 def _default(field: Any) -> str:
     if field.is_required():
         return "required"
@@ -397,18 +409,21 @@ def _default(field: Any) -> str:
     return f"`{value}`"
 
 
-def _keys(model: type[BaseModel], prefix: str) -> list[ConfigKey]:
+def _keys(
+    model: type[BaseModel], prefix: str, meanings: dict[str, str] | None = None
+) -> list[ConfigKey]:
+    meanings = MEANINGS if meanings is None else meanings
     comments = _field_comments(model)
     keys = []
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         if path == "pass_rules":  # written under `replays:` (its long form), not on its own
             continue
-        meaning = MEANINGS.get(path) or field.description or comments.get(name, "")
+        meaning = meanings.get(path) or field.description or comments.get(name, "")
         shown = _TYPES.get(path) or _type_name(field.annotation)
         keys.append(ConfigKey(path, shown, _default(field), meaning, field.is_required()))
         child = _model_of(field.annotation)
-        origin = typing.get_origin(field.annotation)
+        origin = _container(field.annotation)
         spec = _SECTION_MODELS.get(path) or _SECTION_MODELS.get(f"{path}.*")
         if spec is not None:
             child = _load(spec)
@@ -416,11 +431,12 @@ def _keys(model: type[BaseModel], prefix: str) -> list[ConfigKey]:
         if child is None:
             continue
         if origin is dict:
-            keys += [k for k in _keys(child, f"{path}.*.") if not k.path.endswith(".*.metric")]
-        elif origin is list or typing.get_origin(field.annotation) is list:
-            keys += _keys(child, f"{path}[].")
+            below = _keys(child, f"{path}.*.", meanings)
+            keys += [k for k in below if not k.path.endswith(".*.metric")]
+        elif origin is list:
+            keys += _keys(child, f"{path}[].", meanings)
         else:
-            keys += _keys(child, f"{path}.")
+            keys += _keys(child, f"{path}.", meanings)
     return keys
 
 
@@ -477,6 +493,64 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", ")", ":")) else text + "."
 
 
+#: The meaning of each key of a case, where the case model's own comments do not give one.
+CASE_MEANINGS: dict[str, str] = {
+    "id": "Stable, unique id across the corpus: letters, digits and `_ . : / -`.",
+    "tags": "The slices the case belongs to; each tag gets its own paired comparison.",
+    "criticality": "`must_pass` for a frozen incident (any failure blocks the gate) or `normal`.",
+    "provenance": "Who signed the expected properties, when, and why.",
+    "provenance.reviewer": "The person who reviewed the case.",
+    "provenance.date": "When it was reviewed.",
+    "provenance.source": "Where the case comes from (an incident, a ticket, a trace).",
+    "provenance.note": "Free text: an import's source line, a refresh's reason.",
+    "review": "`reviewed`, or `draft` for an imported or sampled case, which never gates until "
+    "a person reviews it (`evalkit cases review`).",
+    "input": "What the system under test is asked: `messages` or `vars`.",
+    "input.messages": "Chat turns, sent after the suite's system prompt.",
+    "input.messages[].role": "`user`, `assistant`, `system` or `tool`.",
+    "input.messages[].content": "The turn's text.",
+    "input.messages[].name": "An optional name for the turn's author.",
+    "input.vars": "Variables rendered through the suite's `system.user_template`.",
+    "fixtures": "Frozen stand-ins for what the system would look up.",
+    "fixtures.tools": "Frozen tool responses by tool name: one response for any arguments, or "
+    "a list of `{args, response}` entries keyed by normalized arguments.",
+    "fixtures.documents": "Frozen retrieved passages: strings, or mappings with `title`/`id` "
+    "and `text`; they fill `{{documents}}`.",
+    "expect": "The properties a good answer has: scorers, cheapest first; the case passes when "
+    "every one passes.",
+    "expect[].scorer": "The scorer's name (`evalkit scorers` lists them).",
+    "expect[].args": "The scorer's arguments; the short form `NAME: value` fills its main one.",
+    "notes": "Free text for reviewers (an import keeps the observed answer here).",
+    "group": "Cases from one incident, document or conversation: their slice's interval "
+    "clusters over groups.",
+}
+
+
+def case_keys() -> list[ConfigKey]:
+    """Every key of a case, in the case model's order."""
+    from evalkit.corpus.case_spec import CaseSpec
+
+    return _keys(CaseSpec, "", CASE_MEANINGS)
+
+
+def render_cases() -> str:
+    """The case-file reference page."""
+    out = [
+        "# Case files",
+        "",
+        "Every key of a case, generated from the case model when the site is built. A case",
+        "file is a YAML list of cases; an unknown key is an error naming the file, line and",
+        "case. The [case format guide](../guides/cases.md) explains them with examples.",
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for k in case_keys():
+        default = "**required**" if k.required else _cell(k.default)
+        out.append(f"| `{k.path}` | {_cell(k.type)} | {default} | {_cell(_sentence(k.meaning))} |")
+    return "\n".join(out) + "\n"
+
+
 # --------------------------------------------------------------------------------------------
 # The Python API
 # --------------------------------------------------------------------------------------------
@@ -513,7 +587,7 @@ def render_api() -> str:
 
 
 PAGES = {"reference/cli.md": render_cli, "reference/config.md": render_config,
-         "reference/api.md": render_api}  # fmt: skip
+         "reference/cases.md": render_cases, "reference/api.md": render_api}  # fmt: skip
 
 
 def _write_pages() -> None:

@@ -49,6 +49,8 @@ def test_the_site_builds_strict_with_the_generated_reference(tmp_path: Path) -> 
     assert "gate.judge_min_labels" in config and "system.api_key_env" in config
     api = (site / "reference" / "api" / "index.html").read_text()
     assert "open_store" in api and "read-only" in api  # rendered from the docstring
+    cases = (site / "reference" / "cases" / "index.html").read_text()
+    assert "expect[].scorer" in cases and "provenance.reviewer" in cases
     ci = (site / "getting-started" / "ci" / "index.html").read_text()
     assert "evalkit gate candidate --rebaseline" in ci  # the workflow file, included
     assert "evalkit merge" in ci  # and the nightly one
@@ -134,6 +136,22 @@ def test_the_config_reference_has_every_key_with_a_meaning() -> None:
     assert not stale, f"MEANINGS names keys the models do not have: {stale}"
     assert keys["system.model"].required and keys["suite"].required
     assert keys["gate.alpha"].default == "`0.05`" and keys["concurrency"].default == "`8`"
+
+
+def test_the_case_reference_has_every_key_with_a_meaning() -> None:
+    from evalkit.corpus.case_spec import CaseSpec, InputSpec, ProvenanceSpec
+
+    keys = {k.path: k for k in GEN.case_keys()}
+    assert {p for p in keys if "." not in p and "[" not in p} == set(CaseSpec.model_fields)
+    assert {f"input.{f}" for f in InputSpec.model_fields} <= set(keys)
+    assert {f"provenance.{f}" for f in ProvenanceSpec.model_fields} <= set(keys)
+    assert {"input.messages[].role", "expect[].scorer", "expect[].args"} <= set(keys)
+    missing = [path for path, key in keys.items() if not key.meaning.strip()]
+    assert not missing, f"give these keys a meaning in CASE_MEANINGS: {missing}"
+    assert set(GEN.CASE_MEANINGS) <= set(keys), set(GEN.CASE_MEANINGS) - set(keys)
+    text = GEN.render_cases()
+    assert all(f"| `{path}` |" in text for path in keys)
+    assert keys["id"].required and keys["criticality"].default == "`normal`"
 
 
 def test_the_api_reference_has_every_public_name() -> None:
