@@ -59,13 +59,21 @@ def test_the_site_builds_strict_with_the_generated_reference(tmp_path: Path) -> 
         assert (site / stem / "index.html").is_file(), name
 
 
-def test_strict_fails_on_a_broken_link(tmp_path: Path) -> None:
-    """The same build settings refuse a page linking to a page that does not exist."""
+def test_strict_fails_on_a_broken_link_or_anchor(tmp_path: Path) -> None:
+    """The site's own strict and validation settings refuse a page linking to a page, or to a
+    heading, that does not exist."""
+    import yaml
+
+    ours = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    config = {"site_name": "t", "theme": {"name": "material"}}
+    config |= {key: ours[key] for key in ("strict", "validation")}
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text("# Home\n\nSee [the guide](guides/none.md).\n")
-    (tmp_path / "mkdocs.yml").write_text("site_name: t\nstrict: true\ntheme: {name: material}\n")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n\nSee [home](index.md#no-such).\n")
     built = _mkdocs(tmp_path / "mkdocs.yml", tmp_path / "site")
-    assert built.returncode != 0 and "guides/none.md" in built.stderr
+    assert built.returncode != 0
+    assert "guides/none.md" in built.stderr and "no-such" in built.stderr, built.stderr
 
 
 # --- the reference covers the code -----------------------------------------------------------
