@@ -220,8 +220,9 @@ MEANINGS: dict[str, str] = {
     "system.transport": "How requests go out: `lean` (a shared aiohttp session), `openai` (the "
     "official client), or `auto`: lean for a named OpenAI-compatible `base_url`, the official "
     "client for the OpenAI API itself.",
-    "system.code_paths": "For a Python system: globs (relative to evalkit.yaml) of further code "
-    "whose content is part of the system's identity, beside the function's module.",
+    "system.code_paths": "For a Python system: globs (relative to evalkit.yaml) of files whose "
+    "content is part of the system's identity, beyond the function's module and the project "
+    "modules it imports (prompts the code reads, modules imported by name).",
     "system.version": "A version string for what evalkit cannot hash (a deployed service); part "
     "of the configuration.",
     "system.index": "The retrieval index the system reads, `{name, version}`; part of the "
