@@ -280,3 +280,35 @@ def test_the_commit_check_finds_a_commit() -> None:
     head = next(iter(commits))
     assert commit_ids(f"as measured at {head[:7]}, then {head}.", commits) == [head[:7], head]
     assert commit_ids("trace-5a918c78b73e and 2026-12-03", commits) == []
+
+
+def test_every_case_the_docs_write_is_a_valid_case() -> None:
+    """A YAML block that is a list of cases (items with an ``id``), or a case file a shell block
+    writes, passes the case model."""
+    import yaml
+
+    from evalkit.corpus.case_spec import CaseSpec
+
+    texts = {**pages(), "README.md": README.read_text()}
+    cases = 0
+    for name, text in texts.items():
+        for _, body in [*blocks(text, "yaml"), *blocks(text, "bash")]:
+            if body.startswith("--8<--"):
+                continue
+            if "<<'YAML'" in body:  # a case file a shell block writes
+                body = body.split("<<'YAML'\n", 1)[1].split("\nYAML\n", 1)[0]
+            try:
+                data = yaml.safe_load(body)
+            except yaml.YAMLError:
+                continue  # a shell block, not YAML
+            if isinstance(data, list) and data and all(isinstance(d, dict) and "id" in d
+                                                       for d in data):  # fmt: skip
+                if any(k in data[0] for k in ("expected", "scorer")):
+                    continue  # the seed article's spelling, which `cases convert` rewrites
+                for case in data:
+                    try:
+                        CaseSpec.model_validate(case)
+                    except ValueError as exc:  # pydantic's ValidationError
+                        raise AssertionError(f"{name}: case {case['id']}: {exc}") from None
+                    cases += 1
+    assert cases >= 3, cases  # the README's, the case format guide's, the tour's
