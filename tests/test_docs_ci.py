@@ -1,7 +1,7 @@
-"""The README's GitHub Actions example (examples/github-actions/evalkit.yml) is the file it
-quotes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds the
-baseline prompt, with or without a team store, and refusing a pull request that loosens its
-policy. (Split from ``tests/test_readme.py`` so the workers share these sessions.)"""
+"""The docs' GitHub Actions example (examples/github-actions/evalkit.yml) is the file the CI
+page includes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds
+the baseline prompt, with or without a team store, and refusing a pull request that loosens its
+policy. (Apart from ``tests/test_docs_examples.py`` so the workers share these sessions.)"""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from readme_support import README, REPO, WORKFLOW, blocks, free_port, run_bash, user_env
+from docs_support import REPO, WORKFLOW, blocks, free_port, page, run_bash, user_env
 
 
 def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     text = WORKFLOW.read_text()
-    assert any(body == text for _, body in blocks(README, "yaml")), "README quotes another YAML"
+    include = f'--8<-- "{WORKFLOW.relative_to(REPO).as_posix()}"\n'
+    ci_page = page("getting-started/ci.md")
+    assert any(body == include for _, body in blocks(ci_page, "yaml")), "the page quotes no file"
     flow = yaml.safe_load(text)
     steps = flow["jobs"]["gate"]["steps"]
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))

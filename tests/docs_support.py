@@ -1,7 +1,12 @@
-"""What the README tests share: the README's fenced blocks, and a bash session that runs them
-as a user would (``tests/test_readme.py``: the tour, the corpus loop, the team store;
-``tests/test_readme_ci.py``: the GitHub Actions example). Two files so that ``make test``'s two
-workers can each take half of these minutes-long sessions."""
+"""What the docs tests share: the pages and their fenced blocks, and a bash session that runs
+them as a user would.
+
+A shell block runs when the line before it is ``<!-- docs-test: SESSION -->``: the blocks of
+one page and session run in order in one ``bash -euo pipefail`` session
+(``tests/test_docs_examples.py``). Every Python block of a page runs, the page's blocks as one
+script. The CI workflows the docs quote are ``examples/github-actions/*.yml`` (a snippet
+include), run by ``tests/test_docs_ci.py`` and ``tests/test_nightly_workflow.py``.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +19,23 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = REPO / "docs"
+README = REPO / "README.md"
 WORKFLOW = REPO / "examples" / "github-actions" / "evalkit.yml"
-MARK = "<!-- readme-test: run -->"
-CORPUS_MARK = "<!-- readme-test: corpus -->"
-TEAM_MARK = "<!-- readme-test: team -->"
+#: The line before a shell block that runs, naming its session.
+MARK = re.compile(r"<!-- docs-test: ([\w-]+) -->")
+
+
+def pages() -> dict[str, str]:
+    """Every Markdown page under docs/, by its path relative to docs/, with its text."""
+    return {
+        path.relative_to(DOCS).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted(DOCS.rglob("*.md"))
+    }
+
+
+def page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
 
 
 def blocks(text: str, lang: str) -> list[tuple[int, str]]:
@@ -27,9 +44,24 @@ def blocks(text: str, lang: str) -> list[tuple[int, str]]:
     return [(m.start(), textwrap.dedent(m[2])) for m in fence.finditer(text)]
 
 
-def marked(text: str, mark: str = MARK) -> list[str]:
-    """The bash blocks of ``text`` right after ``mark``."""
-    return [body for start, body in blocks(text, "bash") if text[:start].rstrip().endswith(mark)]
+def marked(text: str, session: str) -> list[str]:
+    """The bash blocks of ``text`` marked to run in ``session``, in order."""
+    found = []
+    for start, body in blocks(text, "bash"):
+        mark = MARK.fullmatch(text[:start].rstrip().rsplit("\n", 1)[-1].strip())
+        if mark and mark[1] == session:
+            found.append(body)
+    return found
+
+
+def sessions() -> set[tuple[str, str]]:
+    """(page, session) of every marked block in the docs."""
+    return {(name, m[1]) for name, text in pages().items() for m in MARK.finditer(text)}
+
+
+def python_script(text: str) -> str:
+    """A page's Python blocks as one script, in order."""
+    return "\n\n".join(body for _, body in blocks(text, "python"))
 
 
 def user_env(tmp: Path) -> dict[str, str]:
