@@ -884,6 +884,37 @@ def _wrap_public_methods(cls: type[Store]) -> None:
 _wrap_public_methods(Store)
 
 
+#: What DuckDB says when the file system refused a write (it raises an ``IOException``, or a
+#: ``TransactionException`` when the refused write was the commit's own WAL append).
+_IO_WORDS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "Input/output error",
+    "Could not write file",
+)
+
+
+def _is_io_failure(exc: BaseException) -> bool:
+    """An error of the file system under the store (disk full, read-only, I/O), not of SQL."""
+    if isinstance(exc, OSError | duckdb.IOException):
+        return True
+    return isinstance(exc, duckdb.Error) and any(word in str(exc) for word in _IO_WORDS)
+
+
+def io_reason(exc: BaseException) -> str:
+    """The cause of a refused write in one line: ``disk full (No space left on device)``.
+
+    Examples:
+        >>> io_reason(OSError(28, "No space left on device"))
+        'disk full (No space left on device (ENOSPC))'
+    """
+    text = os_reason(exc) if isinstance(exc, OSError) else str(exc).strip().splitlines()[0]
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return f"disk full ({text.split(': ')[-1] if not isinstance(exc, OSError) else text})"
+    return text
+
+
 class _Transaction:
     """One transaction; an OS error writing the file (disk full, read-only) becomes a one-line
     StoreError naming it, with the transaction rolled back."""
@@ -900,10 +931,11 @@ class _Transaction:
             try:
                 self._con.execute("COMMIT")
                 return
-            except (duckdb.IOException, OSError) as failed:
+            except (duckdb.Error, OSError) as failed:
+                if not _is_io_failure(failed):
+                    raise
                 exc = failed
         with contextlib.suppress(duckdb.Error):  # a failed COMMIT has rolled back already
             self._con.execute("ROLLBACK")
-        if isinstance(exc, duckdb.IOException | OSError):
-            reason = os_reason(exc) if isinstance(exc, OSError) else str(exc).splitlines()[0]
-            raise StoreError(f"{self._path}: cannot write the store: {reason}") from None
+        if exc is not None and _is_io_failure(exc):
+            raise StoreError(f"{self._path}: cannot write the store: {io_reason(exc)}") from None
