@@ -42,7 +42,8 @@ Containment is the operating system's job, not the interpreter's. Each run start
 Inside, the harness keeps its :pep:`578` audit hook. It is *not* a boundary (it shares the
 interpreter with the code it watches); it turns the common refusals (network, writes outside the
 temp dir, spawning, ``ctypes``, frame and ``gc`` introspection, ``/proc/.../mem`` however the
-path is spelled) into clear reasons.
+path is spelled) into clear reasons, and it guards the result: the code may not add audit hooks,
+trace, or reach the harness's frames, and never runs on the thread that holds the nonce.
 
 What is *not* contained: CPU time up to the limits, the kernel's attack surface through the
 system calls the filter allows, reads of the world-readable files under ``/usr`` and the Python
