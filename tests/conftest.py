@@ -155,6 +155,20 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         gc.freeze()
 
 
+#: The CI variables evalkit.provenance reads: a test suite run inside a pull-request job must
+#: not make every record the tests write one of "this pull-request job".
+CI_VARIABLES = ("GITHUB_", "GITLAB_CI", "CI_PIPELINE_SOURCE", "CI_MERGE_REQUEST_", "CI_JOB_ID",
+                "CI_COMMIT_", "EVALKIT_CI_")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _no_ci_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts outside any CI job; a test simulates one by setting its variables."""
+    for name in list(os.environ):
+        if name.startswith(CI_VARIABLES):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session")
 def demo_server() -> Iterator[DemoServer]:
     """A noise-free demo simulator on a free loopback port, shared by the session (each xdist

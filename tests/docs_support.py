@@ -68,7 +68,8 @@ def user_env(tmp: Path) -> dict[str, str]:
     """This environment as a user's shell: this venv first on PATH, ``tmp`` as HOME and
     TMPDIR (a detached demo server's log is gone with the test), no EVALKIT_ or PYTEST_
     variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "PYTEST_"))}
+    ci = ("GITHUB_", "GITLAB_CI", "CI_PIPELINE_SOURCE", "CI_MERGE_REQUEST_", "CI_JOB_ID")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "PYTEST_", *ci))}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["COLUMNS"] = "120"
     env["HOME"] = str(tmp)  # nothing from the user's home leaks in
