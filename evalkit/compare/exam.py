@@ -307,5 +307,6 @@ def load_exam_comparison(
             "the pull request's scorer sources differ from the pinned exam's: the pinned "
             "scorers decide; the pull request's judge only its own added and edited cases"
         )
+    # The report lists what the pull request changed (its cases against the pinned ones).
     return replace(main, warnings=tuple(warnings), exam=summary, additions=additions,
-                   rebaseline=rebaseline)  # fmt: skip
+                   rebaseline=rebaseline, changes=pr.changes)  # fmt: skip
