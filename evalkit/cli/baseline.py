@@ -49,7 +49,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
     from evalkit.run.live_tools import refuse_live
     from evalkit.store import open_store
 
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         run_id = store.resolve_run(args.run)
         manifest = store.manifest(run_id)
         refuse_live(manifest, run_id, "promoted as a baseline")  # before: it never could be

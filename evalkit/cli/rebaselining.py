@@ -40,7 +40,7 @@ def maybe_rebaseline(args: argparse.Namespace, base_run_id: str, cand_run_id: st
     suite = load_suite(args.config or find_config(), overrides=args.overrides)
     _answer_pinned(args, suite, base_run_id, cand_run_id)
     try:
-        with open_store(args.db, wait_s=args.wait) as store:
+        with open_store(args.db, wait_s=args.wait, write=True) as store:
             result = rebaseline(store, suite, base_run_id, cand_run_id)
     except ConfigError:
         raise

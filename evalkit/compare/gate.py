@@ -759,19 +759,39 @@ def gate_comparison(
     policy_changes: Sequence[str] = (),
     policy_source: str | None = None,
     siblings: Sequence[tuple[str, str]] = (),
+    *,
+    reasks: bool = False,
 ) -> GateDecision:
     """`decide` with what the store knows beyond the pair: the flake list measured on the
     baseline's configuration (`evalkit.compare.flakes.excusing_flakes`), recorded overrides, both
     sides' errors and the corpus delta; ``policy_changes`` (how the pull request loosened the
     pinned policy), ``policy_source`` and ``siblings`` come from `evalkit.compare.pin.gate_pair`.
+    Flake lists and overrides count only when a writer the policy trusts recorded them
+    (`evalkit.compare.trust`); with ``reasks`` (the gate flow) a flake list excuses a case only
+    once the gate job re-asked it (`evalkit.compare.reask`).
     """
     from evalkit.compare.flakes import excusing_flakes, shown_flakes
+    from evalkit.compare.reask import reask_findings
     from evalkit.compare.replay_checks import replay_findings
     from evalkit.compare.transfer import transfer, transfer_finding
+    from evalkit.compare.trust import (
+        Trust,
+        trust_findings,
+        trusted_overrides,
+        unreadable_tree_finding,
+    )
 
-    rates = excusing_flakes(store, comparison.base, comparison.cand)
+    # -- trust (evalkit.compare.trust): only records a trusted writer made decide ------------
+    trust = Trust.here(policy.trusted_writers)
+    rates = excusing_flakes(store, comparison.base, comparison.cand, trust.why_not)
+    reasked: list[Finding] = []
+    if reasks:
+        rates, reasked = reask_findings(store, comparison, rates)
+    overrides, ignored = trusted_overrides(
+        store.overrides(comparison.base.run_id, comparison.cand.run_id), trust
+    )
+    # -- end trust ---------------------------------------------------------------------------
     observed = usage_means(comparison.cand_verdicts)
-    overrides = store.overrides(comparison.base.run_id, comparison.cand.run_id)
     errors = _side_errors(comparison.cand, comparison.paired)
     base_errors = _side_errors(comparison.base, comparison.paired.filter(_ORIGINAL))
     if comparison.rebaseline is not None:
@@ -803,7 +823,10 @@ def gate_comparison(
     # Sealed cases run in both: do the live gains hold on cases nobody tuned against? (warn)
     held = transfer(comparison.paired, policy.bootstrap_iters, policy.level, policy.bootstrap_seed)
     notes += [found] if (found := transfer_finding(held)) else []
-    for r in shown_flakes(store, comparison.base, comparison.cand).iter_rows(named=True):
+    notes += trust_findings(store, comparison, trust, ignored) + reasked
+    notes += [found] if (found := unreadable_tree_finding(comparison)) else []
+    shown = shown_flakes(store, comparison.base, comparison.cand, trust.why_not)
+    for r in shown.iter_rows(named=True):
         msg = f"flake rate {r['flake_rate']:.0%} of {r['case_id']} excuses nothing: {r['why_not']}"
         notes.append(Finding(0, "flakes", (r["case_id"],), {}, msg, "info", "not-excusing"))
     # Warnings from the runs and the comparison reach the person with the decision.

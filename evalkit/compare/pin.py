@@ -24,7 +24,8 @@ import polars as pl
 from evalkit.compare.analysis import load_comparison
 from evalkit.compare.gate import gate_comparison
 from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
-from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict, pinned_policy
+from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict
+from evalkit.compare.trust import trusted_pinned_policy
 from evalkit.errors import EvalkitError
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def resolve_policy(
     The pin is the baseline's promoted policy, else the one its manifest recorded; the pull
     request's (``config_path``) applies only where it is as strict or stricter.
     """
-    pin = pinned_policy(store, base_run_id)
+    pin = trusted_pinned_policy(store, base_run_id)  # a trusted writer's (compare.trust)
     proposed = load_policy_dict(config_path)
     source = str(config_path) if config_path else "the pinned policy"
     policy, changes = effective_policy(pin.policy, proposed, source)
@@ -156,5 +157,5 @@ def gate_pair(
             found.append((run_id, other.status))
         except EvalkitError as exc:  # shown, not hidden: it could not be gated against the pin
             found.append((run_id, f"not gated ({str(exc)[:80]})"))
-    decision = gate_comparison(store, comparison, policy, looser, source, tuple(found))
+    decision = gate_comparison(store, comparison, policy, looser, source, tuple(found), reasks=True)
     return comparison, decision
