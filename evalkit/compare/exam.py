@@ -253,6 +253,20 @@ def find_exam_run(store: Store, base_run_id: str, cand: RunData) -> RunData | No
     return load_run(store, run_id) if run_id else None
 
 
+def trusted_exam(store: Store, baseline: str) -> StoredExam | None:
+    """The exam pinned with the newest *trusted* promotion of ``baseline``
+    (`evalkit.compare.trust.promotions`): an exam a pull-request job pinned with its own
+    promotion judges nothing."""
+    from evalkit.compare.trust import promotions
+
+    manifest = store.manifest(baseline)
+    tier = (manifest.get("selection") or {}).get("tier")
+    rows = promotions(store, manifest.get("suite") or "", tier).filter(
+        (pl.col("run_id") == baseline) & pl.col("why_not").is_null()
+    )
+    return store.exam(baseline, rows["promoted_at"].to_list()) if rows.height else None
+
+
 def load_exam_comparison(
     store: Store,
     baseline: str,
@@ -271,7 +285,7 @@ def load_exam_comparison(
     """
     from evalkit.compare.analysis import _rebaseline_run
 
-    exam = store.exam(baseline)
+    exam = trusted_exam(store, baseline)
     if exam is None:
         return None
     base, cand = load_run(store, baseline), load_run(store, candidate)
