@@ -93,16 +93,21 @@ def siblings(store: Store, comparison: Comparison) -> list[str]:
         & ~pl.col("label").str.starts_with("rebaseline:")
         & ~pl.col("label").str.starts_with("exam:")
     )
-    out = []
+    import json
+
+    out: list[str] = []
+    wanted = _selection_key(manifest.get("selection"))
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
-        other = store.manifest(row["run_id"])
+        other = json.loads(row["manifest"] or "{}")  # one query for every run's manifest
         if other.get("exam") or other.get("rebaseline"):
             continue
         if configuration_identity(other) != identity:
             continue
-        if _selection_key(other.get("selection")) == _selection_key(manifest.get("selection")):
+        if _selection_key(other.get("selection")) == wanted:
             out.append(row["run_id"])
-    return out[:MAX_SIBLINGS]
+            if len(out) == MAX_SIBLINGS:
+                break
+    return out
 
 
 def _exam_or_plain_comparison(
