@@ -84,7 +84,7 @@ def _selection_key(selection: dict | None) -> dict:
 def siblings(store: Store, comparison: Comparison) -> list[str]:
     """Every other complete run of the candidate's configuration identity
     (`configuration_identity`) and selection, whatever corpus it ran (newest first), leaving
-    out the pair itself, rebaseline runs and pinned-exam runs."""
+    out the pair itself, rebaseline runs, pinned-exam runs and targeted re-asks."""
     manifest = comparison.cand.manifest
     identity = configuration_identity(manifest)
     runs = store.runs().filter(
@@ -92,6 +92,7 @@ def siblings(store: Store, comparison: Comparison) -> list[str]:
         & ~pl.col("run_id").is_in([comparison.base.run_id, comparison.cand.run_id])
         & ~pl.col("label").str.starts_with("rebaseline:")
         & ~pl.col("label").str.starts_with("exam:")
+        & ~pl.col("label").str.starts_with("reask:")  # compare.reask: a flake's targeted re-asks
     )
     import json
 
