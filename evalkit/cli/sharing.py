@@ -67,6 +67,11 @@ def _cmd_push(args: argparse.Namespace) -> int:
         print(f"run {pushed.run_id} is already in {shared.uri.shown}: nothing added")
     if pushed.conflicts:
         print(f"  {pushed.conflicts} commits met another writer's and were retried")
+    from evalkit.provenance import current_writer
+    from evalkit.store.shared.trust_rows import untrusted_push
+
+    if (why := untrusted_push(current_writer())) is not None:
+        print(f"  no promotion, flake list or override published: {why}")
     return 0
 
 

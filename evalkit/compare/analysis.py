@@ -18,6 +18,7 @@ from evalkit.compare.comparability import check_comparable, comparability_warnin
 from evalkit.compare.paired import case_changes, corpus_delta, paired_frame
 from evalkit.compare.pass_rules import PassRules
 from evalkit.compare.slices import slices
+from evalkit.compare.trust import trusted_calibrations
 from evalkit.compare.verdicts import verdicts
 from evalkit.judges.gating import (
     JudgeGating,
@@ -77,6 +78,11 @@ class Comparison:
     rebaseline: RunData | None = None
     # Why the delta cannot be rebaselined (a Python system whose code changed ...), or None.
     rebaseline_blocker: str | None = None
+    # Judged on the baseline's pinned exam (`evalkit.compare.exam`): what the candidate was
+    # judged on (`ExamSummary`), and the pull request's own added and edited cases (its
+    # additive exam, `evalkit.compare.exam.additive_exam`); None without a pinned exam.
+    exam: Any = None
+    additions: pl.DataFrame | None = None
 
     def _repr_html_(self) -> str:
         """Jupyter shows the pair's runs and its per-slice table (percentages, 3-digit p)."""
@@ -267,8 +273,9 @@ def load_comparison(
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
     # Judge rows only (not 3M score rows), each side's own: a judge check gates only when both
     # sides were judged by the same calibrated identity.
+    calibrations = trusted_calibrations(store.calibrations())  # a trusted writer's only
     gating = judge_gating(
-        judged[0], store.calibrations(), judge_kappa_min, judge_min_labels, candidate=judged[1]
+        judged[0], calibrations, judge_kappa_min, judge_min_labels, candidate=judged[1]
     )
     rebaseline = _rebaseline_run(store, base, cand)
     return compare(base, cand, allow_diff, gating, rebaseline, pass_rules)

@@ -241,12 +241,14 @@ class Report:
             "corpus delta in critical tags: 'billing' 6 edited (6 rebaselined)"
         """
         parts = []
+        exam = self.decision.exam_line if self.decision else None
         for row in self.decision.corpus_delta if self.decision else ():
             what = [f"{row[k]} {k}" for k in ("edited", "added", "removed") if row[k]]
             if what:
                 done = f" ({row['rebaselined']} rebaselined)" if row["rebaselined"] else ""
                 parts.append(f"{row['tag']!r} {', '.join(what)}{done}")
-        return f"corpus delta in critical tags: {'; '.join(parts)}" if parts else None
+        delta = f"corpus delta in critical tags: {'; '.join(parts)}" if parts else None
+        return "; ".join(p for p in (exam, delta) if p) or None
 
     def stopping(self) -> tuple[Any, ...]:
         """The findings that stop the gate (blocking or unverified), in the gate's order."""

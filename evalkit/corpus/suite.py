@@ -153,6 +153,9 @@ class SystemConfig(_Strict):
     # (python: the function's module, plus these globs relative to the config's directory), a
     # version string for what evalkit cannot hash (a deployed service), the retrieval index.
     code_paths: list[str] = Field(default_factory=list)
+    # Environment variables the system reads (a feature flag): their values, hashed, are part
+    # of a python system's identity; an undeclared one is not seen (evalkit.corpus.repo_tree).
+    env: list[str] = Field(default_factory=list)
     version: str | None = None
     index: IndexConfig | None = None
 

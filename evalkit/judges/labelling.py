@@ -39,7 +39,7 @@ import polars as pl
 from evalkit.errors import EvalkitError
 from evalkit.judges import agreement
 from evalkit.judges.calibration import judged_outputs
-from evalkit.judges.labels import output_hash
+from evalkit.judges.labels import neutralise_cell, output_hash
 from evalkit.scorers.judge_client import Rubric, load_rubric, render_conversation
 
 if TYPE_CHECKING:
@@ -368,7 +368,8 @@ def write_sheet(sample: LabelSample, path: str | Path, rater: str | None = None)
     """Write the labelling sheet as ``.csv`` or ``.jsonl`` (by the extension); returns the path.
 
     Fill in ``rater`` (unless given here) and ``label``; ``evalkit labels import FILE`` skips the
-    rows left blank.
+    rows left blank. A CSV sheet's text cells are neutralised (:func:`neutralise_cell`): model
+    outputs are untrusted, and a spreadsheet must not run one as a formula.
     """
     out = Path(path)
     suffix = out.suffix.lower()
@@ -377,7 +378,8 @@ def write_sheet(sample: LabelSample, path: str | Path, rater: str | None = None)
     frame = sample.to_frame(rater)
     out.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".csv":
-        frame.write_csv(out)
+        text = pl.col(pl.String).map_elements(neutralise_cell, return_dtype=pl.String)
+        frame.with_columns(text).write_csv(out)
     else:
         frame.write_ndjson(out)
     return out

@@ -52,6 +52,7 @@ from evalkit.redact import redact_known
 from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
+from evalkit.store.exams import ExamRecords
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.schema import (
@@ -193,7 +194,7 @@ def _serialized(
     return locked
 
 
-class Store(DecisionRecords, JudgmentRecords, CacheRecords):
+class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(
@@ -469,7 +470,10 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
         case_hash: the hash of each case version measured; NULL when the frame has none)."""
         import polars as pl
 
+        from evalkit.provenance import current_writer
+
         case_hash = pl.col("case_hash") if "case_hash" in flakes.columns else pl.lit(None)
+        written_by = current_writer().to_json()
         frame = flakes.select(
             pl.lit(config_hash).alias("config_hash"),
             pl.lit(_now()).dt.cast_time_unit("us").alias("measured_at"),
@@ -479,6 +483,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             pl.col("flips").cast(pl.Int32),
             pl.col("flake_rate").cast(pl.Float64),
             case_hash.cast(pl.String).alias("case_hash"),
+            pl.lit(written_by, pl.String).alias("written_by"),
         )
         with self._transaction():
             self._append("flakes", frame)
@@ -737,11 +742,19 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
 
     def flake_measurements(self, config_hashes: Sequence[str]) -> pl.DataFrame:
         """Every stored flake row of these configurations, newest first, with columns
-        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate`` (``case_hash``
-        NULL where it was measured before evalkit recorded one)."""
+        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate, written_by``
+        (``case_hash`` NULL where it was measured before evalkit recorded one; ``written_by``,
+        `evalkit.provenance.Writer` JSON, NULL where it was measured before evalkit recorded
+        who measured it)."""
+        written_by = (
+            "written_by"
+            if self._has_column("flakes", "written_by")
+            else "CAST(NULL AS VARCHAR) AS written_by"
+        )
         return self._frame(
             f"SELECT config_hash, measured_at, case_id, {self._flake_hash()}, runs, flips, "
-            "flake_rate FROM flakes WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
+            f"flake_rate, {written_by} FROM flakes "
+            "WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
             "ORDER BY measured_at DESC, config_hash, case_id",
             [list(config_hashes)],
         )
@@ -871,6 +884,37 @@ def _wrap_public_methods(cls: type[Store]) -> None:
 _wrap_public_methods(Store)
 
 
+#: What DuckDB says when the file system refused a write (it raises an ``IOException``, or a
+#: ``TransactionException`` when the refused write was the commit's own WAL append).
+_IO_WORDS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "Input/output error",
+    "Could not write file",
+)
+
+
+def _is_io_failure(exc: BaseException) -> bool:
+    """An error of the file system under the store (disk full, read-only, I/O), not of SQL."""
+    if isinstance(exc, OSError | duckdb.IOException):
+        return True
+    return isinstance(exc, duckdb.Error) and any(word in str(exc) for word in _IO_WORDS)
+
+
+def io_reason(exc: BaseException) -> str:
+    """The cause of a refused write in one line: ``disk full (No space left on device)``.
+
+    Examples:
+        >>> io_reason(OSError(28, "No space left on device"))
+        'disk full (No space left on device (ENOSPC))'
+    """
+    text = os_reason(exc) if isinstance(exc, OSError) else str(exc).strip().splitlines()[0]
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return f"disk full ({text.split(': ')[-1] if not isinstance(exc, OSError) else text})"
+    return text
+
+
 class _Transaction:
     """One transaction; an OS error writing the file (disk full, read-only) becomes a one-line
     StoreError naming it, with the transaction rolled back."""
@@ -887,10 +931,11 @@ class _Transaction:
             try:
                 self._con.execute("COMMIT")
                 return
-            except (duckdb.IOException, OSError) as failed:
+            except (duckdb.Error, OSError) as failed:
+                if not _is_io_failure(failed):
+                    raise
                 exc = failed
         with contextlib.suppress(duckdb.Error):  # a failed COMMIT has rolled back already
             self._con.execute("ROLLBACK")
-        if isinstance(exc, duckdb.IOException | OSError):
-            reason = os_reason(exc) if isinstance(exc, OSError) else str(exc).splitlines()[0]
-            raise StoreError(f"{self._path}: cannot write the store: {reason}") from None
+        if exc is not None and _is_io_failure(exc):
+            raise StoreError(f"{self._path}: cannot write the store: {io_reason(exc)}") from None

@@ -34,7 +34,7 @@ def _changes(pinned: dict, proposed: dict) -> tuple[tuple[str, ...], tuple[str, 
 
 def test_policies_equal_once_defaults_are_filled_in_are_no_change() -> None:
     written = {"critical_tags": ["policy", "billing"], "gate": {"alpha": 0.05, "tolerance": 0.02,
-               "siblings": "report", "max_changed_share": 0.1},
+               "siblings": "block", "max_changed_share": 0.1},
                "budgets": {"mean_latency_ms": 2000}}  # fmt: skip
     full = {"critical_tags": ["billing", "policy"], "gate": {},
             "budgets": {"mean_latency_ms": {"limit": 2000.0, "action": "block"}}}  # fmt: skip
@@ -142,7 +142,7 @@ def test_a_policy_that_does_not_validate_is_a_config_error() -> None:
 def test_the_new_gate_keys_are_validated_like_the_others() -> None:
     policy = GatePolicy.from_suite([], {"max_changed_share": 0.25, "siblings": "block"})
     assert (policy.max_changed_share, policy.siblings) == (0.25, "block")
-    assert (GatePolicy().max_changed_share, GatePolicy().siblings) == (0.1, "report")
+    assert (GatePolicy().max_changed_share, GatePolicy().siblings) == (0.1, "block")
     with pytest.raises(ConfigError, match=r"gate\.max_changed_share: invalid"):
         GatePolicy.from_suite([], {"max_changed_share": 1.5})
     with pytest.raises(ConfigError, match=r"gate\.siblings: invalid"):

@@ -1,7 +1,7 @@
-"""The README's GitHub Actions example (examples/github-actions/evalkit.yml) is the file it
-quotes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds the
-baseline prompt, with or without a team store, and refusing a pull request that loosens its
-policy. (Split from ``tests/test_readme.py`` so the workers share these sessions.)"""
+"""The docs' GitHub Actions example (examples/github-actions/evalkit.yml) is the file the CI
+page includes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds
+the baseline prompt, with or without a team store, and refusing a pull request that loosens its
+policy. (Apart from ``tests/test_docs_examples.py`` so the workers share these sessions.)"""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from readme_support import README, REPO, WORKFLOW, blocks, free_port, run_bash, user_env
+from docs_support import REPO, WORKFLOW, blocks, free_port, page, run_bash, user_env
 
 
 def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     text = WORKFLOW.read_text()
-    assert any(body == text for _, body in blocks(README, "yaml")), "README quotes another YAML"
+    include = f'--8<-- "{WORKFLOW.relative_to(REPO).as_posix()}"\n'
+    ci_page = page("getting-started/ci.md")
+    assert any(body == include for _, body in blocks(ci_page, "yaml")), "the page quotes no file"
     flow = yaml.safe_load(text)
     steps = flow["jobs"]["gate"]["steps"]
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))
@@ -46,6 +48,17 @@ def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     post = _posting_step(steps)
     assert post["if"] == "always()" and "GITHUB_STEP_SUMMARY" in post["run"]
     assert '--markdown "$RUNNER_TEMP/gate.md"' in script and "gate.md" in post["run"]
+
+
+#: A pull_request job's environment as GitHub Actions sets it (evalkit.provenance reads it): the
+#: job's own records excuse nothing; its promotion of the base branch's clean commit does.
+PR_JOB = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request", "GITHUB_RUN_ID": "1234",
+          "GITHUB_JOB": "gate", "GITHUB_REF": "refs/pull/7/merge", "GITHUB_HEAD_REF": "fix",
+          "GITHUB_BASE_REF": "main"}  # fmt: skip
+#: main's job (a person starting the nightly's promotion by hand).
+MAIN_JOB = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "workflow_dispatch",
+            "GITHUB_RUN_ID": "1200", "GITHUB_JOB": "promote",
+            "GITHUB_REF": "refs/heads/main"}  # fmt: skip
 
 
 def _posting_step(steps: list[dict]) -> dict:
@@ -75,7 +88,7 @@ def _ci_checkout(
         config.write_text(config.read_text() + INIT_JUDGE)
     else:
         shutil.copytree(REPO / "corpus", work / "corpus")
-    env = user_env(tmp_path) | {"GITHUB_BASE_REF": "main", "RUNNER_TEMP": str(tmp_path)}
+    env = user_env(tmp_path) | PR_JOB | {"RUNNER_TEMP": str(tmp_path)}
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
     for command in (
         ["init", "-q"],
@@ -152,7 +165,8 @@ def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path
         evalkit push nightly --store {store} --db {tmp_path}/main.duckdb
         kill $EVALKIT_DEMO_PID
     """
-    published = run_bash(textwrap.dedent(main_job), work, env)
+    main_env = {k: v for k, v in env.items() if k not in PR_JOB} | MAIN_JOB
+    published = run_bash(textwrap.dedent(main_job), work, main_env)
     assert published.returncode == 0, (published.stdout + published.stderr)[-3000:]
     result = run_bash(script, work, env | {"EVALKIT_STORE": store})
     out = result.stdout + result.stderr
@@ -182,3 +196,28 @@ def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path
     report = (tmp_path / "gate.md").read_text()
     assert "evalkit gate: UNVERIFIED" in report.splitlines()[0], report[:2000]
     assert "alpha" in report and "--policy" in report
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_ignores_a_promotion_the_pull_request_job_makes_of_its_own_run(
+    tmp_path: Path,
+) -> None:
+    """One extra command in the pull request's job — promoting its own candidate — changes
+    nothing: the gate judges against the base branch's promotion and lists the other."""
+    _, script, work, env = _ci_checkout(tmp_path, free_port())
+    git = ["git", "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the pull request"], cwd=work,
+                   env=env, check=True, capture_output=True)  # fmt: skip
+    own = "evalkit run --label candidate --no-progress $URL\n"
+    assert script.count(own) == 1
+    script = script.replace(
+        own, own + 'evalkit baseline promote candidate --who me --reason "mine"\n'
+    )
+    result = run_bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert "baseline of suite" in out and "is now" in out, out[-3000:]  # the promotion ran
+    assert (tmp_path / "gate.md").is_file(), out[-3000:]
+    report = (tmp_path / "gate.md").read_text()
+    assert "PASSED" in report.splitlines()[0]  # judged against the base branch's promotion
+    assert "(mine) ignored\\: written by this pull-request job" in report, report[:3000]
+    assert "refusing to compare run" not in out  # not gated against itself
