@@ -94,6 +94,7 @@ _EXPORTS = {
     "format_kappa": "evalkit.judges.display:fmt_kappa",
     "cohen_kappa": "evalkit.stats",
     "check": "evalkit.scorers.registry",
+    "build_scorer": "evalkit.scorers.registry",
     "scorer": "evalkit.scorers.registry",
     "load_pandalm": "evalkit.judges.published",
     "pandalm_table": "evalkit.judges.published",
@@ -132,6 +133,7 @@ __all__ = [
     "agreement_by_slice",
     "agreement_summary",
     "build_report",
+    "build_scorer",
     "calibrate",
     "calibration_table",
     "check",
@@ -183,13 +185,23 @@ __all__ = [
     "slice_forest",
     "slice_overview",
     "slice_table",
+    "stats",
     "table",
     "unstable_history",
     "verdicts",
 ]
 
 
+#: Public namespaces: modules whose own ``__all__`` is public API too (``evalkit.stats``: the
+#: pure statistics, arrays and counts in, frozen results out).
+_MODULES = {"stats"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        value = importlib.import_module(f"evalkit.{name}")
+        globals()[name] = value
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'evalkit' has no attribute {name!r}")
@@ -204,6 +216,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from evalkit import stats
     from evalkit.compare.analysis import Comparison, load_comparison
     from evalkit.compare.charts import (
         flake_rate_by_slice,
@@ -267,7 +280,7 @@ if TYPE_CHECKING:
     from evalkit.project.results import ComparisonResult, RunResult
     from evalkit.records import Output, Score, ToolCall
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
-    from evalkit.scorers.registry import check, scorer
+    from evalkit.scorers.registry import build_scorer, check, scorer
     from evalkit.stats import cohen_kappa
     from evalkit.store import Store
     from evalkit.store.db import open_store

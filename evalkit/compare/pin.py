@@ -84,7 +84,8 @@ def _selection_key(selection: dict | None) -> dict:
 def siblings(store: Store, comparison: Comparison) -> list[str]:
     """Every other complete run of the candidate's configuration identity
     (`configuration_identity`) and selection, whatever corpus it ran (newest first), leaving
-    out the pair itself, rebaseline runs and pinned-exam runs."""
+    out the pair itself, rebaseline runs, pinned-exam runs and the gate's own re-asks of
+    flaky cases (a few cases each: they are weighed as re-asks, not as siblings)."""
     manifest = comparison.cand.manifest
     identity = configuration_identity(manifest)
     runs = store.runs().filter(
@@ -92,6 +93,7 @@ def siblings(store: Store, comparison: Comparison) -> list[str]:
         & ~pl.col("run_id").is_in([comparison.base.run_id, comparison.cand.run_id])
         & ~pl.col("label").str.starts_with("rebaseline:")
         & ~pl.col("label").str.starts_with("exam:")
+        & ~pl.col("label").str.starts_with("reask:")
     )
     out = []
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
