@@ -93,6 +93,9 @@ _EXPORTS = {
     "calibration_table": "evalkit.judges.display",
     "format_kappa": "evalkit.judges.display:fmt_kappa",
     "cohen_kappa": "evalkit.stats",
+    # a public namespace, its own __all__ public too: the pure statistics (arrays and counts
+    # in, frozen results out)
+    "stats": "evalkit:stats",
     "check": "evalkit.scorers.registry",
     "build_scorer": "evalkit.scorers.registry",
     "scorer": "evalkit.scorers.registry",
@@ -192,21 +195,15 @@ __all__ = [
 ]
 
 
-#: Public namespaces: modules whose own ``__all__`` is public API too (``evalkit.stats``: the
-#: pure statistics, arrays and counts in, frozen results out).
-_MODULES = {"stats"}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        value = importlib.import_module(f"evalkit.{name}")
-        globals()[name] = value
-        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'evalkit' has no attribute {name!r}")
     module, _, attribute = module.partition(":")
-    value = getattr(importlib.import_module(module), attribute or name)
+    if module == "evalkit":  # a public namespace: the subpackage itself (``evalkit.stats``)
+        value = importlib.import_module(f"evalkit.{attribute}")
+    else:
+        value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 
