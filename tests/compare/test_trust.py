@@ -157,9 +157,8 @@ def test_a_promotion_written_by_the_pull_request_job_is_ignored_and_listed(
     lenient = make_run("lenient-run", _cases("f"), MANIFEST | {"config_hash": BASE_CFG}, "x")
     write_store(path, [lenient])
     _in_pr_job(monkeypatch)
-    with open_store(
-        path, write=True
-    ) as store:  # a baseline that fails the case too, promoted by the job
+    # a baseline that fails the case too, promoted by the job
+    with open_store(path, write=True) as store:
         store.promote_baseline("demo", "lenient-run", "pr-author", "new normal")
     decision = _gate(path)
     assert decision.policy is not None
@@ -169,9 +168,8 @@ def test_a_promotion_written_by_the_pull_request_job_is_ignored_and_listed(
     _outside(monkeypatch)  # a pull-request job's promotion is trusted nowhere
     with open_store(path, read_only=True) as store:
         assert gate_pair(store, None, "cand", None, ["prompt"])[0].base.run_id == "base-run"
-    with open_store(
-        path, write=True
-    ) as store:  # the control: the same promotion by a person counts
+    # the control: the same promotion by a person counts
+    with open_store(path, write=True) as store:
         store.promote_baseline("demo", "lenient-run", "ana", "new normal")
     _in_pr_job(monkeypatch)
     with open_store(path, read_only=True) as store:
@@ -201,9 +199,8 @@ def test_a_policy_promotion_written_by_the_pull_request_job_does_not_loosen_the_
 ) -> None:
     path = db()
     _in_pr_job(monkeypatch)
-    with open_store(
-        path, write=True
-    ) as store:  # `baseline promote base --policy` with alpha lowered
+    # `baseline promote base --policy` with alpha lowered
+    with open_store(path, write=True) as store:
         loose = {"critical_tags": [], "gate": {"alpha": 0.0001, "trusted_writers": ["unknown"]}}
         store.promote_baseline("demo", "base-run", "pr-author", "looser", None, loose)
     decision = _gate(path)
