@@ -139,7 +139,14 @@ def connect(address: str | None) -> ray_module:
     ray = import_ray(address)
     if not ray.is_initialized():
         if address is None:
+            # Ray turns token authentication on for a cluster ray.init starts, and writes the
+            # token it makes to ~/.ray/auth_token, where every later `ray start` of this user
+            # finds it (a second node then fails: InvalidAuthToken). A token of this
+            # process's own keeps the authentication and writes nothing under ~/.ray.
+            if "RAY_AUTH_MODE" not in os.environ:
+                os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
             ray.init(
+                address="local",  # never a cluster another `ray start` left on this machine
                 namespace=NAMESPACE,
                 include_dashboard=False,
                 log_to_driver=False,
