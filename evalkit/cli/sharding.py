@@ -115,7 +115,7 @@ def run_distributed(
     )
     ray_options = RayOptions(address=args.address, chunk_size=chunk_size, run_id=args.run_id)
     try:
-        with open_store(args.db, wait_s=args.wait) as store:
+        with open_store(args.db, wait_s=args.wait, write=True) as store:
             summary = run_on_ray(suite, corpus, store, options, source, root, ray_options)
     except RayUnreachable:
         from evalkit.cli import skip_teardown

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -176,6 +177,12 @@ async def run_suite_async(
         manifest["warnings"] = before
         store.create_run(manifest, corpus.cases)
         done = set()
+    if use_cache and _unreadable_python_tree(manifest):
+        use_cache = False  # its cache key cannot cover what it reads (corpus.repo_tree)
+        before.append(
+            "a python system whose repository could not be read, run in CI: no cached answers "
+            "are served (its identity does not cover the files it can read)"
+        )
     expected = len(corpus.cases) * config.replays
     work = PendingWork(corpus.cases, config.replays, frozenset(done))
     if options.on_start is not None:
@@ -604,3 +611,13 @@ def _assistant_tool_message(completion: Completion) -> dict[str, Any]:
 def _estimate_tokens(request: ChatRequest) -> int:
     chars = sum(len(str(m.get("content") or "")) for m in request.messages)
     return chars // 4 + int(request.sampling.get("max_tokens") or 0)
+
+
+def _unreadable_python_tree(manifest: dict) -> bool:
+    """A python system whose repository tree could not be read, run in a CI job (the gate
+    flow): answers cached under an identity that misses what it reads are not served."""
+    from evalkit.provenance import ci_context
+
+    repo = (manifest.get("system") or {}).get("repo")
+    unreadable = isinstance(repo, dict) and not repo.get("digest")
+    return unreadable and bool(ci_context(os.environ))

@@ -92,7 +92,7 @@ def test_a_run_says_its_publish_compacted_the_cache(
     write_store(tmp_path / "a.duckdb", [make_run("r0", [C("c1", "p")])])
     from evalkit.store import open_store
 
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         team = SharedCacheStore(store, open_shared_store(uri))
         team.cache_put(_entries("mine", 4))
         published = team.publish("r0")

@@ -102,7 +102,7 @@ class _Job:
 
     def run(self, label: str) -> RunSummary:
         corpus = load_corpus(self.suite.root, user_template=self.suite.config.system.user_template)
-        with open_store(self.db) as store:
+        with open_store(self.db, write=True) as store:
             self.team = with_shared_cache(store, self.suite, warn=self.warned.append)
             options = RunOptions(label=label, progress=False)
             summary = run_suite(self.suite, corpus, self.team, options)  # type: ignore[arg-type]
@@ -145,7 +145,7 @@ def test_publishing_twice_adds_no_row(tmp_path: Path) -> None:
     write_store(tmp_path / "a.duckdb", [make_run("r0", [C("c1", "p")])])
     uri = _team_uri(tmp_path)
     entries = {f"key-{i:03d}": json.dumps({"text": f"answer {i}"}) for i in range(40)}
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         team = SharedCacheStore(store, open_shared_store(uri))
         team.cache_put(entries)
         first, again = team.publish(), team.publish()
@@ -305,7 +305,7 @@ def test_a_store_lost_mid_run_is_warned_once_and_lookups_go_on_locally(tmp_path:
         {"team-key": '{"text": "the team asked it"}'}, publisher=_TEAMMATE
     )
     warned: list[str] = []
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         shared = open_shared_store(uri)
         team = SharedCacheStore(store, shared, warn=warned.append)
         assert team.cache_get(["team-key"]) == {"team-key": '{"text": "the team asked it"}'}
@@ -366,7 +366,7 @@ def test_a_merged_run_publishes_its_cache_once_and_a_second_job_asks_nothing(
     asked = int(demo_server.stats()["requests"])
     suite = load_suite(_share(project, uri), overrides=[f"system.base_url={demo_server.base_url}"])
     capsys.readouterr()
-    with open_store(tmp_path / "merged.duckdb") as store:
+    with open_store(tmp_path / "merged.duckdb", write=True) as store:
         first = publish_run_cache(store, suite, run_id)
         again = publish_run_cache(store, suite, run_id)
     assert first is not None and again is not None

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from evalkit.errors import StoreError
+from evalkit.provenance import current_writer
 from evalkit.store.shared.compaction import (
     COMPACT_AT_FILES,
     Compacted,
@@ -52,6 +53,7 @@ from evalkit.store.shared.tables import (
     scan,
     with_columns,
 )
+from evalkit.store.shared.trust_rows import publishable, trusted_promotions, untrusted_push
 from evalkit.store.shared.uri import StoreURI, parse_store_uri
 from evalkit.store.shared.verify import SEALED_BY, seal_of, verify_promotions, verify_run
 
@@ -271,9 +273,11 @@ class SharedStore:
             )
         added: dict[str, int] = {}
         conflicts = 0
+        context = current_writer()
         pushed: dict[str, pa.Table] = {}
         for name in PUSH_ORDER:
-            rows = pushed[name] = sealed(name, local_rows(local, name, run_id), pushed)
+            rows = publishable(name, local_rows(local, name, run_id), context)  # trust_rows
+            rows = pushed[name] = sealed(name, rows, pushed)
             table = self._table(name, create=True)
             assert table is not None
             result: Appended = append_new(table, TABLES[name], rows)
@@ -287,10 +291,12 @@ class SharedStore:
         policy: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
         """Make the published run ``run_id`` the baseline of ``suite`` (``tier``): one
-        appended row with who, why, when and the pinned policy; earlier ones stay (history).
+        appended row with who, why, when, the pinned policy and who wrote it from where;
+        earlier ones stay (history).
 
         Raises:
-            StoreError: the run is not published, or no name or reason is given.
+            StoreError: the run is not published, no name or reason is given, or this is a
+                pull-request job (it publishes runs, never promotions).
         """
         import json
 
@@ -298,6 +304,9 @@ class SharedStore:
 
         if not who.strip() or not reason.strip():
             raise StoreError("promoting a baseline needs a name (--who) and a reason (--reason)")
+        writer = current_writer(who)
+        if (why := untrusted_push(writer)) is not None:
+            raise StoreError(f"{self.uri.shown}: refusing to promote: {why}")
         if run_id not in self.run_ids([run_id]):
             raise StoreError(f"{self.uri.shown}: run {run_id} is not pushed; push it first")
         self._run_frames(run_id)  # a promotion names a verified run: raises when it is not
@@ -309,6 +318,7 @@ class SharedStore:
             "promoted_at": dt.datetime.now(dt.UTC),
             "tier": tier,
             "policy": json.dumps(dict(policy), sort_keys=True) if policy is not None else None,
+            "written_by": writer.to_json(),
         }
         table = self._table("baselines", create=True)
         assert table is not None
@@ -365,9 +375,11 @@ class SharedStore:
         return rows.sort("promoted_at", descending=True)  # type: ignore[union-attr]
 
     def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
-        """The run promoted last for ``suite`` (``tier``; None: the full suite)."""
+        """The run of the newest *trusted* promotion of ``suite`` (``tier``; None: the full
+        suite): `trust_rows.trusted_promotions`, from where this process runs."""
         rows = self.baselines(suite)
         rows = rows.filter(rows["tier"].is_null() if tier is None else rows["tier"] == tier)
+        rows = trusted_promotions(rows)
         return str(rows["run_id"][0]) if rows.height else None
 
     @_unreachable_is_one_line
