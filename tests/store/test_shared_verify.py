@@ -169,7 +169,7 @@ def test_promoting_a_forged_run_is_refused(tmp_path: Path, published: str) -> No
 def test_a_rescoring_pushed_later_is_sealed_by_its_own_row_and_pulls(
     tmp_path: Path, published: str, capsys
 ) -> None:
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         scores = store.query("SELECT * FROM scores WHERE run_id = 'base-run'")
         hashes = dict(store.query("SELECT case_id, case_hash FROM cases").iter_rows())
         scoring = store.write_scoring("base-run", "rescored", scores, hashes)

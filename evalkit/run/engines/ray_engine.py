@@ -26,6 +26,12 @@ With ``rate_limit:`` in the suite, one named rate-budget actor per endpoint
 detached, pinned to the head node, held by each run while it runs and removed when the last
 one leaves (:mod:`evalkit.run.engines.ray_budget`).
 
+Where it listens. Without ``--address`` the driver starts a Ray instance of its own (never one
+a ``ray start`` left on the machine): every port of its processes on 127.0.0.1, no dashboard
+and so no job API, token authentication on with a token of the driver's own (nothing written
+under ``~/.ray``). With ``--address`` it joins that cluster as it was started; an address where
+nothing answers fails within a minute in one line (:func:`connect`).
+
 The parts root is resolved once, on the driver, before any task is scheduled: a relative
 ``--parts`` (the default ``data/parts``) becomes an absolute path, so the workers write where
 the driver merges, whatever directory their node was started in.
