@@ -26,6 +26,12 @@ With ``rate_limit:`` in the suite, one named rate-budget actor per endpoint
 detached, pinned to the head node, held by each run while it runs and removed when the last
 one leaves (:mod:`evalkit.run.engines.ray_budget`).
 
+Where it listens. Without ``--address`` the driver starts a Ray instance of its own (never one
+a ``ray start`` left on the machine): every port of its processes on 127.0.0.1, no dashboard
+and so no job API, token authentication on with a token of the driver's own (nothing written
+under ``~/.ray``). With ``--address`` it joins that cluster as it was started; an address where
+nothing answers fails within a minute in one line (:func:`connect`).
+
 The parts root is resolved once, on the driver, before any task is scheduled: a relative
 ``--parts`` (the default ``data/parts``) becomes an absolute path, so the workers write where
 the driver merges, whatever directory their node was started in.
@@ -139,7 +145,14 @@ def connect(address: str | None) -> ray_module:
     ray = import_ray(address)
     if not ray.is_initialized():
         if address is None:
+            # Ray turns token authentication on for a cluster ray.init starts, and writes the
+            # token it makes to ~/.ray/auth_token, where every later `ray start` of this user
+            # finds it (a second node then fails: InvalidAuthToken). A token of this
+            # process's own keeps the authentication and writes nothing under ~/.ray.
+            if "RAY_AUTH_MODE" not in os.environ:
+                os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
             ray.init(
+                address="local",  # never a cluster another `ray start` left on this machine
                 namespace=NAMESPACE,
                 include_dashboard=False,
                 log_to_driver=False,

@@ -9,7 +9,10 @@ once its ``runs`` row is there, so a reader never sees a run whose rows are stil
 promotion never names a run that is not all there, and a push killed midway is finished by
 pushing again (each table skips the rows it already holds: :func:`append_new`).
 
-A pull copies a published run's rows, its overrides and the human labels of its outputs, and
+A pull first verifies the run as one unit against the seal its push recorded
+(:mod:`evalkit.store.shared.verify`), and refuses it in one line naming the run and the table
+when rows were added or changed since; then it copies the run's rows, its overrides and the
+human labels of its outputs, and
 with a baseline its suite's promotion history, into the local store in one DuckDB
 transaction, skipping the rows the local store already holds (of a label relabelled since,
 the newest value wins, as a local re-import does).
