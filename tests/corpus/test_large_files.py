@@ -47,11 +47,11 @@ def test_an_import_past_the_node_limit_is_written_in_bounded_files_that_lint_aft
 ) -> None:
     """60,000 one-turn cases (~21 values each) hold more values than one document may: written
     as files of at most WRITTEN_FILE_CASES cases, each loads, and reviewed they lint clean.
-    Scaled down twentyfold, limits with it (the YAML emitter writing 60,000 cases takes
+    Scaled down fiftyfold, limits with it (the YAML emitter writing 60,000 cases takes
     minutes on a shared machine; ``bench/large_import.py`` runs the full size)."""
-    n = 3_000
-    monkeypatch.setattr(yaml_input, "MAX_YAML_NODES", 50_000)  # 1,000,000 / 20
-    monkeypatch.setattr(file_parts, "WRITTEN_FILE_CASES", 1_000)
+    n = 1_200
+    monkeypatch.setattr(yaml_input, "MAX_YAML_NODES", 20_000)  # 1,000,000 / 50
+    monkeypatch.setattr(file_parts, "WRITTEN_FILE_CASES", 400)
     assert n * 21 > yaml_input.MAX_YAML_NODES
     assert _import(project, _rows(tmp_path / "rows.jsonl", n)) == 0
     out = capsys.readouterr().out
@@ -76,7 +76,7 @@ def test_an_import_past_the_node_limit_is_written_in_bounded_files_that_lint_aft
     (project.cases / "all.yaml").write_text(one)
     assert len(load_corpus(project.root).cases) == n
     monkeypatch.setattr(cases, "CASE_CHUNK_ITEMS", 10**9)
-    with pytest.raises(CorpusError, match="more than 50,000 values"):
+    with pytest.raises(CorpusError, match="more than 20,000 values"):
         load_corpus(project.root)
 
 

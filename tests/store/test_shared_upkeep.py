@@ -50,7 +50,7 @@ def test_repeated_pushes_leave_a_bounded_number_of_snapshots_and_files_per_table
     assert outputs.num_rows == pushed == 6 * 12 * 2  # two replays a case, every row once
     keys = {(r["run_id"], r["case_id"], r["replay"]) for r in outputs.to_pylist()}
     assert len(keys) == outputs.num_rows
-    with open_store(tmp_path / "b.duckdb") as store:
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
         assert shared.pull(store, "run5").added["outputs"] == 24  # still reads as pushed
 
 
