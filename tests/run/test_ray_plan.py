@@ -48,7 +48,8 @@ def test_the_driver_builds_one_share_at_a_time(
     assert count == 5 == stored_share_count(manifest)  # 300 cases, at most 70 a share
     feed = ShareFeed(facts, parts, manifest, units, count)
     feed.record()
-    assert facts.counts.cases_built == 0  # the manifest alone: no case built yet
+    assert facts.counts.cases_built == feed.peak <= 70  # the manifest and the first share
+    assert [p.chunk_id for p in parts.parts("r1", "cases")] == ["driver-1-of-5"]
     feed.plan(chunk_size=16, done=set())
     seen: dict[str, int] = {}
     sent = 0

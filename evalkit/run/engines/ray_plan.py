@@ -70,15 +70,27 @@ class ShareFeed:
     _cases: dict[str, Case] = field(default_factory=dict)
 
     def record(self) -> None:
-        """Write the run's manifest, and with one share the cases part of all the cases (as a
-        run without shares does); a run of several shares records each share's cases when its
-        first chunk goes out."""
-        if self.count > 1:
-            record_run(self.root, self.manifest, "driver", (), with_cases=False)
+        """Write the run's manifest and the cases part of the first share (with one share: of
+        all the cases, as a run without shares does; the merge wants a cases part from the
+        start); a run of several shares records each other share's cases when its first chunk
+        goes out."""
+        if self.count == 1:
+            cases = self._load(set(_ids(self.units)))
+            record_run(self.root, self.manifest, "driver", cases)
+            self._hold(1, cases)
             return
-        cases = self._load(set(_ids(self.units)))
-        record_run(self.root, self.manifest, "driver", cases)
-        self._hold(1, cases)
+        record_run(self.root, self.manifest, "driver", (), with_cases=False)
+        self._open_share(1)
+
+    def _open_share(self, k: int) -> None:
+        """Share ``k``'s cases built, recorded as its cases part (once) and held."""
+        self._cases = {}  # the share before it is all out: its cases go first
+        cases = self._load(set(_ids(self._share_units(k))))
+        writer = f"driver-{k}-of-{self.count}"
+        run_id = str(self.manifest["run"]["run_id"])
+        if not any(p.chunk_id == writer for p in self.root.parts(run_id, "cases")):
+            self.root.write_cases(run_id, writer, cases)
+        self._hold(k, cases)
 
     def plan(self, chunk_size: int, done: set[tuple[str, int]]) -> None:
         """Cut each share's units into chunks, without the units in ``done``."""
@@ -95,14 +107,10 @@ class ShareFeed:
         """The next chunk and the cases of its share (built and recorded when it is new)."""
         k, chunk = self._pending.popleft()
         if k != self._share:
-            self._cases = {}  # the share before it is all out: its cases go first
-            cases = self._load(set(_ids(self._share_units(k))))
             if self.count > 1:
-                writer = f"driver-{k}-of-{self.count}"
-                run_id = str(self.manifest["run"]["run_id"])
-                if not any(p.chunk_id == writer for p in self.root.parts(run_id, "cases")):
-                    self.root.write_cases(run_id, writer, cases)
-            self._hold(k, cases)
+                self._open_share(k)
+            else:
+                self._hold(k, self._load(set(_ids(self.units))))
         return chunk, self._cases
 
     def _share_units(self, k: int) -> Sequence[Unit]:
