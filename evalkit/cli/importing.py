@@ -66,6 +66,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise ConfigError(f"no suite config at {args.config}: pass --out DIR (or --config FILE)")
     written = write_import(result, cases_dir, cases_dir.parent, force=args.force)
     print(f"imported {len(written.ids)} draft cases from {result.source} -> {written.path}")
+    if len(written.case_files) > 1:
+        print(f"  in {len(written.case_files)} files: {written.path.name} to "
+              f"{written.case_files[-1].name} (each a size a reviewer can read)")  # fmt: skip
+    for stale in written.removed:
+        print(f"  removed {stale}: a file of an earlier import of this name")
     if written.duplicates:
         print(f"  {written.duplicates} duplicates of another case, written once")
     for label, counts in (("mapped", result.mapped), ("not mapped", result.unmapped)):

@@ -92,9 +92,10 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         console.print("no new traces to draft: nothing written")
         return 0
     cases = [draft_case(trace, tags, patterns) for trace, tags in picked.chosen]
-    path = write_drafts(cases, args.out or suite.root / "cases")
+    paths = write_drafts(cases, args.out or suite.root / "cases")
+    where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files, {paths[0]} to {paths[-1]}"
     console.print(
-        f"wrote {len(cases)} draft cases to {path} (seed {picked.seed}); they never gate until "
+        f"wrote {len(cases)} draft cases to {where} (seed {picked.seed}); they never gate until "
         "reviewed: read each, fix its expect, then `evalkit cases review ID --who NAME`"
     )
     return 0

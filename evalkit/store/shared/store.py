@@ -41,6 +41,7 @@ from evalkit.store.shared.compaction import (
     compact_table,
     data_files,
     first_published,
+    maintain_table,
 )
 from evalkit.store.shared.local_rows import insert_missing, local_rows
 from evalkit.store.shared.tables import (
@@ -283,6 +284,7 @@ class SharedStore:
             result: Appended = append_new(table, TABLES[name], rows)
             added[name] = result.added
             conflicts += result.conflicts
+            maintain_table(table, TABLES[name])  # compaction.py: compact, expire old snapshots
         return Pushed(run_id, added, conflicts)
 
     @_unreachable_is_one_line
