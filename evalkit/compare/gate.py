@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -147,7 +148,9 @@ def _sizing(
     """
     observed, tol = (broken + fixed) / n if n else 0.0, policy.tolerance
     psi = max(observed, tol)
-    need = stats.required_n_exact(psi, tol, policy.alpha, policy.power, deff=deff)
+    grid = math.ceil(psi * 200 - 1e-9) / 200  # sized at psi rounded up to 0.5 pt: reused
+    need = stats.required_n_exact(min(1.0, max(grid, tol)), tol, policy.alpha, policy.power,
+                                  deff=deff)  # fmt: skip
     power = stats.exact_power_gate(n, psi, tol, policy.alpha, deff=deff)
     return psi, observed < tol, need, power
 

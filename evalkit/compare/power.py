@@ -5,6 +5,7 @@ and replay sizing (`replay_table`). ``notebooks/power.ipynb`` charts them."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -17,6 +18,7 @@ from evalkit import stats
 from evalkit.compare.policy import GatePolicy
 
 
+@functools.lru_cache(maxsize=1024)
 def min_detectable_collapse(n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
     """Smallest drop (in steps of 1 point, every flip a break) that the gate's exact one-sided
     McNemar test detects with ``power`` on ``n`` cases; None when even 100 points is not enough.

@@ -178,13 +178,39 @@ def exact_power_gate(
     return exact_power_paired(int(n / deff), psi_o, delta_o, alpha)
 
 
+class _PowerCurve:
+    """Exact power of the one-sided exact McNemar test at many n for one (psi, delta, alpha):
+    the critical count of each discordant total m and the chance of reaching it do not depend on
+    n, so they are computed once (up to the largest n asked, doubling) and each n costs one
+    binomial pmf."""
+
+    def __init__(self, psi: float, delta: float, alpha: float) -> None:
+        self.psi, self.q, self.alpha = psi, (psi + delta) / (2 * psi), alpha
+        self.tail = np.zeros(0)
+
+    def _grow(self, n: int) -> None:
+        from evalkit.stats._dist import binom_sf, half_critical
+
+        size = max(2 * len(self.tail), n + 1, 256)
+        crit = np.array(half_critical(size - 1, self.alpha))
+        self.tail = binom_sf(crit - 1, np.arange(size), self.q)
+
+    def __call__(self, n: int) -> float:
+        from evalkit.stats._dist import binom_pmf
+
+        if n + 1 > len(self.tail):
+            self._grow(n)
+        return float(binom_pmf(np.arange(n + 1), n, self.psi) @ self.tail[: n + 1])
+
+
 @lru_cache(maxsize=256)
 def _required(
     psi_o: float, delta_o: float, alpha: float, power: float, deff: float, n_max: int
 ) -> int:
-    from evalkit.stats.sizing import exact_power_paired, required_n_paired
+    from evalkit.stats.sizing import required_n_paired
 
-    ok = lambda m: exact_power_paired(m, psi_o, delta_o, alpha) >= power  # noqa: E731
+    curve = _PowerCurve(psi_o, delta_o, alpha)
+    ok = lambda m: curve(m) >= power  # noqa: E731
     start = required_n_paired(psi_o, delta_o, alpha, power, "one-sided")  # Connor: a first guess
     m = max(1, int(0.8 * start))
     while not ok(m):
@@ -193,9 +219,14 @@ def _required(
             raise ValueError(f"more than {n_max} cases needed")
     while m > 1 and ok(m - 1):  # back to the first n past the target ...
         m -= 1
-    span = max(20, m // 10)
-    while not all(ok(j) for j in range(m, m + span)):  # ... from which it stays past it
-        m += 1
+    while True:  # ... from which it stays past it: jump past the last dip in the window
+        span = 20 + int(2 * math.sqrt(m))
+        dips = [j for j in range(m, m + span) if not ok(j)]
+        if not dips:
+            break
+        m = dips[-1] + 1
+        if m > n_max:
+            raise ValueError(f"more than {n_max} cases needed")
     return math.ceil(m * deff)
 
 
