@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 
-.PHONY: install demo test lint format bench notebook clean
+.PHONY: install demo test lint format bench notebook docs docs-serve clean
 
 # Re-install only when the project's dependency list changes. The demo needs only the package
 # itself; the tests also need the test tools, Ray (about four times the download) and pyiceberg
@@ -19,13 +19,24 @@ $(DEMO_STAMP): pyproject.toml
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,ray,shared]'
+	$(BIN)/python -m pip install -q -e '.[test,ray,shared,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/evalkit demo run --db data/demo.duckdb --out reports
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link, a missing page
+# or a reference entry that does not render fails the build. A test builds it too.
+# MkDocs plugins print a banner about MkDocs 2 on every build; these variables turn it off.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+docs: $(STAMP)
+	$(DOCS_ENV) $(BIN)/python -m mkdocs build --strict
+
+# The site on http://127.0.0.1:8000, rebuilt on every change (loopback only).
+docs-serve: $(STAMP)
+	$(DOCS_ENV) $(BIN)/python -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 # Three pytest-xdist workers, each given whole test files (--dist loadfile: a module's shared
 # set-up, such as its demo server or scaffolded project, runs once). Most slow tests are
@@ -41,12 +52,12 @@ test: $(STAMP)
 		--no-loadscope-reorder
 
 lint: $(STAMP)
-	$(BIN)/ruff check evalkit tests bench
-	$(BIN)/ruff format --check evalkit tests bench
+	$(BIN)/ruff check evalkit tests bench docs
+	$(BIN)/ruff format --check evalkit tests bench docs
 
 format: $(STAMP)
-	$(BIN)/ruff format evalkit tests bench
-	$(BIN)/ruff check --fix evalkit tests bench
+	$(BIN)/ruff format evalkit tests bench docs
+	$(BIN)/ruff check --fix evalkit tests bench docs
 
 bench: $(STAMP)
 	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
@@ -57,4 +68,4 @@ notebook: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) reports data/*.duckdb data/*.duckdb.wal
+	rm -rf $(VENV) reports site data/*.duckdb data/*.duckdb.wal

@@ -310,7 +310,7 @@ def run(n_cases: int, replays: int, batch: int, keep: Path | None = None) -> dic
         db = keep or Path(tmp) / "bench.duckdb"
         for stale in (db, db.with_name(db.name + ".wal")):
             stale.unlink(missing_ok=True)
-        with phase(figures["phases"], "ingest"), open_store(db) as store:
+        with phase(figures["phases"], "ingest"), open_store(db, write=True) as store:
             b_store, b_gen, *b_counts = ingest(store, base, n_cases, replays, batch, False)
             c_store, c_gen, *c_counts = ingest(store, cand, n_cases, replays, batch, True)
         figures["ingest_store_s"] = b_store + c_store

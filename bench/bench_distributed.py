@@ -133,7 +133,7 @@ def _merge_a_straggler(db: Path, parts: PartsRoot, run_id: str) -> float:
     }
     parts.write_chunk(run_id, first.chunk_id, frames["outputs"], frames["scores"], {})
     started = time.perf_counter()
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         merged = merge_run(store, parts, run_id)
     assert merged.result.parts_merged == 1
     return round(time.perf_counter() - started, 3)
@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             corpus = load_corpus(config.parent)
 
             started = time.perf_counter()
-            with open_store(root / "local.duckdb") as store:
+            with open_store(root / "local.duckdb", write=True) as store:
                 local = run_suite(suite, corpus, store, RunOptions(label="local", progress=False))
             figures["local"] = {
                 "wall_s": round(time.perf_counter() - started, 2),
@@ -294,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parts = PartsRoot(root / "parts")
                 options = RayOptions(address=args.address, chunk_size=args.chunk_size)
                 started = time.perf_counter()
-                with open_store(root / "ray.duckdb") as store:
+                with open_store(root / "ray.duckdb", write=True) as store:
                     on_ray = run_on_ray(
                         suite, corpus, store, RunOptions(label="ray", progress=False),
                         SuiteSource(str(config), overrides), parts, options,
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         merges = []
         for _ in range(4):  # every part, then nothing new three times (the median is shown)
             started = time.perf_counter()
-            with open_store(root / "merged.duckdb") as store:
+            with open_store(root / "merged.duckdb", write=True) as store:
                 merged = merge_run(store, parts, on_ray.run_id)
             merges.append((round(time.perf_counter() - started, 3), merged.result.parts_merged))
         late_s = _merge_a_straggler(root / "merged.duckdb", parts, on_ray.run_id)

@@ -112,7 +112,7 @@ def measure(label: str, config: Path, server: DemoServer, db: Path, faulty: bool
     corpus = load_corpus(suite.root)
     server.reset_stats()
     started = time.perf_counter()
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         summary = run_suite(suite, corpus, store, RunOptions(label=label, progress=False))
         wall_s = time.perf_counter() - started
         outputs = store.outputs(summary.run_id)

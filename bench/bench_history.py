@@ -37,7 +37,7 @@ PROMOTE_EVERY = 10  # one run in ten is promoted (by="baseline")
 
 def fill(db: Path, runs: int, cases: int, replays: int) -> None:
     """Write ``runs`` complete runs of ``cases`` cases into a new store at ``db``."""
-    open_store(db).close()  # the store's schema
+    open_store(db, write=True).close()  # the store's schema
     manifest = json.dumps({"suite": "bench", "model": {"id": "m", "snapshot": "m"},
                            "gate_policy": {"critical_tags": ["tag-0", "tag-1"]}})  # fmt: skip
     con = duckdb.connect(str(db))
@@ -74,7 +74,7 @@ def record(db: Path, runs: int) -> float:
     """What each run does when it finishes (``Store.finish_run``): record its history counts.
     Returns the CPU seconds per run."""
     cpu = time.process_time()
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         for r in range(runs):
             store.record_history(f"run-{r:05d}")
     return (time.process_time() - cpu) / runs

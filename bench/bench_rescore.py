@@ -156,7 +156,7 @@ def run(n_cases: int, replays: int) -> dict[str, Any]:
     corpus = make_corpus(n_cases)
     with (
         tempfile.TemporaryDirectory(prefix="evalkit-bench-rescore-") as tmp,
-        open_store(Path(tmp) / "bench.duckdb") as store,
+        open_store(Path(tmp) / "bench.duckdb", write=True) as store,
     ):
         n = write_run(store, corpus, replays)
         usage0 = resource.getrusage(resource.RUSAGE_SELF)

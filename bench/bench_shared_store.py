@@ -90,7 +90,7 @@ def _write_run(db: Path, run_id: str, n: int) -> None:
         "details": [None] * 2 * n,
     }  # fmt: skip
     manifest = {"suite": "bench", "config_hash": "cfg", "run": {"run_id": run_id, "label": "b"}}
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.create_run(manifest, cases)
         store.write_results(outputs, scores)
         store.finish_run(run_id, "complete", {})
@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in ("push", "push_again"):
                 pushed, wall, cpu = _timed(lambda: shared.push_run(local, "bench-run"))
                 figures[name] = {"rows": pushed.rows, "wall_s": wall, "cpu_s": cpu}
-        with open_store(root / "pulled.duckdb") as other:
+        with open_store(root / "pulled.duckdb", write=True) as other:
             for name in ("pull", "pull_again"):
                 pulled, wall, cpu = _timed(lambda: shared.pull(other, "bench-run"))
                 figures[name] = {"rows": pulled.rows, "wall_s": wall, "cpu_s": cpu}

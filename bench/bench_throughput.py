@@ -135,7 +135,7 @@ def run_evalkit(
         overrides=[f"system.base_url={server.base_url}", f"system.transport={transport}"],
     )
     db.unlink(missing_ok=True)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
 
         def body() -> Measured:
             summary = run_suite(suite, corpus, store, RunOptions(label="bench", progress=progress))

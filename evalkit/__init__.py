@@ -1,9 +1,12 @@
 """evalkit: regression testing for LLM applications, paired and per slice.
 
 The public names below load on first use, so ``import evalkit`` (and every CLI call) stays fast.
+A notebook or script starts at `Project` (run, compare, gate, runs, history, labels); the
+names beside it are what the shipped notebooks call, and the only ones they import.
 
 Examples:
     >>> import evalkit
+    >>> project = evalkit.Project(".")                       # doctest: +SKIP
     >>> store = evalkit.open_store("data/evalkit.duckdb")   # doctest: +SKIP
     >>> store.runs()                                         # doctest: +SKIP
 """
@@ -33,8 +36,8 @@ _EXPORTS = {
     "RunSummary": "evalkit.run.runner",
     "run_suite": "evalkit.run.runner",
     "Store": "evalkit.store",
-    # for analysis: read-only unless write=True, holding the file only during each call
-    "open_store": "evalkit.store.db:open_for_analysis",
+    # read-only unless write=True, holding the file only during each call
+    "open_store": "evalkit.store.db",
     "GateDecision": "evalkit.compare.decision",
     "GatePolicy": "evalkit.compare.policy",
     "decide": "evalkit.compare.gate",
@@ -44,20 +47,81 @@ _EXPORTS = {
     "load_comparison": "evalkit.compare.analysis",
     "history": "evalkit.compare.history",
     "History": "evalkit.compare.history_values",
+    "Project": "evalkit.project.project",
+    "RunResult": "evalkit.project.results",
+    "ComparisonResult": "evalkit.project.results",
+    "gate_pair": "evalkit.compare.pin",
+    "GateBlocked": "evalkit.compare.decision",
+    "Comparison": "evalkit.compare.analysis",
+    "Report": "evalkit.compare.report",
+    "build_report": "evalkit.compare.report",
+    "report_json": "evalkit.compare.report:to_json",
+    "report_markdown": "evalkit.compare.markdown:to_markdown",
+    "report_junit": "evalkit.compare.junit:to_junit",
+    "report_html": "evalkit.compare.html:to_html",
+    "report_fragment": "evalkit.compare.html:fragment",
+    "flips": "evalkit.compare.paired",
+    "load_policy": "evalkit.compare.policy",
+    "table": "evalkit.display",
+    "slice_table": "evalkit.compare.tables",
+    "save_chart": "evalkit.compare.charts",
+    "slice_forest": "evalkit.compare.charts",
+    "slice_overview": "evalkit.compare.charts",
+    "flip_counts": "evalkit.compare.charts",
+    "pass_rate_by_slice": "evalkit.compare.charts",
+    "flake_rate_by_slice": "evalkit.compare.charts",
+    "min_detectable_drop": "evalkit.compare.charts",
+    "gate_operating_characteristics": "evalkit.compare.charts",
+    "pass_rate_history": "evalkit.compare.history_charts",
+    "unstable_history": "evalkit.compare.history_charts",
+    "confusion_heatmap": "evalkit.compare.judge_charts",
+    "agreement_by_slice": "evalkit.compare.judge_charts",
+    "order_consistency": "evalkit.compare.judge_charts",
+    "flake_slices": "evalkit.compare.flakes",
+    "power_table": "evalkit.compare.power",
+    "replay_table": "evalkit.compare.power",
+    "operating_characteristics": "evalkit.compare.power",
+    "agreement_summary": "evalkit.judges.agreement",
+    "slice_agreement": "evalkit.judges.agreement",
+    "order_by_slice": "evalkit.judges.agreement",
+    "position_consistency": "evalkit.judges.agreement",
+    "length_bias": "evalkit.judges.agreement",
+    "rater_agreement": "evalkit.judges.agreement",
+    "CalibrationRecord": "evalkit.judges.agreement",
+    "calibrate": "evalkit.judges.calibration",
+    "human_agreement": "evalkit.judges.labelling",
+    "calibration_table": "evalkit.judges.display",
+    "format_kappa": "evalkit.judges.display:fmt_kappa",
+    "cohen_kappa": "evalkit.stats",
+    "check": "evalkit.scorers.registry",
+    "scorer": "evalkit.scorers.registry",
+    "load_pandalm": "evalkit.judges.published",
+    "pandalm_table": "evalkit.judges.published",
+    "pandalm_mismatches": "evalkit.judges.published",
+    "load_llmbar": "evalkit.judges.llmbar",
+    "llmbar_table": "evalkit.judges.llmbar",
+    "llmbar_mismatches": "evalkit.judges.llmbar",
 }
 
 __all__ = [
+    "CalibrationRecord",
     "Case",
     "ComparabilityError",
+    "Comparison",
+    "ComparisonResult",
     "ConfigError",
     "Corpus",
     "CorpusError",
     "EvalkitError",
+    "GateBlocked",
     "GateDecision",
     "GatePolicy",
     "History",
     "Output",
+    "Project",
+    "Report",
     "RunOptions",
+    "RunResult",
     "RunSummary",
     "Score",
     "Store",
@@ -65,15 +129,62 @@ __all__ = [
     "Suite",
     "ToolCall",
     "__version__",
+    "agreement_by_slice",
+    "agreement_summary",
+    "build_report",
+    "calibrate",
+    "calibration_table",
+    "check",
+    "cohen_kappa",
+    "confusion_heatmap",
     "decide",
+    "flake_rate_by_slice",
+    "flake_slices",
+    "flip_counts",
+    "flips",
+    "format_kappa",
+    "gate_operating_characteristics",
+    "gate_pair",
     "history",
+    "human_agreement",
+    "length_bias",
+    "llmbar_mismatches",
+    "llmbar_table",
     "load_comparison",
     "load_corpus",
+    "load_llmbar",
+    "load_pandalm",
+    "load_policy",
     "load_suite",
+    "min_detectable_drop",
     "open_store",
+    "operating_characteristics",
+    "order_by_slice",
+    "order_consistency",
     "paired_frame",
+    "pandalm_mismatches",
+    "pandalm_table",
+    "pass_rate_by_slice",
+    "pass_rate_history",
+    "position_consistency",
+    "power_table",
+    "rater_agreement",
+    "replay_table",
+    "report_fragment",
+    "report_html",
+    "report_json",
+    "report_junit",
+    "report_markdown",
     "run_suite",
     "run_verdicts",
+    "save_chart",
+    "scorer",
+    "slice_agreement",
+    "slice_forest",
+    "slice_overview",
+    "slice_table",
+    "table",
+    "unstable_history",
     "verdicts",
 ]
 
@@ -93,16 +204,43 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from evalkit.compare.analysis import load_comparison
-    from evalkit.compare.decision import GateDecision
+    from evalkit.compare.analysis import Comparison, load_comparison
+    from evalkit.compare.charts import (
+        flake_rate_by_slice,
+        flip_counts,
+        gate_operating_characteristics,
+        min_detectable_drop,
+        pass_rate_by_slice,
+        save_chart,
+        slice_forest,
+        slice_overview,
+    )
+    from evalkit.compare.decision import GateBlocked, GateDecision
+    from evalkit.compare.flakes import flake_slices
     from evalkit.compare.gate import decide
     from evalkit.compare.history import history
+    from evalkit.compare.history_charts import pass_rate_history, unstable_history
     from evalkit.compare.history_values import History
-    from evalkit.compare.paired import paired_frame
-    from evalkit.compare.policy import GatePolicy
+    from evalkit.compare.html import fragment as report_fragment
+    from evalkit.compare.html import to_html as report_html
+    from evalkit.compare.judge_charts import (
+        agreement_by_slice,
+        confusion_heatmap,
+        order_consistency,
+    )
+    from evalkit.compare.junit import to_junit as report_junit
+    from evalkit.compare.markdown import to_markdown as report_markdown
+    from evalkit.compare.paired import flips, paired_frame
+    from evalkit.compare.pin import gate_pair
+    from evalkit.compare.policy import GatePolicy, load_policy
+    from evalkit.compare.power import operating_characteristics, power_table, replay_table
+    from evalkit.compare.report import Report, build_report
+    from evalkit.compare.report import to_json as report_json
+    from evalkit.compare.tables import slice_table
     from evalkit.compare.verdicts import run_verdicts, verdicts
     from evalkit.corpus.cases import Case, Corpus, load_corpus
     from evalkit.corpus.suite import Suite, load_suite
+    from evalkit.display import table
     from evalkit.errors import (
         ComparabilityError,
         ConfigError,
@@ -110,7 +248,26 @@ if TYPE_CHECKING:
         EvalkitError,
         StoreError,
     )
+    from evalkit.judges.agreement import (
+        CalibrationRecord,
+        agreement_summary,
+        length_bias,
+        order_by_slice,
+        position_consistency,
+        rater_agreement,
+        slice_agreement,
+    )
+    from evalkit.judges.calibration import calibrate
+    from evalkit.judges.display import calibration_table
+    from evalkit.judges.display import fmt_kappa as format_kappa
+    from evalkit.judges.labelling import human_agreement
+    from evalkit.judges.llmbar import llmbar_mismatches, llmbar_table, load_llmbar
+    from evalkit.judges.published import load_pandalm, pandalm_mismatches, pandalm_table
+    from evalkit.project.project import Project
+    from evalkit.project.results import ComparisonResult, RunResult
     from evalkit.records import Output, Score, ToolCall
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
+    from evalkit.scorers.registry import check, scorer
+    from evalkit.stats import cohen_kappa
     from evalkit.store import Store
-    from evalkit.store.db import open_for_analysis as open_store
+    from evalkit.store.db import open_store

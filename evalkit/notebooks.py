@@ -100,6 +100,7 @@ TEMPLATES = "notebook_templates"
 #: `evalkit notebook` copies any of them.
 PROJECT_NOTEBOOKS = (
     "slices.ipynb", "flakiness.ipynb", "judge_agreement.ipynb", "power.ipynb", "history.ipynb",
+    "labelling.ipynb",
 )  # fmt: skip
 
 
@@ -145,7 +146,8 @@ def project_parameters(
     stay absolute. Charts go to ``<root>/reports/<notebook>``. The judge study reads the
     project's own labels only (``DATASET`` empty: the published sets live in evalkit's own
     repository) with the rubric its scores name. `fill_notebook` uses the names the notebook
-    declares and ignores the rest.
+    declares and ignores the rest. ``PROJECT`` is the project folder (`evalkit.Project`'s
+    path: where the labelling notebook finds rubrics).
     """
     base, here = Path(root).resolve(), Path(notebook_dir).resolve()
 
@@ -156,7 +158,8 @@ def project_parameters(
         return Path(os.path.relpath(target, here)).as_posix()
 
     return {
-        "DB_PATH": where(db), "CONFIG": where(config), "CORPUS_ROOT": where(Path(config).parent),
+        "PROJECT": where(base), "DB_PATH": where(db), "CONFIG": where(config),
+        "CORPUS_ROOT": where(Path(config).parent),
         "BASELINE": baseline, "CANDIDATE": candidate, "RUN": baseline,
         "OUTPUT_DIR": where(base / "reports" / Path(name).stem), "DATASET": "", "RUBRIC": "",
     }  # fmt: skip

@@ -96,9 +96,11 @@ class Completion:
     completion_tokens: int = 0
     model: str | None = None
     finish_reason: str | None = None
+    # the server's identity where the API gives one (OpenAI's ``system_fingerprint``)
+    system_fingerprint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found = {
             "text": self.text,
             "tool_calls": [[c.id, c.name, c.arguments] for c in self.tool_calls],
             "prompt_tokens": self.prompt_tokens,
@@ -106,6 +108,9 @@ class Completion:
             "model": self.model,
             "finish_reason": self.finish_reason,
         }
+        if self.system_fingerprint is not None:
+            found["system_fingerprint"] = self.system_fingerprint
+        return found
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Completion:
@@ -116,6 +121,7 @@ class Completion:
             completion_tokens=data["completion_tokens"],
             model=data["model"],
             finish_reason=data["finish_reason"],
+            system_fingerprint=data.get("system_fingerprint"),
         )
 
 

@@ -136,7 +136,7 @@ def _conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
 def write_store(path: Path, runs: list[RunData], status: str = "complete") -> None:
     """Write synthetic runs into a DuckDB store through the store's writer API; ``status`` is
     what each run ends as (``running`` leaves it as a killed run would)."""
-    with open_store(path) as store:
+    with open_store(path, write=True) as store:
         for run in runs:
             manifest = run.manifest | {"run": {"run_id": run.run_id, "label": run.label}}
             store.create_run(manifest, _cases_for(run))

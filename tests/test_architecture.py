@@ -16,7 +16,18 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evalkit"
 
 #: The stages, bottom first. A module may import its own stage and any stage below it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("version", "errors", "redact", "records", "fixtures", "retries", "stats", "display", "kernel"),
+    (
+        "version",
+        "errors",
+        "redact",
+        "records",
+        "provenance",
+        "fixtures",
+        "retries",
+        "stats",
+        "display",
+        "kernel",
+    ),
     ("store",),
     ("scorers",),
     ("corpus",),
@@ -24,11 +35,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("judges",),
     ("compare",),
     ("notebooks",),
+    ("project",),
     ("demo",),
     ("cli",),
 )
 #: The store is the ground floor of the data: nothing of analysis, judges or reports above it.
-STORE_MAY_IMPORT = {"version", "errors", "redact", "records", "store"}
+STORE_MAY_IMPORT = {"version", "errors", "redact", "records", "provenance", "store"}
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from readme_support import free_port, run_bash, user_env
+from docs_support import free_port, run_bash, user_env
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "examples" / "github-actions" / "evalkit-nightly.yml"

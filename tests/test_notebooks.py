@@ -323,7 +323,7 @@ def labelled_store(demo_server, tmp_path_factory):
         ids=[c.id for c in corpus.cases if any(s.name == "judge" for s in c.scorers)]
     )
     db = tmp_path_factory.mktemp("labelled") / "labelled.duckdb"
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         run_suite(suite, corpus, store, RunOptions(label="baseline", progress=False))
     labels = REPO / "data" / "labels" / "demo_reply_tone.csv"
     assert main(["labels", "import", str(labels), "--db", str(db), "--run", "baseline"]) == 0
@@ -376,7 +376,9 @@ def test_history_notebook_executes(tmp_path):
         con.execute(
             "UPDATE outputs SET model = 'demo-model-0806' WHERE run_id IN ('run-4', 'run-5')"
         )
-    with open_store(db) as store:  # outputs edited by hand: their recorded usage follows
+    with open_store(
+        db, write=True
+    ) as store:  # outputs edited by hand: their recorded usage follows
         for run_id in ("run-4", "run-5"):
             store.record_history(run_id)
     params = {

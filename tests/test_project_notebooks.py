@@ -12,6 +12,7 @@ what the notebook printed (this project's case ids, runs and label counts).
 from __future__ import annotations
 
 import ast
+import getpass
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ import nbformat
 import papermill as pm
 import pytest
 
+import evalkit
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
 from evalkit.demo.server import DemoServer
@@ -108,6 +110,8 @@ def project(demo_server: DemoServer, tmp_path_factory: pytest.TempPathFactory):
         (root / "labels.csv").write_text(LABELS)
         labels = ["labels", "import", str(root / "labels.csv"), "--db", str(db)]
         assert main([*labels, "--run", "baseline"]) == 0
+        promote = ["baseline", "promote", "baseline", "--who", "ana", "--reason", "first"]
+        assert main([*promote, *args]) == 0  # the history's one point
     with open_store(db, read_only=True) as store:
         runs = {r["label"]: r["run_id"] for r in store.runs().to_dicts()}
     return SimpleNamespace(root=root, db=db, config=config, runs=runs)
@@ -209,8 +213,8 @@ def test_power_notebook_sizes_the_project_corpus(project, tmp_path: Path) -> Non
     text = _execute(project, "power.ipynb", tmp_path)
     counts = load_corpus(project.root).stats().per_tag  # billing 2, the other three tags 1
     assert counts == {"billing": 2, "negation": 1, "account": 1, "injection": 1}
-    for tag, n in counts.items():  # the table's rows: this corpus's slices at their sizes
-        assert re.search(rf"│ {tag}\s+┆ {n}\s+┆ false", text), tag
+    for tag, n in counts.items():  # the styled table's rows: this corpus's slices and sizes
+        assert re.search(rf">{tag}</td>\s*<td[^>]*>{n}</td>", text), tag
     assert "5-point drop at flake 5%: K=1:" in text
 
 
@@ -260,3 +264,37 @@ def test_evalkit_notebook_knows_every_shipped_notebook(tmp_path: Path, monkeypat
     assert main(["notebook", "nope"]) == 2
     err = capsys.readouterr().err
     assert "no notebook 'nope'; evalkit ships: " in err and "slices" in err and "power" in err
+
+
+def test_history_notebook_draws_the_one_promoted_baseline_as_a_point(project, tmp_path) -> None:
+    text = _execute(project, "history.ipynb", tmp_path)
+    assert "1 points by baseline; critical tags: none" in text
+    # one moment: a day's axis around it (not a millisecond's, ticks labelled ".578")
+    assert "%Y-%m-%d %H:%M" in text  # the Vega-Lite spec's axis format, shown beside the SVG
+    assert (project.root / "reports" / "history" / "pass_rates.svg").is_file()
+
+
+def test_labelling_notebook_runs_untouched_in_the_project(project, tmp_path) -> None:
+    # the rubric the judge's scores name (rubrics/tone.md) is in the project folder, above
+    # notebooks/; RATER left empty labels under the login name
+    text = _execute(project, "labelling.ipynb", tmp_path)
+    assert re.search(rf"{getpass.getuser()}: 0 of [34] labelled, on item 1", text), text[:500]
+    assert "Reply tone" in text  # the rubric, shown on the card
+
+
+def test_a_labelling_error_names_the_notebook_parameter(project, tmp_path) -> None:
+    elsewhere = evalkit.Project(tmp_path, db=project.db)  # no rubrics/ anywhere it looks
+    with pytest.raises(evalkit.EvalkitError) as caught:
+        elsewhere.labels.session("baseline", "ana")
+    message = str(caught.value)
+    assert "set the notebook parameter RUBRIC to its path" in message
+    assert "--rubric" not in message
+
+
+def test_gate_notebook_runs_in_the_project(project, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(project.root)
+    assert main(["notebook", "gate"]) == 0  # the copy `evalkit notebook gate` writes
+    text = _execute(project, "gate.ipynb", tmp_path)
+    assert "baseline → candidate" in text or "PASSED" in text
+    decision = project.root / "reports" / "gate" / "decision.json"
+    assert decision.is_file() and '"status": "PASSED"' in decision.read_text()

@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from evalkit.cli.options import find_config
 from evalkit.errors import EvalkitError
@@ -175,9 +176,9 @@ def _main(args_list: list[str]) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    if "config" in vars(args) and args.config is None:
-        args.config = find_config()
     try:
+        if "config" in vars(args) and (args.config is None or Path(args.config).is_dir()):
+            args.config = find_config(args.config)
         return int(args.handler(args) or 0)
     except EvalkitError as exc:
         message = " ".join(strip_userinfo(str(exc)).split())  # one line, no URL credentials

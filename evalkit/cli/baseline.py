@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalkit.cli.options import db_arg
@@ -30,7 +31,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "of the one the run recorded: how a person accepts a looser policy",
     )
     promote.add_argument(
-        "--config", default=None, help="with --policy: the suite config whose policy is pinned"
+        "--config",
+        default=None,
+        help="the suite config the run was made with (default: the one it recorded): its "
+        "corpus is pinned as the exam; with --policy, its policy is pinned too",
     )
     promote.set_defaults(handler=_cmd_promote)
     show = baseline_sub.add_parser("show", help="the promoted baseline of each suite, and history")
@@ -45,7 +49,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
     from evalkit.run.live_tools import refuse_live
     from evalkit.store import open_store
 
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         run_id = store.resolve_run(args.run)
         manifest = store.manifest(run_id)
         refuse_live(manifest, run_id, "promoted as a baseline")  # before: it never could be
@@ -62,10 +66,12 @@ def _cmd_promote(args: argparse.Namespace) -> int:
         previous = store.current_baseline(suite, tier)
         before = pinned_policy(store, previous) if previous else None
         store.promote_baseline(suite, run_id, args.who, args.reason, tier, policy)
+        exam_note = _pin_exam(store, run_id, manifest, suite, tier, args.who, args.config)
     was = f" (was {previous})" if previous else ""
     which = f"suite {suite!r}" + (f" tier {tier!r}" if tier else "")
     print(f"baseline of {which} is now {run_id}{was}")
     print(f"  promoted by {args.who}: {args.reason}")
+    print(f"  {exam_note}")
     if policy is None:
         print(f"  no policy pinned: run {run_id} predates policy pinning (the gate decides under "
               "the config it is given); pin one with --policy")  # fmt: skip
@@ -73,6 +79,48 @@ def _cmd_promote(args: argparse.Namespace) -> int:
     print(f"  policy pinned: {pinned}")
     _print_changes(before, policy)
     return 0
+
+
+def _pin_exam(
+    store: Store, run_id: str, manifest: dict, suite: str, tier: str | None, who: str,
+    config: str | None,
+) -> str:  # fmt: skip
+    """Pin the exam with the promotion (issue 42): every file of the corpus the run ran
+    (`evalkit.corpus.pinned.exam_files`), read from ``config`` or the suite config the run
+    recorded, after checking it is what the run ran. One line for the person, saying what was
+    pinned or why nothing was (the gate then judges on the run's own cases, as before)."""
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.pinned import exam_files
+    from evalkit.corpus.suite import load_suite
+    from evalkit.errors import EvalkitError
+
+    recorded = (manifest.get("run") or {}).get("config")
+    source = config if config and Path(config).is_file() else recorded
+    if not source or not Path(source).is_file():
+        return (
+            "no exam pinned: the run recorded no suite config that still exists (pass --config "
+            "with the suite it ran); the gate judges on the run's own cases"
+        )
+    try:
+        loaded = load_suite(source)
+        corpus = load_corpus(loaded.root, sealed=True)
+    except EvalkitError as exc:
+        return f"no exam pinned: {source} does not load ({' '.join(str(exc).split())[:200]})"
+    ran = dict(store.cases(run_id).select("case_id", "case_hash").iter_rows())
+    have = {case.id: case.hash for case in corpus.cases}
+    differ = sorted(c for c, digest in ran.items() if have.get(c) != digest)
+    recorded = manifest.get("scorer_files") or {}
+    files = sorted(p for p, d in corpus.file_hashes.items() if p in recorded and recorded[p] != d)
+    if differ or files:
+        what = [f"{len(differ)} case(s) differ ({', '.join(differ[:3])})"] if differ else []
+        what += [f"referenced files changed: {', '.join(files[:3])}"] if files else []
+        return (
+            f"no exam pinned: the corpus at {loaded.root} is not what run {run_id} ran "
+            f"({'; '.join(what)}); promote from the checkout it ran, or pass --config"
+        )
+    pinned = exam_files(loaded.root, corpus, loaded.config.scorers)
+    store.save_exam(run_id, suite, tier, who, str(loaded.root), pinned)
+    return f"exam pinned: {len(ran)} cases and {len(pinned)} files of {loaded.root}"
 
 
 def _refuse_partial(run_id: str, selection: dict) -> None:

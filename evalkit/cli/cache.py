@@ -80,7 +80,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     if args.older_than is None and args.config_hash is None:
         raise EvalkitError("cache prune: say what to prune: --older-than 30d and/or --config HASH")
     days = parse_age(args.older_than) if args.older_than is not None else None
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         deleted = store.cache_prune(days, args.config_hash)
         left = store.cache_stats()["entries"]
     print(f"pruned {deleted} cache entries ({left} left); stored run outputs are untouched")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalkit.cli.options import DEFAULT_CONFIG, pair_args, pair_refs
+from evalkit.cli.reasking import add_reask_args, maybe_reask
 from evalkit.cli.rebaselining import add_rebaseline_args, maybe_rebaseline
 from evalkit.errors import EvalkitError
 
@@ -25,6 +26,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--html", metavar="FILE", help="write the report as HTML")
     compare.add_argument("--markdown", metavar="FILE", help="write the pull-request Markdown")
     add_rebaseline_args(compare)
+    add_reask_args(compare)
     compare.add_argument(
         "--transfer", action="store_true",
         help="say whether the live gains transfer to the sealed cases (both runs ran --sealed)",
@@ -38,6 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--markdown", metavar="FILE", help="also copy the Markdown report (gate.md) to FILE"
     )
     add_rebaseline_args(gate)
+    add_reask_args(gate)
     gate.set_defaults(handler=_cmd_gate)
 
     override = sub.add_parser(
@@ -80,6 +83,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         with open_store(args.db, read_only=True, wait_s=args.wait) as store:
             pair = resolve_pair(store, *pair_refs(args))
         maybe_rebaseline(args, *pair)
+    if args.reask_flakes:
+        with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+            pair = resolve_pair(store, *pair_refs(args))
+        maybe_reask(args, *pair)
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         comparison, decision = _decide_pair(store, args)
         report = dataclasses.replace(build_report(comparison, decision), command="compare")
@@ -110,6 +117,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         for run_id, role in ((base, "baseline"), (cand, "candidate")):
             require_complete(store, run_id, role, args.allow_incomplete, args.db)
     maybe_rebaseline(args, base, cand)
+    maybe_reask(args, base, cand)
     run = execute_gate(
         args.db, base, cand, _gate_config(args), args.out, args.allow_diff, tier=args.tier,
         allow_incomplete=args.allow_incomplete,
@@ -138,7 +146,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 def _cmd_override(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         comparison, decision = _decide_pair(store, args)
         base, cand = comparison.base.run_id, comparison.cand.run_id
         if not decision.uncovered:

@@ -37,6 +37,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                 help="input=FIELD, vars.NAME=FIELD, expect.SCORER=FIELD, tags=FIELD, id=FIELD, "
                 "notes=FIELD, messages=FIELD (repeatable)",
             )
+        if name == "promptfoo":
+            parser.add_argument(
+                "--allow-outside",
+                action="store_true",
+                help="follow file:// references out of the config's folder (a trusted config "
+                "only: what they name is copied into the cases)",
+            )
         parser.add_argument(
             "--out", help="folder for the case file (default: the suite's cases/ folder)"
         )
@@ -79,7 +86,7 @@ def _read(args: argparse.Namespace):
     if args.format == "promptfoo":
         from evalkit.corpus.importers.promptfoo import import_promptfoo
 
-        return import_promptfoo(args.file)
+        return import_promptfoo(args.file, allow_outside=args.allow_outside)
     if args.format == "inspect":
         from evalkit.corpus.importers.inspect_log import import_inspect
 

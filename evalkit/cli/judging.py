@@ -76,7 +76,7 @@ def _cmd_labels_import(args: argparse.Namespace) -> int:
     from evalkit.judges.labels import import_labels
     from evalkit.store import open_store
 
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         result = import_labels(store, args.file, run=args.run)
     pinned = f", pinned to run {result.run_id}" if result.run_id else ""
     print(
@@ -122,7 +122,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     rubric = Path(args.rubric) if args.rubric else None
     if rubric is not None and not rubric.is_file():
         raise EvalkitError(f"--rubric {rubric}: no such file")
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         result = calibrate(
             store, args.run, scorer=args.scorer, rubric=rubric, binary=args.binary, level=args.level
         )
@@ -139,7 +139,7 @@ def _cmd_judge_pairs(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
     suite = load_suite(args.config, overrides=args.overrides)
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         result = judge_pairs(
             store, suite, args.baseline, args.candidate, args.rubric, use_cache=not args.no_cache
         )

@@ -47,7 +47,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from evalkit.store.parts import PartsRoot
 
     root = PartsRoot(args.parts)
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         merged = merge_run(store, root, args.run)
         uri, source = _shared_uri(args)
         if uri is not None and merged.result.complete:

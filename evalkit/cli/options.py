@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from evalkit.corpus.config_files import CONFIG_NAMES, resolve_config
 from evalkit.errors import ConfigError
 
 DEFAULT_CONFIG = "corpus/evalkit.yaml"
 DEFAULT_DB = "data/evalkit.duckdb"
-#: Where ``--config`` is looked for when not given: a project made by ``evalkit init`` keeps it
-#: beside its cases; this repository keeps the demo suite's in corpus/.
-CONFIG_SEARCH = ("evalkit.yaml", DEFAULT_CONFIG)
-_CONFIG_HELP = "suite config (default: ./evalkit.yaml, else corpus/evalkit.yaml)"
+#: Where ``--config`` is looked for when not given (or given a folder): a project made by
+#: ``evalkit init`` keeps it beside its cases; this repository keeps the demo suite's in corpus/.
+CONFIG_SEARCH = CONFIG_NAMES
+_CONFIG_HELP = (
+    "suite config, or a folder holding one (default: ./evalkit.yaml, else corpus/evalkit.yaml)"
+)
 
 
-def find_config() -> str:
-    """The first of ``CONFIG_SEARCH`` that exists in the working directory, else the default."""
-    return next((c for c in CONFIG_SEARCH if Path(c).is_file()), DEFAULT_CONFIG)
+def find_config(given: str | None = None) -> str:
+    """The config ``--config`` means (`evalkit.corpus.suite.resolve_config`): a file as given,
+    a folder's ``evalkit.yaml`` (else its ``corpus/evalkit.yaml``), none: the working
+    directory's, else the default."""
+    return str(resolve_config(given))
 
 
 def set_arg(

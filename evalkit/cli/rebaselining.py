@@ -38,8 +38,9 @@ def maybe_rebaseline(args: argparse.Namespace, base_run_id: str, cand_run_id: st
     from evalkit.store import open_store
 
     suite = load_suite(args.config or find_config(), overrides=args.overrides)
+    _answer_pinned(args, suite, base_run_id, cand_run_id)
     try:
-        with open_store(args.db, wait_s=args.wait) as store:
+        with open_store(args.db, wait_s=args.wait, write=True) as store:
             result = rebaseline(store, suite, base_run_id, cand_run_id)
     except ConfigError:
         raise
@@ -62,6 +63,36 @@ def maybe_rebaseline(args: argparse.Namespace, base_run_id: str, cand_run_id: st
 
 
 _UNACCOUNTED = " — the gate treats those cases as unaccounted"
+
+
+def _answer_pinned(args: argparse.Namespace, suite, base_run_id: str, cand_run_id: str) -> None:
+    """The candidate's configuration answers the pinned cases it has no answer to (their pinned
+    version, `evalkit.run.exam_run`), cached; said on stderr, never failing the gate itself."""
+    from evalkit.errors import ConfigError
+    from evalkit.run.exam_run import answer_pinned
+    from evalkit.store import open_store
+
+    try:
+        with open_store(args.db, wait_s=args.wait) as store:
+            result = answer_pinned(store, suite, base_run_id, cand_run_id)
+    except ConfigError:
+        raise
+    except EvalkitError as exc:
+        _say(f"cannot answer the pinned exam: {' '.join(str(exc).split())}{_MISSING}")
+        return
+    if result.run_id is None:
+        if result.reason and "no exam" not in result.reason and "every pinned" not in result.reason:
+            _say(f"cannot answer the pinned exam: {result.reason}{_MISSING}")
+        return
+    what = f"{result.cases} pinned case(s) in their pinned version on the candidate configuration"
+    if result.reused:
+        _say(f"answered {what}: reused run {result.run_id}")
+    else:
+        cost = f"{result.requests} requests, {result.cache_hits} cache hits"
+        _say(f"answered {what}: run {result.run_id} ({cost})")
+
+
+_MISSING = " — the gate treats those cases as missing evidence"
 
 
 def _say(line: str) -> None:

@@ -6,8 +6,7 @@ import argparse
 import datetime as dt
 import json
 import sys
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,9 @@ from evalkit.redact import strip_userinfo
 from evalkit.run.timeline import mark
 
 if TYPE_CHECKING:
-    from evalkit.corpus.cases import Case
+    from evalkit.corpus.case_facts import CorpusFacts
+    from evalkit.corpus.cases import Corpus
+    from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import Suite
     from evalkit.run.summary import RunSummary
 
@@ -84,8 +85,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     with start_up_imports():  # the collector off while they load: ~0.03 s of a short run
         from evalkit.compare.policy import check_policy  # noqa: F401  (the corpus step's)
-        from evalkit.corpus.selection import Selection, resolve_selection
-        from evalkit.corpus.suite import load_suite
+        from evalkit.project.planning import plan_run
         from evalkit.run.providers import prefetch_transport
         from evalkit.run.runner import RunOptions, RunStart, run_suite
         from evalkit.run.shared_cache import publish_new_cache, with_shared_cache
@@ -97,8 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         shared = parse_store_uri(args.store, source="--store").full
         args.overrides = [*args.overrides, f"store.shared={json.dumps(shared)}"]
-    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
-    prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
+    resumed = None
     if args.resume:
         if args.tier or args.tag or args.exclude_tag or args.sealed:
             raise EvalkitError(
@@ -107,29 +106,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         _require_store(args.db)
         with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-            stored = store.manifest(store.resolve_run(args.resume)).get("selection") or {}
-        selection = Selection.from_manifest(stored)
-    else:
-        selection = resolve_selection(
-            suite.config.tiers,
-            args.tier,
-            tags=args.tag,
-            exclude_tags=args.exclude_tag,
-            sealed=args.sealed,
-        )
-    # --shard: the corpus's facts through the case index, only the shard's share built;
-    # otherwise every case, scorers built for the selected ones only (selection.apply)
-    corpus = sharding.load_run_corpus(args, suite, selection)
-    full_counts = _tag_counts(corpus.cases)
-    _check_tags(corpus.cases, (*selection.tags, *selection.exclude_tags))
-    corpus = selection.apply(corpus)
-    if not corpus.cases:
-        raise EvalkitError("no cases selected (check --tier / --tag / --exclude-tag)")
-    from evalkit.corpus.drafts import refuse_drafts
+            resumed = store.manifest(store.resolve_run(args.resume)).get("selection") or {}
 
-    refuse_drafts(corpus.cases, suite.config.kind)  # drafts never gate: review them first
-    partial = bool(selection.tier or selection.tags or selection.exclude_tags)
-    policy = _policy_warnings(suite, full_counts, corpus.cases if partial else None)
+    def load(suite: Suite, selection: Selection) -> Corpus | CorpusFacts:
+        prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
+        # --shard: the corpus's facts through the case index, only the shard's share built;
+        # otherwise every case, scorers built for the selected ones only (selection.apply)
+        return sharding.load_run_corpus(args, suite, selection)
+
+    plan = plan_run(
+        args.config, overrides=args.overrides, prompt=args.prompt, tier=args.tier, tags=args.tag,
+        exclude_tags=args.exclude_tag, sealed=args.sealed, resume_selection=resumed, load=load,
+    )  # fmt: skip
+    suite, corpus, selection, policy = plan.suite, plan.corpus, plan.selection, plan.warnings
     mark("corpus")
     started: list[RunStart] = []
 
@@ -163,7 +152,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if sharding.wanted(args):  # one shard into parts, or chunks on Ray
         return sharding.run_distributed(args, suite, corpus, options, print_run_summary)
     try:
-        with open_store(args.db, wait_s=args.wait) as store:
+        with open_store(args.db, wait_s=args.wait, write=True) as store:
             mark("store")
             cache_store = with_shared_cache(store, suite)
             summary = publish_new_cache(cache_store, run_suite(suite, corpus, cache_store, options))
@@ -205,18 +194,6 @@ def resume_command(args: argparse.Namespace, run_id: str) -> str:
     return shlex.join(parts)
 
 
-def _check_tags(cases: Sequence[Case], wanted: Sequence[str]) -> None:
-    """An unknown --tag / --exclude-tag is an error with a did-you-mean and the tags there are."""
-    import difflib
-
-    known = sorted({tag for case in cases for tag in case.tags})
-    for tag in wanted:
-        if tag not in known:
-            close = difflib.get_close_matches(tag, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise EvalkitError(f"unknown tag {tag!r}{hint}; tags: {', '.join(known) or 'none'}")
-
-
 def _require_store(db: str) -> None:
     """Refuse a command that reads stored runs when ``db`` holds no store (never create one)."""
     if not Path(db).is_file():
@@ -225,39 +202,11 @@ def _require_store(db: str) -> None:
 
 def print_run_summary(summary: RunSummary, db: str) -> None:
     """The run's summary on stdout: plain lines, bold/yellow/red only on a colour terminal
-    (printed without Rich, whose import is about 20 ms of a short run's start-up)."""
-    paint = _painter(sys.stdout)
-    scored = summary.passed + summary.failed
-    rate = f"{summary.passed / scored:.1%}" if scored else "n/a"
-    lines = [
-        f"{paint(summary.label, _BOLD)} run {summary.run_id}: {summary.cases} cases, "
-        f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
-        f"errors {summary.errored} (pass rate {rate} of scored outputs)",
-        f"  this session: requests {summary.requests} (retries {summary.retries}), cache hits "
-        f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}"
-        + (f", errors asked again {summary.retried_errors}" if summary.retried_errors else "")
-        + f"; wall {summary.wall_s:.2f}s",
-        f"  {summary.cached_outputs} of {summary.outputs} outputs from cache; "
-        f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
-        f"{summary.completion_tokens}, cost spent ${summary.cost_spent_usd:.4f} "
-        f"+ served from cache ${summary.cost_cached_usd:.4f}",
-    ]
-    lines += [f"  replica {replica.render()}" for replica in summary.replicas]
-    if summary.error_causes:
-        lines.append("  top error causes:")
-        lines += [f"    {cause.render(width=600)}" for cause in summary.error_causes]
-    lines += [f"  {paint('warning', _YELLOW)}: {warning}" for warning in summary.warnings]
-    if summary.all_errored:
-        lines.append(
-            f"  {paint('every output errored', _RED)}: this run verified nothing; fix the "
-            "causes above and run again (if they were passing, e.g. an outage: "
-            f"`evalkit run --resume {summary.run_id} --retry-errors`)"
-        )
-    lines.append(f"  stored in {db} (config {summary.config_hash[:12]})")
-    print("\n".join(lines), flush=True)
+    (printed without Rich, whose import is about 20 ms of a short run's start-up); the lines
+    are `evalkit.run.summary.summary_lines`, what a notebook's run result shows."""
+    from evalkit.run.summary import summary_lines
 
-
-_BOLD, _YELLOW, _RED = "1", "33", "31"
+    print("\n".join(summary_lines(summary, db, _painter(sys.stdout))), flush=True)
 
 
 def _painter(stream: Any) -> Callable[[str, str], str]:
@@ -308,10 +257,11 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     if refused:
         print(f"evalkit: {len(refused)} cases cannot gate yet; review them", file=sys.stderr)
         return 2
+    from evalkit.project.planning import policy_warnings, tag_counts
     from evalkit.run.judging import require_judge
 
     require_judge(suite, corpus)  # a judge scorer with no judge: section fails every run
-    _policy_warnings(suite, _tag_counts(corpus.cases))  # the gate's checks, before any run
+    policy_warnings(suite, tag_counts(corpus.cases))  # the gate's checks, before any run
     stats = corpus.stats(suite.config.critical_tags)
     console = Console(highlight=False)
     console.print(
@@ -423,7 +373,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     _require_store(args.db)
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         judged = any(s.tier == JUDGE for case in corpus.cases for s in case.scorers)
         judge = judge_client(suite, store) if judged and suite.config.judge else None
         # The sources recorded as a run of this checkout would record them (sealed cases'
@@ -457,7 +407,7 @@ def _cmd_flakes(args: argparse.Namespace) -> int:
     from evalkit.corpus.drafts import refuse_drafts
 
     refuse_drafts(corpus.cases, suite.config.kind)  # the flake list gates: no drafts in it
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         result = measure_flakes(suite, corpus, store, runs=args.runs, progress=not args.no_progress)
     console = Console(highlight=False)
     console.print(
@@ -472,18 +422,3 @@ def _cmd_flakes(args: argparse.Namespace) -> int:
     for row in result.flaky.iter_rows(named=True):
         console.print(f"  noisy: {row['case_id']} ({row['flips']}/{row['runs']} runs disagree)")
     return 0
-
-
-def _tag_counts(cases: Sequence[Case]) -> dict[str, int]:
-    """Cases per tag, sealed cases left out (they never gate)."""
-    return dict(Counter(tag for case in cases if not case.sealed for tag in case.tags))
-
-
-def _policy_warnings(
-    suite: Suite, corpus_counts: dict[str, int], selected: Sequence[Case] | None = None
-) -> list[str]:
-    """The gate policy checks (``check_policy``): raise on a bad policy, return warnings."""
-    from evalkit.compare.policy import check_policy
-
-    counts = _tag_counts(selected) if selected is not None else None
-    return check_policy(suite.config, corpus_counts, counts, str(suite.path))

@@ -105,7 +105,7 @@ def run_distributed(
         )
     if args.run_id and args.resume:
         raise EvalkitError("--run-id names a new run; --resume continues a stored one: not both")
-    from evalkit.run.engines.ray_engine import RayOptions, SuiteSource, run_on_ray
+    from evalkit.run.engines.ray_engine import RayOptions, RayUnreachable, SuiteSource, run_on_ray
     from evalkit.store import open_store
 
     source = SuiteSource(
@@ -114,8 +114,14 @@ def run_distributed(
         str(Path(args.prompt).resolve()) if args.prompt else None,
     )
     ray_options = RayOptions(address=args.address, chunk_size=chunk_size, run_id=args.run_id)
-    with open_store(args.db, wait_s=args.wait) as store:
-        summary = run_on_ray(suite, corpus, store, options, source, root, ray_options)
+    try:
+        with open_store(args.db, wait_s=args.wait, write=True) as store:
+            summary = run_on_ray(suite, corpus, store, options, source, root, ray_options)
+    except RayUnreachable:
+        from evalkit.cli import skip_teardown
+
+        skip_teardown()  # a connect left behind must not hold the exit (nothing else is open)
+        raise
     print_summary(summary, args.db)
     print(f"  parts under {root.run_dir(summary.run_id)}", flush=True)
     if args.json:

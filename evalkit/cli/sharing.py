@@ -67,6 +67,11 @@ def _cmd_push(args: argparse.Namespace) -> int:
         print(f"run {pushed.run_id} is already in {shared.uri.shown}: nothing added")
     if pushed.conflicts:
         print(f"  {pushed.conflicts} commits met another writer's and were retried")
+    from evalkit.provenance import current_writer
+    from evalkit.store.shared.trust_rows import untrusted_push
+
+    if (why := untrusted_push(current_writer())) is not None:
+        print(f"  no promotion, flake list or override published: {why}")
     return 0
 
 
@@ -75,7 +80,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
     shared = shared_store_of(args)
     ref = _suite_of(args.config) if args.ref == "baseline" else args.ref
-    with open_store(args.db, wait_s=args.wait) as store:
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
         pulled = shared.pull(store, ref, tier=args.tier)
     what = f"baseline of suite {pulled.baseline_of!r}: run " if pulled.baseline_of else "run "
     if pulled.rows:

@@ -9,7 +9,7 @@ frame (:mod:`evalkit.compare.paired`) -> slices (:mod:`evalkit.compare.slices`) 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -18,6 +18,7 @@ from evalkit.compare.comparability import check_comparable, comparability_warnin
 from evalkit.compare.paired import case_changes, corpus_delta, paired_frame
 from evalkit.compare.pass_rules import PassRules
 from evalkit.compare.slices import slices
+from evalkit.compare.trust import trusted_calibrations
 from evalkit.compare.verdicts import verdicts
 from evalkit.judges.gating import (
     JudgeGating,
@@ -43,6 +44,8 @@ class RunData:
     cases: pl.DataFrame
     outputs: pl.DataFrame
     scores: pl.DataFrame
+    # The run's stored summary (``evalkit run``'s counts): its own pass rate, over all its checks.
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config_hash(self) -> str | None:
@@ -75,6 +78,11 @@ class Comparison:
     rebaseline: RunData | None = None
     # Why the delta cannot be rebaselined (a Python system whose code changed ...), or None.
     rebaseline_blocker: str | None = None
+    # Judged on the baseline's pinned exam (`evalkit.compare.exam`): what the candidate was
+    # judged on (`ExamSummary`), and the pull request's own added and edited cases (its
+    # additive exam, `evalkit.compare.exam.additive_exam`); None without a pinned exam.
+    exam: Any = None
+    additions: pl.DataFrame | None = None
 
     def _repr_html_(self) -> str:
         """Jupyter shows the pair's runs and its per-slice table (percentages, 3-digit p)."""
@@ -227,6 +235,7 @@ def load_run(store: Store, ref: str) -> RunData:
     run_id = store.resolve_run(ref)
     runs = store.runs().filter(pl.col("run_id") == run_id)
     label = runs["label"][0] if runs.height else ref
+    stored = json.loads(runs["summary"][0] or "null") if runs.height else None
     # In storage order: verdicts group the rows themselves, faster than the store can sort them.
     outputs, scores = store.outputs(run_id, ordered=False), store.scores(run_id, ordered=False)
     manifest = store.manifest(run_id)
@@ -237,7 +246,9 @@ def load_run(store: Store, ref: str) -> RunData:
         manifest["run_scorer_files"] = manifest.get("scorer_files")
         manifest["scorer_files"] = json.loads(recorded)
         manifest["rescoring"] = {"scoring_id": scoring_id, "harness": scoring["harness"][0]}
-    return RunData(run_id, label, manifest, store.cases(run_id), outputs, scores)
+    return RunData(
+        run_id, label, manifest, store.cases(run_id), outputs, scores, dict(stored or {})
+    )
 
 
 def load_comparison(
@@ -262,8 +273,9 @@ def load_comparison(
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
     # Judge rows only (not 3M score rows), each side's own: a judge check gates only when both
     # sides were judged by the same calibrated identity.
+    calibrations = trusted_calibrations(store.calibrations())  # a trusted writer's only
     gating = judge_gating(
-        judged[0], store.calibrations(), judge_kappa_min, judge_min_labels, candidate=judged[1]
+        judged[0], calibrations, judge_kappa_min, judge_min_labels, candidate=judged[1]
     )
     rebaseline = _rebaseline_run(store, base, cand)
     return compare(base, cand, allow_diff, gating, rebaseline, pass_rules)

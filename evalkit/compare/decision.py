@@ -105,6 +105,10 @@ class PairContext:
     siblings: tuple[tuple[str, str], ...] = ()
     # The models the provider served each run (`evalkit.compare.served.ServedModels`).
     served: Any = None
+    # Judged on a pinned exam (issue 42): its `evalkit.compare.exam.ExamSummary`, and the pull
+    # request's additive exam (added and edited cases, `evalkit.compare.exam.additive_exam`).
+    exam: Any = None
+    additions: Any = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,9 @@ class GateDecision:
     # removed, rebaselined, unaccounted, share.
     corpus_delta: tuple[dict[str, Any], ...] = ()
     n_verified: int = 0  # paired cases with evidence on both sides
+    # "judged on the exam promoted <when> by <who>; this PR adds N cases, edits M, removes K"
+    # (the first screen of every report), None without a pinned exam.
+    exam_line: str | None = None
 
     @property
     def would_block(self) -> bool:

@@ -35,7 +35,12 @@ from evalkit.run.runner import RunOptions, RunSummary, run_suite
 from evalkit.store import Store
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from evalkit.compare.analysis import RunData
+
+    #: Why a record's writer (``written_by`` JSON, None: unknown) is not trusted; None: it is.
+    Untrusted = Callable[[str | None], str | None]
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,9 @@ NOT_IN_BASELINE = "the baseline run does not have the case"
 NO_START = "the candidate run's start is not recorded"
 
 
-def excusing_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
+def excusing_flakes(
+    store: Store, base: RunData, cand: RunData, untrusted: Untrusted | None = None
+) -> pl.DataFrame:
     """The flake rates that may excuse a must_pass failure of ``cand`` against ``base``.
 
     Only measurements of the baseline's ``config_hash``, recorded before the candidate run was
@@ -166,7 +173,7 @@ def excusing_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
         ``case_id, flake_rate, runs, flips, case_hash, measured_at``, one row per case (rate 0
         included: a case measured stable).
     """
-    rows = _judged(store, base, cand).filter(pl.col("why_not").is_null())
+    rows = _judged(store, base, cand, untrusted).filter(pl.col("why_not").is_null())
     return (
         rows.sort("measured_at", descending=True)
         .unique("case_id", keep="first", maintain_order=True)
@@ -175,7 +182,9 @@ def excusing_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
     )
 
 
-def shown_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
+def shown_flakes(
+    store: Store, base: RunData, cand: RunData, untrusted: Untrusted | None = None
+) -> pl.DataFrame:
     """The flake measurements of either run's configuration that excuse nothing, and why, for
     the report: must_pass cases of the candidate (or the baseline) with a rate above 0 that
     `excusing_flakes` does not excuse; per case and reason the newest measurement.
@@ -183,7 +192,7 @@ def shown_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
     Returns:
         ``case_id, flake_rate, why_not, config_hash, case_hash, measured_at``.
     """
-    judged = _judged(store, base, cand)
+    judged = _judged(store, base, cand, untrusted)
     excused = judged.filter(pl.col("why_not").is_null())
     excused = (
         excused.sort("measured_at", descending=True)
@@ -208,10 +217,28 @@ def shown_flakes(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
     )
 
 
-def _judged(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
-    """Every measurement of either run's configuration with ``why_not`` (null: it excuses)."""
+def _judged(
+    store: Store, base: RunData, cand: RunData, untrusted: Untrusted | None = None
+) -> pl.DataFrame:
+    """Every measurement of either run's configuration with ``why_not`` (null: it excuses);
+    ``untrusted`` (`evalkit.compare.trust`) says why a measurement's writer is not trusted."""
     hashes = sorted({h for h in (base.config_hash, cand.config_hash) if h is not None})
     rows = store.flake_measurements(hashes)
+    if "written_by" not in rows.columns:
+        rows = rows.with_columns(written_by=pl.lit(None, pl.String))
+    distrust = pl.lit(None, pl.String)
+    if untrusted is not None:
+        writers = rows["written_by"].unique().to_list()
+        reasons = {w: untrusted(w) for w in writers}
+        distrust = pl.col("written_by").replace_strict(
+            reasons, default=None, return_dtype=pl.String
+        )
+        if None in reasons:  # replace_strict does not match null keys
+            distrust = (
+                pl.when(pl.col("written_by").is_null())
+                .then(pl.lit(reasons[None], pl.String))
+                .otherwise(distrust)
+            )
     started = _created_at(store, cand)
     versions = pl.DataFrame(
         {"case_id": cand.cases["case_id"], "cand_hash": cand.cases["case_hash"]}
@@ -223,7 +250,9 @@ def _judged(store: Store, base: RunData, cand: RunData) -> pl.DataFrame:
     rows = rows.join(versions, on="case_id", how="left")
     after = pl.lit(True) if started is None else pl.col("measured_at") >= pl.lit(started)
     why_not = (
-        pl.when(pl.col("config_hash") != (base.config_hash or ""))
+        pl.when(distrust.is_not_null())
+        .then(distrust)
+        .when(pl.col("config_hash") != (base.config_hash or ""))
         .then(pl.lit(CANDIDATE_CONFIG))
         .when(after)
         .then(pl.lit(AFTER_CANDIDATE if started is not None else NO_START))

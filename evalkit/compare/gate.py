@@ -534,9 +534,11 @@ def _pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
         counts = Counter(status for _, status in context.siblings)
         listed = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         stopped = [r for r, s in context.siblings if s in ("BLOCKED", "UNVERIFIED")]
-        block = policy.siblings == "block" and bool(stopped)
+        blocked = [r for r, s in context.siblings if s == "BLOCKED"]  # a regression, not a gap
+        block = policy.siblings == "block" and bool(blocked)
+        stopped = blocked if block else stopped
         msg = (
-            f"{len(context.siblings)} other run(s) of this configuration on this corpus: "
+            f"{len(context.siblings)} other run(s) of this configuration (any corpus): "
             f"{listed} ({_named([f'{r} {s}' for r, s in context.siblings])})"
             + ("; gate.siblings: block" if block else "")
         )
@@ -733,6 +735,7 @@ def decide(
         *_any_broken(paired, policy),
         *_relative_findings(paired, policy),
         *served_findings(policy, context.served),
+        *_exam_findings(policy, paired, context, counts),
     ]
     accepted = _as_overrides(overrides)
     stopping = [f for f in findings if f.severity in STOPPING]
@@ -745,10 +748,71 @@ def decide(
     unverified = blocked and all(f.severity == "unverified" for f in open_findings)
     overridden = bool(stopping) and not blocked
     verified = paired.filter(~pl.col("base_error") & ~pl.col("cand_error")).height
+    exam_line = context.exam.line() if context.exam is not None else None
     return GateDecision(
         blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy,
-        unverified, tuple(uncovered), tuple(accounting), verified,
+        unverified, tuple(uncovered), tuple(accounting), verified, exam_line,
     )  # fmt: skip
+
+
+# --- the pinned exam's second, additive exam (issue 42, rule 1) ------------------------------
+
+
+def _exam_findings(
+    policy: GatePolicy, paired: pl.DataFrame, context: PairContext, counts: Mapping[str, int]
+) -> list[Finding]:
+    """The pull request's additive exam: its added and edited cases (``context.additions``)
+    can add blocks, never remove one — a must_pass case of its version failing, a critical tag
+    regressing with its versions in place of the pinned ones, a broken case in a
+    ``block_on_any_broken`` tag — and an edit that loosens a case is shown as such."""
+    extra = context.additions
+    if context.exam is None or extra is None or extra.is_empty():
+        return []
+    out = []
+    for r in extra.filter(pl.col("criticality") == "must_pass").iter_rows(named=True):
+        if r["cand_error"]:
+            msg = (
+                f"must_pass case {r['case_id']} ({r['change']} in this pull request) errored in "
+                "the candidate: its version is unverified"
+            )
+            out.append(Finding(1, "must_pass", (r["case_id"],), {"change": r["change"]}, msg,
+                               "unverified", "pr-exam-errored"))  # fmt: skip
+        elif r["cand"] is False:
+            msg = (
+                f"must_pass case {r['case_id']} fails in the candidate in this pull request's "
+                f"version ({r['change']}): must_pass means must pass"
+            )
+            out.append(Finding(1, "must_pass", (r["case_id"],), {"change": r["change"]}, msg,
+                               "block", "pr-exam-failed"))  # fmt: skip
+    rebased = extra.filter(pl.col("rebaselined"))
+    if rebased.height:
+        mine = rebased.select(
+            "case_id", "tags", "criticality", "base", "cand", "base_error", "cand_error"
+        )
+        kept = paired.filter(~pl.col("case_id").is_in(rebased["case_id"].implode()))
+        swapped = pl.concat([kept, mine], how="diagonal_relaxed")
+        table = slices(swapped, policy.bootstrap_iters, policy.bootstrap_seed,
+                       policy.interval_level())  # fmt: skip
+        _, found = _critical(table, policy, swapped, counts)
+        for f in found + _any_broken(mine, policy):
+            if f.severity == "block" and f.kind in ("regressed", "any-broken"):
+                msg = (
+                    f"with this pull request's versions of its edited and added cases: {f.message}"
+                )
+                out.append(replace(f, message=msg, kind=f"pr-exam-{f.kind}"))
+    loosened = tuple(context.exam.loosened)
+    if loosened:
+        msg = (
+            f"this pull request edits the expectations of {len(loosened)} case(s) the candidate "
+            f"passes in their new version: under the pinned expectations the candidate breaks "
+            f"these {len(loosened)} cases ({_named(list(loosened))})"
+        )
+        out.append(
+            Finding(
+                0, "corpus", loosened, {"n": len(loosened)}, msg, "warn", "loosened-expectations"
+            )
+        )
+    return out
 
 
 def gate_comparison(
@@ -758,19 +822,39 @@ def gate_comparison(
     policy_changes: Sequence[str] = (),
     policy_source: str | None = None,
     siblings: Sequence[tuple[str, str]] = (),
+    *,
+    reasks: bool = False,
 ) -> GateDecision:
     """`decide` with what the store knows beyond the pair: the flake list measured on the
     baseline's configuration (`evalkit.compare.flakes.excusing_flakes`), recorded overrides, both
     sides' errors and the corpus delta; ``policy_changes`` (how the pull request loosened the
     pinned policy), ``policy_source`` and ``siblings`` come from `evalkit.compare.pin.gate_pair`.
+    Flake lists and overrides count only when a writer the policy trusts recorded them
+    (`evalkit.compare.trust`); with ``reasks`` (the gate flow) a flake list excuses a case only
+    once the gate job re-asked it (`evalkit.compare.reask`).
     """
     from evalkit.compare.flakes import excusing_flakes, shown_flakes
+    from evalkit.compare.reask import reask_findings
     from evalkit.compare.replay_checks import replay_findings
     from evalkit.compare.transfer import transfer, transfer_finding
+    from evalkit.compare.trust import (
+        Trust,
+        trust_findings,
+        trusted_overrides,
+        unreadable_tree_finding,
+    )
 
-    rates = excusing_flakes(store, comparison.base, comparison.cand)
+    # -- trust (evalkit.compare.trust): only records a trusted writer made decide ------------
+    trust = Trust.here(policy.trusted_writers)
+    rates = excusing_flakes(store, comparison.base, comparison.cand, trust.why_not)
+    reasked: list[Finding] = []
+    if reasks:
+        rates, reasked = reask_findings(store, comparison, rates)
+    overrides, ignored = trusted_overrides(
+        store.overrides(comparison.base.run_id, comparison.cand.run_id), trust
+    )
+    # -- end trust ---------------------------------------------------------------------------
     observed = usage_means(comparison.cand_verdicts)
-    overrides = store.overrides(comparison.base.run_id, comparison.cand.run_id)
     errors = _side_errors(comparison.cand, comparison.paired)
     base_errors = _side_errors(comparison.base, comparison.paired.filter(_ORIGINAL))
     if comparison.rebaseline is not None:
@@ -783,7 +867,7 @@ def gate_comparison(
     context = PairContext(
         comparison.base.run_id, comparison.cand.run_id, comparison.delta, base_errors,
         comparison.rebaseline_blocker, tuple(policy_changes), policy_source, tuple(siblings),
-        served,
+        served, comparison.exam, comparison.additions,
     )  # fmt: skip
     selection = comparison.cand.manifest.get("selection")
     decision = decide(
@@ -802,7 +886,10 @@ def gate_comparison(
     # Sealed cases run in both: do the live gains hold on cases nobody tuned against? (warn)
     held = transfer(comparison.paired, policy.bootstrap_iters, policy.level, policy.bootstrap_seed)
     notes += [found] if (found := transfer_finding(held)) else []
-    for r in shown_flakes(store, comparison.base, comparison.cand).iter_rows(named=True):
+    notes += trust_findings(store, comparison, trust, ignored) + reasked
+    notes += [found] if (found := unreadable_tree_finding(comparison)) else []
+    shown = shown_flakes(store, comparison.base, comparison.cand, trust.why_not)
+    for r in shown.iter_rows(named=True):
         msg = f"flake rate {r['flake_rate']:.0%} of {r['case_id']} excuses nothing: {r['why_not']}"
         notes.append(Finding(0, "flakes", (r["case_id"],), {}, msg, "info", "not-excusing"))
     # Warnings from the runs and the comparison reach the person with the decision.

@@ -14,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 import altair as alt
@@ -25,17 +26,28 @@ from evalkit.compare.history_values import History
 _WIDTH = 620
 
 
-def _x() -> alt.X:
-    return alt.X("at:T", title="run (time of promotion or creation, UTC)")
+def _x(frame: pl.DataFrame | None = None) -> alt.X:
+    """The time axis. With one moment only (a first promotion), Vega would stretch that one
+    millisecond across the panel and label its ticks ".578": the domain is then a day around
+    it, labelled by date and time, so the one run is a point in the middle."""
+    title = "run (time of promotion or creation, UTC)"
+    moments = frame["at"].drop_nulls().unique() if frame is not None and "at" in frame else None
+    if moments is None or moments.len() != 1:
+        return alt.X("at:T", title=title)
+    at = moments[0]
+    domain = [(at - dt.timedelta(hours=12)).isoformat(), (at + dt.timedelta(hours=12)).isoformat()]
+    axis = alt.Axis(format="%Y-%m-%d %H:%M", tickCount=3)
+    return alt.X("at:T", title=title, scale=alt.Scale(domain=domain), axis=axis)
 
 
 def _changes(frame: pl.DataFrame) -> alt.Chart:
     """Dashed rules at the runs where the served model changed, with the new model's name."""
     changed = frame.filter(pl.col("model_changed")).unique(["series", "run_id"])
     rule = alt.Chart(changed).mark_rule(color=BROKEN, strokeDash=[4, 3], strokeWidth=1.5)
-    rule = rule.encode(x=_x(), tooltip=["series", "run_id", "served_model"])
+    x = _x(frame)
+    rule = rule.encode(x=x, tooltip=["series", "run_id", "served_model"])
     text = alt.Chart(changed).mark_text(align="left", dx=3, dy=-4, color=BROKEN, fontSize=10)
-    return alt.layer(rule, text.encode(x=_x(), y=alt.value(0), text="served_model:N"))
+    return alt.layer(rule, text.encode(x=x, y=alt.value(0), text="served_model:N"))
 
 
 def _nothing() -> Chart:
@@ -57,6 +69,12 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
         >>> spec = pass_rate_history(History("label", None, (point,), (), (), 0.05, 0.95))
         >>> [panel["title"] for panel in spec.to_dict()["vconcat"]]
         ['ALL: pass rate (Wilson 95% band)']
+
+        One point: a day's axis around it, not a millisecond's.
+
+        >>> x = spec.to_dict()["vconcat"][0]["layer"][1]["encoding"]["x"]
+        >>> x["scale"]["domain"]
+        ['2025-12-31T12:00:00+00:00', '2026-01-01T12:00:00+00:00']
     """
     frame = history.frame()
     if frame.is_empty():
@@ -72,13 +90,12 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
         y = alt.Y("rate:Q", title="pass rate", axis=alt.Axis(format="%"),
                   scale=alt.Scale(zero=False))  # fmt: skip
         lo = alt.Y("lo:Q", title="pass rate", axis=alt.Axis(format="%"))
-        band = alt.Chart(rows).mark_area(opacity=0.2).encode(x=_x(), y=lo, y2="hi:Q", color=color)
+        x = _x(frame)
+        band = alt.Chart(rows).mark_area(opacity=0.2).encode(x=x, y=lo, y2="hi:Q", color=color)
         tooltip = ["series", "run_id", "label", "served_model", "passed", "decided",
                    alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("lo:Q", format=".1%"),
                    alt.Tooltip("hi:Q", format=".1%"), "unstable"]  # fmt: skip
-        line = (
-            alt.Chart(rows).mark_line(point=True).encode(x=_x(), y=y, color=color, tooltip=tooltip)
-        )
+        line = alt.Chart(rows).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)
         panel = LayerChart(layer=[band, line, _changes(frame)])
         panels.append(
             panel.properties(
@@ -104,7 +121,7 @@ def unstable_history(history: History) -> LayerChart:
     ).drop_nulls("cases_n")
     color = alt.Color("kind:N", title=None, scale=alt.Scale(range=[BROKEN, NEUTRAL]))
     lines = alt.Chart(data).mark_line(point=True).encode(
-        x=_x(), y=alt.Y("cases_n:Q", title="cases"), color=color,
+        x=_x(runs), y=alt.Y("cases_n:Q", title="cases"), color=color,
         strokeDash=alt.StrokeDash("series:N", title="series"),
         tooltip=["series", "run_id", "kind", "cases_n", "served_model"],
     )  # fmt: skip

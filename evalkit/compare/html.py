@@ -189,6 +189,7 @@ def _decision(r: Report) -> str:
     meta += f"<br>{_h(r.delta_line())}" if r.delta_line() else ""
     meta += f"<br><b>{_h(r.served_line())}</b>" if r.served_line() else ""
     meta += f"<br>{_h(r.replay_line())}" if r.replay_line() else ""
+    meta += f"<br>{_h(r.rates_line())}" if r.rates_line() else ""
     out = [
         f'<section id="decision"><div class="banner {tables.status_class(status)}">'
         f"<h1>{tables.status_icon(status)} {_h(r.heading())}</h1>"

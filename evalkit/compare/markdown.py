@@ -198,6 +198,8 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
         head.append(f"⚠️ {md(r.served_line() or '', 600)}")
     if r.replay_line():
         head.append(md(r.replay_line() or "", 600))
+    if r.rates_line():
+        head.append(md(r.rates_line() or "", 600))
     if r.manifest_changes:
         head.append(f"Manifests differ in: {md('; '.join(r.manifest_changes), 600)}")
     stopping = [_finding_line(f) for f in r.stopping()]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from evalkit.compare.trust import trusted_baseline
 from evalkit.errors import ConfigError, IncompleteRunError
 from evalkit.run.live_tools import refuse_live
 from evalkit.store import Store
@@ -135,14 +136,17 @@ def resolve_pair(store: Store, baseline: str | None, candidate: str) -> tuple[st
     cand = store.resolve_run(candidate)
     if baseline is None:
         suite, tier = store.manifest(cand).get("suite") or "", run_tier(store, cand)
-        promoted = store.current_baseline(suite, tier)
+        promoted = trusted_baseline(store, suite, tier)  # a trusted writer's (compare.trust)
         if promoted is None:
             which = f"suite {suite!r}" + (f" tier {tier!r}" if tier else "")
+            untrusted = store.current_baseline(suite, tier) is not None
             raise ConfigError(
-                f"{which} has no promoted baseline: promote one with `evalkit baseline "
-                "promote RUN --who NAME --reason TEXT`, or name it: `evalkit gate BASELINE "
-                f"{candidate}`"
-            )
+                f"{which} has no promoted baseline"
+                + (" a trusted writer promoted (this job's own promotions excuse nothing)"
+                   if untrusted else "")
+                + ": promote one with `evalkit baseline promote RUN --who NAME --reason TEXT`, "
+                f"or name it: `evalkit gate BASELINE {candidate}`"
+            )  # fmt: skip
         base = promoted
     else:
         base = store.resolve_run(baseline)

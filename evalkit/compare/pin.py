@@ -24,7 +24,8 @@ import polars as pl
 from evalkit.compare.analysis import load_comparison
 from evalkit.compare.gate import gate_comparison
 from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
-from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict, pinned_policy
+from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict
+from evalkit.compare.trust import trusted_pinned_policy
 from evalkit.errors import EvalkitError
 
 if TYPE_CHECKING:
@@ -44,31 +45,76 @@ def resolve_policy(
     The pin is the baseline's promoted policy, else the one its manifest recorded; the pull
     request's (``config_path``) applies only where it is as strict or stricter.
     """
-    pin = pinned_policy(store, base_run_id)
+    pin = trusted_pinned_policy(store, base_run_id)  # a trusted writer's (compare.trust)
     proposed = load_policy_dict(config_path)
     source = str(config_path) if config_path else "the pinned policy"
     policy, changes = effective_policy(pin.policy, proposed, source)
     return policy, tuple(changes.looser), pin.source if pin.policy is not None else None
 
 
+#: What makes two runs the same configuration for sibling purposes: who answered and how it
+#: was asked (and judged), never the corpus, its referenced files or the scorers' sources —
+#: a one-line corpus edit does not make a blocked run someone else's (issue 42, rule 3).
+SIBLING_FIELDS = ("suite", "provider", "system", "model", "prompt", "tools", "sampling",
+                  "replays", "judge")  # fmt: skip
+
+
+def configuration_identity(manifest: dict) -> str:
+    """The sibling identity of a run: sha256 over `SIBLING_FIELDS` of its manifest.
+
+    Examples:
+        >>> a = {"model": {"id": "m"}, "corpus": {"hash": "1"}, "scorer_files": {"s": "1"}}
+        >>> b = {"model": {"id": "m"}, "corpus": {"hash": "2"}, "scorer_files": {"s": "2"}}
+        >>> configuration_identity(a) == configuration_identity(b)
+        True
+    """
+    import hashlib
+
+    from evalkit.records import canonical_json
+
+    fields = {k: manifest.get(k) for k in SIBLING_FIELDS}
+    return hashlib.sha256(canonical_json(fields).encode()).hexdigest()
+
+
+def _selection_key(selection: dict | None) -> dict:
+    """A selection as siblings compare it (the case ids a rebaseline ran are not a selection)."""
+    return {k: v for k, v in (selection or {}).items() if k != "case_ids" and v}
+
+
 def siblings(store: Store, comparison: Comparison) -> list[str]:
-    """Other complete runs of the candidate's configuration on the same corpus and selection
-    (newest first), leaving out the pair itself and rebaseline runs."""
+    """Every other complete run of the candidate's configuration identity
+    (`configuration_identity`) and selection, whatever corpus it ran (newest first), leaving
+    out the pair itself, rebaseline runs and pinned-exam runs."""
     manifest = comparison.cand.manifest
-    corpus = (manifest.get("corpus") or {}).get("hash")
+    identity = configuration_identity(manifest)
     runs = store.runs().filter(
-        (pl.col("config_hash") == comparison.cand.config_hash)
-        & (pl.col("status") == "complete")
+        (pl.col("status") == "complete")
         & ~pl.col("run_id").is_in([comparison.base.run_id, comparison.cand.run_id])
         & ~pl.col("label").str.starts_with("rebaseline:")
+        & ~pl.col("label").str.starts_with("exam:")
     )
     out = []
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
         other = store.manifest(row["run_id"])
-        same_corpus = (other.get("corpus") or {}).get("hash") == corpus
-        if same_corpus and other.get("selection") == manifest.get("selection"):
+        if other.get("exam") or other.get("rebaseline"):
+            continue
+        if configuration_identity(other) != identity:
+            continue
+        if _selection_key(other.get("selection")) == _selection_key(manifest.get("selection")):
             out.append(row["run_id"])
     return out[:MAX_SIBLINGS]
+
+
+def _exam_or_plain_comparison(
+    store: Store, base: str, cand: str, allow_diff: Sequence[str], policy: GatePolicy
+) -> Comparison:
+    """The candidate judged on the baseline's pinned exam (`evalkit.compare.exam`), or, for a
+    baseline promoted without one, compared as it ran (`load_comparison`)."""
+    from evalkit.compare.exam import load_exam_comparison
+
+    args = (allow_diff, policy.judge_kappa_min, policy.judge_min_labels, policy.pass_rules)
+    on_exam = load_exam_comparison(store, base, cand, *args)
+    return on_exam if on_exam is not None else load_comparison(store, base, cand, *args)
 
 
 def gate_pair(
@@ -95,10 +141,7 @@ def gate_pair(
     for run_id, role in ((base, "baseline"), (cand, "candidate")):
         require_complete(store, run_id, role, allow_incomplete, db)
     policy, looser, source = resolve_policy(store, base, config_path)
-    comparison = load_comparison(
-        store, base, cand, allow_diff, policy.judge_kappa_min, policy.judge_min_labels,
-        policy.pass_rules,
-    )  # fmt: skip
+    comparison = _exam_or_plain_comparison(store, base, cand, allow_diff, policy)
     policy.validate_against(comparison.cand.cases, comparison.cand.manifest.get("selection"))
     found: list[tuple[str, str]] = []
     for run_id in siblings(store, comparison) if with_siblings else ():
@@ -109,5 +152,5 @@ def gate_pair(
             found.append((run_id, other.status))
         except EvalkitError as exc:  # shown, not hidden: it could not be gated against the pin
             found.append((run_id, f"not gated ({str(exc)[:80]})"))
-    decision = gate_comparison(store, comparison, policy, looser, source, tuple(found))
+    decision = gate_comparison(store, comparison, policy, looser, source, tuple(found), reasks=True)
     return comparison, decision

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from evalkit import stats
 from evalkit.compare.pass_rules import PassRules
 from evalkit.corpus.cases import MIN_CRITICAL_CASES
 from evalkit.errors import ConfigError
+from evalkit.provenance import DEFAULT_TRUSTED
 
 if TYPE_CHECKING:
     import polars as pl
@@ -50,8 +51,10 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # A critical tag whose cases were edited/added without being rebaselined, or removed, beyond
     # this share of its cases is UNVERIFIED (its evidence is no longer the baseline's).
     max_changed_share: float = Field(0.1, ge=0, le=1)
-    # Whether a BLOCKED sibling run of the candidate's configuration blocks ("report": shown).
-    siblings: Literal["report", "block"] = "report"
+    # Whether a BLOCKED sibling run of the candidate's configuration blocks (the default:
+    # every run of one configuration identity, whatever corpus, is evidence; "report" only
+    # shows them and counts as a loosening, issue 42).
+    siblings: Literal["report", "block"] = "block"
     # Tags in which any broken case (pass → fail) blocks, whatever the statistics say (seed 001:
     # "a newly_failing list with even one entry should block"): a policy choice, stricter.
     block_on_any_broken: list[str] = Field(default_factory=list)
@@ -73,6 +76,11 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # test's mid-p (closer to alpha, more power, no longer guaranteed <= alpha).
     critical_adjust: Literal["none", "holm"] = "none"
     mid_p: bool = False
+    # Who may write the promotions, flake lists and overrides the gate trusts
+    # (evalkit.provenance): base_branch, person, ref:BRANCH, who:NAME, unknown.
+    trusted_writers: list[
+        Annotated[str, StringConstraints(pattern=r"^(base_branch|person|unknown|ref:.+|who:.+)$")]
+    ] = Field(default_factory=lambda: list(DEFAULT_TRUSTED))
 
 
 class Budget(BaseModel):
@@ -111,7 +119,7 @@ class GatePolicy:
     max_error_rate: float = 0.0
     judge_tolerance_levels: float | None = 0.5
     max_changed_share: float = 0.1
-    siblings: Literal["report", "block"] = "report"
+    siblings: Literal["report", "block"] = "block"
     block_on_any_broken: tuple[str, ...] = ()
     served_model_change: Literal["warn", "block"] = "warn"
     relative_budgets: tuple[tuple[str, float], ...] = ()  # (metric, allowed), sorted
@@ -119,6 +127,7 @@ class GatePolicy:
     critical_adjust: Literal["none", "holm"] = "none"
     mid_p: bool = False
     pass_rules: PassRules = field(default_factory=PassRules)  # replays -> one verdict per case
+    trusted_writers: tuple[str, ...] = DEFAULT_TRUSTED  # evalkit.provenance.why_untrusted
 
     @classmethod
     def from_suite(
@@ -156,6 +165,7 @@ class GatePolicy:
             for m, v in (budgets or {}).items()
         ]  # fmt: skip
         params["block_on_any_broken"] = tuple(params["block_on_any_broken"])
+        params["trusted_writers"] = tuple(params["trusted_writers"])
         params["relative_budgets"] = tuple(sorted(params["relative_budgets"].items()))
         rules = PassRules.from_config(pass_rules, f"{source}: replays")
         return cls(critical_tags=tags, budgets=tuple(specs), pass_rules=rules, **params)
@@ -342,6 +352,12 @@ def policy_changes(pinned: Mapping[str, Any], proposed: Mapping[str, Any]) -> Po
             continue
         if key == "relative_budgets":  # each removed or raised limit loosens
             _relative_changes(dict(was), dict(now), looser, stricter)
+            continue
+        if key == "trusted_writers":  # each writer added loosens (its records excuse)
+            looser += [f"gate.trusted_writers: {w!r} added (looser: its records excuse "
+                       "findings)" for w in now if w not in was]  # fmt: skip
+            stricter += [f"gate.trusted_writers: {w!r} dropped (stricter)" for w in was
+                         if w not in now]  # fmt: skip
             continue
         if key == "block_on_any_broken":  # a list of tags: each dropped one loosens
             looser += [f"gate.block_on_any_broken: {t!r} dropped (looser: a broken case there "

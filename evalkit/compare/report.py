@@ -119,6 +119,37 @@ class Report:
     # The level of the slice and critical-tag intervals (the gate's `GatePolicy.interval_level`:
     # 98% at alpha 0.01), which their headers state.
     level: float = 0.95
+    # Each run's own pass rate (`evalkit.run.summary.pass_rate`: passed over scored outputs,
+    # every check counted), as `evalkit run`, `evalkit runs` and `evalkit.Project` state it.
+    run_rates: tuple[float | None, float | None] = (None, None)
+
+    def rates_line(self) -> str | None:
+        """Each run's own pass rate, and why the slice table's may differ; None if unknown.
+
+        Examples:
+            >>> report.rates_line()                                        # doctest: +SKIP
+            'pass rate of each run (all its checks, as `evalkit run` stated it): baseline 77.8%
+            → candidate 84.6%; the slice table counts the checks that gate (judges without a
+            calibration record are reported, not gated)'
+        """
+        if self.run_rates == (None, None):
+            return None
+        base, cand = (fmt_pct(r) if r is not None else "–" for r in self.run_rates)
+        line = (
+            f"pass rate of each run (all its checks, as `evalkit run` stated it): "
+            f"{self.base_label} {base} → {self.cand_label} {cand}"
+        )
+        everything = self.slices.filter(pl.col("slice") == "ALL")
+        shown = everything.select("base_pass", "cand_pass").row(0) if everything.height else None
+        if shown is not None and any(
+            r is not None and s is not None and abs(r - s) > 5e-4
+            for r, s in zip(self.run_rates, shown, strict=True)
+        ):
+            line += (
+                "; the slice table counts only the checks that gate, one verdict per case "
+                "(judges without a calibration record are reported, not gated)"
+            )
+        return line
 
     def replay_line(self) -> str | None:
         """How replays became verdicts, for the first screen; None with one replay and the
@@ -215,12 +246,14 @@ class Report:
             "corpus delta in critical tags: 'billing' 6 edited (6 rebaselined)"
         """
         parts = []
+        exam = self.decision.exam_line if self.decision else None
         for row in self.decision.corpus_delta if self.decision else ():
             what = [f"{row[k]} {k}" for k in ("edited", "added", "removed") if row[k]]
             if what:
                 done = f" ({row['rebaselined']} rebaselined)" if row["rebaselined"] else ""
                 parts.append(f"{row['tag']!r} {', '.join(what)}{done}")
-        return f"corpus delta in critical tags: {'; '.join(parts)}" if parts else None
+        delta = f"corpus delta in critical tags: {'; '.join(parts)}" if parts else None
+        return "; ".join(p for p in (exam, delta) if p) or None
 
     def stopping(self) -> tuple[Any, ...]:
         """The findings that stop the gate (blocking or unverified), in the gate's order."""
@@ -374,7 +407,18 @@ def build_report(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
         ),
         **_replay_fields(cmp, decision), level=level,
+        run_rates=(_run_rate(cmp.base.summary), _run_rate(cmp.cand.summary)),
     )  # fmt: skip
+
+
+def _run_rate(summary: dict[str, Any]) -> float | None:
+    """The stored summary's pass rate (`evalkit.run.summary.pass_rate`), None without one."""
+    from evalkit.run.summary import pass_rate
+
+    try:
+        return pass_rate(int(summary["passed"]), int(summary["failed"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, Any]:
@@ -494,6 +538,7 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
         body += f"\n{_m(r.delta_line())}" if r.delta_line() else ""
         body += f"\n[bold yellow]{_m(r.served_line())}[/]" if r.served_line() else ""
         body += f"\n{_m(r.replay_line())}" if r.replay_line() else ""
+        body += f"\n{_m(r.rates_line())}" if r.rates_line() else ""
         body += (
             f"\nmanifests differ in: {_m(', '.join(r.manifest_diff))}" if r.manifest_diff else ""
         )

@@ -156,7 +156,8 @@ def verdicts(
     (`evalkit.compare.pass_rules.PassRules`, the suite's ``replays:`` rules) say otherwise for
     the case or its tags (tag rules need ``cases``, which carries the tags).
 
-    ``passed`` is null and ``error`` true when every replay errored; ``unstable`` is true when
+    ``passed`` is null and ``error`` true unless more than half of its replays were decided
+    (`undecided_case`: 1 pass and 4 errored replays is no pass); ``unstable`` is true when
     decided replays disagree. With ``cases``, every case of the run appears (a case with no
     output is an error) and its ``case_hash, tags, criticality, sealed`` are attached.
 
@@ -186,17 +187,32 @@ def verdicts(
         per_case = meta.join(per_case, on=["run_id", "case_id"], how="left").with_columns(
             pl.col("n_replays", "n_pass", "n_fail", "n_error").fill_null(0)
         )
+    verdict = (rules or PassRules()).verdict_expr(
+        pl.col("tags") if cases is not None else None, pl.col("case_id")
+    )
     return (
-        per_case.with_columns((pl.col("n_pass") + pl.col("n_fail") == 0).alias("error"))
+        per_case.with_columns(undecided_case().alias("error"))
         .with_columns(
-            (rules or PassRules())
-            .verdict_expr(pl.col("tags") if cases is not None else None, pl.col("case_id"))
-            .alias("passed"),
+            pl.when(pl.col("error")).then(None).otherwise(verdict).alias("passed"),
             ((pl.col("n_pass") > 0) & (pl.col("n_fail") > 0)).alias("unstable"),
         )
         .sort("run_id", "case_id")
         .collect()
     )
+
+
+def undecided_case() -> pl.Expr:
+    """A case decides only when more than half of its replays were decided (passed or failed):
+    4 unparsable judge answers and 1 pass of 5 replays is errored, never a pass (issue 42).
+
+    Examples:
+        >>> f = pl.DataFrame({"n_replays": [5, 5, 2, 0], "n_pass": [1, 3, 1, 0],
+        ...     "n_fail": [0, 0, 0, 0]})
+        >>> f.select(undecided_case())["n_pass"].to_list()
+        [True, False, True, True]
+    """
+    decided = pl.col("n_pass") + pl.col("n_fail")
+    return (decided == 0) | (decided * 2 <= pl.col("n_replays"))
 
 
 def run_verdicts(store: Store, ref: str) -> pl.DataFrame:

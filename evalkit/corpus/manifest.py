@@ -22,6 +22,7 @@ from typing import Any
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
+from evalkit.corpus.repo_tree import env_digests, repo_tree
 from evalkit.corpus.scorer_modules import scorer_module_hashes
 from evalkit.corpus.suite import Suite
 from evalkit.records import canonical_json
@@ -136,6 +137,9 @@ def build_manifest(
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "concurrency": suite.config.concurrency,
             "cache": suite.config.cache,
+            # Where the suite was loaded from (recorded, not hashed): a promotion pins the
+            # corpus found there as the exam (evalkit.corpus.pinned, issue 42).
+            "config": str(Path(suite.path).resolve()),
             **_git_state(suite.root),
         },
     }
@@ -156,12 +160,17 @@ def system_identity(suite: Suite) -> dict[str, Any]:
     system = suite.config.system
     function = system.function if system.provider == "python" else None
     code = code_fingerprint(function, system.code_paths, suite.root)
-    return {
+    identity: dict[str, Any] = {
         "code": code,
         "code_fingerprint": fingerprint_digest(code),
         "version": system.version,
         "index": system.index.model_dump() if system.index else None,
     }
+    if function is not None:  # what else a python system can read (evalkit.corpus.repo_tree)
+        identity["repo"] = repo_tree(suite.root).to_manifest()
+    if system.env:
+        identity["env"] = env_digests(system.env)
+    return identity
 
 
 def gate_policy(suite: Suite) -> dict[str, Any]:

@@ -30,13 +30,13 @@ from pydantic import (
     model_validator,
 )
 
+from evalkit.corpus.config_files import DEFAULT_CONFIG, resolve_config
 from evalkit.corpus.scorer_modules import import_scorer_modules
 from evalkit.corpus.selection import TierConfig
 from evalkit.corpus.yaml_input import YAMLInputError, node_line, parse_yaml
 from evalkit.errors import ConfigError
 from evalkit.redact import strip_userinfo
 
-DEFAULT_CONFIG = Path("corpus/evalkit.yaml")
 #: Where the official ``openai`` client sends requests when neither the config nor
 #: ``OPENAI_BASE_URL`` names an endpoint.
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -153,6 +153,9 @@ class SystemConfig(_Strict):
     # (python: the function's module, plus these globs relative to the config's directory), a
     # version string for what evalkit cannot hash (a deployed service), the retrieval index.
     code_paths: list[str] = Field(default_factory=list)
+    # Environment variables the system reads (a feature flag): their values, hashed, are part
+    # of a python system's identity; an undeclared one is not seen (evalkit.corpus.repo_tree).
+    env: list[str] = Field(default_factory=list)
     version: str | None = None
     index: IndexConfig | None = None
 
@@ -371,7 +374,7 @@ def load_suite(
     Raises:
         ConfigError: one line naming the file and the offending key.
     """
-    config_path = Path(path)
+    config_path = resolve_config(path) if Path(path).is_dir() else Path(path)
     if not config_path.is_file():
         raise ConfigError(f"{config_path}: suite config not found")
     try:

@@ -69,7 +69,7 @@ def run_demo(
         )
         template = baseline_suite.config.system.user_template
         corpus = load_corpus(baseline_suite.root, user_template=template)
-        with open_store(db) as store:
+        with open_store(db, write=True) as store:
             baseline = run_suite(
                 baseline_suite, corpus, store, RunOptions(label="baseline", progress=progress)
             )

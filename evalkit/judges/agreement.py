@@ -161,7 +161,7 @@ class ClassReport:
             f"<p>n = {self.n}, accuracy {self.accuracy:.4f}, macro P/R/F1 "
             f"{self.macro_precision:.4f} / {self.macro_recall:.4f} / {self.macro_f1:.4f}</p>"
         )
-        return head + self.to_frame()._repr_html_()
+        return head + _styled(self.to_frame(), "Per class")
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -262,7 +262,7 @@ class AgreementSummary:
             f", {self.level:.0%} intervals (accuracy: Wilson; kappa: bootstrap, {self.iters} "
             f"resamples, seed {self.seed})</p>"
         )
-        return head + self.to_frame()._repr_html_() + self.report._repr_html_()
+        return head + _styled(self.to_frame(), "Agreement") + self.report._repr_html_()
 
 
 def agreement_summary(
@@ -372,7 +372,7 @@ class RaterAgreement:
             f"<p>{self.n_raters} raters, {self.n_items} items; Krippendorff's alpha "
             f"({self.level}) = {self.alpha:.4f}</p>"
         )
-        return head + self.pairwise._repr_html_()
+        return head + _styled(self.pairwise, "Pairwise Cohen's kappa")
 
 
 def rater_agreement(
@@ -496,3 +496,10 @@ class CalibrationRecord:
         out = asdict(self)
         out["created_at"] = self.created_at.isoformat()
         return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in out.items()}
+
+
+def _styled(frame: pl.DataFrame, title: str) -> str:
+    """A frame as the notebooks show tables (`evalkit.display.table`), as HTML."""
+    from evalkit.display import table  # great_tables: only when shown
+
+    return str(table(frame, title).as_raw_html())

@@ -7,9 +7,11 @@ all raters (the humans, and the judge as one more rater), per-class precision/re
 confusion matrix, length bias and, when ``evalkit judge-pairs`` has run with the same judge and
 rubric, position consistency. The result is stored as a :class:`Calibration` record.
 
-Joining: one *item* per distinct judged output (case id +
-:func:`~evalkit.judges.labels.output_hash`);
-its judge label is the commonest judge score over replays (ties: the lower score). A human label
+Joining: human labels match judged outputs (case id +
+:func:`~evalkit.judges.labels.output_hash`), and the items counted are **labelled cases**, not
+outputs (`per_case`: 25 labels over 5 replays is n = 25); a case's judge label is the
+commonest judge score over its outputs (ties: the lower score). Agreement is also measured on
+the decision the judge makes, pass/fail at its threshold (`decision_agreement`). A human label
 pinned to an output hash matches that output; a case-level label matches the case's outputs.
 The human label of an item is the majority over raters; a tie is dropped and counted.
 
@@ -152,6 +154,74 @@ def _majority(votes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def per_case(items: pl.DataFrame) -> pl.DataFrame:
+    """One item per labelled case, not per output: 25 labelled cases answered over 5 replays
+    are n = 25 (issue 42). The case's human label is its commonest one, its judge label the
+    commonest judge score over its outputs (ties: the lower), its judge verdict the majority.
+
+    Examples:
+        >>> items = pl.DataFrame({"case_id": ["a"] * 3, "output_hash": ["x", "y", "z"],
+        ...     "judge_score": [4, 4, 2], "judge_passed": [True, True, False], "human": [4] * 3,
+        ...     "n_raters": [1] * 3, "length": [10, 12, 14], "tied": [False] * 3})
+        >>> per_case(items).select("case_id", "judge_score", "judge_passed", "human").row(0)
+        ('a', 4, True, 4)
+    """
+    passed = pl.col("judge_passed").cast(pl.Int64)
+    extra = [c for c in items.columns if c not in _PER_CASE]
+    return (
+        items.group_by("case_id", maintain_order=True)
+        .agg(
+            pl.col("output_hash").first(),
+            pl.col("judge_score").drop_nulls().mode().min(),
+            (passed.sum() * 2 > passed.count()).alias("judge_passed"),
+            pl.col("human").mode().min(),
+            pl.col("n_raters").max(),
+            pl.col("length").mean().round().cast(pl.Int64),
+            *[pl.col(c).first() for c in extra],
+        )
+        .sort("case_id")
+    )
+
+
+_PER_CASE = frozenset(
+    {"case_id", "output_hash", "judge_score", "judge_passed", "human", "n_raters", "length"}
+)
+
+
+def decision_agreement(
+    kept: pl.DataFrame, judged: pl.DataFrame, scale: str, level: float, seed: int, iters: int
+) -> dict[str, Any]:
+    """Agreement on the decision the judge makes: pass/fail at its threshold (the lowest level
+    it passed, read from its own verdicts), the human's level against the same threshold.
+    On a pass/fail scale that is the agreement itself. Empty when no threshold can be read.
+    """
+    if scale == "pass_fail":
+        human, judge, threshold = kept["human"], kept["judge"], None
+    else:
+        passing = judged.filter(pl.col("judge_passed").fill_null(False))["judge_score"]
+        failing = judged.filter(~pl.col("judge_passed").fill_null(True))["judge_score"]
+        if passing.drop_nulls().is_empty() and failing.drop_nulls().is_empty():
+            return {}
+        threshold = (
+            int(passing.drop_nulls().min())
+            if not passing.drop_nulls().is_empty()
+            else int(failing.drop_nulls().max()) + 1
+        )
+        human = (kept["human"] >= threshold).cast(pl.Int64)
+        judge = kept["judge_passed"].cast(pl.Int64)
+    summary = agreement.agreement_summary(
+        human, judge, labels=(0, 1), level=level, seed=seed, iters=iters
+    )
+    return {
+        "decision_threshold": threshold,
+        "decision_n": summary.n,
+        "decision_agree": summary.agree,
+        "decision_kappa": nan_to_none(summary.kappa),
+        "decision_kappa_lo": nan_to_none(summary.kappa_lo),
+        "decision_kappa_hi": nan_to_none(summary.kappa_hi),
+    }
+
+
 def calibrate_frames(
     scores: pl.DataFrame,
     outputs: pl.DataFrame,
@@ -202,7 +272,7 @@ def calibrate_frames(
     votes = _votes(decided, labels.filter(pl.col("scorer") == scorer))
     majority = _majority(votes)
     items = decided.join(majority, on=["case_id", "output_hash"], how="inner")
-    kept = items.filter(~pl.col("tied"))
+    kept = per_case(items.filter(~pl.col("tied")))
     if kept.is_empty():
         raise CalibrationError(
             f"{where}: none of its {decided.height} judged outputs has a (non-tied) human label "
@@ -253,6 +323,7 @@ def calibrate_frames(
         position_consistency=consistency,
     )
     figures = _figures(summary, raters, judged, kept, scale, n_pairs)
+    figures |= decision_agreement(kept, judged, scale, level, seed, iters)
     figures |= {"n_tied": int(items["tied"].sum()), "n_judge_errors": n_errors}
     calibration = Calibration.from_record(
         record,

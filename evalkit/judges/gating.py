@@ -253,6 +253,7 @@ def _assess(
     record = latest.get((model, snapshot, prompt, rubric_hash)) if model and rubric_hash else None
     kappa, lo, hi = (_number(record.get(k)) if record else None
                      for k in ("kappa", "kappa_lo", "kappa_hi"))  # fmt: skip
+    lo = _decision_bound(record, lo)
     labels = int(record["n"]) if record and record.get("n") is not None else 0
     when = record["created_at"] if record else None
     gating = lo is not None and lo >= kappa_min and labels >= min_labels
@@ -293,6 +294,22 @@ def _assess(
         scorer, model, rubric, rubric_hash, n, gating, kappa, when, reason,
         snapshot, prompt, lo, hi, labels,
     )  # fmt: skip
+
+
+def _decision_bound(record: dict[str, Any] | None, lo: float | None) -> float | None:
+    """The kappa lower bound that gates: the lower of the raw levels' and the pass/fail
+    decision's (`evalkit.judges.calibration.decision_agreement`), when the record has both."""
+    import json
+
+    raw = (record or {}).get("figures")
+    try:
+        figures = json.loads(raw) if isinstance(raw, str) else (raw or {})
+    except ValueError:
+        return lo
+    decision = _number(figures.get("decision_kappa_lo")) if isinstance(figures, dict) else None
+    if lo is None or decision is None:
+        return lo
+    return min(lo, decision)
 
 
 def _mismatches(rows: pl.DataFrame, checks: dict[str, JudgeCheck]) -> list[tuple[list[str], str]]:

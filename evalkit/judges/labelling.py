@@ -39,7 +39,7 @@ import polars as pl
 from evalkit.errors import EvalkitError
 from evalkit.judges import agreement
 from evalkit.judges.calibration import judged_outputs
-from evalkit.judges.labels import output_hash
+from evalkit.judges.labels import neutralise_cell, output_hash
 from evalkit.scorers.judge_client import Rubric, load_rubric, render_conversation
 
 if TYPE_CHECKING:
@@ -163,11 +163,30 @@ def allocate(sizes: Mapping[str, int], n: int) -> dict[str, int]:
     return share
 
 
+@dataclass(frozen=True)
+class SettingNames:
+    """What the person asking calls the settings an error tells them to set: the CLI's options
+    (the default) or a notebook's parameters (``SettingNames("RUBRIC", "SCORER")``)."""
+
+    rubric: str = "--rubric"
+    scorer: str = "--scorer"
+
+    def ask(self, name: str, what: str) -> str:
+        """ "pass --rubric PATH" on the command line; "set RUBRIC to PATH" in a notebook."""
+        if name.startswith("--"):
+            return f"pass {name} {what}"
+        return f"set the notebook parameter {name} to {what}"
+
+
+CLI_NAMES = SettingNames()
+
+
 def find_rubric(
     recorded: str | None,
     digest: str | None,
     rubric: str | Path | None = None,
     roots: Sequence[str | Path] = (),
+    names: SettingNames = CLI_NAMES,
 ) -> Rubric:
     """The rubric the labellers read: ``rubric`` if given, else the file the judge scores name
     (``recorded``), looked up under each of ``roots`` (default: the working directory) and
@@ -186,7 +205,9 @@ def find_rubric(
             )
         return loaded
     if not recorded:
-        raise LabellingError("the judge scores name no rubric file: pass --rubric PATH")
+        raise LabellingError(
+            f"the judge scores name no rubric file: {names.ask(names.rubric, 'its path')}"
+        )
     edited: list[Path] = []
     tried: list[str] = []
     for root in roots or (Path.cwd(),):
@@ -199,11 +220,13 @@ def find_rubric(
             edited.append(path)
     if edited:
         raise LabellingError(
-            f"rubric {edited[0]} was edited after the run was judged: pass --rubric with the "
-            f"version the judge used (sha256 {(digest or '')[:12]})"
+            f"rubric {edited[0]} was edited after the run was judged: "
+            f"{names.ask(names.rubric, 'the version the judge used')} "
+            f"(sha256 {(digest or '')[:12]})"
         )
     raise LabellingError(
-        f"the judge's rubric {recorded} is not at {' or '.join(tried)}: pass --rubric PATH"
+        f"the judge's rubric {recorded} is not at {' or '.join(tried)}: "
+        f"{names.ask(names.rubric, 'its path')}"
     )
 
 
@@ -226,6 +249,7 @@ def sample_outputs(
     seed: int = 0,
     rubric: str | Path | None = None,
     roots: Sequence[str | Path] = (),
+    names: SettingNames = CLI_NAMES,
 ) -> LabelSample:
     """A stratified sample of the run's judged outputs to label, reproducible by ``seed``.
 
@@ -236,6 +260,7 @@ def sample_outputs(
         scorer: the judge scorer the labels calibrate.
         rubric: the rubric file; required when the run's judge used several.
         roots: where the rubric path the scores recorded is looked for (see :func:`find_rubric`).
+        names: what the errors call the rubric and scorer settings (options or parameters).
 
     Raises:
         LabellingError: bad arguments, no judge scores, several rubrics, a rubric not found.
@@ -245,7 +270,7 @@ def sample_outputs(
     if stratify not in STRATIFY:
         raise LabellingError(f"stratify {stratify!r}: expected one of {', '.join(STRATIFY)}")
     run_id = store.resolve_run(run)
-    wanted = find_rubric(None, None, rubric) if rubric is not None else None
+    wanted = find_rubric(None, None, rubric, names=names) if rubric is not None else None
     first = pl.col("replay") == 0
     outputs = store.outputs(run_id).filter(first & pl.col("text").is_not_null())
     judged = judged_outputs(
@@ -255,16 +280,19 @@ def sample_outputs(
         with_rubric = f" with rubric {rubric}" if rubric is not None else ""
         raise LabellingError(
             f"run {run_id} has no decided {scorer!r} judge scores on replay 0{with_rubric}: "
-            "labels calibrate a judge (name its scorer with --scorer)"
+            f"labels calibrate a judge ({names.ask(names.scorer, 'its judge scorer')})"
         )
     hashes = judged["rubric_hash"].drop_nulls().unique().sort().to_list()
     if len(hashes) > 1:
         raise LabellingError(
             f"run {run_id}'s {scorer!r} judge used {len(hashes)} rubrics "
-            f"({', '.join(h[:12] for h in hashes)}): choose one with --rubric PATH"
+            f"({', '.join(h[:12] for h in hashes)}): {names.ask(names.rubric, 'the one to label')}"
         )
     chosen = wanted or find_rubric(
-        judged["rubric"].drop_nulls().first(), hashes[0] if hashes else None, roots=roots
+        judged["rubric"].drop_nulls().first(),
+        hashes[0] if hashes else None,
+        roots=roots,
+        names=names,
     )
     items = _candidates(store.cases(run_id), outputs, judged, stratify)
     if not items:
@@ -340,7 +368,8 @@ def write_sheet(sample: LabelSample, path: str | Path, rater: str | None = None)
     """Write the labelling sheet as ``.csv`` or ``.jsonl`` (by the extension); returns the path.
 
     Fill in ``rater`` (unless given here) and ``label``; ``evalkit labels import FILE`` skips the
-    rows left blank.
+    rows left blank. A CSV sheet's text cells are neutralised (:func:`neutralise_cell`): model
+    outputs are untrusted, and a spreadsheet must not run one as a formula.
     """
     out = Path(path)
     suffix = out.suffix.lower()
@@ -349,7 +378,8 @@ def write_sheet(sample: LabelSample, path: str | Path, rater: str | None = None)
     frame = sample.to_frame(rater)
     out.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".csv":
-        frame.write_csv(out)
+        text = pl.col(pl.String).map_elements(neutralise_cell, return_dtype=pl.String)
+        frame.with_columns(text).write_csv(out)
     else:
         frame.write_ndjson(out)
     return out

@@ -28,10 +28,12 @@ from pathlib import Path
 import polars as pl
 
 from evalkit.judges.labelling import (
+    CLI_NAMES,
     DEFAULT_SAMPLE,
     LabelItem,
     LabellingError,
     LabelSample,
+    SettingNames,
     Stratify,
     sample_outputs,
 )
@@ -191,7 +193,7 @@ class LabellingSession:
         )
         # open for this one write: between labels the file is free for the other rater's
         # session, a notebook reading it, or a run
-        with open_store(self.db, wait_s=self.wait_s) as store:
+        with open_store(self.db, wait_s=self.wait_s, write=True) as store:
             store.save_human_labels(frame)
 
 
@@ -208,6 +210,7 @@ def open_labelling(
     roots: Sequence[str | Path] = (),
     levels: Sequence[int] | None = None,
     wait_s: float = WAIT_S,
+    names: SettingNames = CLI_NAMES,
 ) -> LabellingSession:
     """A labelling session for ``rater`` on :func:`sample_outputs` of ``run`` in the store at
     ``db``, resuming after the labels this rater already gave these outputs (from a session
@@ -216,7 +219,7 @@ def open_labelling(
     with open_store(db, read_only=True, wait_s=wait_s) as store:
         chosen = sample_outputs(
             store, run, sample=sample, stratify=stratify, scorer=scorer, seed=seed,
-            rubric=rubric, roots=roots,
+            rubric=rubric, roots=roots, names=names,
         )  # fmt: skip
         stored = store.human_labels(scorer)
     mine = stored.filter(

@@ -17,7 +17,10 @@ note           no        free text, ignored
 A labelling sheet (``evalkit labels export``, :mod:`evalkit.judges.labelling`) imports as it is:
 its context columns (:data:`SHEET_COLUMNS`: item, stratum, input, output, rubric) are read and
 ignored, and its rows left without a label are skipped (in any other file an empty label is an
-error). A quoted CSV cell may span lines, as a sheet's inputs and outputs do.
+error). A quoted CSV cell may span lines, as a sheet's inputs and outputs do. A CSV sheet's
+cells that a spreadsheet would run as a formula were written with a leading ``'``
+(:func:`neutralise_cell`); import takes it off again (:func:`restore_cell`), so the labels name
+the very case ids, hashes and raters the sheet was made from.
 
 Blank lines and, in CSV, lines starting with ``#`` are skipped. A bad value is a one-line
 :class:`LabelError` naming ``file:line`` (the CLI exits 2). A label is keyed by (case_id,
@@ -61,9 +64,11 @@ __all__ = [
     "LabelError",
     "LabelImport",
     "import_labels",
+    "neutralise_cell",
     "output_hash",
     "parse_label",
     "read_labels",
+    "restore_cell",
 ]
 
 PASS_WORDS = frozenset({"pass", "passed", "true"})
@@ -72,6 +77,9 @@ LABEL_COLUMNS = ("case_id", "output_hash", "rater", "label", "scorer", "note")
 #: What a labelling sheet shows the rater besides the label columns; import ignores them.
 SHEET_COLUMNS = ("item", "stratum", "input", "output", "rubric")
 _HASH = re.compile(r"[0-9a-f]{64}")
+#: A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV Injection");
+#: ``'`` is there so that a cell that already starts with the escape survives the round trip.
+_FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r", "'")
 _FRAME_SCHEMA: dict[str, pl.DataType] = {
     "case_id": pl.String,
     "output_hash": pl.String,
@@ -102,6 +110,24 @@ def output_hash(text: str) -> str:
     Labels, calibration and the pairwise judge all use this one definition.
     """
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def neutralise_cell(text: str) -> str:
+    """A CSV cell no spreadsheet runs as a formula: a leading ``'`` before ``= + - @``, tab, CR
+    (and ``'``), as the OWASP CSV-injection guidance says; :func:`restore_cell` undoes it.
+
+    Examples:
+        >>> neutralise_cell("=1+1"), neutralise_cell("-2"), neutralise_cell("Refund issued.")
+        ("'=1+1", "'-2", 'Refund issued.')
+        >>> all(restore_cell(neutralise_cell(t)) == t for t in ["-1", "'=", "''", "@a", ""])
+        True
+    """
+    return "'" + text if text.startswith(_FORMULA_LEADS) else text
+
+
+def restore_cell(text: str) -> str:
+    """The cell :func:`neutralise_cell` was given: its leading ``'`` taken off again."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(_FORMULA_LEADS) else text
 
 
 def parse_label(value: Any, path: str | Path, line: int) -> int:
@@ -183,6 +209,8 @@ def _csv_records(text: str, file: Path) -> list[tuple[int, dict[str, Any]]]:
                 path=file,
                 line=number,
             )
+        if "output" in header:  # a labelling sheet: its cells were neutralised on export
+            cells = [restore_cell(c) for c in cells]
         values = [v if v != "" else None for v in cells]
         records.append((number, dict(zip(header, values, strict=True))))
     if header is None:

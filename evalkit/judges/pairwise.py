@@ -206,7 +206,9 @@ class PairwiseRun:
         from rich.text import Text
 
         head = "<br>".join(html.escape(Text.from_markup(line).plain) for line in self.lines()[:3])
-        return f"<p>{head}</p>" + self.rows._repr_html_()
+        from evalkit.display import table  # great_tables: only when shown
+
+        return f"<p>{head}</p>" + table(self.rows, "Pairs judged").as_raw_html()
 
 
 async def _judge_one(

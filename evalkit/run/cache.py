@@ -73,6 +73,9 @@ def system_cache_identity(suite: Suite, manifest: dict[str, Any]) -> dict[str, A
         "code": described.get("code_fingerprint"),
         "version": described.get("version"),
         "index": described.get("index"),
+        # a python system's repository outside the corpus, and its declared variables
+        "repo": (described.get("repo") or {}).get("digest"),
+        "env": described.get("env"),
     }
     identity.update({k: v for k, v in extra.items() if v is not None})
     return identity

@@ -19,7 +19,7 @@ checked to be exactly the manifest's corpus (ids and case hashes against the cor
 before it is marked complete: a merge that finds otherwise refuses, and the run is not complete.
 
 Examples:
-    >>> with open_store("data/evalkit.duckdb") as store:                 # doctest: +SKIP
+    >>> with open_store("data/evalkit.duckdb", write=True) as store:     # doctest: +SKIP
     ...     merged = merge_run(store, PartsRoot("data/parts"), "nightly-42")
     >>> merged.result.complete                                            # doctest: +SKIP
     True

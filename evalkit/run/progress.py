@@ -1,13 +1,34 @@
-"""The run's progress bar: rate, ETA and errors on an interactive terminal; silent otherwise."""
+"""The run's progress bar: rate, ETA and errors on an interactive terminal (rich), in a Jupyter
+kernel as tqdm's notebook widget (text when ipywidgets is missing); silent otherwise."""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import Any
+
+
+def in_jupyter() -> bool:
+    """True in a Jupyter kernel (IPython's ZMQ shell), where stderr is no terminal but a
+    person watches the cell."""
+    shell = sys.modules.get("IPython")
+    get = getattr(shell, "get_ipython", None)
+    return get is not None and type(get()).__name__ == "ZMQInteractiveShell"
+
+
+def _notebook_bar(total: int) -> Any:
+    """tqdm's widget in a notebook; its text bar there when ipywidgets is not installed."""
+    try:
+        import ipywidgets  # noqa: F401  (tqdm.notebook needs it to draw)
+        from tqdm.notebook import tqdm
+    except ImportError:
+        from tqdm import tqdm
+    return tqdm(total=total, desc="evalkit run", unit="output", file=sys.stderr)
 
 
 class Progress:
-    """A rich progress bar (rate and ETA) when interactive; silent otherwise.
+    """A rich progress bar (rate and ETA) on a terminal, tqdm's in a Jupyter cell; silent
+    otherwise.
 
     Completions are counted in plain ints and handed to rich at most every ``UPDATE_S`` seconds
     (it redraws 4 times a second anyway): a rich update per completion cost about 2% of a
@@ -20,6 +41,7 @@ class Progress:
         self.enabled = enabled and sys.stderr.isatty()
         self._progress = None
         self._task = None
+        self._tqdm = _notebook_bar(total) if enabled and not self.enabled and in_jupyter() else None
         self.total = total
         if self.enabled:
             from rich.progress import (
@@ -54,6 +76,9 @@ class Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._tqdm is not None:
+            self._push(time.perf_counter())
+            self._tqdm.close()
         if self._progress is not None:
             self._push(time.perf_counter())
             self._progress.stop()
@@ -61,13 +86,16 @@ class Progress:
     def advance(self, errored: bool) -> None:
         self._done += 1
         self._errors += errored
-        if self._progress is not None:
+        if self._progress is not None or self._tqdm is not None:
             now = time.perf_counter()
             if now >= self._next_update or self._done == self.total:
                 self._next_update = now + self.UPDATE_S
                 self._push(now)
 
     def _push(self, now: float) -> None:
+        if self._tqdm is not None:
+            self._tqdm.set_postfix_str(f"errors {self._errors}", refresh=False)
+            self._tqdm.update(self._done - self._tqdm.n)
         if self._progress is not None and self._task is not None:
             rate = self._done / max(now - self._started, 1e-9)
             self._progress.update(

@@ -112,6 +112,31 @@ def rescore_run(
     return RescoreResult(run_id, scoring_id, rescored, carried, tuple(changed), tuple(missing))
 
 
+def score_in_memory(outputs: pl.DataFrame, cases: Mapping[str, Case], run_id: str) -> pl.DataFrame:
+    """Stored ``outputs`` scored under ``cases`` (case id -> the version to judge them by),
+    written nowhere: what the gate judges a candidate on a pinned exam with (no model call;
+    a judge check, which would need one, is an undecided score).
+
+    Examples:
+        >>> score_in_memory(pl.DataFrame(schema={"case_id": pl.String}), {}, "r").height
+        0
+    """
+    columns: dict[str, list] = {name: [] for name in SCORE_SCHEMA}
+    rows = outputs.filter(pl.col("case_id").is_in(sorted(cases))) if outputs.height else outputs
+    if rows.height:
+        scoring = _score_rows(rows, dict(cases), (), {}, None, columns, run_id)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop running: the usual case
+            asyncio.run(scoring)
+        else:  # a notebook's kernel runs a loop: score in a thread of its own
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, scoring).result()
+    return pl.DataFrame(columns, schema=SCORE_SCHEMA)
+
+
 def scorer_sources(corpus: Corpus, modules: Sequence[str], *, sealed: bool) -> dict[str, str]:
     """The run manifest's ``scorer_files`` for ``corpus`` as a run would record them: the file
     hashes of the cases' scorers (sealed cases' only when ``sealed``: the run loaded them) and

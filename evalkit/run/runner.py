@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -176,6 +177,12 @@ async def run_suite_async(
         manifest["warnings"] = before
         store.create_run(manifest, corpus.cases)
         done = set()
+    if use_cache and _unreadable_python_tree(manifest):
+        use_cache = False  # its cache key cannot cover what it reads (corpus.repo_tree)
+        before.append(
+            "a python system whose repository could not be read, run in CI: no cached answers "
+            "are served (its identity does not cover the files it can read)"
+        )
     expected = len(corpus.cases) * config.replays
     work = PendingWork(corpus.cases, config.replays, frozenset(done))
     if options.on_start is not None:
@@ -195,18 +202,22 @@ async def run_suite_async(
         try:
             await execution.run(work)
         finally:
-            execution.writer.flush(keep_open=True)  # the run's finish writes next
-            mark("last_batch")
-            if own_provider:
-                await provider.aclose()
-            if judge is not None:
-                await judge.provider.aclose()
+            try:
+                execution.writer.flush(keep_open=True)  # the run's finish writes next
+            finally:  # the clients are closed on every route (a full disk included)
+                mark("last_batch")
+                try:
+                    if own_provider:
+                        await provider.aclose()
+                finally:
+                    if judge is not None:
+                        await judge.provider.aclose()
     except BaseException as exc:
         _mark_stopped(store, run_id, exc)
         if isinstance(exc, StoreError):
             raise StoreError(
-                f"{exc} — run {run_id} keeps every output stored so far; once the store is "
-                f"free, continue it with: evalkit run --resume {run_id}"
+                f"{exc} — run {run_id} keeps every output stored so far; once the store can "
+                f"be written again, continue it with: evalkit run --resume {run_id}"
             ) from None
         raise
     session = SessionCounts(
@@ -367,7 +378,7 @@ class _Execution:
                 # (100k waiting tasks held ~2 KiB each); twice the concurrency, so scoring and
                 # cache hits never leave a request slot idle. The semaphore bounds the requests.
                 workers = min(len(work), 2 * self.suite.config.concurrency)
-                await asyncio.gather(*(worker() for _ in range(workers)))
+                await _all_or_first_failure([worker() for _ in range(workers)])
                 mark("answers")  # every (case, replay) answered, scored and handed over
             finally:
                 flusher.cancel()
@@ -523,6 +534,26 @@ class _Execution:
         return completion, elapsed, cost, False
 
 
+async def _all_or_first_failure(coroutines: list[Any]) -> None:
+    """Run ``coroutines`` as tasks until all end; when one fails (the store refused a batch),
+    cancel the others, so none goes on asking the model for answers that cannot be stored,
+    and raise its error."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:  # this run cancelled: its workers with it
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
 def first_request_keys(
     suite: Suite, manifest: dict[str, Any], work: list[tuple[Case, int]], options: RunOptions
 ) -> list[str]:
@@ -580,3 +611,13 @@ def _assistant_tool_message(completion: Completion) -> dict[str, Any]:
 def _estimate_tokens(request: ChatRequest) -> int:
     chars = sum(len(str(m.get("content") or "")) for m in request.messages)
     return chars // 4 + int(request.sampling.get("max_tokens") or 0)
+
+
+def _unreadable_python_tree(manifest: dict) -> bool:
+    """A python system whose repository tree could not be read, run in a CI job (the gate
+    flow): answers cached under an identity that misses what it reads are not served."""
+    from evalkit.provenance import ci_context
+
+    repo = (manifest.get("system") or {}).get("repo")
+    unreadable = isinstance(repo, dict) and not repo.get("digest")
+    return unreadable and bool(ci_context(os.environ))

@@ -64,7 +64,12 @@ from evalkit.run.shards import (
     remaining,
     shard_units,
 )
-from evalkit.run.shared_cache import EntryBuffer, SharedCacheStore, report_publish
+from evalkit.run.shared_cache import (
+    EntryBuffer,
+    SharedCacheStore,
+    endpoint_probe,
+    report_publish,
+)
 from evalkit.run.summary import SessionCounts
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
 from evalkit.store.part_checks import RunKeys, corpus_problem
@@ -215,7 +220,12 @@ async def run_chunk(
     # the runner and the judge see the sink, or the sink asking the team's cache after it
     team = None
     if shared is not None and use_cache:
-        team = SharedCacheStore(sink, shared)  # type: ignore[arg-type]  # duck-typed: a sink
+        team = SharedCacheStore(  # duck-typed: a sink
+            sink,
+            shared,
+            probe=endpoint_probe(suite),
+            manifest=manifest,  # type: ignore[arg-type]
+        )
     store: Any = team or sink
     own = provider is None
     provider = provider or make_provider(suite.config.system)
@@ -321,7 +331,16 @@ def run_shard(
     by_id = {case.id: case for case in share}
     paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
     shared = team_cache(suite, bool(manifest["run"].get("cache", True))) if todo else None
-    outbox = None if shared is None else SharedCacheStore(EntryBuffer(), shared)
+    outbox = (
+        None
+        if shared is None
+        else SharedCacheStore(
+            EntryBuffer(),
+            shared,
+            probe=endpoint_probe(suite),
+            manifest=manifest,  # type: ignore[arg-type]
+        )
+    )
     results = []
     for chunk in todo:
         results.append(

@@ -68,11 +68,19 @@ class SharedCacheStore:
         where: str | None = None,
         cause: str | None = None,
         warn: Callable[[str], None] | None = None,
+        probe: Callable[[], dict[str, Any] | None] | None = None,
+        manifest: dict[str, Any] | None = None,
     ) -> None:
         self.local = local
         self.shared = shared
         self.where = shared.uri.shown if shared is not None else (where or "shared store")
         self.shared_hits = 0  # entries the shared store answered (the local one had not)
+        self.foreign_hits = 0  # of those, entries another host published
+        self.foreign_hosts: set[str] = set()
+        self.refused: dict[str, int] = {}  # entries not taken, by why (cache_provenance)
+        self._probe = probe  # what the run's endpoint says it is (None: a python system)
+        self._reported: tuple[dict[str, Any] | None] | None = None  # asked once, lazily
+        self._manifest = manifest  # the run's, for a sink that has no store (a shard)
         self.caveats: list[str] = []  # warnings for the run's manifest and summary
         self._warn = warn or _warn_on_stderr
         self._lock = threading.Lock()
@@ -92,7 +100,11 @@ class SharedCacheStore:
         missing = [key for key in wanted if key not in found]
         if missing and self.shared is not None and self._lost is None:
             try:
-                remote = self.shared.cache_get(missing)
+                shared_keys = {self.shared_key(key): key for key in missing}
+                published = {
+                    shared_keys[shared_key]: entry
+                    for shared_key, entry in self.shared.cache_get_published(shared_keys).items()
+                }
             except Exception as exc:  # any failure of the store: the run goes on locally
                 self._lose(
                     f"shared store {self.where} failed during the run ({failure_cause(exc)}):"
@@ -100,11 +112,46 @@ class SharedCacheStore:
                     "nothing"
                 )
                 return found
+            remote = self._trusted(published)
             if remote:
                 self.local.cache_put(remote)
                 self.shared_hits += len(remote)
                 found.update(remote)
         return found
+
+    def shared_key(self, key: str) -> str:
+        """The shared cache's key for local cache key ``key``: the same where the endpoint
+        reports nothing, else folded with what it reports (``/models``), so the answers of
+        two servers met at one URL never share a key (:func:`shared_cache_key`)."""
+        return shared_cache_key(key, self.reported())
+
+    def reported(self) -> dict[str, Any] | None:
+        """What this run's endpoint says it serves (its ``/models`` entry), asked once."""
+        if self._reported is None:
+            self._reported = (self._probe() if self._probe is not None else None,)
+        return self._reported[0]
+
+    def _trusted(self, published: dict[str, tuple[str, str | None]]) -> dict[str, str]:
+        """The entries of ``published`` this run may take (:func:`cache_provenance.refusal`),
+        counted by publisher host; the others counted by why they were not taken."""
+        from evalkit.run.cache_provenance import Consumer, publisher_host, refusal, this_host
+
+        if not published:
+            return {}
+        me = Consumer(this_host(), self.reported())
+        taken: dict[str, str] = {}
+        with self._lock:
+            for key, (response, publisher) in published.items():
+                why = refusal(publisher, me)
+                if why is not None:
+                    self.refused[why] = self.refused.get(why, 0) + 1
+                    continue
+                taken[key] = response
+                host = publisher_host(publisher)
+                if host != me.host:
+                    self.foreign_hits += 1
+                    self.foreign_hosts.add(str(host))
+        return taken
 
     def cache_put(self, entries: dict[str, str]) -> None:
         self.local.cache_put(entries)
@@ -147,8 +194,11 @@ class SharedCacheStore:
             )  # for the summary: stderr had the warning when the store was lost
             return self._failed(keys, failure, started, warn=False)
         try:
-            entries = self.local.cache_get(keys)
-            done = self.shared.cache_put(entries, batch_rows=batch_rows or CACHE_BATCH_ROWS)
+            entries = {self.shared_key(k): v for k, v in self.local.cache_get(keys).items()}
+            done = self.shared.cache_put(
+                entries, batch_rows=batch_rows or CACHE_BATCH_ROWS,
+                publisher=self._publisher(run_id),
+            )  # fmt: skip
         except Exception as exc:
             failure = (
                 f"shared store {self.where}: {len(keys)} new response-cache entries not "
@@ -170,6 +220,25 @@ class SharedCacheStore:
             time.perf_counter() - started, compaction=compaction,
         )  # fmt: skip
 
+    def _publisher(self, run_id: str | None) -> str:
+        """This host as the publisher of ``run_id``'s entries (JSON)."""
+        from evalkit.run.cache_provenance import publisher_of
+
+        manifest = self._manifest
+        if manifest is None and run_id is not None and hasattr(self.local, "manifest"):
+            manifest = self.local.manifest(run_id)
+        return publisher_of(run_id, manifest or {}, self.reported()).to_json()
+
+    def provenance(self) -> dict[str, Any]:
+        """What the shared cache served this run: entries taken, of them those another host
+        published (and which hosts), and entries not taken by why."""
+        return {
+            "served": self.shared_hits,
+            "from_other_hosts": self.foreign_hits,
+            "other_hosts": sorted(self.foreign_hosts),
+            "not_taken": dict(sorted(self.refused.items())),
+        }
+
     def finish_run(
         self,
         run_id: str,
@@ -178,8 +247,18 @@ class SharedCacheStore:
         *,
         warnings: Sequence[str] | None = None,
     ) -> None:
-        """The local store's finish, with this wrapper's caveats (an unreachable store)
-        added to the run's manifest warnings."""
+        """The local store's finish, with this wrapper's caveats (an unreachable store, the
+        answers another machine's cache served) added to the run's manifest warnings and
+        what the shared cache served to its summary (``shared_cache``)."""
+        summary = {**summary, "shared_cache": self.provenance()}
+        if self.foreign_hits:
+            hosts = ", ".join(sorted(self.foreign_hosts))
+            caveat = (
+                f"{self.foreign_hits} answers came from another machine's response cache "
+                f"(published by {hosts} to {self.where}); `--no-cache` asks them again"
+            )
+            if caveat not in self.caveats:
+                self.caveats.append(caveat)
         if self.caveats:
             if warnings is None:
                 warnings = self.local.manifest(run_id).get("warnings") or []
@@ -213,6 +292,25 @@ class SharedCacheStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)
+
+
+def shared_cache_key(key: str, reported: dict[str, Any] | None) -> str:
+    """``key`` folded with what the endpoint reported it serves (None: ``key`` itself).
+
+    Examples:
+        >>> shared_cache_key("k1", None)
+        'k1'
+        >>> shared_cache_key("k1", {"id": "m", "owned_by": "a"}) != shared_cache_key(
+        ...     "k1", {"id": "m", "owned_by": "b"})
+        True
+    """
+    if reported is None:
+        return key
+    import hashlib
+
+    from evalkit.records import canonical_json
+
+    return hashlib.sha256(f"{key}\0{canonical_json(reported)}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -299,11 +397,18 @@ def publish_run_cache(store: Store, suite: Suite, run_id: str) -> CachePublish |
     uri = suite.config.store.get("shared")
     if not uri or not suite.config.cache:
         return None
-    return publish_stored_cache(store, uri, run_id, source=f"{suite.path}: store.shared")
+    return publish_stored_cache(
+        store, uri, run_id, source=f"{suite.path}: store.shared", probe=endpoint_probe(suite)
+    )
 
 
 def publish_stored_cache(
-    store: Store, uri: str, run_id: str, *, source: str
+    store: Store,
+    uri: str,
+    run_id: str,
+    *,
+    source: str,
+    probe: Callable[[], dict[str, Any] | None] | None = None,
 ) -> CachePublish | None:
     """Publish the response-cache entries of stored run ``run_id`` to the shared store at
     ``uri``, in one commit: every entry its outputs or its tool loops cached, those the shared
@@ -325,7 +430,17 @@ def publish_stored_cache(
 
     rows = local_rows(store, "response_cache", run_id)
     entries = dict(zip(rows["cache_key"].to_pylist(), rows["response"].to_pylist(), strict=True))
-    publisher = SharedCacheStore(EntryBuffer(), shared)  # type: ignore[arg-type]
+    manifest = store.manifest(run_id)
+    if probe is None:  # a merge names no suite: the endpoint the run's manifest records
+        from evalkit.run.cache_provenance import report_of_manifest
+
+        probe = lambda: report_of_manifest(manifest)  # noqa: E731
+    publisher = SharedCacheStore(
+        EntryBuffer(),
+        shared,
+        probe=probe,
+        manifest=manifest,  # type: ignore[arg-type]
+    )
     publisher.cache_put(entries)
     published = publisher.publish(run_id)
     report_publish(published)
@@ -420,4 +535,13 @@ def with_shared_cache(
     if isinstance(opened, str):
         return SharedCacheStore(store, None, where=parse_shown(uri, source), cause=opened,
                                 warn=warn)  # fmt: skip
-    return SharedCacheStore(store, opened, warn=warn)
+    return SharedCacheStore(store, opened, warn=warn, probe=endpoint_probe(suite))
+
+
+def endpoint_probe(suite: Suite) -> Callable[[], dict[str, Any] | None]:
+    """Asks what the endpoint of ``suite``'s system says it serves, when called
+    (:func:`evalkit.run.cache_provenance.report_endpoint`)."""
+    from evalkit.run.cache_provenance import report_endpoint
+
+    system = suite.config.system
+    return lambda: report_endpoint(system)

@@ -14,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -206,3 +207,54 @@ def error_causes(store: Store, run_id: str, top: int = TOP_CAUSES) -> tuple[Erro
         [run_id, run_id, initial_scoring_id(run_id), top],
     )
     return tuple(ErrorCause(r["cause"], int(r["n"])) for r in rows)
+
+
+#: ANSI styles `summary_lines` asks its painter for: bold, yellow, red.
+BOLD, YELLOW, RED = "1", "33", "31"
+
+
+def pass_rate(passed: int, failed: int) -> float | None:
+    """A run's pass rate: passed over scored outputs (errored ones have no verdict and are
+    counted beside it), the one figure ``evalkit run``, ``evalkit runs`` and
+    ``evalkit.Project`` show; None when nothing was scored.
+
+    Examples:
+        >>> pass_rate(9, 3), pass_rate(0, 0)
+        (0.75, None)
+    """
+    return passed / (passed + failed) if passed + failed else None
+
+
+def summary_lines(
+    summary: RunSummary, db: str, paint: Callable[[str, str], str] = lambda text, _style: text
+) -> list[str]:
+    """The run summary as ``evalkit run`` prints it, line by line (``paint(text, style)``
+    colours a word on a terminal; by default the text as it is)."""
+    rate = pass_rate(summary.passed, summary.failed)
+    lines = [
+        f"{paint(summary.label, BOLD)} run {summary.run_id}: {summary.cases} cases, "
+        f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
+        f"errors {summary.errored} (pass rate {'n/a' if rate is None else f'{rate:.1%}'} "
+        "of scored outputs)",
+        f"  this session: requests {summary.requests} (retries {summary.retries}), cache hits "
+        f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}"
+        + (f", errors asked again {summary.retried_errors}" if summary.retried_errors else "")
+        + f"; wall {summary.wall_s:.2f}s",
+        f"  {summary.cached_outputs} of {summary.outputs} outputs from cache; "
+        f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
+        f"{summary.completion_tokens}, cost spent ${summary.cost_spent_usd:.4f} "
+        f"+ served from cache ${summary.cost_cached_usd:.4f}",
+    ]
+    lines += [f"  replica {replica.render()}" for replica in summary.replicas]
+    if summary.error_causes:
+        lines.append("  top error causes:")
+        lines += [f"    {cause.render(width=600)}" for cause in summary.error_causes]
+    lines += [f"  {paint('warning', YELLOW)}: {warning}" for warning in summary.warnings]
+    if summary.all_errored:
+        lines.append(
+            f"  {paint('every output errored', RED)}: this run verified nothing; fix the "
+            "causes above and run again (if they were passing, e.g. an outage: "
+            f"`evalkit run --resume {summary.run_id} --retry-errors`)"
+        )
+    lines.append(f"  stored in {db} (config {summary.config_hash[:12]})")
+    return lines

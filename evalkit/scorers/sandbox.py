@@ -403,10 +403,10 @@ def _authentic_report(text: str, nonce: str) -> tuple[dict[str, Any] | None, boo
 
 # The harness runs inside the sandboxed interpreter. Its main thread reads everything it needs
 # from its stdin pipe and closes it, installs the audit hook, and never runs untrusted code: the
-# code, the tests' import and each test run in short-lived worker threads (``_call``, whose
-# frames hold nothing but their own result box). The main thread describes exceptions (walking
-# tracebacks itself, no linecache) and writes one JSON line carrying the nonce to the original
-# stdout (the code's stdout goes to stderr). The nonce lives only in the main thread's frame; the
-# hook refuses, off the main thread, the introspection that would reach it (other threads'
-# frames, gc, tracing, /proc/self/mem).
+# code, the tests' import and each test run in short-lived worker threads, which hand back plain
+# strings; what the main thread calls afterwards is bound before the code runs, and every object
+# of the code's is kept alive so that no finalizer runs on it. The nonce lives only in the main
+# thread's frame; the hook refuses, on every thread, new audit hooks, tracing, gc introspection
+# and any frame whose chain reaches the harness or passes through a generator (see the harness's
+# docstring), and /proc/self/mem however it is spelled.
 _HARNESS = (Path(__file__).with_name("sandbox_harness.py")).read_text(encoding="utf-8")

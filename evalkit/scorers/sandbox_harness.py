@@ -3,32 +3,89 @@ the case's tests under an audit hook, the result reported with the per-run nonce
 
 It is executed as ``python -I -c <this file's text>`` in the child and never imported by evalkit
 itself; it imports nothing of evalkit (the child sees only the standard library).
+
+The main thread holds the nonce and the result; the model's code runs only in worker threads.
+The code shares the interpreter, so the main thread must never run any of it: everything it
+calls once the code has run is bound before (the code may replace module attributes and
+builtins), it reads only exact ``str``/``tuple`` values the workers hand back and keeps every
+object of the code's alive (a finalizer would run where the last reference dies). The audit
+hook refuses, on every thread, new audit hooks (a hook runs on whatever thread raises an
+event), tracing and profiling, and any frame whose chain reaches the harness's own functions
+or passes through a generator or coroutine (resumed on another thread later, its frame's
+callers would be that thread's).
 """
 
+import _json
 import _thread
 import gc
 import json
 import os
 import sys
-import threading
 import types
 
+_CO_SUSPENDABLE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async
+_FRAME_ATTRIBUTES = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
 
-def _call(box, fn, args):
+
+def _text(value):
+    """An exact ``str`` copy of a ``str`` (a subclass's methods never run on the main thread)."""
+    return "".join(("", value)) if isinstance(value, str) else ""
+
+
+def _call(box, done, fn, args, describe):
+    """Worker thread: ``fn(*args)`` into ``box`` as ("ok", value), ("memory",) or
+    ("raised", one line); ``done`` released whatever happens."""
     try:
-        box.append(("ok", fn(*args)))
-    except MemoryError:
-        box.append(("memory", None))
-    except BaseException as exc:
         try:
-            detail = str(exc)
-        except BaseException:
-            detail = ""
-        try:
-            name = str(type(exc).__name__)
-        except BaseException:
-            name = "exception"
-        box.append(("raised", exc, (name + ": " + detail if detail else name)[:200]))
+            box.append(("ok", fn(*args)))
+        except MemoryError:
+            box.append(("memory",))
+        except BaseException as exc:
+            box.append(("raised", describe(exc)))
+    finally:
+        done.release()
+
+
+def _exception_line(exc, frame_files, sources):
+    """``Name: message at line N: source`` for an exception of the code or its tests, the
+    line being the last one of ``sources``' files the traceback passes through."""
+    try:
+        detail = str(exc)
+    except BaseException:
+        detail = ""
+    try:
+        name = str(type(exc).__name__)
+    except BaseException:
+        name = "exception"
+    text = _text((name + ": " + detail if detail else name)[:200])
+    for filename, line in reversed(frame_files(exc)):
+        lines = sources.get(filename)
+        if lines is not None:
+            quoted = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+            return text + _text((" at line %s: %s" % (line, quoted))[:200])
+    return text
+
+
+def _namespace(module_dict, entry):
+    """The tests' globals: the code's names (dunders left out), and whether ``entry`` is
+    defined and callable."""
+    if entry and not callable(module_dict.get(entry)):
+        return None
+    namespace = {k: v for k, v in module_dict.items() if not k.startswith("__")}
+    namespace["__name__"] = "tests"
+    return namespace
+
+
+def _test_names(namespace):
+    names = [n for n, f in namespace.items() if n.startswith("test_") and callable(f)]
+    return [_text(n) for n in names]
+
+
+def _run_test(namespace, name):
+    fn = namespace.get(name)
+    if type(fn) is not types.FunctionType:
+        raise TypeError("not a function")
+    fn()
 
 
 def confine(program_hex, keyctl_number):
@@ -70,16 +127,37 @@ def main():
     root = os.path.realpath(os.getcwd())
     blocked = []
     reserve = [bytearray(1 << 20)]
-    get_ident, main_ident = _thread.get_ident, _thread.get_ident()
+    kept = []  # every object the code handed back: none of them dies on the main thread
+    # What the main thread calls once the code has run, bound now (see the module docstring).
+    write, exit_now, collect, quote = os.write, os._exit, gc.collect, _json.encode_basestring_ascii
+    start_thread, new_lock = _thread.start_new_thread, _thread.allocate_lock
+    get_ident = _thread.get_ident
+    type_of, str_type, tuple_type, list_type = type, str, tuple, list
+    call, exception_line = _call, _exception_line
+    namespace_of, test_names, run_test = _namespace, _test_names, _run_test
+    traceback_frame = types.TracebackType.tb_frame.__get__
+    traceback_next = types.TracebackType.tb_next.__get__
+    traceback_line = types.TracebackType.tb_lineno.__get__
     traceback_of = BaseException.__traceback__.__get__
+    fetching = set()  # threads inside the hook's (or frame_files') own frame reads
+
+    def encode(value):
+        if type_of(value) is str_type:
+            return quote(value)
+        if type_of(value) is tuple_type or type_of(value) is list_type:
+            return "[" + ", ".join([encode(item) for item in value]) + "]"
+        return "null"
 
     def report(status, **fields):
         reserve.clear()
-        gc.collect()
+        collect()
+        if blocked and status != "blocked":  # refused while the report was being made
+            status, fields = "blocked", {"message": blocked[0]}
         fields["status"] = status
         fields["nonce"] = nonce
-        os.write(result_fd, (json.dumps(fields) + "\n").encode())
-        os._exit(0)
+        line = ", ".join([quote(key) + ": " + encode(value) for key, value in fields.items()])
+        write(result_fd, ("{" + line + "}\n").encode())
+        exit_now(0)
 
     root_device = os.stat(root).st_dev
 
@@ -151,6 +229,10 @@ def main():
         "os.startfile",
     }
     introspect = {
+        "sys.addaudithook",
+        "sys._setprofileallthreads",
+        "sys._settraceallthreads",
+        "sys.monitoring.register_callback",
         "sys._current_frames",
         "sys._current_exceptions",
         "sys.settrace",
@@ -165,10 +247,42 @@ def main():
         blocked.append(message)
         raise PermissionError("evalkit sandbox: " + message)
 
+    def frame_problem(frame):
+        """Why handing out ``frame`` would let the code reach the harness, or None."""
+        fetching.add(get_ident())
+        try:
+            while frame is not None:
+                code = frame.f_code
+                if code in protected:
+                    return "a frame of the harness"
+                if code.co_flags & _CO_SUSPENDABLE:
+                    return "a generator's or coroutine's frame"
+                frame = frame.f_back
+            return None
+        finally:
+            fetching.discard(get_ident())
+
+    def held_frame(holder, name):
+        fetching.add(get_ident())
+        try:
+            return getattr(holder, name, None)
+        finally:
+            fetching.discard(get_ident())
+
     def hook(event, args):
-        if get_ident() == main_ident:
-            return  # the main thread runs only the harness
-        if event == "open":
+        if event == "object.__getattr__":
+            if get_ident() in fetching or args[1] not in _FRAME_ATTRIBUTES:
+                return  # the hook's own reads, or not a frame
+            if args[1] != "tb_frame":  # a generator's frame runs wherever it is resumed
+                refuse("introspection blocked: %s" % args[1])
+            problem = frame_problem(held_frame(args[0], args[1]))
+            if problem is not None:
+                refuse("introspection blocked: %s (tb_frame)" % problem)
+        elif event == "sys._getframe":
+            problem = frame_problem(args[0])
+            if problem is not None:
+                refuse("introspection blocked: %s (sys._getframe)" % problem)
+        elif event == "open":
             path, mode, flags = args
             if isinstance(path, (str, bytes)) and secret(path):
                 refuse("introspection blocked: %s" % os.fsdecode(path))
@@ -202,6 +316,29 @@ def main():
         elif event in introspect:
             refuse("introspection blocked: %s" % event)
 
+    def frame_files(exc):
+        """(file name, line) of each entry of ``exc``'s traceback, read with the hook told."""
+        entries, tb = [], traceback_of(exc)
+        fetching.add(get_ident())
+        try:
+            while tb is not None:
+                name = traceback_frame(tb).f_code.co_filename
+                if type_of(name) is str_type:
+                    entries.append((name, traceback_line(tb)))
+                tb = traceback_next(tb)
+        finally:
+            fetching.discard(get_ident())
+        return entries
+
+    def code_objects(code):
+        found = {code}
+        for const in code.co_consts:
+            if type_of(const) is types.CodeType:
+                found |= code_objects(const)
+        return found
+
+    protected = code_objects(main.__code__)
+
     if confined is not None:
         report("unavailable", message=confined)
     try:
@@ -217,58 +354,58 @@ def main():
     module = types.ModuleType("solution")
     module.__file__ = os.path.join(root, "solution.py")
     sys.modules["solution"] = module
-    sys.addaudithook(hook)
+    entry, names = payload["entry"], payload["names"]
+    del payload
 
-    def run(fn, *args):
-        box = []
-        worker = threading.Thread(target=_call, args=(box, fn, args), daemon=True)
-        worker.start()
-        worker.join()
+    def describe(exc, where=None):
+        return exception_line(exc, frame_files, {where: sources[where]} if where else sources)
+
+    def run(fn, *args, where=None):
+        """``fn(*args)`` in a worker thread: ("ok", value) or ("raised", line); a refusal or
+        an exhausted memory ends the run here."""
+        box, done = [], new_lock()
+        kept.append((box, fn, args))
+        done.acquire()
+        try:
+            start_thread(call, (box, done, fn, args, lambda exc: describe(exc, where)))
+        except BaseException:  # (not a model object) no thread to be had: the task budget
+            report("memory", message="cannot start a thread")
+        done.acquire()
         if blocked:
             report("blocked", message=blocked[0])
-        if not box or box[0][0] == "memory":
-            module.__dict__.clear()
-            report("memory")
-        return box[0]
+        outcome = box[0] if box else None
+        kept.append(outcome)
+        if type_of(outcome) is tuple_type and outcome and type_of(outcome[0]) is str_type:
+            if outcome[0] == "ok" and outcome[1:]:
+                return outcome
+            if outcome[0] == "raised" and outcome[1:] and type_of(outcome[1]) is str_type:
+                return outcome
+        report("memory")
 
-    def describe(outcome, filename):
-        _, exc, text = outcome
-        tb, found = traceback_of(exc), None
-        while tb is not None:  # C-level attributes only: no code of the model's runs here
-            if tb.tb_frame.f_code.co_filename == filename:
-                found = tb.tb_lineno
-            tb = tb.tb_next
-        if found is None:
-            return text
-        lines = sources[filename]
-        quoted = lines[found - 1].strip() if 0 < found <= len(lines) else ""
-        return text + (" at line %s: %s" % (found, quoted))[:200]
-
-    outcome = run(exec, code, module.__dict__)
+    sys.addaudithook(hook)
+    outcome = run(exec, code, module.__dict__, where="solution.py")
     if outcome[0] == "raised":
-        report("crash", message=describe(outcome, "solution.py"))
-    entry = payload["entry"]
-    if entry and not callable(module.__dict__.get(entry)):
+        report("crash", message=outcome[1])
+    outcome = run(namespace_of, module.__dict__, entry)
+    if outcome[0] == "raised":
+        report("crash", message=outcome[1])
+    namespace = outcome[1]
+    if namespace is None:
         report("entry", message="code does not define %s()" % entry)
-    namespace = {k: v for k, v in module.__dict__.items() if not k.startswith("__")}
-    namespace["__name__"] = "tests"
-    outcome = run(exec, tests, namespace)
+    outcome = run(exec, tests, namespace, where="tests.py")
     if outcome[0] == "raised":
-        report("crash", message="the tests raised on import: " + describe(outcome, "tests.py"))
-    passed, failed = [], []
-    names = payload["names"]
+        report("crash", message="the tests raised on import: " + outcome[1])
     if names is None:
-        names = [n for n, f in namespace.items() if n.startswith("test_") and callable(f)]
+        outcome = run(test_names, namespace)
+        names = outcome[1] if outcome[0] == "ok" else []
+    passed, failed = [], []
     for name in names:
-        fn = namespace.get(name)
-        if type(fn) is not types.FunctionType:
-            failed.append((name, "not a function"))
-            continue
-        outcome = run(fn)
+        kept.append(name)
+        outcome = run(run_test, namespace, name, where="tests.py")
         if outcome[0] == "ok":
             passed.append(name)
         else:
-            failed.append((name, describe(outcome, "tests.py")))
+            failed.append((name, outcome[1]))
     report("ok", passed=passed, failed=failed)
 
 

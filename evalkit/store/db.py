@@ -52,6 +52,7 @@ from evalkit.redact import redact_known
 from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
+from evalkit.store.exams import ExamRecords
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.schema import (
@@ -100,22 +101,49 @@ class RunRef:
 
 
 def open_store(
-    path: str | Path = DEFAULT_DB, *, read_only: bool = False, wait_s: float = 0.0
+    path: str | Path = DEFAULT_DB,
+    *,
+    write: bool | None = None,
+    wait_s: float = 0.0,
+    read_only: bool | None = None,
 ) -> Store:
-    """Open (creating if needed) the DuckDB file at ``path``.
+    """Open the evalkit store at ``path``: ``evalkit.open_store`` and ``evalkit.store.open_store``
+    are this one function.
+
+    Read-only by default: the file must exist, and it is open only while each call reads, so
+    a notebook holding this store never blocks ``evalkit run`` or ``gate``, and each call sees
+    runs written since. ``write=True`` creates the file if needed and takes the store's writer
+    lock (one writer at a time, readers still read): close it when done, best with ``with``.
+    ``read_only`` is the older spelling: ``read_only=False`` is ``write=True``.
 
     Args:
-        read_only: open for reading only (no schema creation).
+        write: open for writing (creating the file and its schema).
         wait_s: how long to wait for another process's write lock before failing.
 
     Raises:
-        StoreError: the file is locked by another writer; it is not a DuckDB database, or one
-            of another schema (left untouched); or the OS refuses (read-only file system, ...).
+        StoreError: no store at ``path`` (reading); the file is locked by another writer; it
+            is not a DuckDB database, or one of another schema (left untouched); or the OS
+            refuses (read-only file system, ...).
+
+    Examples:
+        >>> import evalkit, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> with evalkit.open_store(f"{folder}/evalkit.duckdb", write=True) as store:
+        ...     store.runs().height
+        0
+        >>> evalkit.open_store(f"{folder}/evalkit.duckdb").runs().height
+        0
     """
+    if write is not None and read_only is not None and write == read_only:
+        raise ValueError(f"open_store: write={write} contradicts read_only={read_only}")
+    writing = write if write is not None else read_only is False
     db_path = Path(path)
-    if read_only and not db_path.exists():
-        raise StoreError(f"{db_path}: no evalkit store here (run `evalkit run` first)")
-    if read_only:
+    if not writing:
+        if not db_path.exists():
+            raise StoreError(
+                f"{db_path}: no evalkit store here (run `evalkit run` first, or open it "
+                "with write=True to create one)"
+            )
         con = connect_duckdb(db_path, True, max(wait_s, READ_RETRY_S))
         store = Store(db_path, evalkit_store(con, db_path, read_only=True), True)
         store._read_wait_s = max(wait_s, READ_RETRY_S)
@@ -144,27 +172,8 @@ def open_store(
         raise
 
 
-def open_for_analysis(
-    path: str | Path = DEFAULT_DB,
-    *,
-    write: bool = False,
-    wait_s: float = 0.0,
-    read_only: bool | None = None,
-) -> Store:
-    """Open a store to look at results — ``evalkit.open_store``, the notebook's entry point.
-
-    Read-only unless ``write=True``: the file is open only while each call reads, so a kernel
-    holding this store never blocks ``evalkit run`` or ``compare``, and each call sees runs
-    written after the store was opened. ``write=True`` is :func:`open_store` itself (one writer
-    at a time: close it when done). ``read_only`` (the store-level spelling) is accepted too:
-    ``read_only=False`` is ``write=True``.
-
-    Examples:
-        >>> store = evalkit.open_store("data/evalkit.duckdb")    # doctest: +SKIP
-        >>> store.runs().height                                  # doctest: +SKIP
-        2
-    """
-    return open_store(path, read_only=not write if read_only is None else read_only, wait_s=wait_s)
+#: The name ``evalkit.open_store`` had while it differed from the store's own: the same function.
+open_for_analysis = open_store
 
 
 _P = ParamSpec("_P")
@@ -185,7 +194,7 @@ def _serialized(
     return locked
 
 
-class Store(DecisionRecords, JudgmentRecords, CacheRecords):
+class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(
@@ -461,7 +470,10 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
         case_hash: the hash of each case version measured; NULL when the frame has none)."""
         import polars as pl
 
+        from evalkit.provenance import current_writer
+
         case_hash = pl.col("case_hash") if "case_hash" in flakes.columns else pl.lit(None)
+        written_by = current_writer().to_json()
         frame = flakes.select(
             pl.lit(config_hash).alias("config_hash"),
             pl.lit(_now()).dt.cast_time_unit("us").alias("measured_at"),
@@ -471,6 +483,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             pl.col("flips").cast(pl.Int32),
             pl.col("flake_rate").cast(pl.Float64),
             case_hash.cast(pl.String).alias("case_hash"),
+            pl.lit(written_by, pl.String).alias("written_by"),
         )
         with self._transaction():
             self._append("flakes", frame)
@@ -500,7 +513,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
         Examples:
             >>> import tempfile, polars as pl
             >>> tmp = tempfile.TemporaryDirectory()
-            >>> store = open_store(f"{tmp.name}/s.duckdb")
+            >>> store = open_store(f"{tmp.name}/s.duckdb", write=True)
             >>> rows = pl.DataFrame({"cache_key": ["k1"], "response": ["{}"],
             ...                      "created_at": [dt.datetime.now(dt.UTC)]})
             >>> store.import_rows({"response_cache": rows})
@@ -729,11 +742,19 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
 
     def flake_measurements(self, config_hashes: Sequence[str]) -> pl.DataFrame:
         """Every stored flake row of these configurations, newest first, with columns
-        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate`` (``case_hash``
-        NULL where it was measured before evalkit recorded one)."""
+        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate, written_by``
+        (``case_hash`` NULL where it was measured before evalkit recorded one; ``written_by``,
+        `evalkit.provenance.Writer` JSON, NULL where it was measured before evalkit recorded
+        who measured it)."""
+        written_by = (
+            "written_by"
+            if self._has_column("flakes", "written_by")
+            else "CAST(NULL AS VARCHAR) AS written_by"
+        )
         return self._frame(
             f"SELECT config_hash, measured_at, case_id, {self._flake_hash()}, runs, flips, "
-            "flake_rate FROM flakes WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
+            f"flake_rate, {written_by} FROM flakes "
+            "WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
             "ORDER BY measured_at DESC, config_hash, case_id",
             [list(config_hashes)],
         )
@@ -817,6 +838,11 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords):
             self._con.unregister(name)
 
     def _transaction(self) -> _Transaction:
+        if self.read_only:  # DuckDB's own refusal does not say how to open for writing
+            raise StoreError(
+                f"{self.path}: this store was opened for reading; to write, open it with "
+                "open_store(path, write=True)"
+            )
         return _Transaction(self._con, self.path)
 
 
@@ -858,6 +884,37 @@ def _wrap_public_methods(cls: type[Store]) -> None:
 _wrap_public_methods(Store)
 
 
+#: What DuckDB says when the file system refused a write (it raises an ``IOException``, or a
+#: ``TransactionException`` when the refused write was the commit's own WAL append).
+_IO_WORDS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "Input/output error",
+    "Could not write file",
+)
+
+
+def _is_io_failure(exc: BaseException) -> bool:
+    """An error of the file system under the store (disk full, read-only, I/O), not of SQL."""
+    if isinstance(exc, OSError | duckdb.IOException):
+        return True
+    return isinstance(exc, duckdb.Error) and any(word in str(exc) for word in _IO_WORDS)
+
+
+def io_reason(exc: BaseException) -> str:
+    """The cause of a refused write in one line: ``disk full (No space left on device)``.
+
+    Examples:
+        >>> io_reason(OSError(28, "No space left on device"))
+        'disk full (No space left on device (ENOSPC))'
+    """
+    text = os_reason(exc) if isinstance(exc, OSError) else str(exc).strip().splitlines()[0]
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return f"disk full ({text.split(': ')[-1] if not isinstance(exc, OSError) else text})"
+    return text
+
+
 class _Transaction:
     """One transaction; an OS error writing the file (disk full, read-only) becomes a one-line
     StoreError naming it, with the transaction rolled back."""
@@ -874,10 +931,11 @@ class _Transaction:
             try:
                 self._con.execute("COMMIT")
                 return
-            except (duckdb.IOException, OSError) as failed:
+            except (duckdb.Error, OSError) as failed:
+                if not _is_io_failure(failed):
+                    raise
                 exc = failed
         with contextlib.suppress(duckdb.Error):  # a failed COMMIT has rolled back already
             self._con.execute("ROLLBACK")
-        if isinstance(exc, duckdb.IOException | OSError):
-            reason = os_reason(exc) if isinstance(exc, OSError) else str(exc).splitlines()[0]
-            raise StoreError(f"{self._path}: cannot write the store: {reason}") from None
+        if exc is not None and _is_io_failure(exc):
+            raise StoreError(f"{self._path}: cannot write the store: {io_reason(exc)}") from None

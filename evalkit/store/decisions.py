@@ -27,6 +27,13 @@ def _required(who: str, reason: str, what: str) -> tuple[str, str]:
     return who.strip(), reason.strip()
 
 
+def _writer(who: str) -> str:
+    """Who writes a decision record now, from where (`evalkit.provenance.Writer`, JSON)."""
+    from evalkit.provenance import current_writer
+
+    return current_writer(who).to_json()
+
+
 class DecisionRecords:
     """Store methods for overrides and baselines (mixed into :class:`evalkit.store.Store`)."""
 
@@ -42,16 +49,18 @@ class DecisionRecords:
         keys (``Finding.key``); a written reason and a name are required."""
         who, reason = _required(who, reason, "an override")
         self._con.execute(
-            "INSERT INTO overrides (base_run_id, cand_run_id, who, reason, created_at, findings) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [base_run_id, cand_run_id, who, reason, _now(), json.dumps(sorted(findings))],
-        )
+            "INSERT INTO overrides (base_run_id, cand_run_id, who, reason, created_at, findings, "
+            "written_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [base_run_id, cand_run_id, who, reason, _now(), json.dumps(sorted(findings)),
+             _writer(who)],
+        )  # fmt: skip
 
     def overrides(self, base_run_id: str, cand_run_id: str) -> pl.DataFrame:
-        """The overrides of a pair: ``who, reason, created_at, findings`` (a list of keys)."""
+        """The overrides of a pair: ``who, reason, created_at, findings`` (a list of keys),
+        ``written_by`` (`evalkit.provenance.Writer` JSON; null: an unknown writer)."""
         frame = self._frame(
-            "SELECT who, reason, created_at, findings FROM overrides WHERE base_run_id = ? AND "
-            "cand_run_id = ? ORDER BY created_at",
+            f"SELECT who, reason, created_at, findings, {self._written_by('overrides')} FROM "
+            "overrides WHERE base_run_id = ? AND cand_run_id = ? ORDER BY created_at",
             [base_run_id, cand_run_id],
         )
         import polars as pl
@@ -69,19 +78,20 @@ class DecisionRecords:
         who, reason = _required(who, reason, "promoting a baseline")
         pinned = json.dumps(dict(policy), sort_keys=True) if policy is not None else None
         self._con.execute(
-            "INSERT INTO baselines (suite, run_id, who, reason, promoted_at, tier, policy) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [suite, run_id, who, reason, _now(), tier, pinned],
+            "INSERT INTO baselines (suite, run_id, who, reason, promoted_at, tier, policy, "
+            "written_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [suite, run_id, who, reason, _now(), tier, pinned, _writer(who)],
         )
 
     def baselines(self, suite: str | None = None) -> pl.DataFrame:
         """Every promotion, newest first: ``suite, tier, run_id, who, reason, promoted_at,
-        policy`` (the pinned gate policy as JSON text; null when the promotion pinned none)."""
+        policy`` (the pinned gate policy as JSON text; null when the promotion pinned none),
+        ``written_by`` (`evalkit.provenance.Writer` JSON; null: an unknown writer)."""
         where, params = ("WHERE suite = ?", [suite]) if suite else ("", [])
         policy = "policy" if self._has_policy_column() else "NULL::VARCHAR AS policy"
         return self._frame(
-            f"SELECT suite, tier, run_id, who, reason, promoted_at, {policy} FROM baselines "
-            f"{where} ORDER BY promoted_at DESC",
+            f"SELECT suite, tier, run_id, who, reason, promoted_at, {policy}, "
+            f"{self._written_by('baselines')} FROM baselines {where} ORDER BY promoted_at DESC",
             params,
         )
 
@@ -99,6 +109,15 @@ class DecisionRecords:
             return None
         policy, who, reason, promoted_at = rows[0]
         return json.loads(policy), {"who": who, "reason": reason, "promoted_at": promoted_at}
+
+    def _written_by(self, table: str) -> str:
+        """The ``written_by`` column of ``table``, or NULL in an older store opened read-only."""
+        rows = self._con.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = ? "
+            "AND column_name = 'written_by'",
+            [table],
+        ).fetchall()
+        return "written_by" if rows[0][0] else "NULL::VARCHAR AS written_by"
 
     def _has_policy_column(self) -> bool:
         """False for a store created before promotions pinned a policy, opened read-only."""

@@ -6,8 +6,9 @@ The verdicts are counted inside DuckDB, never fetched: a history of 1,000 runs o
 10M outputs and 20M scores and returns a few thousand rows. They follow
 `evalkit.compare.verdicts` exactly (a test checks): a (case, replay) is *errored* when the
 provider failed, a scorer errored or could not decide, or nothing scored it; else it *fails*
-when the runner set ``fail_reason`` or a scorer failed; a case passes by majority over its
-decided replays (ties fail) and is *unstable* when they disagree. Each run is read in its newest
+when the runner set ``fail_reason`` or a scorer failed; a case decides only when more than
+half of its replays were decided, then passes by majority over them (ties fail), and is
+*unstable* when they disagree. Each run is read in its newest
 scoring (a rescore replaces what a run's verdicts were).
 
 Examples:

@@ -51,22 +51,24 @@ replays AS (
 ),
 per_case AS (
     SELECT run_id, case_id, count(*) FILTER (passed) AS n_pass,
-           count(*) FILTER (NOT passed) AS n_fail
+           count(*) FILTER (NOT passed) AS n_fail, count(*) AS n_replays
     FROM replays GROUP BY run_id, case_id
 ),
 verdicts AS MATERIALIZED (
-    SELECT c.run_id, c.tags, coalesce(v.n_pass, 0) AS n_pass, coalesce(v.n_fail, 0) AS n_fail
+    SELECT c.run_id, c.tags, coalesce(v.n_pass, 0) AS n_pass, coalesce(v.n_fail, 0) AS n_fail,
+           -- a case decides only when more than half of its replays were decided (issue 42)
+           (coalesce(v.n_pass, 0) + coalesce(v.n_fail, 0)) * 2 > coalesce(v.n_replays, 0) AS ok
     FROM cases c JOIN sel USING (run_id) LEFT JOIN per_case v USING (run_id, case_id)
     {{where}}
 ),
 tagged AS (
-    SELECT run_id, UNNEST(tags) AS tag, n_pass, n_fail FROM verdicts
+    SELECT run_id, UNNEST(tags) AS tag, n_pass, n_fail, ok FROM verdicts
 )
-SELECT run_id, tag, count(*) AS cases, count(*) FILTER (n_pass + n_fail > 0) AS decided,
-       count(*) FILTER (n_pass > n_fail) AS passed,
-       count(*) FILTER (n_pass + n_fail = 0) AS errored,
+SELECT run_id, tag, count(*) AS cases, count(*) FILTER (ok) AS decided,
+       count(*) FILTER (ok AND n_pass > n_fail) AS passed,
+       count(*) FILTER (NOT ok) AS errored,
        count(*) FILTER (n_pass > 0 AND n_fail > 0) AS unstable
-FROM (SELECT run_id, '{ALL}' AS tag, n_pass, n_fail FROM verdicts
+FROM (SELECT run_id, '{ALL}' AS tag, n_pass, n_fail, ok FROM verdicts
       UNION ALL SELECT * FROM tagged {{tag_where}})
 GROUP BY run_id, tag ORDER BY run_id, tag
 """

@@ -80,6 +80,9 @@ class JudgmentRecords:
         columns)."""
         import polars as pl
 
+        from evalkit.provenance import current_writer
+
+        row = {"written_by": current_writer().to_json(), **row}
         frame = pl.DataFrame([row], schema=schema.CALIBRATION_SCHEMA)
         with self._transaction():
             self._append("calibrations", frame)

@@ -143,7 +143,13 @@ class WriterLock:
                     ) from None
                 time.sleep(0.1)
         os.ftruncate(fd, 0)  # who holds it, for the next writer's message
-        os.pwrite(fd, f"{os.getpid()}\n{_command_line(sys.argv)}\n".encode(), 0)
+        try:
+            os.pwrite(fd, f"{os.getpid()}\n{_command_line(sys.argv)}\n".encode(), 0)
+        except OSError as exc:  # a full disk: the lock is held all the same, but say so now
+            os.close(fd)
+            raise StoreError(
+                f"{key}: cannot write the store's lock file: {os_reason(exc)}"
+            ) from None
         with cls._mutex:
             cls._held[key] = [fd, 1, int(created)]
         return cls(key)

@@ -71,12 +71,28 @@ CREATE TABLE IF NOT EXISTS baselines (
 ALTER TABLE baselines ADD COLUMN IF NOT EXISTS tier VARCHAR;
 -- The gate policy the promotion pins (JSON, manifest form); NULL when it pinned none.
 ALTER TABLE baselines ADD COLUMN IF NOT EXISTS policy VARCHAR;
+-- The pinned exam of a promotion (issue 42, evalkit.store.exams): every file of the corpus as
+-- promoted (case files, the files cases reference, custom scorer modules as ``module:NAME``),
+-- stored so the gate can judge a candidate on it without the pull request's files.
+CREATE TABLE IF NOT EXISTS exams (
+    exam_id VARCHAR, run_id VARCHAR, suite VARCHAR, tier VARCHAR, who VARCHAR,
+    promoted_at TIMESTAMPTZ, root VARCHAR, n_files INTEGER
+);
+CREATE TABLE IF NOT EXISTS exam_files (
+    exam_id VARCHAR, path VARCHAR, sha256 VARCHAR, content BLOB
+);
 CREATE TABLE IF NOT EXISTS flakes (
     config_hash VARCHAR, measured_at TIMESTAMPTZ, case_id VARCHAR, tags VARCHAR[], runs INTEGER,
     flips INTEGER, flake_rate DOUBLE
 );
 -- The hash of the case version measured; NULL for measurements made before evalkit recorded it.
 ALTER TABLE flakes ADD COLUMN IF NOT EXISTS case_hash VARCHAR;
+-- Who wrote each decision record and from where (JSON, evalkit.provenance.Writer): the person,
+-- host, git commit and branch, CI job and refs; NULL for records made before evalkit recorded
+-- it (an unknown writer, which a pull-request job's gate does not trust).
+ALTER TABLE overrides ADD COLUMN IF NOT EXISTS written_by VARCHAR;
+ALTER TABLE baselines ADD COLUMN IF NOT EXISTS written_by VARCHAR;
+ALTER TABLE flakes ADD COLUMN IF NOT EXISTS written_by VARCHAR;
 CREATE TABLE IF NOT EXISTS response_cache (
     cache_key VARCHAR, response VARCHAR, created_at TIMESTAMPTZ
 );
@@ -92,6 +108,7 @@ CREATE TABLE IF NOT EXISTS calibrations (
 );
 -- The judge prompt version the calibration measured (a changed prompt needs a new one).
 ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS judge_prompt VARCHAR;
+ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS written_by VARCHAR;
 CREATE TABLE IF NOT EXISTS pairwise_judgments (
     base_run_id VARCHAR, cand_run_id VARCHAR, case_id VARCHAR, rubric VARCHAR,
     rubric_hash VARCHAR, judge_model VARCHAR, order_ab INTEGER, order_ba INTEGER,
@@ -301,6 +318,7 @@ CALIBRATION_COLUMNS: dict[str, str] = {
     "run_id": "VARCHAR",
     "figures": "VARCHAR",  # JSON: intervals, per-class report, confusion matrix, length bias
     "judge_prompt": "VARCHAR",
+    "written_by": "VARCHAR",  # JSON, evalkit.provenance.Writer: who recorded it, from where
 }
 #: Pairwise judge verdicts (evalkit.judges.pairwise): 1 = base better, 2 = candidate better, 0 =
 #: tie.

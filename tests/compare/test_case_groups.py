@@ -62,7 +62,7 @@ def test_store_keeps_the_group_and_migrates_an_old_cases_table(tmp_path: Path) -
                 " 's')")  # fmt: skip
     con.close()
     manifest = {"run": {"run_id": "r1", "label": "b"}, "config_hash": "c", "model": {"id": "m"}}
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.create_run(manifest, [_Case("a", "inc-1"), _Case("b", None)])
         got = store.cases("r1").select("case_id", "case_group").rows()
         old = store.cases("r0")["case_group"].to_list()

@@ -69,7 +69,7 @@ def store_path(tmp_path: Path) -> Path:
     db = tmp_path / "e.duckdb"
     base, cand = _runs()
     write_store(db, [base])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.save_flakes(BASE_CFG, _flakes([
             ("mp-excused", "h1", 0.4), ("mp-old-wording", "h0", 0.4), ("mp-edited", "h1", 0.4),
             ("mp-added", "h1", 0.4),
@@ -80,7 +80,7 @@ def store_path(tmp_path: Path) -> Path:
             ("normal-own-config", "h1", 0.6),
         ]))  # fmt: skip
     write_store(db, [cand])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.save_flakes(BASE_CFG, _flakes([("mp-later", "h1", 0.4)]))
     return db
 
@@ -131,7 +131,7 @@ def test_the_same_configuration_rerun_is_excused_by_its_measured_flakes(tmp_path
     db = tmp_path / "e.duckdb"
     base, cand = _runs(cand_cfg=BASE_CFG)  # the candidate runs the baseline's configuration
     write_store(db, [base])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.save_flakes(BASE_CFG, _flakes([("mp-own-config", "h1", 0.2)]))
     write_store(db, [cand])
     with open_store(db, read_only=True) as store:
@@ -155,7 +155,7 @@ def test_a_store_without_flake_case_hashes_reads_them_as_null(tmp_path: Path) ->
     with open_store(db, read_only=True) as store:
         assert store.latest_flakes("cfg")["case_hash"].to_list() == [None]
         assert store.flake_measurements(["cfg"])["case_hash"].to_list() == [None]
-    with open_store(db) as store:  # a writer adds the column; old rows stay NULL
+    with open_store(db, write=True) as store:  # a writer adds the column; old rows stay NULL
         store.save_flakes("cfg", _flakes([("b", "hb", 0.2)]))
         rows = store.flake_measurements(["cfg"]).sort("case_id")
         assert rows.select("case_id", "case_hash").rows() == [("a", None), ("b", "hb")]

@@ -33,7 +33,7 @@ def test_flakes_found_only_among_noisy_cases(tmp_path: Path, demo_server_factory
         for c in corpus.cases
         if is_borderline(render_messages(c, suite.system_prompt, suite.config.system.user_template))
     }
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         result = measure_flakes(suite, corpus, store, runs=4)
         stored = store.latest_flakes(result.config_hash)
         turns = int(store.query("SELECT sum(steps) AS n FROM outputs")["n"][0])  # agents: > 1
@@ -57,7 +57,7 @@ def test_flakes_found_only_among_noisy_cases(tmp_path: Path, demo_server_factory
 
 def test_no_flakes_without_noise(tmp_path: Path, demo_server: object) -> None:
     suite, corpus = _suite_and_corpus(demo_server.base_url)  # type: ignore[attr-defined]
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         result = measure_flakes(suite, corpus, store, runs=3)
         stored = store.latest_flakes(result.config_hash)
     assert result.flaky.is_empty()

@@ -303,12 +303,14 @@ def test_power_table_uses_paired_sizing():
 def test_gate_comparison_reads_flakes_and_overrides_from_the_store(tmp_path):
     base, cand = seed000_runs()
     write_store(tmp_path / "e.duckdb", [base])
-    with open_store(tmp_path / "e.duckdb") as store:  # measured on the baseline, before the PR
+    with open_store(
+        tmp_path / "e.duckdb", write=True
+    ) as store:  # measured on the baseline, before the PR
         store.save_flakes(MANIFEST["config_hash"], pl.DataFrame({
             "case_id": ["policy-000"], "tags": [["policy"]], "runs": [5], "flips": [2],
             "flake_rate": [0.4], "case_hash": ["h"]}))  # fmt: skip
     write_store(tmp_path / "e.duckdb", [cand])
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         from evalkit.compare.analysis import load_comparison
 
         cmp = load_comparison(store, "base", "cand")

@@ -207,12 +207,24 @@ def test_a_loosened_policy_is_unverified_and_names_the_promotion():
     assert "evalkit baseline promote b1 --policy" in finding.message and "alpha" in finding.message
 
 
-def test_sibling_runs_are_listed_and_block_only_when_the_policy_says_so():
+def test_a_blocked_sibling_blocks_by_default_and_report_only_shows_it():
     ctx = PairContext(siblings=(("r1", "BLOCKED"), ("r2", "PASSED"), ("r3", "PASSED")))
-    shown = decide(_rows(True), GatePolicy(), context=ctx)
+    strict = decide(_rows(True), GatePolicy(), context=ctx)  # issue 42: block is the default
+    assert strict.status == "BLOCKED" and strict.blocking()[0].case_ids == ("r1",)
+    shown = decide(_rows(True), GatePolicy(siblings="report"), context=ctx)
     (finding,) = [f for f in shown.findings if f.kind == "siblings"]
     assert shown.status == "PASSED" and finding.severity == "warn"
     assert "3 other run(s) of this configuration" in finding.message
     assert "1 BLOCKED, 2 PASSED" in finding.message
-    strict = decide(_rows(True), GatePolicy(siblings="block"), context=ctx)
-    assert strict.status == "BLOCKED" and strict.blocking()[0].case_ids == ("r1",)
+    # An unverified sibling (an outage) is shown, never a block by itself.
+    gap = PairContext(siblings=(("r1", "UNVERIFIED"), ("r2", "PASSED")))
+    assert decide(_rows(True), GatePolicy(), context=gap).status == "PASSED"
+
+
+def test_siblings_report_is_a_loosening_of_the_pinned_policy():
+    from evalkit.compare.policy import policy_changes
+
+    changes = policy_changes({"gate": {}}, {"gate": {"siblings": "report"}})
+    assert changes.looser == (
+        "gate.siblings block → report (looser: a blocked sibling run no longer blocks)",
+    )

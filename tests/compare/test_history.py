@@ -50,7 +50,9 @@ def _six_runs(tmp_path: Path, unstable: list[int] = UNSTABLE, label: str = "nigh
 def _set_model(db: Path, run_ids: list[str], model: str) -> None:
     with duckdb.connect(str(db)) as con:  # what the provider answered with, per output
         con.execute("UPDATE outputs SET model = ? WHERE run_id IN ?", [model, run_ids])
-    with open_store(db) as store:  # outputs edited by hand: their recorded usage follows
+    with open_store(
+        db, write=True
+    ) as store:  # outputs edited by hand: their recorded usage follows
         for run_id in run_ids:
             store.record_history(run_id)
 
@@ -168,7 +170,7 @@ def test_last_and_tag_select_points_and_cases(tmp_path: Path) -> None:
 
 def test_by_baseline_follows_promotions_per_suite(tmp_path: Path) -> None:
     db = _six_runs(tmp_path)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         for run_id in ("run-1", "run-4", "run-1"):  # re-promoting run-1 adds no point
             store.promote_baseline("demo", run_id, "ana", "nightly looked right")
         store.promote_baseline("demo", "run-5", "ana", "smoke tier", tier="smoke")
@@ -196,7 +198,7 @@ def test_flaky_counts_come_from_the_newest_measurement_of_the_config(tmp_path: P
     db = _six_runs(tmp_path)
     rows = {"case_id": ["refunds-0", "refunds-1", "billing-0"], "tags": [["refunds"]] * 3,
             "runs": [5, 5, 5], "flips": [2, 0, 1], "flake_rate": [0.4, 0.0, 0.2]}  # fmt: skip
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.save_flakes("cfg", pl.DataFrame(rows))
         store.save_flakes("cfg", pl.DataFrame(rows).with_columns(flips=pl.Series([2, 0, 0])))
         store.save_flakes("other", pl.DataFrame(rows))
@@ -228,7 +230,7 @@ def test_counts_match_verdicts_on_every_kind_of_replay(tmp_path: Path) -> None:
 
 def test_a_rescored_run_counts_its_newest_scoring(tmp_path: Path) -> None:
     db = _six_runs(tmp_path)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         scores = store.scores("run-0").with_columns(passed=pl.lit(False), score=pl.lit(0.0))
         hashes = dict(store.cases("run-0").select("case_id", "case_hash").iter_rows())
         store.write_scoring("run-0", "stricter", scores, hashes)
@@ -258,7 +260,7 @@ def test_cli_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 def test_an_empty_store_has_an_empty_history(tmp_path: Path) -> None:
     db = tmp_path / "empty.duckdb"
-    open_store(db).close()
+    open_store(db, write=True).close()
     with open_store(db, read_only=True) as store:
         result = history(store, by="label")
     assert result.points == () and result.findings == ()
@@ -334,7 +336,7 @@ def test_a_rescore_records_the_new_scoring_and_the_old_counts_are_not_read(
     tmp_path: Path,
 ) -> None:
     db = _six_runs(tmp_path)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         scores = store.scores("run-0").with_columns(passed=pl.lit(False))  # everything fails
         store.write_scoring("run-0", "strict", scores, {})
     with open_store(db, read_only=True) as store:

@@ -35,11 +35,11 @@ def db(tmp_path: Path) -> Path:
 
 def test_a_label_naming_several_runs_is_an_error_listing_them(db: Path) -> None:
     write_store(db, [make_run("b2", _cases("c", "p"), label="baseline")])
-    with open_store(db) as store, pytest.raises(StoreError) as caught:
+    with open_store(db, write=True) as store, pytest.raises(StoreError) as caught:
         store.resolve_run("baseline")
     assert "names 2 runs: b2" in str(caught.value) and "b1" in str(caught.value)
     assert "baseline@latest" in str(caught.value)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert store.resolve_run("baseline@latest") == "b2"
         assert store.resolve_run("b1") == "b1"
 
@@ -58,14 +58,17 @@ def test_a_failed_or_killed_run_does_not_capture_the_label(db: Path) -> None:
 
 
 def test_an_unknown_label_gets_a_did_you_mean_and_the_labels(db: Path) -> None:
-    with open_store(db) as store, pytest.raises(StoreError) as caught:
+    with open_store(db, write=True) as store, pytest.raises(StoreError) as caught:
         store.resolve_run("candidat")
     assert "did you mean 'candidate'" in str(caught.value)
     assert "labels: baseline, candidate" in str(caught.value)
 
 
 def test_promote_show_and_gate_against_the_promoted_baseline(db: Path, capsys) -> None:
-    with open_store(db) as store, pytest.raises(ConfigError, match="no promoted baseline"):
+    with (
+        open_store(db, write=True) as store,
+        pytest.raises(ConfigError, match="no promoted baseline"),
+    ):
         resolve_pair(store, None, "candidate")
     args = ["--db", str(db)]
     assert main(["baseline", "promote", "b1", *args, "--who", "ana", "--reason", "v1 ships"]) == 0
@@ -73,7 +76,7 @@ def test_promote_show_and_gate_against_the_promoted_baseline(db: Path, capsys) -
     assert main(["baseline", "show", *args]) == 0
     shown = capsys.readouterr().out
     assert "b1" in shown and "ana" in shown and "v1 ships" in shown
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert resolve_pair(store, None, "candidate") == ("b1", "c1")
         history = store.baselines("demo")
         assert history.height == 1 and history["promoted_at"][0] is not None
@@ -93,17 +96,17 @@ def test_promote_show_and_gate_against_the_promoted_baseline(db: Path, capsys) -
 def test_a_newer_run_with_the_baseline_label_does_not_become_the_baseline(db: Path) -> None:
     regression = _cases("c", "p")
     regression[:6] = [C(f"c-{i:02d}", "f", ["general"], "must_pass") for i in range(6)]
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.promote_baseline("demo", "b1", "ana", "v1 ships")
     write_store(db, [make_run("b9", regression, label="baseline")])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert resolve_pair(store, None, "c1") == ("b1", "c1")
         with pytest.raises(StoreError, match="names 2 runs"):
             resolve_pair(store, "baseline", "c1")  # the label alone no longer picks one
 
 
 def test_gating_a_run_against_itself_is_refused(db: Path, capsys) -> None:
-    with open_store(db) as store, pytest.raises(ConfigError, match="with itself"):
+    with open_store(db, write=True) as store, pytest.raises(ConfigError, match="with itself"):
         resolve_pair(store, "baseline", "b1")
     assert main(["gate", "--db", str(db), "b1", "b1"]) == 2
     assert "with itself" in capsys.readouterr().err
@@ -115,7 +118,7 @@ def test_a_killed_candidate_is_refused_with_the_resume_command(tmp_path: Path, c
     killed = make_run("k1", [], label="candidate")
     cases = make_run("k1", _cases("c", "p"), label="candidate").cases
     write_store(db, [killed.__class__(**{**killed.__dict__, "cases": cases})], status="running")
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         state = completeness(store, "k1")
         assert (state.status, state.stored, state.expected, state.complete) == (
             "running",
@@ -145,7 +148,7 @@ def test_an_all_errored_candidate_gates_unverified_through_the_store(tmp_path: P
     db = tmp_path / "e.duckdb"
     write_store(db, [make_run("b1", _cases("c", "p"), label="baseline"),
                      make_run("c1", _cases("c", "e"), label="candidate")])  # fmt: skip
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         decision = gate_comparison(store, load_comparison(store, "b1", "c1"), GatePolicy())
     assert decision.status == "UNVERIFIED" and decision.exit_code == 1
     (finding,) = decision.blocking()
@@ -168,7 +171,7 @@ def test_an_override_records_the_findings_it_accepts(tmp_path: Path, capsys) -> 
     args = ["--db", str(db), "baseline", "candidate"]
     assert main(["override", *args, "--who", "ana", "--reason", "replayed by hand"]) == 0
     assert "accepts tier1/must_pass/failed/inc-1" in capsys.readouterr().out
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert store.overrides("b1", "c1")["findings"].to_list() == [
             ["tier1/must_pass/failed/inc-1"]
         ]
@@ -191,7 +194,7 @@ def test_warnings_reach_the_decision_and_errored_cases_are_not_label_error_candi
     base_cases = [*_cases("c", "p"), C("gone", "f", ["general"]), C("bad", "f", ["general"])]
     write_store(db, [make_run("b1", base_cases, label="baseline"),
                      make_run("c1", cases, manifest=warned, label="candidate")])  # fmt: skip
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         comparison = load_comparison(store, "b1", "c1")
         decision = gate_comparison(
             store, comparison, GatePolicy.from_suite([], {"max_error_rate": 0.5})

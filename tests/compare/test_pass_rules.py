@@ -168,7 +168,7 @@ def test_gate_pair_decides_under_the_pinned_rule_and_the_report_names_it(tmp_pat
     write_store(db, [base, cand])
     from evalkit.store import open_store
 
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         cmp, decision = gate_pair(store, "base", "cand", None, with_siblings=False)
     assert decision.status == "BLOCKED"
     assert decision.policy.pass_rules == K4_OF_5

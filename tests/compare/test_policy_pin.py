@@ -34,7 +34,7 @@ def _changes(pinned: dict, proposed: dict) -> tuple[tuple[str, ...], tuple[str, 
 
 def test_policies_equal_once_defaults_are_filled_in_are_no_change() -> None:
     written = {"critical_tags": ["policy", "billing"], "gate": {"alpha": 0.05, "tolerance": 0.02,
-               "siblings": "report", "max_changed_share": 0.1},
+               "siblings": "block", "max_changed_share": 0.1},
                "budgets": {"mean_latency_ms": 2000}}  # fmt: skip
     full = {"critical_tags": ["billing", "policy"], "gate": {},
             "budgets": {"mean_latency_ms": {"limit": 2000.0, "action": "block"}}}  # fmt: skip
@@ -142,7 +142,7 @@ def test_a_policy_that_does_not_validate_is_a_config_error() -> None:
 def test_the_new_gate_keys_are_validated_like_the_others() -> None:
     policy = GatePolicy.from_suite([], {"max_changed_share": 0.25, "siblings": "block"})
     assert (policy.max_changed_share, policy.siblings) == (0.25, "block")
-    assert (GatePolicy().max_changed_share, GatePolicy().siblings) == (0.1, "report")
+    assert (GatePolicy().max_changed_share, GatePolicy().siblings) == (0.1, "block")
     with pytest.raises(ConfigError, match=r"gate\.max_changed_share: invalid"):
         GatePolicy.from_suite([], {"max_changed_share": 1.5})
     with pytest.raises(ConfigError, match=r"gate\.siblings: invalid"):
@@ -204,7 +204,7 @@ def test_a_promoted_policy_round_trips_and_the_newest_pinning_promotion_wins(
     db = tmp_path / "s.duckdb"
     write_store(db, [_run("b1", gate_policy=PINNED), _run("b0")])
     looser = {**PINNED, "gate": {"alpha": 0.01}}
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert store.pinned_policy("b1") is None
         pin = pinned_policy(store, "b1")
         assert pin.policy == PINNED and pin.source == "recorded in baseline run b1's manifest"
@@ -265,7 +265,7 @@ def test_promoting_a_partial_tag_run_is_refused_with_what_to_do(tmp_path: Path, 
     assert "evalkit run --tier NAME" in err and len(err.strip().splitlines()) == 1
     assert _promote(db, "x1") == 2
     assert "(--exclude-tag general)" in capsys.readouterr().err
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert store.baselines().is_empty()
 
 
@@ -275,7 +275,7 @@ def test_promoting_an_all_errored_run_is_refused(tmp_path: Path, capsys) -> None
     assert _promote(db, "e1") == 2
     err = capsys.readouterr().err
     assert "run e1 errored on 20 of 20 outputs (100.0%), above gate.max_error_rate 0" in err
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert store.baselines().is_empty()
 
 
@@ -302,7 +302,7 @@ def test_a_tier_run_is_promoted_as_that_tiers_baseline(tmp_path: Path, capsys) -
     out = capsys.readouterr().out
     assert "baseline of suite 'demo' tier 'smoke' is now k1" in out
     assert "policy pinned: recorded in run k1's manifest" in out
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert store.current_baseline("demo", "smoke") == "k1"
         assert store.current_baseline("demo") is None
         assert store.pinned_policy("k1")[0] == PINNED
@@ -346,7 +346,9 @@ def test_promote_policy_pins_the_config_policy_and_prints_what_it_loosens(
     capsys.readouterr()
     config = _config(tmp_path / "evalkit.yaml", critical_tags="[]", gate="{alpha: 0.01}")
     proposed = load_policy_dict(str(config))
-    with open_store(db) as store:  # before: the pull request's policy is looser than the pin
+    with open_store(
+        db, write=True
+    ) as store:  # before: the pull request's policy is looser than the pin
         _, changes = effective_policy(pinned_policy(store, "b1").policy, proposed)
         assert len(changes.looser) == 2
     assert _promote(db, "b1", "--policy") == 0  # --config found in the working directory
@@ -355,7 +357,7 @@ def test_promote_policy_pins_the_config_policy_and_prints_what_it_loosens(
     assert "policy changes against the previous pin (promoted by ana on 20" in out
     assert "\n    critical_tags: 'billing' dropped (looser: it no longer blocks)\n" in out
     assert "\n    gate.alpha 0.05 → 0.01 (looser: the exact test blocks less)\n" in out
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         pin = pinned_policy(store, "b1")
         assert pin.policy == proposed and pin.source.startswith("promoted by ana on ")
         policy, changes = effective_policy(pin.policy, proposed)  # now promoted: no change
@@ -377,5 +379,5 @@ def test_promote_policy_refuses_another_suites_config_and_a_bad_policy(
     assert "critical tag 'nosuch' has 0 cases" in capsys.readouterr().err
     assert _promote(db, "b1", "--policy") == 2  # no evalkit.yaml here
     assert "suite config not found" in capsys.readouterr().err
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert store.baselines().is_empty()

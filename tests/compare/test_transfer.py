@@ -120,7 +120,7 @@ def test_the_gate_warns_and_compare_transfer_prints_the_verdict(
     monkeypatch.chdir(tmp_path)  # no suite config here: the default policy
     db = tmp_path / "s.duckdb"
     write_store(db, list(_runs(sealed_fixed=0, sealed_broken=2)))
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         _, decision = gate_pair(store, "base", "cand", None, with_siblings=False)
     (found,) = [f for f in decision.findings if f.kind == "transfer"]
     assert found.severity == "warn" and decision.status == "PASSED"  # warn tier: never blocks

@@ -346,3 +346,57 @@ def test_a_source_with_nothing_to_check_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(CorpusError, match=r"nothing to import.*row with nothing to check \(1\)"):
         write_import(result, tmp_path / "cases", tmp_path)
     assert not (tmp_path / "cases").exists()
+
+
+@pytest.mark.parametrize(
+    ("config_text", "named"),
+    [
+        ("prompts: ['{{q}}']\ntests: file://../../outside/secret.yaml\n", "../../outside"),
+        ("prompts: ['{{q}}']\ntests: file://{outside}/secret.yaml\n", "/secret.yaml"),
+        ("prompts: ['{{q}}']\ntests: file://../../out*/*.yaml\n", "../../out*/*.yaml"),
+        ("prompts: ['{{q}}']\ntests: file://linked.yaml\n", "linked.yaml"),
+        ("prompts: [file://../../outside/prompt.txt]\ntests: file://t.yaml\n", "prompt.txt"),
+        ("prompts: ['{{q}}']\ndefaultTest: file://default.yaml\ntests: file://t.yaml\n", "default"),
+    ],
+    ids=["dot-dot", "absolute", "glob", "symlink", "prompt", "default-test"],
+)
+def test_promptfoo_refuses_files_outside_the_config_folder(
+    tmp_path: Path, capsys, config_text: str, named: str
+) -> None:
+    """A config's ``file://`` references that leave its folder are refused by name, nothing is
+    written, and only ``--allow-outside`` follows them."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = '[{vars: {q: "SECRET-TOKEN"}, assert: [{type: contains, value: "SECRET-TOKEN"}]}]'
+    (outside / "secret.yaml").write_text(secret + "\n")
+    (outside / "prompt.txt").write_text("SECRET-TOKEN {{q}}\n")
+    folder = tmp_path / "a" / "b"
+    folder.mkdir(parents=True)
+    (folder / "linked.yaml").symlink_to(outside / "secret.yaml")
+    (outside / "default.yaml").write_text("assert: [{type: contains, value: SECRET-TOKEN}]\n")
+    (folder / "default.yaml").symlink_to(outside / "default.yaml")
+    (folder / "t.yaml").write_text("[{vars: {q: hi}, assert: [{type: contains, value: hi}]}]\n")
+    config = folder / "promptfooconfig.yaml"
+    config.write_text(config_text.replace("{outside}", str(outside)))
+    out = tmp_path / "cases"
+    assert main(["import", "promptfoo", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{config}:" in err and named in err and "outside the config's folder" in err
+    assert not out.exists()
+    assert main(["import", "promptfoo", str(config), "--out", str(out), "--allow-outside"]) == 0
+    assert "SECRET-TOKEN" in "".join(p.read_text() for p in out.parent.rglob("*.*") if p.is_file())
+
+
+def test_promptfoo_follows_references_and_symlinks_that_stay_inside(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "t.yaml").write_text(
+        "[{vars: {q: hi}, assert: [{type: contains, value: hi}]}]\n"
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.yaml").symlink_to(tmp_path / "real" / "t.yaml")
+    config = tmp_path / "promptfooconfig.yaml"
+    config.write_text(
+        "prompts: ['{{q}}']\ntests: [file://tests/*.yaml, file://./real/../real/t.yaml]\n"
+    )
+    assert [c.source for c in import_promptfoo(config).cases] == ["t.yaml#0", "t.yaml#0"]

@@ -376,7 +376,7 @@ def _run(server: DemoServer, db: Path, prompt: str, label: str, replays: int) ->
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     agents = corpus.select(tags=["agent"])
     server.reset_stats()
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         options = RunOptions(label=label, progress=False, replays=replays, use_cache=False)
         summary = run_suite(suite, agents, store, options)
         outputs, scores = store.outputs(summary.run_id), store.scores(summary.run_id)

@@ -49,7 +49,7 @@ def demo_db(demo_server: DemoServer, tmp_path_factory: pytest.TempPathFactory) -
     corpus = corpus.select(ids=judged)
     candidate = load_suite(CONFIG, overrides=sets, prompt=suite.root / "prompts" / "v2.md")
     db = tmp_path_factory.mktemp("calibration") / "e.duckdb"
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         for label, chosen in (("baseline", suite), ("candidate", candidate)):
             run_suite(chosen, corpus, store, RunOptions(label=label, progress=False))
     return db

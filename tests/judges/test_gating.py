@@ -61,7 +61,7 @@ def _calibration(kappa: float) -> Calibration:
 
 def test_gate_blocks_on_a_judge_only_once_it_is_calibrated(tmp_path: Path) -> None:
     policy = GatePolicy(judge_kappa_min=0.6)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         _run(store, "base", judge_passes=True)
         _run(store, "cand", judge_passes=False)
 
@@ -93,7 +93,7 @@ def _record(**changes: object) -> Calibration:
 
 def test_nine_labels_cannot_let_a_judge_gate(tmp_path: Path) -> None:
     policy = GatePolicy(judge_kappa_min=0.6)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         _run(store, "base", judge_passes=True)
         _run(store, "cand", judge_passes=False)
         store.save_calibration(_record(n=9, kappa=0.74, kappa_lo=0.0, kappa_hi=1.0).to_row())
@@ -104,7 +104,7 @@ def test_nine_labels_cannot_let_a_judge_gate(tmp_path: Path) -> None:
 
 
 def test_a_high_kappa_with_a_low_interval_bound_does_not_gate(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         _run(store, "base", judge_passes=True)
         _run(store, "cand", judge_passes=False)
         store.save_calibration(_record(n=150, kappa=0.7, kappa_lo=0.55).to_row())
@@ -115,7 +115,7 @@ def test_a_high_kappa_with_a_low_interval_bound_does_not_gate(tmp_path: Path) ->
 
 
 def test_a_calibration_of_another_snapshot_or_prompt_does_not_apply(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         _run(store, "base", judge_passes=True)
         _run(store, "cand", judge_passes=False)
         store.save_calibration(_record(judge_snapshot="judge-x-2026-01").to_row())

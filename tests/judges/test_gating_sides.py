@@ -225,7 +225,7 @@ def _store_run(store, run: RunData) -> None:
 def test_the_gate_from_the_store_does_not_count_the_baseline_judges_fails_as_fixed(
     tmp_path: Path,
 ) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         _store_run(store, _run("base", A, judge_fails=JUDGE_FAILS))
         _store_run(store, _run("cand", B, contains_fails=BROKEN))
         store.save_calibration(_calibration(A).to_row())

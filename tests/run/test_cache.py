@@ -30,7 +30,7 @@ def _run(root: Path, server: DemoServer, db: Path, label: str, *, sets=(), **opt
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     # Judge calls would reach the same server and blur the request counts: leave judged cases out.
     corpus = corpus.select(ids=[c.id for c in corpus.cases if all(s.tier < 3 for s in c.scorers)])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         summary = run_suite(
             suite, corpus, store, RunOptions(label=label, progress=False, **options)
         )

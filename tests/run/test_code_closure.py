@@ -99,7 +99,7 @@ def test_editing_a_helper_the_system_imports_re_asks_it(
 
     def run(label: str) -> tuple[str, dict[str, str], int, list[bool]]:
         suite = load_suite(project / "evalkit.yaml")
-        with open_store(db) as store:
+        with open_store(db, write=True) as store:
             summary = run_suite(
                 suite, load_corpus(suite.root), store, RunOptions(label=label, progress=False)
             )

@@ -103,7 +103,7 @@ def _project(tmp_path: Path, system: str = "") -> Path:
 def _run(config: Path, db: Path, label: str) -> tuple[RunSummary, dict, list[str], list[bool]]:
     suite = load_suite(config)
     corpus = load_corpus(suite.root)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         summary = run_suite(suite, corpus, store, RunOptions(label=label, progress=False))
         outputs = store.outputs(summary.run_id).sort("case_id")
         manifest = store.manifest(summary.run_id)
@@ -201,7 +201,7 @@ def test_the_judge_cache_keys_on_the_judges_effective_endpoint(
     monkeypatch.delenv("NO_SUCH_KEY", raising=False)
     suite = load_suite(config)
     identities = []
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         for port in (9, 10):
             monkeypatch.setenv("OPENAI_BASE_URL", f"http://u:judge-secret@127.0.0.1:{port}/v1")
             client = judge_client(suite, store)

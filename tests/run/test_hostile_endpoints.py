@@ -96,7 +96,7 @@ def _run(
             )
             suite = load_suite(root / "evalkit.yaml")
             corpus = load_corpus(suite.root)
-            with open_store(db) as store:
+            with open_store(db, write=True) as store:
                 summary = await run_suite_async(
                     suite, corpus, store, options or RunOptions(progress=False)
                 )

@@ -149,7 +149,7 @@ def test_a_rescore_with_the_judge_unchanged_asks_nothing_and_queries_the_cache_p
     monkeypatch.setattr(rescore_module, "CHUNK_OUTPUTS", chunk)
     corpus = _corpus(tmp_path, n)
     chunks = math.ceil(n / chunk)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         _write_run(store, corpus)
         model = CountingJudge()
         first_store, (first, first_provider) = _rescore(store, corpus, model)
@@ -194,7 +194,7 @@ def test_lookups_made_together_are_one_query_and_answers_are_served_before_writt
         await provider.aclose()  # writes what it holds
         return provider, model, [lookups_then, store.calls["cache_put"]]
 
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         counted = CountingStore(store)
         provider, _, (lookups, puts) = asyncio.run(scenario(counted))
         assert lookups == 1 and puts == 1 and provider.hits == 50

@@ -468,7 +468,7 @@ def test_a_node_removed_mid_run_loses_and_duplicates_nothing(
 
         def drive() -> None:
             try:
-                with open_store(db) as store:
+                with open_store(db, write=True) as store:
                     outcome["summary"] = run_on_ray(
                         suite, corpus, store, RunOptions(label="lost", use_cache=False),
                         SuiteSource(CONFIG, overrides), root, options,
@@ -591,12 +591,12 @@ def test_duplicate_requests_within_a_run_are_asked_on_ray_as_locally(
         dups = replace(full, cases=tuple(c for c in full.cases if c.id.startswith("dup-")))
         assert len(dups.cases) == 4
         asked = {}
-        with open_store(tmp_path / "local.duckdb") as store:
+        with open_store(tmp_path / "local.duckdb", write=True) as store:
             server.reset_stats()
             local = run_suite(suite, dups, store, RunOptions(label="local", use_cache=True))
             asked["local"] = server.stats()["requests"]
         ray_options = RayOptions(chunk_size=1, chunks_in_flight=1, merge_every_s=0.0)
-        with open_store(tmp_path / "ray.duckdb") as store:
+        with open_store(tmp_path / "ray.duckdb", write=True) as store:
             server.reset_stats()
             on_ray = run_on_ray(
                 suite, dups, store, RunOptions(label="ray", use_cache=True),
@@ -640,7 +640,7 @@ def test_periodic_merges_are_spaced_by_what_the_last_one_cost(
         )
         options = RunOptions(label="spaced", use_cache=False, selection=selection.to_manifest())
         ray_options = ray_engine.RayOptions(chunk_size=1, chunks_in_flight=1, merge_every_s=0.0)
-        with open_store(tmp_path / "s.duckdb") as store:
+        with open_store(tmp_path / "s.duckdb", write=True) as store:
             started = time.monotonic()
             summary = ray_engine.run_on_ray(
                 suite, corpus, store, options, ray_engine.SuiteSource(CONFIG, overrides),

@@ -52,7 +52,7 @@ def _sha(text: str) -> str:
 def _run(config: Path, db: Path, label: str, sets: list[str], **load: Any) -> str:
     suite = load_suite(config, overrides=sets, **load)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         return run_suite(suite, corpus, store, RunOptions(label=label, progress=False)).run_id
 
 
@@ -105,7 +105,7 @@ def test_rebaseline_runs_the_baseline_configuration_on_exactly_the_delta(
 ) -> None:
     db, base, cand = pr["db"], pr["base"], pr["cand"]
     demo_server.reset_stats()
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = rebaseline(store, pr["suite"], base, cand)
         assert result.run_id is not None and not result.reused and result.reason is None
         manifest = store.manifest(result.run_id)
@@ -134,7 +134,7 @@ def test_rebaseline_runs_the_baseline_configuration_on_exactly_the_delta(
     # Again: the same run is reused, no new run and no request.
     before = _runs(db)
     demo_server.reset_stats()
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         again = rebaseline(store, pr["suite"], base, cand)
         assert find_rebaseline(store, base, {ADDED: cand_hashes[ADDED]}) == result.run_id
         assert find_rebaseline(store, base, {ADDED: "another hash"}) is None
@@ -143,7 +143,7 @@ def test_rebaseline_runs_the_baseline_configuration_on_exactly_the_delta(
     assert _runs(db) == before and demo_server.stats()["requests"] == 0
 
     # An incomplete rebaseline run is never reused: a fresh one costs nothing (all cached).
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.finish_run(result.run_id, "failed", {"stopped": "test"})
         fresh = rebaseline(store, pr["suite"], base, cand)
     assert fresh.run_id not in (None, result.run_id) and not fresh.reused
@@ -163,7 +163,7 @@ def test_a_case_edited_again_after_the_candidate_ran_is_skipped_and_counted(
     assert "Billed twice" in text
     new.write_text(text.replace("Billed twice", "Billed two times"))
     suite = load_suite(root / "evalkit.yaml", overrides=pr["sets"])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = rebaseline(store, suite, pr["base"], pr["cand"])
         stored = store.cases(result.run_id)["case_id"].to_list()
     assert result.cases == 2 and stored == sorted(EDITED)
@@ -187,7 +187,7 @@ def test_a_baseline_without_rerun_cannot_be_rebaselined(pr: dict, tmp_path: Path
             [canonical_json(manifest), pr["base"]],
         )
     before = _runs(db)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = rebaseline(store, pr["suite"], pr["base"], pr["cand"])
     assert (result.run_id, result.cases, result.reused) == (None, 0, False)
     assert result.reason == reason
@@ -263,7 +263,7 @@ def test_a_python_system_is_rebaselined_only_while_its_code_is_unchanged(
     cases = config.parent / "cases" / "a.yaml"
     cases.write_text(cases.read_text().replace("question 0", "question zero"))
     cand = _run(config, db, "cand", [])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         same = rebaseline(store, load_suite(config), base, cand)
     assert same.run_id is not None and same.cases == 1 and same.reason is None
 
@@ -271,7 +271,7 @@ def test_a_python_system_is_rebaselined_only_while_its_code_is_unchanged(
     cases.write_text(cases.read_text().replace("question 1", "question one"))
     cand = _run(config, db, "cand-2", [])
     before = _runs(db)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = rebaseline(store, load_suite(config), base, cand)
     assert (result.run_id, result.cases, result.reused) == (None, 0, False)
     assert result.reason is not None and "Python system's code changed" in result.reason
@@ -281,7 +281,7 @@ def test_a_python_system_is_rebaselined_only_while_its_code_is_unchanged(
 def test_nothing_added_or_edited_makes_no_run(pr: dict, tmp_path: Path) -> None:
     db = tmp_path / "e.duckdb"
     shutil.copy(pr["pristine"], db)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = rebaseline(store, pr["suite"], pr["base"], pr["base"])
     assert (result.run_id, result.cases, result.reason) == (None, 0, "nothing added or edited")
 

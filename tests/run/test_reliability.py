@@ -95,7 +95,7 @@ def test_faults_every_output_is_scored_or_an_error_with_its_cause(
     suite, corpus = _demo(
         server, demo_server, "system.timeout_s=1", "system.max_retries=1", "replays=2"
     )
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         summary = run_suite(suite, corpus, store, RunOptions(progress=False, use_cache=False))
         outputs = store.outputs(summary.run_id)
         scores = store.scores(summary.run_id)
@@ -235,7 +235,7 @@ def _run_scripted(
             )
             suite = load_suite(root / "evalkit.yaml")
             corpus = load_corpus(suite.root)
-            with open_store(tmp_path / "e.duckdb") as store:
+            with open_store(tmp_path / "e.duckdb", write=True) as store:
                 summary = await run_suite_async(suite, corpus, store, RunOptions(progress=False))
                 return summary, store.outputs(summary.run_id)
         finally:
@@ -370,7 +370,7 @@ def test_sigkill_mid_run_then_resume_equals_a_clean_run(
     replays = 2
     server.reset_stats()
     recording = _Recording(make_provider(suite.config.system))
-    with open_store(tmp_path / "clean.duckdb") as store:
+    with open_store(tmp_path / "clean.duckdb", write=True) as store:
         options = RunOptions(progress=False, use_cache=False, concurrency=16)  # same answers
         clean = run_suite(suite, corpus, store, options, provider=recording)
         clean_rows = _rows(store, clean.run_id)
@@ -480,7 +480,7 @@ def test_one_writer_a_clear_error_or_a_wait_and_readers_meanwhile(
         assert err.getvalue().count("\n") == 1, err.getvalue()
         assert f"is being written by another process (PID {first.pid}: " in err.getvalue()
         with pytest.raises(StoreError, match="--wait"):
-            open_store(db)
+            open_store(db, write=True)
 
         waiter = subprocess.Popen(
             _cli("run", *common, "--label", "third", "--tag", "billing", "--wait", "120"),
@@ -552,7 +552,7 @@ def test_a_reader_holding_the_file_delays_batches_but_loses_nothing(
             stored_during = reader.query("SELECT count(*) FROM outputs").item() - stored_at_start
         return await task, asked_during, stored_during, stored_at_start
 
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         summary, asked_during, stored_during, stored_at_start = asyncio.run(scenario(store))
         assert asked_during >= 10 and stored_during == 0  # the run went on, its writes waited
         assert summary.outputs == len(corpus.cases) > stored_at_start
@@ -564,7 +564,7 @@ def test_the_lock_file_names_the_writer_and_dies_with_it(tmp_path: Path) -> None
     db = tmp_path / "e.duckdb"
     code = (
         "import sys, time\nfrom evalkit.store import open_store\n"
-        f"s = open_store({str(db)!r})\nprint('ready', flush=True)\ntime.sleep(60)\n"
+        f"s = open_store({str(db)!r}, write=True)\nprint('ready', flush=True)\ntime.sleep(60)\n"
     )
     holder = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path
@@ -572,10 +572,10 @@ def test_the_lock_file_names_the_writer_and_dies_with_it(tmp_path: Path) -> None
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         with pytest.raises(StoreError, match=f"PID {holder.pid}"):
-            open_store(db, wait_s=0.2)
+            open_store(db, wait_s=0.2, write=True)
         started = time.monotonic()
         os.kill(holder.pid, signal.SIGKILL)
-        with open_store(db, wait_s=10) as store:  # waits for the kill, then writes
+        with open_store(db, wait_s=10, write=True) as store:  # waits for the kill, then writes
             store.save_override("a", "b", "tester", "lock test")
         assert time.monotonic() - started < 10
     finally:
@@ -585,7 +585,7 @@ def test_the_lock_file_names_the_writer_and_dies_with_it(tmp_path: Path) -> None
 
 def test_stored_timestamps_are_utc(tmp_path: Path) -> None:
     """Reopening after a release keeps the session in UTC."""
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         store.release()
         zone = store.query("SELECT current_setting('TimeZone') AS tz").item()
         now = store.query("SELECT now() AS t")["t"][0]

@@ -34,7 +34,7 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     ]
     suite = load_suite(root / "evalkit.yaml", overrides=overrides)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         run = run_suite(suite, corpus, store, RunOptions(label="base", progress=False))
         before = store.scores(run.run_id)
         old_hash = store.cases(run.run_id).filter(case_id=CASE_ID)["case_hash"].item()
@@ -50,7 +50,7 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     assert code == 0
     assert demo_server.stats()["requests"] == 0
 
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         after = store.scores(run.run_id)
         first = store.scores(run.run_id, f"{run.run_id}/s0")
         new_hash = store.cases(run.run_id).filter(case_id=CASE_ID)["case_hash"].item()
@@ -71,7 +71,7 @@ def test_rescore_only_named_scorers_carries_the_rest(
     ]
     suite = load_suite(root / "evalkit.yaml", overrides=overrides)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         run = run_suite(suite, corpus, store, RunOptions(label="base", progress=False))
         result = rescore_run(store, corpus, run.run_id, scorers=["json_schema"])
         assert result.carried > 0 and result.rescored == run.outputs

@@ -133,7 +133,7 @@ def test_resume_without_retry_errors_keeps_stored_errors_and_counts_the_whole_ru
     (tmp_path / "app" / "fail").touch()
     suite = load_suite(config)
     corpus = load_corpus(suite.root)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         first = run_suite(suite, corpus, store, RunOptions(progress=False))
         (tmp_path / "app" / "fail").unlink()
         again = run_suite(suite, corpus, store, RunOptions(resume=first.run_id, progress=False))
@@ -181,7 +181,7 @@ def test_the_demo_corpus_smoke_tier_runs_without_judge_calls(tmp_path: Path, dem
     demo_server.reset_stats()
     judge_url = "judge.base_url=http://127.0.0.1:9/v1"  # unreachable: a judge call would error
     suite = load_suite(config, overrides=[f"system.base_url={demo_server.base_url}", judge_url])
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         options = RunOptions(progress=False, selection=selection.to_manifest())
         summary = run_suite(suite, smoke, store, options)
         outputs = store.outputs(summary.run_id)
@@ -245,7 +245,7 @@ def test_a_failing_flakes_run_is_marked_failed_never_left_running(
     config = _project(tmp_path, monkeypatch, ["ok"] * 4)
     suite = load_suite(config)
     corpus = load_corpus(suite.root)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         with pytest.raises(EvalkitError, match=r"flakes: run 2 of 3 \(\S+\) failed") as caught:
             measure_flakes(suite, corpus, store, runs=3, provider=_FailsOnSecondRun(4))
         runs = store.runs()
@@ -266,7 +266,7 @@ def test_a_reader_that_never_lets_go_names_the_run_and_the_resume_command(
     corpus = load_corpus(suite.root)
     started: list[str] = []
     options = RunOptions(progress=False, on_start=lambda s: started.append(s.run_id))
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         with pytest.raises(StoreError) as caught:
             asyncio.run(run_suite_async(suite, corpus, store, options))
         run_id = started[0]

@@ -87,7 +87,7 @@ def python_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_python_provider_run_stores_outputs_scores_and_errors(python_suite, tmp_path: Path) -> None:
     suite, corpus = python_suite
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         summary = run_suite(suite, corpus, store, RunOptions(label="base", progress=False))
         outputs = store.outputs(summary.run_id)
         scores = store.scores(summary.run_id)
@@ -109,7 +109,7 @@ def test_python_provider_run_stores_outputs_scores_and_errors(python_suite, tmp_
 
 def test_tool_loop_serves_fixtures_and_fails_uncovered_calls(python_suite, tmp_path: Path) -> None:
     suite, corpus = python_suite
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         runs = [
             run_suite(
                 suite, corpus, store, RunOptions(label=f"r{i}", progress=False, use_cache=False)
@@ -142,7 +142,7 @@ def test_tool_loop_serves_fixtures_and_fails_uncovered_calls(python_suite, tmp_p
 def test_selection_is_recorded_in_the_manifest(python_suite, tmp_path: Path) -> None:
     suite, corpus = python_suite
     selection = {"tags": ["agent"], "exclude_tags": [], "sealed": False}
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         summary = run_suite(
             suite,
             corpus.select(tags=["agent"]),
@@ -177,7 +177,7 @@ def test_run_against_the_demo_server_stores_everything(tmp_path: Path, demo_serv
     suite = load(repo / "corpus" / "evalkit.yaml", overrides=overrides)
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     demo_server.reset_stats()
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         summary = run_suite(suite, corpus, store, RunOptions(label="demo", progress=False))
         outputs = store.outputs(summary.run_id)
         manifest = store.manifest(summary.run_id)

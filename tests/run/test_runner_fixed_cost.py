@@ -111,7 +111,7 @@ def test_no_request_before_the_run_is_recorded_and_the_summary_is_counted(
         provider.run_id = start.run_id
 
     options = RunOptions(label="fixed", progress=False, on_start=on_start)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         provider = _Provider(store, events)
         summary = run_suite(suite, corpus, store, options, provider=provider)
         queried = list(counted_queries)
@@ -174,7 +174,7 @@ def test_first_requests_are_built_as_workers_take_them(
     corpus = load_corpus(suite.root)
     monkeypatch.setattr(runner, "ChatRequest", _CountedRequest)
     monkeypatch.setattr(_CountedRequest, "live", 0)  # whatever an earlier, failed run left
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         provider = _Provider(store, [], count_live=True)
         run_suite(suite, corpus, store, RunOptions(progress=False), provider=provider)
     gc.collect()

@@ -187,7 +187,7 @@ def test_error_bodies_echoing_the_key_are_scrubbed_before_they_are_stored(
             )
             suite = load_suite(root / "evalkit.yaml")
             corpus = load_corpus(suite.root)
-            with open_store(tmp_path / "e.duckdb") as store:
+            with open_store(tmp_path / "e.duckdb", write=True) as store:
                 summary = await run_suite_async(suite, corpus, store, RunOptions(progress=False))
                 error = store.outputs(summary.run_id)["error"][0]
                 dump = repr(store.query("SELECT * FROM outputs").rows())

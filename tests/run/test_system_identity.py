@@ -109,7 +109,7 @@ def test_editing_the_python_function_is_a_cache_miss_and_a_new_config(
     counting.install(monkeypatch)
     suite = _suite(tmp_path, app)
     corpus = load_corpus(suite.root)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         first = run_suite(suite, corpus, store, RunOptions(label="a", progress=False))
         same = run_suite(suite, corpus, store, RunOptions(label="b", progress=False))
         assert counting.calls == 8 and same.requests == 0 and same.cache_hits == 8
@@ -173,7 +173,7 @@ def test_a_version_change_is_a_cache_miss_for_a_service(
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     corpus = corpus.select(ids=[c.id for c in corpus.cases if all(s.tier < 3 for s in c.scorers)])
     corpus = corpus.select(tags=["billing"])
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         first = run_suite(suite, corpus, store, RunOptions(label="a", progress=False))
         demo_server.reset_stats()
         bumped_sets = [sets[0], "system.version=build-42"]
@@ -191,7 +191,7 @@ def test_cached_outputs_keep_their_latency_and_cost_and_are_marked(
     app = App(tmp_path, monkeypatch, delay=0.03)
     suite = _suite(tmp_path, app)
     corpus = load_corpus(suite.root)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         fresh = run_suite(suite, corpus, store, RunOptions(label="a", progress=False))
         cached = run_suite(suite, corpus, store, RunOptions(label="b", progress=False))
         before = store.outputs(fresh.run_id)
@@ -216,7 +216,7 @@ def test_resuming_a_no_cache_run_stays_uncached(
     counting.install(monkeypatch)
     suite = _suite(tmp_path, app)
     corpus = load_corpus(suite.root)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         run_suite(suite, corpus, store, RunOptions(label="warm", progress=False))  # fills cache
 
         async def scenario() -> str:

@@ -24,7 +24,7 @@ def _store(tmp_path: Path) -> Path:
         cached=pl.Series([False, True, True, False]),
     )
     write_store(db, [base.__class__(**{**base.__dict__, "outputs": outputs})])
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.cache_put({f"key-{i}": f'{{"text": "answer {i}"}}' for i in range(4)})
         store.cache_put({"other-config": '{"text": "x"}', "old-entry": '{"text": "y"}'})
     con = duckdb.connect(str(db))  # one entry from 40 days ago
@@ -76,7 +76,7 @@ def test_stats_counts_entries_bytes_and_hits_per_suite(tmp_path: Path, capsys) -
 def test_stats_counts_utf8_bytes_of_json_with_escapes(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     entry = '{"text": "{\\"reason\\": \\"caf\u00e9\\"}"}'  # a judge's JSON inside JSON
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.cache_put({"k": entry})
         assert store.cache_stats()["bytes"] == len(entry.encode()) == len(entry) + 1
 

@@ -35,7 +35,7 @@ def _manifest(run_id: str) -> dict[str, object]:
 
 def test_a_run_of_more_cases_than_one_insert_records_every_case(tmp_path: Path) -> None:
     cases = [_Case(f"c{i:05d}") for i in range(2 * CASE_ROWS_PER_INSERT + 3)]
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         store.create_run(_manifest("r1"), cases)
         store.finish_run("r1", "incomplete", {"outputs": 0}, warnings=["new", "newer"])
     with duckdb.connect(str(tmp_path / "e.duckdb"), read_only=True) as con:
@@ -64,7 +64,7 @@ def test_a_finish_whose_history_cannot_be_recorded_is_recorded_alone(
         raise duckdb.InvalidInputException("history broke")
 
     monkeypatch.setattr(history_sql, "record_history", broken)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         store.create_run(_manifest("r1"), [_Case("c1")])
         store.finish_run("r1", "complete", {"outputs": 1}, warnings=["w"])
     with duckdb.connect(str(tmp_path / "e.duckdb"), read_only=True) as con:
@@ -77,7 +77,7 @@ def test_a_finish_whose_history_cannot_be_recorded_is_recorded_alone(
 def test_a_release_leaves_the_wal_for_readers_and_a_close_folds_it_in(tmp_path: Path) -> None:
     db = tmp_path / "e.duckdb"
     wal = tmp_path / "e.duckdb.wal"
-    store = open_store(db)
+    store = open_store(db, write=True)
     try:
         store.create_run(_manifest("r1"), [_Case("c1"), _Case("c2")])
         store.release()  # no checkpoint: the run is in the WAL, and readers see it

@@ -89,17 +89,17 @@ def test_an_evalkit_store_and_an_empty_duckdb_file_still_open(tmp_path: Path) ->
     """The check refuses only what is not a store: a new store, a store with a table of the
     user's own beside evalkit's, and a DuckDB file without tables (evalkit's to fill) open."""
     store_path = tmp_path / "e.duckdb"
-    open_store(store_path).close()
+    open_store(store_path, write=True).close()
     con = duckdb.connect(str(store_path))
     con.execute("CREATE TABLE my_notes (note VARCHAR)")
     con.close()
-    with open_store(store_path) as store:
+    with open_store(store_path, write=True) as store:
         assert store.runs().is_empty()
     empty = tmp_path / "empty.duckdb"
     duckdb.connect(str(empty)).close()
     with pytest.raises(StoreError, match="without tables"):
         open_store(empty, read_only=True)
-    open_store(empty).close()
+    open_store(empty, write=True).close()
     with open_store(empty, read_only=True) as store:
         assert store.runs().is_empty()
 
@@ -153,7 +153,7 @@ def test_a_store_on_a_read_only_file_system_is_one_line_naming_the_path(tmp_path
     directory = tmp_path / "ro"
     directory.mkdir()
     store = directory / "e.duckdb"
-    open_store(store).close()
+    open_store(store, write=True).close()
     before = _sha256(store)
     parts = str(tmp_path / "parts")
     targets = [store, directory / "new.duckdb", directory / "sub" / "new.duckdb"]

@@ -214,7 +214,7 @@ def test_ghost_outputs_never_complete_a_half_done_run(merged: tuple[PartsRoot, P
     """Rows of case ids the run does not have (stored before merges checked them) are not
     counted: 20 real of 40 is incomplete, whatever else the table holds."""
     root, db = merged
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         ghosts, scores = _frames(RUN, [f"ghost-{i:02d}" for i in range(20)])
         store.write_results(ghosts, scores)
         assert store.outputs(RUN).height == 40

@@ -105,7 +105,7 @@ def test_a_read_only_store_opens_the_file_once_per_call_and_holds_it_only_then(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "s.duckdb"
-    open_store(db).close()
+    open_store(db, write=True).close()
     reader = evalkit.open_store(db)
     assert reader.read_only and reader._conn is None  # idle: the file is not held
     reader.runs()
@@ -114,7 +114,7 @@ def test_a_read_only_store_opens_the_file_once_per_call_and_holds_it_only_then(
         reader.outputs("nope")  # resolve_run inside outputs: one open for the outer call
     assert reader._opened == 2 and reader._conn is None
     # between calls a writer gets the file (DuckDB refuses a writer while a reader holds it)
-    with open_store(db) as writer:
+    with open_store(db, write=True) as writer:
         writer.records("SELECT 1")
     assert reader.runs().height == 0
     assert reader._opened == 3
@@ -124,7 +124,7 @@ def test_a_read_only_store_opens_the_file_once_per_call_and_holds_it_only_then(
 
 def test_a_with_block_on_a_read_only_store_opens_the_file_once(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
-    open_store(db).close()
+    open_store(db, write=True).close()
     with evalkit.open_store(db) as reader:
         reader.runs()
         reader.runs()

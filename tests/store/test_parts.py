@@ -99,7 +99,7 @@ def test_a_part_written_twice_merges_to_one_row_per_key(tmp_path: Path) -> None:
     assert (first.attempt, again.attempt) == (1, 2)
     root.write_chunk(RUN, "c2", *_frames(["c"], "first"), {})
     db = tmp_path / "e.duckdb"
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = merge_parts(store, root, RUN)
         assert result.run_created and result.parts_merged == 3
         assert (result.outputs_added, result.duplicates, result.stored) == (3, 2, 3)
@@ -110,7 +110,7 @@ def test_a_part_written_twice_merges_to_one_row_per_key(tmp_path: Path) -> None:
         assert store.cache_get(["k1"]) == {"k1": '{"x": 1}'}
         assert not result.complete and result.expected == 4
     assert _counts(db) == (3, 3, 3)
-    with open_store(db) as store:  # again, with nothing new: nothing added
+    with open_store(db, write=True) as store:  # again, with nothing new: nothing added
         again_result = merge_parts(store, root, RUN)
     assert (again_result.parts_merged, again_result.outputs_added) == (0, 0)
     assert _counts(db) == (3, 3, 3)
@@ -121,10 +121,10 @@ def test_a_part_merged_after_its_key_was_stored_adds_nothing(tmp_path: Path) -> 
     _record(root, ["a", "b"], writer="w")
     root.write_chunk(RUN, "c1", *_frames(["a"], "early"), {})
     db = tmp_path / "e.duckdb"
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         merge_parts(store, root, RUN)
     root.write_chunk(RUN, "c1", *_frames(["a", "b"], "late"), {})  # a retried chunk, later
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = merge_parts(store, root, RUN)
         texts = dict(store.outputs(RUN).select("case_id", "text").iter_rows())
     assert texts == {"a": "early", "b": "late"} and result.duplicates == 1 and result.complete
@@ -151,7 +151,7 @@ def test_chunk_commits_list_the_run_once_and_the_merge_reads_only_its_batches_ke
 
     monkeypatch.setattr(merge._Merger, "_frame_of", counted)
     monkeypatch.setattr(merge, "BATCH_PARTS", 2)  # seven batches of parts
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         result = merge_parts(store, root, RUN)
     assert (result.parts_merged, result.outputs_added, result.duplicates) == (13, 12, 1)
     # the run's whole key set is never read: each batch looks up only its own keys
@@ -171,7 +171,7 @@ def test_a_merge_with_nothing_new_reads_no_part_and_counts_no_key(
     for case_id in ids[:10]:
         root.write_chunk(RUN, f"chunk-{case_id}", *_frames([case_id], "x"), {})
     db = tmp_path / "e.duckdb"
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         assert merge_parts(store, root, RUN).stored == 10
     reads: list[str] = []
     counted: list[str] = []
@@ -188,7 +188,7 @@ def test_a_merge_with_nothing_new_reads_no_part_and_counts_no_key(
     monkeypatch.setattr(PartsRoot, "read_frame", reading)
     monkeypatch.setattr(merge._Merger, "_real_keys", counting)
     for _ in range(3):  # nothing new, three times: no part read, no key counted
-        with open_store(db) as store:
+        with open_store(db, write=True) as store:
             result = merge_parts(store, root, RUN)
         assert (result.parts_merged, result.stored, result.changed) == (0, 10, False)
     assert reads == [] and counted == []
@@ -196,13 +196,13 @@ def test_a_merge_with_nothing_new_reads_no_part_and_counts_no_key(
     # and one new chunk: read, merged, and the watermark grown by their winners
     root.write_chunk(RUN, "chunk-c00", *_frames(["c00", "c10"], "late"), {})
     root.write_chunk(RUN, "chunk-c11", *_frames(["c11"], "x"), {})
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         result = merge_parts(store, root, RUN)
     assert (result.parts_merged, result.outputs_added, result.duplicates) == (2, 2, 1)
     assert result.stored == 12 and result.complete and counted == []
     assert {name.split("/")[1] for name in reads} == {"chunk-c00-2", "chunk-c11-1"}
     # rows the merge did not write (a local --resume) make the watermark stale: counted again
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store._append("outputs", _frames(["c05"], "local")[0])
         result = merge_parts(store, root, RUN)
     assert result.stored == 12 and counted == ["real keys"]
@@ -224,9 +224,15 @@ def test_the_merge_refuses_parts_of_other_configurations(tmp_path: Path) -> None
     cases = [_Case("a"), _Case("b")]
     root.write_manifest(RUN, "shard-1", _manifest(cases, "a" * 64))
     root.write_manifest(RUN, "shard-2", _manifest(cases, "b" * 64))
-    with open_store(tmp_path / "e.duckdb") as store, pytest.raises(StoreError, match="shard"):
+    with (
+        open_store(tmp_path / "e.duckdb", write=True) as store,
+        pytest.raises(StoreError, match="shard"),
+    ):
         merge_parts(store, root, RUN)
-    with open_store(tmp_path / "e.duckdb") as store, pytest.raises(StoreError, match="no parts"):
+    with (
+        open_store(tmp_path / "e.duckdb", write=True) as store,
+        pytest.raises(StoreError, match="no parts"),
+    ):
         merge_parts(store, root, "other-run")
 
 
@@ -237,16 +243,17 @@ def test_the_merge_is_the_only_writer(tmp_path: Path) -> None:
     _record(root, ["a"], writer="w")
     root.write_chunk(RUN, "c1", *_frames(["a"], "x"), {})
     db = tmp_path / "e.duckdb"
-    open_store(db).close()
+    open_store(db, write=True).close()
     with open_store(db, read_only=True) as reader, pytest.raises(StoreError, match="writing"):
         merge_parts(reader, root, RUN)
     import subprocess
     import sys
 
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         merge_parts(store, root, RUN)
         other = subprocess.run(
-            [sys.executable, "-c", f"import evalkit.store as s; s.open_store({str(db)!r})"],
+            [sys.executable, "-c",
+             f"import evalkit.store as s; s.open_store({str(db)!r}, write=True)"],
             capture_output=True, text=True,
         )  # fmt: skip
     assert other.returncode != 0 and "being written by another process" in other.stderr
@@ -292,7 +299,7 @@ def test_parts_on_s3_are_written_and_merged_through_pyarrow_fs(
     assert any(i.path.endswith("/parts/outputs/c1-2.parquet") for i in stored)
     db = tmp_path / "s3.duckdb"
     for _ in range(2):  # twice: the second merge adds nothing
-        with open_store(db) as store:
+        with open_store(db, write=True) as store:
             result = merge_parts(store, PartsRoot(location), RUN)
     assert result.parts_merged == 0 and result.stored == 3 and result.complete
     assert _counts(db) == (3, 3, 3)
@@ -353,7 +360,7 @@ def test_case_groups_survive_the_parts_and_the_merge(tmp_path: Path) -> None:
     cases = [_Case("a", "inc-1"), _Case("b")]
     root.write_manifest(RUN, "shard-1", _manifest(cases))
     root.write_cases(RUN, "shard-1", cases)
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         merge_parts(store, root, RUN)
         grouped = store.cases(RUN)
     assert grouped.select("case_id", "case_group").rows() == [("a", "inc-1"), ("b", None)]
@@ -366,7 +373,7 @@ def test_case_groups_survive_the_parts_and_the_merge(tmp_path: Path) -> None:
                         "input": ["{}"] * 2, "provenance": ["{}"] * 2,
                         "source": ["cases/a.yaml:3"] * 2})  # fmt: skip
     old_root.write_part(RUN, "cases", "old-writer", old.to_arrow(), 1)
-    with open_store(tmp_path / "old.duckdb") as store:
+    with open_store(tmp_path / "old.duckdb", write=True) as store:
         merge_parts(store, old_root, RUN)
         ungrouped = store.cases(RUN)
     assert ungrouped.select("case_id", "case_group").rows() == [("a", None), ("b", None)]

@@ -92,7 +92,7 @@ def test_a_run_says_its_publish_compacted_the_cache(
     write_store(tmp_path / "a.duckdb", [make_run("r0", [C("c1", "p")])])
     from evalkit.store import open_store
 
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         team = SharedCacheStore(store, open_shared_store(uri))
         team.cache_put(_entries("mine", 4))
         published = team.publish("r0")
@@ -110,7 +110,8 @@ def test_a_key_held_twice_keeps_its_first_published_row(tmp_path: Path) -> None:
     held = [("dup-a", later, late), ("dup-a", first, early),
             ("dup-b", first, early), ("dup-b", later, late)]  # fmt: skip
     for key, response, at in held:  # by hand, one file each, in both orders
-        table.append(pa.table({"cache_key": [key], "response": [response], "created_at": [at]},
+        table.append(pa.table({"cache_key": [key], "response": [response], "created_at": [at],
+                               "publisher": [None]},
                               schema=TABLES["response_cache"].arrow))  # fmt: skip
     before = open_shared_store(uri).cache_get(["dup-a", "dup-b"])
     done = open_shared_store(uri).compact_cache()

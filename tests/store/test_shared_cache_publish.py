@@ -21,6 +21,7 @@ import pytest
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
+from evalkit.run.cache_provenance import Publisher, this_host
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.run.shared_cache import (
     SharedCacheStore,
@@ -36,6 +37,10 @@ from evalkit.store.shared.tables import TABLES, load_table, open_catalog
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from s3_support import endpoint, moto_server, set_test_keys, warehouse_uri
 from synthetic_runs import C, make_run, write_store
+
+#: A teammate's job on this host that recorded itself as the entries' publisher (a consumer
+#: takes no entry whose publisher is unrecorded: evalkit.run.cache_provenance).
+_TEAMMATE = Publisher(this_host(), "their-run", None, None, False, None).to_json()
 
 
 def _team_uri(tmp_path: Path) -> str:
@@ -97,7 +102,7 @@ class _Job:
 
     def run(self, label: str) -> RunSummary:
         corpus = load_corpus(self.suite.root, user_template=self.suite.config.system.user_template)
-        with open_store(self.db) as store:
+        with open_store(self.db, write=True) as store:
             self.team = with_shared_cache(store, self.suite, warn=self.warned.append)
             options = RunOptions(label=label, progress=False)
             summary = run_suite(self.suite, corpus, self.team, options)  # type: ignore[arg-type]
@@ -140,7 +145,7 @@ def test_publishing_twice_adds_no_row(tmp_path: Path) -> None:
     write_store(tmp_path / "a.duckdb", [make_run("r0", [C("c1", "p")])])
     uri = _team_uri(tmp_path)
     entries = {f"key-{i:03d}": json.dumps({"text": f"answer {i}"}) for i in range(40)}
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         team = SharedCacheStore(store, open_shared_store(uri))
         team.cache_put(entries)
         first, again = team.publish(), team.publish()
@@ -226,7 +231,8 @@ def test_a_key_held_twice_answers_its_first_published_row_whatever_the_scan_orde
         rows = [("dup", '{"text": "first"}', early), ("dup", '{"text": "later"}', late)]
         for i in order:  # appended by hand, as an older evalkit's rebasing retry could leave it
             key, response, at = rows[i]
-            table.append(pa.table({"cache_key": [key], "response": [response], "created_at": [at]},
+            table.append(pa.table({"cache_key": [key], "response": [response], "created_at": [at],
+                                   "publisher": [None]},
                                   schema=TABLES["response_cache"].arrow))  # fmt: skip
         assert _cache_rows(uri).filter(pl.col("cache_key") == "dup").height == 2
         return open_shared_store(uri).cache_get(["dup"])["dup"]
@@ -295,9 +301,11 @@ def test_pull_from_an_unreachable_catalog_fails_in_one_line(
 def test_a_store_lost_mid_run_is_warned_once_and_lookups_go_on_locally(tmp_path: Path) -> None:
     write_store(tmp_path / "a.duckdb", [make_run("r0", [C("c1", "p")])])
     uri = _team_uri(tmp_path)
-    open_shared_store(uri).cache_put({"team-key": '{"text": "the team asked it"}'})
+    open_shared_store(uri).cache_put(
+        {"team-key": '{"text": "the team asked it"}'}, publisher=_TEAMMATE
+    )
     warned: list[str] = []
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         shared = open_shared_store(uri)
         team = SharedCacheStore(store, shared, warn=warned.append)
         assert team.cache_get(["team-key"]) == {"team-key": '{"text": "the team asked it"}'}
@@ -332,7 +340,8 @@ def test_a_chunk_publishes_through_its_part_sink(tmp_path: Path) -> None:
     from evalkit.run.sharded import PartSink
 
     uri = _team_uri(tmp_path)
-    open_shared_store(uri).cache_put({"team": '{"text": "asked by another job"}'})
+    open_shared_store(uri).cache_put({"team": '{"text": "asked by another job"}'},
+                                     publisher=_TEAMMATE)  # fmt: skip
     sink = PartSink()
     chunk = SharedCacheStore(sink, open_shared_store(uri))
     assert chunk.cache_get(["team", "new"]) == {"team": '{"text": "asked by another job"}'}
@@ -357,7 +366,7 @@ def test_a_merged_run_publishes_its_cache_once_and_a_second_job_asks_nothing(
     asked = int(demo_server.stats()["requests"])
     suite = load_suite(_share(project, uri), overrides=[f"system.base_url={demo_server.base_url}"])
     capsys.readouterr()
-    with open_store(tmp_path / "merged.duckdb") as store:
+    with open_store(tmp_path / "merged.duckdb", write=True) as store:
         first = publish_run_cache(store, suite, run_id)
         again = publish_run_cache(store, suite, run_id)
     assert first is not None and again is not None
@@ -408,13 +417,13 @@ def test_s3_gone_mid_run_leaves_the_run_local_warned_once_and_the_gate_as_withou
     assert _cache_rows(uri).height > 0
     assert main(["push", "seed", "--db", str(tmp_path / "seed.duckdb"), "--store", uri]) == 0
     capsys.readouterr()
-    looked_up = SharedStore.cache_get
+    looked_up = SharedStore.cache_get_published
 
-    def s3_goes_first(self: SharedStore, keys: object) -> dict[str, str]:
+    def s3_goes_first(self: SharedStore, keys: object) -> dict[str, tuple[str, str | None]]:
         s3_server.stop_once()  # the run has its store and its manifest: S3 goes now
         return looked_up(self, keys)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(SharedStore, "cache_get", s3_goes_first)
+    monkeypatch.setattr(SharedStore, "cache_get_published", s3_goes_first)
     demo_server.reset_stats()
     shared = ["run", "--config", str(_share(project, uri)), "--db", str(db)]
     assert main([*shared, "--label", "cand", *url]) == 0  # the run completes, exit 0

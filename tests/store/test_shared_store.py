@@ -66,7 +66,7 @@ def _frames(db: Path, run_id: str) -> dict[str, pl.DataFrame]:
 def test_push_then_pull_round_trips_every_row_and_both_are_idempotent(tmp_path: Path) -> None:
     base, cand = seed000_runs()
     write_store(tmp_path / "a.duckdb", [base, cand])
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         store.promote_baseline("demo", "base-run", "ana", "reviewed in #12", None, {"alpha": 0.01})
     shared = open_shared_store(_uri(tmp_path))
     with open_store(tmp_path / "a.duckdb", read_only=True) as store:
@@ -75,7 +75,7 @@ def test_push_then_pull_round_trips_every_row_and_both_are_idempotent(tmp_path: 
     assert first.added["outputs"] == 600 and first.added["scores"] == 1200
     assert first.added["runs"] == 1 and first.added["baselines"] == 1
     assert again.rows == 0
-    with open_store(tmp_path / "b.duckdb") as store:
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
         pulled = shared.pull(store, "demo")
         repeat = shared.pull(store, "demo")
         assert store.current_baseline("demo") == "base-run"
@@ -106,7 +106,7 @@ def _labels(texts: dict[str, str], label: int) -> pl.DataFrame:
 def test_overrides_and_human_labels_are_pushed_and_pulled_once(tmp_path: Path) -> None:
     base, cand = seed000_runs()
     write_store(tmp_path / "a.duckdb", [base, cand])
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         store.save_override("base-run", "cand-run", "ana", "billing change reviewed", ["k1"])
         store.save_override("other-run", "other-cand", "ben", "not of these runs", ["k2"])
         texts = dict(
@@ -123,7 +123,7 @@ def test_overrides_and_human_labels_are_pushed_and_pulled_once(tmp_path: Path) -
     assert (first.added["overrides"], first.added["human_labels"]) == (1, 3)
     assert again.rows == 0 and base_push.added["overrides"] == 0
     assert _shared_rows(_uri(tmp_path), "overrides").height == 1
-    with open_store(tmp_path / "b.duckdb") as store:
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
         pulled = shared.pull(store, "cand-run")
         repeat = shared.pull(store, "cand-run")
         (override,) = store.overrides("base-run", "cand-run").iter_rows(named=True)
@@ -133,12 +133,12 @@ def test_overrides_and_human_labels_are_pushed_and_pulled_once(tmp_path: Path) -
     assert (override["who"], override["findings"]) == ("ana", ["k1"])
     assert sorted(labels["label"].to_list()) == [3, 3, 3]
     # relabelled in job a and pushed: job b's pull replaces its labels with the newer values
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         store.save_human_labels(_labels(texts, 5))
     with open_store(tmp_path / "a.duckdb", read_only=True) as store:
         assert shared.push_run(store, "cand-run").added["human_labels"] == 3
     assert _shared_rows(_uri(tmp_path), "human_labels").height == 6  # history is kept
-    with open_store(tmp_path / "b.duckdb") as store:
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
         assert shared.pull(store, "cand-run").added["human_labels"] == 3
         assert shared.pull(store, "cand-run").rows == 0
         assert sorted(store.human_labels()["label"].to_list()) == [5, 5, 5]
@@ -151,7 +151,7 @@ def test_only_a_complete_run_is_pushed_and_an_unknown_pull_is_one_line(tmp_path:
     with open_store(tmp_path / "a.duckdb", read_only=True) as store, refused:
         shared.push_run(store, "r0")
     unknown = pytest.raises(StoreError, match="no published run or suite baseline 'nope'")
-    with open_store(tmp_path / "b.duckdb") as store, unknown:
+    with open_store(tmp_path / "b.duckdb", write=True) as store, unknown:
         shared.pull(store, "nope")
     assert _shared_rows(_uri(tmp_path), "outputs").height == 0
 
@@ -313,7 +313,7 @@ def test_a_pr_gate_against_the_pulled_baseline_decides_as_the_two_run_local_gate
 ) -> None:
     base, cand = seed000_runs()
     write_store(tmp_path / "main.duckdb", [base, cand])
-    with open_store(tmp_path / "main.duckdb") as store:
+    with open_store(tmp_path / "main.duckdb", write=True) as store:
         store.promote_baseline("demo", "base-run", "ana", "nightly 41 reviewed")
     local = _decision(tmp_path / "main.duckdb", "base-run", "cand-run")
     assert local.blocked and local.findings  # seed 000 breaks billing and a must_pass case
@@ -449,7 +449,7 @@ def test_a_warehouse_on_s3_round_trips_with_keys_from_the_environment(
     shared = open_shared_store(uri)
     with open_store(tmp_path / "a.duckdb", read_only=True) as store:
         assert shared.push_run(store, "base-run").added["outputs"] == 600
-    with open_store(tmp_path / "b.duckdb") as store:
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
         assert shared.pull(store, "base-run").added["scores"] == 1200
     stored = fs.get_file_info(pafs.FileSelector("team-bucket/evalkit", recursive=True))
     assert any(i.path.endswith(".parquet") and "/outputs/data/" in i.path for i in stored)
@@ -518,7 +518,7 @@ def test_push_and_pull_through_a_postgresql_catalog(tmp_path: Path, postgres_uri
     with open_store(tmp_path / "a.duckdb", read_only=True) as store:
         assert shared.push_run(store, "base-run").added["outputs"] == 600
         assert shared.push_run(store, "base-run").rows == 0
-    with open_store(tmp_path / "b.duckdb") as store:
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
         assert shared.pull(store, "base").added["scores"] == 1200
     assert shared.uri.shown.startswith("postgresql+psycopg2://127.0.0.1:")  # no user shown
 
@@ -541,7 +541,7 @@ def test_promotions_in_the_shared_store_need_a_published_run_and_keep_history(
         ("r1", "bo", "prompt v3 reviewed"), ("r0", "ana", "first baseline"),
     ]  # fmt: skip
     assert json.loads(history["policy"][1]) == {"alpha": 0.05}
-    with open_store(tmp_path / "b.duckdb") as store:
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
         assert shared.pull(store, "demo").run_id == "r1"
         assert store.baselines("demo").height == 2  # the history comes along
 
@@ -558,7 +558,7 @@ def _cache_frame(keys: list[str], response: str = "{}") -> pl.DataFrame:
 
 
 def test_import_rows_checks_every_table_and_writes_all_or_nothing(tmp_path: Path) -> None:
-    with open_store(tmp_path / "a.duckdb") as store:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
         with pytest.raises(StoreError, match=r"into 'response_cahce': no such table \(did you"):
             store.import_rows({"response_cahce": _cache_frame(["k"])})
         with pytest.raises(StoreError, match="into response_cache: extra column x"):

@@ -78,7 +78,7 @@ def scores_frame(run_id: str, scoring_id: str, rows: list[tuple[str, int, bool]]
 
 
 def test_round_trip_into_polars(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         cases = [FakeCase("a", ("billing",)), FakeCase("b", ("billing", "policy"))]
         store.create_run(manifest("r1", "baseline"), cases)
         store.write_results(
@@ -103,7 +103,7 @@ def test_round_trip_into_polars(tmp_path: Path) -> None:
 
 
 def test_rescoring_keeps_old_scores_and_reads_newest(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         store.create_run(manifest("r1", "x"), [FakeCase("a", ())])
         store.write_results(
             outputs_frame("r1", [("a", 0, "hi")]), scores_frame("r1", "r1/s0", [("a", 0, True)])
@@ -119,7 +119,7 @@ def test_rescoring_keeps_old_scores_and_reads_newest(tmp_path: Path) -> None:
 
 
 def test_failed_batch_writes_nothing(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         store.create_run(manifest("r1", "x"), [FakeCase("a", ())])
         bad_scores = scores_frame("r1", "r1/s0", [("a", 0, True)]).drop("reason")
         with pytest.raises(Exception):  # noqa: B017 - any failure must roll back both tables
@@ -134,7 +134,7 @@ def test_column_lists_store_the_same_rows_as_frames(tmp_path: Path) -> None:
     scores = scores_frame("r1", "r1/s0", [("a", 0, True), ("b", 1, False)])
     stored = {}
     for how in ("frames", "columns"):
-        with open_store(tmp_path / f"{how}.duckdb") as store:
+        with open_store(tmp_path / f"{how}.duckdb", write=True) as store:
             store.create_run(manifest("r1", how), [FakeCase("a", ()), FakeCase("b", ("x",))])
             if how == "frames":
                 store.write_results(outputs, scores)
@@ -150,7 +150,7 @@ def test_column_lists_store_the_same_rows_as_frames(tmp_path: Path) -> None:
 
 
 def test_columns_of_unequal_length_write_nothing(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         store.create_run(manifest("r1", "x"), [FakeCase("a", ())])
         outputs = outputs_frame("r1", [("a", 0, "hi")]).to_dict(as_series=False)
         scores = scores_frame("r1", "r1/s0", [("a", 0, True)]).to_dict(as_series=False)
@@ -162,7 +162,7 @@ def test_columns_of_unequal_length_write_nothing(tmp_path: Path) -> None:
 
 
 def test_overrides_need_a_reason_and_flakes_keep_latest(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store:
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
         with pytest.raises(StoreError, match="written reason"):
             store.save_override("b", "c", "ana", "  ")
         store.save_override("b", "c", "ana", "billing copy change approved by finance")
@@ -178,18 +178,21 @@ def test_overrides_need_a_reason_and_flakes_keep_latest(tmp_path: Path) -> None:
 
 
 def test_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
-    with open_store(tmp_path / "e.duckdb") as store, pytest.raises(StoreError, match="no run"):
+    with (
+        open_store(tmp_path / "e.duckdb", write=True) as store,
+        pytest.raises(StoreError, match="no run"),
+    ):
         store.resolve_run("nope")
 
 
 def test_second_writer_gets_a_clear_error(tmp_path: Path) -> None:
     db = tmp_path / "e.duckdb"
-    with open_store(db) as store:
+    with open_store(db, write=True) as store:
         store.create_run(manifest("r1", "x"), [FakeCase("a", ())])
         code = (
             "import sys\nfrom evalkit.store import open_store\n"
             "from evalkit.errors import StoreError\n"
-            f"try:\n    open_store({str(db)!r}, wait_s=0.3)\nexcept StoreError as e:\n"
+            f"try:\n    open_store({str(db)!r}, write=True, wait_s=0.3)\nexcept StoreError as e:\n"
             "    print(e); sys.exit(3)\n"
         )
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -7,6 +7,10 @@ through ``system.user_template``). Assertions map onto evalkit scorers (:data:`A
 ``llm-rubric`` writes a rubric file for the ``judge`` scorer; ``javascript`` and ``python`` are
 refused (evalkit runs no code from a case's expectations), and every other type is counted.
 
+A config is someone else's file: it reads only inside its own folder. A ``file://`` reference
+that leaves it (``../``, an absolute path, a glob match or a symlink that lands outside) is
+refused by name unless the caller trusts the config (``allow_outside``, ``--allow-outside``).
+
 Examples:
     >>> assertion_scorers({"type": "icontains", "value": "refund"}, {})
     [{'scorer': 'contains', 'args': {'text': 'refund', 'ignore_case': True}}]
@@ -22,6 +26,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +108,41 @@ def assertion_scorers(assertion: Mapping[str, Any], files: dict[str, str]) -> li
     return None
 
 
-def import_promptfoo(config: str | Path) -> ImportResult:
+@dataclass(frozen=True)
+class _Folder:
+    """Where a config's ``file://`` references may lead: inside ``root`` unless trusted."""
+
+    config: Path
+    root: Path
+    allow_outside: bool
+
+    def ref(self, ref: str) -> Path:
+        """The path a ``file://`` reference names, relative to the config's folder."""
+        if not ref.startswith("file://"):
+            raise CorpusError(f"expected a file:// reference, got {ref[:60]!r}", path=self.config)
+        return self.config.parent / ref.removeprefix("file://")
+
+    def inside(self, path: Path, ref: str) -> Path:
+        """``path`` itself, once it (symlinks followed) is inside the config's folder."""
+        if self.allow_outside or path.resolve().is_relative_to(self.root):
+            return path
+        raise CorpusError(
+            f"{ref[:120]!r} reads {path.resolve()}, outside the config's folder {self.root}: "
+            "refused (pass --allow-outside if you trust this config)",
+            path=self.config,
+        )
+
+
+def import_promptfoo(config: str | Path, *, allow_outside: bool = False) -> ImportResult:
     """Read a promptfoo config and the tests it names into draft cases.
 
+    Args:
+        allow_outside: follow ``file://`` references out of the config's folder (a trusted
+            config only: whatever they name is copied into the written cases).
+
     Raises:
-        CorpusError: the config or a tests file is missing or not YAML/JSON of the right shape.
+        CorpusError: the config or a tests file is missing or not YAML/JSON of the right shape,
+            or a reference leads outside the config's folder.
     """
     config = Path(config)
     data = _load(config)
@@ -115,18 +150,20 @@ def import_promptfoo(config: str | Path) -> ImportResult:
         raise CorpusError(
             "a promptfoo config is a YAML mapping (prompts, providers, tests)", path=config
         )
-    base = config.parent
+    folder = _Folder(config, config.parent.resolve(), allow_outside)
     files: dict[str, str] = {}
-    notes = list(_prompts(data.get("prompts"), base, files))
+    notes = list(_prompts(data.get("prompts"), folder, files))
     default = data.get("defaultTest") or {}
     if isinstance(default, str):
-        default = _load(_file_ref(default, base, config))
+        default = _load(folder.inside(folder.ref(default), default))
+    if not isinstance(default, Mapping):
+        raise CorpusError("defaultTest is not a mapping (vars, assert)", path=config)
     mapped, unmapped = Counter(), Counter()
     why = dict(REFUSED)
     cases = []
-    for where, test in _tests(data.get("tests"), base, config):
-        variables = {**(default.get("vars") or {}), **(test.get("vars") or {})}
-        asserts = [*(default.get("assert") or []), *(test.get("assert") or [])]
+    for where, test in _tests(data.get("tests"), folder):
+        variables = {**_field(default, "vars", dict, where), **_field(test, "vars", dict, where)}
+        asserts = [*_field(default, "assert", list, where), *_field(test, "assert", list, where)]
         expect = []
         for assertion in asserts:
             kind = str(assertion.get("type", "?")) if isinstance(assertion, Mapping) else "?"
@@ -166,7 +203,7 @@ def import_promptfoo(config: str | Path) -> ImportResult:
     )
 
 
-def _prompts(prompts: Any, base: Path, files: dict[str, str]):
+def _prompts(prompts: Any, folder: _Folder, files: dict[str, str]):
     items = prompts if isinstance(prompts, list) else [prompts] if prompts else []
     for n, prompt in enumerate(items, start=1):
         text = prompt.get("raw") if isinstance(prompt, Mapping) else prompt
@@ -175,7 +212,7 @@ def _prompts(prompts: Any, base: Path, files: dict[str, str]):
         if not isinstance(text, str):
             continue
         if text.startswith("file://"):
-            path = _file_ref(text, base, base)
+            path = folder.inside(folder.ref(text), text)
             try:
                 text = path.read_text(encoding="utf-8")
             except OSError:
@@ -189,18 +226,20 @@ def _prompts(prompts: Any, base: Path, files: dict[str, str]):
         )
 
 
-def _tests(tests: Any, base: Path, config: Path):
+def _tests(tests: Any, folder: _Folder):
     """(where, test) for every test, ``file://`` references read (globs expanded)."""
     items = [tests] if isinstance(tests, str | Mapping) else list(tests or [])
     for n, item in enumerate(items):
         if isinstance(item, Mapping):
-            yield f"{config.name}#{n}", item
+            yield f"{folder.config.name}#{n}", item
             continue
         if not isinstance(item, str):
-            raise CorpusError(f"tests[{n}] is neither a test nor a file:// reference", path=config)
-        pattern = str(_file_ref(item, base, config))
+            raise CorpusError(
+                f"tests[{n}] is neither a test nor a file:// reference", path=folder.config
+            )
+        pattern = str(folder.ref(item))
         paths = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
-        for path in map(Path, paths):
+        for path in (folder.inside(Path(p), item) for p in paths):
             if path.suffix not in (".yaml", ".yml", ".json", ".jsonl"):
                 raise CorpusError(
                     "only YAML, JSON and JSONL tests files are read; convert this one, or "
@@ -215,6 +254,14 @@ def _tests(tests: Any, base: Path, config: Path):
                 yield f"{path.name}#{m}", test
 
 
+def _field(test: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
+    """A test's ``vars`` (a mapping) or ``assert`` (a list); empty when absent."""
+    value = test.get(name) or kind()
+    if not isinstance(value, Mapping if kind is dict else list):
+        raise CorpusError(f"{where}: {name} is not a {'mapping' if kind is dict else 'list'}")
+    return value
+
+
 def _render_value(assertion: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
     """promptfoo renders ``{{var}}`` in assertion values with the test's vars; so do we."""
     value = assertion.get("value")
@@ -223,12 +270,6 @@ def _render_value(assertion: Mapping[str, Any], variables: Mapping[str, Any]) ->
         with contextlib.suppress(KeyError):
             value = render_template(value, dict(variables))
     return {**assertion, "value": value}
-
-
-def _file_ref(ref: str, base: Path, where: Path) -> Path:
-    if not ref.startswith("file://"):
-        raise CorpusError(f"expected a file:// reference, got {ref[:60]!r}", path=where)
-    return base / ref.removeprefix("file://")
 
 
 def _load(path: Path) -> Any:

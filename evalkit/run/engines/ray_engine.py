@@ -34,11 +34,14 @@ the driver merges, whatever directory their node was started in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import secrets
+import sys
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -112,6 +115,7 @@ def import_ray(address: str | None = None) -> ray_module:
     host = urlsplit(f"//{address}").hostname if address else None
     if address is None or host in {"127.0.0.1", "localhost", "::1"}:
         os.environ.setdefault(LOOPBACK_ENV, "0")  # only read when Ray is first imported
+
     try:
         import ray
     except ImportError:
@@ -124,7 +128,14 @@ def import_ray(address: str | None = None) -> ray_module:
 
 def connect(address: str | None) -> ray_module:
     """Connect to the cluster at ``address`` (``auto``: the one ``ray start`` left running),
-    or start a Ray instance on this machine, bound to 127.0.0.1."""
+    or start a Ray instance on this machine, bound to 127.0.0.1 (no dashboard, so no job
+    API: nothing listens beyond Ray's own ports on 127.0.0.1).
+
+    Raises:
+        RayUnreachable: nothing accepts a connection at ``address``, or the cluster did not
+            take this driver within :data:`CONNECT_TIMEOUT_S` (Ray itself retries for many
+            minutes, printing a warning every few seconds).
+    """
     ray = import_ray(address)
     if not ray.is_initialized():
         if address is None:
@@ -135,8 +146,112 @@ def connect(address: str | None) -> ray_module:
                 _node_ip_address="127.0.0.1",
             )
         else:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+            import logging
+
+            require_listening(address)
+            _within(
+                lambda: ray.init(
+                    address=address, namespace=NAMESPACE, log_to_driver=False,
+                    logging_level=logging.ERROR,
+                ),
+                address,
+            )  # fmt: skip
     return ray
+
+
+#: How long a driver gives the cluster at ``--address`` to accept it, once something listens.
+CONNECT_TIMEOUT_S = 30.0
+#: How long the first TCP connection to ``--address`` may take.
+REACH_TIMEOUT_S = 5.0
+#: Ray's GCS port when an address names none (``ray start --head``'s default).
+GCS_PORT = 6379
+
+
+class RayUnreachable(EvalkitError):
+    """The Ray cluster a driver was pointed at cannot be reached (one line, the address)."""
+
+
+def require_listening(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Refuse ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``; ``auto`` is Ray's to find)
+    when nothing accepts a TCP connection there.
+
+    Raises:
+        RayUnreachable: naming the address and why.
+    """
+    import socket
+
+    if address == "auto":
+        return
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    host = parts.hostname
+    if not host:
+        return
+    try:
+        port = parts.port or GCS_PORT
+    except ValueError:
+        raise RayUnreachable(f"--address {address}: not HOST:PORT") from None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except ConnectionRefusedError:
+        why = "connection refused"
+    except socket.gaierror as exc:
+        why = f"host {host!r} not found ({exc.strerror or exc})"
+    except TimeoutError:
+        why = f"no answer to a connection within {timeout_s:g} s"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    raise RayUnreachable(f"Ray cluster at {address} is unreachable ({why}); {_FIX}")
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 into a discarded file meanwhile: Ray's core prints a warning every
+    few seconds while a cluster does not answer (its log level is read too early to set)."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+_FIX = "start it (`ray start --head`) or pass the address `ray status` prints as --address"
+
+
+def _within(init: Callable[[], object], address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """``init()`` (``ray.init``), given up after ``timeout_s``: it runs in a daemon thread, so
+    one that never returns (a port that accepts and never answers as Ray's GCS) is left behind
+    when the command exits."""
+    import threading
+
+    failure: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            init()
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=attempt, name="evalkit-ray-connect", daemon=True)
+    with _quiet_stderr():
+        thread.start()
+        thread.join(timeout_s)
+    if thread.is_alive():
+        raise RayUnreachable(
+            f"Ray cluster at {address} did not accept this driver within {timeout_s:g} s "
+            f"(something listens there, but not a Ray cluster that answers); {_FIX}"
+        )
+    if failure:
+        exc = failure[0]
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RayUnreachable(f"Ray cluster at {address}: {text[:300]}; {_FIX}") from None
 
 
 def run_on_ray(

@@ -314,6 +314,7 @@ def _parse(data: Any) -> Completion:
     usage = _optional(data.get("usage"), "usage", dict) or {}
     model = _optional(data.get("model"), "model", str)
     finish = _optional(choice.get("finish_reason"), "choices[0].finish_reason", str)
+    fingerprint = data.get("system_fingerprint")
     return Completion(
         text=None if content is None else _text(content),
         tool_calls=tuple(calls),
@@ -321,6 +322,7 @@ def _parse(data: Any) -> Completion:
         completion_tokens=_tokens(usage.get("completion_tokens"), "usage.completion_tokens"),
         model=None if model is None else _text(model),
         finish_reason=None if finish is None else _text(finish),
+        system_fingerprint=_text(fingerprint) if isinstance(fingerprint, str) else None,
     )
 
 

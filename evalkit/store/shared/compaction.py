@@ -42,7 +42,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from evalkit.errors import StoreError
-from evalkit.store.shared.tables import MAX_ATTEMPTS, SharedTable, backoff, is_busy
+from evalkit.store.shared.tables import (
+    MAX_ATTEMPTS,
+    SharedTable,
+    backoff,
+    is_busy,
+    with_columns,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,7 +158,7 @@ def compact_table(
         if 1 < files <= above:  # under the bound (another compaction came first): no read
             return Compacted(files, files, 0, 0, conflicts, 0, time.perf_counter() - started)
         # read on the snapshot the overwrite names: both use this table object's metadata
-        rows = table.scan().to_arrow().select(list(spec.columns)).cast(spec.arrow)
+        rows = with_columns(table.scan().to_arrow(), spec)
         kept = first_published(rows)
         if files <= above and kept.num_rows == rows.num_rows:
             # compacted already; a compaction killed before it expired leaves snapshots

@@ -82,7 +82,7 @@ def _absent(local: Store, name: str, frame: pl.DataFrame) -> pl.DataFrame:
     new = frame.join(present, on=key, how="anti", nulls_equal=True)
     if spec.unique:
         new = new.unique(key, keep="first", maintain_order=True)
-    return new.select(list(spec.columns))
+    return new.select([c for c in spec.columns if c in frame.columns])
 
 
 #: What names one human label (a relabel replaces it): as ``Store.save_human_labels``.

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from evalkit.errors import StoreError
+from evalkit.provenance import current_writer
 from evalkit.store.shared.compaction import (
     COMPACT_AT_FILES,
     Compacted,
@@ -40,14 +41,18 @@ from evalkit.store.shared.compaction import (
 )
 from evalkit.store.shared.local_rows import insert_missing, local_rows
 from evalkit.store.shared.tables import (
+    SHARED_ONLY,
     TABLES,
     Appended,
     append_new,
     load_table,
     open_catalog,
     scan,
+    with_columns,
 )
+from evalkit.store.shared.trust_rows import publishable, trusted_promotions, untrusted_push
 from evalkit.store.shared.uri import StoreURI, parse_store_uri
+from evalkit.store.shared.verify import SEALED_BY, seal_of, verify_promotions, verify_run
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -62,13 +67,14 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: A run's tables in the order a push commits them: the ``runs`` row publishes the run, so it
-#: comes after every table of the run's rows, and the promotions after it.
+#: comes after every table of the run's rows, and the promotions after it; a ``scorings`` row,
+#: sealing its scores, after them.
 PUSH_ORDER = (
     "cases",
     "outputs",
-    "scorings",
     "scores",
     "scoring_cases",
+    "scorings",
     "flakes",
     "response_cache",
     "runs",
@@ -141,6 +147,30 @@ def pa_concat(*tables: pa.Table) -> pa.Table:
     frame = pl.concat([pl.from_arrow(t) for t in tables])  # type: ignore[misc]
     assert isinstance(frame, pl.DataFrame)
     return frame.unique(maintain_order=True).to_arrow()
+
+
+def sealed(name: str, rows: pa.Table, pushed: Mapping[str, pa.Table]) -> pa.Table:
+    """``rows`` of table ``name`` to push, with the seal of the tables they publish
+    (``pushed``: the run's rows of those tables) where ``name`` is a sealing table."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if name not in SEALED_BY or not rows.num_rows:
+        return rows
+    if name == "runs":
+        seals = [seal_of({t: pushed[t] for t in SEALED_BY[name]})] * rows.num_rows
+    else:  # scorings: each row seals its own scoring's rows
+        seals = [
+            seal_of(
+                {
+                    t: pushed[t].filter(pc.equal(pushed[t]["scoring_id"], scoring_id))
+                    for t in SEALED_BY[name]
+                }
+            )
+            for scoring_id in rows.column("scoring_id").to_pylist()
+        ]
+    index = rows.schema.get_field_index("published")
+    return rows.set_column(index, "published", pa.array(seals, pa.string()))
 
 
 class SharedStoreUnreachable(StoreError):
@@ -218,9 +248,7 @@ class SharedStore:
         wanted = {v for v in values if v is not None}
         if table is None or not wanted:
             return TABLES[name].arrow.empty_table()
-        return (
-            scan(table, column, wanted).select(list(TABLES[name].columns)).cast(TABLES[name].arrow)
-        )
+        return with_columns(scan(table, column, wanted), TABLES[name])
 
     # -- push -------------------------------------------------------------------------------
 
@@ -242,8 +270,11 @@ class SharedStore:
             )
         added: dict[str, int] = {}
         conflicts = 0
+        context = current_writer()
+        pushed: dict[str, pa.Table] = {}
         for name in PUSH_ORDER:
-            rows = local_rows(local, name, run_id)
+            rows = publishable(name, local_rows(local, name, run_id), context)  # trust_rows
+            rows = pushed[name] = sealed(name, rows, pushed)
             table = self._table(name, create=True)
             assert table is not None
             result: Appended = append_new(table, TABLES[name], rows)
@@ -257,10 +288,12 @@ class SharedStore:
         policy: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
         """Make the published run ``run_id`` the baseline of ``suite`` (``tier``): one
-        appended row with who, why, when and the pinned policy; earlier ones stay (history).
+        appended row with who, why, when, the pinned policy and who wrote it from where;
+        earlier ones stay (history).
 
         Raises:
-            StoreError: the run is not published, or no name or reason is given.
+            StoreError: the run is not published, no name or reason is given, or this is a
+                pull-request job (it publishes runs, never promotions).
         """
         import json
 
@@ -268,8 +301,12 @@ class SharedStore:
 
         if not who.strip() or not reason.strip():
             raise StoreError("promoting a baseline needs a name (--who) and a reason (--reason)")
+        writer = current_writer(who)
+        if (why := untrusted_push(writer)) is not None:
+            raise StoreError(f"{self.uri.shown}: refusing to promote: {why}")
         if run_id not in self.run_ids([run_id]):
             raise StoreError(f"{self.uri.shown}: run {run_id} is not pushed; push it first")
+        self._run_frames(run_id)  # a promotion names a verified run: raises when it is not
         row = {
             "suite": suite,
             "run_id": run_id,
@@ -278,6 +315,7 @@ class SharedStore:
             "promoted_at": dt.datetime.now(dt.UTC),
             "tier": tier,
             "policy": json.dumps(dict(policy), sort_keys=True) if policy is not None else None,
+            "written_by": writer.to_json(),
         }
         table = self._table("baselines", create=True)
         assert table is not None
@@ -334,9 +372,11 @@ class SharedStore:
         return rows.sort("promoted_at", descending=True)  # type: ignore[union-attr]
 
     def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
-        """The run promoted last for ``suite`` (``tier``; None: the full suite)."""
+        """The run of the newest *trusted* promotion of ``suite`` (``tier``; None: the full
+        suite): `trust_rows.trusted_promotions`, from where this process runs."""
         rows = self.baselines(suite)
         rows = rows.filter(rows["tier"].is_null() if tier is None else rows["tier"] == tier)
+        rows = trusted_promotions(rows)
         return str(rows["run_id"][0]) if rows.height else None
 
     @_unreachable_is_one_line
@@ -359,14 +399,36 @@ class SharedStore:
         )  # fmt: skip
 
     @_unreachable_is_one_line
+    def cache_get_published(self, keys: Iterable[str]) -> dict[str, tuple[str, str | None]]:
+        """As :meth:`cache_get`, each response with its publisher record (JSON; None: an
+        entry that records none)."""
+        import pyarrow.compute as pc
+
+        rows = self._read("response_cache", "cache_key", keys)
+        if rows.num_rows > pc.count_distinct(rows.column("cache_key")).as_py():
+            rows = first_published(rows)
+        return {
+            key: (response, publisher)
+            for key, response, publisher in zip(
+                rows.column("cache_key").to_pylist(), rows.column("response").to_pylist(),
+                rows.column("publisher").to_pylist(), strict=True,
+            )
+        }  # fmt: skip
+
+    @_unreachable_is_one_line
     def cache_put(
-        self, entries: Mapping[str, str], *, batch_rows: int = CACHE_BATCH_ROWS
+        self,
+        entries: Mapping[str, str],
+        *,
+        batch_rows: int = CACHE_BATCH_ROWS,
+        publisher: str | None = None,
     ) -> CachePublished:
         """Append the response-cache entries whose key the shared cache lacks, in commits of
         at most ``batch_rows`` (a run's new answers, published as it ends). Idempotent: a key
         there already, or committed meanwhile by another job, is skipped
         (:func:`append_new`). Responses are scrubbed of registered keys, as the local
-        store's are.
+        store's are. ``publisher`` (JSON) is recorded with each entry: who published it and
+        what its endpoint said it was (:mod:`evalkit.run.cache_provenance`).
 
         Raises:
             StoreError: the commits kept conflicting; anything the catalog or the warehouse
@@ -391,6 +453,7 @@ class SharedStore:
                     "cache_key": batch,
                     "response": [scrub_json(entries[k]) for k in batch],
                     "created_at": [now] * len(batch),
+                    "publisher": [publisher] * len(batch),
                 },
                 schema=spec.arrow,
             )
@@ -426,9 +489,10 @@ class SharedStore:
         Raises:
             StoreError: the commit kept conflicting with publishes.
         """
-        table = self._table("response_cache")
-        if table is None:
+        if self._table("response_cache") is None:
             return Compacted(0, 0, 0, 0, 0, 0, 0.0)
+        table = self._table("response_cache", create=True)  # with the columns added since
+        assert table is not None
         return compact_table(table, TABLES["response_cache"], above=1)
 
     # -- pull -------------------------------------------------------------------------------
@@ -445,18 +509,33 @@ class SharedStore:
         baseline = self.current_baseline(ref, tier)
         if baseline is not None:
             suite, run_id = ref, baseline
+            promotions = self.baselines(suite)  # each must name a published run
+            verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
         else:
             run_id = self.resolve_run(ref)
         return Pulled(run_id, self._copy(local, run_id, suite), suite)
 
-    def _copy(self, local: Store, run_id: str, suite: str | None) -> dict[str, int]:
+    def _run_frames(self, run_id: str) -> dict[str, pl.DataFrame]:
+        """The shared rows of run ``run_id`` (``runs`` to ``scoring_cases``), verified as one
+        unit (:func:`verify_run`)."""
         import polars as pl
 
         frames: dict[str, pl.DataFrame] = {}
-        runs = pl.from_arrow(self._read("runs", "run_id", [run_id]))
-        scorings = pl.from_arrow(self._read("scorings", "run_id", [run_id]))
-        config_hashes = runs["config_hash"].to_list()  # type: ignore[index]
+        for name in ("runs", "cases", "outputs", "scorings", "scores"):
+            frames[name] = pl.from_arrow(self._read(name, "run_id", [run_id]))  # type: ignore[assignment]
+        ids = frames["scorings"]["scoring_id"].to_list()
+        frames["scoring_cases"] = pl.from_arrow(self._read("scoring_cases", "scoring_id", ids))  # type: ignore[assignment]
+        verify_run(run_id, frames)
+        return frames
+
+    def _copy(self, local: Store, run_id: str, suite: str | None) -> dict[str, int]:
+        import polars as pl
+
+        frames = self._run_frames(run_id)
+        config_hashes = frames["runs"]["config_hash"].to_list()
         for name in PULL_TABLES:
+            if name in frames:
+                continue
             if name == "overrides":
                 rows = pa_concat(
                     self._read(name, "cand_run_id", [run_id]),
@@ -464,8 +543,6 @@ class SharedStore:
                 )
             elif name == "human_labels":
                 rows = self._labels_of(frames["cases"], frames["outputs"])
-            elif name == "scoring_cases":
-                rows = self._read(name, "scoring_id", scorings["scoring_id"].to_list())  # type: ignore[index]
             elif name == "flakes":
                 rows = self._read(name, "config_hash", config_hashes)
             elif name == "baselines":
@@ -477,7 +554,12 @@ class SharedStore:
             else:
                 rows = self._read(name, "run_id", [run_id])
             frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
-        return insert_missing(local, frames)
+        promotions = frames["baselines"]
+        verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
+        for name, columns in SHARED_ONLY.items():
+            if name in frames:
+                frames[name] = frames[name].drop(list(columns))
+        return insert_missing(local, {name: frames[name] for name in PULL_TABLES})
 
     def _labels_of(self, cases: pl.DataFrame, outputs: pl.DataFrame) -> pa.Table:
         """The shared human labels of a run: those of its outputs' texts (``output_hash``)

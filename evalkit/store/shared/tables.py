@@ -70,6 +70,16 @@ _KEYS: dict[str, tuple[str, ...]] = {
 _UNIQUE = frozenset(
     {"runs", "scorings", "baselines", "response_cache", "overrides", "human_labels"}
 )
+#: Columns only the shared tables have: the seal a push records with the rows that publish a
+#: run or a scoring (:mod:`evalkit.store.shared.verify`), which a pull checks and drops, and
+#: the publisher of a response-cache entry.
+SHARED_ONLY: dict[str, dict[str, str]] = {
+    "runs": {"published": "VARCHAR"},
+    "scorings": {"published": "VARCHAR"},
+    # who published a cache entry and what its endpoint said it was (JSON:
+    # evalkit.run.cache_provenance.Publisher); a consumer takes only entries it can trust
+    "response_cache": {"publisher": "VARCHAR"},
+}
 
 
 @dataclass(frozen=True)
@@ -107,7 +117,12 @@ def _arrow_type(duckdb_type: str) -> pa.DataType:
 def _tables() -> dict[str, SharedTable]:
     known = known_tables()
     return {
-        name: SharedTable(name, {**known[name][0], **known[name][1]}, key, name in _UNIQUE)
+        name: SharedTable(
+            name,
+            {**known[name][0], **known[name][1], **SHARED_ONLY.get(name, {})},
+            key,
+            name in _UNIQUE,
+        )
         for name, key in _KEYS.items()
     }
 
@@ -253,6 +268,19 @@ def scan(table: Table, column: str, values: set[str]) -> pa.Table:
     whole = table.scan().to_arrow()
     wanted = pa.array(sorted(values), whole.schema.field(column).type)
     return whole.filter(pc.is_in(whole.column(column), value_set=wanted))
+
+
+def with_columns(rows: pa.Table, spec: SharedTable) -> pa.Table:
+    """``rows`` as ``spec``'s columns and types: a column the shared table lacks (made by an
+    older evalkit, never pushed to since) read as nulls."""
+    import pyarrow as pa
+
+    for column in spec.columns:
+        if column not in rows.column_names:
+            rows = rows.append_column(
+                column, pa.nulls(rows.num_rows, spec.arrow.field(column).type)
+            )
+    return rows.select(list(spec.columns)).cast(spec.arrow)
 
 
 def _keys(rows: pa.Table, key: tuple[str, ...]) -> list[tuple[Any, ...]]:

@@ -1,7 +1,7 @@
-"""The README's GitHub Actions example (examples/github-actions/evalkit.yml) is the file it
-quotes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds the
-baseline prompt, with or without a team store, and refusing a pull request that loosens its
-policy. (Split from ``tests/test_readme.py`` so the workers share these sessions.)"""
+"""The docs' GitHub Actions example (examples/github-actions/evalkit.yml) is the file the CI
+page includes, and its shell step runs: in a scratch git repository whose ``origin/main`` holds
+the baseline prompt, with or without a team store, and refusing a pull request that loosens its
+policy. (Apart from ``tests/test_docs_examples.py`` so the workers share these sessions.)"""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from readme_support import README, REPO, WORKFLOW, blocks, free_port, run_bash, user_env
+from docs_support import REPO, WORKFLOW, blocks, free_port, page, run_bash, user_env
 
 
 def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     text = WORKFLOW.read_text()
-    assert any(body == text for _, body in blocks(README, "yaml")), "README quotes another YAML"
+    include = f'--8<-- "{WORKFLOW.relative_to(REPO).as_posix()}"\n'
+    ci_page = page("getting-started/ci.md")
+    assert any(body == include for _, body in blocks(ci_page, "yaml")), "the page quotes no file"
     flow = yaml.safe_load(text)
     steps = flow["jobs"]["gate"]["steps"]
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))
@@ -30,7 +32,10 @@ def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     assert upload["if"] == "always()" and upload["with"]["path"] == "reports/"
     script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
     paths = re.findall(r"(?<![\w$])[\w.-]+/[\w./-]+\.(?:md|yaml|json)\b", script)
-    assert "base/corpus/evalkit.yaml" in paths  # the base branch's config, in its worktree
+    # the base branch's config, found in its worktree as the CLI finds it (evalkit.yaml at the
+    # root, as `evalkit init` writes it, else corpus/evalkit.yaml, as here): never hard-coded
+    assert '--config "$RUNNER_TEMP/base" ' in script
+    assert not [p for p in paths if p.endswith("evalkit.yaml")], paths
     # The pin: the base branch is promoted, the gate names only the candidate (so it judges it
     # against the promotion) and rebaselines the corpus delta; never the PR's own baseline.
     assert "evalkit baseline promote base" in script
@@ -45,31 +50,75 @@ def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     assert '--markdown "$RUNNER_TEMP/gate.md"' in script and "gate.md" in post["run"]
 
 
+#: A pull_request job's environment as GitHub Actions sets it (evalkit.provenance reads it): the
+#: job's own records excuse nothing; its promotion of the base branch's clean commit does.
+PR_JOB = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request", "GITHUB_RUN_ID": "1234",
+          "GITHUB_JOB": "gate", "GITHUB_REF": "refs/pull/7/merge", "GITHUB_HEAD_REF": "fix",
+          "GITHUB_BASE_REF": "main"}  # fmt: skip
+#: main's job (a person starting the nightly's promotion by hand).
+MAIN_JOB = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "workflow_dispatch",
+            "GITHUB_RUN_ID": "1200", "GITHUB_JOB": "promote",
+            "GITHUB_REF": "refs/heads/main"}  # fmt: skip
+
+
 def _posting_step(steps: list[dict]) -> dict:
     return next(s for s in steps if "gh pr comment" in s.get("run", ""))
 
 
-def _ci_checkout(tmp_path: Path, port: int) -> tuple[list[dict], str, Path, dict[str, str]]:
+def _ci_checkout(
+    tmp_path: Path, port: int, init: bool = False
+) -> tuple[list[dict], str, Path, dict[str, str]]:
     """The workflow's steps and gate script, and a git checkout of the corpus whose HEAD is
-    also ``origin/main`` (the base branch the workflow promotes). The script's fixed port is
-    ``port``: another test may hold the workflow's own (a test that publishes a baseline first
-    must serve it on the same port, as the pin compares endpoints)."""
+    also ``origin/main`` (the base branch the workflow promotes): this repository's layout
+    (corpus/evalkit.yaml), or with ``init`` a project made by ``evalkit init`` (evalkit.yaml at
+    its root) with the demo's judge switched on, as the workflow's ``--set judge.base_url``
+    expects. The script's fixed port is ``port``: another test may hold the workflow's own (a
+    test that publishes a baseline first must serve it on the same port, as the pin compares
+    endpoints)."""
     steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
     script = next(s["run"] for s in steps if "evalkit gate" in s.get("run", ""))
     assert "--port 18080 " in script
     script = script.replace("--port 18080 ", f"--port {port} ")
     work = tmp_path / "checkout"
-    shutil.copytree(REPO / "corpus", work / "corpus")
-    env = user_env(tmp_path) | {"GITHUB_BASE_REF": "main", "RUNNER_TEMP": str(tmp_path)}
+    if init:
+        from evalkit.cli.init import init_project
+
+        init_project(work)
+        config = work / "evalkit.yaml"
+        config.write_text(config.read_text() + INIT_JUDGE)
+    else:
+        shutil.copytree(REPO / "corpus", work / "corpus")
+    env = user_env(tmp_path) | PR_JOB | {"RUNNER_TEMP": str(tmp_path)}
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
     for command in (
         ["init", "-q"],
-        ["add", "corpus"],
+        ["add", "."],
         ["commit", "-q", "-m", "base"],
         ["update-ref", "refs/remotes/origin/main", "HEAD"],
     ):
         subprocess.run([*git, *command], cwd=work, env=env, check=True, capture_output=True)
     return steps, script, work, env
+
+
+#: The judge `evalkit init` leaves commented out, switched on (the demo's).
+INIT_JUDGE = """
+judge:
+  model: demo-judge-1
+  base_url: http://127.0.0.1:8765/v1
+  api_key_env: OPENAI_API_KEY
+"""
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_runs_in_a_project_made_by_evalkit_init(tmp_path: Path) -> None:
+    _, script, work, env = _ci_checkout(tmp_path, free_port(), init=True)
+    assert (work / "evalkit.yaml").is_file() and not (work / "corpus").exists()
+    result = run_bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "suite config not found" not in out
+    assert "baseline of suite 'my-assistant' is now" in out  # the init project's, promoted
+    assert "PASSED" in (tmp_path / "gate.md").read_text().splitlines()[0]
 
 
 @pytest.mark.timeout(480)
@@ -116,7 +165,8 @@ def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path
         evalkit push nightly --store {store} --db {tmp_path}/main.duckdb
         kill $EVALKIT_DEMO_PID
     """
-    published = run_bash(textwrap.dedent(main_job), work, env)
+    main_env = {k: v for k, v in env.items() if k not in PR_JOB} | MAIN_JOB
+    published = run_bash(textwrap.dedent(main_job), work, main_env)
     assert published.returncode == 0, (published.stdout + published.stderr)[-3000:]
     result = run_bash(script, work, env | {"EVALKIT_STORE": store})
     out = result.stdout + result.stderr
@@ -146,3 +196,28 @@ def test_the_ci_example_does_not_let_the_pull_request_loosen_its_policy(tmp_path
     report = (tmp_path / "gate.md").read_text()
     assert "evalkit gate: UNVERIFIED" in report.splitlines()[0], report[:2000]
     assert "alpha" in report and "--policy" in report
+
+
+@pytest.mark.timeout(480)
+def test_the_ci_example_ignores_a_promotion_the_pull_request_job_makes_of_its_own_run(
+    tmp_path: Path,
+) -> None:
+    """One extra command in the pull request's job — promoting its own candidate — changes
+    nothing: the gate judges against the base branch's promotion and lists the other."""
+    _, script, work, env = _ci_checkout(tmp_path, free_port())
+    git = ["git", "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the pull request"], cwd=work,
+                   env=env, check=True, capture_output=True)  # fmt: skip
+    own = "evalkit run --label candidate --no-progress $URL\n"
+    assert script.count(own) == 1
+    script = script.replace(
+        own, own + 'evalkit baseline promote candidate --who me --reason "mine"\n'
+    )
+    result = run_bash(script, work, env)
+    out = result.stdout + result.stderr
+    assert "baseline of suite" in out and "is now" in out, out[-3000:]  # the promotion ran
+    assert (tmp_path / "gate.md").is_file(), out[-3000:]
+    report = (tmp_path / "gate.md").read_text()
+    assert "PASSED" in report.splitlines()[0]  # judged against the base branch's promotion
+    assert "(mine) ignored\\: written by this pull-request job" in report, report[:3000]
+    assert "refusing to compare run" not in out  # not gated against itself

@@ -1,0 +1,168 @@
+"""Who answered a shared response-cache entry, and whether this run may take it.
+
+A cache key names the endpoint by its URL, and a URL is not a server: ``http://127.0.0.1:8000/v1``
+is a stub on a laptop and a real model on a CI runner, and a server at the same URL can be
+replaced. So each entry a run publishes records its *publisher*: the host, run and commit, the
+endpoint URL and whether it is loopback, and what the endpoint said it was (its ``/models``
+entry for the model: id, owner, created), beside what each answer says (``model``, the served
+model, and ``system_fingerprint`` where the API gives one, inside the entry). Before a run
+takes another's entry it asks its own endpoint's ``/models`` (a GET: nothing generated,
+nothing paid) and takes the entry only when:
+
+- a publisher is recorded (an entry appended by hand or by an older evalkit is not);
+- the entry was not published for a loopback endpoint by another host (another machine's
+  127.0.0.1 is another server);
+- the publisher's endpoint reported what this run's endpoint reports.
+
+Examples:
+    >>> me = Consumer(host="ci-7", reported={"id": "m", "owned_by": "vllm"})
+    >>> stub = Publisher("laptop", "r1", None, "http://127.0.0.1:8000/v1", True, {"id": "m"})
+    >>> refusal(stub.to_json(), me)
+    "published for another machine's loopback endpoint (host laptop)"
+    >>> same = Publisher("ci-7", "r2", "abc", "http://127.0.0.1:8000/v1", True,
+    ...                  {"id": "m", "owned_by": "vllm"})
+    >>> refusal(same.to_json(), me) is None
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from evalkit.corpus.suite import SystemConfig
+
+#: Seconds the ``/models`` question may take before the endpoint counts as reporting nothing.
+REPORT_TIMEOUT_S = 5.0
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True)
+class Publisher:
+    """Who published a shared cache entry and what its endpoint said it was."""
+
+    host: str
+    run: str | None
+    commit: str | None
+    endpoint: str | None
+    loopback: bool
+    reported: dict[str, Any] | None  # the endpoint's /models entry of the model (None: none)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """A run about to take shared entries: its host and what its endpoint reports."""
+
+    host: str
+    reported: dict[str, Any] | None
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def is_loopback(url: str | None) -> bool:
+    """Whether ``url`` names this machine's loopback interface.
+
+    Examples:
+        >>> is_loopback("http://127.0.0.1:9/v1"), is_loopback("https://api.openai.com/v1")
+        (True, False)
+    """
+    host = urlsplit(url or "").hostname or ""
+    return host in _LOOPBACK or host.startswith("127.")
+
+
+def report_endpoint(system: SystemConfig, timeout_s: float = REPORT_TIMEOUT_S) -> dict | None:
+    """What the endpoint of ``system`` says it serves as ``system.model``: its ``/models``
+    entry's ``id``, ``owned_by`` and ``created`` (None: a python system, an endpoint that lists
+    no such model, or one that does not answer the question)."""
+    from evalkit.run.providers import api_key_for
+
+    url = system.effective_endpoint().url
+    if system.provider == "python" or not url:
+        return None
+    try:
+        key = api_key_for(system)
+    except Exception:
+        return None
+    return report_endpoint_at(url, system.model, key, timeout_s)
+
+
+def report_of_manifest(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`report_endpoint` for the endpoint and model a run's ``manifest`` records (a
+    merge, which has no suite: the key from ``OPENAI_API_KEY``, a placeholder for loopback)."""
+    import os
+
+    from evalkit.run.providers import PLACEHOLDER_KEY
+
+    provider = manifest.get("provider") or {}
+    url, model = provider.get("base_url"), (manifest.get("model") or {}).get("id")
+    if provider.get("name") == "python" or not url or not model:
+        return None
+    key = os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_KEY
+    return report_endpoint_at(url, model, key)
+
+
+def report_endpoint_at(
+    url: str, model: str, key: str, timeout_s: float = REPORT_TIMEOUT_S
+) -> dict[str, Any] | None:
+    """The ``/models`` entry of ``model`` at endpoint ``url`` (``id``, ``owned_by``,
+    ``created``), or None."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            body = json.loads(answer.read(1 << 20))
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    listed = body.get("data") if isinstance(body, dict) else None
+    for entry in listed if isinstance(listed, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return {k: entry.get(k) for k in ("id", "owned_by", "created")}
+    return None
+
+
+def publisher_of(
+    run_id: str | None, manifest: dict[str, Any], reported: dict[str, Any] | None
+) -> Publisher:
+    """This host as the publisher of run ``run_id``'s entries (``manifest``: the run's)."""
+    endpoint = (manifest.get("provider") or {}).get("base_url")
+    commit = (manifest.get("run") or {}).get("git_sha")
+    return Publisher(this_host(), run_id, commit, endpoint, is_loopback(endpoint), reported)
+
+
+def refusal(publisher: str | None, consumer: Consumer) -> str | None:
+    """Why ``consumer`` may not take an entry ``publisher`` (JSON) published, or None."""
+    if not publisher:
+        return "no publisher recorded"
+    try:
+        record = json.loads(publisher)
+    except ValueError:
+        return "no publisher recorded"
+    if not isinstance(record, dict):
+        return "no publisher recorded"
+    if record.get("loopback") and record.get("host") != consumer.host:
+        return f"published for another machine's loopback endpoint (host {record.get('host')})"
+    if record.get("reported") != consumer.reported:
+        return "its endpoint reported another served identity than this run's"
+    return None
+
+
+def publisher_host(publisher: str | None) -> str | None:
+    """The host named by a publisher record (JSON), or None."""
+    try:
+        record = json.loads(publisher or "null")
+    except ValueError:
+        return None
+    return record.get("host") if isinstance(record, dict) else None

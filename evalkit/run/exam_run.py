@@ -1,0 +1,122 @@
+"""The candidate answers the pinned exam: its configuration run on the pinned versions of the
+cases it has no answer to (issue 42, rule 1).
+
+A pull request that rewords, removes, retires, drafts or moves a case out of what its run
+loads leaves the candidate without an answer to that case *as pinned*. `answer_pinned` runs
+the candidate's configuration (provider, endpoint, model, sampling, prompt and tools, from its
+manifest, as `evalkit.run.rebaseline.baseline_suite` rebuilds one) on exactly those pinned
+cases, read from the exam stored with the baseline's promotion, through the response cache
+(an unchanged system costs no model call). ``evalkit gate --rebaseline`` calls it; the gate
+reads the newest such run (`find_exam_run`).
+
+Examples:
+    >>> result = answer_pinned(store, suite, "base", "cand")  # doctest: +SKIP
+    >>> result.run_id, result.cases, result.cache_hits         # doctest: +SKIP
+    ('20261207T043310-77ab01', 6, 6)
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from evalkit.corpus.pinned import load_pinned_corpus
+from evalkit.corpus.suite import Suite
+from evalkit.records import canonical_json
+from evalkit.run.rebaseline import IDENTITY_FIELDS, RebaselineResult, baseline_suite
+from evalkit.run.runner import RunOptions, run_suite
+from evalkit.store import Store
+
+__all__ = ["EXAM_LABEL_PREFIX", "answer_pinned", "find_exam_run", "unanswered"]
+
+#: The label prefix of exam runs (``exam:<baseline run id>``).
+EXAM_LABEL_PREFIX = "exam:"
+
+
+def unanswered(pinned_inputs: Mapping[str, str], cand_cases: pl.DataFrame) -> list[str]:
+    """Pinned case ids whose pinned input the candidate's run did not ask (``pinned_inputs``:
+    case id -> its input JSON as pinned).
+
+    Examples:
+        >>> cand = pl.DataFrame({"case_id": ["a", "b"], "input": ["x", "y2"]})
+        >>> unanswered({"a": "x", "b": "y", "c": "z"}, cand)
+        ['b', 'c']
+    """
+    asked = dict(zip(cand_cases["case_id"].to_list(), cand_cases["input"].to_list(), strict=True))
+    return sorted(c for c, text in pinned_inputs.items() if asked.get(c) != text)
+
+
+def _same_identity(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(canonical_json(a.get(k)) == canonical_json(b.get(k)) for k in IDENTITY_FIELDS)
+
+
+def find_exam_run(
+    store: Store, base_run_id: str, cand_manifest: dict[str, Any], wanted: Mapping[str, str] = {}
+) -> str | None:
+    """The newest complete exam run for ``base_run_id`` made by the candidate's configuration
+    (the same `IDENTITY_FIELDS`) holding every ``(case_id, hash)`` of ``wanted``; None if none."""
+    runs = store.runs().filter(
+        (pl.col("status") == "complete") & pl.col("label").str.starts_with(EXAM_LABEL_PREFIX)
+    )
+    for row in runs.sort("created_at", descending=True).iter_rows(named=True):
+        manifest = json.loads(row["manifest"])
+        if (manifest.get("exam") or {}).get("of") != base_run_id:
+            continue
+        if not _same_identity(manifest, cand_manifest):
+            continue
+        cases = store.cases(row["run_id"])
+        stored = dict(zip(cases["case_id"].to_list(), cases["case_hash"].to_list(), strict=True))
+        if all(stored.get(case_id) == digest for case_id, digest in wanted.items()):
+            return row["run_id"]
+    return None
+
+
+def answer_pinned(
+    store: Store,
+    suite: Suite,
+    base_run_id: str,
+    cand_run_id: str,
+    *,
+    progress: bool = False,
+    use_cache: bool = True,
+) -> RebaselineResult:
+    """Run the candidate's configuration on the pinned cases it has no answer to (see the
+    module docstring); ``reason`` says why nothing ran (no exam pinned, nothing unanswered, a
+    configuration that cannot be rebuilt)."""
+    exam = store.exam(base_run_id)
+    if exam is None:
+        return RebaselineResult(None, 0, 0, 0, False, "no exam was pinned with the baseline")
+    cand_manifest = store.manifest(cand_run_id)
+    ran = set(store.cases(base_run_id)["case_id"].to_list())
+    with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
+        corpus = load_pinned_corpus(exam.files, Path(scratch))
+        pinned = {c.id: c for c in corpus.cases if c.id in ran and not c.sealed}
+        missing = unanswered({c: case.input_json() for c, case in pinned.items()},
+                             store.cases(cand_run_id))  # fmt: skip
+        if not missing:
+            return RebaselineResult(None, 0, 0, 0, False, "every pinned case was answered")
+        wanted = {c: pinned[c].hash for c in missing}
+        found = find_exam_run(store, base_run_id, cand_manifest, wanted)
+        if found is not None:
+            return RebaselineResult(found, len(wanted), 0, 0, True, None)
+        built = baseline_suite(suite, cand_manifest)
+        if isinstance(built, str):
+            return RebaselineResult(None, 0, 0, 0, False, built.replace("baseline", "candidate"))
+        stored = cand_manifest.get("selection") or {}
+        options = RunOptions(
+            label=f"{EXAM_LABEL_PREFIX}{base_run_id}",
+            use_cache=use_cache,
+            progress=progress,
+            selection={**stored, "case_ids": sorted(wanted)},
+            extra_manifest={"exam": {"of": base_run_id, "for": cand_run_id,
+                                     "exam_id": exam.exam_id}},
+        )  # fmt: skip
+        summary = run_suite(built, corpus.select(ids=sorted(wanted)), store, options)
+    return RebaselineResult(
+        summary.run_id, summary.cases, summary.requests, summary.cache_hits, False, None
+    )

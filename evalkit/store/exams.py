@@ -1,0 +1,95 @@
+"""The pinned exam of a promotion: the corpus as promoted, file by file (issue 42, rule 1).
+
+``evalkit baseline promote`` stores every file the promoted run's verdicts depend on — the case
+files under ``cases/`` and ``sealed/``, every file a case references (schemas, rubrics, SQL
+fixture databases, ``python_tests`` files) and the source of each custom scorer module (as
+``module:NAME``) — so the gate can judge a candidate on that exam without the pull request's
+files (`evalkit.compare.exam`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+
+@dataclass(frozen=True)
+class StoredExam:
+    """One pinned exam: which run it was promoted with, by whom and when, and its files
+    (path relative to the corpus root, or ``module:NAME``, -> content)."""
+
+    exam_id: str
+    run_id: str
+    suite: str
+    tier: str | None
+    who: str
+    promoted_at: dt.datetime | None
+    root: str
+    files: dict[str, bytes] = field(repr=False)
+
+    def file_hashes(self) -> dict[str, str]:
+        """``{path: sha256}`` of every pinned file."""
+        return {p: hashlib.sha256(c).hexdigest() for p, c in sorted(self.files.items())}
+
+
+class ExamRecords:
+    """Store methods for pinned exams (mixed into :class:`evalkit.store.Store`)."""
+
+    _con: duckdb.DuckDBPyConnection
+    _frame: Callable[..., pl.DataFrame]
+
+    def save_exam(
+        self, run_id: str, suite: str, tier: str | None, who: str, root: str,
+        files: Mapping[str, bytes],
+    ) -> str:  # fmt: skip
+        """Pin ``files`` as the exam of ``run_id``'s promotion; returns the exam id."""
+        exam_id = uuid.uuid4().hex[:16]
+        now = dt.datetime.now(dt.UTC)
+        rows = [
+            (exam_id, path, hashlib.sha256(content).hexdigest(), content)
+            for path, content in sorted(files.items())
+        ]
+        self._con.execute(
+            "INSERT INTO exams (exam_id, run_id, suite, tier, who, promoted_at, root, n_files) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [exam_id, run_id, suite, tier, who, now, root, len(rows)],
+        )
+        if rows:
+            self._con.executemany(
+                "INSERT INTO exam_files (exam_id, path, sha256, content) VALUES (?, ?, ?, ?)", rows
+            )
+        return exam_id
+
+    def exam(self, run_id: str) -> StoredExam | None:
+        """The newest exam pinned with a promotion of ``run_id``; None when none was (a store
+        from before exams, or a promotion that could not read the run's corpus)."""
+        if not self._has_exams():
+            return None
+        rows = self._con.execute(
+            "SELECT exam_id, run_id, suite, tier, who, promoted_at, root FROM exams "
+            "WHERE run_id = ? ORDER BY promoted_at DESC LIMIT 1",
+            [run_id],
+        ).fetchall()
+        if not rows:
+            return None
+        exam_id, run, suite, tier, who, promoted_at, root = rows[0]
+        files = self._con.execute(
+            "SELECT path, content FROM exam_files WHERE exam_id = ? ORDER BY path", [exam_id]
+        ).fetchall()
+        return StoredExam(exam_id, run, suite, tier, who, promoted_at, root,
+                          {path: bytes(content) for path, content in files})  # fmt: skip
+
+    def _has_exams(self) -> bool:
+        """False for a store made before exams were pinned, opened read-only."""
+        rows = self._con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'exam_files'"
+        ).fetchall()
+        return bool(rows[0][0])

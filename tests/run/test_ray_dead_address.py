@@ -1,0 +1,107 @@
+"""Ray fails fast (issue 46, item 9): ``evalkit run --engine ray --address A`` with no cluster at
+A stops within 60 s with one line naming A (Ray itself retried for more than 12 minutes,
+printing a warning every few seconds), and records no run."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evalkit.cli import main
+
+BOUND_S = 60.0
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["init", str(tmp_path / "proj")]) == 0
+    capsys.readouterr()
+    return tmp_path / "proj"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[int]:
+    """A port that accepts connections and never answers (a hung cluster, another service)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def _run_on(project: Path, tmp_path: Path, address: str) -> tuple[int, str, float]:
+    db = tmp_path / "ray.duckdb"
+    command = [sys.executable, "-m", "evalkit.cli", "run", "--engine", "ray", "--address",
+               address, "--db", str(db), "--no-progress",
+               "--parts", str(tmp_path / "parts")]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(
+        command, cwd=project, capture_output=True, text=True, timeout=BOUND_S + 60
+    )
+    return done.returncode, done.stderr, time.monotonic() - started
+
+
+def _no_run(tmp_path: Path) -> None:
+    db = tmp_path / "ray.duckdb"
+    if db.exists():
+        from evalkit.store import open_store
+
+        with open_store(db, read_only=True) as store:
+            assert store.runs().height == 0
+
+
+def test_a_dead_cluster_address_fails_in_one_line_within_the_bound(
+    project: Path, tmp_path: Path
+) -> None:
+    address = f"127.0.0.1:{_free_port()}"  # a cluster that was there and is gone
+    code, err, took = _run_on(project, tmp_path, address)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"evalkit: error: Ray cluster at {address} is unreachable (connection refused); start "
+        "it (`ray start --head`) or pass the address `ray status` prints as --address"
+    ]
+    assert took <= BOUND_S
+    _no_run(tmp_path)
+
+
+def test_an_address_that_accepts_and_never_answers_fails_within_the_bound(
+    project: Path, tmp_path: Path, silent_listener: int
+) -> None:
+    address = f"127.0.0.1:{silent_listener}"
+    code, err, took = _run_on(project, tmp_path, address)
+    assert code == 2
+    (line,) = err.strip().splitlines()  # none of Ray's retry warnings
+    assert line.startswith(f"evalkit: error: Ray cluster at {address} did not accept this driver")
+    assert took <= BOUND_S
+    _no_run(tmp_path)

@@ -1,0 +1,149 @@
+"""The shared cache knows who answered (issue 46, item 5): a run against a stub at
+``http://127.0.0.1:P/v1`` publishes its answers; a run of the same configuration against a
+different server at the same URL is served none of them. Each entry records its publisher and
+what the endpoint said it was; another machine's loopback entries are never taken."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from evalkit.cli import main
+from evalkit.run.cache_provenance import Consumer, Publisher, refusal
+from evalkit.store import open_store
+from evalkit.store.shared import parse_store_uri
+from evalkit.store.shared.tables import TABLES, load_table, open_catalog
+
+MODEL = "demo-support-1"
+
+
+class _Server(ThreadingHTTPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+    owner = "stub"
+    fingerprint = "fp_stub"
+    answered = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _reply(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        entry = {"id": MODEL, "object": "model", "created": 0, "owned_by": self.server.owner}
+        self._reply({"object": "list", "data": [entry]})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.server.answered += 1
+        self._reply({
+            "id": "x", "object": "chat.completion", "model": f"{MODEL}-{self.server.owner}",
+            "system_fingerprint": self.server.fingerprint,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant",
+                                     "content": f"answered by {self.server.owner}"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+        })  # fmt: skip
+
+
+@contextmanager
+def _serve(port: int, owner: str) -> Iterator[_Server]:
+    server = _Server(("127.0.0.1", port), _Handler)
+    server.owner, server.fingerprint = owner, f"fp_{owner}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert main(["init", str(tmp_path / "proj")]) == 0
+    config = tmp_path / "proj" / "evalkit.yaml"
+    shared = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}"
+    config.write_text(config.read_text() + f"\nstore: {{shared: '{shared}'}}\n")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    return config
+
+
+def _run(project: Path, db: Path, port: int) -> int:
+    return main(["run", "--label", "pr", "--no-progress", "--config", str(project), "--db",
+                 str(db), "--set", f"system.base_url=http://127.0.0.1:{port}/v1"])  # fmt: skip
+
+
+def test_a_different_server_at_the_same_url_gets_none_of_the_stubs_answers(
+    project: Path, tmp_path: Path, capsys
+) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with _serve(port, "stub") as stub:
+        assert _run(project, tmp_path / "laptop.duckdb", port) in (0, 1)
+    assert stub.answered > 0
+    # what the shared cache recorded of each entry: its publisher and what the stub said it was
+    table = load_table(
+        open_catalog(parse_store_uri(f"sqlite:///{tmp_path / 'team' / 'catalog.db'}")),
+        TABLES["response_cache"], create=False,
+    )  # fmt: skip
+    assert table is not None
+    entries = pl.from_arrow(table.scan().to_arrow())
+    assert entries.height == stub.answered
+    publisher = json.loads(entries["publisher"][0])
+    assert publisher["loopback"] is True and publisher["run"]
+    assert publisher["reported"] == {"id": MODEL, "owned_by": "stub", "created": 0}
+    response = json.loads(entries["response"][0])
+    assert (response["model"], response["system_fingerprint"]) == (f"{MODEL}-stub", "fp_stub")
+
+    capsys.readouterr()
+    with _serve(port, "vllm") as real:
+        assert _run(project, tmp_path / "ci.duckdb", port) in (0, 1)
+    assert real.answered == stub.answered  # every answer asked again: 0 of the stub's taken
+    with open_store(tmp_path / "ci.duckdb", read_only=True) as store:
+        outputs = store.query("SELECT text, cached FROM outputs")
+        summary = json.loads(store.query("SELECT summary FROM runs")["summary"][0])
+    assert outputs["text"].unique().to_list() == ["answered by vllm"]
+    assert not outputs["cached"].any()
+    assert summary["shared_cache"]["served"] == 0
+
+    # the same server again: its own entries are taken, nothing is asked
+    with _serve(port, "vllm") as again:
+        assert _run(project, tmp_path / "ci2.duckdb", port) in (0, 1)
+    assert again.answered == 0
+
+
+def test_another_machines_loopback_entries_and_unrecorded_ones_are_not_taken() -> None:
+    reported = {"id": MODEL, "owned_by": "vllm", "created": 0}
+    me = Consumer("ci-runner", reported)
+    laptop = Publisher("laptop", "r1", "abc", "http://127.0.0.1:8000/v1", True, reported)
+    assert "another machine's loopback" in str(refusal(laptop.to_json(), me))
+    remote = Publisher("laptop", "r1", "abc", "https://llm.internal/v1", False, reported)
+    assert refusal(remote.to_json(), me) is None  # a real endpoint reporting the same
+    assert refusal(None, me) == "no publisher recorded"
+    other = Publisher("ci-runner", "r2", "abc", "https://llm.internal/v1", False, {"id": "x"})
+    assert "another served identity" in str(refusal(other.to_json(), me))
