@@ -9,7 +9,7 @@ states, on the first screen:
   at the default 95 %). A drop larger than that is excluded; a smaller one is not;
 * **minimum detectable drop**: the smallest drop, every flip a break, that the one-sided exact
   McNemar test at ``alpha`` detects with ``power`` at the tag's size
-  (`evalkit.compare.power.min_detectable_collapse`) — known before any run (``evalkit plan``);
+  (`evalkit.stats.gate_power.min_detectable_collapse`) — known before any run (``evalkit plan``);
   None when even 100 points is not enough (the tag cannot block).
 
 Examples:
@@ -29,7 +29,6 @@ import polars as pl
 from evalkit import stats
 from evalkit.compare.decision import Finding, SliceState
 from evalkit.compare.policy import GatePolicy
-from evalkit.compare.power import min_detectable_collapse
 
 #: States whose tags were gated and did not regress: what did the data rule out?
 _PASSING = ("no evidence of regression", "underpowered")
@@ -58,7 +57,7 @@ def ruled_out_findings(states: Sequence[SliceState], policy: GatePolicy) -> list
         if s.state not in _PASSING:
             continue
         drop = ruled_out_drop(s.lo)
-        mdd = min_detectable_collapse(s.n, policy.alpha, policy.power)
+        mdd = stats.min_detectable_collapse(s.n, policy.alpha, policy.power)
         if drop is None:
             continue
         can = (

@@ -150,7 +150,7 @@ def exchangeable_p(live: np.ndarray, sealed: np.ndarray) -> float:
     Examples:
         >>> live = np.array([1] * 12 + [0] * 88); sealed = np.array([0] * 20)
         >>> round(exchangeable_p(live, sealed), 4)   # scipy.stats.hypergeom.cdf(0, 120, 12, 20)
-        0.1095
+        0.0996
     """
     from scipy.special import gammaln  # here: only the gate's transfer check needs it
 

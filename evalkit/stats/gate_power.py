@@ -258,3 +258,20 @@ def required_n_exact(
         raise ValueError(f"need 0 < delta <= psi <= 1 and deff >= 1, got {psi}, {delta}, {deff}")
     psi_o, delta_o = _flips(psi, delta, replays, flake, pass_rate)
     return _required(psi_o, delta_o, alpha, power, deff, n_max)
+
+
+@lru_cache(maxsize=1024)
+def min_detectable_collapse(n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """Smallest drop (in steps of 1 point, every flip a break) that the gate's exact one-sided
+    McNemar test detects with ``power`` on ``n`` cases; None when even 100 points is not enough.
+
+    Examples:
+        >>> min_detectable_collapse(13), min_detectable_collapse(6), min_detectable_collapse(4)
+        (0.47, 0.87, None)
+    """
+    from evalkit.stats.sizing import exact_power_paired
+
+    for drop in np.arange(1, 101) / 100:
+        if n and exact_power_paired(n, float(drop), float(drop), alpha) >= power:
+            return float(drop)
+    return None
