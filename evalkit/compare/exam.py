@@ -298,7 +298,13 @@ def load_exam_comparison(
     calibrations = store.calibrations()
     gating = judge_gating(judged[0], calibrations, judge_kappa_min, judge_min_labels,
                           candidate=judged[1])  # fmt: skip
-    pr_allow = (*allow_diff, "scorer_files")
+    pr_allow: tuple[str, ...] = (*allow_diff, "scorer_files")
+    if not allow_diff:  # undeclared, one differing field is the variable under test, as ever
+        from evalkit.compare.comparability import manifest_diff
+
+        others = [f for f in manifest_diff(base.manifest, cand.manifest) if f != "scorer_files"]
+        if len(others) == 1:
+            pr_allow = (*pr_allow, others[0])
     rebaseline = _rebaseline_run(store, base, cand)
     pr_judged = cand.scores.filter(judge_rows(cand.scores))
     pr_gating = judge_gating(judged[0], calibrations, judge_kappa_min, judge_min_labels,
