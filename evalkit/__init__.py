@@ -51,6 +51,7 @@ _EXPORTS = {
     "RunResult": "evalkit.project.results",
     "ComparisonResult": "evalkit.project.results",
     "gate_pair": "evalkit.compare.pin",
+    "load_decided_pair": "evalkit.compare.handoff",
     "GateBlocked": "evalkit.compare.decision",
     "Comparison": "evalkit.compare.analysis",
     "Report": "evalkit.compare.report",
@@ -152,6 +153,7 @@ __all__ = [
     "llmbar_table",
     "load_comparison",
     "load_corpus",
+    "load_decided_pair",
     "load_llmbar",
     "load_pandalm",
     "load_policy",
@@ -220,6 +222,7 @@ if TYPE_CHECKING:
     from evalkit.compare.gate import decide
     from evalkit.compare.history import history
     from evalkit.compare.history_charts import pass_rate_history, unstable_history
+    from evalkit.compare.handoff import load_decided_pair
     from evalkit.compare.history_values import History
     from evalkit.compare.html import fragment as report_fragment
     from evalkit.compare.html import to_html as report_html
