@@ -220,9 +220,9 @@ if TYPE_CHECKING:
     from evalkit.compare.decision import GateBlocked, GateDecision
     from evalkit.compare.flakes import flake_slices
     from evalkit.compare.gate import decide
+    from evalkit.compare.handoff import load_decided_pair
     from evalkit.compare.history import history
     from evalkit.compare.history_charts import pass_rate_history, unstable_history
-    from evalkit.compare.handoff import load_decided_pair
     from evalkit.compare.history_values import History
     from evalkit.compare.html import fragment as report_fragment
     from evalkit.compare.html import to_html as report_html

@@ -375,7 +375,7 @@ class _Decider(threading.Thread):
             write_decided_pair(p["DECIDED"], comparison, decision)
         except EvalkitError as exc:
             write_decided_pair(p["DECIDED"], error=exc)
-        except BaseException as exc:  # noqa: BLE001  (raised again in the calling thread)
+        except BaseException as exc:  # raised again in the caller's thread
             self.bug = exc
             write_decided_pair(p["DECIDED"], error=EvalkitError(f"the decision failed: {exc!r}"))
 

@@ -93,8 +93,11 @@ def test_a_decided_pair_round_trips_with_its_frames(store, tmp_path):
 
 @pytest.mark.parametrize(
     "error",
-    [ConfigError("no promoted baseline"), ComparabilityError("refusing to compare: model"),
-     CorpusError("duplicate id", path="cases/a.yaml", line=3, case_id="x-1")],  # fmt: skip
+    [
+        ConfigError("no promoted baseline"),
+        ComparabilityError("refusing to compare: model"),
+        CorpusError("duplicate id", path="cases/a.yaml", line=3, case_id="x-1"),
+    ],
 )
 def test_a_failed_decision_is_raised_in_the_notebook_as_its_class_and_line(tmp_path, error):
     path = write_decided_pair(tmp_path / "decided.pickle", error=error)

@@ -82,7 +82,7 @@ def load_decided_pair(path: str | Path, wait_s: float = 600) -> tuple[Comparison
         if time.monotonic() > deadline:
             raise ConfigError(f"{path}: no decided pair arrived from evalkit gate")
         time.sleep(0.01)
-    payload = pickle.loads(path.read_bytes())  # noqa: S301  (our own file: see the docstring)
+    payload = pickle.loads(path.read_bytes())  # our own file: see the docstring
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ConfigError(f"{path}: not a decided pair written by evalkit gate")
     if "error" in payload:
