@@ -58,11 +58,11 @@ def test_evalkit_gate_decides_once_and_the_notebook_reports_that_decision(
     assert code == 1  # seed000's candidate breaks a must_pass case
     assert len(taken) == 1
     assert counter.read_text().split() == [str(os.getpid())]  # none in the kernel
-    written = json.loads((tmp_path / "cand" / "decision.json").read_text())
+    written = json.loads((tmp_path / "cand-run" / "decision.json").read_text())
     assert written == _as_json(taken[0]) and written["status"] == "BLOCKED"
-    executed = (tmp_path / "cand" / "gate.ipynb").read_text()
+    executed = (tmp_path / "cand-run" / "gate.ipynb").read_text()
     assert "load_decided_pair" in executed and "decided.pickle" in executed
-    assert not any(p.name.startswith("evalkit-gate-") for p in (tmp_path / "cand").iterdir())
+    assert not any(p.name.startswith("evalkit-gate-") for p in (tmp_path / "cand-run").iterdir())
 
 
 def test_the_notebook_alone_decides_itself_and_decides_the_same(store, tmp_path, monkeypatch):
