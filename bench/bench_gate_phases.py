@@ -14,6 +14,8 @@ The gate process (:data:`GATE`) times its own phases by wrapping evalkit's funct
   while the kernel starts; its own thread's CPU);
 - **kernel start**: the kernel's CPU until IPython runs its startup files (interpreter,
   ipykernel);
+- **decision again**: `gate_pair` in the kernel (none since the CLI hands its decision over:
+  run the script with an older checkout on ``PYTHONPATH`` for the figures before);
 - **notebook**: the rest of the kernel's CPU (evalkit's imports, the report, the tables);
 - **charts**: in the kernel, the charts saved as files and the chart shown as an output;
 - **files**: in the kernel, ``report.json``, ``junit.xml`` and ``gate.md`` rendered;
@@ -69,7 +71,8 @@ def entered(*a, **k):
     phases["cli_start"] = {"cpu": time.process_time(), "wall": time.time() - started}
     return real_gate(*a, **k)
 gating._cmd_gate = entered
-timed("decision", notebooks._Decider, "run", time.thread_time)
+if hasattr(notebooks, "_Decider"):  # before the handoff, the kernel decided
+    timed("decision", notebooks._Decider, "run", time.thread_time)
 timed("html", notebooks, "to_report_html", time.thread_time)
 code = main(args)
 phases["cli_total"] = {"cpu": time.process_time(), "wall": time.time() - started}
@@ -96,7 +99,9 @@ def _timed(name, module, attr):
 import evalkit.compare.charts as _charts
 import evalkit.compare.junit as _junit
 import evalkit.compare.markdown as _markdown
+import evalkit.compare.pin as _pin
 import evalkit.compare.report as _report
+_timed("decision", _pin, "gate_pair")
 _timed("charts", _charts, "save_chart")
 _timed("charts", _charts, "to_mimebundle")
 _timed("files", _report, "to_json")
@@ -159,13 +164,15 @@ def one_gate(pair: list[str], folder: Path) -> dict[str, Any]:
     p, k = gate["phases"], kernel
     kernel_cpu = k.get("kernel_total", {}).get("cpu", 0.0)
     charts, files = k.get("charts", {}).get("cpu", 0.0), k.get("files", {}).get("cpu", 0.0)
+    kernel_decision = k.get("decision", {}).get("cpu", 0.0)
     start = k.get("kernel_start", {}).get("cpu", 0.0)
     cli = p["cli_total"]["cpu"]
     shown = {
         "CLI start": p["cli_start"]["cpu"],
         "decision": p.get("decision", {}).get("cpu", 0.0),
         "kernel start": start,
-        "notebook": kernel_cpu - start - charts - files,
+        "decision again": kernel_decision,
+        "notebook": kernel_cpu - start - charts - files - kernel_decision,
         "charts": charts,
         "files": files,
         "HTML": p.get("html", {}).get("cpu", 0.0),
@@ -175,12 +182,17 @@ def one_gate(pair: list[str], folder: Path) -> dict[str, Any]:
             "kernel_cpu": kernel_cpu, "cli_cpu": cli}  # fmt: skip
 
 
-def measure(rounds: int, db: Path | None, config: Path | None) -> dict[str, Any]:
+def measure(
+    rounds: int,
+    db: Path | None,
+    config: Path | None,
+    runs: tuple[str, str] = ("baseline", "candidate"),
+) -> dict[str, Any]:
     """``evalkit compare`` and ``evalkit gate`` alternating ``rounds`` times; medians."""
     with tempfile.TemporaryDirectory(prefix="bench-gate-phases-") as tmp:
         folder = Path(tmp)
         store = db or demo_store(folder)
-        pair = ["baseline", "candidate", "--db", str(store)]
+        pair = [*runs, "--db", str(store)]
         if config or CONFIG.is_file():
             pair += ["--config", str(config or CONFIG)]
         load = [os.getloadavg()[0]]
@@ -232,9 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, help="a store with runs 'baseline' and 'candidate'")
     parser.add_argument("--config", type=Path, help="the suite config (default: the demo's)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    parser.add_argument("--baseline", default="baseline", help="with --db: the baseline run")
+    parser.add_argument("--candidate", default="candidate", help="with --db: the candidate run")
     args = parser.parse_args(argv)
     db = args.db.resolve() if args.db else None
-    result = measure(args.rounds, db, args.config.resolve() if args.config else None)
+    config = args.config.resolve() if args.config else None
+    result = measure(args.rounds, db, config, (args.baseline, args.candidate))
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
