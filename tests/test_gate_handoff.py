@@ -13,7 +13,7 @@ from synthetic_runs import seed000_runs, write_store
 
 import evalkit
 from evalkit.cli import main
-from evalkit.compare import pin
+from evalkit.compare import handoff, pin
 from evalkit.compare.handoff import load_decided_pair, write_decided_pair
 from evalkit.errors import ComparabilityError, ConfigError, CorpusError
 from evalkit.notebooks import execute_notebook
@@ -113,3 +113,14 @@ def test_a_file_not_written_by_evalkit_gate_or_never_written_is_a_config_error(t
         load_decided_pair(foreign, wait_s=0)
     with pytest.raises(ConfigError, match="no decided pair arrived"):
         load_decided_pair(tmp_path / "missing.pickle", wait_s=0.05)
+
+
+def test_an_executed_notebook_run_again_is_told_to_decide_itself(tmp_path, monkeypatch):
+    """The gate removed its folder: no waiting for a file that will never come."""
+
+    def no_waiting(seconds: float) -> None:
+        raise AssertionError("waited for a decided pair whose gate has ended")
+
+    monkeypatch.setattr(handoff.time, "sleep", no_waiting)
+    with pytest.raises(ConfigError, match='set DECIDED = "" to decide here'):
+        load_decided_pair(tmp_path / "evalkit-gate-gone" / "decided.pickle", wait_s=600)

@@ -70,7 +70,8 @@ def write_decided_pair(
 
 def load_decided_pair(path: str | Path, wait_s: float = 600) -> tuple[Comparison, GateDecision]:
     """The comparison and decision ``evalkit gate`` handed over in ``path``, waiting up to
-    ``wait_s`` for the file (the CLI may still be deciding while the kernel has started).
+    ``wait_s`` for the file (the CLI may still be deciding while the kernel has started);
+    its folder gone, at once.
 
     Raises:
         EvalkitError: the decision failed in the CLI (raised again as its own class), or the
@@ -79,6 +80,12 @@ def load_decided_pair(path: str | Path, wait_s: float = 600) -> tuple[Comparison
     path = Path(path)
     deadline = time.monotonic() + wait_s
     while not path.is_file():
+        if not path.parent.is_dir():  # the gate that made it has ended (an executed notebook
+            # re-run in Jupyter names the folder its gate removed)
+            raise ConfigError(
+                f"{path}: the evalkit gate that handed this decision over has ended; "
+                'set DECIDED = "" to decide here'
+            )
         if time.monotonic() > deadline:
             raise ConfigError(f"{path}: no decided pair arrived from evalkit gate")
         time.sleep(0.01)
