@@ -221,8 +221,10 @@ MEANINGS: dict[str, str] = {
     "official client), or `auto`: lean for a named OpenAI-compatible `base_url`, the official "
     "client for the OpenAI API itself.",
     "system.code_paths": "For a Python system: globs (relative to evalkit.yaml) of files whose "
-    "content is part of the system's identity, beyond the function's module and the project "
-    "modules it imports (prompts the code reads, modules imported by name).",
+    "content is part of the system's identity beyond its imports and its repository's tracked "
+    "files (an untracked local index, files outside the repository).",
+    "system.env": "Environment variables a Python system reads (a feature flag): their values, "
+    "hashed and never stored, are part of its identity. An undeclared variable is not seen.",
     "system.version": "A version string for what evalkit cannot hash (a deployed service); part "
     "of the configuration.",
     "system.index": "The retrieval index the system reads, `{name, version}`; part of the "
@@ -302,6 +304,8 @@ MEANINGS: dict[str, str] = {
     "this share without being measured on the baseline's configuration is UNVERIFIED.",
     "gate.block_on_any_broken": "Tags in which any broken case (pass → fail) blocks, whatever "
     "the statistics say: a stricter policy choice.",
+    "gate.trusted_writers": "Whose promotions, flake lists, overrides and calibrations the gate "
+    "trusts: `base_branch`, `person`, `ref:BRANCH`, `who:NAME`, `unknown`.",
     "gate.relative_budgets": "Paired growth limits per critical tag: median per-case ratio for "
     "`total_tokens`, `cost_usd`, `steps` (1.5 = +50 %), median difference in seconds for "
     "`latency_p50_s`.",
@@ -354,6 +358,8 @@ def _field_comments(model: type[BaseModel]) -> dict[str, str]:
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # a constrained type: its base type
+        return _type_name(args[0])
     if origin is typing.Literal:
         return " | ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in args)
     if origin in (typing.Union, types.UnionType):

@@ -94,7 +94,11 @@ _EXPORTS = {
     "calibration_table": "evalkit.judges.display",
     "format_kappa": "evalkit.judges.display:fmt_kappa",
     "cohen_kappa": "evalkit.stats",
+    # a public namespace, its own __all__ public too: the pure statistics (arrays and counts
+    # in, frozen results out)
+    "stats": "evalkit:stats",
     "check": "evalkit.scorers.registry",
+    "build_scorer": "evalkit.scorers.registry",
     "scorer": "evalkit.scorers.registry",
     "load_pandalm": "evalkit.judges.published",
     "pandalm_table": "evalkit.judges.published",
@@ -133,6 +137,7 @@ __all__ = [
     "agreement_by_slice",
     "agreement_summary",
     "build_report",
+    "build_scorer",
     "calibrate",
     "calibration_table",
     "check",
@@ -185,6 +190,7 @@ __all__ = [
     "slice_forest",
     "slice_overview",
     "slice_table",
+    "stats",
     "table",
     "unstable_history",
     "verdicts",
@@ -196,7 +202,10 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'evalkit' has no attribute {name!r}")
     module, _, attribute = module.partition(":")
-    value = getattr(importlib.import_module(module), attribute or name)
+    if module == "evalkit":  # a public namespace: the subpackage itself (``evalkit.stats``)
+        value = importlib.import_module(f"evalkit.{attribute}")
+    else:
+        value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 
@@ -206,6 +215,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from evalkit import stats
     from evalkit.compare.analysis import Comparison, load_comparison
     from evalkit.compare.charts import (
         flake_rate_by_slice,
@@ -270,7 +280,7 @@ if TYPE_CHECKING:
     from evalkit.project.results import ComparisonResult, RunResult
     from evalkit.records import Output, Score, ToolCall
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
-    from evalkit.scorers.registry import check, scorer
+    from evalkit.scorers.registry import build_scorer, check, scorer
     from evalkit.stats import cohen_kappa
     from evalkit.store import Store
     from evalkit.store.db import open_store

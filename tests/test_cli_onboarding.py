@@ -33,7 +33,7 @@ def test_init_lint_run_compare_gate_in_a_fresh_folder(
     monkeypatch.setattr(providers, "_NOTED", set())
     assert main(["init", str(tmp_path / "proj")]) == 0
     out = capsys.readouterr().out
-    assert "wrote 11 files" in out and "notebooks/slices.ipynb" in out and "jupyter lab" in out
+    assert "wrote 12 files" in out and "notebooks/slices.ipynb" in out and "jupyter lab" in out
     monkeypatch.chdir(tmp_path / "proj")
     config = Path("evalkit.yaml").read_text()
     for needle in ("base_url:", "api_key_env: OPENAI_API_KEY", "# provider: python", "app:answer"):

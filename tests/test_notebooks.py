@@ -139,7 +139,9 @@ def test_the_kernel_gets_one_blas_thread_unless_the_environment_names_a_number(m
 
 
 def _good_candidate(base: RunData) -> RunData:
-    """The baseline with ten failing general cases fixed and nothing broken."""
+    """The baseline with ten failing general cases fixed and nothing broken, from another
+    prompt (a run of the same configuration as ``cand-bad`` would be its sibling, and a blocked
+    sibling blocks)."""
     fixes = pl.col("case_id").is_in([f"general-{i}" for i in range(390, 400)])
     run = pl.lit("good-run")
     scores = base.scores.with_columns(
@@ -149,8 +151,9 @@ def _good_candidate(base: RunData) -> RunData:
         reason=pl.when(fixes).then(pl.lit("found 'refund'")).otherwise("reason"),
     )
     cases, outputs = base.cases.with_columns(run_id=run), base.outputs.with_columns(run_id=run)
+    manifest = base.manifest | {"prompt": {"version": "v3", "template_hash": "t3"}}
     return replace(base, run_id="good-run", label="cand-good", cases=cases, outputs=outputs,
-                   scores=scores)  # fmt: skip
+                   scores=scores, manifest=manifest)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +168,9 @@ def gate_env(tmp_path_factory):
 
 def test_gate_passes_with_exit_0_and_writes_the_html_report(gate_env):
     root, config = gate_env
-    run = execute_gate(root / "evalkit.duckdb", "base", "cand-good", config, root / "reports")
+    run = execute_gate(
+        root / "evalkit.duckdb", "base", "cand-good", config, root / "reports", ["prompt"]
+    )
     assert run.exit_code == 0, run.error
     out = root / "reports" / "cand-good"
     assert run.notebook_path == out / "gate.ipynb" and run.html_path == out / "gate.html"

@@ -153,7 +153,10 @@ def test_a_script_runs_without_a_loop_and_keyword_overrides_are_set_values(proje
     p = evalkit.Project(project)
     result = p.run(label="script", tags=["billing"], progress=False, replays=2, concurrency=2)
     assert (result.summary.cases, result.summary.outputs) == (2, 4)
-    assert p.compare("baseline", "candidate").decision.status == "BLOCKED"
+    base = p.run(label="script-base", progress=False)
+    cand = p.run(label="script-cand", prompt="prompts/v2.md", progress=False)
+    assert p.compare(base, cand).decision.status == "BLOCKED"
+    assert p.compare(base.run_id, "script-cand").status == "BLOCKED"  # ids and labels too
     with pytest.raises(evalkit.EvalkitError, match="unknown tag 'biling' \\(did you mean"):
         p.run(label="typo", tags=["biling"])
     with pytest.raises(evalkit.ConfigError, match=r"system\.temprature"):
@@ -170,7 +173,7 @@ def test_the_notebooks_guide_runs_in_a_fresh_project(
     root = _init_project(tmp_path / "proj", demo_server)
     monkeypatch.chdir(root / "notebooks")
     text = GUIDE.read_text(encoding="utf-8")
-    blocks = re.findall(r"^```python\n(.*?)^```$", text, re.S | re.M)
+    blocks = re.findall(r"^```py\n(.*?)^```$", text, re.S | re.M)
     assert len(blocks) >= 8
     namespace: dict[str, object] = {}
     for block in blocks:

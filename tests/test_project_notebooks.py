@@ -298,3 +298,18 @@ def test_gate_notebook_runs_in_the_project(project, tmp_path, monkeypatch) -> No
     assert "baseline → candidate" in text or "PASSED" in text
     decision = project.root / "reports" / "gate" / "decision.json"
     assert decision.is_file() and '"status": "PASSED"' in decision.read_text()
+
+
+def test_project_labels_export_and_import_as_the_cli_does(project, tmp_path) -> None:
+    import polars as pl
+
+    labels = evalkit.Project(project.root / "notebooks").labels
+    sheet = labels.export(tmp_path / "sheet.csv", run="baseline", rater="bo")
+    frame = pl.read_csv(sheet)
+    assert frame.height in (3, 4) and set(frame["rater"]) == {"bo"}
+    assert set(frame["case_id"]) <= set(CASE_IDS) and frame["label"].is_null().all()
+    filled = frame.with_columns(pl.lit(3).alias("label"))
+    filled.write_csv(tmp_path / "filled.csv")
+    stored = labels.import_(tmp_path / "filled.csv", run="baseline")
+    assert (stored.labels, stored.raters) == (frame.height, ("bo",))
+    assert stored.run_id == project.runs["baseline"]

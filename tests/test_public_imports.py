@@ -16,7 +16,7 @@ import pytest
 import evalkit
 
 REPO = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^( *)```python\n(.*?)^\1```$", re.S | re.M)
+FENCE = re.compile(r"^( *)```(?:python|py)\n(.*?)^\1```$", re.S | re.M)
 
 
 def notebook_sources() -> list[tuple[str, str]]:
@@ -42,19 +42,30 @@ def markdown_sources() -> list[tuple[str, str]]:
     return out
 
 
+#: Public namespaces (``evalkit.stats``): their own ``__all__`` names are public too.
+PUBLIC_MODULES = {"evalkit.stats": set(evalkit.stats.__all__)}
+
+
 def private_uses(code: str) -> list[str]:
-    """Imports of ``evalkit.<anything>`` and ``evalkit.NAME`` uses not in ``__all__``.
+    """Imports of ``evalkit.<anything>`` and ``evalkit.NAME`` uses not in ``__all__``
+    (``evalkit.stats`` and the names of its ``__all__`` are public).
 
     Examples:
         >>> private_uses("from evalkit.compare import charts")
         ['from evalkit.compare import charts']
         >>> private_uses("import evalkit\\nevalkit.Project('.')")
         []
+        >>> private_uses("from evalkit.stats import mcnemar_exact, _bootstrap")
+        ['from evalkit.stats import _bootstrap']
     """
     tree = ast.parse(code)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("evalkit."):
+        public = PUBLIC_MODULES.get(node.module or "") if isinstance(node, ast.ImportFrom) else None
+        if public is not None:
+            hidden = [a.name for a in node.names if a.name not in public]
+            found += [f"from {node.module} import {name}" for name in hidden]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("evalkit."):
             names = ", ".join(a.name for a in node.names)
             found.append(f"from {node.module} import {names}")
         elif isinstance(node, ast.ImportFrom) and node.module == "evalkit":

@@ -89,6 +89,10 @@ def _pin_exam(
     (`evalkit.corpus.pinned.exam_files`), read from ``config`` or the suite config the run
     recorded, after checking it is what the run ran. One line for the person, saying what was
     pinned or why nothing was (the gate then judges on the run's own cases, as before)."""
+    import hashlib
+
+    import polars as pl
+
     from evalkit.corpus.cases import load_corpus
     from evalkit.corpus.pinned import exam_files
     from evalkit.corpus.suite import load_suite
@@ -119,7 +123,18 @@ def _pin_exam(
             f"({'; '.join(what)}); promote from the checkout it ran, or pass --config"
         )
     pinned = exam_files(loaded.root, corpus, loaded.config.scorers)
-    store.save_exam(run_id, suite, tier, who, str(loaded.root), pinned)
+    modules = sorted(  # a custom scorer module must be the source the run scored with
+        p for p, content in pinned.items()
+        if p in recorded and recorded[p] != hashlib.sha256(content).hexdigest()
+    )  # fmt: skip
+    if modules:
+        return (
+            f"no exam pinned: the scorer modules at {loaded.root} are not what run {run_id} "
+            f"scored with ({', '.join(modules)}); promote from the checkout it ran"
+        )
+    rows = store.baselines(suite).filter(pl.col("run_id") == run_id)  # the promotion just made
+    when = rows["promoted_at"][0] if rows.height else None
+    store.save_exam(run_id, suite, tier, who, str(loaded.root), pinned, when)
     return f"exam pinned: {len(ran)} cases and {len(pinned)} files of {loaded.root}"
 
 

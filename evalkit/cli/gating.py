@@ -128,6 +128,8 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
     decision = run.decision or {}
     print(f"gate {decision.get('status', '?')}: {base} → {cand}")
+    if decision.get("exam_line"):  # what it was judged on: the exam the baseline pinned
+        print(f"  {inert(decision['exam_line'])}")
     for finding in decision.get("findings", []):
         if finding["severity"] in ("block", "unverified"):
             what = inert(finding["message"])

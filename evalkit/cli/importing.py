@@ -66,6 +66,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise ConfigError(f"no suite config at {args.config}: pass --out DIR (or --config FILE)")
     written = write_import(result, cases_dir, cases_dir.parent, force=args.force)
     print(f"imported {len(written.ids)} draft cases from {result.source} -> {written.path}")
+    if len(written.case_files) > 1:
+        print(f"  in {len(written.case_files)} files: {written.path.name} to "
+              f"{written.case_files[-1].name} (each a size a reviewer can read)")  # fmt: skip
+    for stale in written.removed:
+        print(f"  removed {stale}: a file of an earlier import of this name")
     if written.duplicates:
         print(f"  {written.duplicates} duplicates of another case, written once")
     for label, counts in (("mapped", result.mapped), ("not mapped", result.unmapped)):
@@ -83,6 +88,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _read(args: argparse.Namespace):
+    from evalkit.errors import CorpusError
+
+    try:
+        return _read_format(args)
+    except RecursionError:  # the readers bound nesting; this is the last line of defence
+        raise CorpusError("nested too deeply to read", path=args.file) from None
+
+
+def _read_format(args: argparse.Namespace):
     if args.format == "promptfoo":
         from evalkit.corpus.importers.promptfoo import import_promptfoo
 

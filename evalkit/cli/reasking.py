@@ -45,7 +45,7 @@ def maybe_reask(args: argparse.Namespace, base_run_id: str, cand_run_id: str) ->
         if not rates.height or not (rates["flake_rate"] > 0).any():
             return
         suite = load_suite(args.config or find_config(), overrides=getattr(args, "overrides", []))
-        with open_store(args.db, wait_s=args.wait) as store:
+        with open_store(args.db, wait_s=args.wait, write=True) as store:
             cases, why = reask_flakes(store, suite, comparison, rates, k)
     except EvalkitError as exc:
         _say(f"cannot re-ask the flaky cases: {' '.join(str(exc).split())}")

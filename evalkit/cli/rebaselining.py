@@ -73,7 +73,7 @@ def _answer_pinned(args: argparse.Namespace, suite, base_run_id: str, cand_run_i
     from evalkit.store import open_store
 
     try:
-        with open_store(args.db, wait_s=args.wait) as store:
+        with open_store(args.db, wait_s=args.wait, write=True) as store:
             result = answer_pinned(store, suite, base_run_id, cand_run_id)
     except ConfigError:
         raise

@@ -69,16 +69,17 @@ def wanted(args: argparse.Namespace) -> bool:
 def load_run_corpus(
     args: argparse.Namespace, suite: Suite, selection: Selection
 ) -> Corpus | CorpusFacts:
-    """The corpus ``evalkit run`` selects from: for ``--shard K/N`` its facts, read through
-    the case index (:func:`~evalkit.corpus.case_facts.scan_corpus`: the shard builds only its
-    share, :func:`~evalkit.run.sharded.run_shard`), else every case loaded, its scorers
+    """The corpus ``evalkit run`` selects from: for ``--shard K/N`` and ``--engine ray`` its
+    facts, read through the case index (:func:`~evalkit.corpus.case_facts.scan_corpus`: the
+    shard builds only its share, :func:`~evalkit.run.sharded.run_shard`; the Ray driver one
+    share at a time, :mod:`evalkit.run.engines.ray_plan`), else every case loaded, its scorers
     built when selected. Either way what is checked before the run (tags, drafts, policy)
     reads the same."""
     from evalkit.corpus.case_facts import scan_corpus
     from evalkit.corpus.cases import load_corpus
 
     common = {"sealed": selection.sealed, "user_template": suite.config.system.user_template}
-    if getattr(args, "shard", None):
+    if getattr(args, "shard", None) or getattr(args, "engine", "local") == "ray":
         return scan_corpus(suite.root, **common)  # type: ignore[arg-type]
     return load_corpus(suite.root, defer_scorers=True, **common)  # type: ignore[arg-type]
 

@@ -62,7 +62,10 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
     corpus = load_corpus(suite.root, sealed=True)
-    read = read_traces(args.files)
+    try:
+        read = read_traces(args.files)
+    except RecursionError:  # the readers bound nesting; this is the last line of defence
+        raise ConfigError(f"{', '.join(args.files)}: nested too deeply to read") from None
     try:
         picked = sample(
             read.traces, corpus.cases, args.n, by=args.by,
@@ -89,9 +92,10 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         console.print("no new traces to draft: nothing written")
         return 0
     cases = [draft_case(trace, tags, patterns) for trace, tags in picked.chosen]
-    path = write_drafts(cases, args.out or suite.root / "cases")
+    paths = write_drafts(cases, args.out or suite.root / "cases")
+    where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files, {paths[0]} to {paths[-1]}"
     console.print(
-        f"wrote {len(cases)} draft cases to {path} (seed {picked.seed}); they never gate until "
+        f"wrote {len(cases)} draft cases to {where} (seed {picked.seed}); they never gate until "
         "reviewed: read each, fix its expect, then `evalkit cases review ID --who NAME`"
     )
     return 0

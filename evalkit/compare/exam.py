@@ -67,22 +67,25 @@ class ExamSummary:
     exam_run: str | None = None
     # Edited cases the candidate passes in the pull request's version and fails in the pinned
     loosened: tuple[str, ...] = ()
-    pr_scorers: tuple[str, ...] = field(default=())  # scorer files the pull request changed
+    removed: tuple[str, ...] = field(default=())  # cases the pull request's run did not hold
 
     def line(self) -> str:
         """The first screen's one line.
 
         Examples:
-            >>> summary = ExamSummary("ana", "2026-12-07 04:31", "b1", ("n1",), ("e1",), ("m1",))
+            >>> summary = ExamSummary("ana", "2026-12-07 04:31", "b1", ("n1",), ("e1",), ("m1",),
+            ...                       removed=("m1",))
             >>> for part in summary.line().split("; "):
             ...     print(part)
             judged on the exam promoted 2026-12-07 04:31 by ana
             this PR adds 1 case, edits 1 (e1), removes 1 (evidence missing: m1)
         """
         edits = f"edits {len(self.edited)}" + (f" ({_named(self.edited)})" if self.edited else "")
-        removes = f"removes {len(self.missing)}" + (
-            f" (evidence missing: {_named(self.missing)})" if self.missing else ""
-        )
+        removes = f"removes {len(self.removed)}"
+        if self.missing:
+            removes += f" (evidence missing: {_named(self.missing)})"
+        elif self.removed:
+            removes += " (answered in their pinned version)"
         adds = f"adds {len(self.added)} case{'s' if len(self.added) != 1 else ''}"
         return (
             f"judged on the exam promoted {self.promoted_at} by {self.who}; this PR {adds}, "
@@ -143,7 +146,8 @@ def judge_on_exam(
     ran = set(base.cases["case_id"].to_list())
     cand_rows = {r["case_id"]: r for r in cand.cases.iter_rows(named=True)}
     answered_ids = set(cand.outputs["case_id"].unique().to_list()) if cand.outputs.height else set()
-    cand_files = cand.manifest.get("run_scorer_files") or cand.manifest.get("scorer_files") or {}
+    # The sources its newest scoring used (a rescore's, when it recorded them: `load_run`).
+    cand_files = cand.manifest.get("scorer_files") or {}
     exam_ids: set[str] = set()
     if exam_run is not None and exam_run.outputs.height:
         hashes = dict(exam_run.cases.select("case_id", "case_hash").iter_rows())
@@ -159,7 +163,7 @@ def judge_on_exam(
             (as_stored if same else rescore).append(case_id)
         elif case_id in exam_ids:
             from_exam.append(case_id)
-        else:
+        elif not case.sealed:  # a sealed case only ever reports: no evidence is no gap
             missing.append(case_id)
     outputs = [cand.outputs.filter(pl.col("case_id").is_in(as_stored + rescore))]
     scores = [cand.scores.filter(pl.col("case_id").is_in(as_stored))]
@@ -249,6 +253,20 @@ def find_exam_run(store: Store, base_run_id: str, cand: RunData) -> RunData | No
     return load_run(store, run_id) if run_id else None
 
 
+def trusted_exam(store: Store, baseline: str) -> StoredExam | None:
+    """The exam pinned with the newest *trusted* promotion of ``baseline``
+    (`evalkit.compare.trust.promotions`): an exam a pull-request job pinned with its own
+    promotion judges nothing."""
+    from evalkit.compare.trust import promotions
+
+    manifest = store.manifest(baseline)
+    tier = (manifest.get("selection") or {}).get("tier")
+    rows = promotions(store, manifest.get("suite") or "", tier).filter(
+        (pl.col("run_id") == baseline) & pl.col("why_not").is_null()
+    )
+    return store.exam(baseline, rows["promoted_at"].to_list()) if rows.height else None
+
+
 def load_exam_comparison(
     store: Store,
     baseline: str,
@@ -267,7 +285,7 @@ def load_exam_comparison(
     """
     from evalkit.compare.analysis import _rebaseline_run
 
-    exam = store.exam(baseline)
+    exam = trusted_exam(store, baseline)
     if exam is None:
         return None
     base, cand = load_run(store, baseline), load_run(store, candidate)
@@ -299,7 +317,7 @@ def load_exam_comparison(
         tuple(additions.filter(pl.col("change") == "added")["case_id"].to_list()),
         tuple(edited["case_id"].to_list()), parts["missing"], parts["rescored"],
         parts["answered"], exam_run.run_id if exam_run is not None else None, loosened,
-        tuple(k.removeprefix("scorer_files.") for k in pr.manifest_diff if "scorer" in k),
+        tuple(pr.changes.filter(pl.col("change") == "removed")["case_id"].to_list()),
     )  # fmt: skip
     warnings = list(main.warnings)
     if pr.manifest_diff and "scorer_files" in pr.manifest_diff:
@@ -307,5 +325,6 @@ def load_exam_comparison(
             "the pull request's scorer sources differ from the pinned exam's: the pinned "
             "scorers decide; the pull request's judge only its own added and edited cases"
         )
+    # The report lists what the pull request changed (its cases against the pinned ones).
     return replace(main, warnings=tuple(warnings), exam=summary, additions=additions,
-                   rebaseline=rebaseline)  # fmt: skip
+                   rebaseline=rebaseline, changes=pr.changes)  # fmt: skip

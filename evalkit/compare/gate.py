@@ -665,7 +665,7 @@ def decide(
         *_any_broken(paired, policy),
         *_relative_findings(paired, policy),
         *served_findings(policy, context.served),
-        *_exam_findings(policy, paired, context, counts),
+        *_exam_findings(policy, paired, context, counts, critical),
     ]
     accepted = _as_overrides(overrides)
     stopping = [f for f in findings if f.severity in STOPPING]
@@ -689,7 +689,11 @@ def decide(
 
 
 def _exam_findings(
-    policy: GatePolicy, paired: pl.DataFrame, context: PairContext, counts: Mapping[str, int]
+    policy: GatePolicy,
+    paired: pl.DataFrame,
+    context: PairContext,
+    counts: Mapping[str, int],
+    pinned: Sequence[Finding] = (),
 ) -> list[Finding]:
     """The pull request's additive exam: its added and edited cases (``context.additions``)
     can add blocks, never remove one — a must_pass case of its version failing, a critical tag
@@ -724,7 +728,10 @@ def _exam_findings(
         table = slices(swapped, policy.bootstrap_iters, policy.bootstrap_seed,
                        policy.interval_level())  # fmt: skip
         _, found = _critical(table, policy, swapped, counts)
+        seen = {(f.slice, f.case_ids) for f in pinned if f.severity == "block"}
         for f in found + _any_broken(mine, policy):
+            if (f.slice, f.case_ids) in seen:  # the pinned exam blocks on exactly this already
+                continue
             if f.severity == "block" and f.kind in ("regressed", "any-broken"):
                 msg = (
                     f"with this pull request's versions of its edited and added cases: {f.message}"

@@ -97,7 +97,7 @@ def _selection_key(selection: dict | None) -> dict:
 def siblings(store: Store, comparison: Comparison) -> list[str]:
     """Every other complete run of the candidate's configuration identity
     (`configuration_identity`) and selection, whatever corpus it ran (newest first), leaving
-    out the pair itself, rebaseline runs and pinned-exam runs."""
+    out the pair itself, rebaseline runs, pinned-exam runs and targeted re-asks."""
     manifest = comparison.cand.manifest
     identity = configuration_identity(manifest)
     runs = store.runs().filter(
@@ -105,17 +105,23 @@ def siblings(store: Store, comparison: Comparison) -> list[str]:
         & ~pl.col("run_id").is_in([comparison.base.run_id, comparison.cand.run_id])
         & ~pl.col("label").str.starts_with("rebaseline:")
         & ~pl.col("label").str.starts_with("exam:")
+        & ~pl.col("label").str.starts_with("reask:")  # compare.reask: a flake's targeted re-asks
     )
-    out = []
+    import json
+
+    out: list[str] = []
+    wanted = _selection_key(manifest.get("selection"))
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
-        other = store.manifest(row["run_id"])
+        other = json.loads(row["manifest"] or "{}")  # one query for every run's manifest
         if other.get("exam") or other.get("rebaseline"):
             continue
         if configuration_identity(other) != identity:
             continue
-        if _selection_key(other.get("selection")) == _selection_key(manifest.get("selection")):
+        if _selection_key(other.get("selection")) == wanted:
             out.append(row["run_id"])
-    return out[:MAX_SIBLINGS]
+            if len(out) == MAX_SIBLINGS:
+                break
+    return out
 
 
 def _exam_or_plain_comparison(

@@ -35,6 +35,7 @@ from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_input import (
     ChunkRefused,
     ListChunk,
+    YAMLInputError,
     find_yaml_files,
     list_chunks,
     mapping_value,
@@ -442,6 +443,8 @@ def _load_chunks(
             del chunk, chunk_place, raw, item_node  # one chunk's nodes alive while the next parses
     except ChunkRefused:
         return None
+    except YAMLInputError as exc:  # a case too large: a YAML problem, before any case's
+        raise CorpusError(exc.problem, path=place.rel, line=exc.line) from None
     for exc in problems:
         if errors is None:
             raise exc

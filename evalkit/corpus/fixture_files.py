@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from evalkit.corpus.yaml_input import compose_text, load_text
 from evalkit.errors import CorpusError
 
 __all__ = ["CaseEdit", "rewrite_case_file", "rewrite_text"]
@@ -103,7 +104,7 @@ def rewrite_text(text: str, edits: Sequence[CaseEdit], rel: str) -> str:
     root = compose_cases(text, rel)
     # what each case holds now, from one load of the whole file (a block value's own text
     # does not parse on its own: its first line has lost its indentation)
-    loaded = {c.get("id"): c for c in yaml.safe_load(text) or () if isinstance(c, dict)}
+    loaded = {c.get("id"): c for c in load_text(text) or () if isinstance(c, dict)}
     items = {_case_id(item): item for item in root.value if isinstance(item, yaml.MappingNode)}
     splices: list[_Splice] = []
     for edit in edits:
@@ -134,8 +135,8 @@ def rewrite_text(text: str, edits: Sequence[CaseEdit], rel: str) -> str:
 def compose_cases(text: str, rel: str) -> yaml.SequenceNode:
     """The node tree of a case file (a list), for splicing its text; one-line errors."""
     try:
-        # the pure-Python composer: its marks index characters of ``text`` (what we splice)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        # marks that index characters of ``text`` (what we splice)
+        root = compose_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -268,7 +269,7 @@ def content_end(text: str, node: yaml.Node) -> int:
 
 def _verify(old: str, new: str, edits: Sequence[CaseEdit], rel: str) -> None:
     """The rewritten text must read back as the old data with exactly ``edits`` applied."""
-    before, after = yaml.safe_load(old), yaml.safe_load(new)
+    before, after = load_text(old), load_text(new)
     wanted = {edit.case_id: edit for edit in edits}
     expected = []
     for case in before:

@@ -34,6 +34,7 @@ import yaml
 
 from evalkit.corpus.cases import Case, load_corpus
 from evalkit.corpus.fixture_files import CaseEdit, rewrite_text, write_atomically
+from evalkit.corpus.yaml_input import compose_text, load_text
 from evalkit.errors import CorpusError
 
 
@@ -111,7 +112,7 @@ def _set_review(text: str, ids: Sequence[str], rel: str) -> str:
     if not ids:
         return text
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose_text(text)
     except yaml.YAMLError as exc:
         raise CorpusError(f"cannot parse: {getattr(exc, 'problem', exc)}", path=rel) from None
     spans = []
@@ -135,7 +136,7 @@ def _set_review(text: str, ids: Sequence[str], rel: str) -> str:
     new_text = text
     for start, end in sorted(spans, reverse=True):
         new_text = new_text[:start] + "reviewed" + new_text[end:]
-    before, after = yaml.safe_load(text), yaml.safe_load(new_text)
+    before, after = load_text(text), load_text(new_text)
     expected = [
         {**case, "review": "reviewed"}
         if isinstance(case, dict) and case.get("id") in ids and "review" in case

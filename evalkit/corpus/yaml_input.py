@@ -15,7 +15,10 @@ size (the collector, walking everything built so far, made loading quadratic).
 
 Memory: libyaml's node graph takes ~17 KB per case; a long case list is parsed a few hundred
 items at a time (:func:`list_chunks`), so only one chunk's graph is alive, with the whole
-document's limits, results and refusals.
+document's results and refusals. Such a list is bounded per item, not as a whole: each item
+(a case) holds at most ``MAX_YAML_NODES`` nodes, and the file's size is bounded by its reader
+(bytes, items), checked before parsing; a document read whole (the suite config, a case file
+with anchors, tabs or document markers) holds at most ``MAX_YAML_NODES`` nodes in all.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import yaml
 
 from evalkit.errors import CorpusError
 
-#: Limits on one YAML document, counted after alias expansion (what a loader really walks).
+#: Limits on one YAML document read whole, counted after alias expansion (what a loader really
+#: walks); on each item of a long block list read chunk by chunk (:func:`list_chunks`).
 MAX_YAML_NODES = 1_000_000
 MAX_YAML_DEPTH = 64
 
@@ -257,18 +261,21 @@ def list_chunks(text: str, max_items: int, chunk_items: int) -> Iterator[ListChu
     path resolver registered, more than ``chunk_items`` and at most ``max_items`` items. The
     whole text is not checked first: each chunk is its own syntax check and node count, and a
     chunk that fails either is refused (below), so the whole-document parse reports what is
-    wrong exactly as it does for any document. The limits hold for the whole document: the
-    nodes are counted over every chunk so far, the depth from the same root level, keys within
-    their mapping (no mapping spans two items). Valid chunks make a valid document: each ends
-    on a line break with every quote, bracket and block scalar closed, and the next starts a
-    root item at column 0, as the document reads it (a chunk cut elsewhere fails to parse).
+    wrong exactly as it does for any document. The depth holds from the same root level, keys
+    within their mapping (no mapping spans two items); the node limit holds for each item (a
+    chunk's items have no alias: its count bounds each item's, walked only when it is over):
+    one long list is not one document held in memory, and the caller bounds its size. Valid
+    chunks make a valid document: each ends on a line break with every quote, bracket and
+    block scalar closed, and the next starts a root item at column 0, as the document reads
+    it (a chunk cut elsewhere fails to parse).
 
     Raises (from the iterator, before yielding the chunk):
         ChunkRefused: a chunk that is not a block list of the items it was cut at, one that
-            libyaml cannot parse, one taking the node count past ``MAX_YAML_NODES``, or one
+            libyaml cannot parse, or one
             that the fast path leaves to the Python loader (a key given twice, too deep, a
             tag, an alias, a value the constructor refuses): the caller discards what it
             built and parses the whole document.
+        YAMLInputError: an item of more than ``MAX_YAML_NODES`` nodes, at its line.
     """
     if (
         _CLoader is None
@@ -292,16 +299,37 @@ def list_chunks(text: str, max_items: int, chunk_items: int) -> Iterator[ListChu
 def _chunks(text: str, starts: list[int], chunk_items: int) -> Iterator[ListChunk]:
     cuts = [0, *starts[chunk_items::chunk_items], len(text)]  # the first keeps leading comments
     lines = 0
-    nodes = 1  # the document's root list (each chunk counts its own: one too many)
     for number, (begin, end) in enumerate(pairwise(cuts)):
         items = len(starts[number * chunk_items : (number + 1) * chunk_items])
         chunk = _parse_chunk("\n" * lines + text[begin:end], items)
-        nodes += chunk.size - 1
-        if nodes > MAX_YAML_NODES:  # the whole-document parse says where, as it always does
-            raise ChunkRefused
+        if chunk.size - 1 > MAX_YAML_NODES:  # an upper bound of the largest item's count
+            _check_item_sizes(chunk.nodes)
         yield chunk
         del chunk  # one chunk's nodes alive while the next parses
         lines += text.count("\n", begin, end)
+
+
+def _check_item_sizes(items: Sequence[yaml.Node]) -> None:
+    """Refuse the first item of more than ``MAX_YAML_NODES`` nodes (a tree: no alias).
+
+    Raises:
+        YAMLInputError: that item, at its first line.
+    """
+    for item in items:
+        nodes, stack = 0, [item]
+        while stack:
+            node = stack.pop()
+            nodes += 1
+            if type(node) is yaml.SequenceNode:
+                stack += node.value
+            elif type(node) is yaml.MappingNode:
+                stack += [part for pair in node.value for part in pair]
+        if nodes > MAX_YAML_NODES:
+            raise YAMLInputError(
+                f"this item has more than {MAX_YAML_NODES:,} values (the limit for one case); "
+                "split it or share less",
+                item.start_mark.line + 1,
+            )
 
 
 def _parse_chunk(chunk_text: str, items: int) -> ListChunk:
@@ -622,6 +650,47 @@ class _BoundedLoader(yaml.SafeLoader):
                 f"YAML has more than {MAX_YAML_NODES:,} values; split the file", mark.line + 1
             )
         return super().compose_node(parent, index)
+
+
+def compose_text(text: str) -> Any:
+    """``yaml.compose(text, Loader=yaml.SafeLoader)``, through libyaml when it reads ``text`` as
+    PyYAML does (no tab, no control character, no block header running into a comment): the
+    same nodes, and marks whose indices are characters of ``text`` (what a splice cuts).
+
+    For text evalkit edits in place (reviewing, recording fixtures): a file of thousands of
+    cases is composed in a fraction of the pure-Python composer's time.
+
+    Raises:
+        yaml.YAMLError: the pure-Python loader's error, when the text does not compose.
+    """
+    with paused_gc():
+        if _fast_reads(text):
+            try:
+                return yaml.compose(text, Loader=_CLoader)
+            except yaml.YAMLError:
+                pass  # the Python loader's error is the one to report
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
+def load_text(text: str) -> Any:
+    """``yaml.safe_load(text)``: :func:`parse_yaml`'s data (libyaml, the collector paused),
+    or PyYAML's own reading of a document that one refuses (a key given twice, too large).
+
+    Raises:
+        yaml.YAMLError: the pure-Python loader's error.
+    """
+    try:
+        return parse_yaml(text)[0]
+    except YAMLInputError:
+        return yaml.safe_load(text)
+
+
+def _fast_reads(text: str) -> bool:
+    return (
+        _CLoader is not None
+        and not _lenient(text)
+        and not yaml.reader.Reader.NON_PRINTABLE.search(text)
+    )
 
 
 # --- files ---------------------------------------------------------------------------------------

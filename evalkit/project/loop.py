@@ -18,6 +18,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Coroutine
@@ -37,7 +38,7 @@ def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
 
 def _on_worker_thread(coro: Coroutine[Any, Any, _T]) -> _T:
     outcome: dict[str, Any] = {}
-    started = threading.Event()
+    started, finished = threading.Event(), threading.Event()
     loop_box: dict[str, Any] = {}
 
     async def main() -> _T:
@@ -53,19 +54,23 @@ def _on_worker_thread(coro: Coroutine[Any, Any, _T]) -> _T:
             outcome["error"] = exc
         finally:
             started.set()
+            finished.set()
 
     context = contextvars.copy_context()
     thread = threading.Thread(target=context.run, args=(work,), name="evalkit-run", daemon=True)
-    thread.start()
+    # Waits on an Event, not on Thread.join: a join that an interrupt broke into may return at
+    # once the next time (CPython marks the thread stopped), before the cancelled run is stored.
     try:
-        while thread.is_alive():
-            thread.join(0.1)  # short waits: an interrupt reaches this thread between them
+        thread.start()  # inside: an interrupt while the thread starts cancels it too
+        while not finished.wait(0.1):  # short waits: an interrupt reaches this thread between
+            pass
     except KeyboardInterrupt:
         started.wait()
         loop, task = loop_box.get("loop"), loop_box.get("task")
-        if loop is not None and task is not None:
-            loop.call_soon_threadsafe(task.cancel)
-        thread.join()
+        if loop is not None and task is not None and not finished.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: it finished
+                loop.call_soon_threadsafe(task.cancel)
+        finished.wait()
         raise
     if "error" in outcome:
         raise outcome["error"]

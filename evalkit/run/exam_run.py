@@ -88,7 +88,7 @@ def answer_pinned(
     """Run the candidate's configuration on the pinned cases it has no answer to (see the
     module docstring); ``reason`` says why nothing ran (no exam pinned, nothing unanswered, a
     configuration that cannot be rebuilt)."""
-    exam = store.exam(base_run_id)
+    exam = store.exam(base_run_id)  # the gate reads it only if a trusted promotion pinned it
     if exam is None:
         return RebaselineResult(None, 0, 0, 0, False, "no exam was pinned with the baseline")
     cand_manifest = store.manifest(cand_run_id)

@@ -6,6 +6,8 @@ what the local cache lacks, and the entries a run asked published to it once it 
 merged run (a Ray run's driver) cached, and a shard's chunks hold theirs in an
 :class:`EntryBuffer` until the shard publishes once. An unreachable shared store degrades to
 the local cache, warned, never a failed run. Keys and the local cache: :mod:`evalkit.run.cache`.
+Who published an entry and which entries a run may take: :mod:`evalkit.run.cache_provenance`
+(the shared key folds in what the endpoint reports it serves, :func:`shared_cache_key`).
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ class SharedCacheStore:
     ``cache_get``, its writer and the judge's :class:`CachedProvider` call ``cache_put``).
     Everything else is the local store's own.
 
-    * **Lookups**: what the local cache lacks is asked of the shared one; a shared hit is
-      kept in the local cache too, so a resume or a rescore reads it locally.
+    * **Lookups**: what the local cache lacks is asked of the shared one, under keys folded
+      with what this run's endpoint reports it serves; an entry is taken only from a recorded
+      publisher, and not when another host published it for a loopback endpoint. A shared
+      hit is kept in the local cache too, so a resume or a rescore reads it locally; the run's
+      summary counts them (``shared_cache``), and those of another host are a warning.
     * **Publishing**: ``cache_put`` writes locally as ever and notes the keys (the answers
       the run asked the model, never those the shared store served it); :meth:`publish`,
       called once the run has ended, appends those entries the shared cache lacks, read

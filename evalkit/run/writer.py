@@ -22,6 +22,9 @@ not the count: with ``flush_rows`` pending the workers wait, and when the file s
 reader lets go). So a kill, even SIGKILL, loses at most ``flush_rows`` answers (with the file
 free, none older than ``flush_interval_s`` plus a write) and the (case, replay) still in flight
 (at most one per worker: twice the concurrency); ``--resume`` asks exactly those again.
+A batch the file system refuses (a full disk) is lost within the same bound: the store
+raises a one-line :class:`~evalkit.errors.StoreError` naming its path and the cause, the
+runner cancels its workers and closes its clients, and what was committed stays.
 
 What it wrote it also counts (:class:`WrittenCounts`: verdicts, tokens, cost, latency, error
 causes, as the summary's query would read them back), so a fresh run's summary needs no query.

@@ -19,7 +19,10 @@ Containment is the operating system's job, not the interpreter's. Each run start
 * **limits**: address space (``memory_mb``), CPU seconds, file size, open files and no core
   dumps per process (``prlimit``), plus a wall-clock limit after which the whole namespace is
   killed. When the first process of a PID namespace ends, the kernel kills every other one, so
-  nothing (not even a ``setsid`` grandchild) outlives the scorer;
+  nothing (not even a ``setsid`` grandchild) outlives the scorer. Nor the run: the launcher
+  (``unshare``) gets ``SIGKILL`` when the evalkit thread that started it dies, however it dies
+  (``setpriv --pdeathsig``), and takes the namespace with it (``--kill-child``); what a killed
+  run leaves (its cgroups, its temp dirs) the next run's first sandbox removes;
 * **one budget for the whole sandbox** (:mod:`evalkit.scorers.sandbox_budget`): its own cgroup
   (v2, else v1) caps the *sum* of its memory (RAM, swap, the tmpfs) at ``memory_mb`` and its
   processes and threads at 64, which binds root too; without a writable cgroup a non-root user's
@@ -39,7 +42,8 @@ Containment is the operating system's job, not the interpreter's. Each run start
 Inside, the harness keeps its :pep:`578` audit hook. It is *not* a boundary (it shares the
 interpreter with the code it watches); it turns the common refusals (network, writes outside the
 temp dir, spawning, ``ctypes``, frame and ``gc`` introspection, ``/proc/.../mem`` however the
-path is spelled) into clear reasons.
+path is spelled) into clear reasons, and it guards the result: the code may not add audit hooks,
+trace, or reach the harness's frames, and never runs on the thread that holds the nonce.
 
 What is *not* contained: CPU time up to the limits, the kernel's attack surface through the
 system calls the filter allows, reads of the world-readable files under ``/usr`` and the Python
@@ -90,6 +94,10 @@ _FILTER_ALLOWED = syscall_filter.ALLOWED
 # Runs first, outside the namespaces: writes its own pid into each cgroup.procs file given, then
 # execs the rest of the command (unshare ...), which every later process inherits.
 _JOIN = 'set -e; while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
+# The launcher dies with the evalkit thread that started it (a kill -9 of the run included),
+# and unshare --kill-child takes the namespace with it.
+_PARENT_DEATH = ("setpriv", "--pdeathsig", "KILL")
+_SANDBOX_PREFIX, _IO_PREFIX = "evalkit-sandbox-", "evalkit-io-"
 
 # Runs as root of the new user namespace, before any untrusted code: builds the new root, drops
 # every capability, applies the limits and execs the interpreter. Arguments: the new root, the
@@ -208,8 +216,10 @@ def run_python(
         problem = isolation_problem()
         if problem is not None:
             return SandboxResult("unavailable", message=problem)
-    sandbox = tempfile.mkdtemp(prefix="evalkit-sandbox-")
-    private = tempfile.mkdtemp(prefix="evalkit-io-")  # captured output and the new root
+    _sweep_dead_runs()
+    owner = sandbox_budget.owner()
+    sandbox = tempfile.mkdtemp(prefix=f"{_SANDBOX_PREFIX}{owner}-")
+    private = tempfile.mkdtemp(prefix=f"{_IO_PREFIX}{owner}-")  # captured output, the new root
     nonce = secrets.token_hex(16)
     budget = None
     try:
@@ -225,7 +235,7 @@ def run_python(
             # The first process joins the budget's cgroup(s), then becomes unshare: nothing
             # of the sandbox runs outside them.
             command = ["sh", "-c", _JOIN, "sh", *(budget.procs_files if budget else ()), "--"]
-            command += [*_UNSHARE, "sh", "-c", _SETUP, "sh", str(root), sandbox]
+            command += [*_PARENT_DEATH, *_UNSHARE, "sh", "-c", _SETUP, "sh", str(root), sandbox]
             command += [f"{_TMPFS_MB}m", str(limits[0]), str(limits[1]), str(FILE_LIMIT)]
             command += [str(_MAX_PROCESSES), str(_PID_MAX), *_read_only_binds(), "--"]
             command += [*harness, _HARNESS, syscall_filter.bpf_program().hex(), _keyctl()]
@@ -233,8 +243,8 @@ def run_python(
         else:
             command = [*harness, _HARNESS]
             env = {"PATH": "/usr/bin:/bin", "HOME": sandbox, "TMPDIR": sandbox, "LC_ALL": "C.UTF-8"}
-            # preexec_fn runs between fork and exec; ours takes no locks (only setrlimit).
-            preexec = functools.partial(_limit_child, *limits)
+            # preexec_fn runs between fork and exec; ours takes no locks (setrlimit, prctl).
+            preexec = functools.partial(_limit_child, *limits, _prctl())
         names = list(test_names) if test_names is not None else None
         payload = {"code": code, "tests": tests, "entry": entry, "names": names, "nonce": nonce}
         with (
@@ -273,6 +283,20 @@ def run_python(
             budget.close()
         shutil.rmtree(sandbox, ignore_errors=True)
         shutil.rmtree(private, ignore_errors=True)
+
+
+@functools.cache
+def _sweep_dead_runs() -> None:
+    """Once per process, before its first sandbox: remove what sandboxes of evalkit processes
+    that are gone left behind (a run killed outright runs no cleanup): their cgroups, killing
+    anything still in them, and their temp dirs."""
+    sandbox_budget.sweep()
+    with contextlib.suppress(OSError):
+        for entry in Path(tempfile.gettempdir()).iterdir():
+            for prefix in (_SANDBOX_PREFIX, _IO_PREFIX):
+                tag = sandbox_budget.owner_of(entry.name, prefix)
+                if tag is not None and not sandbox_budget.owner_alive(tag):
+                    shutil.rmtree(entry, ignore_errors=True)
 
 
 @functools.cache
@@ -340,8 +364,19 @@ def _wait_unreaped(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
         os.close(pidfd)
 
 
-def _limit_child(memory: int, cpu_seconds: int) -> None:
-    """``unsafe-local`` only; runs in the forked child before exec: only setrlimit calls."""
+@functools.cache
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up here: the forked child must not import or load anything."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _limit_child(memory: int, cpu_seconds: int, prctl: Any) -> None:
+    """``unsafe-local`` only; runs in the forked child before exec: only setrlimit calls, and
+    the parent-death signal (the interpreter dies with the evalkit thread that started it)."""
+    pr_set_pdeathsig = 1
+    prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))

@@ -17,6 +17,10 @@ manifest (:func:`mechanism`):
 The sandbox's first process joins the cgroup(s) before it ``exec``\\ s ``unshare`` (a shell line,
 :meth:`Budget.join`), so nothing of the model's ever runs outside it. Afterwards the parent reads
 whether a limit was hit (:meth:`Budget.exceeded`), kills whatever is left and removes the group.
+
+A group's name carries its owner (:func:`owner`: the evalkit process's pid and start time). An
+owner killed outright (``kill -9``) removes nothing; the next evalkit process to start a sandbox
+kills and removes every group whose owner is gone (:func:`sweep`).
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def create(memory_bytes: int, max_processes: int) -> Budget | None:
     kind = mechanism()
     if kind not in (CGROUP2, CGROUP1):
         return None
-    name = _PREFIX + secrets.token_hex(6)
+    name = f"{_PREFIX}{owner()}-{secrets.token_hex(6)}"
     parents = _parents()
     dirs = tuple(parent / name for parent in parents)
     budget = Budget(kind, dirs)
@@ -116,6 +120,53 @@ def create(memory_bytes: int, max_processes: int) -> Budget | None:
         budget.close()
         raise
     return budget
+
+
+def owner(pid: int | None = None) -> str:
+    """Who owns a sandbox's leftovers: ``PID.START`` (the process's start time in clock ticks
+    after boot, so a reused pid is another owner)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}.{_start_time(pid)}"
+
+
+def owner_alive(tag: str) -> bool | None:
+    """Whether the owner ``tag`` names still runs (None: not an owner tag)."""
+    pid, dot, start = tag.partition(".")
+    if not (dot and pid.isdigit() and start.isdigit()):
+        return None
+    return _start_time(int(pid)) == int(start)
+
+
+def owner_of(name: str, prefix: str) -> str | None:
+    """The owner tag in a leftover's name ``PREFIX + OWNER + '-' + random``."""
+    if not name.startswith(prefix):
+        return None
+    tag = name[len(prefix) :].partition("-")[0]
+    return tag if owner_alive(tag) is not None else None
+
+
+def sweep() -> int:
+    """Kill and remove the sandbox cgroups of evalkit processes that are gone; how many."""
+    if mechanism() not in (CGROUP2, CGROUP1):
+        return 0
+    removed = 0
+    for parent in _parents():
+        with contextlib.suppress(OSError):
+            for directory in parent.iterdir():
+                tag = owner_of(directory.name, _PREFIX)
+                if tag is not None and not owner_alive(tag) and directory.is_dir():
+                    Budget(mechanism() or CGROUP2, (directory,)).close()
+                    removed += not directory.exists()
+    return removed
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,11 +48,13 @@ class ExamRecords:
 
     def save_exam(
         self, run_id: str, suite: str, tier: str | None, who: str, root: str,
-        files: Mapping[str, bytes],
+        files: Mapping[str, bytes], promoted_at: dt.datetime | None = None,
     ) -> str:  # fmt: skip
-        """Pin ``files`` as the exam of ``run_id``'s promotion; returns the exam id."""
+        """Pin ``files`` as the exam of ``run_id``'s promotion made at ``promoted_at`` (its
+        ``baselines`` row's time: the gate trusts an exam only as far as that promotion);
+        returns the exam id."""
         exam_id = uuid.uuid4().hex[:16]
-        now = dt.datetime.now(dt.UTC)
+        now = promoted_at or dt.datetime.now(dt.UTC)
         rows = [
             (exam_id, path, hashlib.sha256(content).hexdigest(), content)
             for path, content in sorted(files.items())
@@ -68,16 +70,22 @@ class ExamRecords:
             )
         return exam_id
 
-    def exam(self, run_id: str) -> StoredExam | None:
-        """The newest exam pinned with a promotion of ``run_id``; None when none was (a store
-        from before exams, or a promotion that could not read the run's corpus)."""
+    def exam(
+        self, run_id: str, promotions: Sequence[dt.datetime] | None = None
+    ) -> StoredExam | None:
+        """The newest exam pinned with a promotion of ``run_id`` — with one of ``promotions``
+        (their times: the trusted ones, `evalkit.compare.trust`) when given; None when none was
+        (a store from before exams, a promotion that could not read the run's corpus)."""
         if not self._has_exams():
             return None
         rows = self._con.execute(
             "SELECT exam_id, run_id, suite, tier, who, promoted_at, root FROM exams "
-            "WHERE run_id = ? ORDER BY promoted_at DESC LIMIT 1",
+            "WHERE run_id = ? ORDER BY promoted_at DESC",
             [run_id],
         ).fetchall()
+        if promotions is not None:
+            trusted = {_instant(t) for t in promotions}
+            rows = [r for r in rows if _instant(r[5]) in trusted]
         if not rows:
             return None
         exam_id, run, suite, tier, who, promoted_at, root = rows[0]
@@ -93,3 +101,12 @@ class ExamRecords:
             "SELECT count(*) FROM information_schema.tables WHERE table_name = 'exam_files'"
         ).fetchall()
         return bool(rows[0][0])
+
+
+def _instant(value: dt.datetime | None) -> float | None:
+    """A timestamp as seconds since the epoch (naive ones read as UTC), to match two records."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return round(value.timestamp(), 6)

@@ -161,7 +161,7 @@ def run_candidate(
     selection = Selection(sealed=sealed)
     corpus = selection.apply(corpus)
     options = RunOptions(label=label, progress=False, selection=selection.to_manifest())
-    with open_store(project.db) as store:
+    with open_store(project.db, write=True) as store:
         return run_suite(suite, corpus, store, options).run_id
 
 
@@ -170,7 +170,7 @@ def gate_flow(project: Project, candidate: str, allow_diff: tuple[str, ...] = ("
     configuration answers the pinned cases it did not, the baseline configuration the added
     and edited ones, then the gate decides against the promoted baseline."""
     suite = load_suite(project.config)
-    with open_store(project.db) as store:
+    with open_store(project.db, write=True) as store:
         base = store.current_baseline(suite.config.suite)
         cand = store.resolve_run(candidate)
         answer_pinned(store, suite, base, cand)

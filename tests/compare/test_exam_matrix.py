@@ -156,6 +156,12 @@ def test_an_edit_never_hides_a_real_regression(tmp_path: Path, edit: Edit, regis
     assert decision.status in ("BLOCKED", "UNVERIFIED"), decision.summary()
     assert decision.exam_line and decision.exam_line.startswith("judged on the exam promoted")
     assert "by ana" in decision.exam_line
+    if edit.apply is _loosen_yaml:  # the loosening is shown for what it is
+        (shown,) = [f for f in decision.findings if f.kind == "loosened-expectations"]
+        assert set(shown.case_ids) == set(edit.targets)
+        assert f"under the pinned expectations the candidate breaks these {FRAGILE}" in (
+            shown.message
+        )
     # The regressed cases are judged on their pinned version: still there, still failing,
     # under the pinned tags and criticality (unless nothing answered them: missing evidence).
     pinned = comparison.paired.filter(comparison.paired["case_id"].is_in(list(edit.targets)))

@@ -112,3 +112,23 @@ def test_a_must_pass_case_with_one_decided_replay_of_five_is_unverified():
                       corpus=cand.cases)  # fmt: skip
     assert decision.status == "UNVERIFIED"
     assert "tier1/must_pass/errored/mp" in {f.key for f in decision.blocking()}
+
+
+@pytest.mark.timeout(300)
+def test_an_exam_pinned_by_a_pull_request_job_judges_nothing(project, monkeypatch):
+    from evalkit.compare.exam import trusted_exam
+    from evalkit.store import open_store
+
+    run_candidate(project, "base", "v1")
+    _promote(project, "base")
+    with open_store(project.db) as store:
+        base = store.resolve_run("base")
+        trusted = trusted_exam(store, base)
+    assert trusted is not None
+    # The pull request's job promotes the same run again (and so pins an exam of its own).
+    monkeypatch.setenv("EVALKIT_CI_EVENT", "pull_request")
+    monkeypatch.setenv("EVALKIT_CI_JOB", "7")
+    _promote(project, "base")
+    with open_store(project.db) as store:
+        assert store.exam(base).exam_id != trusted.exam_id  # the newest one is the job's
+        assert trusted_exam(store, base).exam_id == trusted.exam_id  # the trusted one decides

@@ -55,11 +55,11 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         path = tmp_path / "e.duckdb"
         base = make_run("base-run", _cases("p"), MANIFEST | {"config_hash": BASE_CFG}, "base")
         write_store(path, [base])
-        with open_store(path) as store:
+        with open_store(path, write=True) as store:
             store.promote_baseline("demo", "base-run", "ana", "main at 3f9a1c")
         if flakes_in is not None:
             (_in_pr_job if flakes_in == "pr" else _outside)(monkeypatch)
-            with open_store(path) as store:
+            with open_store(path, write=True) as store:
                 store.save_flakes(BASE_CFG, _flakes())
         _outside(monkeypatch)
         cand_manifest = MANIFEST | {"config_hash": CAND_CFG, "prompt": {"version": "v2"}}
@@ -85,7 +85,7 @@ def test_an_override_written_by_the_pull_request_job_is_ignored_and_listed(
     _in_pr_job(monkeypatch)
     blocked = _gate(path)
     assert blocked.status == "BLOCKED"
-    with open_store(path) as store:  # one extra command in the PR's own job
+    with open_store(path, write=True) as store:  # one extra command in the PR's own job
         store.save_override("base-run", "cand-run", "pr-author", "flaky", blocked.uncovered)
     decision = _gate(path)
     assert decision.status == "BLOCKED" and not decision.overrides
@@ -93,7 +93,7 @@ def test_an_override_written_by_the_pull_request_job_is_ignored_and_listed(
     assert "override by pr-author (flaky) ignored: written by this pull-request job" in listed
     # the control: the same override by a person outside the job accepts the finding
     _outside(monkeypatch)
-    with open_store(path) as store:
+    with open_store(path, write=True) as store:
         store.save_override("base-run", "cand-run", "ana", "known outage", blocked.uncovered)
     _in_pr_job(monkeypatch)
     assert _gate(path).status == "PASSED WITH OVERRIDE"
@@ -157,7 +157,8 @@ def test_a_promotion_written_by_the_pull_request_job_is_ignored_and_listed(
     lenient = make_run("lenient-run", _cases("f"), MANIFEST | {"config_hash": BASE_CFG}, "x")
     write_store(path, [lenient])
     _in_pr_job(monkeypatch)
-    with open_store(path) as store:  # a baseline that fails the case too, promoted by the job
+    # a baseline that fails the case too, promoted by the job
+    with open_store(path, write=True) as store:
         store.promote_baseline("demo", "lenient-run", "pr-author", "new normal")
     decision = _gate(path)
     assert decision.policy is not None
@@ -167,7 +168,8 @@ def test_a_promotion_written_by_the_pull_request_job_is_ignored_and_listed(
     _outside(monkeypatch)  # a pull-request job's promotion is trusted nowhere
     with open_store(path, read_only=True) as store:
         assert gate_pair(store, None, "cand", None, ["prompt"])[0].base.run_id == "base-run"
-    with open_store(path) as store:  # the control: the same promotion by a person counts
+    # the control: the same promotion by a person counts
+    with open_store(path, write=True) as store:
         store.promote_baseline("demo", "lenient-run", "ana", "new normal")
     _in_pr_job(monkeypatch)
     with open_store(path, read_only=True) as store:
@@ -197,7 +199,8 @@ def test_a_policy_promotion_written_by_the_pull_request_job_does_not_loosen_the_
 ) -> None:
     path = db()
     _in_pr_job(monkeypatch)
-    with open_store(path) as store:  # `baseline promote base --policy` with alpha lowered
+    # `baseline promote base --policy` with alpha lowered
+    with open_store(path, write=True) as store:
         loose = {"critical_tags": [], "gate": {"alpha": 0.0001, "trusted_writers": ["unknown"]}}
         store.promote_baseline("demo", "base-run", "pr-author", "looser", None, loose)
     decision = _gate(path)

@@ -1,7 +1,7 @@
 """A long case file's chunks are their own syntax check and node count (no pass over the whole
 text first): the tag resolver that counts is PyYAML's answer, its count bounds the nodes, and a
-syntax error, a node limit crossed or a case error anywhere in the file reads as the whole-file
-parse reads it. Counted (chunks parsed, nodes), not timed.
+syntax error or a case error anywhere in the file reads as the whole-file parse reads it, and
+the node limit holds per case. Counted (chunks parsed, nodes), not timed.
 """
 
 from __future__ import annotations
@@ -149,30 +149,48 @@ def whole_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize("over", [0, 1])
-def test_a_node_limit_crossed_across_chunks_reads_as_the_whole_file(
+def test_a_node_limit_crossed_across_chunks_holds_per_case(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     chunk_loads: list[int],
     whole_parses: list[str],
     over: int,
 ) -> None:
-    """Each chunk is far below the limit; the file has exactly the limit's nodes (loaded
-    chunked), or one more (refused where the whole-file parse refuses). Each chunk's own root
-    list is not the file's: counted once."""
+    """Each chunk is far below the limit; the file has exactly the limit's nodes, or one more:
+    loaded chunked either way (the limit holds per case in a file read case by case), while
+    the file read whole, one document, is refused past it."""
     items = [_case(f"c{i}", f"  tags: {_values(7)}\n") for i in range(20)]
     text = "".join(items)
     exact = _exact_nodes(text)
     assert exact == 1 + 20 * 21  # 21 a case: its mapping, 4 keys, 2 + 4 + 2 + 8 below them
     monkeypatch.setattr(yaml_input, "MAX_YAML_NODES", exact - over)
     root = _corpus(tmp_path, {"c.yaml": text})
-    got = _both(root, monkeypatch, chunk=3)
-    assert chunk_loads == [3] * 6 + [2]  # every chunk: the last takes the count past, if any
-    if over:
-        assert got[0] == "refused" and f"more than {exact - 1:,} values" in got[1][0][0], got
-        assert whole_parses == ["cases/c.yaml"] * 2  # the chunked load's refusal, and _both's
-    else:
-        assert got[0] == "loaded" and len(got[1]) == 20, got
-        assert whole_parses == ["cases/c.yaml"]  # _both's whole-file load only
+    with monkeypatch.context() as patch:
+        patch.setattr(cases, "CASE_CHUNK_ITEMS", 3)
+        assert len(cases.load_corpus(root).cases) == 20
+    assert chunk_loads == [3] * 6 + [2]
+    assert whole_parses == []
+    with monkeypatch.context() as patch:
+        patch.setattr(cases, "CASE_CHUNK_ITEMS", 10**9)
+        if over:
+            with pytest.raises(cases.CorpusError, match=f"more than {exact - 1:,} values"):
+                cases.load_corpus(root)
+        else:
+            assert len(cases.load_corpus(root).cases) == 20
+
+
+@pytest.fixture
+def item_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The item count of each chunk whose items were counted one by one."""
+    seen: list[int] = []
+    real = yaml_input._check_item_sizes
+
+    def counting(items: Any) -> None:
+        seen.append(len(items))
+        real(items)
+
+    monkeypatch.setattr(yaml_input, "_check_item_sizes", counting)
+    return seen
 
 
 @pytest.mark.parametrize("tagged", [0, 1])
@@ -181,20 +199,24 @@ def test_written_tags_are_counted_too(
     monkeypatch: pytest.MonkeyPatch,
     chunk_loads: list[int],
     whole_parses: list[str],
+    item_walks: list[int],
     tagged: int,
 ) -> None:
     """A node whose tag is written is not resolved: its '!' stands for it in the count. Here
-    the count with the two '!' of each tag crosses a limit the nodes do not: the chunked load
-    is refused at its last chunk and the whole file decides (it loads)."""
+    the limit is a chunk's items' nodes: the count with the two '!' of each tag crosses it,
+    so each chunk's items are counted one by one (each is far below it: the file loads)."""
     tag = "!!str " if tagged else ""
     items = [_case(f"c{i}", f"  tags: [{tag}a, {tag}b]\n") for i in range(9)]
     text = "".join(items)
-    monkeypatch.setattr(yaml_input, "MAX_YAML_NODES", _exact_nodes(text))
     root = _corpus(tmp_path, {"c.yaml": text})
-    got = _both(root, monkeypatch, chunk=3)
-    assert got[0] == "loaded" and len(got[1]) == 9, got
+    whole = cases.load_corpus(root).cases  # 9 cases: below a chunk, read whole
+    monkeypatch.setattr(yaml_input, "MAX_YAML_NODES", (_exact_nodes(text) - 1) // 3)
+    with monkeypatch.context() as patch:
+        patch.setattr(cases, "CASE_CHUNK_ITEMS", 3)
+        assert cases.load_corpus(root).cases == whole
     assert chunk_loads == [3, 3, 3]
-    assert len(whole_parses) == 1 + tagged
+    assert item_walks == [3, 3, 3] if tagged else item_walks == []
+    assert whole_parses == ["cases/c.yaml"]  # the load above, before the limit was set
 
 
 def test_a_case_error_on_the_last_line_of_a_chunk(

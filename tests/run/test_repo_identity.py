@@ -84,7 +84,7 @@ def _run(root: Path, store_path: Path, label: str) -> tuple[int, int, list[str]]
     """(requests, cache hits, output texts) of one run of the suite."""
     suite = load_suite(root / "corpus" / "evalkit.yaml")
     corpus = load_corpus(suite.root)
-    with open_store(store_path) as store:
+    with open_store(store_path, write=True) as store:
         done = run_suite(suite, corpus, store, RunOptions(label=label, progress=False))
         texts = store.outputs(done.run_id)["text"].to_list()
     return done.requests, done.cache_hits, texts

@@ -147,3 +147,42 @@ def test_another_machines_loopback_entries_and_unrecorded_ones_are_not_taken() -
     assert refusal(None, me) == "no publisher recorded"
     other = Publisher("ci-runner", "r2", "abc", "https://llm.internal/v1", False, {"id": "x"})
     assert "another served identity" in str(refusal(other.to_json(), me))
+
+
+def test_the_gate_report_counts_answers_from_another_machines_cache(
+    project: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A laptop publishes answers of a (LAN) server; CI, on another host, is served them: its
+    summary and the gate report count them."""
+    import socket
+
+    from evalkit.run import cache_provenance
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(cache_provenance, "is_loopback", lambda url: False)  # a LAN server
+    with _serve(port, "vllm") as server:
+        monkeypatch.setattr(cache_provenance, "this_host", lambda: "laptop")
+        assert _run(project, tmp_path / "laptop.duckdb", port) in (0, 1)
+        asked = server.answered
+        monkeypatch.setattr(cache_provenance, "this_host", lambda: "ci-7")
+        ci = tmp_path / "ci.duckdb"
+        assert _run(project, ci, port) in (0, 1)
+        assert server.answered == asked  # all served by the laptop's entries
+        base = ["run", "--label", "base", "--no-cache", "--no-progress", "--config",
+                str(project), "--db", str(ci), "--set",
+                f"system.base_url=http://127.0.0.1:{port}/v1"]  # fmt: skip
+        assert main(base) in (0, 1)
+    with open_store(ci, read_only=True) as store:
+        summary = json.loads(
+            store.query("SELECT summary FROM runs WHERE label = 'pr'")["summary"][0]
+        )
+    assert summary["shared_cache"]["from_other_hosts"] == asked
+    assert summary["shared_cache"]["other_hosts"] == ["laptop"]
+    capsys.readouterr()
+    report = tmp_path / "gate.md"
+    main(["gate", "base", "pr", "--db", str(ci), "--config", str(project), "--out",
+          str(tmp_path / "reports"), "--markdown", str(report)])  # fmt: skip
+    said = f"{asked} answers came from another machine's response cache (published by laptop"
+    assert said in report.read_text()

@@ -40,14 +40,14 @@ def test_a_pull_request_job_publishes_its_run_but_no_decision_record(
     shared = open_shared_store(uri)
     _env(monkeypatch, MAIN_JOB)  # main's nightly: its promotion is published
     write_store(tmp_path / "main.duckdb", [_run("main-run", "nightly")])
-    with open_store(tmp_path / "main.duckdb") as store:
+    with open_store(tmp_path / "main.duckdb", write=True) as store:
         store.promote_baseline("demo", "main-run", "ana", "night 41")
         pushed = shared.push_run(store, "nightly")
     assert pushed.added["baselines"] == 1
 
     _env(monkeypatch, PR_JOB)  # the pull request's job: a run, its own promotion and flakes
     write_store(tmp_path / "pr.duckdb", [_run("pr-run", "candidate")])
-    with open_store(tmp_path / "pr.duckdb") as store:
+    with open_store(tmp_path / "pr.duckdb", write=True) as store:
         store.promote_baseline("demo", "pr-run", "pr-author", "trust me")
         store.save_override("main-run", "pr-run", "pr-author", "flaky", ["1:must_pass"])
         store.save_flakes("cfg", pl.DataFrame({"case_id": ["c0"], "tags": [["t"]], "runs": [5],
@@ -60,7 +60,7 @@ def test_a_pull_request_job_publishes_its_run_but_no_decision_record(
 
     _env(monkeypatch, PR_JOB | {"GITHUB_RUN_ID": "502", "GITHUB_REF": "refs/pull/8/merge",
                                 "GITHUB_HEAD_REF": "other"})  # fmt: skip
-    with open_store(tmp_path / "next.duckdb") as store:  # the next job pulls main's
+    with open_store(tmp_path / "next.duckdb", write=True) as store:  # the next job pulls main's
         pulled = shared.pull(store, "demo")
     assert pulled.run_id == "main-run" and pulled.baseline_of == "demo"
     assert shared.baselines("demo")["run_id"].to_list() == ["main-run"]

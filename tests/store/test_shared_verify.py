@@ -164,3 +164,21 @@ def test_promoting_a_forged_run_is_refused(tmp_path: Path, published: str) -> No
     with pytest.raises(StoreError, match="run base-run: shared table outputs"):
         open_shared_store(published).promote("demo", "base-run", "ana", "reviewed")
     assert _shared(published, "baselines").height == 0
+
+
+def test_a_rescoring_pushed_later_is_sealed_by_its_own_row_and_pulls(
+    tmp_path: Path, published: str, capsys
+) -> None:
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
+        scores = store.query("SELECT * FROM scores WHERE run_id = 'base-run'")
+        hashes = dict(store.query("SELECT case_id, case_hash FROM cases").iter_rows())
+        scoring = store.write_scoring("base-run", "rescored", scores, hashes)
+    db = str(tmp_path / "a.duckdb")
+    assert main(["push", "base-run", "--db", db, "--store", published]) == 0
+    seals = _shared(published, "scorings").sort("scoring_id")["published"].to_list()
+    assert all(seals) and len(seals) == 2
+    code, err = _pull(tmp_path, published, "base-run", capsys)
+    assert code == 0, err
+    with open_store(tmp_path / "b.duckdb", read_only=True) as store:
+        n = store.query("SELECT count(*) AS n FROM scores WHERE scoring_id = ?", [scoring])["n"][0]
+    assert n == 1200

@@ -13,8 +13,6 @@ Examples:
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +21,7 @@ from typing import Any
 
 from evalkit.corpus.importers.draft_cases import DraftCase, ImportResult
 from evalkit.corpus.importers.openai_chat import WHY, read_chat
+from evalkit.corpus.json_input import csv_records, json_lines
 from evalkit.errors import ConfigError, CorpusError
 from evalkit.scorers import SCORERS
 
@@ -190,28 +189,11 @@ def slug_tag(text: str) -> str:
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with _opened(path) as handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except ValueError as exc:
-                raise CorpusError(f"invalid JSON: {exc}", path=path, line=line) from None
-            if not isinstance(row, dict):
-                raise CorpusError("each line must be a JSON object", path=path, line=line)
-            yield line, row
+    for line, row in json_lines(path):
+        if not isinstance(row, dict):
+            raise CorpusError("each line must be a JSON object", path=path, line=line)
+        yield line, row
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with _opened(path) as handle:
-        reader = csv.DictReader(handle)
-        for row in reader:
-            yield reader.line_num, {k: v for k, v in row.items() if k is not None}
-
-
-def _opened(path: Path):
-    try:
-        return path.open(encoding="utf-8-sig", newline="")
-    except OSError as exc:
-        raise CorpusError(f"cannot read: {exc.strerror}", path=path) from None
+    yield from csv_records(path)

@@ -29,6 +29,7 @@ import yaml
 from pydantic import ValidationError
 
 from evalkit.corpus.case_spec import CaseSpec
+from evalkit.corpus.file_parts import cut_into_files, later_parts, numbered_path
 from evalkit.errors import CorpusError
 from evalkit.records import canonical_json
 
@@ -73,12 +74,16 @@ class ImportResult:
 
 @dataclass(frozen=True)
 class WrittenImport:
-    """Where :func:`write_import` put things: the case file, its ids, the side files."""
+    """Where :func:`write_import` put things: the (first) case file, its ids, the side files,
+    and every case file written (several for a large import, :mod:`evalkit.corpus.file_parts`)
+    and the earlier ones of the same name removed (``force`` only)."""
 
     path: Path
     ids: tuple[str, ...]
     files: tuple[Path, ...]
     duplicates: int  # cases identical to an earlier one of the same source, written once
+    case_files: tuple[Path, ...] = ()
+    removed: tuple[Path, ...] = ()
 
 
 def slug(text: str, words: int = _SLUG_WORDS) -> str:
@@ -123,7 +128,8 @@ def write_import(
     today: dt.date | None = None,
 ) -> WrittenImport:
     """Write ``result`` as ``cases_dir/<format>_<name>.yaml`` plus its side files (``name``:
-    the result's, else the source file's stem).
+    the result's, else the source file's stem); a large import as several case files of a
+    bounded size, numbered from the second (:func:`write_case_files`).
 
     Raises:
         CorpusError: no case to write; a file to write exists and ``force`` is not set (nothing
@@ -140,7 +146,7 @@ def write_import(
     path = Path(cases_dir) / f"{result.format}_{name}.yaml"
     side = {Path(corpus_root) / rel: text for rel, text in sorted(result.files.items())}
     if not force:
-        for target in (path, *side):
+        for target in (path, *later_parts(path, 1), *side):
             if target.exists():
                 raise CorpusError(
                     "exists; pass --force to overwrite it (or --out DIR to write elsewhere)",
@@ -163,12 +169,38 @@ def write_import(
             ) from exc
         records.append(record)
         ids.append(case_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_cases(records, result, today), encoding="utf-8")
+    written, removed = write_case_files(path, records, result, today)
     for target, text in side.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    return WrittenImport(path, tuple(ids), tuple(side), len(result.cases) - len(ids))
+    return WrittenImport(
+        path, tuple(ids), tuple(side), len(result.cases) - len(ids), written, removed
+    )
+
+
+def write_case_files(
+    path: Path, records: list[dict], result: ImportResult, today: dt.date
+) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The records written at ``path`` and, past the bounds of one file
+    (:func:`~evalkit.corpus.file_parts.cut_into_files`), at ``<stem>-2.yaml`` and on; files
+    of an earlier import of the same name numbered past the new last one are removed (an
+    import overwrites only with ``force``, checked before). Returns (written, removed)."""
+    runs = cut_into_files([_dump_case(record) for record in records])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for number, run in enumerate(runs, 1):
+        target = numbered_path(path, number)
+        part = f" (file {number} of {len(runs)})" if len(runs) > 1 else ""
+        target.write_text(_header(result, today, part) + "\n".join(run), encoding="utf-8")
+        written.append(target)
+    removed = []
+    for stale in later_parts(path, len(runs)):
+        with stale.open(encoding="utf-8", errors="replace") as handle:
+            if not handle.readline().startswith(_HEADER_START):
+                continue  # not an import's file: left alone
+        stale.unlink()
+        removed.append(stale)
+    return tuple(written), tuple(removed)
 
 
 def _record(case: DraftCase, case_id: str, result: ImportResult, today: dt.date) -> dict:
@@ -194,13 +226,24 @@ def _record(case: DraftCase, case_id: str, result: ImportResult, today: dt.date)
 
 def render_cases(records: list[dict], result: ImportResult, today: dt.date) -> str:
     """The case file's text: a header saying where the drafts came from, then one case each."""
-    head = (
-        f"# Imported by `evalkit import {result.format}` from {result.source.name} on {today}.\n"
+    return _header(result, today, "") + "\n".join(_dump_case(record) for record in records)
+
+
+_HEADER_START = "# Imported by `evalkit import "
+
+
+def _header(result: ImportResult, today: dt.date, part: str) -> str:
+    return (
+        f"{_HEADER_START}{result.format}` from {result.source.name} on {today}{part}.\n"
         "# Drafts: read each, then mark it reviewed: evalkit cases review ID --who NAME\n"
     )
-    dump_options = {"Dumper": _Dumper, "sort_keys": False, "width": 100, "allow_unicode": True}
-    body = "\n".join(yaml.dump([r], default_flow_style=None, **dump_options) for r in records)
-    return head + body
+
+
+def _dump_case(record: dict) -> str:
+    return yaml.dump(
+        [record], Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True,
+        default_flow_style=None,
+    )  # fmt: skip
 
 
 class _Dumper(yaml.SafeDumper):

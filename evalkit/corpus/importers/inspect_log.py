@@ -7,6 +7,11 @@ messages, its target the expectation (by the log's scorer: ``includes``/``match`
 ``contains``, ``exact`` -> ``exact``, anything else -> ``similar``), its metadata and the
 model's output the notes; the log's task and model go into the provenance.
 
+A log is someone else's file: each member (and a ``.json`` log whole) is one bounded JSON
+document (:mod:`evalkit.corpus.json_input`), the members together may decompress to at most
+:data:`MAX_TOTAL_BYTES`, and of each sample only what a case takes is kept while the next is
+read. A bad member (a CRC error, not JSON, not a sample) is a one-line refusal naming it.
+
 Examples:
     >>> scorers, how = target_scorers("8812", ["includes"])
     >>> how, scorers[0]["args"]
@@ -22,17 +27,23 @@ import json
 import re
 import struct
 import zipfile
+import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from evalkit.corpus.importers.draft_cases import DraftCase, ImportResult
 from evalkit.corpus.importers.openai_chat import WHY, read_chat
+from evalkit.corpus.json_input import MAX_DOCUMENT_BYTES, json_value, read_document
 from evalkit.errors import CorpusError
 
 #: A zip member larger than this is refused (a log is JSON; this bounds a zip bomb).
-MAX_MEMBER_BYTES = 64 << 20
+MAX_MEMBER_BYTES = MAX_DOCUMENT_BYTES
+#: What all the members of one log may decompress to together.
+MAX_TOTAL_BYTES = 128 << 20
+#: What a case takes from a sample; the rest (events, scores, the model's messages) is dropped.
+_SAMPLE_KEYS = ("id", "epoch", "input", "target", "metadata")
 _ZSTD = 93  # the zip compression method id Inspect writes (APPNOTE 4.4.5)
 _NOTE_CHARS = 1500
 
@@ -65,10 +76,10 @@ def import_inspect(path: str | Path) -> ImportResult:
     """
     path = Path(path)
     header, samples = _read_eval(path) if path.suffix == ".eval" else _read_json(path)
-    samples = _in_dataset_order(header, samples)
     info = header.get("eval") if isinstance(header.get("eval"), Mapping) else None
     if info is None:
         raise CorpusError("not an Inspect log: no 'eval' header (task, model)", path=path)
+    samples = _in_dataset_order(info, samples)
     task, model = str(info.get("task", "?")), str(info.get("model", "?"))
     scorers = [str(s.get("name")) for s in info.get("scorers") or () if isinstance(s, Mapping)]
     mapped, unmapped, why = Counter(), Counter(), dict(WHY)
@@ -105,7 +116,7 @@ def import_inspect(path: str | Path) -> ImportResult:
                 where,
                 source_id=f"{task}-{sample.get('id')}",
                 tags=tuple(t for t in tags if t),
-                notes=_notes(metadata, _output_text(sample.get("output")), model),
+                notes=_notes(metadata, sample.get("output_text", ""), model),
             )
         )
     note = f"inspect task {task}, model {model}"
@@ -152,15 +163,15 @@ def _tag(text: str) -> str:
 
 
 def _read_json(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CorpusError(f"cannot read: {exc.strerror}", path=path) from None
-    except ValueError as exc:
-        raise CorpusError(f"not JSON: {exc}", path=path) from None
+    data = read_document(path)
     if not isinstance(data, dict):
         raise CorpusError("not an Inspect log: expected a JSON object", path=path)
-    return data, [s for s in data.get("samples") or () if isinstance(s, dict)]
+    samples = data.get("samples") or ()
+    if not isinstance(samples, list):
+        raise CorpusError("not an Inspect log: samples is not a list", path=path)
+    return data, [
+        _kept(s, f"{path}: sample {n}") for n, s in enumerate(samples) if isinstance(s, dict)
+    ]
 
 
 def _read_eval(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -168,23 +179,55 @@ def _read_eval(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         archive = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:
         raise CorpusError(f"not an Inspect .eval log (a zip): {exc}", path=path) from None
+    budget = [MAX_TOTAL_BYTES]
     with archive:
         names = archive.namelist()
         if "header.json" not in names:
             raise CorpusError("not an Inspect .eval log: no header.json", path=path)
-        header = json.loads(_member(archive, path, "header.json"))
+        header = _json_member(archive, path, "header.json", budget)
+        if not isinstance(header, dict):
+            raise CorpusError("header.json is not a JSON object", path=path)
         members = sorted(
             (n for n in names if n.startswith("samples/") and n.endswith(".json")),
             key=lambda n: (_epoch(n), n),
         )
-        samples = [json.loads(_member(archive, path, n)) for n in members]
+        samples = []
+        for name in members:
+            sample = _json_member(archive, path, name, budget)
+            if not isinstance(sample, dict):
+                raise CorpusError(f"{name} is not a sample (a JSON object)", path=path)
+            samples.append(_kept(sample, f"{path}: {name}"))
     return header, samples
 
 
-def _in_dataset_order(header: Mapping[str, Any], samples: list[dict]) -> list[dict]:
+def _kept(sample: dict[str, Any], where: str) -> dict[str, Any]:
+    """What a case takes of a sample: its own keys and the model's answer as text.
+
+    Raises:
+        CorpusError: an id that is not a string or number, an epoch that is not a number.
+    """
+    kept = {k: sample[k] for k in _SAMPLE_KEYS if k in sample}
+    if not isinstance(kept.get("id"), str | int) or isinstance(kept.get("id"), bool):
+        raise CorpusError(f"sample id {str(kept.get('id'))[:40]!r} is not a string or number",
+                          path=where)  # fmt: skip
+    if not isinstance(kept.setdefault("epoch", 1), int):
+        raise CorpusError(f"sample {kept['id']}: epoch is not a number", path=where)
+    if not isinstance(kept.get("metadata") or {}, Mapping):
+        raise CorpusError(f"sample {kept['id']}: metadata is not an object", path=where)
+    kept["output_text"] = _output_text(sample.get("output"))
+    return kept
+
+
+def _json_member(archive: zipfile.ZipFile, path: Path, name: str, budget: list[int]) -> Any:
+    data = _member(archive, path, name, budget)
+    return json_value(data, f"{path}: {name}")
+
+
+def _in_dataset_order(info: Mapping[str, Any], samples: list[dict]) -> list[dict]:
     """Samples by epoch, then in the dataset's order (a log lists them as they finished)."""
-    dataset = (header.get("eval") or {}).get("dataset") or {}
-    order = {sid: i for i, sid in enumerate(dataset.get("sample_ids") or ())}
+    dataset = info.get("dataset") if isinstance(info.get("dataset"), Mapping) else {}
+    ids = dataset.get("sample_ids") if isinstance(dataset.get("sample_ids"), list) else []
+    order = {sid: i for i, sid in enumerate(ids) if isinstance(sid, str | int)}
     return sorted(samples, key=lambda s: (s.get("epoch", 1), order.get(s.get("id"), len(order))))
 
 
@@ -193,12 +236,60 @@ def _epoch(name: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def _member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
+def _member(
+    archive: zipfile.ZipFile, path: Path, name: str, budget: list[int] | None = None
+) -> bytes:
+    """A member's bytes, decompressed a chunk at a time: refused past ``MAX_MEMBER_BYTES`` or
+    past what is left of ``budget`` (one item: the bytes the whole log may still take)."""
     info = archive.getinfo(name)
-    if info.file_size > MAX_MEMBER_BYTES:
-        raise CorpusError(f"{name} is larger than {MAX_MEMBER_BYTES >> 20} MiB", path=path)
+    allowed = min(MAX_MEMBER_BYTES, budget[0] if budget else MAX_MEMBER_BYTES)
+    if info.file_size > allowed:
+        raise CorpusError(_too_much(name, budget, allowed), path=path)
+    try:
+        chunks = _decompressed(archive, path, info)
+        data, size = [], 0
+        for chunk in chunks:
+            size += len(chunk)
+            if size > allowed:
+                raise CorpusError(_too_much(name, budget, allowed), path=path)
+            data.append(chunk)
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+        raise CorpusError(f"{name}: a broken zip member ({exc})", path=path) from None
+    except zstandard_error() as exc:
+        raise CorpusError(f"{name}: a broken zstd member ({exc})", path=path) from None
+    if budget:
+        budget[0] -= size
+    return b"".join(data)
+
+
+def _too_much(name: str, budget: list[int] | None, allowed: int) -> str:
+    if budget and allowed < MAX_MEMBER_BYTES:
+        return (
+            f"{name}: the log decompresses to more than {MAX_TOTAL_BYTES >> 20} MiB; import a "
+            "log of fewer samples"
+        )
+    return f"{name} is larger than {MAX_MEMBER_BYTES >> 20} MiB"
+
+
+def zstandard_error() -> type[Exception]:
+    """zstandard's error type, when the package is there (else one nothing raises)."""
+    try:
+        import zstandard
+    except ImportError:
+        return _NoError
+    return zstandard.ZstdError
+
+
+class _NoError(Exception):
+    pass
+
+
+def _decompressed(archive: zipfile.ZipFile, path: Path, info: zipfile.ZipInfo) -> Iterator[bytes]:
     if info.compress_type != _ZSTD:
-        return archive.read(name)
+        with archive.open(info) as member:
+            while chunk := member.read(1 << 20):
+                yield chunk
+        return
     try:
         import zstandard
     except ImportError:
@@ -212,14 +303,15 @@ def _member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
     with path.open("rb") as handle:
         handle.seek(info.header_offset)
         local = handle.read(30)
+        if len(local) < 30:
+            raise zipfile.BadZipFile("truncated local header")
         name_len, extra_len = struct.unpack("<HH", local[26:30])
         handle.seek(info.header_offset + 30 + name_len + extra_len)
         raw = handle.read(info.compress_size)
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
-    chunks, size = [], 0
+    crc = 0
     while chunk := reader.read(1 << 20):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_MEMBER_BYTES:
-            raise CorpusError(f"{name} is larger than {MAX_MEMBER_BYTES >> 20} MiB", path=path)
-    return b"".join(chunks)
+        crc = zlib.crc32(chunk, crc)
+        yield chunk
+    if crc != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")

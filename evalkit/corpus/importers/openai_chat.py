@@ -23,11 +23,12 @@ Examples:
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from evalkit.corpus.json_input import loads_or_none
 
 #: Why each kind of turn the case cannot hold was left out.
 WHY = {
@@ -136,15 +137,15 @@ def _text(content: Any, dropped: Counter[str]) -> str:
 
 def _arguments(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else {}
-        except ValueError:
+        if not value.strip():
+            return {}
+        decoded = loads_or_none(value)
+        if decoded is None:
             return {"arguments": value}
+        value = decoded
     return dict(value) if isinstance(value, Mapping) else {"arguments": value}
 
 
 def _decoded(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+    decoded = loads_or_none(text)
+    return text if decoded is None and text.strip() != "null" else decoded

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from evalkit.corpus.importers.draft_cases import DraftCase, ImportResult, content_hash, slug
+from evalkit.corpus.json_input import MAX_DOCUMENT_BYTES, json_lines
 from evalkit.corpus.messages import render_template
+from evalkit.corpus.yaml_input import YAMLInputError, parse_yaml, read_yaml_file
 from evalkit.errors import CorpusError
 
 _TEXT = {"contains": False, "icontains": True}
@@ -214,10 +214,14 @@ def _prompts(prompts: Any, folder: _Folder, files: dict[str, str]):
         if text.startswith("file://"):
             path = folder.inside(folder.ref(text), text)
             try:
+                if path.stat().st_size > MAX_DOCUMENT_BYTES:
+                    raise CorpusError("a prompt file larger than 16 MiB", path=path)
                 text = path.read_text(encoding="utf-8")
             except OSError:
                 yield f"prompt {n}: cannot read {path.name}; not written"
                 continue
+            except UnicodeDecodeError as exc:
+                raise CorpusError(f"not UTF-8 text ({exc.reason})", path=path) from None
         rel = f"prompts/promptfoo_{n}.md"
         files[rel] = text if text.endswith("\n") else text + "\n"
         yield (
@@ -273,28 +277,19 @@ def _render_value(assertion: Mapping[str, Any], variables: Mapping[str, Any]) ->
 
 
 def _load(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CorpusError(f"cannot read: {exc.strerror}", path=path) from None
-    try:
-        if path.suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        return yaml.safe_load(text)  # JSON is YAML too
-    except (yaml.YAMLError, ValueError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise CorpusError(
-            f"not valid YAML/JSON: {str(exc).splitlines()[0]}", path=path, line=line
-        ) from None
+    """A config or tests file: YAML (and JSON, which is YAML too) through the bounded loader
+    (no alias bombs, no deep nesting, no duplicate keys), JSON Lines streamed."""
+    if path.suffix == ".jsonl":
+        return [value for _, value in json_lines(path)]
+    return read_yaml_file(path, str(path), MAX_DOCUMENT_BYTES)[0]
 
 
 def _loads(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return yaml.safe_load(value)
-    except yaml.YAMLError:
+        return parse_yaml(value)[0]
+    except YAMLInputError:
         return None
 
 

@@ -8,11 +8,11 @@ as ``review: draft`` cases with PII scrubbed and the observed tool calls as fixt
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalkit.corpus.json_input import MAX_DOCUMENT_BYTES, loads_or_none, text_lines
 from evalkit.corpus.traces.openai_log import read_openai_log
 from evalkit.corpus.traces.otlp import is_otlp, read_otlp
 from evalkit.corpus.traces.records import Trace
@@ -47,14 +47,14 @@ def read_traces(paths: Sequence[str | Path]) -> ReadTraces:
 
 
 def _first_value(path: Path) -> object:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    break
-    try:  # one JSON document spread over many lines
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
+    """The file's first JSON value: its first non-blank line's, else (a document spread over
+    many lines, no larger than one may be) the whole file's."""
+    for _, text in text_lines(path):
+        if text.strip():
+            value = loads_or_none(text)
+            if value is not None:
+                return value
+            break
+    if path.stat().st_size > MAX_DOCUMENT_BYTES:
         return None
+    return loads_or_none(path.read_bytes().decode("utf-8", "replace"))

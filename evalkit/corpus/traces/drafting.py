@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from evalkit.corpus.file_parts import cut_into_files, numbered_path
+from evalkit.corpus.json_input import loads_or_none
 from evalkit.corpus.traces.records import Trace
 from evalkit.redact import REDACTED, redact_secrets
 
@@ -122,10 +124,7 @@ def draft_case(
 
 
 def _is_json_object(text: str) -> bool:
-    try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
-        return False
+    return isinstance(loads_or_none(text), dict)
 
 
 def _tag(value: Any) -> str:
@@ -136,39 +135,49 @@ def _tag(value: Any) -> str:
 
 def write_drafts(
     cases: Sequence[dict[str, Any]], out_dir: str | Path, today: dt.date | None = None
-) -> Path:
-    """Write ``cases`` as one new case file in ``out_dir`` (``traces-DATE.yaml``, ``-2``… when
-    taken), checked by loading it back; never overwrites a file.
+) -> tuple[Path, ...]:
+    """Write ``cases`` as new case files in ``out_dir`` (``traces-DATE.yaml``, ``-2``… when
+    taken; several files of a bounded size for many cases, :mod:`evalkit.corpus.file_parts`),
+    each checked by loading it back; never overwrites a file.
 
     Raises:
-        CorpusError: a draft that does not load (the file is removed again).
+        CorpusError: a draft that does not load (every file written is removed again).
     """
     from evalkit.corpus.cases import load_cases_file
 
     directory = Path(out_dir)
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"traces-{(today or dt.date.today()).isoformat()}"
-    path, number = directory / f"{stem}.yaml", 1
-    while path.exists():
-        number += 1
-        path = directory / f"{stem}-{number}.yaml"
     header = (
         "# Draft cases sampled from production traces by `evalkit traces sample`.\n"
         "# Drafts never gate: read each one, fix its expect, then\n"
         "#   evalkit cases review ID --who NAME\n"
     )
-    body = yaml.dump(
-        list(cases), Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100,
+    texts = [_dump_case(case) for case in cases]
+    written: list[Path] = []
+    number = 1
+    try:
+        for run in cut_into_files(texts):
+            path = numbered_path(directory / f"{stem}.yaml", number)
+            while path.exists():
+                number += 1
+                path = numbered_path(directory / f"{stem}.yaml", number)
+            with path.open("x", encoding="utf-8") as handle:  # "x": never another's file
+                written.append(path)
+                handle.write(header + "\n".join(run))
+            load_cases_file(path, directory)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return tuple(written)
+
+
+def _dump_case(case: dict[str, Any]) -> str:
+    return yaml.dump(
+        [case], Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100,
         allow_unicode=True,
     )  # fmt: skip
-    with path.open("x", encoding="utf-8") as handle:  # "x": never another's file
-        handle.write(header + body.replace("\n- id:", "\n\n- id:"))
-    try:
-        load_cases_file(path, directory)
-    except Exception:
-        path.unlink()
-        raise
-    return path
 
 
 class _Dumper(yaml.SafeDumper):

@@ -19,10 +19,10 @@ Examples:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from evalkit.corpus.json_input import json_lines
 from evalkit.corpus.traces.records import (
     ToolCall,
     Trace,
@@ -44,13 +44,7 @@ def read_openai_log(path: str | Path) -> tuple[list[Trace], int]:
     traces: list[Trace] = []
     latest: dict[tuple[str, ...], int] = {}
     skipped = 0
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except ValueError as exc:
-            raise CorpusError(f"not JSON: {exc}", path=path, line=number) from None
+    for number, line in json_lines(path, invalid="not JSON"):
         if not isinstance(line, dict):
             raise CorpusError("expected a JSON object per line", path=path, line=number)
         trace = trace_from_line(line, f"{path.name}:{number}")

@@ -27,12 +27,12 @@ Examples:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalkit.corpus.json_input import MAX_DOCUMENT_BYTES, json_lines, loads_or_none
 from evalkit.corpus.traces.records import (
     ToolCall,
     Trace,
@@ -43,6 +43,8 @@ from evalkit.corpus.traces.records import (
 from evalkit.errors import CorpusError
 
 _CHAT_OPERATIONS = {"chat", "text_completion", "generate_content"}
+#: Spans one file may hold: they are grouped by trace before any is drafted, so all are held.
+MAX_SPANS = 100_000
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,20 @@ def read_otlp(path: str | Path) -> tuple[list[Trace], int]:
     path = Path(path)
     by_trace: dict[str, list[_Span]] = {}
     resources: dict[str, dict[str, Any]] = {}
+    spans = 0
     for line, export in _exports(path):
-        for resource_spans in export.get("resourceSpans") or []:
+        for resource_spans in _objects(export.get("resourceSpans"), path, line):
             resource = _attributes((resource_spans.get("resource") or {}).get("attributes"))
-            for scope_spans in resource_spans.get("scopeSpans") or []:
+            for scope_spans in _objects(resource_spans.get("scopeSpans"), path, line):
                 for span in scope_spans.get("spans") or []:
+                    spans += 1
+                    if spans > MAX_SPANS:
+                        raise CorpusError(
+                            f"more than {MAX_SPANS:,} spans in one file; split the export",
+                            path=path, line=line,
+                        )  # fmt: skip
+                    if not isinstance(span, dict):
+                        raise CorpusError("a span is not a JSON object", path=path, line=line)
                     trace_id = str(span.get("traceId") or "")
                     by_trace.setdefault(trace_id, []).append(
                         _Span(trace_id, str(span.get("name", "")),
@@ -110,22 +121,30 @@ def read_otlp(path: str | Path) -> tuple[list[Trace], int]:
     return traces, skipped
 
 
+def _objects(items: Any, path: Path, line: int) -> list[dict[str, Any]]:
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise CorpusError("not an OTLP trace export (a list of objects expected)", path=path,
+                          line=line)  # fmt: skip
+    return items
+
+
 def _exports(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
+    """Each export of the file: the whole file as one JSON document when it is one (and no
+    larger than a document may be), else one per line, streamed."""
     try:
-        whole = json.loads(text)
-    except ValueError:
-        whole = None
-    if isinstance(whole, dict):
-        yield 1, whole
-        return
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            export = json.loads(raw)
-        except ValueError as exc:
-            raise CorpusError(f"not JSON: {exc}", path=path, line=number) from None
+        small = path.stat().st_size <= MAX_DOCUMENT_BYTES
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    if small:
+        whole = loads_or_none(path.read_bytes().decode("utf-8", "replace"))
+        if isinstance(whole, dict):
+            if not is_otlp(whole):
+                raise CorpusError("not an OTLP trace export (no resourceSpans)", path=path)
+            yield 1, whole
+            return
+    for number, export in json_lines(path, invalid="not JSON"):
         if not is_otlp(export):
             raise CorpusError("not an OTLP trace export (no resourceSpans)", path=path, line=number)
         yield number, export
@@ -133,10 +152,7 @@ def _exports(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _messages(value: Any) -> list[dict[str, Any]]:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return []
+        value = loads_or_none(value)
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 

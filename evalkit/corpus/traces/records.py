@@ -12,11 +12,11 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from evalkit.corpus.json_input import loads_or_none
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,7 @@ def parse_arguments(value: Any) -> dict[str, Any]:
     if value is None or value == "":
         return {}
     if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = json.loads(value)
+        value = _decoded(value)
     if not isinstance(value, dict):
         return {"arguments": value}
     return value
@@ -77,12 +76,13 @@ def parse_arguments(value: Any) -> dict[str, Any]:
 
 def parse_response(value: Any) -> Any:
     """A tool's response: JSON text decoded when it is JSON, else the text itself."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    return _decoded(value) if isinstance(value, str) else value
+
+
+def _decoded(text: str) -> Any:
+    """JSON text decoded, else the text itself (too deep to be data: the text too)."""
+    decoded = loads_or_none(text)
+    return text if decoded is None and text.strip() != "null" else decoded
 
 
 def conversation_turns(

@@ -26,6 +26,12 @@ With ``rate_limit:`` in the suite, one named rate-budget actor per endpoint
 detached, pinned to the head node, held by each run while it runs and removed when the last
 one leaves (:mod:`evalkit.run.engines.ray_budget`).
 
+Where it listens. Without ``--address`` the driver starts a Ray instance of its own (never one
+a ``ray start`` left on the machine): every port of its processes on 127.0.0.1, no dashboard
+and so no job API, token authentication on with a token of the driver's own (nothing written
+under ``~/.ray``). With ``--address`` it joins that cluster as it was started; an address where
+nothing answers fails within a minute in one line (:func:`connect`).
+
 The parts root is resolved once, on the driver, before any task is scheduled: a relative
 ``--parts`` (the default ``data/parts``) becomes an absolute path, so the workers write where
 the driver merges, whatever directory their node was started in.
@@ -40,12 +46,12 @@ import os
 import secrets
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.suite import Suite, load_suite
 from evalkit.errors import EvalkitError
@@ -58,18 +64,18 @@ from evalkit.run.engines.ray_budget import (
     start_budgets,
     stop_budgets,
 )
+from evalkit.run.engines.ray_plan import ShareFeed, plan_shares, stored_share_count
 from evalkit.run.merging import merge_run
 from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, RunStart, first_request_keys
 from evalkit.run.sharded import (
     ChunkResult,
-    record_run,
     run_chunk,
     run_manifest,
     session_counts,
     team_cache,
 )
-from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, make_chunks, order_units, remaining
+from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, order_units
 from evalkit.run.shared_cache import publish_run_cache
 from evalkit.run.summary import RunSummary
 from evalkit.store import Store, new_run_id
@@ -139,7 +145,14 @@ def connect(address: str | None) -> ray_module:
     ray = import_ray(address)
     if not ray.is_initialized():
         if address is None:
+            # Ray turns token authentication on for a cluster ray.init starts, and writes the
+            # token it makes to ~/.ray/auth_token, where every later `ray start` of this user
+            # finds it (a second node then fails: InvalidAuthToken). A token of this
+            # process's own keeps the authentication and writes nothing under ~/.ray.
+            if "RAY_AUTH_MODE" not in os.environ:
+                os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
             ray.init(
+                address="local",  # never a cluster another `ray start` left on this machine
                 namespace=NAMESPACE,
                 include_dashboard=False,
                 log_to_driver=False,
@@ -256,14 +269,16 @@ def _within(init: Callable[[], object], address: str, timeout_s: float = CONNECT
 
 def run_on_ray(
     suite: Suite,
-    corpus: Corpus,
+    corpus: Corpus | CorpusFacts,
     store: Store,
     options: RunOptions,
     source: SuiteSource,
     root: PartsRoot,
     ray_options: RayOptions = RayOptions(),
 ) -> RunSummary:
-    """Run ``corpus`` as Ray tasks, merging their parts into ``store``; the run's summary."""
+    """Run ``corpus`` as Ray tasks, merging their parts into ``store``; the run's summary.
+    ``corpus`` may be facts read through the case index: the driver then builds one share of
+    the cases at a time (:class:`~evalkit.run.engines.ray_plan.ShareFeed`)."""
     ray = connect(ray_options.address)
     started = time.perf_counter()
     # The cache as it is now answers this session's first requests, as a local run's prefetch
@@ -283,13 +298,20 @@ def run_on_ray(
     else:
         run_id = ray_options.run_id or new_run_id()
         manifest = run_manifest(suite, corpus, options, run_id)
-        record_run(root, manifest, "driver", corpus.cases)
-        merge_run(store, root, run_id, in_progress=True)  # the run is in the store from now on
     use_cache = bool(manifest["run"].get("cache", True))
+    # planned from the ids alone; each share's cases built when its first chunk goes out
     units = order_units((c.id for c in corpus.cases), int(manifest["replays"]))
+    if options.resume:
+        shares = stored_share_count(manifest)
+    else:
+        shares = plan_shares(manifest, corpus, units)
+    feed = ShareFeed(corpus, root, manifest, units, shares)
+    if not options.resume:
+        feed.record()
+        merge_run(store, root, run_id, in_progress=True)  # the run is in the store from now on
     done = store.completed(run_id) | root.completed_keys(run_id)
-    todo = deque(remaining(make_chunks(units, ray_options.chunk_size), done))
-    skipped = len(units) - sum(len(c.units) for c in todo)
+    feed.plan(ray_options.chunk_size, done)
+    skipped = feed.skipped
     budgets = start_budgets(ray, suite, holder=f"{run_id}-{secrets.token_hex(4)}")
     notes = dict.fromkeys(budgets.notes)  # every budget note of the run, in order, once
     if options.on_start is not None:
@@ -311,14 +333,13 @@ def run_on_ray(
     in_flight = ray_options.chunks_in_flight or max(
         2, 2 * int(ray.cluster_resources().get("CPU", 1))
     )
-    by_id = {case.id: case for case in corpus.cases}
     running: dict[Any, Chunk] = {}
     results: list[ChunkResult] = []
     last_merge, merge_every = time.monotonic(), ray_options.merge_every_s
     try:
-        while todo or running:
-            while todo and len(running) < in_flight:
-                chunk = todo.popleft()
+        while feed or running:
+            while feed and len(running) < in_flight:
+                chunk, by_id = feed.take()
                 as_of = cache_as_of if use_cache else None
                 cache = _prefetch(store, suite, manifest, chunk, by_id, shipped, as_of)
                 mine = tuple(by_id[i] for i in dict.fromkeys(u.case_id for u in chunk.units))

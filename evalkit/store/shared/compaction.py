@@ -1,5 +1,9 @@
 """Compaction of the shared response cache: every data file of the table rewritten as one, so a
-lookup reads one file however many runs have published.
+lookup reads one file however many runs have published; and the upkeep of every shared table
+after a push (:func:`maintain_table`): compacted past ``COMPACT_AT_FILES`` data files, its older
+snapshots expired once it holds more than ``KEEP_SNAPSHOTS`` (retention: the current snapshot,
+plus at most ``KEEP_SNAPSHOTS - 1`` newer-than-the-last-expiry ones; expired snapshots' files
+stay in the warehouse, as below, so a reader planning on one never finds a file gone).
 
 Every publish is one Iceberg commit and at least one data file, and a lookup of random sha256
 keys reads the key column of every file (no file's bounds leave a key out): the files grow
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -135,12 +140,18 @@ def first_published(rows: pa.Table) -> pa.Table:
 
 
 def compact_table(
-    table: Table, spec: SharedTable, *, above: int = 1, attempts: int = MAX_ATTEMPTS
+    table: Table,
+    spec: SharedTable,
+    *,
+    above: int = 1,
+    attempts: int = MAX_ATTEMPTS,
+    keep_rows: Callable[[pa.Table], pa.Table] | None = None,
 ) -> Compacted:
     """Rewrite ``table`` (the response cache) as one data file when it has more than ``above``
     data files or holds a key twice, then expire its older snapshots; on a concurrent commit,
     read the new snapshot and try again (where it is no longer above ``above`` files, stop),
-    ``attempts`` times in all.
+    ``attempts`` times in all. ``keep_rows``: which rows the rewrite keeps (default: the
+    cache's :func:`first_published`; a run table keeps every row).
 
     Raises:
         StoreError: the commit kept conflicting for ``attempts`` tries.
@@ -159,7 +170,7 @@ def compact_table(
             return Compacted(files, files, 0, 0, conflicts, 0, time.perf_counter() - started)
         # read on the snapshot the overwrite names: both use this table object's metadata
         rows = with_columns(table.scan().to_arrow(), spec)
-        kept = first_published(rows)
+        kept = (keep_rows or first_published)(rows)
         if files <= above and kept.num_rows == rows.num_rows:
             # compacted already; a compaction killed before it expired leaves snapshots
             expired = expire_older_snapshots(table) if len(table.metadata.snapshots) > 1 else 0
@@ -229,3 +240,62 @@ def _forbid_rebase(table: Table) -> None:
         return
     with table.transaction() as transaction:
         transaction.set_properties({_RETRIES: "0"})
+
+
+#: Snapshots a shared table may hold after a push before its older ones are expired (each
+#: commit rewrites the table's metadata whole, one entry per snapshot, and every reader loads
+#: it): a table keeps at most this many, the current one always (a module setting).
+KEEP_SNAPSHOTS = 8
+
+
+@dataclass(frozen=True)
+class Maintained:
+    """What :func:`maintain_table` did to one table after a push: snapshots expired, its
+    compaction (None: under the bound), or why it failed (the push itself stands)."""
+
+    table: str
+    expired_snapshots: int
+    compacted: Compacted | None = None
+    failure: str | None = None
+
+
+def maintain_table(
+    table: Table,
+    spec: SharedTable,
+    *,
+    keep: int | None = None,
+    compact_above: int | None = None,
+    attempts: int = 2,
+) -> Maintained:
+    """After a push: compact ``table`` once past ``compact_above`` (default:
+    ``COMPACT_AT_FILES``, read now) data files (every row
+    kept: a run table holds each row once; the response cache its first-published rows),
+    and once it holds more than ``keep`` snapshots (default: ``KEEP_SNAPSHOTS``, read now)
+    expire all but the current one. Best effort: what fails (a writer that keeps winning the
+    commit) is said in ``failure`` and left to the next push.
+
+    Examples:
+        >>> Maintained("outputs", 7).compacted is None
+        True
+    """
+    keep = KEEP_SNAPSHOTS if keep is None else keep
+    compact_above = COMPACT_AT_FILES if compact_above is None else compact_above
+    try:
+        table = table.refresh()
+        compacted = None
+        if data_files(table) > compact_above:
+            rows = None if spec.name == "response_cache" else _every_row
+            compacted = compact_table(
+                table, spec, above=compact_above, attempts=attempts, keep_rows=rows
+            )
+            table = table.refresh()
+        expired = compacted.expired_snapshots if compacted is not None else 0
+        if len(table.metadata.snapshots) > keep:
+            expired += expire_older_snapshots(table)
+        return Maintained(spec.name, expired, compacted)
+    except Exception as exc:  # the push committed: maintenance never undoes or fails it
+        return Maintained(spec.name, 0, None, f"{type(exc).__name__}: {exc}"[:300])
+
+
+def _every_row(rows: pa.Table) -> pa.Table:
+    return rows

@@ -9,7 +9,10 @@ once its ``runs`` row is there, so a reader never sees a run whose rows are stil
 promotion never names a run that is not all there, and a push killed midway is finished by
 pushing again (each table skips the rows it already holds: :func:`append_new`).
 
-A pull copies a published run's rows, its overrides and the human labels of its outputs, and
+A pull first verifies the run as one unit against the seal its push recorded
+(:mod:`evalkit.store.shared.verify`), and refuses it in one line naming the run and the table
+when rows were added or changed since; then it copies the run's rows, its overrides and the
+human labels of its outputs, and
 with a baseline its suite's promotion history, into the local store in one DuckDB
 transaction, skipping the rows the local store already holds (of a label relabelled since,
 the newest value wins, as a local re-import does).
@@ -38,6 +41,7 @@ from evalkit.store.shared.compaction import (
     compact_table,
     data_files,
     first_published,
+    maintain_table,
 )
 from evalkit.store.shared.local_rows import insert_missing, local_rows
 from evalkit.store.shared.tables import (
@@ -280,6 +284,7 @@ class SharedStore:
             result: Appended = append_new(table, TABLES[name], rows)
             added[name] = result.added
             conflicts += result.conflicts
+            maintain_table(table, TABLES[name])  # compaction.py: compact, expire old snapshots
         return Pushed(run_id, added, conflicts)
 
     @_unreachable_is_one_line

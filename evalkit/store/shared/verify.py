@@ -61,7 +61,8 @@ class UnverifiedRun(StoreError):
     def __init__(self, run_id: str, table: str, problem: str) -> None:
         super().__init__(
             f"run {run_id}: shared table {table} {problem}; refusing to pull it (nothing "
-            "written locally): push the run again from its own store, or ask who wrote those rows"
+            "written locally): rows were added or changed after its push, see who committed "
+            "them in the table's snapshot history"
         )
         self.run_id = run_id
         self.table = table
