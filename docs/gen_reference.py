@@ -306,9 +306,16 @@ MEANINGS: dict[str, str] = {
     "the statistics say: a stricter policy choice.",
     "gate.trusted_writers": "Whose promotions, flake lists, overrides and calibrations the gate "
     "trusts: `base_branch`, `person`, `ref:BRANCH`, `who:NAME`, `unknown`.",
-    "gate.relative_budgets": "Paired growth limits per critical tag: median per-case ratio for "
-    "`total_tokens`, `cost_usd`, `steps` (1.5 = +50 %), median difference in seconds for "
-    "`latency_p50_s`.",
+    "gate.relative_budgets": "Paired growth limits per critical tag: the ratio of totals for "
+    "`total_tokens`, `cost_usd`, `steps` (1.5 = +50 %; a baseline total of 0 blocks on any "
+    "growth of the mean), seconds per case for `latency_s` (mean) and `latency_p50_s` "
+    "(median); blocks when the paired bootstrap interval lies wholly above the limit.",
+    "gate.assumed_icc": "The intra-group correlation assumed when sizing a critical tag whose "
+    "cases carry `group:` and whose own data cannot estimate it (stated as assumed).",
+    "gate.critical_adjust": "`holm` adjusts the critical tags' exact p-values across the tags "
+    "gated (family-wise false blocks at most alpha, less power); `none` tests each at alpha.",
+    "gate.mid_p": "Read the exact McNemar test's mid-p (more power, false blocks no longer "
+    "guaranteed at most alpha).",
 }
 
 #: Sections whose YAML is a mapping the suite model keeps loosely typed (``dict[str, Any]``)

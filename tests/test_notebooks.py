@@ -386,7 +386,12 @@ def test_history_notebook_executes(tmp_path):
     ) as store:  # outputs edited by hand: their recorded usage follows
         for run_id in ("run-4", "run-5"):
             store.record_history(run_id)
-    params = {"DB_PATH": str(db), "BY": "label", "OUTPUT_DIR": str(tmp_path / "out")}
+    params = {
+        "DB_PATH": str(db),
+        "BY": "label",
+        "OUTPUT_DIR": str(tmp_path / "out"),
+        "TREND_RUNS": 6,
+    }  # one window of six runs: tested once it is complete
     nb, ename, message = execute_notebook("history.ipynb", tmp_path / "history.ipynb", params)
     assert ename is None, message
     text = nb.read_text()

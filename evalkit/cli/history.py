@@ -46,7 +46,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         type=_positive,
         default=10,
         metavar="K",
-        help="how many newest points the 'unstable cases are growing' test reads",
+        help="points per window of the 'unstable cases are growing' test (windows do not "
+        "overlap; each is tested once, when complete)",
+    )
+    parser.add_argument(
+        "--trend-horizon",
+        type=_positive,
+        default=30,
+        metavar="H",
+        help="runs over which a steady series raises that warning at most 5%% of the time "
+        "(each window is tested at 0.05 x K / H)",
     )
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.set_defaults(handler=_cmd_history)
@@ -65,6 +74,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
             by=args.by,
             label=args.label,
             trend_runs=args.trend_runs,
+            horizon=max(args.trend_horizon, args.trend_runs),
         )
     finally:
         store.close()
@@ -120,4 +130,11 @@ def render_table(result: History) -> str:
         )
     for finding in result.findings:
         lines.append(f"{finding.severity}: {finding.message}")
+    for reuse in result.reuse[:5]:
+        cases = "" if reuse.n_cases is None else f" ({reuse.n_cases} cases)"
+        lines.append(
+            f"corpus {reuse.corpus_hash[:12]}{cases}: consulted by {reuse.runs} run(s), "
+            f"{reuse.sealed_runs} with the sealed slice — each is one more look at the same "
+            "cases; re-sample or open the sealed slice on a schedule (seed 003)"
+        )
     return "\n".join(lines)

@@ -8,6 +8,7 @@ library's own files, never from either.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,7 +61,13 @@ def _cmd_push(args: argparse.Namespace) -> int:
     shared = shared_store_of(args)
     _require_store(args.db)
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-        pushed = shared.push_run(store, args.run)
+        pushed = shared.push_run(store, args.run, cache=False)
+        from evalkit.run.shared_cache import publish_stored_cache
+
+        # keyed by what the endpoint serves, with this host as publisher (cache_provenance)
+        published = publish_stored_cache(store, shared.uri.full, pushed.run_id, source="push")
+    if published is not None and published.added:
+        pushed = replace(pushed, added={**pushed.added, "response_cache": published.added})
     if pushed.rows:
         print(f"pushed run {pushed.run_id} to {shared.uri.shown}: {_counts(pushed.added)}")
     else:

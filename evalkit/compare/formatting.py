@@ -68,3 +68,13 @@ def describe_statistic(stat: dict) -> str:
     if stat.get("flake_rate"):
         parts.append(f"flake rate {stat['flake_rate']:.0%}")
     return "; ".join(parts)
+
+
+def ci_label(level: float) -> str:
+    """An interval's header at its real level: "95% CI", "98% CI", "97.5% CI".
+
+    Examples:
+        >>> ci_label(0.95), ci_label(1 - 2 * 0.01), ci_label(0.975)
+        ('95% CI', '98% CI', '97.5% CI')
+    """
+    return f"{100 * level:.4g}% CI"

@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ from evalkit.compare.decision import (
     State,
 )
 from evalkit.compare.policy import GatePolicy, tag_counts
+from evalkit.compare.ruled_out import critical_options, ruled_out_findings
 from evalkit.compare.served import served_findings, served_from
 from evalkit.compare.slices import CLUSTERED_METHOD, interval_name, slices
 from evalkit.compare.usage_deltas import exceeds, usage_deltas
@@ -125,21 +127,61 @@ def _sev(block: bool) -> Severity:
     return "block" if block else "warn"
 
 
-def _sizing(n: int, broken: int, fixed: int, policy: GatePolicy) -> tuple[float, bool, int, float]:
-    """``(psi, psi_assumed, required_n, power)`` for detecting a drop of ``policy.tolerance``.
+def _sizing(
+    n: int, broken: int, fixed: int, policy: GatePolicy, deff: float = 1.0
+) -> tuple[float, bool, int, float]:
+    """``(psi, psi_assumed, required_n, power)`` for detecting a drop of ``policy.tolerance``
+    with the test the gate runs: the one-sided exact McNemar test (`stats.required_n_exact`,
+    `stats.exact_power_gate`), on verdicts as observed (replays already collapsed), at the
+    design effect ``deff`` of the tag's case groups (`_group_design`).
 
     ``psi`` is the observed flip fraction, floored at the tolerance (a drop of Δ needs at least
     Δ of the cases to flip; with no flips we assume exactly that, every flip a break), so
-    ``required_n`` (Connor, one-sided) is a lower bound then. ``power`` is the exact power at n.
+    ``required_n`` is a lower bound then. ``power`` is the exact power at n; ``required_n`` the
+    smallest n from which the exact power stays at or above ``policy.power``.
 
     Examples:
         >>> _sizing(50, 0, 0, GatePolicy())[:3]
-        (0.02, True, 308)
+        (0.02, True, 335)
+        >>> _sizing(400, 0, 0, GatePolicy(), deff=3.45)[2]
+        1156
     """
     observed, tol = (broken + fixed) / n if n else 0.0, policy.tolerance
     psi = max(observed, tol)
-    need = stats.required_n_paired(psi, tol, policy.alpha, policy.power, "one-sided")
-    return psi, observed < tol, need, stats.exact_power_paired(n, psi, tol, policy.alpha)
+    grid = math.ceil(psi * 200 - 1e-9) / 200  # sized at psi rounded up to 0.5 pt: reused
+    need = stats.required_n_exact(min(1.0, max(grid, tol)), tol, policy.alpha, policy.power,
+                                  deff=deff)  # fmt: skip
+    power = stats.exact_power_gate(n, psi, tol, policy.alpha, deff=deff)
+    return psi, observed < tol, need, power
+
+
+def _group_design(paired: pl.DataFrame, tag: str, policy: GatePolicy) -> tuple[float, str]:
+    """The design effect of a critical tag's case groups and how it was found: the
+    intra-group correlation of its cases' paired changes when its groups can estimate it
+    (`stats.icc_oneway`, floored at 0), else ``gate.assumed_icc``, stated as assumed.
+    ``(1.0, "")`` when no case of the tag carries a group."""
+    if "case_group" not in paired.columns:
+        return 1.0, ""
+    sub = paired.filter(
+        pl.col("tags").list.contains(tag) & ~pl.col("base_error") & ~pl.col("cand_error")
+    )
+    if sub.is_empty() or sub["case_group"].is_null().all():
+        return 1.0, ""
+    cluster = pl.coalesce(pl.lit("g:") + pl.col("case_group"), pl.lit("c:") + pl.col("case_id"))
+    sub = sub.with_columns(
+        _c=cluster, _d=pl.col("cand").cast(pl.Int8) - pl.col("base").cast(pl.Int8)
+    )
+    sizes = sub.group_by("_c").len()["len"].to_numpy()
+    icc = stats.icc_oneway(sub["_d"].to_numpy(), sub["_c"].to_numpy())
+    if icc != icc or not (sub["_d"] != 0).any():  # nan, or no change to estimate it from
+        icc, how = policy.assumed_icc, "assumed (gate.assumed_icc)"
+    else:
+        how = "estimated from this comparison's paired changes"
+    deff = stats.design_effect(sizes, icc)
+    return deff, (
+        f"; {sizes.size} case groups, intra-group correlation {icc:.2f} {how}: design effect "
+        f"{deff:.2f}, ≈{int(sub.height / deff)} effective cases"
+    )
 
 
 def _critical(
@@ -165,7 +207,8 @@ def _critical(
         sub = paired.filter(pl.col("tags").list.contains(tag) & pl.col("base") & ~pl.col("cand"))
         ids, stat = tuple(sub["case_id"]), {k: r[k] for k in ("n", "broken", "fixed", "p_value")}
         stat |= {"diff": r["diff"], "lo": r["diff_lo"], "hi": hi}
-        psi, assumed, need, power = _sizing(n, broken, fixed, policy)
+        deff, groups_note = _group_design(paired, tag, policy)
+        psi, assumed, need, power = _sizing(n, broken, fixed, policy, deff)
         by_p, by_ci = broken > fixed and p is not None and p <= a, hi is not None and hi < -tol
         head = f"critical tag {tag!r}"
         judged = _judge_level_drop(tag, paired, policy)  # a calibrated judge, on its own scale
@@ -174,7 +217,9 @@ def _critical(
             state: State = "regressed"
         elif by_p or by_ci:
             state = "regressed"
-            test = "exact McNemar"
+            test = "exact McNemar" + (" mid-p" if policy.mid_p else "")
+            if policy.critical_adjust == "holm":  # gate.critical_adjust (`critical_options`)
+                test += ", Holm-adjusted across the critical tags,"
             if r.get("interval_method") == CLUSTERED_METHOD:  # cases in groups: the larger p
                 test = f"exact McNemar and clustered t over {r['n_groups']} case groups"
             why = [f"one-sided {test} p = {p:.4g} ≤ {a:g}"] if by_p else []
@@ -193,7 +238,8 @@ def _critical(
             msg = (
                 f"{head} is underpowered: {n} cases detect a {100 * tol:.1f}-point drop with power "
                 f"{power:.0%}; it needs ≈{need} cases (paired, flip rate ψ = {psi:.3g}"
-                f"{', assumed: no flips seen' if assumed else ''})"
+                f"{', assumed: no flips seen' if assumed else ''}; one-sided exact McNemar"
+                f"{groups_note})"
             )
             stat |= {"required_n": need}
             findings.append(Finding(2, tag, ids, stat, msg, "warn", "underpowered"))
@@ -251,11 +297,18 @@ def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> li
     adj = stats.holm(table["p_value"].to_numpy()) if table.height else []
     out = []
     for r, p_adj in zip(table.iter_rows(named=True), adj, strict=True):
-        if (r["broken"] > r["fixed"] and p_adj <= policy.alpha) or r["diff_hi"] < -policy.tolerance:
+        by_p = r["broken"] > r["fixed"] and p_adj <= policy.alpha
+        if by_p or r["diff_hi"] < -policy.tolerance:
             name = "the aggregate" if r["slice"] == "ALL" else f"slice {r['slice']!r}"
+            why = (
+                f"Holm-adjusted p = {p_adj:.3g} ≤ {policy.alpha:g}"
+                if by_p  # else the interval rule raised it, unadjusted across slices: say so
+                else f"upper bound {_pts(r['diff_hi'])} < {_pts(-policy.tolerance)}, an interval "
+                "not adjusted across slices"
+            )
             msg = (
                 f"{name} regressed: {r['broken']} broken, {r['fixed']} fixed of {r['n']} "
-                f"({_pts(r['diff'])}, Holm-adjusted p = {p_adj:.3g})"
+                f"({_pts(r['diff'])}, {why})"
             )
             stat = {**r, "p_holm": float(p_adj)}
             out.append(Finding(3, r["slice"], (), stat, msg, "warn", "regressed"))
@@ -516,33 +569,49 @@ def _any_broken(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
 
 
 def _relative_findings(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
-    """Per critical tag and ``gate.relative_budgets`` metric: a block when the tag's cases grew
-    against their own baseline beyond the allowed increase (interval and sign test agree)."""
+    """Per critical tag and ``gate.relative_budgets`` metric: a block when the tag's total grew
+    against its own baseline beyond the allowed increase, beyond the noise (the paired
+    bootstrap interval of the ratio of totals, or of seconds per case, lies wholly above the
+    limit; `evalkit.compare.usage_deltas.exceeds`)."""
     if not policy.relative_budgets or not policy.critical_tags:
         return []
     limits = dict(policy.relative_budgets)
-    table = usage_deltas(paired, policy.critical_tags, list(limits), policy.interval_level())
+    table = usage_deltas(
+        paired, policy.critical_tags, list(limits), policy.interval_level(),
+        min(policy.bootstrap_iters, 4_000), policy.bootstrap_seed,
+    )  # fmt: skip
     found = []
+    level = f"{policy.interval_level():.0%}"
     for row in table.filter(pl.col("slice") != "ALL").iter_rows(named=True):
         limit = limits[row["metric"]]
-        if not exceeds(row, limit, policy.alpha):
+        if not exceeds(row, limit):
             continue
-        if row["kind"] == "ratio":
-            change = f"median ×{row['estimate']:.2f} per case [{row['lo']:.2f}, {row['hi']:.2f}]"
-            allowed = f"×{limit:g}"
-        else:
+        d_lo, d_hi = row["diff_lo"], row["diff_hi"]
+        diff = f"mean {row['mean_diff']:+.3g} per case [{d_lo:+.3g}, {d_hi:+.3g}]"
+        if row["kind"] == "ratio" and row["base_total"] == 0:
+            change = f"total {row['base_total']:g} → {row['cand_total']:.4g}, {diff}"
+        elif row["kind"] == "ratio":
             change = (
-                f"median +{row['estimate']:.2f} s per case [{row['lo']:+.2f}, {row['hi']:+.2f}]"
+                f"total ×{row['estimate']:.2f} [{row['lo']:.2f}, {row['hi']:.2f}] "
+                f"({row['base_total']:.4g} → {row['cand_total']:.4g}), {diff}"
             )
-            allowed = f"+{limit:g} s"
+        else:
+            what = "median" if row["kind"] == "median seconds" else "mean"
+            bounds = f"[{row['lo']:+.2f}, {row['hi']:+.2f}]"
+            change = f"{what} {row['estimate']:+.2f} s per case {bounds}"
+        allowed = f"×{limit:g}" if row["kind"] == "ratio" else f"+{limit:g} s"
+        zero = f", {row['zero_base']} from a baseline of 0" if row["zero_base"] else ""
         message = (
-            f"{row['metric']} of {row['slice']!r} grew against the baseline, paired: {change}, "
-            f"{row['grew']} cases grew and {row['shrank']} shrank (sign test p = "
-            f"{row['p_grew']:.2g}); gate.relative_budgets allows {allowed}"
+            f"{row['metric']} of {row['slice']!r} grew against the baseline, paired over "
+            f"{row['n']} cases: {change} ({level} paired bootstrap over cases); "
+            f"{row['grew']} cases grew{zero}, {row['shrank']} shrank; gate.relative_budgets "
+            f"allows {allowed}"
         )
-        stats_ = {k: row[k] for k in ("n", "estimate", "lo", "hi", "grew", "shrank", "p_grew")}
+        keys = ("n", "estimate", "lo", "hi", "mean_diff", "diff_lo", "diff_hi", "base_total",
+                "cand_total", "zero_base", "grew", "shrank", "p_grew")  # fmt: skip
         kind = f"relative:{row['metric']}"
-        found.append(Finding(4, row["slice"], (), stats_, message, "block", kind))
+        stat = {k: row[k] for k in keys}
+        found.append(Finding(4, row["slice"], (), stat, message, "block", kind))
     return found
 
 
@@ -647,7 +716,7 @@ def decide(
         cols = {c.removeprefix("cand_"): pl.col(c) for c in paired.columns if c.startswith("cand_")}
         budgets_observed = usage_means(paired.select(**cols)) if cols else {}
     table = slices(paired, policy.bootstrap_iters, policy.bootstrap_seed, policy.interval_level())
-    states, critical = _critical(table, policy, paired, counts)
+    states, critical = _critical(critical_options(table, policy), policy, paired, counts)
     causes = _first_cause(errors)
     context = context or PairContext()
     delta = context.delta
@@ -660,6 +729,7 @@ def decide(
         *_corpus_findings(policy, paired, delta, accounting, context),
         *_must_pass(paired, flakes or {}, causes, delta),
         *critical,
+        *ruled_out_findings(states, policy),
         *_others(table, paired, policy),
         *_budget_findings(policy, budgets_observed),
         *_any_broken(paired, policy),

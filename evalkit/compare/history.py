@@ -8,11 +8,18 @@ each. Pass rates are over decided cases (errored ones are counted apart) with Wi
 which hold at the small n of a tag. Every count is made in the store
 (`evalkit.store.history_queries`), so a long history reads no outputs into Python.
 
-"Unstable cases are growing" is a warning finding: the share of a series' cases whose replays
-disagreed, over its last ``trend_runs`` points, has an increasing Mann–Kendall trend with
-p <= ``alpha``. The share, not the count, so that a corpus growing over months does not read as
-instability growing. A change of the served model between two points of a series is an info
-finding (the chart marks it).
+"Unstable cases are growing" is a warning finding with a stated false-alarm rate: a series is
+cut into non-overlapping windows of ``trend_runs`` points from its first run (runs 1-10,
+11-20, ...), and each window is tested *once*, when it is complete, for an increasing
+Mann–Kendall trend in the share of cases whose replays disagreed (the permutation p-value,
+valid with ties at any n: `evalkit.stats.trend.mann_kendall_permutation`) at
+``alpha * trend_runs / horizon``. A stationary series then raises the warning at most
+``alpha`` of the time over any ``horizon`` runs (5 % over 30 runs by default: at most 3 windows
+at 1.67 % each; a seeded simulation in the tests checks it). Testing a sliding window at every
+run instead fired within 30 runs with probability 0.52. The warning stays on the newest
+complete window until the next one completes. The share, not the count, so that a corpus
+growing over months does not read as instability growing. A change of the served model between
+two points of a series is an info finding (the chart marks it).
 
 Examples:
     >>> h = history(open_store("data/evalkit.duckdb"), by="label", last=10)  # doctest: +SKIP
@@ -29,21 +36,29 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 
 from evalkit.compare.decision import Finding
-from evalkit.compare.history_values import History, HistoryPoint, TagRate, UnstableTrend
+from evalkit.compare.history_values import (
+    CorpusReuse,
+    History,
+    HistoryPoint,
+    TagRate,
+    UnstableTrend,
+)
 from evalkit.errors import StoreError
 from evalkit.stats.intervals import wilson_interval
-from evalkit.stats.trend import mann_kendall
+from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
 from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
 
 if TYPE_CHECKING:
     from evalkit.store import Store
 
 By = Literal["baseline", "label"]
-#: How many of a series' newest points the unstable-cases trend test looks at.
+#: How many points a window of the unstable-cases trend test holds.
 TREND_RUNS = 10
+#: Over this many runs a stationary series raises the trend warning with probability <= alpha.
+TREND_HORIZON = 30
 UNSTABLE_GROWING = "history:unstable_growing"
 SERVED_MODEL_CHANGE = "history:served_model_change"
-__all__ = ["History", "HistoryPoint", "TagRate", "UnstableTrend", "history"]
+__all__ = ["CorpusReuse", "History", "HistoryPoint", "TagRate", "UnstableTrend", "history"]
 
 
 def history(
@@ -55,6 +70,7 @@ def history(
     label: str | None = None,
     trend_runs: int = TREND_RUNS,
     alpha: float = 0.05,
+    horizon: int = TREND_HORIZON,
     level: float = 0.95,
 ) -> History:
     """The history of the store's promoted baselines (``by="baseline"``) or of each label's
@@ -65,7 +81,8 @@ def history(
         last: keep each series' newest ``last`` points.
         label: only the runs with this label (``by="label"``: one series; ``by="baseline"``:
             the promoted runs carrying it).
-        trend_runs: how many of a series' newest points the unstable trend test reads.
+        trend_runs: the points in each window of the unstable trend test.
+        horizon: the runs over which its false-alarm rate is at most ``alpha``.
 
     Raises:
         StoreError: ``tag`` is carried by no case of the selected runs.
@@ -75,6 +92,8 @@ def history(
         raise ValueError(f"by must be 'baseline' or 'label', got {by!r}")
     if (last is not None and last < 1) or trend_runs < 1:
         raise ValueError(f"last and trend_runs must be >= 1, got {last}, {trend_runs}")
+    if horizon < trend_runs:
+        raise ValueError(f"horizon ({horizon}) must be at least trend_runs ({trend_runs})")
     chosen = _chosen_runs(store, by, last, label)
     run_ids = chosen["run_id"].unique().to_list()
     counts = tag_counts(store, run_ids, tag)
@@ -90,9 +109,43 @@ def history(
         _point(row, rates.get(row["run_id"], ()), usage.get(row["run_id"], {}), flaky)
         for row in chosen.iter_rows(named=True)
     )
-    trends = _trends(points, tag or ALL, trend_runs)
-    findings = _findings(points, trends, alpha, tag)
-    return History(by, tag, points, trends, findings, alpha, level)
+    positions = dict(chosen.select("run_id", "pos").iter_rows())
+    window_alpha = alpha * trend_runs / horizon
+    trends = _trends(points, positions, tag or ALL, trend_runs)
+    findings = _findings(points, trends, window_alpha, tag, (alpha, horizon))
+    return History(by, tag, points, trends, findings, alpha, level, corpus_reuse(store.runs()))
+
+
+def corpus_reuse(runs: pl.DataFrame) -> tuple[CorpusReuse, ...]:
+    """Per corpus version (the manifest's corpus hash), the complete runs against it and how
+    many ran the sealed slice: seed 003's rot concern, every run another look at a holdout.
+    Newest version first.
+
+    Examples:
+        >>> import datetime as dt
+        >>> m = '{"corpus": {"hash": "abc", "n_cases": 40}, "selection": {"sealed": true}}'
+        >>> runs = pl.DataFrame({"status": ["complete"] * 2, "manifest": [m, m.replace("true",
+        ...     "false")], "created_at": [dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 2)]})
+        >>> r = corpus_reuse(runs)[0]
+        >>> r.corpus_hash, r.runs, r.sealed_runs
+        ('abc', 2, 1)
+    """
+    found: dict[str, dict[str, Any]] = {}
+    done = runs.filter(pl.col("status") == "complete").sort("created_at")
+    for manifest, at in done.select("manifest", "created_at").iter_rows():
+        m = json.loads(manifest) if manifest else {}
+        corpus = m.get("corpus") or {}
+        key = corpus.get("hash")
+        if not key:
+            continue
+        entry = found.setdefault(key, {"n": corpus.get("n_cases"), "runs": 0, "sealed": 0,
+                                       "first": at, "last": at})  # fmt: skip
+        entry["runs"] += 1
+        entry["sealed"] += bool((m.get("selection") or {}).get("sealed"))
+        entry["last"] = at
+    rows = [CorpusReuse(k, v["n"], v["runs"], v["sealed"], v["first"], v["last"])
+            for k, v in found.items()]  # fmt: skip
+    return tuple(sorted(rows, key=lambda r: (r.last_at is None, r.last_at), reverse=True))
 
 
 def _chosen_runs(store: Store, by: By, last: int | None, label: str | None) -> pl.DataFrame:
@@ -123,6 +176,7 @@ def _chosen_runs(store: Store, by: By, last: int | None, label: str | None) -> p
     if label is not None:
         chosen = chosen.filter(pl.col("label") == label)
     chosen = chosen.sort("series", "at", "run_id")
+    chosen = chosen.with_columns(pos=pl.int_range(pl.len()).over("series"))  # before `last`
     if last is not None:
         chosen = chosen.group_by("series", maintain_order=True).tail(last)
     return chosen.sort("series", "at", "run_id")
@@ -184,22 +238,56 @@ def _point(
     )  # fmt: skip
 
 
+def latest_window(positions: list[int], window: int) -> tuple[int, int] | None:
+    """Indices [i, j) into ``positions`` (a series' run positions from its first run, oldest
+    first, possibly cut by ``last``) of its newest complete non-overlapping window, or None.
+
+    Examples:
+        >>> latest_window(list(range(25)), 10), latest_window(list(range(9)), 10)
+        ((10, 20), None)
+        >>> latest_window(list(range(15, 35)), 10)   # runs 16-35 of a longer series: 21-30
+        (5, 15)
+    """
+    if not positions:
+        return None
+    k = (positions[-1] + 1) // window - 1
+    while k >= 0:
+        lo = k * window
+        if lo >= positions[0]:
+            i = positions.index(lo)
+            return i, i + window
+        k -= 1
+    return None
+
+
 def _trends(
-    points: tuple[HistoryPoint, ...], tag: str, trend_runs: int
+    points: tuple[HistoryPoint, ...], positions: Mapping[str, int], tag: str, trend_runs: int
 ) -> tuple[UnstableTrend, ...]:
     by_series: dict[str, list[HistoryPoint]] = {}
     for p in points:
         by_series.setdefault(p.series, []).append(p)
     trends = []
     for series, pts in by_series.items():
-        window = pts[-trend_runs:]
+        span = latest_window([positions[p.run_id] for p in pts], trend_runs)
+        if span is None:
+            continue
+        window = pts[span[0] : span[1]]
         shares = []
         for p in window:
             rate = p.rate(tag)
             shares.append(rate.unstable / rate.cases if rate and rate.cases else 0.0)
         ids = tuple(p.run_id for p in window)
-        trends.append(UnstableTrend(series, ids, tuple(shares), mann_kendall(shares, "greater")))
+        trends.append(UnstableTrend(series, ids, tuple(shares), unstable_trend(shares)))
     return tuple(trends)
+
+
+def unstable_trend(shares: list[float]) -> TrendResult:
+    """The trend test of one window: exact Mann–Kendall without ties, the seeded permutation
+    test with them (`evalkit.stats.trend.mann_kendall_permutation`)."""
+    exact = mann_kendall(shares, "greater")
+    if exact.method in ("exact", "none"):
+        return exact
+    return mann_kendall_permutation(shares, seed=0)
 
 
 def _findings(
@@ -207,18 +295,23 @@ def _findings(
     trends: tuple[UnstableTrend, ...],
     alpha: float,
     tag: str | None,
+    stated: tuple[float, int],
 ) -> tuple[Finding, ...]:
     findings = []
     for t in trends:
         if t.test.method == "none" or t.test.p_value > alpha:
             continue
         statistic = {"s": t.test.s, "tau": t.test.tau, "p_value": t.test.p_value,
-                     "n": t.test.n, "method": t.test.method, "runs": list(t.run_ids)}  # fmt: skip
+                     "n": t.test.n, "method": t.test.method, "runs": list(t.run_ids),
+                     "window_alpha": alpha, "false_alarm": stated[0],
+                     "horizon": stated[1]}  # fmt: skip
         findings.append(Finding(
             3, tag, (), statistic,
             f"unstable cases are growing in {t.series}: {t.shares[0]:.1%} of cases had "
-            f"disagreeing replays {len(t.shares)} runs ago, {t.shares[-1]:.1%} in "
-            f"{t.run_ids[-1]} (Mann–Kendall S={t.test.s}, p={t.test.p_value:.3g})",
+            f"disagreeing replays in {t.run_ids[0]}, {t.shares[-1]:.1%} in {t.run_ids[-1]} "
+            f"(Mann–Kendall S={t.test.s}, p={t.test.p_value:.3g} ≤ {alpha:.3g}, one test per "
+            f"{len(t.shares)} runs: a steady series warns at most {stated[0]:.0%} of the time "
+            f"over {stated[1]} runs)",
             "warn", f"{UNSTABLE_GROWING}:{t.series}",
         ))  # fmt: skip
     before: dict[str, HistoryPoint] = {}

@@ -85,6 +85,20 @@ class UnstableTrend:
 
 
 @dataclass(frozen=True)
+class CorpusReuse:
+    """How often one corpus version was consulted: complete runs against it (each a look at the
+    same cases, the adaptive reuse that overfits a holdout), how many of them also ran the sealed
+    slice, and when it was first and last run."""
+
+    corpus_hash: str
+    n_cases: int | None
+    runs: int
+    sealed_runs: int
+    first_at: dt.datetime | None
+    last_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
 class History:
     """What `history` returns: the points (series by series, oldest first), each series' trend
     test and the findings; `frame` and `runs_frame` give them as Polars frames."""
@@ -96,6 +110,7 @@ class History:
     findings: tuple[Finding, ...]
     alpha: float
     level: float
+    reuse: tuple[CorpusReuse, ...] = ()
 
     @property
     def critical_tags(self) -> tuple[str, ...]:
@@ -141,6 +156,7 @@ class History:
             "points": [_jsonable(asdict(p)) for p in self.points],
             "trends": [_jsonable(asdict(t)) for t in self.trends],
             "findings": [_jsonable(asdict(f) | {"key": f.key}) for f in self.findings],
+            "reuse": [_jsonable(asdict(r)) for r in self.reuse],
         }
 
     def _with_changes(self) -> list[tuple[HistoryPoint, bool]]:

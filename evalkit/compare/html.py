@@ -35,6 +35,7 @@ from evalkit.compare.report import (
     ScorerNote,
     fmt_pct,
     fmt_pts,
+    growth_text,
     inert,
 )
 
@@ -330,17 +331,17 @@ def _slices(r: Report, charts: bool) -> list[object]:
     out: list[object] = ['<section id="slices"><h2>Slices</h2>']
     if r.decision is not None and r.decision.critical:
         crit = r.decision.to_dict()["critical"]
-        out.append(tables.critical_table(crit).as_raw_html())
-    out.append(tables.slice_table(r.slices, r.critical_tags).as_raw_html())
+        out.append(tables.critical_table(crit, level=r.level).as_raw_html())
+    out.append(tables.slice_table(r.slices, r.critical_tags, level=r.level).as_raw_html())
     if charts and r.slices.filter(pl.col("n") > 0).height:
         from evalkit.compare import charts as ch
 
         tol = r.decision.policy.tolerance if r.decision else 0.02
-        level = getattr(r.decision.policy, "level", 0.95) if r.decision else 0.95
+        level = r.level
         from evalkit.compare.slices import interval_name
 
         methods = r.slices["interval_method"].drop_nulls().unique().to_list()
-        method = f"{level:.0%} {', '.join(interval_name(m) for m in methods) or 'interval'}"
+        method = f"{100 * level:.4g}% {', '.join(interval_name(m) for m in methods) or 'interval'}"
         live = r.paired.filter(~pl.col("sealed").fill_null(False))  # the slices' cases
         out.append(ch.slice_overview(r.slices, tol, r.critical_tags, method, paired=live))
     out.append(_scorers(r))
@@ -389,22 +390,30 @@ def _scorers(r: Report) -> str:
 
 
 def _growth(r: Report) -> str:
-    """Paired growth per critical tag and the cases whose steps grew most."""
+    """Paired growth of the totals per critical tag, the cases whose tokens and steps grew
+    most."""
     out = ""
     if changed := r.changed_usage():
         body = "".join(
             f"<tr><td>{_h(x['slice'])}</td><td>{_h(x['metric'])}</td><td>{x['n']}</td><td>"
-            + (f"×{x['estimate']:.2f}" if x["kind"] == "ratio" else f"{x['estimate']:+.2f} s")
-            + ("" if x["lo"] is None else f" [{x['lo']:.2f}, {x['hi']:.2f}]")
-            + f"</td><td>{x['grew']}</td><td>{x['shrank']}</td><td>{fmt_p(x['p_grew'])}</td></tr>"
+            f"{_h(growth_text(x))}</td><td>{x['grew']}</td><td>{x['shrank']}</td></tr>"
             for x in changed
         )
         head = "".join(f"<th>{c}</th>" for c in (
-            "slice", "metric", "n", "median per case [exact interval]", "grew", "shrank",
-            "sign test p"))  # fmt: skip
+            "slice", "metric", "n", "change of the total [paired bootstrap interval]", "grew",
+            "shrank"))  # fmt: skip
         out += (
-            "<h3>Paired growth against the baseline (per case)</h3>"
+            "<h3>Paired growth against the baseline (totals)</h3>"
             f'<table class="reasons"><tr>{head}</tr>{body}</table>'
+        )
+    if r.tokens_grew_most:
+        body = "".join(
+            f"<tr><td>{_h(c)}</td><td>{b:g} → {a:g}</td><td>{share:.0%}</td></tr>"
+            for c, b, a, share in r.tokens_grew_most
+        )
+        out += (
+            '<h3>Tokens grew most</h3><table class="reasons"><tr><th>case</th><th>tokens</th>'
+            f"<th>share of the growth</th></tr>{body}</table>"
         )
     if r.grew_most:
         body = "".join(
@@ -434,7 +443,9 @@ def _suite(r: Report) -> str:
     out = f'<section id="suite"><h2>Suite health</h2><table class="reasons">{rows}</table>'
     if r.sealed.height:
         title = "Sealed slices (reported, never gated)"
-        out += tables.slice_table(r.sealed, (), title, id="evalkit-sealed").as_raw_html()
+        out += tables.slice_table(
+            r.sealed, (), title, id="evalkit-sealed", level=r.level
+        ).as_raw_html()
     return out + "</section>"
 
 

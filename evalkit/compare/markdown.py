@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from evalkit.compare.formatting import describe_statistic, fmt_p, fmt_pct, fmt_pts, inert
+from evalkit.compare.formatting import ci_label, describe_statistic, fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.report import Report
 
 #: GitHub's limit on the body of an issue or pull-request comment, in characters.
@@ -143,10 +143,10 @@ def _replay_table(report: Report) -> list[str]:
     ]
 
 
-def _table(rows: list[dict]) -> list[str]:
+def _table(rows: list[dict], level: float = 0.95) -> list[str]:
     head = [
         "| tag | n | baseline pass | candidate pass | broken b | fixed c | one-sided exact p | "
-        "difference [95% CI] | verdict |",
+        f"difference [{ci_label(level)}] | verdict |",
         "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     body = [
@@ -225,7 +225,7 @@ def to_markdown(report: Report, link: str | None = None, limit: int = GITHUB_COM
         else "no paired cases"
     )
     tail += ["", f"<sub>evalkit · details, outputs and charts: {where}</sub>"]
-    table = ["", "### Per tag (critical in bold)", "", *_table(tag_rows(r))]
+    table = ["", "### Per tag (critical in bold)", "", *_table(tag_rows(r), r.level)]
     table += _scorer_table(r)
     table += _replay_table(r)
     fixed = []

@@ -62,11 +62,20 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # "warn" reports it on the first screen, "block" stops the gate.
     served_model_change: Literal["warn", "block"] = "warn"
     # Paired limits on how much a critical tag's cases may grow against their own baseline:
-    # the median per-case ratio for total_tokens, cost_usd and steps (1.5 = +50%), the median
-    # per-case difference in seconds for latency_p50_s (evalkit.compare.usage_deltas).
-    relative_budgets: dict[Literal["total_tokens", "cost_usd", "steps", "latency_p50_s"], float] = (
-        Field(default_factory=dict)
-    )
+    # the ratio of totals for total_tokens, cost_usd and steps (1.5 = +50%), seconds per case
+    # for latency_s (mean) and latency_p50_s (median) (evalkit.compare.usage_deltas).
+    relative_budgets: dict[
+        Literal["total_tokens", "cost_usd", "steps", "latency_s", "latency_p50_s"], float
+    ] = Field(default_factory=dict)
+    # The intra-group correlation of paired changes assumed when sizing a critical tag whose
+    # cases carry group: and whose own data cannot estimate it (evalkit.stats.gate_power).
+    assumed_icc: float = Field(0.05, ge=0, le=1)
+    # Policy options for the critical tier, off by default (their operating characteristics:
+    # README "Operating characteristics"): "holm" adjusts the critical tags' exact p-values
+    # across the tags gated (family-wise rate <= alpha, less power); mid_p reads the exact
+    # test's mid-p (closer to alpha, more power, no longer guaranteed <= alpha).
+    critical_adjust: Literal["none", "holm"] = "none"
+    mid_p: bool = False
     # Who may write the promotions, flake lists and overrides the gate trusts
     # (evalkit.provenance): base_branch, person, ref:BRANCH, who:NAME, unknown.
     trusted_writers: list[
@@ -114,6 +123,9 @@ class GatePolicy:
     block_on_any_broken: tuple[str, ...] = ()
     served_model_change: Literal["warn", "block"] = "warn"
     relative_budgets: tuple[tuple[str, float], ...] = ()  # (metric, allowed), sorted
+    assumed_icc: float = 0.05
+    critical_adjust: Literal["none", "holm"] = "none"
+    mid_p: bool = False
     pass_rules: PassRules = field(default_factory=PassRules)  # replays -> one verdict per case
     trusted_writers: tuple[str, ...] = DEFAULT_TRUSTED  # evalkit.provenance.why_untrusted
 

@@ -16,19 +16,7 @@ import polars as pl
 from evalkit import stats
 from evalkit.compare.policy import GatePolicy
 
-
-def min_detectable_collapse(n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
-    """Smallest drop (in steps of 1 point, every flip a break) that the gate's exact one-sided
-    McNemar test detects with ``power`` on ``n`` cases; None when even 100 points is not enough.
-
-    Examples:
-        >>> min_detectable_collapse(13), min_detectable_collapse(6), min_detectable_collapse(4)
-        (0.47, 0.87, None)
-    """
-    for drop in np.arange(1, 101) / 100:
-        if n and stats.exact_power_paired(n, drop, drop, alpha) >= power:
-            return float(drop)
-    return None
+min_detectable_collapse = stats.min_detectable_collapse  # where it lives: stats.gate_power
 
 
 def power_table(
@@ -154,11 +142,13 @@ def operating_characteristics(
     """The gate's false-block rate and power, measured by `simulate_gate` (seeded).
 
     For each corpus layout in ``sizes`` (critical tag -> cases) and flake rate: ``null`` rows
-    with the per-tag false-block rate under no true change (``per_tag``, its Monte-Carlo s.e.
-    at alpha ``mc_se``, each tag's own rate in ``by_tag``) and the family-wise rate with the
-    first 1..k tags (``fwer``); ``power`` rows with the per-tag power against each true drop at
-    ``power_flake``. ``n`` is a layout's smallest tag. Returns ``{"alpha", "tolerance", "null",
-    "power"}``, JSON-ready.
+    with the per-tag false-block rate under no true change (``per_tag``; ``mc_se``, the
+    Monte-Carlo s.e. of that estimate, sqrt(r (1 - r) / draws), 0 when no draw blocked;
+    ``se_at_alpha``, the s.e. a rate of exactly alpha would have, the yardstick for "at most
+    alpha within Monte-Carlo error"; each tag's own rate in ``by_tag``) and the family-wise
+    rate with the first 1..k tags (``fwer``); ``power`` rows with the per-tag power against
+    each true drop at ``power_flake``. ``n`` is a layout's smallest tag. Returns ``{"alpha",
+    "tolerance", "null", "power"}``, JSON-ready.
 
     Examples:
         >>> oc = operating_characteristics([{"a": 30}], flakes=[0.0], drops=[0.2], reps=20,
@@ -173,10 +163,12 @@ def operating_characteristics(
         for layout in sizes:
             blocks = simulate_gate(layout, flake, 0.0, reps, pass_rate, rng, pol)
             se = math.sqrt(pol.alpha * (1 - pol.alpha) / blocks.size)
+            rate = float(blocks.mean())
             fwer = {str(t): float(blocks[:, :t].any(1).mean()) for t in range(1, len(layout) + 1)}
             by_tag = {tag: float(blocks[:, i].mean()) for i, tag in enumerate(layout)}
             null.append({"n": min(layout.values()), "sizes": dict(layout), "flake": flake,
-                         "per_tag": float(blocks.mean()), "mc_se": se, "fwer": fwer,
+                         "per_tag": rate, "mc_se": math.sqrt(rate * (1 - rate) / blocks.size),
+                         "se_at_alpha": se, "fwer": fwer,
                          "by_tag": by_tag})  # fmt: skip
     power: list[dict[str, Any]] = []
     for drop in drops:
@@ -195,6 +187,7 @@ def replay_table(
     psi: float = 0.10,
     flake: float = 0.02,
     policy: GatePolicy | None = None,
+    pass_rate: float = 0.85,
 ) -> pl.DataFrame:
     """How many cases, and how many replays: `stats.required_n_replays` (Miller 2024, eq. 9)
     for each drop and K, one-sided at the policy's alpha and power, as the gate tests.
@@ -202,13 +195,18 @@ def replay_table(
     Per case, the difference in expected pass rates varies across cases with variance
     omega^2 = psi' - drop^2 (psi' = max(psi, drop), the flip fraction, as the paired sizing
     assumes); one run's verdict varies within a case with variance e (1 - e), e = `flip_prob`
-    (flake), for each system. Replays shrink only that within-case term; this sizing reads
-    the mean over replays, the gate a majority, which is at least as stable.
+    (flake), for each system. Replays shrink only that within-case term. ``required_n`` reads the
+    mean over replays; the gate reads a majority, which is *not* always as stable: for a case
+    whose per-replay pass rate is near 0.5 the majority is a coin toss whatever K. The sizing
+    on the gate's own test (exact one-sided McNemar on majority verdicts) is
+    ``required_n_exact`` (`evalkit.stats.gate_power`, baseline pass rate ``pass_rate``), and
+    ``exact_power`` is that test's power at ``required_n``: below the target, Miller's n is
+    optimistic for the gate.
 
     Examples:
         >>> t = replay_table(drops=[0.05], replays=[1, 5], psi=0.10, flake=0.05)
-        >>> t.select("replays", "required_n").rows()
-        [(1, 365), (5, 266)]
+        >>> t.select("replays", "required_n", "exact_power", "required_n_exact").rows()
+        [(1, 365, 0.751, 413), (5, 266, 0.797, 269)]
     """
     pol, e = policy or GatePolicy(), flip_prob(flake)
     rows = []
@@ -219,8 +217,13 @@ def replay_table(
             need = stats.required_n_replays(
                 drop, omega2, e * (1 - e), k, pol.alpha, pol.power, "one-sided"
             )
+            kw = {"replays": k, "flake": flake, "pass_rate": pass_rate}
+            exact_n = stats.required_n_exact(psi_d, drop, pol.alpha, pol.power, **kw)
+            power = stats.exact_power_gate(need, psi_d, drop, pol.alpha, **kw)
             rows.append({"drop": drop, "replays": k, "omega2": omega2, "sigma2": e * (1 - e),
-                         "required_n": need, "runs_per_system": need * k})  # fmt: skip
+                         "required_n": need, "runs_per_system": need * k,
+                         "exact_power": round(power, 3), "required_n_exact": exact_n})  # fmt: skip
     schema: dict[str, Any] = dict.fromkeys(["drop", "omega2", "sigma2"], pl.Float64)
     schema |= dict.fromkeys(["replays", "required_n", "runs_per_system"], pl.Int64)
+    schema |= {"exact_power": pl.Float64, "required_n_exact": pl.Int64}
     return pl.DataFrame(rows, schema=schema)

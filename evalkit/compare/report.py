@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,12 +32,12 @@ from rich.text import Text
 
 from evalkit.compare.analysis import Comparison
 from evalkit.compare.decision import GateDecision
-from evalkit.compare.formatting import fmt_p, fmt_pct, fmt_pts, inert
+from evalkit.compare.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
 from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
-from evalkit.compare.usage_deltas import grew_most, usage_deltas
+from evalkit.compare.usage_deltas import grew_most, usage_deltas, usage_tail
 from evalkit.compare.verdicts import replay_verdicts, usage_means, verdicts
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
@@ -109,11 +109,16 @@ class Report:
     # and the cases whose steps grew most: (case, base steps, cand steps, base calls, cand calls).
     usage_deltas: pl.DataFrame | None = None
     grew_most: tuple[tuple[str, float, float, str, str], ...] = ()
+    # The tail: the cases whose tokens grew most, (case, base, cand, share of the growth).
+    tokens_grew_most: tuple[tuple[str, float, float, float], ...] = ()
     # Replays per case (baseline, candidate), the rule that made each case's verdict from them
     # (`evalkit.compare.pass_rules`) and, with more than one replay, pass@k and pass^k per slice.
     replays: tuple[int, int] = (1, 1)
     pass_rule: str = "majority"
     replay_slices: pl.DataFrame | None = None
+    # The level of the slice and critical-tag intervals (the gate's `GatePolicy.interval_level`:
+    # 98% at alpha 0.01), which their headers state.
+    level: float = 0.95
     # Each run's own pass rate (`evalkit.run.summary.pass_rate`: passed over scored outputs,
     # every check counted), as `evalkit run`, `evalkit runs` and `evalkit.Project` state it.
     run_rates: tuple[float | None, float | None] = (None, None)
@@ -365,8 +370,10 @@ def build_report(
     are gathered for at most ``max_details`` broken and fixed cases each; counts are complete.
     Sealed cases are summarized in their own slice table and never listed case by case.
     """
+    level = 0.95
     if decision is not None:
         iters, seed = decision.policy.bootstrap_iters, decision.policy.bootstrap_seed
+        level = decision.policy.interval_level()
     p = cmp.paired
     held = p["sealed"].fill_null(False)
     live = p.filter(~held)
@@ -380,7 +387,7 @@ def build_report(
         cmp.base.run_id, cmp.cand.run_id, cmp.base.label, cmp.cand.label, decision,
         _details(cmp, broken.head(max_details), blocking),
         _details(cmp, fixed.head(max_details), blocking), broken.height, fixed.height,
-        slices(live, iters, seed), slices(p.filter(held), iters, seed),
+        slices(live, iters, seed, level), slices(p.filter(held), iters, seed, level),
         p.select("case_id", "tags", "criticality", "sealed", "base", "cand", "base_error",
                  "cand_error"),
         tuple(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
@@ -391,11 +398,15 @@ def build_report(
         _reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
         _manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
-        usage_deltas=usage_deltas(live, decision.policy.critical_tags if decision else ()),
+        usage_deltas=usage_deltas(
+            live, decision.policy.critical_tags if decision else (),
+            level=decision.policy.interval_level() if decision else 0.95,
+        ),
+        tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=_trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
         ),
-        **_replay_fields(cmp, decision),
+        **_replay_fields(cmp, decision), level=level,
         run_rates=(_run_rate(cmp.base.summary), _run_rate(cmp.cand.summary)),
     )  # fmt: skip
 
@@ -494,8 +505,11 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     return t
 
 
-def _slice_table(frame: pl.DataFrame, title: str, critical: Sequence[str] = ()) -> Table:
-    cols = ("slice", "n", "baseline", "candidate", "broken", "fixed", "difference [95% CI]", "p")
+def _slice_table(
+    frame: pl.DataFrame, title: str, critical: Sequence[str] = (), level: float = 0.95
+) -> Table:
+    diff = f"difference [{ci_label(level)}]"
+    cols = ("slice", "n", "baseline", "candidate", "broken", "fixed", diff, "p")
     rows = [
         (_m(r["slice"]) + (" *" if r["slice"] in critical else ""), r["n"],
          _pct(r["base_pass"]), _pct(r["cand_pass"]), r["broken"], r["fixed"],
@@ -559,12 +573,14 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
                  fmt_p(s.p_value), _pts(s.diff, s.lo, s.hi),
                  s.required_n if s.state == "underpowered" else "–")
                 for s in d.critical]  # fmt: skip
-        cols = ("tag", "state", "n", "broken", "fixed", "p", "difference [95% CI]", "needs n")
+        diff = f"difference [{ci_label(d.policy.interval_level())}]"
+        cols = ("tag", "state", "n", "broken", "fixed", "p", diff, "needs n")
         return out + ([_table("Critical tags", cols, rows)] if rows else [])
     if name == "slices":
-        out = [_slice_table(r.slices, "Slices (* critical)", r.critical_tags)]
+        out = [_slice_table(r.slices, "Slices (* critical)", r.critical_tags, r.level)]
         if r.sealed.height:
-            out.append(_slice_table(r.sealed, "Sealed slices (reported, never gated)"))
+            sealed_title = "Sealed slices (reported, never gated)"
+            out.append(_slice_table(r.sealed, sealed_title, (), r.level))
         if rows := r.scorer_rows():
             cols = ("scorer", "kind", "n", "baseline", "candidate", "broken", "fixed", "p")
             out.append(_table("Per scorer (reported, not gated by itself)", cols, [
@@ -599,19 +615,37 @@ def _growth_tables(r: Report) -> list[Any]:
     out: list[Any] = []
     changed = r.changed_usage()
     if changed:
-        rows = [
-            (_m(x["slice"]), x["metric"], x["n"],
-             f"×{x['estimate']:.2f}" if x["kind"] == "ratio" else f"{x['estimate']:+.2f} s",
-             x["grew"], x["shrank"], fmt_p(x["p_grew"]))
-            for x in changed
-        ]  # fmt: skip
-        cols = ("slice", "metric", "n", "median per case", "grew", "shrank", "sign test p")
-        out.append(_table("Paired growth against the baseline (per case)", cols, rows))
+        rows = [(_m(x["slice"]), x["metric"], x["n"], growth_text(x), x["grew"], x["shrank"])
+                for x in changed]  # fmt: skip
+        cols = ("slice", "metric", "n", "change of the total [interval]", "grew", "shrank")
+        out.append(_table("Paired growth against the baseline (totals)", cols, rows))
+    if r.tokens_grew_most:
+        rows = [(_m(c), f"{b:g} → {a:g}", f"{s:.0%}") for c, b, a, s in r.tokens_grew_most]
+        out.append(_table("Tokens grew most", ("case", "tokens", "share of the growth"), rows))
     if r.grew_most:
         rows = [(_m(c), f"{b:g} → {a:g}", _m(bc), _m(ac)) for c, b, a, bc, ac in r.grew_most]
         cols = ("case", "steps", "baseline tool calls", "candidate tool calls")
         out.append(_table("Steps grew most", cols, rows))
     return out
+
+
+def growth_text(row: Mapping[str, Any]) -> str:
+    """One usage-delta row's change as shown: "×1.90 [1.41, 2.44]" (ratio of totals), the mean
+    difference when the baseline total is 0, or "+0.20 s [+0.1, +0.3]" per case.
+
+    Examples:
+        >>> growth_text({"kind": "ratio", "base_total": 10.0, "estimate": 1.9, "lo": 1.4,
+        ...              "hi": 2.4, "mean_diff": 0.9, "diff_lo": 0.4, "diff_hi": 1.4})
+        '×1.90 [1.40, 2.40]; mean +0.9 per case [+0.4, +1.4]'
+    """
+    diff = f"mean {row['mean_diff']:+.3g} per case [{row['diff_lo']:+.3g}, {row['diff_hi']:+.3g}]"
+    if row["kind"] != "ratio":
+        what = "median" if row["kind"] == "median seconds" else "mean"
+        bounds = "" if row["lo"] is None else f" [{row['lo']:+.2f}, {row['hi']:+.2f}]"
+        return f"{what} {row['estimate']:+.2f} s per case{bounds}"
+    if row["base_total"] == 0:
+        return f"from a total of 0; {diff}"
+    return f"×{row['estimate']:.2f} [{row['lo']:.2f}, {row['hi']:.2f}]; {diff}"
 
 
 def render_terminal(
@@ -662,6 +696,8 @@ def to_dict(report: Report) -> dict[str, Any]:
         "replays": {"baseline": r.replays[0], "candidate": r.replays[1],
                     "pass_rule": r.pass_rule},
         "replay_slices": r.replay_slices.to_dicts() if r.replay_slices is not None else [],
+        "tokens_grew_most": [dict(zip(("case_id", "base", "cand", "share"), g, strict=True))
+                             for g in r.tokens_grew_most],
         "grew_most": [dict(zip(("case_id", "base_steps", "cand_steps", "base_calls",
                                 "cand_calls"), g, strict=True)) for g in r.grew_most],
     }  # fmt: skip

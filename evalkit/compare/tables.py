@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 from great_tables import GT, loc, style
 
-from evalkit.compare.formatting import fmt_p, fmt_pts, inert
+from evalkit.compare.formatting import ci_label, fmt_p, fmt_pts, inert
 from evalkit.compare.slices import INTERVAL_NAMES
 from evalkit.display import styled_table
 
@@ -46,6 +46,7 @@ def slice_table(
     critical: Sequence[str] = (),
     title: str | None = "Slices",
     id: str = "evalkit-slices",
+    level: float = 0.95,
 ) -> GT:
     """One row per slice (the ``ALL`` row last, as `slices.slices` orders it): n, errored,
     pass rates, flips, the paired difference with its interval, the one-sided exact p."""
@@ -84,7 +85,7 @@ def slice_table(
             n_error="errored",
             base_pass="baseline",
             cand_pass="candidate",
-            difference="difference [95% CI]",
+            difference=f"difference [{ci_label(level)}]",
             p="p (one-sided)",
         )
         .cols_align("right", columns=["difference", "p"])
@@ -94,8 +95,11 @@ def slice_table(
     return table
 
 
-def critical_table(critical: Sequence[Mapping[str, Any]], id: str = "evalkit-critical") -> GT:
-    """Critical tags' states (``GateDecision.to_dict()["critical"]``)."""
+def critical_table(
+    critical: Sequence[Mapping[str, Any]], id: str = "evalkit-critical", level: float = 0.95
+) -> GT:
+    """Critical tags' states (``GateDecision.to_dict()["critical"]``); ``level``: their
+    intervals' (the header says it)."""
     frame = pl.DataFrame(
         [
             {
@@ -124,7 +128,11 @@ def critical_table(critical: Sequence[Mapping[str, Any]], id: str = "evalkit-cri
         },
     )
     note = "power: exact one-sided power at n for a drop of the tolerance"
-    table = styled_table(frame, id, "Critical tags", note).fmt_percent(columns="power", decimals=0)
+    table = (
+        styled_table(frame, id, "Critical tags", note)
+        .fmt_percent(columns="power", decimals=0)
+        .cols_label(difference=f"difference [{ci_label(level)}]")
+    )
     for state, color in (("regressed", "#fbe3d6"), ("underpowered", "#fff4cc")):
         rows = [i for i, s in enumerate(frame["state"].to_list()) if s == state]
         if rows:
@@ -194,4 +202,8 @@ def decision_html(decision: Mapping[str, Any]) -> str:
     findings = decision.get("findings") or []
     table = findings_table(findings).as_raw_html() if findings else "<p>no findings</p>"
     crit = decision.get("critical") or []
-    return head + table + (critical_table(crit).as_raw_html() if crit else "")
+    policy = decision.get("policy") or {}
+    level = max(float(policy.get("level", 0.95)), 1 - 2 * float(policy.get("alpha", 0.05)))
+    return (
+        head + table + (critical_table(crit, level=round(level, 12)).as_raw_html() if crit else "")
+    )

@@ -1,33 +1,38 @@
-"""Paired cost, latency and trajectory changes: each case's candidate against its own baseline.
+"""Paired cost, latency and trajectory changes: the candidate's totals against the baseline's.
 
 A candidate that answers every case right with eleven tool calls instead of four, or twice the
 tokens, has regressed in cost and latency although no verdict flipped. Budgets on the
-candidate's mean cannot see that against a baseline; this module pairs it. Per slice and metric,
-over the cases with evidence on both sides:
+candidate's mean cannot see that against a baseline; this module pairs it. What a team pays is
+the total, so per slice and metric, over the cases with evidence on both sides
+(`evalkit.stats.totals.paired_totals`):
 
 * ``total_tokens``, ``cost_usd`` and ``steps`` (agent steps: model turns with tool calls): the
-  **median of the per-case ratios** cand / base (cases whose baseline value is 0 are left out);
-* ``latency_p50_s``: the **median of the per-case differences** in seconds (cand − base); cached
-  outputs carry the latency first measured, so a cache-served candidate is not faster than it was;
-* each with the **exact distribution-free interval** for a median, from order statistics: the
-  number of cases below the true median is Binomial(n, 1/2), so ``[x(j), x(n-1-j)]`` covers it
-  with probability 1 − 2·P(B ≤ j), at least ``level`` (a deliberate choice over a bootstrap of
-  the median: exact at any n, no resampling, O(n log n) at 100k cases; too few cases give none);
-* the exact **sign test**: cases that grew against cases that shrank (ties left out), one-sided
-  for "the candidate grew", the McNemar computation on those counts.
+  **ratio of totals** sum(cand) / sum(base), and the **mean per-case difference** (the scale
+  for counts such as steps and tool calls; the only one when the baseline total is 0), each
+  with a **paired bootstrap interval over cases** (seeded, at the gate's interval level).
+  Cases whose baseline is 0 are kept: 0 -> 3 steps is growth, not a case to drop. A tail of
+  cases that grew a lot moves the total, whatever the median does;
+* ``latency_s``: the mean per-case difference in seconds (cand − base), with the same interval;
+  ``latency_p50_s``: the **median** per-case difference in seconds with the exact
+  distribution-free interval from order statistics (the number of cases below the true median
+  is Binomial(n, 1/2)), for a budget on the typical case rather than the total. Cached outputs
+  carry the latency first measured, so a cache-served candidate is not faster than it was;
+* beside each, the cases that grew and shrank and the exact **sign test** (one-sided, "the
+  candidate grew", the McNemar computation on those counts): reported, not part of the rule.
 
-``gate.relative_budgets`` (``{total_tokens: 1.25, steps: 1.5, latency_p50_s: 1.0}``: ratios, or
-seconds for the latency) blocks a critical tag whose interval lies wholly above the allowed
-increase *and* whose sign test is significant at ``alpha``.
+``gate.relative_budgets`` (``{total_tokens: 1.25, steps: 1.5, latency_s: 1.0}``: ratios of
+totals, or seconds per case for the latencies) blocks a critical tag whose interval lies wholly
+above the allowed increase (with a baseline total of 0, whose mean difference lies above 0).
+`usage_tail` names the cases whose usage grew most and their share of the growth.
 
 Examples:
     >>> import polars as pl
     >>> p = pl.DataFrame({"case_id": ["a", "b", "c", "d"], "tags": [["x"]] * 4,
     ...     "base_error": [False] * 4, "cand_error": [False] * 4,
-    ...     "base_steps": [2.0, 2.0, 4.0, 1.0], "cand_steps": [6.0, 5.0, 8.0, 3.0]})
+    ...     "base_steps": [2.0, 2.0, 4.0, 0.0], "cand_steps": [6.0, 5.0, 8.0, 3.0]})
     >>> row = usage_deltas(p, ["x"], ["steps"]).row(0, named=True)
-    >>> row["slice"], row["metric"], row["estimate"], row["grew"], row["shrank"]
-    ('x', 'steps', 2.75, 4, 0)
+    >>> row["slice"], row["metric"], row["estimate"], row["mean_diff"], row["zero_base"]
+    ('x', 'steps', 2.75, 3.5, 1)
 """
 
 from __future__ import annotations
@@ -44,13 +49,16 @@ METRICS: dict[str, tuple[str, str]] = {
     "total_tokens": ("total_tokens", "ratio"),
     "cost_usd": ("cost_usd", "ratio"),
     "steps": ("steps", "ratio"),
-    "latency_p50_s": ("latency_ms", "seconds"),
+    "latency_s": ("latency_ms", "seconds"),
+    "latency_p50_s": ("latency_ms", "median seconds"),
 }
 
 _SCHEMA = {
     "slice": pl.String, "metric": pl.String, "kind": pl.String, "n": pl.Int64,
-    "estimate": pl.Float64, "lo": pl.Float64, "hi": pl.Float64, "grew": pl.Int64,
-    "shrank": pl.Int64, "p_grew": pl.Float64,
+    "estimate": pl.Float64, "lo": pl.Float64, "hi": pl.Float64, "mean_diff": pl.Float64,
+    "diff_lo": pl.Float64, "diff_hi": pl.Float64, "base_total": pl.Float64,
+    "cand_total": pl.Float64, "zero_base": pl.Int64, "grew": pl.Int64, "shrank": pl.Int64,
+    "p_grew": pl.Float64,
 }  # fmt: skip
 
 
@@ -59,9 +67,13 @@ def usage_deltas(
     tags: Sequence[str],
     metrics: Sequence[str] = tuple(METRICS),
     level: float = 0.95,
+    iters: int = 2_000,
+    seed: int = 0,
 ) -> pl.DataFrame:
-    """One row per (slice, metric) for ``tags`` and ``ALL``: the median ratio (or difference in
-    seconds), its exact interval, the cases that grew and shrank, and the sign test's p."""
+    """One row per (slice, metric) for ``tags`` and ``ALL``: ``estimate`` (the ratio of totals;
+    seconds per case for the latencies) with ``[lo, hi]``, ``mean_diff`` with ``[diff_lo,
+    diff_hi]``, both totals, the cases with a zero baseline, the cases that grew and shrank and
+    the sign test's p. ``iters`` and ``seed``: the paired bootstrap's."""
     ok = ~pl.col("base_error") & ~pl.col("cand_error")
     if "sealed" in paired.columns:
         ok = ok & ~pl.col("sealed").fill_null(False)
@@ -71,7 +83,7 @@ def usage_deltas(
         part = live if name == "ALL" else live.filter(pl.col("tags").list.contains(name))
         for metric in metrics:
             column, kind = METRICS[metric]
-            row = _one(part, column, kind, level)
+            row = _one(part, column, kind, level, iters, seed)
             if row is not None:
                 rows.append({"slice": name, "metric": metric, "kind": kind, **row})
     return pl.DataFrame(rows, schema=_SCHEMA) if rows else pl.DataFrame(schema=_SCHEMA)
@@ -100,7 +112,7 @@ def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float | No
 
 
 def _one(
-    part: pl.DataFrame, column: str, kind: str, level: float
+    part: pl.DataFrame, column: str, kind: str, level: float, iters: int, seed: int
 ) -> dict[str, float | int | None] | None:
     base_col, cand_col = f"base_{column}", f"cand_{column}"
     if base_col not in part.columns or cand_col not in part.columns:
@@ -108,26 +120,43 @@ def _one(
     both = part.select(pl.col(base_col).cast(pl.Float64), pl.col(cand_col).cast(pl.Float64))
     both = both.drop_nulls()
     base, cand = both[base_col].to_numpy(), both[cand_col].to_numpy()
-    if kind == "ratio":
-        keep = base > 0
-        values = cand[keep] / base[keep]
-    else:
-        values = (cand - base) / 1000.0  # milliseconds stored, seconds budgeted
-    if values.size < 2:
+    if base.size < 2:
         return None
+    if kind != "ratio":
+        base, cand = base / 1000.0, cand / 1000.0  # milliseconds stored, seconds budgeted
     grew, shrank = int((cand > base).sum()), int((cand < base).sum())
-    lo, hi = median_interval(values, level)
-    return {
-        "n": int(values.size), "estimate": float(np.median(values)), "lo": lo, "hi": hi,
-        "grew": grew, "shrank": shrank, "p_grew": stats.mcnemar_exact(grew, shrank),
+    totals = stats.paired_totals(base, cand, iters, level, seed)
+    row: dict[str, float | int | None] = {
+        "n": int(base.size), "estimate": totals.ratio, "lo": totals.lo, "hi": totals.hi,
+        "mean_diff": totals.diff, "diff_lo": totals.diff_lo, "diff_hi": totals.diff_hi,
+        "base_total": totals.base_total, "cand_total": totals.cand_total,
+        "zero_base": totals.zero_base, "grew": grew, "shrank": shrank,
+        "p_grew": stats.mcnemar_exact(grew, shrank),
     }  # fmt: skip
+    if kind == "seconds":
+        row |= {"estimate": totals.diff, "lo": totals.diff_lo, "hi": totals.diff_hi}
+    elif kind == "median seconds":
+        lo, hi = median_interval(cand - base, level)
+        row |= {"estimate": float(np.median(cand - base)), "lo": lo, "hi": hi}
+    return row
 
 
-def exceeds(row: dict[str, object], limit: float, alpha: float) -> bool:
-    """Whether a slice's change lies wholly above the allowed increase, with the sign test at
-    ``alpha`` agreeing that cases grew (an interval alone can sit above 1.0 on a few cases)."""
+def exceeds(row: dict[str, object], limit: float) -> bool:
+    """Whether a slice's usage grew beyond the allowed increase beyond the noise: the interval
+    of the ratio of totals (seconds per case for the latencies) lies wholly above ``limit``;
+    with a baseline total of 0 (any growth is an infinite ratio), the mean difference's does
+    above 0.
+
+    Examples:
+        >>> exceeds({"kind": "ratio", "base_total": 0.0, "diff_lo": 3.0, "lo": None}, 1.25)
+        True
+        >>> exceeds({"kind": "ratio", "base_total": 90.0, "diff_lo": 0.1, "lo": 1.1}, 1.25)
+        False
+    """
+    if row["kind"] == "ratio" and row["base_total"] == 0:
+        return float(row["diff_lo"]) > 0  # type: ignore[arg-type]
     lo = row["lo"]
-    return lo is not None and float(lo) > limit and float(row["p_grew"]) <= alpha  # type: ignore[arg-type]
+    return lo is not None and float(lo) > limit  # type: ignore[arg-type]
 
 
 def grew_most(
@@ -146,4 +175,35 @@ def grew_most(
     return [
         (str(c), float(b), float(a))
         for c, b, a in frame.head(k).select("case_id", base_col, cand_col).iter_rows()
+    ]
+
+
+def usage_tail(
+    paired: pl.DataFrame, column: str = "total_tokens", k: int = 5
+) -> list[tuple[str, float, float, float]]:
+    """The ``k`` cases whose ``column`` grew most in absolute terms, with their share of the
+    slice's total growth: case, base, cand, share (of the sum of positive growth).
+
+    Examples:
+        >>> p = pl.DataFrame({"case_id": ["a", "b", "c"], "base_error": [False] * 3,
+        ...     "cand_error": [False] * 3, "base_total_tokens": [100, 100, 100],
+        ...     "cand_total_tokens": [1000, 100, 110]})
+        >>> usage_tail(p, k=2)
+        [('a', 100.0, 1000.0, 0.989), ('c', 100.0, 110.0, 0.011)]
+    """
+    base_col, cand_col = f"base_{column}", f"cand_{column}"
+    if base_col not in paired.columns or cand_col not in paired.columns:
+        return []
+    frame = (
+        paired.filter(~pl.col("base_error") & ~pl.col("cand_error"))
+        .select("case_id", pl.col(base_col).cast(pl.Float64), pl.col(cand_col).cast(pl.Float64))
+        .drop_nulls()
+        .with_columns(_g=pl.col(cand_col) - pl.col(base_col))
+        .filter(pl.col("_g") > 0)
+    )
+    total = float(frame["_g"].sum()) if frame.height else 0.0
+    frame = frame.sort(["_g", "case_id"], descending=[True, False]).head(k)
+    return [
+        (str(c), float(b), float(a), round(g / total, 3))
+        for c, b, a, g in frame.select("case_id", base_col, cand_col, "_g").iter_rows()
     ]

@@ -144,9 +144,14 @@ def test_critical_states_underpowered_names_the_n_it_needs():
     decision = decide(_paired(small), GatePolicy(critical_tags=("billing",)))
     (state,) = decision.critical
     assert state.state == "underpowered" and state.psi_assumed and state.psi == 0.02
-    assert state.required_n == 308  # Connor, one-sided, psi = delta = 0.02
-    (warning,) = [f for f in decision.findings if f.tier == 2]
-    assert warning.severity == "warn" and "needs ≈308 cases" in warning.message
+    # the exact test: every flip a break at 2 %, it needs 5 broken, P(Bin(n, 0.02) >= 5) >= 0.8
+    # (Connor's normal formula said 308, where the exact power is 0.74)
+    from scipy import stats as sps
+
+    assert state.required_n == 335
+    assert sps.binom.sf(4, 335, 0.02) >= 0.8 > sps.binom.sf(4, 334, 0.02)
+    (warning,) = [f for f in decision.findings if f.kind == "underpowered"]
+    assert warning.severity == "warn" and "needs ≈335 cases" in warning.message
     assert "assumed" in warning.message and not decision.blocked
     big = [(f"b-{i}", ["billing"], "normal", True, True) for i in range(400)]
     (state,) = decide(_paired(big), GatePolicy(critical_tags=("billing",))).critical

@@ -88,32 +88,72 @@ def test_six_runs_per_tag_rates_and_intervals(tmp_path: Path) -> None:
 
 def test_a_planted_growth_in_unstable_cases_is_a_warning(tmp_path: Path) -> None:
     with open_store(_six_runs(tmp_path), read_only=True) as store:
-        result = history(store, by="label")
+        assert not history(store, by="label").findings  # no complete window of 10 runs yet
+        result = history(store, by="label", trend_runs=6)
     (growing,) = [f for f in result.findings if f.kind.startswith(UNSTABLE_GROWING)]
     assert growing.severity == "warn"
     assert growing.statistic["runs"] == [f"run-{k}" for k in range(6)]
-    # shares 0, 0, 1, 2, 3, 4 of 19: one tie, so the normal approximation; S = 14 of 15 pairs
-    assert growing.statistic["s"] == 14 and growing.statistic["p_value"] < 0.01
+    # shares 0, 0, 1, 2, 3, 4 of 19: one tie, so the permutation test; S = 14 of 15 pairs, which
+    # 2 of the 720 orderings reach (p = 1/360), at alpha * 6 / 30 = 0.01 per window
+    assert growing.statistic["s"] == 14 and growing.statistic["method"] == "permutation"
+    assert growing.statistic["p_value"] == pytest.approx(1 / 360, abs=0.002)
+    assert growing.statistic["window_alpha"] == pytest.approx(0.01)
     assert "unstable cases are growing in nightly" in growing.message
+    assert "at most 5% of the time over 30 runs" in growing.message
 
 
 @pytest.mark.parametrize("unstable", [[2, 2, 2, 2, 2, 2], [4, 3, 2, 1, 0, 0], [0, 2, 0, 2, 0, 2]])
 def test_no_growth_no_warning(tmp_path: Path, unstable: list[int]) -> None:
     with open_store(_six_runs(tmp_path, unstable), read_only=True) as store:
-        result = history(store, by="label")
+        result = history(store, by="label", trend_runs=6)
     assert not [f for f in result.findings if f.kind.startswith(UNSTABLE_GROWING)]
     assert [p.unstable for p in result.points] == unstable
 
 
-def test_the_trend_reads_only_the_last_k_runs(tmp_path: Path) -> None:
+def test_the_trend_tests_non_overlapping_windows_once_each(tmp_path: Path) -> None:
     db = _six_runs(tmp_path, [5, 4, 3, 3, 4, 5])  # falling, then growing over the last three
     with open_store(db, read_only=True) as store:
-        assert not history(store, by="label").findings  # S = 0 over all six
-        recent = history(store, by="label", trend_runs=4)
+        assert not history(store, by="label", trend_runs=6).findings  # S = 0 over all six
+        recent = history(store, by="label", trend_runs=3, horizon=30)
+        cut = history(store, by="label", trend_runs=4, last=5)  # runs 2-5: window 1-4 is cut
     (trend,) = recent.trends
-    assert trend.run_ids == ("run-2", "run-3", "run-4", "run-5")
-    assert trend.test.s == 5  # 3, 3, 4, 5: five pairs grow, one ties
-    assert [f.kind for f in recent.findings] == [f"{UNSTABLE_GROWING}:nightly"]
+    assert trend.run_ids == ("run-3", "run-4", "run-5")  # the second window, not a sliding one
+    assert trend.test.s == 3 and trend.test.p_value == pytest.approx(1 / 6)
+    assert not recent.findings  # three runs can never reach 0.05 * 3 / 30
+    assert cut.trends == ()
+
+
+def test_a_stationary_series_warns_at_most_at_the_stated_rate() -> None:
+    """Seeded simulation: 400 stationary 30-run series (unstable counts Binomial(40, 0.1) of
+    40 cases, ties and all), checked after every run as a nightly job would. The warning fires
+    at most alpha = 5 % of the time over the 30 runs; the sliding window it replaces fired
+    about half the time."""
+    import numpy as np
+
+    from evalkit.compare.history import latest_window, unstable_trend
+    from evalkit.stats.trend import mann_kendall
+
+    rng = np.random.default_rng(45)
+    reps, runs, window, alpha, horizon = 400, 30, 10, 0.05, 30
+    fired = sliding = 0
+    for _ in range(reps):
+        shares = (rng.binomial(40, 0.1, runs) / 40).tolist()
+        tested = set()
+        for now in range(1, runs + 1):  # what a user sees after each run
+            span = latest_window(list(range(now)), window)
+            if span is not None:
+                tested.add(span)
+        fired += any(
+            unstable_trend(shares[i:j]).p_value <= alpha * window / horizon for i, j in tested
+        )
+        if _ < 200:  # the old rule, on fewer series
+            sliding += any(
+                mann_kendall(shares[max(0, k - window) : k]).p_value <= alpha
+                for k in range(3, runs + 1)
+            )
+    rate, se = fired / reps, (alpha * (1 - alpha) / reps) ** 0.5
+    assert rate <= alpha + 2 * se
+    assert sliding / 200 > 0.3  # the old rule: the defect this replaces
 
 
 def test_last_and_tag_select_points_and_cases(tmp_path: Path) -> None:
@@ -205,7 +245,8 @@ def test_cli_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     table = capsys.readouterr().out
     assert "label nightly:" in table and "run-4" in table and "run-3" not in table
     assert "billing" in table and "refunds" in table  # the critical tags' columns
-    assert main(["history", "--db", str(db), "--by", "label", "--format", "json"]) == 0
+    json_args = ["--by", "label", "--format", "json", "--trend-runs", "6"]
+    assert main(["history", "--db", str(db), *json_args]) == 0
     data = json.loads(capsys.readouterr().out)
     assert len(data["points"]) == 6
     assert any(f["kind"].startswith(UNSTABLE_GROWING) for f in data["findings"])

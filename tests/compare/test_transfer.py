@@ -42,8 +42,7 @@ def test_an_overfit_candidate_gains_on_live_cases_only_and_is_told_so() -> None:
     assert result.live_gain == pytest.approx(0.12) and result.sealed_gain == pytest.approx(-0.05)
     assert result.transfers is False and result.lo > 0
     assert result.message().startswith(
-        "gains do not transfer (live +12.0 pts, sealed -5.0 pts, paired difference +17.0 pts, "
-        "95% CI ["
+        "gains do not transfer (live +12.0 pts, sealed -5.0 pts, unpaired gap +17.0 pts, 95% CI ["
     )
     finding = transfer_finding(result)
     assert finding.severity == "warn" and finding.tier == 3 and finding.kind == "transfer"
@@ -65,18 +64,45 @@ def test_the_same_improvement_on_a_small_sealed_slice_is_inconclusive_not_a_pass
     assert transfer_finding(result).severity == "info"
 
 
-def test_the_gap_interval_is_seeded_and_matches_the_normal_approximation() -> None:
+def test_the_gap_interval_is_mover_over_tango_and_the_exact_p_is_hypergeometric() -> None:
+    from scipy import stats as sps
+
+    from evalkit import stats
+    from evalkit.compare.transfer import exchangeable_p
+
     paired = compare(*_runs(sealed_fixed=0, sealed_broken=2)).paired
-    a, b = transfer(paired, seed=5), transfer(paired, seed=5)
-    assert (a.lo, a.hi) == (b.lo, b.hi)
-    assert a.seed == 5 and a.iters == 10_000  # recorded with the result
-    draws = {(r.lo, r.hi) for r in (transfer(paired, iters=200, seed=s) for s in range(5))}
-    assert len(draws) > 1  # the seed drives the resampling (discrete quantiles may tie)
-    live = np.r_[np.ones(12), np.zeros(88)]
-    held = np.r_[-np.ones(2), np.zeros(38)]
-    se = np.sqrt(live.var() / len(live) + held.var() / len(held))
-    assert a.lo == pytest.approx(0.17 - 1.96 * se, abs=0.01)
-    assert a.hi == pytest.approx(0.17 + 1.96 * se, abs=0.01)
+    a = transfer(paired, level=0.95)
+    live_i = stats.paired_diff_interval(0, 12, 100, 0.95, method="tango")
+    held_i = stats.paired_diff_interval(2, 0, 40, 0.95, method="tango")
+    g_l, g_s = 0.12, -0.05
+    assert a.lo == pytest.approx(g_l - g_s - np.hypot(g_l - live_i.lo, held_i.hi - g_s))
+    assert a.hi == pytest.approx(g_l - g_s + np.hypot(live_i.hi - g_l, g_s - held_i.lo))
+    # no broken case anywhere: the sealed sum is hypergeometric (its fixed count)
+    live, held = np.r_[np.ones(12), np.zeros(88)], np.r_[np.ones(1), np.zeros(19)]
+    assert exchangeable_p(live, held) == pytest.approx(sps.hypergeom.cdf(1, 120, 13, 20))
+    # with broken cases: against a direct enumeration with scipy's multivariate hypergeometric
+    live, held = np.r_[np.ones(9), -np.ones(3), np.zeros(18)], np.r_[-np.ones(2), np.zeros(6)]
+    pooled = (9, 5, 24)  # fixed, broken, unchanged over 38 cases
+    mh = sps.multivariate_hypergeom(pooled, 8)
+    direct = sum(mh.pmf([f, b, 8 - f - b]) for f in range(9) for b in range(9)
+                 if f + b <= 8 and f - b <= -2)  # fmt: skip
+    assert exchangeable_p(live, held) == pytest.approx(direct)
+    assert "unpaired gap" in a.message() and "paired difference" not in a.message()
+
+
+def test_under_a_shared_truth_does_not_transfer_fires_at_most_2_5_percent() -> None:
+    """Seeded simulation at (200 live, 20 sealed), the size where the bootstrap fired 14.5 %:
+    every case is fixed with probability 0.10 and broken with 0.02, live or sealed."""
+    from evalkit.compare.transfer import gap_test
+
+    rng = np.random.default_rng(45)
+    reps, fired = 800, 0
+    for _ in range(reps):
+        live = rng.choice([1, -1, 0], 200, p=[0.10, 0.02, 0.88])
+        held = rng.choice([1, -1, 0], 20, p=[0.10, 0.02, 0.88])
+        lo, _, p = gap_test(live, held)
+        fired += live.mean() > 0 and lo > 0 and p <= 0.025
+    assert fired / reps <= 0.025 + 2 * np.sqrt(0.025 * 0.975 / reps)
 
 
 def test_without_sealed_evidence_there_is_no_verdict_and_no_finding() -> None:

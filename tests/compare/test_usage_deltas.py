@@ -1,6 +1,8 @@
-"""Paired cost and trajectory regressions: a candidate with the same verdicts but 2.8× the
-steps on a critical tag blocks under gate.relative_budgets and passes without; the statistics
-are checked against a direct computation and scipy's sign test."""
+"""Paired cost and trajectory regressions on totals: a candidate with the same verdicts but 2.8×
+the steps on a critical tag blocks under gate.relative_budgets and passes without; a heavy tail
+(10 % of cases at 10× the tokens) and a zero-inflated growth (steps 0 → 3) block a 1.25 budget,
+which a median of per-case ratios passed; the statistics are checked against a direct
+computation, a seeded bootstrap's coverage and scipy's sign test."""
 
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ import pytest
 from scipy import stats as scipy_stats
 from synthetic_runs import C, make_run
 
+from evalkit import stats
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
 from evalkit.compare.html import to_html
 from evalkit.compare.policy import GatePolicy, policy_changes
 from evalkit.compare.report import build_report, to_text
-from evalkit.compare.usage_deltas import usage_deltas
+from evalkit.compare.usage_deltas import usage_deltas, usage_tail
 from evalkit.errors import ConfigError
 
 CASES = [C(f"billing-{i:02d}", "p", ["billing"]) for i in range(20)]
@@ -57,7 +60,7 @@ def test_the_same_verdicts_with_2_8x_steps_block_only_under_relative_budgets():
     (finding,) = decision.blocking()
     assert finding.key == "tier4/billing/relative:steps"  # general did not grow
     assert "gate.relative_budgets allows ×1.5" in finding.message
-    assert "20 cases grew and 0 shrank" in finding.message
+    assert "20 cases grew, 0 shrank" in finding.message and "total ×" in finding.message
     report = build_report(cmp, decision)
     text = to_text(report, max_cases=3)
     assert "Paired growth against the baseline" in text and "Steps grew most" in text
@@ -69,23 +72,96 @@ def test_the_same_verdicts_with_2_8x_steps_block_only_under_relative_budgets():
     assert cand_calls.count("lookup") == after and "→" in cand_calls
 
 
-def test_the_median_ratio_and_sign_test_match_a_direct_computation():
+def test_the_ratio_of_totals_and_sign_test_match_a_direct_computation():
     base, cand = _pair()
     paired = compare(base, cand).paired
     row = usage_deltas(paired, ["billing"], ["steps"]).row(0, named=True)
     part = paired.filter(pl.col("tags").list.contains("billing"))
-    ratios = (part["cand_steps"] / part["base_steps"]).to_numpy()
-    assert row["estimate"] == np.median(ratios)
-    grew = int((part["cand_steps"] > part["base_steps"]).sum())
-    shrank = int((part["cand_steps"] < part["base_steps"]).sum())
+    b, c = part["base_steps"].to_numpy(), part["cand_steps"].to_numpy()
+    assert row["estimate"] == pytest.approx(c.sum() / b.sum())
+    assert row["mean_diff"] == pytest.approx((c - b).mean())
+    grew = int((c > b).sum())
+    shrank = int((c < b).sum())
     expected = scipy_stats.binomtest(grew, grew + shrank, 0.5, "greater").pvalue
     assert (row["grew"], row["shrank"]) == (grew, shrank)
     assert abs(row["p_grew"] - expected) < 1e-12
     assert row["lo"] <= row["estimate"] <= row["hi"]
-    # the exact order-statistic interval: coverage 1 - 2 P(B <= j) >= 95%, B ~ Bin(n, 1/2)
-    n, ordered = ratios.size, np.sort(ratios)
+    assert row["diff_lo"] <= row["mean_diff"] <= row["diff_hi"]
+
+
+def test_the_median_latency_keeps_its_exact_order_statistic_interval():
+    rng = np.random.default_rng(3)
+    n = 30
+    frame = _frame(n, base_latency_ms=rng.uniform(500, 900, n), cand_latency_ms=rng.uniform(
+        600, 1000, n))  # fmt: skip
+    row = usage_deltas(frame, ["t"], ["latency_p50_s"]).row(0, named=True)
+    d = np.sort((frame["cand_latency_ms"] - frame["base_latency_ms"]).to_numpy() / 1000)
+    assert row["estimate"] == pytest.approx(np.median(d))
     j = max(k for k in range(n) if scipy_stats.binom.cdf(k, n, 0.5) <= 0.025)
-    assert (row["lo"], row["hi"]) == (ordered[j], ordered[n - 1 - j])
+    assert (row["lo"], row["hi"]) == pytest.approx((d[j], d[n - 1 - j]), abs=1e-12)
+
+
+def _frame(n: int, **columns) -> pl.DataFrame:
+    return pl.DataFrame({
+        "case_id": [f"c{i:03d}" for i in range(n)], "tags": [["t"]] * n,
+        "criticality": ["normal"] * n, "base": [True] * n, "cand": [True] * n,
+        "base_error": [False] * n, "cand_error": [False] * n,
+        **{k: np.asarray(v, dtype=float) for k, v in columns.items()},
+    })  # fmt: skip
+
+
+def _tokens_budget(frame: pl.DataFrame, metric: str = "total_tokens", limit: float = 1.25):
+    policy = GatePolicy(critical_tags=("t",), relative_budgets=((metric, limit),))
+    return decide(frame, policy)
+
+
+def test_a_heavy_tail_of_ten_times_the_tokens_blocks_a_1_25_budget():
+    # 10 % of 100 cases use 10× the tokens: the median per-case ratio is 1.0, the total 1.9×
+    rng = np.random.default_rng(0)
+    base = rng.integers(800, 1200, 100).astype(float)
+    cand = base.copy()
+    cand[:10] *= 10
+    decision = _tokens_budget(_frame(100, base_total_tokens=base, cand_total_tokens=cand))
+    assert decision.status == "BLOCKED"
+    (finding,) = decision.blocking()
+    assert finding.key == "tier4/t/relative:total_tokens"
+    assert finding.statistic["lo"] > 1.25
+    assert finding.statistic["estimate"] == pytest.approx(cand.sum() / base.sum())
+    tail = usage_tail(_frame(100, base_total_tokens=base, cand_total_tokens=cand), k=10)
+    assert {c for c, *_ in tail} == {f"c{i:03d}" for i in range(10)}
+    assert sum(share for *_, share in tail) == pytest.approx(1.0, abs=0.01)
+
+
+def test_steps_from_zero_to_three_block_a_1_25_budget():
+    # all zero baselines: the ratio is infinite, the mean difference +3 per case
+    decision = _tokens_budget(_frame(60, base_steps=[0] * 60, cand_steps=[3] * 60), "steps")
+    (finding,) = decision.blocking()
+    assert finding.statistic["zero_base"] == 60 and finding.statistic["mean_diff"] == 3.0
+    # zero-inflated: 40 cases 0 -> 3 beside 20 unchanged at 2 steps (total ×4)
+    mixed = _frame(60, base_steps=[0] * 40 + [2] * 20, cand_steps=[3] * 40 + [2] * 20)
+    (finding,) = _tokens_budget(mixed, "steps").blocking()
+    assert finding.statistic["estimate"] == pytest.approx(160 / 40)
+    assert "40 from a baseline of 0" in finding.message
+
+
+def test_unchanged_or_slightly_grown_totals_pass():
+    rng = np.random.default_rng(1)
+    base = rng.integers(800, 1200, 100).astype(float)
+    noisy = base * rng.uniform(0.9, 1.2, 100)  # ×1.05 on average: under 1.25
+    assert _tokens_budget(_frame(100, base_total_tokens=base, cand_total_tokens=noisy)).status \
+        == "PASSED"  # fmt: skip
+
+
+def test_the_paired_bootstrap_interval_covers_the_true_ratio_of_totals():
+    # seeded coverage check: lognormal usage, true ratio of expected totals 1.3
+    rng = np.random.default_rng(7)
+    reps, covered = 200, 0
+    for _ in range(reps):
+        b = rng.lognormal(7, 0.8, 80)
+        c = b * 1.3 * rng.lognormal(-0.02, 0.2, 80)  # E[c] = 1.3 E[b]
+        r = stats.paired_totals(b, c, iters=400, level=0.90, seed=rng)
+        covered += r.lo <= 1.3 * np.exp(-0.02 + 0.02) <= r.hi
+    assert covered / reps >= 0.90 - 2 * np.sqrt(0.09 / reps)
 
 
 def test_relative_budgets_are_validated_and_pinned():

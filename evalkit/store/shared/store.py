@@ -257,9 +257,12 @@ class SharedStore:
     # -- push -------------------------------------------------------------------------------
 
     @_unreachable_is_one_line
-    def push_run(self, local: Store, ref: str) -> Pushed:
+    def push_run(self, local: Store, ref: str, *, cache: bool = True) -> Pushed:
         """Publish run ``ref`` of ``local`` (its rows, flakes of its configuration, its
-        response cache entries, its promotions); rows already shared are skipped.
+        response cache entries unless not ``cache``, its promotions); rows already shared are
+        skipped. (``evalkit push`` publishes the cache entries through
+        :func:`evalkit.run.shared_cache.publish_stored_cache`, which keys them by what the
+        endpoint serves and records their publisher.)
 
         Raises:
             StoreError: the run is not complete (a running or failed run may still grow, and
@@ -277,6 +280,8 @@ class SharedStore:
         context = current_writer()
         pushed: dict[str, pa.Table] = {}
         for name in PUSH_ORDER:
+            if name == "response_cache" and not cache:
+                continue
             rows = publishable(name, local_rows(local, name, run_id), context)  # trust_rows
             rows = pushed[name] = sealed(name, rows, pushed)
             table = self._table(name, create=True)
