@@ -40,6 +40,11 @@ def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
     # against the promotion) and rebaselines the corpus delta; never the PR's own baseline.
     assert "evalkit baseline promote base" in script
     assert re.search(r"evalkit gate candidate --rebaseline", script)
+    # The split: main's store is only pulled from, the job's own runs go to a store of its own.
+    assert 'DB="--db $RUNNER_TEMP/' in script and "evalkit push" not in script
+    evalkit_lines = [line for line in script.splitlines() if line.strip().startswith("evalkit ")]
+    assert all("$DB" in line for line in evalkit_lines), evalkit_lines
+    assert 'evalkit pull baseline --store "$EVALKIT_STORE" $DB' in script
     for path in paths:  # the base branch's files are the repository's, in a worktree
         assert (REPO / path.removeprefix("base/")).is_file(), path
     for tag in re.findall(r"--tag (\S+)", script):
@@ -172,13 +177,21 @@ def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert "PASSED" in (tmp_path / "gate.md").read_text().splitlines()[0]
+    job_db = str(tmp_path / "evalkit.duckdb")  # the job's own store ($DB)
     runs = subprocess.run(
-        [sys.executable, "-m", "evalkit.cli", "runs", "--json"],
+        [sys.executable, "-m", "evalkit.cli", "runs", "--json", "--db", job_db],
         cwd=work, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     labels = sorted(run["label"] for run in json.loads(runs.stdout))
     assert labels == ["candidate", "nightly"]  # the pulled baseline and the one run of the job
     assert not (tmp_path / "base").exists()  # the base branch was never checked out
+    from evalkit.store import open_store
+
+    with open_store(job_db, read_only=True) as local:  # main's exam came with its promotion
+        assert local.exam(local.resolve_run("nightly")) is not None
+    from evalkit.store.shared import open_shared_store
+
+    assert open_shared_store(store).runs()["label"].to_list() == ["nightly"]  # only read
 
 
 @pytest.mark.timeout(480)
@@ -208,10 +221,10 @@ def test_the_ci_example_ignores_a_promotion_the_pull_request_job_makes_of_its_ow
     git = ["git", "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the pull request"], cwd=work,
                    env=env, check=True, capture_output=True)  # fmt: skip
-    own = "evalkit run --label candidate --no-progress $URL\n"
+    own = "evalkit run --label candidate --no-progress $URL $DB\n"
     assert script.count(own) == 1
     script = script.replace(
-        own, own + 'evalkit baseline promote candidate --who me --reason "mine"\n'
+        own, own + 'evalkit baseline promote candidate --who me --reason "mine" $DB\n'
     )
     result = run_bash(script, work, env)
     out = result.stdout + result.stderr

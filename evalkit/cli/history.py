@@ -135,6 +135,6 @@ def render_table(result: History) -> str:
         lines.append(
             f"corpus {reuse.corpus_hash[:12]}{cases}: consulted by {reuse.runs} run(s), "
             f"{reuse.sealed_runs} with the sealed slice — each is one more look at the same "
-            "cases; re-sample or open the sealed slice on a schedule (seed 003)"
+            "cases; re-sample or open the sealed slice on a schedule"
         )
     return "\n".join(lines)

@@ -42,8 +42,11 @@ def maybe_reask(args: argparse.Namespace, base_run_id: str, cand_run_id: str) ->
             trust = Trust.here(trusted_rules(pin.policy))
             comparison = load_comparison(store, base_run_id, cand_run_id, args.allow_diff)
             rates = excusing_flakes(store, comparison.base, comparison.cand, trust.why_not)
-        if not rates.height or not (rates["flake_rate"] > 0).any():
-            return
+    except EvalkitError:  # a pair that cannot be compared: the gate says why, once
+        return
+    if not rates.height or not (rates["flake_rate"] > 0).any():
+        return
+    try:
         suite = load_suite(args.config or find_config(), overrides=getattr(args, "overrides", []))
         with open_store(args.db, wait_s=args.wait, write=True) as store:
             cases, why = reask_flakes(store, suite, comparison, rates, k)

@@ -78,7 +78,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
     from evalkit.store.shared.trust_rows import untrusted_push
 
     if (why := untrusted_push(current_writer())) is not None:
-        print(f"  no promotion, flake list or override published: {why}")
+        print(f"  no promotion, exam, flake list or override published: {why}")
     return 0
 
 

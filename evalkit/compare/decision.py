@@ -86,6 +86,16 @@ class Override:
 
 
 @dataclass(frozen=True)
+class UnreadTree:
+    """A Python candidate whose repository tree could not be read (``why``), so its identity
+    does not cover what it reads, and the cases it was served from the response cache: those
+    answers are not evidence of what ran (issue 42, rule 3)."""
+
+    why: str
+    cached: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PairContext:
     """What the gate knows about a pair beyond its paired frame: the corpus delta, the
     baseline's own errors, how the policy was pinned, and sibling runs of the candidate."""
@@ -109,6 +119,8 @@ class PairContext:
     # request's additive exam (added and edited cases, `evalkit.compare.exam.additive_exam`).
     exam: Any = None
     additions: Any = None
+    # Set when the candidate's answers are not evidence of what ran: `UnreadTree`.
+    unread_tree: UnreadTree | None = None
 
 
 @dataclass(frozen=True)

@@ -736,6 +736,7 @@ def decide(
         *_relative_findings(paired, policy),
         *served_findings(policy, context.served),
         *_exam_findings(policy, paired, context, counts, critical),
+        *_unread_tree_findings(context),
     ]
     accepted = _as_overrides(overrides)
     stopping = [f for f in findings if f.severity in STOPPING]
@@ -753,6 +754,16 @@ def decide(
         blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy,
         unverified, tuple(uncovered), tuple(accounting), verified, exam_line,
     )  # fmt: skip
+
+
+def _unread_tree_findings(context: PairContext) -> list[Finding]:
+    """Missing evidence when the candidate is a Python system whose repository could not be
+    read and was served cached answers (`evalkit.compare.trust.unread_tree`)."""
+    if context.unread_tree is None:
+        return []
+    from evalkit.compare.trust import unreadable_tree_finding
+
+    return [unreadable_tree_finding(context.unread_tree)]
 
 
 # --- the pinned exam's second, additive exam (issue 42, rule 1) ------------------------------
@@ -848,7 +859,7 @@ def gate_comparison(
         Trust,
         trust_findings,
         trusted_overrides,
-        unreadable_tree_finding,
+        unread_tree,
     )
 
     # -- trust (evalkit.compare.trust): only records a trusted writer made decide ------------
@@ -874,7 +885,7 @@ def gate_comparison(
     context = PairContext(
         comparison.base.run_id, comparison.cand.run_id, comparison.delta, base_errors,
         comparison.rebaseline_blocker, tuple(policy_changes), policy_source, tuple(siblings),
-        served, comparison.exam, comparison.additions,
+        served, comparison.exam, comparison.additions, unread_tree(comparison),
     )  # fmt: skip
     selection = comparison.cand.manifest.get("selection")
     decision = decide(
@@ -894,7 +905,6 @@ def gate_comparison(
     held = transfer(comparison.paired, policy.bootstrap_iters, policy.level, policy.bootstrap_seed)
     notes += [found] if (found := transfer_finding(held)) else []
     notes += trust_findings(store, comparison, trust, ignored) + reasked
-    notes += [found] if (found := unreadable_tree_finding(comparison)) else []
     shown = shown_flakes(store, comparison.base, comparison.cand, trust.why_not)
     for r in shown.iter_rows(named=True):
         msg = f"flake rate {r['flake_rate']:.0%} of {r['case_id']} excuses nothing: {r['why_not']}"

@@ -71,7 +71,7 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # cases carry group: and whose own data cannot estimate it (evalkit.stats.gate_power).
     assumed_icc: float = Field(0.05, ge=0, le=1)
     # Policy options for the critical tier, off by default (their operating characteristics:
-    # README "Operating characteristics"): "holm" adjusts the critical tags' exact p-values
+    # docs/statistics.md): "holm" adjusts the critical tags' exact p-values
     # across the tags gated (family-wise rate <= alpha, less power); mid_p reads the exact
     # test's mid-p (closer to alpha, more power, no longer guaranteed <= alpha).
     critical_adjust: Literal["none", "holm"] = "none"

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.compare.decision import Finding
+from evalkit.compare.decision import Finding, UnreadTree
 from evalkit.provenance import (
     DEFAULT_TRUSTED,
     Writer,
@@ -195,9 +195,9 @@ def trusted_calibrations(calibrations: pl.DataFrame, trust: Trust | None = None)
     return calibrations.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
-def unreadable_tree_finding(comparison: Any) -> Finding | None:
-    """A Python candidate whose repository could not be read (its identity does not cover
-    what it can read) served cached answers: they are not evidence of what ran."""
+def unread_tree(comparison: Any) -> UnreadTree | None:
+    """Whether a Python candidate whose repository could not be read (its identity does not
+    cover what it can read) was served cached answers, and which cases (None: it was not)."""
     repo = (comparison.cand.manifest.get("system") or {}).get("repo")
     outputs = comparison.cand.outputs
     if not isinstance(repo, dict) or repo.get("digest") or "cached" not in outputs.columns:
@@ -205,10 +205,17 @@ def unreadable_tree_finding(comparison: Any) -> Finding | None:
     cached = outputs.filter(pl.col("cached").fill_null(False))["case_id"].unique().to_list()
     if not cached:
         return None
+    return UnreadTree(str(repo.get("why") or "no reason recorded"), tuple(sorted(cached)))
+
+
+def unreadable_tree_finding(unread: UnreadTree) -> Finding:
+    """Missing evidence: the cached answers of a candidate whose repository could not be read
+    are not evidence of what ran; the finding names the command that makes them evidence."""
     msg = (
-        f"the candidate is a Python system whose repository could not be read ({repo.get('why')})"
-        f", and {len(cached)} of its cases were answered from the response cache: run it again "
-        "with --no-cache, or from a git checkout"
+        f"the candidate is a Python system whose repository could not be read ({unread.why}), "
+        f"and {len(unread.cached)} of its cases were answered from the response cache, which "
+        "is no evidence of what ran: verify it with `evalkit run --no-cache` (or run it from a "
+        "git checkout) and gate that run"
     )
-    return Finding(0, "cache", tuple(sorted(cached)), {"cached": len(cached)}, msg, "warn",
+    return Finding(0, "cache", unread.cached, {"cached": len(unread.cached)}, msg, "unverified",
                    "unreadable-tree")  # fmt: skip

@@ -11,8 +11,8 @@ listed in ``system.env`` (hashed, never stored). An undeclared variable is not s
 
 Where the tree cannot be read (no git, not a repository) the digest is None, said in the
 manifest: the runner then serves such a system no cached answers in a CI job (the gate flow),
-and the gate warns where it was served some elsewhere
-(:func:`evalkit.compare.trust.unreadable_tree_finding`).
+and where it was served some elsewhere the gate is UNVERIFIED until a run with
+``--no-cache`` (:func:`evalkit.compare.trust.unreadable_tree_finding`).
 
 Examples:
     >>> env_digests(["EK_DOC_FLAG"], {"EK_DOC_FLAG": "on"})["EK_DOC_FLAG"][:12]

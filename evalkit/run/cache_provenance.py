@@ -51,6 +51,9 @@ class Publisher:
     endpoint: str | None
     loopback: bool
     reported: dict[str, Any] | None  # the endpoint's /models entry of the model (None: none)
+    # a pull-request job's entries serve only that job: another job's runs may gate
+    pull_request: bool = False
+    job: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -62,6 +65,7 @@ class Consumer:
 
     host: str
     reported: dict[str, Any] | None
+    job: str | None = None  # the CI job this run is part of (provenance.ci_context)
 
 
 def this_host() -> str:
@@ -137,9 +141,26 @@ def publisher_of(
     run_id: str | None, manifest: dict[str, Any], reported: dict[str, Any] | None
 ) -> Publisher:
     """This host as the publisher of run ``run_id``'s entries (``manifest``: the run's)."""
+    import os
+
+    from evalkit.provenance import ci_context
+
     endpoint = (manifest.get("provider") or {}).get("base_url")
     commit = (manifest.get("run") or {}).get("git_sha")
-    return Publisher(this_host(), run_id, commit, endpoint, is_loopback(endpoint), reported)
+    ci = ci_context(os.environ)
+    return Publisher(
+        this_host(), run_id, commit, endpoint, is_loopback(endpoint), reported,
+        bool(ci.get("pull_request")), ci.get("job"),
+    )  # fmt: skip
+
+
+def this_job() -> str | None:
+    """The CI job this process runs in (None outside CI)."""
+    import os
+
+    from evalkit.provenance import ci_context
+
+    return ci_context(os.environ).get("job")
 
 
 def refusal(publisher: str | None, consumer: Consumer) -> str | None:
@@ -152,6 +173,8 @@ def refusal(publisher: str | None, consumer: Consumer) -> str | None:
         return "no publisher recorded"
     if not isinstance(record, dict):
         return "no publisher recorded"
+    if record.get("pull_request") and (not record.get("job") or record["job"] != consumer.job):
+        return "published by a pull-request job (its answers serve only that job)"
     if record.get("loopback") and record.get("host") != consumer.host:
         return f"published for another machine's loopback endpoint (host {record.get('host')})"
     if record.get("reported") != consumer.reported:

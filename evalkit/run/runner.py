@@ -539,6 +539,8 @@ async def _all_or_first_failure(coroutines: list[Any]) -> None:
     cancel the others, so none goes on asking the model for answers that cannot be stored,
     and raise its error."""
     tasks = [asyncio.ensure_future(c) for c in coroutines]
+    if not tasks:  # nothing left to ask (a resume whose work is all stored)
+        return
     try:
         _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     except BaseException:  # this run cancelled: its workers with it

@@ -139,11 +139,17 @@ class SharedCacheStore:
     def _trusted(self, published: dict[str, tuple[str, str | None]]) -> dict[str, str]:
         """The entries of ``published`` this run may take (:func:`cache_provenance.refusal`),
         counted by publisher host; the others counted by why they were not taken."""
-        from evalkit.run.cache_provenance import Consumer, publisher_host, refusal, this_host
+        from evalkit.run.cache_provenance import (
+            Consumer,
+            publisher_host,
+            refusal,
+            this_host,
+            this_job,
+        )
 
         if not published:
             return {}
-        me = Consumer(this_host(), self.reported())
+        me = Consumer(this_host(), self.reported(), this_job())
         taken: dict[str, str] = {}
         with self._lock:
             for key, (response, publisher) in published.items():

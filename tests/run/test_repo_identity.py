@@ -154,11 +154,8 @@ def test_a_corpus_edit_is_not_a_system_change(project: tuple[Path, str], tmp_pat
     assert _run(root, db, "b")[:2] == (0, 4)
 
 
-def test_an_unreadable_tree_serves_no_cache_in_ci(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Outside a git repository a Python system's identity cannot cover what it reads: in a
-    CI job its candidate is asked again, never served cached answers."""
+def _outside_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The suite and its app in a folder git cannot read (no repository above it): its store."""
     pkg = f"ek_repo_{next(_names)}"
     app = tmp_path / "app"
     (app / "prompts").mkdir(parents=True)
@@ -172,9 +169,45 @@ def test_an_unreadable_tree_serves_no_cache_in_ci(
     )
     monkeypatch.syspath_prepend(str(app))
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    db = tmp_path / "e.duckdb"
+    for name in ("EVALKIT_CI_EVENT", "EVALKIT_CI_JOB"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "e.duckdb"
+
+
+def test_an_unreadable_tree_serves_no_cache_in_ci(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a git repository a Python system's identity cannot cover what it reads: in a
+    CI job its candidate is asked again, never served cached answers."""
+    db = _outside_git(tmp_path, monkeypatch)
     assert _run(tmp_path, db, "a")[:2] == (4, 0)
     assert _run(tmp_path, db, "b")[:2] == (0, 4)  # a laptop keeps its cache
     monkeypatch.setenv("EVALKIT_CI_EVENT", "pull_request")
     monkeypatch.setenv("EVALKIT_CI_JOB", "41")
     assert _run(tmp_path, db, "c")[:2] == (4, 0)
+
+
+def test_cached_answers_of_an_unreadable_tree_leave_the_gate_unverified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served cached answers anyway (outside CI), such a candidate is no evidence of what ran:
+    the gate is UNVERIFIED, naming the command that verifies it; asked again, it passes."""
+    from evalkit.compare.pin import gate_pair
+
+    db = _outside_git(tmp_path, monkeypatch)
+    config = str(tmp_path / "corpus" / "evalkit.yaml")
+    assert _run(tmp_path, db, "a")[:2] == (4, 0)
+    assert _run(tmp_path, db, "b")[:2] == (0, 4)
+    with open_store(db, read_only=True) as store:
+        _, decision = gate_pair(store, "a", "b", config)
+    assert decision.status == "UNVERIFIED", decision.summary()
+    (found,) = [f for f in decision.blocking() if f.kind == "unreadable-tree"]
+    assert found.severity == "unverified" and len(found.case_ids) == 4
+    assert "evalkit run --no-cache" in found.message
+    suite = load_suite(config)
+    with open_store(db, write=True) as store:  # what `evalkit run --no-cache` does
+        options = RunOptions(label="c", progress=False, use_cache=False)
+        assert run_suite(suite, load_corpus(suite.root), store, options).cache_hits == 0
+    with open_store(db, read_only=True) as store:
+        _, decision = gate_pair(store, "a", "c", config)
+    assert decision.status == "PASSED", decision.summary()

@@ -149,6 +149,27 @@ def test_another_machines_loopback_entries_and_unrecorded_ones_are_not_taken() -
     assert "another served identity" in str(refusal(other.to_json(), me))
 
 
+def test_a_pull_request_jobs_entries_serve_only_that_job(monkeypatch) -> None:
+    from evalkit.run.cache_provenance import publisher_of
+
+    reported = {"id": MODEL, "owned_by": "vllm", "created": 0}
+    manifest = {"provider": {"base_url": "https://llm.internal/v1"}, "run": {"git_sha": "abc"}}
+    for name in ("GITHUB_ACTIONS", "GITHUB_EVENT_NAME", "GITHUB_RUN_ID", "GITHUB_JOB"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("GITHUB_RUN_ID", "77")
+    monkeypatch.setenv("GITHUB_JOB", "gate")
+    published = publisher_of("pr-run", manifest, reported)
+    assert published.pull_request and published.job == "77/gate"
+    main_job = Consumer("ci-runner", reported, "78/nightly")
+    assert "pull-request job" in str(refusal(published.to_json(), main_job))
+    assert "pull-request job" in str(refusal(published.to_json(), Consumer("h", reported)))
+    assert refusal(published.to_json(), Consumer("ci-runner", reported, "77/gate")) is None
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "push")  # the control: main's job publishes
+    assert refusal(publisher_of("main-run", manifest, reported).to_json(), main_job) is None
+
+
 def test_the_gate_report_counts_answers_from_another_machines_cache(
     project: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,6 +36,7 @@ def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
         "OR created_at BETWEEN (SELECT created_at FROM runs WHERE run_id = $1) AND "
         "(SELECT coalesce(finished_at, now()) FROM runs WHERE run_id = $1)",
         "overrides": "cand_run_id = $1 OR base_run_id = $1",
+        "exam_files": "exam_id IN (SELECT exam_id FROM exams WHERE run_id = $1)",
         # the labels of the run's outputs (by the sha256 of their text, as labelling names
         # them) and those of its cases that name no output
         "human_labels": "(output_hash IS NULL AND case_id IN "

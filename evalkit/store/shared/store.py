@@ -4,16 +4,20 @@ back (a run, or a suite's promoted baseline) into another local store, both idem
 A push commits one table at a time (Iceberg has no multi-table commit) in an order that makes
 a half-finished push harmless: a run's cases, outputs, scorings, scores, flakes and response
 cache entries first, its ``runs`` row after them, then the gate overrides naming the run (as
-base or candidate) and the human labels of its outputs, its promotions last. A run is *published*
+base or candidate) and the human labels of its outputs, then the pinned exams of its promotions
+(each exam's files, then its row sealing them), its promotions last. A run is *published*
 once its ``runs`` row is there, so a reader never sees a run whose rows are still coming, a
-promotion never names a run that is not all there, and a push killed midway is finished by
-pushing again (each table skips the rows it already holds: :func:`append_new`).
+promotion never names a run that is not all there nor comes before its exam, and a push
+killed midway is finished by pushing again (each table skips the rows it already holds:
+:func:`append_new`).
 
 A pull first verifies the run as one unit against the seal its push recorded
 (:mod:`evalkit.store.shared.verify`), and refuses it in one line naming the run and the table
 when rows were added or changed since; then it copies the run's rows, its overrides and the
 human labels of its outputs, and
-with a baseline its suite's promotion history, into the local store in one DuckDB
+with a baseline its suite's promotion history and the pinned exams of its trusted promotions
+(verified against their seals: :func:`~evalkit.store.shared.verify.verify_exams`), into the
+local store in one DuckDB
 transaction, skipping the rows the local store already holds (of a label relabelled since,
 the newest value wins, as a local re-import does).
 
@@ -54,9 +58,15 @@ from evalkit.store.shared.tables import (
     scan,
     with_columns,
 )
-from evalkit.store.shared.trust_rows import publishable, trusted_promotions, untrusted_push
+from evalkit.store.shared.trust_rows import (
+    exams_of,
+    publishable,
+    pulled_exams,
+    trusted_promotions,
+    untrusted_push,
+)
 from evalkit.store.shared.uri import StoreURI, parse_store_uri
-from evalkit.store.shared.verify import SEALED_BY, seal_of, verify_promotions, verify_run
+from evalkit.store.shared.verify import sealed, verify_promotions, verify_run
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -72,7 +82,8 @@ R = TypeVar("R")
 
 #: A run's tables in the order a push commits them: the ``runs`` row publishes the run, so it
 #: comes after every table of the run's rows, and the promotions after it; a ``scorings`` row,
-#: sealing its scores, after them.
+#: sealing its scores, after them. A promotion's pinned exam comes before the promotion: its
+#: files, then the ``exams`` row sealing them.
 PUSH_ORDER = (
     "cases",
     "outputs",
@@ -84,6 +95,8 @@ PUSH_ORDER = (
     "runs",
     "overrides",
     "human_labels",
+    "exam_files",
+    "exams",
     "baselines",
 )
 #: Entries per commit when a run publishes its new response-cache entries. A commit costs a
@@ -151,30 +164,6 @@ def pa_concat(*tables: pa.Table) -> pa.Table:
     frame = pl.concat([pl.from_arrow(t) for t in tables])  # type: ignore[misc]
     assert isinstance(frame, pl.DataFrame)
     return frame.unique(maintain_order=True).to_arrow()
-
-
-def sealed(name: str, rows: pa.Table, pushed: Mapping[str, pa.Table]) -> pa.Table:
-    """``rows`` of table ``name`` to push, with the seal of the tables they publish
-    (``pushed``: the run's rows of those tables) where ``name`` is a sealing table."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if name not in SEALED_BY or not rows.num_rows:
-        return rows
-    if name == "runs":
-        seals = [seal_of({t: pushed[t] for t in SEALED_BY[name]})] * rows.num_rows
-    else:  # scorings: each row seals its own scoring's rows
-        seals = [
-            seal_of(
-                {
-                    t: pushed[t].filter(pc.equal(pushed[t]["scoring_id"], scoring_id))
-                    for t in SEALED_BY[name]
-                }
-            )
-            for scoring_id in rows.column("scoring_id").to_pylist()
-        ]
-    index = rows.schema.get_field_index("published")
-    return rows.set_column(index, "published", pa.array(seals, pa.string()))
 
 
 class SharedStoreUnreachable(StoreError):
@@ -259,8 +248,8 @@ class SharedStore:
     @_unreachable_is_one_line
     def push_run(self, local: Store, ref: str, *, cache: bool = True) -> Pushed:
         """Publish run ``ref`` of ``local`` (its rows, flakes of its configuration, its
-        response cache entries unless not ``cache``, its promotions); rows already shared are
-        skipped. (``evalkit push`` publishes the cache entries through
+        response cache entries unless not ``cache``, its promotions with their pinned exams);
+        rows already shared are skipped. (``evalkit push`` publishes the cache entries through
         :func:`evalkit.run.shared_cache.publish_stored_cache`, which keys them by what the
         endpoint serves and records their publisher.)
 
@@ -268,6 +257,9 @@ class SharedStore:
             StoreError: the run is not complete (a running or failed run may still grow, and
                 a published run's rows are published once).
         """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         run_id = local.resolve_run(ref)
         status = local.run_status(run_id)
         if status != "complete":
@@ -279,10 +271,16 @@ class SharedStore:
         conflicts = 0
         context = current_writer()
         pushed: dict[str, pa.Table] = {}
+        # the promotions this push may publish, and so the exams pinned with them (trust_rows)
+        promotions = publishable("baselines", local_rows(local, "baselines", run_id), context)
+        exams = exams_of(local_rows(local, "exams", run_id), promotions)
         for name in PUSH_ORDER:
             if name == "response_cache" and not cache:
                 continue
             rows = publishable(name, local_rows(local, name, run_id), context)  # trust_rows
+            if name in ("exams", "exam_files"):
+                wanted = pa.array(exams["exam_id"].to_pylist(), pa.string())
+                rows = rows.filter(pc.is_in(rows["exam_id"], value_set=wanted))
             rows = pushed[name] = sealed(name, rows, pushed)
             table = self._table(name, create=True)
             assert table is not None
@@ -544,8 +542,8 @@ class SharedStore:
         frames = self._run_frames(run_id)
         config_hashes = frames["runs"]["config_hash"].to_list()
         for name in PULL_TABLES:
-            if name in frames:
-                continue
+            if name in frames or name in ("exams", "exam_files"):
+                continue  # exams: those of the trusted promotions, read below
             if name == "overrides":
                 rows = pa_concat(
                     self._read(name, "cand_run_id", [run_id]),
@@ -566,6 +564,8 @@ class SharedStore:
             frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
         promotions = frames["baselines"]
         verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
+        trusted = trusted_promotions(promotions.filter(promotions["run_id"] == run_id))
+        frames["exams"], frames["exam_files"] = pulled_exams(self._read, trusted)
         for name, columns in SHARED_ONLY.items():
             if name in frames:
                 frames[name] = frames[name].drop(list(columns))

@@ -66,16 +66,20 @@ _KEYS: dict[str, tuple[str, ...]] = {
     # one row per label imported: a relabelled output is a newer row of the same
     # (case_id, output_hash, rater, scorer), and a pull keeps the newest (local_rows)
     "human_labels": ("case_id", "output_hash", "rater", "scorer", "imported_at"),
+    # a promotion's pinned exam: its row, and its files (which land in one commit)
+    "exams": ("exam_id",),
+    "exam_files": ("exam_id",),
 }
 _UNIQUE = frozenset(
-    {"runs", "scorings", "baselines", "response_cache", "overrides", "human_labels"}
+    {"runs", "scorings", "baselines", "response_cache", "overrides", "human_labels", "exams"}
 )
 #: Columns only the shared tables have: the seal a push records with the rows that publish a
 #: run or a scoring (:mod:`evalkit.store.shared.verify`), which a pull checks and drops, and
-#: the publisher of a response-cache entry.
+#: the publisher of a response-cache entry. An ``exams`` row seals its exam's files.
 SHARED_ONLY: dict[str, dict[str, str]] = {
     "runs": {"published": "VARCHAR"},
     "scorings": {"published": "VARCHAR"},
+    "exams": {"published": "VARCHAR"},
     # who published a cache entry and what its endpoint said it was (JSON:
     # evalkit.run.cache_provenance.Publisher); a consumer takes only entries it can trust
     "response_cache": {"publisher": "VARCHAR"},
@@ -110,6 +114,7 @@ def _arrow_type(duckdb_type: str) -> pa.DataType:
         "BOOLEAN": pa.bool_(),
         "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
         "VARCHAR[]": pa.list_(pa.string()),
+        "BLOB": pa.binary(),
     }
     return types[duckdb_type]
 

@@ -2,8 +2,9 @@
 
 A push from an untrusted context — a pull-request job — publishes runs, never promotions,
 policy promotions, flake lists or overrides; from any context, a record a pull-request job
-wrote stays local. A pull takes the newest *trusted* promotion: one whose writer the policy it
-pins trusts, from where the pull runs.
+wrote stays local, and so does the exam pinned with it (:func:`exams_of`). A pull takes the
+newest *trusted* promotion: one whose writer the policy it pins trusts, from where the pull
+runs, and the exams of the trusted promotions only.
 
 Examples:
     >>> from evalkit.provenance import Writer
@@ -15,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from evalkit.provenance import Writer, current_writer, trusted_rules, why_untrusted
@@ -69,3 +71,41 @@ def trusted_promotions(rows: pl.DataFrame, context: Writer | None = None) -> pl.
         writer = Writer.from_json(row.get("written_by"))
         keep.append(why_untrusted(writer, context, trusted_rules(policy)) is None)
     return rows.filter(pl.Series(keep, dtype=pl.Boolean))
+
+
+def exams_of(exams: pa.Table, promotions: pa.Table) -> pa.Table:
+    """The rows of ``exams`` pinned with one of ``promotions`` (``baselines`` rows): the same
+    run, promoted at the same instant (an exam is worth what its promotion is)."""
+    import pyarrow as pa
+
+    made = {(r["run_id"], r["promoted_at"]) for r in promotions.to_pylist()}
+    keep = [
+        (run_id, at) in made
+        for run_id, at in zip(
+            exams.column("run_id").to_pylist(), exams.column("promoted_at").to_pylist(), strict=True
+        )
+    ]
+    return exams.filter(pa.array(keep, pa.bool_()))
+
+
+def pulled_exams(
+    read: Callable[[str, str, Iterable[str]], pa.Table], promotions: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The shared pinned exams of ``promotions`` (the trusted ones a pull takes) and their
+    files, read with ``read(table, column, values)`` and verified against the seals their push
+    recorded (:func:`evalkit.store.shared.verify.verify_exams`).
+
+    Raises:
+        UnverifiedRun: an exam's rows are not what its push sealed.
+    """
+    import polars as pl
+
+    from evalkit.store.shared.verify import verify_exams
+
+    runs = promotions["run_id"].unique().to_list()
+    exams = exams_of(read("exams", "run_id", runs), promotions.to_arrow())
+    files = read("exam_files", "exam_id", exams.column("exam_id").to_pylist())
+    found = pl.from_arrow(exams), pl.from_arrow(files)
+    assert isinstance(found[0], pl.DataFrame) and isinstance(found[1], pl.DataFrame)
+    verify_exams(*found)
+    return found

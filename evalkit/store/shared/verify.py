@@ -15,7 +15,9 @@ so a pull reads the run's rows and refuses them unless:
 - each sealed table's rows count and digest as sealed.
 
 A run pushed before seals existed has none: its rows get every check but the last. A
-promotion must name a published run that passes them (:func:`verify_promotions`).
+promotion must name a published run that passes them (:func:`verify_promotions`). A promotion's
+pinned exam (its ``exams`` row sealing its ``exam_files``) always carries a seal, and must be
+what its push sealed, file for file (:func:`verify_exams`).
 
 Examples:
     >>> import pyarrow as pa
@@ -42,7 +44,11 @@ if TYPE_CHECKING:
 #: The column of the shared ``runs`` and ``scorings`` tables that holds a seal (JSON).
 SEAL_COLUMN = "published"
 #: Which tables' seals each sealing table carries.
-SEALED_BY = {"runs": ("cases", "outputs"), "scorings": ("scores", "scoring_cases")}
+SEALED_BY = {
+    "runs": ("cases", "outputs"),
+    "scorings": ("scores", "scoring_cases"),
+    "exams": ("exam_files",),
+}
 #: What names one row of a run's table: a second row with the same values is a forgery.
 IDENTITY: dict[str, tuple[str, ...]] = {
     "runs": ("run_id",),
@@ -51,6 +57,8 @@ IDENTITY: dict[str, tuple[str, ...]] = {
     "scorings": ("scoring_id",),
     "scores": ("scoring_id", "case_id", "replay", "scorer", "scorer_index"),
     "scoring_cases": ("scoring_id", "case_id"),
+    "exams": ("exam_id",),
+    "exam_files": ("exam_id", "path"),
 }
 
 
@@ -89,6 +97,28 @@ def _iso(value: Any) -> str:
 def seal_of(tables: Mapping[str, pa.Table]) -> str:
     """The seal (JSON text) of ``tables`` (name -> the rows a push publishes)."""
     return json.dumps({name: table_seal(rows) for name, rows in tables.items()}, sort_keys=True)
+
+
+def sealed(name: str, rows: pa.Table, pushed: Mapping[str, pa.Table]) -> pa.Table:
+    """``rows`` of table ``name`` to push, with the seal of the tables they publish
+    (``pushed``: the run's rows of those tables) where ``name`` is a sealing table."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if name not in SEALED_BY or not rows.num_rows:
+        return rows
+    if name == "runs":
+        seals = [seal_of({t: pushed[t] for t in SEALED_BY[name]})] * rows.num_rows
+    else:  # scorings, exams: each row seals its own scoring's (exam's) rows
+        column = {"scorings": "scoring_id", "exams": "exam_id"}[name]
+        seals = [
+            seal_of(
+                {t: pushed[t].filter(pc.equal(pushed[t][column], key)) for t in SEALED_BY[name]}
+            )
+            for key in rows.column(column).to_pylist()
+        ]
+    index = rows.schema.get_field_index("published")
+    return rows.set_column(index, "published", pa.array(seals, pa.string()))
 
 
 def verify_run(run_id: str, frames: Mapping[str, pl.DataFrame]) -> None:
@@ -150,6 +180,36 @@ def verify_promotions(promotions: pl.DataFrame, published: Iterable[str]) -> Non
                 f"{row['suite']!r} (by {row['who']!r}), but the run was never published; "
                 "refusing to pull (nothing written locally)"
             )
+
+
+def verify_exams(exams: pl.DataFrame, files: pl.DataFrame) -> None:
+    """Check the shared pinned exams of a pull (``exams`` rows and their ``exam_files``): each
+    exam once, each of its files once and hashing to its ``sha256``, and its files what its
+    push sealed (an exam is trusted as far as its promotion: a file added or changed since
+    would change what the gate judges on).
+
+    Raises:
+        UnverifiedRun: the first exam found not to be what its push sealed, naming its run.
+    """
+    import hashlib
+
+    import polars as pl
+
+    for exam in exams.iter_rows(named=True):
+        run_id, exam_id = str(exam["run_id"]), exam["exam_id"]
+        own = {"exams": exams.filter(pl.col("exam_id") == exam_id)}
+        own["exam_files"] = files.filter(pl.col("exam_id") == exam_id)
+        for name, frame in own.items():
+            _unique(run_id, name, frame)
+        for path, digest, content in own["exam_files"].select("path", "sha256", "content").rows():
+            if hashlib.sha256(content or b"").hexdigest() != digest:
+                raise UnverifiedRun(
+                    run_id, "exam_files", f"holds pinned file {path} whose content is not its hash"
+                )
+        seal = _seal(exam)
+        if seal is None:
+            raise UnverifiedRun(run_id, "exams", f"has exam {exam_id} with no seal")
+        _check_seal(run_id, seal, own, SEALED_BY["exams"])
 
 
 def _seal(row: Mapping[str, Any]) -> dict[str, Any] | None:
