@@ -51,6 +51,7 @@ _EXPORTS = {
     "RunResult": "evalkit.project.results",
     "ComparisonResult": "evalkit.project.results",
     "gate_pair": "evalkit.compare.pin",
+    "load_decided_pair": "evalkit.compare.handoff",
     "GateBlocked": "evalkit.compare.decision",
     "Comparison": "evalkit.compare.analysis",
     "Report": "evalkit.compare.report",
@@ -157,6 +158,7 @@ __all__ = [
     "llmbar_table",
     "load_comparison",
     "load_corpus",
+    "load_decided_pair",
     "load_llmbar",
     "load_pandalm",
     "load_policy",
@@ -228,6 +230,7 @@ if TYPE_CHECKING:
     from evalkit.compare.decision import GateBlocked, GateDecision
     from evalkit.compare.flakes import flake_slices
     from evalkit.compare.gate import decide
+    from evalkit.compare.handoff import load_decided_pair
     from evalkit.compare.history import history
     from evalkit.compare.history_charts import pass_rate_history, unstable_history
     from evalkit.compare.history_values import History

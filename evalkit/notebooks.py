@@ -35,7 +35,9 @@ import ast
 import json
 import os
 import re
+import shutil
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -51,6 +53,7 @@ from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 
 from evalkit.compare.comparability import check_comparable
+from evalkit.compare.handoff import decided_pair_folder, write_decided_pair
 from evalkit.compare.policy import load_policy
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.store import open_store
@@ -349,6 +352,34 @@ def preflight(
     return None
 
 
+class _Decider(threading.Thread):
+    """The gate's one decision (`evalkit.compare.pin.gate_pair`, on the notebook's parameters),
+    written for the notebook (`evalkit.compare.handoff`); a usage or config error is handed
+    over for the notebook to raise, any other error (a bug) is kept in ``bug`` as well."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        super().__init__(name="evalkit-gate-decision", daemon=True)
+        self.params = params
+        self.bug: BaseException | None = None
+
+    def run(self) -> None:
+        from evalkit.compare.pin import gate_pair
+
+        p = self.params
+        try:
+            with open_store(p["DB_PATH"], read_only=True) as store:
+                comparison, decision = gate_pair(
+                    store, p["BASELINE"], p["CANDIDATE"], p["CONFIG"] or None, p["ALLOW_DIFF"],
+                    tier=p["TIER"] or None, allow_incomplete=p["ALLOW_INCOMPLETE"],
+                )  # fmt: skip
+            write_decided_pair(p["DECIDED"], comparison, decision)
+        except EvalkitError as exc:
+            write_decided_pair(p["DECIDED"], error=exc)
+        except BaseException as exc:  # raised again in the caller's thread
+            self.bug = exc
+            write_decided_pair(p["DECIDED"], error=EvalkitError(f"the decision failed: {exc!r}"))
+
+
 def execute_gate(
     db_path: str | Path,
     baseline: str,
@@ -361,6 +392,10 @@ def execute_gate(
     allow_incomplete: bool = False,
 ) -> GateRun:
     """Execute the gate notebook into ``<out_dir>/<candidate>/`` (`report_dir`).
+
+    The decision is taken once, here (`_Decider`, in a thread while papermill starts the
+    kernel), and handed to the notebook through its ``DECIDED`` parameter
+    (`evalkit.compare.handoff`); the notebook reports it without deciding again.
 
     Writes ``gate.ipynb`` (the executed notebook, kept as the artefact), ``gate.html`` (its
     outputs as a report page: `to_report_html`) and the notebook's artefacts (``decision.json``,
@@ -377,13 +412,22 @@ def execute_gate(
     out.mkdir(parents=True, exist_ok=True)
     decision_file = out / DECISION_FILE
     decision_file.unlink(missing_ok=True)  # never read a stale verdict
+    folder = decided_pair_folder()
     params = {
         "DB_PATH": str(Path(db_path).resolve()), "BASELINE": baseline, "CANDIDATE": candidate,
         "CONFIG": str(Path(config_path).resolve()) if config_path else "",
         "ALLOW_DIFF": list(allow_diff), "OUTPUT_DIR": str(out), "TIER": tier or "",
-        "ALLOW_INCOMPLETE": allow_incomplete,
+        "ALLOW_INCOMPLETE": allow_incomplete, "DECIDED": str(folder / "decided.pickle"),
     }  # fmt: skip
-    nb, ename, message = execute_notebook("gate.ipynb", out / "gate.ipynb", params, timeout_s)
+    decider = _Decider(params)
+    decider.start()  # decides while papermill starts the kernel; the notebook waits for it
+    try:
+        nb, ename, message = execute_notebook("gate.ipynb", out / "gate.ipynb", params, timeout_s)
+    finally:
+        decider.join()
+        shutil.rmtree(folder, ignore_errors=True)
+    if decider.bug is not None:
+        raise decider.bug
     if decision_file.is_file():
         decision = json.loads(decision_file.read_text(encoding="utf-8"))
         status = decision.get("status", "?")

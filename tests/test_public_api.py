@@ -56,6 +56,7 @@ EXPECTED = {
     "llmbar_table",
     "load_comparison",
     "load_corpus",
+    "load_decided_pair",
     "load_llmbar",
     "load_pandalm",
     "load_policy",

@@ -36,6 +36,19 @@ if TYPE_CHECKING:
 #: At most this many sibling runs are gated for the report (newest first).
 MAX_SIBLINGS = 10
 
+#: When this environment variable names a file, each decision `gate_pair` takes for a pair
+#: (not its siblings') appends a line to it: how a test counts the decisions one
+#: ``evalkit gate`` takes across its CLI and the notebook's kernel (which inherits it).
+COUNT_DECISIONS_ENV = "EVALKIT_COUNT_DECISIONS"
+
+
+def _count_decision() -> None:
+    import os
+
+    if count_file := os.environ.get(COUNT_DECISIONS_ENV):
+        with open(count_file, "a", encoding="utf-8") as out:
+            out.write(f"{os.getpid()}\n")
+
 
 def resolve_policy(
     store: Store, base_run_id: str, config_path: str | None
@@ -159,4 +172,6 @@ def gate_pair(
         except EvalkitError as exc:  # shown, not hidden: it could not be gated against the pin
             found.append((run_id, f"not gated ({str(exc)[:80]})"))
     decision = gate_comparison(store, comparison, policy, looser, source, tuple(found), reasks=True)
+    if with_siblings:
+        _count_decision()
     return comparison, decision
