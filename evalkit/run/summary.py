@@ -231,8 +231,10 @@ def summary_lines(
     """The run summary as ``evalkit run`` prints it, line by line (``paint(text, style)``
     colours a word on a terminal; by default the text as it is)."""
     rate = pass_rate(summary.passed, summary.failed)
+    # an unlabelled run (label "run") or a merged run (label = id) reads "run ID", not "run run ID"
+    named = "" if summary.label in ("run", summary.run_id, "") else f"{paint(summary.label, BOLD)} "
     lines = [
-        f"{paint(summary.label, BOLD)} run {summary.run_id}: {summary.cases} cases, "
+        f"{named}run {summary.run_id}: {summary.cases} cases, "
         f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
         f"errors {summary.errored} (pass rate {'n/a' if rate is None else f'{rate:.1%}'} "
         "of scored outputs)",
