@@ -1,0 +1,24 @@
+"""The run summary's first line names a run once: "baseline run ID", or "run ID" for an
+unlabelled run or a merged one (whose label is its id)."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalkit.run.summary import RunSummary, summary_lines
+
+
+def _summary(run_id: str, label: str) -> RunSummary:
+    return RunSummary(run_id, label, "cfg", 3, 3, 2, 1, 0, 0, 3, 0, 0, 0.1, 10, 10, 0.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("run_id", "label", "first"),
+    [
+        ("r1", "baseline", "baseline run r1: 3 cases"),
+        ("r1", "run", "run r1: 3 cases"),
+        ("nightly-41", "nightly-41", "run nightly-41: 3 cases"),
+    ],
+)
+def test_the_first_line_names_the_run_once(run_id: str, label: str, first: str) -> None:
+    assert summary_lines(_summary(run_id, label), "db.duckdb")[0].startswith(first)
