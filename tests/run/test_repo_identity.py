@@ -106,7 +106,9 @@ def test_changing_what_the_system_reads_re_asks_every_case(
         (root / "app" / "prompts" / "system.txt").write_text("be verbose\n")  # not committed
         expect = "be verbose"
     elif change == "importlib module":
-        (root / "app" / f"{pkg}_style.py").write_text('STYLE = "fancy"\n')
+        # another size than the original's: a .pyc written in the same second is checked by
+        # its source's mtime and size, and this process must import the new source
+        (root / "app" / f"{pkg}_style.py").write_text('STYLE = "fancy"  # restyled\n')
         _git(root, "commit", "-qam", "style")  # committed: the tree's object ids move
         monkeypatch.delitem(sys.modules, f"{pkg}_style")  # as a fresh CI process would
         expect = "fancy"
