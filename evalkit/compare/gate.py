@@ -1,5 +1,8 @@
 """The tiered gate: a decision rule fixed before anyone looks at the results.
 
+Over 600 lines: the tiers of `decide` and the findings that feed it (evidence, pin, exam,
+trust, budgets) are one module; the findings are the seam to split out (issue 47).
+
 0. **evidence**: a candidate output that errored is not evidence of anything. Errored must_pass
    cases, errored cases in a critical tag, more errored outputs than ``gate.max_error_rate``, or
    nothing paired at all make the gate **UNVERIFIED**: it never passes what it did not see.

@@ -1,5 +1,8 @@
 r"""The comparison report: flips first, the aggregate last; the terminal and JSON renderings.
 
+Over 600 lines: building the `Report` and its terminal/JSON renderers are one module until
+presentation moves to ``evalkit/report/`` (issue 47).
+
 `build_report` gathers everything shown about a pair of runs into a `Report`; the renderers are
 plain functions of it: `render_terminal` / `to_text` and `to_json` here, `evalkit.compare.html`
 (the page), `evalkit.compare.markdown` (the pull-request comment), `evalkit.compare.junit`.

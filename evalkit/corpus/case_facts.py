@@ -5,6 +5,9 @@ exact bytes, else loads the file whole as :func:`~evalkit.corpus.cases.load_corp
 writes its entry; :meth:`CorpusFacts.load` then builds the cases asked for from the text of
 their items alone.
 
+Over 600 lines: the index-backed scan and its parse-the-file fallback share the facts
+record; the fallback is the seam to split out (issue 47).
+
 Examples:
     >>> from evalkit.corpus.cases import load_corpus
     >>> facts = scan_corpus("corpus")                        # doctest: +SKIP

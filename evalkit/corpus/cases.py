@@ -1,5 +1,8 @@
 """Cases: the YAML corpus, its validation, and the canonical case hash.
 
+Over 600 lines: the case model, loading and the canonical hash live together; loading
+(with its per-file errors) is the seam to split out (issue 47).
+
 A case is data, not code. Every problem in a case file is reported as one line naming the file,
 the line and the case id (``cases/billing.yaml:12: case refund-017: unknown scorer 'contans'
 (did you mean 'contains'?)``), and the whole corpus is validated before anything runs.

@@ -1,5 +1,8 @@
 """Reading YAML evalkit did not write: one document, plain data, bounded, no silent overwrites.
 
+Over 600 lines: the bounded whole-document loader and the case-by-case chunked reader
+share the node budget; the chunked reader is the seam to split out (issue 47).
+
 Used for case files and the suite config alike. Before any Python object is built the node graph
 is checked: a recursive alias, nesting deeper than ``MAX_YAML_DEPTH``, more than
 ``MAX_YAML_NODES`` nodes (while composing, and again once aliases are expanded: a "billion

@@ -28,7 +28,12 @@ import polars as pl
 from evalkit.corpus.pinned import load_pinned_corpus
 from evalkit.corpus.suite import Suite
 from evalkit.records import canonical_json
-from evalkit.run.rebaseline import IDENTITY_FIELDS, RebaselineResult, baseline_suite
+from evalkit.run.rebaseline import (
+    IDENTITY_FIELDS,
+    RebaselineResult,
+    baseline_suite,
+    holds_cases,
+)
 from evalkit.run.runner import RunOptions, run_suite
 from evalkit.store import Store
 
@@ -69,9 +74,7 @@ def find_exam_run(
             continue
         if not _same_identity(manifest, cand_manifest):
             continue
-        cases = store.cases(row["run_id"])
-        stored = dict(zip(cases["case_id"].to_list(), cases["case_hash"].to_list(), strict=True))
-        if all(stored.get(case_id) == digest for case_id, digest in wanted.items()):
+        if holds_cases(store, row["run_id"], wanted):
             return row["run_id"]
     return None
 

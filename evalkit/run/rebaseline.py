@@ -137,11 +137,16 @@ def find_rebaseline(store: Store, base_run_id: str, wanted: Mapping[str, str]) -
         marker = json.loads(row["manifest"]).get("rebaseline") or {}
         if marker.get("of") != base_run_id:
             continue
-        cases = store.cases(row["run_id"])
-        stored = dict(zip(cases["case_id"].to_list(), cases["case_hash"].to_list(), strict=True))
-        if all(stored.get(case_id) == digest for case_id, digest in wanted.items()):
+        if holds_cases(store, row["run_id"], wanted):
             return row["run_id"]
     return None
+
+
+def holds_cases(store: Store, run_id: str, wanted: Mapping[str, str]) -> bool:
+    """Whether run ``run_id`` stored every ``(case_id, hash)`` of ``wanted``."""
+    cases = store.cases(run_id)
+    stored = dict(zip(cases["case_id"].to_list(), cases["case_hash"].to_list(), strict=True))
+    return all(stored.get(case_id) == digest for case_id, digest in wanted.items())
 
 
 def rebaseline(
