@@ -32,6 +32,9 @@ kernel's working directory when Jupyter opens it):
 from __future__ import annotations
 
 import ast
+import base64
+import html
+import importlib
 import json
 import os
 import re
@@ -42,21 +45,45 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import nbformat
-import papermill as pm
 from jupyter_client.manager import AsyncKernelManager
-from nbconvert import HTMLExporter
-from nbconvert.exporters.templateexporter import TemplateExporter
-from nbconvert.filters.highlight import Highlight2HTML
-from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+from nbformat.v4.rwbase import rejoin_lines
 
 from evalkit.compare.comparability import check_comparable
 from evalkit.compare.handoff import decided_pair_folder, write_decided_pair
 from evalkit.compare.policy import load_policy
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.store import open_store
+
+#: What papermill imports for reading and writing notebooks on S3 (boto3) and HDFS (pyarrow.fs)
+#: when they are installed (evalkit's own extras install them): evalkit hands it local paths.
+_PAPERMILL_UNUSED = ("papermill.s3", "pyarrow.fs")
+
+
+def _import_papermill() -> ModuleType:
+    """papermill, imported as if its S3 and HDFS handlers' libraries were missing.
+
+    papermill imports every I/O handler whose library is installed, at its own import: boto3
+    and pyarrow (with numpy) for a gate that only ever reads and writes local files. Hidden
+    while papermill imports (None in ``sys.modules``: papermill then keeps its stand-in that
+    names the missing extra), and visible again at once: a module already imported stays, and
+    ``import pyarrow.fs`` works as before for everything else.
+    """
+    hidden = [name for name in _PAPERMILL_UNUSED if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        return importlib.import_module("papermill")
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
+
+
+pm = _import_papermill()
 
 #: Exception names (raised inside the notebook) that mean a usage or config problem: exit 2.
 USAGE_ERRORS = {"ConfigError", "ComparabilityError", "StoreError", "CorpusError", "EvalkitError"}
@@ -257,55 +284,16 @@ def execute_notebook(
     return output, None, None
 
 
-#: An ``<img`` tag without an ``alt`` attribute (nbconvert writes one per image output).
-_IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
-#: What nbconvert's own export gives such an image.
-_NO_ALT = "No description has been provided for this image"
-
-
-class _ReportExporter(HTMLExporter):
-    """nbconvert's HTML export (its template, preprocessors and filters) without the pass that
-    parses the finished page with BeautifulSoup and writes it out again.
-
-    That pass only adds accessibility attributes: ``alt`` on images, which `_IMG_WITHOUT_ALT`
-    adds here, and ``tabindex`` on the cells of the ``lab`` template, which a report (the
-    ``basic`` template, outputs only) has none of. On a gate page of inline SVG charts
-    (~0.2 MB) it cost ~0.5 s of CPU, as much as the rest of the export. The filters are
-    registered as `HTMLExporter.from_notebook_node` registers them (nbconvert 7).
-    """
-
-    def from_notebook_node(  # type: ignore[override]
-        self, nb: nbformat.NotebookNode, resources: dict[str, Any] | None = None, **kw: Any
-    ) -> tuple[str, dict[str, Any]]:
-        langinfo = nb.metadata.get("language_info", {})
-        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
-        resources = self._init_resources(resources)
-        highlight = self.filters.get(
-            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)
-        )
-        data_type = WidgetsDataTypeFilter(
-            notebook_metadata=self._nb_metadata, parent=self, resources=resources
-        )
-        self.register_filter("highlight_code", highlight)
-        self.register_filter("filter_data_type", data_type)
-        body, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-        return _IMG_WITHOUT_ALT.sub(f'<img alt="{_NO_ALT}"', body), resources
-
-
 #: Cells a report never shows: papermill's exception banner and anchor, the notebook's own intro.
 HIDDEN_TAGS = {"papermill-error-cell-tag", "notebook-only"}
-
-
-#: How a report page renders a notebook: nbconvert's ``basic`` template, outputs only.
-REPORT_EXPORT = {"template_name": "basic", "exclude_input": True, "exclude_input_prompt": True,
-                 "exclude_output_prompt": True}  # fmt: skip
 
 
 def report_cells(notebook: Path) -> nbformat.NotebookNode:
     """The executed notebook as its report shows it: without the cells tagged `HIDDEN_TAGS`
     and the traceback of the ``GateBlocked`` the last cell raises on purpose (any other error
-    stays visible: it is a bug, not a verdict)."""
-    nb = nbformat.read(notebook, as_version=4)
+    stays visible: it is a bug, not a verdict). Read as papermill wrote it (validated then),
+    its multi-line strings joined as `nbformat.read` joins them, not validated again."""
+    nb = rejoin_lines(nbformat.from_dict(json.loads(notebook.read_text(encoding="utf-8"))))
     nb.cells = [c for c in nb.cells if not HIDDEN_TAGS & set(c.metadata.get("tags", []))]
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -316,19 +304,79 @@ def report_cells(notebook: Path) -> nbformat.NotebookNode:
 def to_report_html(notebook: Path, title: str = "evalkit gate") -> Path:
     """Render an executed notebook as a report page, ``<same name>.html`` next to it.
 
-    Outputs only (no code, no prompts; `REPORT_EXPORT`) of its `report_cells`, in the page
-    style of `evalkit.compare.html`.
+    The page is the outputs of its `report_cells`, in order (`output_html`), in the page style
+    of `evalkit.compare.html`: no code, no prompts, no markdown cells. Every output the gate
+    notebook shows is markup evalkit made (HTML fragments, SVG charts), so nbconvert's
+    templates, code highlighting, Markdown and sanitizing passes would add nothing to it; they
+    render only the notebook of a gate that failed (`to_html`).
     """
     from evalkit.compare.html import page
 
-    body, _ = _ReportExporter(**REPORT_EXPORT).from_notebook_node(report_cells(notebook))
+    body = "".join(
+        output_html(output)
+        for cell in report_cells(notebook).cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
     html_path = notebook.with_suffix(".html")
     html_path.write_text(page(body, title), encoding="utf-8")
     return html_path
 
 
+#: What an image gets as alternative text when its output has no text of its own.
+_NO_ALT = "No description has been provided for this image"
+#: A terminal colour or style sequence (tracebacks carry them).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def output_html(output: Mapping[str, Any]) -> str:
+    """One notebook output as a report shows it, in nbconvert's order of preference: HTML as
+    it is, then an SVG or PNG image (a data URL in an ``<img>``, which runs no script; its
+    ``text/plain`` as alternative text), then text; streams and errors as escaped text.
+
+    Examples:
+        >>> output_html({"output_type": "stream", "name": "stderr", "text": "<b>warn</b>"})
+        '<pre class="output stream-stderr">&lt;b&gt;warn&lt;/b&gt;</pre>'
+        >>> shown = output_html({"output_type": "display_data", "metadata": {},
+        ...                      "data": {"image/svg+xml": "<svg/>", "text/plain": "<chart>"}})
+        >>> shown.startswith('<div class="output"><img alt="&lt;chart&gt;"'), "PHN2Zy8+" in shown
+        (True, True)
+    """
+    kind = output.get("output_type")
+    if kind == "stream":
+        name = re.sub(r"[^a-z]", "", str(output.get("name", "")))
+        return f'<pre class="output stream-{name}">{_escaped(output.get("text", ""))}</pre>'
+    if kind == "error":
+        traceback = _ANSI.sub("", "\n".join(output.get("traceback", [])))
+        return f'<pre class="output error">{_escaped(traceback)}</pre>'
+    data = output.get("data", {})
+    if "text/html" in data:
+        return f'<div class="output">{_joined(data["text/html"])}</div>'
+    alt = _escaped(_joined(data.get("text/plain", "")) or _NO_ALT)
+    if "image/svg+xml" in data:
+        svg = base64.b64encode(_joined(data["image/svg+xml"]).encode("utf-8")).decode("ascii")
+        return f'<div class="output"><img alt="{alt}" src="data:image/svg+xml;base64,{svg}"></div>'
+    if "image/png" in data:
+        png = "".join(_joined(data["image/png"]).split())
+        return f'<div class="output"><img alt="{alt}" src="data:image/png;base64,{png}"></div>'
+    if "text/plain" in data:
+        return f'<pre class="output">{_escaped(data["text/plain"])}</pre>'
+    return ""
+
+
+def _joined(text: str | list[str]) -> str:
+    """A notebook's multi-line string, stored as one string or as a list of lines."""
+    return text if isinstance(text, str) else "".join(text)
+
+
+def _escaped(text: str | list[str]) -> str:
+    return html.escape(_joined(text), quote=True)
+
+
 def to_html(notebook: Path) -> Path:
     """Render an executed notebook to ``<same name>.html`` next to it (nbconvert, with code)."""
+    from nbconvert import HTMLExporter  # only for a gate notebook that failed
+
     body, _ = HTMLExporter().from_filename(str(notebook))
     html_path = notebook.with_suffix(".html")
     html_path.write_text(body, encoding="utf-8")

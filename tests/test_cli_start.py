@@ -62,3 +62,20 @@ def test_the_reask_default_in_the_help_is_the_rule() -> None:
     from evalkit.compare.reask import REASKS
 
     assert f"fewer than {REASKS} re-asks" in " ".join(loaded("gate", "--help")["out"].split())
+
+
+def test_the_gate_runner_leaves_out_what_a_local_gate_never_uses() -> None:
+    """`evalkit.notebooks` (what ``evalkit gate`` runs) imports papermill without its S3 and HDFS
+    handlers' libraries, and no nbconvert (the report page is its own); pyarrow.fs, hidden
+    only while papermill imports, works afterwards."""
+    code = (
+        "import json, sys\nimport evalkit.notebooks as n\n"
+        "before = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'boto3', 'botocore', 'pyarrow', 'nbconvert', 'bs4'})\n"
+        "import pyarrow.fs\n"
+        "print(json.dumps([before, callable(n.pm.execute_notebook), "
+        "pyarrow.fs.LocalFileSystem.__name__]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [[], True, "LocalFileSystem"]
