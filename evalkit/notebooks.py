@@ -305,12 +305,12 @@ def to_report_html(notebook: Path, title: str = "evalkit gate") -> Path:
     """Render an executed notebook as a report page, ``<same name>.html`` next to it.
 
     The page is the outputs of its `report_cells`, in order (`output_html`), in the page style
-    of `evalkit.compare.html`: no code, no prompts, no markdown cells. Every output the gate
+    of `evalkit.report.html`: no code, no prompts, no markdown cells. Every output the gate
     notebook shows is markup evalkit made (HTML fragments, SVG charts), so nbconvert's
     templates, code highlighting, Markdown and sanitizing passes would add nothing to it; they
     render only the notebook of a gate that failed (`to_html`).
     """
-    from evalkit.compare.html import page
+    from evalkit.report.html import page
 
     body = "".join(
         output_html(output)
