@@ -52,6 +52,7 @@ _EXPORTS = {
     "ComparisonResult": "evalkit.project.results",
     "gate_pair": "evalkit.compare.pin",
     "load_decided_pair": "evalkit.compare.handoff",
+    "load_decided_report": "evalkit.report.decided",
     "GateBlocked": "evalkit.compare.decision",
     "Comparison": "evalkit.compare.analysis",
     "Report": "evalkit.report.build",
@@ -159,6 +160,7 @@ __all__ = [
     "load_comparison",
     "load_corpus",
     "load_decided_pair",
+    "load_decided_report",
     "load_llmbar",
     "load_pandalm",
     "load_policy",
@@ -268,6 +270,7 @@ if TYPE_CHECKING:
         slice_forest,
         slice_overview,
     )
+    from evalkit.report.decided import load_decided_report
     from evalkit.report.history_charts import pass_rate_history, unstable_history
     from evalkit.report.html import fragment as report_fragment
     from evalkit.report.html import to_html as report_html

@@ -401,9 +401,10 @@ def preflight(
 
 
 class _Decider(threading.Thread):
-    """The gate's one decision (`evalkit.compare.pin.gate_pair`, on the notebook's parameters),
-    written for the notebook (`evalkit.compare.handoff`); a usage or config error is handed
-    over for the notebook to raise, any other error (a bug) is kept in ``bug`` as well."""
+    """The gate's one decision (`evalkit.compare.pin.gate_pair`, on the notebook's parameters)
+    and its report, written for the notebook (`evalkit.compare.handoff`); a usage or config
+    error is handed over for the notebook to raise, any other error (a bug) is kept in ``bug``
+    as well."""
 
     def __init__(self, params: dict[str, Any]) -> None:
         super().__init__(name="evalkit-gate-decision", daemon=True)
@@ -412,6 +413,7 @@ class _Decider(threading.Thread):
 
     def run(self) -> None:
         from evalkit.compare.pin import gate_pair
+        from evalkit.report.build import build_report
 
         p = self.params
         try:
@@ -420,7 +422,9 @@ class _Decider(threading.Thread):
                     store, p["BASELINE"], p["CANDIDATE"], p["CONFIG"] or None, p["ALLOW_DIFF"],
                     tier=p["TIER"] or None, allow_incomplete=p["ALLOW_INCOMPLETE"],
                 )  # fmt: skip
-            write_decided_pair(p["DECIDED"], comparison, decision)
+            # the report too: the kernel then loads neither the statistics nor the store
+            report = build_report(comparison, decision)
+            write_decided_pair(p["DECIDED"], comparison, decision, report=report)
         except EvalkitError as exc:
             write_decided_pair(p["DECIDED"], error=exc)
         except BaseException as exc:  # raised again in the caller's thread
@@ -442,12 +446,12 @@ def execute_gate(
     """Execute the gate notebook into ``<out_dir>/<candidate>/`` (`report_dir`).
 
     The decision is taken once, here (`_Decider`, in a thread while papermill starts the
-    kernel), and handed to the notebook through its ``DECIDED`` parameter
-    (`evalkit.compare.handoff`); the notebook reports it without deciding again.
+    kernel), and handed to the notebook with the report built from it through its ``DECIDED``
+    parameter (`evalkit.compare.handoff`); the notebook reports it without deciding again.
 
     Writes ``gate.ipynb`` (the executed notebook, kept as the artefact), ``gate.html`` (its
     outputs as a report page: `to_report_html`) and the notebook's artefacts (``decision.json``,
-    ``report.json``, ``junit.xml``, ``gate.md``, charts as SVG and PNG). Usage and config
+    ``report.json``, ``junit.xml``, ``gate.md``, the slice charts as SVG). Usage and config
     errors found by `preflight` return exit code 2 before any kernel starts (no notebook is
     written then). Other exceptions
     raised in the notebook (bugs, not verdicts) propagate as `papermill.PapermillExecutionError`

@@ -61,7 +61,7 @@ def test_evalkit_gate_decides_once_and_the_notebook_reports_that_decision(
     written = json.loads((tmp_path / "cand-run" / "decision.json").read_text())
     assert written == _as_json(taken[0]) and written["status"] == "BLOCKED"
     executed = (tmp_path / "cand-run" / "gate.ipynb").read_text()
-    assert "load_decided_pair" in executed and "decided.pickle" in executed
+    assert "load_decided_report" in executed and "decided.pickle" in executed
     assert not any(p.name.startswith("evalkit-gate-") for p in (tmp_path / "cand-run").iterdir())
 
 
@@ -89,6 +89,20 @@ def test_a_decided_pair_round_trips_with_its_frames(store, tmp_path):
     assert _as_json(got_decision) == _as_json(decision)
     assert got_comparison.paired.equals(comparison.paired)
     assert not path.with_name("decided.pickle.part").exists()
+
+
+def test_the_handed_over_report_is_the_one_the_notebook_would_build(store, tmp_path):
+    """`evalkit gate` hands over the report it built: the notebook shows the same report it
+    would have built from the pair (and builds it itself from a file without one)."""
+    with evalkit.open_store(store / "evalkit.duckdb") as opened:
+        comparison, decision = pin.gate_pair(opened, "base", "cand", str(store / "evalkit.yaml"))
+    built = evalkit.build_report(comparison, decision)
+    with_report = write_decided_pair(tmp_path / "a.pickle", comparison, decision, report=built)
+    without = write_decided_pair(tmp_path / "b.pickle", comparison, decision)
+    for path in (with_report, without):
+        got = evalkit.load_decided_report(path, wait_s=0)
+        assert evalkit.report_json(got) == evalkit.report_json(built)
+        assert _as_json(got.decision) == _as_json(decision)
 
 
 @pytest.mark.parametrize(

@@ -181,8 +181,11 @@ def test_gate_passes_with_exit_0_and_writes_the_html_report(gate_env):
     # in view, not folded; the text a reader sees (the page keeps evalkit's "&#x27;" for "'")
     shown = html.unescape(page[: page.index('id="broken"')].split("<details")[0])
     assert "Not gated here: " in shown and "critical tag 'billing' is underpowered" in shown
-    for artefact in ("report.json", "junit.xml", "gate.md", "slice_forest.svg", "slice_forest.png"):
+    for artefact in ("report.json", "junit.xml", "gate.md", "slice_forest.svg"):
         assert (out / artefact).is_file(), artefact
+    for chart in ("slice_forest", "flip_counts", "pass_rate_by_slice"):  # evalkit's own SVG
+        drawn = ET.parse(out / f"{chart}.svg").getroot()
+        assert drawn.tag.endswith("svg") and drawn.findall(".//{*}g[@class='mark']"), chart
     _assert_what_nbconvert_shows(run.notebook_path, page)
 
 

@@ -57,6 +57,7 @@ EXPECTED = {
     "load_comparison",
     "load_corpus",
     "load_decided_pair",
+    "load_decided_report",
     "load_llmbar",
     "load_pandalm",
     "load_policy",
