@@ -17,7 +17,8 @@ The gate process (:data:`GATE`) times its own phases by wrapping evalkit's funct
   ipykernel);
 - **decision again**: `gate_pair` in the kernel (none since the CLI hands its decision over);
 - **notebook**: the rest of the kernel's CPU (evalkit's imports, the report's HTML, tables);
-- **charts**: in the kernel, the charts saved as files and the chart shown as an output;
+- **charts**: in the kernel, the charts saved as files and the chart shown as an output (its
+  Vega-Lite spec and static image);
 - **files**: in the kernel, ``report.json``, ``junit.xml`` and ``gate.md`` rendered;
 - **HTML**: the report page rendered from the executed notebook (`to_report_html`);
 - **CLI other**: what remains of the CLI process (papermill, reading and writing notebooks).
@@ -107,6 +108,7 @@ import importlib.abc, importlib.machinery, sys
 _WANTED = {
     "evalkit.compare.pin": [("decision", "gate_pair")],
     "evalkit.report.charts": [("charts", "save_chart"), ("charts", "to_mimebundle")],
+    "evalkit.report.svg": [("charts", "save_slice_charts")],
     "evalkit.compare.charts": [("charts", "save_chart"), ("charts", "to_mimebundle")],
     "evalkit.report.build": [("files", "to_json")],
     "evalkit.compare.report": [("files", "to_json")],

@@ -53,6 +53,7 @@ _EXPORTS = {
     "gate_pair": "evalkit.compare.pin",
     "load_decided_pair": "evalkit.compare.handoff",
     "load_decided_report": "evalkit.report.decided",
+    "save_slice_charts": "evalkit.report.svg",
     "GateBlocked": "evalkit.compare.decision",
     "Comparison": "evalkit.compare.analysis",
     "Report": "evalkit.report.build",
@@ -187,6 +188,7 @@ __all__ = [
     "run_suite",
     "run_verdicts",
     "save_chart",
+    "save_slice_charts",
     "scorer",
     "slice_agreement",
     "slice_forest",
@@ -279,6 +281,7 @@ if TYPE_CHECKING:
     )
     from evalkit.report.junit import to_junit as report_junit
     from evalkit.report.markdown import to_markdown as report_markdown
+    from evalkit.report.svg import save_slice_charts
     from evalkit.report.tables import slice_table
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
     from evalkit.scorers.registry import build_scorer, check, scorer

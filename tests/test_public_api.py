@@ -85,6 +85,7 @@ EXPECTED = {
     "run_suite",
     "run_verdicts",
     "save_chart",
+    "save_slice_charts",
     "scorer",
     "slice_agreement",
     "slice_forest",

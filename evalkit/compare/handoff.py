@@ -32,6 +32,7 @@ import os
 import pickle
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from evalkit.compare.decision import GateDecision
 
 #: Marks the file as this module's, in this format.
-_FORMAT = "evalkit-decided-pair/1"
+_FORMAT = "evalkit-decided-pair/2"
 
 
 def decided_pair_folder() -> Path:
@@ -65,9 +66,9 @@ def write_decided_pair(
     path = Path(path)
     if error is not None:
         payload: dict = {"format": _FORMAT, "error": (type(error).__name__, str(error))}
-    else:
-        payload = {"format": _FORMAT, "comparison": comparison, "decision": decision,
-                   "report": report}  # fmt: skip
+    else:  # each pickled apart: a reader unpickles (and imports the modules of) what it asks for
+        parts = {"comparison": comparison, "decision": decision, "report": report}
+        payload = {"format": _FORMAT, "parts": {k: _pickled(v) for k, v in parts.items()}}
     part = path.with_name(path.name + ".part")
     part.write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
     os.replace(part, path)
@@ -83,14 +84,21 @@ def load_decided_pair(path: str | Path, wait_s: float = 600) -> tuple[Comparison
         EvalkitError: the decision failed in the CLI (raised again as its own class), or the
             file never came.
     """
-    payload = read_decided(path, wait_s)
-    return payload["comparison"], payload["decision"]
+    got = read_decided(path, ("comparison", "decision"), wait_s)
+    return got["comparison"], got["decision"]
 
 
-def read_decided(path: str | Path, wait_s: float = 600) -> dict[str, Any]:
-    """Everything ``evalkit gate`` handed over in ``path`` (``comparison``, ``decision`` and
-    ``report``, None where it built none), waiting as `load_decided_pair` does; a decision
-    that failed is raised again as its own class."""
+def _pickled(value: object) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def read_decided(
+    path: str | Path, parts: Sequence[str] = ("comparison", "decision", "report"),
+    wait_s: float = 600,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``parts`` ``evalkit gate`` handed over in ``path`` (of ``comparison``, ``decision``
+    and ``report``; None where it built none), waiting as `load_decided_pair` does; a decision
+    that failed is raised again as its own class. Only the parts asked for are unpickled."""
     path = Path(path)
     deadline = time.monotonic() + wait_s
     while not path.is_file():
@@ -114,4 +122,4 @@ def read_decided(path: str | Path, wait_s: float = 600) -> dict[str, Any]:
         exc = cls.__new__(cls)
         Exception.__init__(exc, message)  # the message as the CLI rendered it, unchanged
         raise exc
-    return payload
+    return {name: pickle.loads(payload["parts"][name]) for name in parts}

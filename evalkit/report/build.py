@@ -24,7 +24,7 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from rich.console import Console
@@ -33,7 +33,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evalkit.compare.analysis import Comparison
 from evalkit.compare.decision import GateDecision
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
@@ -42,6 +41,9 @@ from evalkit.compare.slices import slices
 from evalkit.compare.usage_deltas import grew_most, usage_deltas, usage_tail
 from evalkit.compare.verdicts import replay_verdicts, usage_means, verdicts
 from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, inert
+
+if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus models
+    from evalkit.compare.analysis import Comparison
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
 _SYMBOL = {True: "✓", False: "✗", None: "?"}

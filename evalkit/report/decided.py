@@ -30,8 +30,8 @@ def load_decided_report(path: str | Path, wait_s: float = 600) -> Report:
         EvalkitError: the decision failed in the CLI (raised again as its own class), or the
             file never came.
     """
-    payload = read_decided(path, wait_s)
-    report = payload.get("report")
+    report = read_decided(path, ("report",), wait_s)["report"]
     if isinstance(report, Report):
         return report
-    return build_report(payload["comparison"], payload["decision"])
+    got = read_decided(path, ("comparison", "decision"), wait_s=0)
+    return build_report(got["comparison"], got["decision"])

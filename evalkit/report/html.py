@@ -335,15 +335,10 @@ def _slices(r: Report, charts: bool) -> list[object]:
     out.append(tables.slice_table(r.slices, r.critical_tags, level=r.level).as_raw_html())
     if charts and r.slices.filter(pl.col("n") > 0).height:
         from evalkit.report import charts as ch
+        from evalkit.report.svg import slice_chart_inputs
 
-        tol = r.decision.policy.tolerance if r.decision else 0.02
-        level = r.level
-        from evalkit.compare.slices import interval_name
-
-        methods = r.slices["interval_method"].drop_nulls().unique().to_list()
-        method = f"{100 * level:.4g}% {', '.join(interval_name(m) for m in methods) or 'interval'}"
-        live = r.paired.filter(~pl.col("sealed").fill_null(False))  # the slices' cases
-        out.append(ch.slice_overview(r.slices, tol, r.critical_tags, method, paired=live))
+        c = slice_chart_inputs(r)
+        out.append(ch.slice_overview(c.slices, c.tolerance, c.critical, c.method, c.paired))
     out.append(_scorers(r))
     out.append(_replays(r))
     return [*out, "</section>"]

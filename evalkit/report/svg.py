@@ -6,7 +6,8 @@ Vega for every chart. These functions write the SVG text themselves from the sam
 (`evalkit.report.chart_rows`): one ``<g class="mark">`` per slice with a ``<title>`` (a
 browser's tooltip where the SVG is inline), every text escaped, the Okabe–Ito colours, a title,
 axis titles with units and a legend. `evalkit.report.charts` uses them for the images of
-`slice_forest`, `flip_counts`, `pass_rate_by_slice` and `slice_overview`.
+`slice_forest`, `flip_counts`, `pass_rate_by_slice` and `slice_overview`; `save_slice_charts`
+writes a report's three as files, as the gate keeps them.
 
 Examples:
     >>> import xml.etree.ElementTree as ET
@@ -23,6 +24,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr, unescape
 
 import polars as pl
@@ -39,6 +43,9 @@ from evalkit.report.chart_rows import (
     slice_rows,
     with_ids,
 )
+
+if TYPE_CHECKING:
+    from evalkit.report.build import Report
 
 WIDTH = 620  # the plot area's width, as the Altair charts have it
 _FONT = "font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif"
@@ -334,3 +341,49 @@ def stacked_svg(*svgs: str, gap: float = 24.0) -> str:
         body.append(f'<g transform="translate(0,{_num(y)})">{drawing}</g>')
         y, width = y + h + gap, max(width, w)
     return _document(width, y - gap, "; ".join(titles), body)
+
+
+@dataclass(frozen=True)
+class SliceChartInputs:
+    """What a report's slice charts draw: its slices, the policy's tolerance and critical tags,
+    the name of the interval, and the paired cases whose ids the tooltips list (unsealed)."""
+
+    slices: pl.DataFrame
+    tolerance: float
+    critical: tuple[str, ...]
+    method: str
+    paired: pl.DataFrame
+
+
+def slice_chart_inputs(report: Report) -> SliceChartInputs:
+    """The inputs of ``report``'s slice charts, as its page and the gate's files draw them."""
+    from evalkit.compare.slices import interval_name
+
+    methods = report.slices["interval_method"].drop_nulls().unique().sort().to_list()
+    named = ", ".join(interval_name(m) for m in methods) or "interval"
+    return SliceChartInputs(
+        report.slices,
+        report.decision.policy.tolerance if report.decision else 0.02,
+        report.critical_tags,
+        f"{100 * report.level:.4g}% {named}",
+        report.paired.filter(~pl.col("sealed").fill_null(False)),  # the slices' cases
+    )
+
+
+def save_slice_charts(report: Report, folder: str | Path) -> list[Path]:
+    """Write ``report``'s slice charts into ``folder`` as SVG drawn here (no JavaScript engine):
+    ``slice_forest.svg``, ``flip_counts.svg`` and ``pass_rate_by_slice.svg``, as the gate
+    keeps them; returns the paths. The same charts, interactive, are
+    `evalkit.report.charts.slice_forest` and its siblings.
+    """
+    c = slice_chart_inputs(report)
+    drawn = {
+        "slice_forest": forest_svg(c.slices, c.tolerance, c.critical, c.method, c.paired),
+        "flip_counts": flips_svg(c.slices, c.critical, c.paired),
+        "pass_rate_by_slice": pass_rates_svg(c.slices),
+    }
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in drawn.items():
+        (out / f"{name}.svg").write_text(text, encoding="utf-8")
+    return [out / f"{name}.svg" for name in drawn]

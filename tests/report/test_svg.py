@@ -9,9 +9,14 @@ import xml.etree.ElementTree as ET
 import polars as pl
 import pytest
 import vl_convert
+from synthetic_runs import seed000_runs
 
+from evalkit.compare.analysis import compare
+from evalkit.compare.gate import decide
+from evalkit.compare.policy import GatePolicy
 from evalkit.compare.slices import slices
 from evalkit.report import charts, svg
+from evalkit.report.build import build_report
 
 SVG = "{http://www.w3.org/2000/svg}"
 TAGS = ["<script>alert(1)</script>", "billing & refunds", 'say "hi"', "orders"]
@@ -27,6 +32,12 @@ def paired() -> pl.DataFrame:
             rows.append({"case_id": f"c{t}-{i}", "tags": [tag], "base": not fixed,
                          "cand": not broke, "base_error": False, "cand_error": False})  # fmt: skip
     return pl.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def seed000():
+    cmp = compare(*seed000_runs())
+    return build_report(cmp, decide(cmp.paired, GatePolicy(critical_tags=("billing",))))
 
 
 def _marks(root: ET.Element) -> list[ET.Element]:
@@ -110,3 +121,23 @@ def test_a_chart_changed_after_it_was_made_draws_with_vl_convert(paired, monkeyp
     charts.to_svg(chart)
     assert len(drawn) == 2
     charts._svg_of.cache_clear()
+
+
+def test_a_reports_slice_charts_are_saved_as_the_gate_keeps_them(seed000, monkeypatch, tmp_path):
+    monkeypatch.setattr(vl_convert, "vegalite_to_svg", None)  # any call would fail
+    written = svg.save_slice_charts(seed000, tmp_path / "out")
+    assert [p.name for p in written] == [
+        "slice_forest.svg", "flip_counts.svg", "pass_rate_by_slice.svg"
+    ]  # fmt: skip
+    forest = ET.parse(written[0]).getroot()
+    shown = [g.get("data-slice") for g in _marks(forest)]
+    assert shown == [r for r in charts_order(seed000)]
+    tips = " ".join(g.find(f"{SVG}title").text for g in _marks(forest))
+    assert "billing-000" in tips  # the broken cases' ids, from the report's paired cases
+
+
+def charts_order(report) -> list[str]:
+    """The forest's rows: critical tags first (policy order), the others, the aggregate last."""
+    critical = list(report.critical_tags)
+    rest = sorted(s for s in report.slices.filter(pl.col("n") > 0)["slice"] if s != "ALL")
+    return [*critical, *(s for s in rest if s not in critical), "ALL (aggregate)"]
