@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 from synthetic_runs import seed000_runs, write_store
@@ -62,6 +64,8 @@ def test_evalkit_gate_decides_once_and_the_notebook_reports_that_decision(
     assert written == _as_json(taken[0]) and written["status"] == "BLOCKED"
     executed = (tmp_path / "cand-run" / "gate.ipynb").read_text()
     assert "load_decided_report" in executed and "decided.pickle" in executed
+    # run by the CLI, nobody clicks its chart: the static SVG alone, no Vega-Lite spec built
+    assert "image/svg+xml" in executed and "application/vnd.vegalite" not in executed
     assert not any(p.name.startswith("evalkit-gate-") for p in (tmp_path / "cand-run").iterdir())
 
 
@@ -74,6 +78,7 @@ def test_the_notebook_alone_decides_itself_and_decides_the_same(store, tmp_path,
     _, ename, _ = execute_notebook("gate.ipynb", out / "gate.ipynb", params)
 
     assert ename == "GateBlocked"
+    assert "application/vnd.vegalite" in (out / "gate.ipynb").read_text()  # opened: interactive
     kernel_pid = counter.read_text().split()
     assert len(kernel_pid) == 1 and kernel_pid != [str(os.getpid())]  # the kernel decided
     with evalkit.open_store(store / "evalkit.duckdb") as opened:
@@ -103,6 +108,38 @@ def test_the_handed_over_report_is_the_one_the_notebook_would_build(store, tmp_p
         got = evalkit.load_decided_report(path, wait_s=0)
         assert evalkit.report_json(got) == evalkit.report_json(built)
         assert _as_json(got.decision) == _as_json(decision)
+
+
+#: What the kernel of `evalkit gate` needs for none of its cells, given the report.
+KERNEL_NEVER = {"scipy", "duckdb", "numpy", "yaml", "altair", "vl_convert", "papermill"}
+PROBE = """
+import json, sys
+import evalkit
+report = evalkit.load_decided_report(sys.argv[1], wait_s=0)
+for sections in (["decision"], ["broken", "fixed"], ["slices"], ["suite", "budgets", "manifest"],
+                 ["aggregate"]):
+    fragment = evalkit.report_fragment(report, sections, interactive=False)
+    for part in fragment.parts:
+        part if isinstance(part, str) else part._repr_mimebundle_()
+evalkit.save_slice_charts(report, sys.argv[2])
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+def test_the_gate_kernel_reports_without_statistics_store_or_chart_engine(store, tmp_path):
+    """The notebook's cells, on a handed-over report, in a fresh interpreter: no scipy, DuckDB,
+    numpy, YAML, Altair or vl-convert is imported (the CLI already paid for them)."""
+    with evalkit.open_store(store / "evalkit.duckdb") as opened:
+        comparison, decision = pin.gate_pair(opened, "base", "cand", str(store / "evalkit.yaml"))
+    report = evalkit.build_report(comparison, decision)
+    path = write_decided_pair(tmp_path / "d.pickle", comparison, decision, report=report)
+    done = subprocess.run([sys.executable, "-c", PROBE, str(path), str(tmp_path / "charts")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "polars" in loaded and "great_tables" in loaded  # the probe saw the imports
+    assert loaded & KERNEL_NEVER == set()
+    assert (tmp_path / "charts" / "slice_forest.svg").is_file()
 
 
 @pytest.mark.parametrize(

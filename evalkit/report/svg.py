@@ -387,3 +387,28 @@ def save_slice_charts(report: Report, folder: str | Path) -> list[Path]:
     for name, text in drawn.items():
         (out / f"{name}.svg").write_text(text, encoding="utf-8")
     return [out / f"{name}.svg" for name in drawn]
+
+
+@dataclass(frozen=True)
+class StaticChart:
+    """A chart as its SVG alone: what a notebook output shows where nobody can click it (a
+    gate run by CI), with no Altair chart and no Vega-Lite spec built for it.
+
+    Examples:
+        >>> sorted(StaticChart("<svg/>", "Flips")._repr_mimebundle_())
+        ['image/svg+xml', 'text/plain']
+    """
+
+    svg: str
+    title: str
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
+        return {"image/svg+xml": self.svg, "text/plain": f"<evalkit chart: {self.title}>"}
+
+
+def slice_overview_svg(inputs: SliceChartInputs) -> StaticChart:
+    """`evalkit.report.charts.slice_overview`'s static image (the forest above the flips)."""
+    c = inputs
+    forest = forest_svg(c.slices, c.tolerance, c.critical, c.method, c.paired)
+    return StaticChart(stacked_svg(forest, flips_svg(c.slices, c.critical, c.paired)),
+                       "Paired difference per slice")  # fmt: skip
