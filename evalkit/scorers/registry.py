@@ -34,10 +34,14 @@ class ScoredCase(Protocol):
     has these fields; the registry needs no case model (so the corpus can validate scorer
     arguments at load time through it without an import circle)."""
 
-    id: str
-    messages: tuple[dict[str, Any], ...] | None
-    vars: dict[str, Any] | None
-    fixtures: dict[str, Any]
+    @property
+    def id(self) -> str: ...
+    @property
+    def messages(self) -> tuple[dict[str, Any], ...] | None: ...
+    @property
+    def vars(self) -> dict[str, Any] | None: ...
+    @property
+    def fixtures(self) -> dict[str, Any]: ...
 
 
 ScoreFn = Callable[[Output, ScoredCase], Score]
