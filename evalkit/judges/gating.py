@@ -113,23 +113,25 @@ class JudgeGating:
     def to_frame(self) -> pl.DataFrame:
         """One row per judge check."""
         rows = [asdict(c) for c in self.checks]
-        schema = {
-            "scorer": pl.String,
-            "judge_model": pl.String,
-            "rubric": pl.String,
-            "rubric_hash": pl.String,
-            "n_scores": pl.Int64,
-            "gating": pl.Boolean,
-            "kappa": pl.Float64,
-            "calibrated_at": pl.Datetime("us", "UTC"),
-            "reason": pl.String,
-            "judge_snapshot": pl.String,
-            "judge_prompt": pl.String,
-            "kappa_lo": pl.Float64,
-            "kappa_hi": pl.Float64,
-            "n_labels": pl.Int64,
-            "side": pl.String,
-        }
+        schema = pl.Schema(
+            {
+                "scorer": pl.String,
+                "judge_model": pl.String,
+                "rubric": pl.String,
+                "rubric_hash": pl.String,
+                "n_scores": pl.Int64,
+                "gating": pl.Boolean,
+                "kappa": pl.Float64,
+                "calibrated_at": pl.Datetime("us", "UTC"),
+                "reason": pl.String,
+                "judge_snapshot": pl.String,
+                "judge_prompt": pl.String,
+                "kappa_lo": pl.Float64,
+                "kappa_hi": pl.Float64,
+                "n_labels": pl.Int64,
+                "side": pl.String,
+            }
+        )
         return (
             pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
         )
@@ -230,8 +232,8 @@ def judge_gating(
         checks[_check_key(check)] = replace(check, side=side)
     if candidate is not None:
         for identities, reason in _mismatches(rows, checks):
-            for key in identities:
-                checks[key] = replace(checks[key], gating=False, reason=reason)
+            for check_key in identities:
+                checks[check_key] = replace(checks[check_key], gating=False, reason=reason)
     return JudgeGating(tuple(checks.values()), kappa_min)
 
 
