@@ -293,8 +293,8 @@ def calibrate_frames(
         label_set: tuple[int, ...] = (0, 1)
     else:
         bad = sorted(set(humans) - set(levels)) if levels else []
-        seen = {*humans, *kept["judge"].to_list(), *levels}
-        label_set = tuple(range(min(seen), max(seen) + 1))
+        present = {*humans, *kept["judge"].to_list(), *levels}
+        label_set = tuple(range(min(present), max(present) + 1))
     if bad:
         raise CalibrationError(
             f"human labels {bad} for scorer {scorer!r} are not "

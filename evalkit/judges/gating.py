@@ -113,25 +113,23 @@ class JudgeGating:
     def to_frame(self) -> pl.DataFrame:
         """One row per judge check."""
         rows = [asdict(c) for c in self.checks]
-        schema = pl.Schema(
-            {
-                "scorer": pl.String,
-                "judge_model": pl.String,
-                "rubric": pl.String,
-                "rubric_hash": pl.String,
-                "n_scores": pl.Int64,
-                "gating": pl.Boolean,
-                "kappa": pl.Float64,
-                "calibrated_at": pl.Datetime("us", "UTC"),
-                "reason": pl.String,
-                "judge_snapshot": pl.String,
-                "judge_prompt": pl.String,
-                "kappa_lo": pl.Float64,
-                "kappa_hi": pl.Float64,
-                "n_labels": pl.Int64,
-                "side": pl.String,
-            }
-        )
+        schema: dict[str, Any] = {
+            "scorer": pl.String,
+            "judge_model": pl.String,
+            "rubric": pl.String,
+            "rubric_hash": pl.String,
+            "n_scores": pl.Int64,
+            "gating": pl.Boolean,
+            "kappa": pl.Float64,
+            "calibrated_at": pl.Datetime("us", "UTC"),
+            "reason": pl.String,
+            "judge_snapshot": pl.String,
+            "judge_prompt": pl.String,
+            "kappa_lo": pl.Float64,
+            "kappa_hi": pl.Float64,
+            "n_labels": pl.Int64,
+            "side": pl.String,
+        }
         return (
             pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
         )
