@@ -65,7 +65,7 @@ def write_decided_pair(
     is the report built from them (`evalkit.report.build.Report`), handed over as it is."""
     path = Path(path)
     if error is not None:
-        payload: dict = {"format": _FORMAT, "error": (type(error).__name__, str(error))}
+        payload: dict[str, Any] = {"format": _FORMAT, "error": (type(error).__name__, str(error))}
     else:  # each pickled apart: a reader unpickles (and imports the modules of) what it asks for
         parts = {"comparison": comparison, "decision": decision, "report": report}
         payload = {"format": _FORMAT, "parts": {k: _pickled(v) for k, v in parts.items()}}
