@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nbformat
 from jupyter_client.manager import AsyncKernelManager
@@ -83,7 +83,10 @@ def _import_papermill() -> ModuleType:
                 del sys.modules[name]
 
 
-pm = _import_papermill()
+if TYPE_CHECKING:
+    import papermill as pm
+else:
+    pm = _import_papermill()
 
 #: Exception names (raised inside the notebook) that mean a usage or config problem: exit 2.
 USAGE_ERRORS = {"ConfigError", "ComparabilityError", "StoreError", "CorpusError", "EvalkitError"}

@@ -50,8 +50,8 @@ def case_ids(paired: pl.DataFrame | None) -> pl.DataFrame:
         pl.col("case_id").filter("broke").alias("broken"),
         pl.col("case_id").filter(~pl.col("broke")).alias("fixed"),
     )
-    rows = [(r["slice"], listed(r["broken"]), listed(r["fixed"])) for r in per.to_dicts()]
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    ids = [(r["slice"], listed(r["broken"]), listed(r["fixed"])) for r in per.to_dicts()]
+    return pl.DataFrame(ids, schema=schema, orient="row")
 
 
 def with_ids(rows: pl.DataFrame, paired: pl.DataFrame | None) -> pl.DataFrame:

@@ -256,7 +256,7 @@ def flips_svg(
 
 def _flip_panel(c: _Canvas, data: pl.DataFrame, title: str, left: float, y0: float) -> float:
     """One panel of `flips_svg` from ``y0`` down; returns where the next starts."""
-    top_count = max(int(max(data["broken"].max() or 0, data["fixed"].max() or 0)), 1)  # type: ignore[call-overload]
+    top_count = max([*data["broken"].to_list(), *data["fixed"].to_list(), 1])
     c.open("g", None, transform=f"translate(0,{_num(y0)})")
     top = _header(c, title, None, 8.0) + 4
     row = 22.0
