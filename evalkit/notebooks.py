@@ -114,6 +114,28 @@ class _ThisPython(AsyncKernelManager):
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         await super().start_kernel(env=env, **kw)
 
+    async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        """Shut the kernel down without the SIGINT jupyter_client sends it first.
+
+        papermill shuts the kernel down once it has every output (or after nbclient itself
+        interrupted a cell that timed out), so the interrupt stops nothing; landing while the
+        kernel handles its last message, it printed ``KeyboardInterrupt caught in kernel`` on
+        the gate's stderr. A kernel still busy does not answer the shutdown request and is
+        killed after jupyter_client's usual wait, as before.
+        """
+        self._shutting_down_quietly = True
+        try:
+            await super()._async_shutdown_kernel(now=now, restart=restart)
+        finally:
+            self._shutting_down_quietly = False
+
+    shutdown_kernel = _async_shutdown_kernel
+
+    async def _async_interrupt_kernel(self) -> None:
+        if getattr(self, "_shutting_down_quietly", False):
+            return
+        await super()._async_interrupt_kernel()
+
 
 @dataclass(frozen=True)
 class GateRun:

@@ -137,6 +137,31 @@ def test_the_kernel_gets_one_blas_thread_unless_the_environment_names_a_number(m
     assert launched[0]["EVALKIT_SEEN_BY_THE_KERNEL"] == "yes"  # the rest of the environment too
 
 
+def test_the_kernel_is_shut_down_without_an_interrupt_but_still_interrupted_otherwise(
+    monkeypatch,
+):
+    """jupyter_client sends SIGINT before every shutdown; papermill has every output by then,
+    and the interrupt only printed "KeyboardInterrupt caught in kernel" when it landed mid
+    message. An interrupt outside shutdown (nbclient's, for a cell that timed out) still goes."""
+    sent: list[str] = []
+
+    async def interrupt(self):
+        sent.append("SIGINT")
+
+    async def quietly(self, *args, **kwargs):
+        sent.append("shutdown step")
+
+    monkeypatch.setattr(AsyncKernelManager, "has_kernel", property(lambda self: True))
+    monkeypatch.setattr(AsyncKernelManager, "_async_interrupt_kernel", interrupt)
+    for step in ("_async_request_shutdown", "_async_finish_shutdown", "_async_cleanup_resources"):
+        monkeypatch.setattr(AsyncKernelManager, step, quietly)
+    manager = _ThisPython(kernel_name="python3")
+    asyncio.run(manager.shutdown_kernel())
+    assert sent == ["shutdown step"] * 3  # requested, waited for, cleaned up: no SIGINT
+    asyncio.run(manager._async_interrupt_kernel())  # outside a shutdown
+    assert sent[-1] == "SIGINT"
+
+
 def _good_candidate(base: RunData) -> RunData:
     """The baseline with ten failing general cases fixed and nothing broken, from another
     prompt (a run of the same configuration as ``cand-bad`` would be its sibling, and a blocked
