@@ -232,6 +232,8 @@ def _assert_what_nbconvert_shows(notebook: Path, page: str) -> None:
 
 def _assert_a_report(page: str, status: str) -> None:
     """gate.html reads as a report: decision first, no code, banner or traceback, inline SVG."""
+    body = page[page.index("<main>") + len("<main>") :]
+    assert body.startswith('<div class="output"><section id="decision">')  # nothing before it
     assert page.index(f"evalkit gate: {status}") < page.index('id="broken"')
     if 'id="case-' in page:
         assert page.index(f"evalkit gate: {status}") < page.index('id="case-')
