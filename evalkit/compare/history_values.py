@@ -24,7 +24,8 @@ from evalkit.store.history_queries import ALL
 @dataclass(frozen=True)
 class TagRate:
     """A tag's cases in one run: ``rate`` = passed / decided with its Wilson interval
-    (``None`` when no case was decided); ``unstable`` cases had disagreeing replays."""
+    (``None`` when no case was decided), per case — each case the majority of its replays, the
+    run's one pass rate (`evalkit.run.summary`); ``unstable`` cases had disagreeing replays."""
 
     tag: str
     cases: int
@@ -59,6 +60,7 @@ class HistoryPoint:
     snapshot: str | None  # the configured system.snapshot
     critical_tags: tuple[str, ...]
     promoted_by: str | None = None
+    replays: int = 1  # per case: each rate counts a case once, the majority of its replays
 
     @property
     def served_model(self) -> str | None:
@@ -85,15 +87,20 @@ class UnstableTrend:
 
 
 @dataclass(frozen=True)
-class CorpusReuse:
-    """How often one corpus version was consulted: complete runs against it (each a look at the
-    same cases, the adaptive reuse that overfits a holdout), how many of them also ran the sealed
-    slice, and when it was first and last run."""
+class GateReuse:
+    """How often one baseline's pinned exam was consulted: the gate decisions logged against
+    it (`evalkit.store.gate_log`; ``evalkit gate``, ``evalkit compare``, ``Project.gate`` and
+    ``.compare``), each one more look at the same cases — the adaptive reuse that erodes a
+    holdout — how many of them stopped the candidate and how many ran the sealed slice. A
+    promoted baseline no decision was logged against has ``gates`` 0."""
 
-    corpus_hash: str
+    base_run_id: str
+    exam_id: str | None  # the baseline's pinned exam (None: promoted without one)
+    corpus_hash: str | None  # the baseline's corpus version
     n_cases: int | None
-    runs: int
-    sealed_runs: int
+    gates: int
+    stopped: int  # BLOCKED or UNVERIFIED
+    sealed_gates: int  # decisions on a candidate that ran the sealed slice
     first_at: dt.datetime | None
     last_at: dt.datetime | None
 
@@ -110,7 +117,7 @@ class History:
     findings: tuple[Finding, ...]
     alpha: float
     level: float
-    reuse: tuple[CorpusReuse, ...] = ()
+    reuse: tuple[GateReuse, ...] = ()
 
     @property
     def critical_tags(self) -> tuple[str, ...]:
