@@ -23,7 +23,7 @@ growing over months does not read as instability growing. A change of the served
 two points of a series is an info finding (the chart marks it).
 
 ``History.reuse`` counts, per baseline and pinned exam, the gate decisions taken against it
-(`evalkit.compare.history_reuse`): the looks at the same cases that erode a holdout.
+(`evalkit.history.reuse`): the looks at the same cases that erode a holdout.
 
 Examples:
     >>> h = history(open_store("data/evalkit.duckdb"), by="label", last=10)  # doctest: +SKIP
@@ -40,15 +40,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 
 from evalkit.compare.decision import Finding
-from evalkit.compare.history_reuse import gate_reuse
-from evalkit.compare.history_values import (
+from evalkit.errors import StoreError
+from evalkit.history.reuse import gate_reuse
+from evalkit.history.values import (
     GateReuse,
     History,
     HistoryPoint,
     TagRate,
     UnstableTrend,
 )
-from evalkit.errors import StoreError
 from evalkit.stats.intervals import wilson_interval
 from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
 from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
