@@ -105,13 +105,9 @@ def render_table(result: History) -> str:
             else "no complete run"
         )
         return f"history: {hint}"
-    from evalkit.run.summary import rate_basis
-
     tags = ["ALL"] + [t for t in ((result.tag,) if result.tag else result.critical_tags) if t]
-    replays = sorted({p.replays for p in result.points})
-    basis = rate_basis(replays[0]) if len(replays) == 1 else "per case, majority of its replays"
     lines = [
-        f"pass rate ({basis}) [Wilson {result.level:.0%} interval] n=decided cases; "
+        f"pass rate ({result.rate_basis}) [Wilson {result.level:.0%} interval] n=decided cases; "
         "the rate `evalkit run` and `evalkit runs` state"
     ]
     before: dict[str, str | None] = {}
