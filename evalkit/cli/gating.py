@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 

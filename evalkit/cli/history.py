@@ -143,8 +143,8 @@ def reuse_lines(result: History, limit: int = 5) -> list[str]:
     Examples:
         >>> from evalkit.history.values import GateReuse, History
         >>> r = GateReuse("base-1", "e1", "c0ffee", 40, 2, 1, 0, None, None)
-        >>> reuse_lines(History("baseline", None, (), (), (), 0.05, 0.95, (r,)))[1]
-        '  base-1 (exam e1, corpus c0ffee, 40 cases): 2 gate decisions (1 stopped), 0 with the sealed slice'
+        >>> print(reuse_lines(History("baseline", None, (), (), (), 0.05, 0.95, (r,)))[1])
+          base-1 (exam e1, corpus c0ffee, 40 cases): 2 gate decisions (1 stopped), 0 with ...
     """
     if not result.reuse:
         return []

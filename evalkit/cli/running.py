@@ -287,7 +287,6 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from evalkit.store import open_store
-
     from evalkit.store.history_queries import case_counts
 
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:

@@ -242,7 +242,13 @@ def load_run(store: Store, ref: str) -> RunData:
         manifest["scorer_files"] = json.loads(recorded)
         manifest["rescoring"] = {"scoring_id": scoring_id, "harness": scoring["harness"][0]}
     return RunData(
-        run_id, label, manifest, store.cases(run_id), outputs, scores, dict(stored or {}),
+        run_id,
+        label,
+        manifest,
+        store.cases(run_id),
+        outputs,
+        scores,
+        dict(stored or {}),
         case_counts(store, [run_id]).get(run_id),
     )
 

@@ -6,8 +6,8 @@ order they were made; ``by="label"`` follows the complete runs of each label (``
 in the order they were created. Each series is a line of points; ``last`` keeps the newest N of
 each. Pass rates are per case, each case the majority of its replays (the rate ``evalkit run``
 and ``evalkit runs`` state: `evalkit.run.summary`), over decided cases (errored ones are
-counted apart), with Wilson intervals, which hold at the small n of a tag. Every count is made in the store
-(`evalkit.store.history_queries`), so a long history reads no outputs into Python.
+counted apart), with Wilson intervals, which hold at the small n of a tag. Every count is made
+in the store (`evalkit.store.history_queries`), so a long history reads no outputs into Python.
 
 "Unstable cases are growing" is a warning finding with a stated false-alarm rate: a series is
 cut into non-overlapping windows of ``trend_runs`` points from its first run (runs 1-10,

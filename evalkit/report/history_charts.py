@@ -99,7 +99,8 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
         panel = LayerChart(layer=[band, line, _changes(frame)])
         panels.append(
             panel.properties(
-                title=f"{tag}: pass rate ({basis}; Wilson {level} band)", width=_WIDTH,
+                title=f"{tag}: pass rate ({basis}; Wilson {level} band)",
+                width=_WIDTH,
                 height=160,
             )
         )

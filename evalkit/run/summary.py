@@ -263,7 +263,8 @@ def rate_text(counts: CaseCounts | None, replays: int | None) -> str:
         return f"pass rate n/a ({basis})" + (
             f": none of {counts.cases} cases decided" if counts is not None else ""
         )
-    text = f"pass rate {counts.rate:.1%} ({basis}): {counts.passed} of {counts.decided} cases passed"
+    text = f"pass rate {counts.rate:.1%} ({basis}): "
+    text += f"{counts.passed} of {counts.decided} cases passed"
     if counts.errored:
         text += f", {counts.errored} without a verdict (errored)"
     return text + (f", {counts.unstable} unstable" if counts.unstable else "")

@@ -92,13 +92,8 @@ def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:
     rest = [r for r in wanted if r not in counted]
     if rest:
         rows += store.records(ALL_COUNTS, [rest])
-    return {
-        r["run_id"]: CaseCounts(
-            r["run_id"], int(r["cases"]), int(r["decided"]), int(r["passed"]),
-            int(r["errored"]), int(r["unstable"]),
-        )  # fmt: skip
-        for r in rows
-    }
+    numbers = ("cases", "decided", "passed", "errored", "unstable")
+    return {r["run_id"]: CaseCounts(r["run_id"], *(int(r[n]) for n in numbers)) for r in rows}
 
 
 def count_tags(store: Store, run_ids: Sequence[str], tag: str | None = None) -> pl.DataFrame:

@@ -16,8 +16,8 @@ from evalkit.store.gate_log import GateRecord
 
 def _record(**changes: object) -> GateRecord:
     fields = {"command": "gate", "base_run_id": "base", "cand_run_id": "cand",
-              "status": "BLOCKED", "exam_id": "e1", "n_paired": 40, "n_stopping": 1} | changes  # fmt: skip
-    return GateRecord(**fields)  # type: ignore[arg-type]
+              "status": "BLOCKED", "exam_id": "e1", "n_paired": 40, "n_stopping": 1}  # fmt: skip
+    return GateRecord(**(fields | changes))  # type: ignore[arg-type]
 
 
 def test_a_store_without_the_table_reads_empty_and_gains_it_on_the_first_decision(
