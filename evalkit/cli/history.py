@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from evalkit.cli.options import db_arg
 
 if TYPE_CHECKING:
-    from evalkit.history.analysis import History, HistoryPoint
+    from evalkit.trends.analysis import History, HistoryPoint
 
 
 def _positive(text: str) -> int:
@@ -62,8 +62,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from evalkit.history.analysis import history
     from evalkit.store import open_store
+    from evalkit.trends.analysis import history
 
     store = open_store(args.db, read_only=True, wait_s=args.wait)
     try:
@@ -141,7 +141,7 @@ def reuse_lines(result: History, limit: int = 5) -> list[str]:
     """Per baseline and pinned exam, the gate decisions taken against it (most recent first).
 
     Examples:
-        >>> from evalkit.history.values import GateReuse, History
+        >>> from evalkit.trends.values import GateReuse, History
         >>> r = GateReuse("base-1", "e1", "c0ffee", 40, 2, 1, 0, None, None)
         >>> print(reuse_lines(History("baseline", None, (), (), (), 0.05, 0.95, (r,)))[1])
           base-1 (exam e1, corpus c0ffee, 40 cases): 2 gate decisions (1 stopped), 0 with ...

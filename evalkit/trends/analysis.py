@@ -23,7 +23,7 @@ growing over months does not read as instability growing. A change of the served
 two points of a series is an info finding (the chart marks it).
 
 ``History.reuse`` counts, per baseline and pinned exam, the gate decisions taken against it
-(`evalkit.history.reuse`): the looks at the same cases that erode a holdout.
+(`evalkit.trends.reuse`): the looks at the same cases that erode a holdout.
 
 Examples:
     >>> h = history(open_store("data/evalkit.duckdb"), by="label", last=10)  # doctest: +SKIP
@@ -41,17 +41,17 @@ import polars as pl
 
 from evalkit.compare.decision import Finding
 from evalkit.errors import StoreError
-from evalkit.history.reuse import gate_reuse
-from evalkit.history.values import (
+from evalkit.stats.intervals import wilson_interval
+from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
+from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
+from evalkit.trends.reuse import gate_reuse
+from evalkit.trends.values import (
     GateReuse,
     History,
     HistoryPoint,
     TagRate,
     UnstableTrend,
 )
-from evalkit.stats.intervals import wilson_interval
-from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
-from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
 
 if TYPE_CHECKING:
     from evalkit.store import Store

@@ -14,7 +14,7 @@ import evalkit
 from evalkit.cli import main
 from evalkit.compare import decision_log
 from evalkit.errors import StoreError
-from evalkit.history.analysis import history
+from evalkit.trends.analysis import history
 from evalkit.store import open_store
 
 CORPUS = {"hash": "c0ffee" * 4, "n_cases": 12}

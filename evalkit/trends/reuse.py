@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.history.values import GateReuse
+from evalkit.trends.values import GateReuse
 
 if TYPE_CHECKING:
     from evalkit.store import Store
