@@ -14,8 +14,8 @@ import evalkit
 from evalkit.cli import main
 from evalkit.compare import decision_log
 from evalkit.errors import StoreError
-from evalkit.trends.analysis import history
 from evalkit.store import open_store
+from evalkit.trends.analysis import history
 
 CORPUS = {"hash": "c0ffee" * 4, "n_cases": 12}
 
