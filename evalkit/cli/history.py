@@ -149,7 +149,7 @@ def reuse_lines(result: History, limit: int = 5) -> list[str]:
     if not result.reuse:
         return []
     lines = [
-        "adaptive reuse — gate decisions taken against each baseline's exam (each one more "
+        "\nadaptive reuse — gate decisions taken against each baseline's exam (each one more "
         "look at the same cases; rotate the sealed slice and re-sample on a schedule):"
     ]
     for r in result.reuse[:limit]:
