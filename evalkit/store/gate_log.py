@@ -29,9 +29,12 @@ import datetime as dt
 import uuid
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from pathlib import Path
+
     import duckdb
     import polars as pl
 
@@ -87,10 +90,17 @@ class GateLog:
     """Store methods for the gate log (mixed into :class:`evalkit.store.Store`)."""
 
     # Provided by Store.
-    _con: duckdb.DuckDBPyConnection
+    if TYPE_CHECKING:  # read-only: Store's property and methods
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
+        def _transaction(self) -> AbstractContextManager[None]: ...
+
+        def has_table(self, name: str) -> bool: ...
+
     _frame: Callable[..., pl.DataFrame]
-    _transaction: Callable[[], Any]
-    has_table: Callable[[str], bool]
+    path: Path
 
     def log_gate(self, record: GateRecord) -> None:
         """Append ``record`` in one transaction (creating the table if the store has none):
@@ -110,7 +120,7 @@ class GateLog:
                 )
         except duckdb.Error as exc:  # rolled back whole (an I/O failure is a StoreError already)
             reason = str(exc).strip().splitlines()[0]
-            raise StoreError(f"cannot log the gate decision: {reason}") from None
+            raise StoreError(f"{self.path}: cannot log the gate decision: {reason}") from None
 
     def gate_log(self) -> pl.DataFrame:
         """Every logged decision, oldest first (no rows in a store that never logged one)."""
@@ -123,6 +133,7 @@ def _empty() -> pl.DataFrame:
     """The log's columns with no rows (a store that never logged a decision)."""
     import polars as pl
 
-    types = {"decided_at": pl.Datetime("us", "UTC"), "sealed": pl.Boolean}
-    ints = {c: pl.Int64 for c in _COLUMNS if c.startswith("n_")}
-    return pl.DataFrame(schema={c: types.get(c, ints.get(c, pl.String)) for c in _COLUMNS})
+    schema: dict[str, pl.DataType] = {c: pl.String() for c in _COLUMNS}
+    schema |= {c: pl.Int64() for c in _COLUMNS if c.startswith("n_")}
+    schema |= {"decided_at": pl.Datetime("us", "UTC"), "sealed": pl.Boolean()}
+    return pl.DataFrame(schema=schema)

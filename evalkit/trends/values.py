@@ -220,7 +220,7 @@ _RUNS_SCHEMA: dict[str, Any] = {
     "served_model": pl.String, "model_changed": pl.Boolean,
 }  # fmt: skip
 
-_REUSE_SCHEMA = {
+_REUSE_SCHEMA: dict[str, Any] = {
     "base_run_id": pl.String, "exam_id": pl.String, "corpus_hash": pl.String,
     "n_cases": pl.Int64, "gates": pl.Int64, "stopped": pl.Int64, "sealed_gates": pl.Int64,
     "first_at": pl.Datetime("us", "UTC"), "last_at": pl.Datetime("us", "UTC"),
