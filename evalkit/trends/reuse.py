@@ -35,7 +35,6 @@ def gate_reuse(store: Store) -> tuple[GateReuse, ...]:
     (0 when no decision was logged against it): the decisions and when. Most recently
     consulted first, the never-consulted last."""
     log = store.gate_log()
-    manifests = _manifests(store)
     found: dict[tuple[str, str | None], dict[str, Any]] = {}
     for row in log.iter_rows(named=True):
         key = (row["base_run_id"], row["exam_id"])
@@ -48,6 +47,7 @@ def gate_reuse(store: Store) -> tuple[GateReuse, ...]:
     for run_id, exam_id in _promoted(store):
         found.setdefault((run_id, exam_id), {"corpus": None, "gates": 0, "stopped": 0,
                                              "sealed": 0, "first": None, "last": None})  # fmt: skip
+    manifests = _manifests(store, {run_id for run_id, _ in found})
     rows = []
     for (run_id, exam_id), v in found.items():
         corpus = (manifests.get(run_id) or {}).get("corpus") or {}
@@ -58,8 +58,9 @@ def gate_reuse(store: Store) -> tuple[GateReuse, ...]:
     return tuple(sorted(rows, key=lambda r: (r.last_at is not None, r.last_at), reverse=True))
 
 
-def _manifests(store: Store) -> dict[str, dict[str, Any]]:
-    runs = store.runs().select("run_id", "manifest")
+def _manifests(store: Store, run_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The manifests of ``run_ids`` (the baselines counted), parsed."""
+    runs = store.runs().filter(pl.col("run_id").is_in(sorted(run_ids))).select("run_id", "manifest")
     return {run_id: json.loads(m) if m else {} for run_id, m in runs.iter_rows()}
 
 
