@@ -105,6 +105,8 @@ def render_table(result: History) -> str:
             else "no complete run"
         )
         return f"history: {hint}"
+    from evalkit.run.summary import rate_basis
+
     tags = ["ALL"] + [t for t in ((result.tag,) if result.tag else result.critical_tags) if t]
     lines = [
         f"pass rate ({result.rate_basis}) [Wilson {result.level:.0%} interval] n=decided cases; "
@@ -113,7 +115,10 @@ def render_table(result: History) -> str:
     before: dict[str, str | None] = {}
     for point in result.points:
         if point.series not in before:
-            lines.append(f"\n{result.by} {point.series}:")
+            replays = {p.replays for p in result.points if p.series == point.series}
+            mixed = len({p.replays for p in result.points}) > 1 and len(replays) == 1
+            basis = f" (pass rate {rate_basis(replays.pop())})" if mixed else ""
+            lines.append(f"\n{result.by} {point.series}{basis}:")
             lines.append(
                 "  when              run                       "
                 + "".join(f"{t[:30]:<34}" for t in tags)

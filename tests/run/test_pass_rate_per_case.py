@@ -108,6 +108,15 @@ def test_summary_runs_history_and_project_state_one_per_case_rate(
     run_line = next(line for line in out.splitlines() if result.run_id[:25] in line)
     assert "75.0% [" in run_line and "n=4" in run_line and "58.3%" not in out
 
+    # runs of different replays in one history: each series says its own basis
+    project.run(label="r1", replays=1, cache=False, progress=False)
+    capsys.readouterr()
+    assert main(["history", "--db", db, "--by", "label"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("pass rate (per case, majority of its replays)")
+    assert "label r1 (pass rate per case):" in lines
+    assert "label r3 (pass rate per case, majority of 3 replays):" in lines
+
 
 def test_a_rescore_moves_every_rate_together(
     project: Project, capsys: pytest.CaptureFixture[str]
