@@ -140,7 +140,7 @@ class Report:
         """
         if self.run_rates == (None, None):
             return None
-        from evalkit.run.summary import rate_basis
+        from evalkit.run.rate_basis import rate_basis  # the words alone: no store
 
         base, cand = (fmt_pct(r) if r is not None else "–" for r in self.run_rates)
         bases = {rate_basis(n) for n in self.replays}
