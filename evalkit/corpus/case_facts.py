@@ -39,6 +39,7 @@ from evalkit.corpus.case_index import (
     IndexMismatch,
     ScorerFacts,
     index_directory,
+    loader_modules,
     reader_fingerprint,
 )
 from evalkit.corpus.case_scorers import PendingScorers, ScorerBinder
@@ -271,15 +272,12 @@ def refresh_index(
 
 def _reader_fingerprint() -> str:
     """What an index entry must have been written under (see :func:`reader_fingerprint`): this
-    loader's modules and its limits as set now (module settings a user may change)."""
-    modules = ("evalkit.corpus.cases", __name__, "evalkit.corpus.case_spec",
-               "evalkit.corpus.case_scorers", "evalkit.corpus.yaml_input",
-               "evalkit.corpus.messages", "evalkit.records",
-               "evalkit.corpus.case_index")  # fmt: skip
+    loader's modules (found from its imports: :func:`loader_modules`) and its limits as set
+    now (module settings a user may change)."""
     yaml_limits = sys.modules["evalkit.corpus.yaml_input"]
     limits = (_cases.MAX_CASE_FILE_BYTES, _cases.MAX_CASES_PER_FILE, yaml_limits.MAX_YAML_NODES,
               yaml_limits.MAX_YAML_DEPTH)  # fmt: skip
-    return reader_fingerprint((Path(str(sys.modules[m].__file__)) for m in modules), limits)
+    return reader_fingerprint(loader_modules(__name__), limits)
 
 
 class _SliceRefused(Exception):
