@@ -56,13 +56,9 @@ from evalkit.corpus.cases import (
     _relative,
 )
 from evalkit.corpus.messages import template_vars
-from evalkit.corpus.yaml_input import (
-    YAMLInputError,
-    find_yaml_files,
-    parse_yaml,
-    paused_gc,
-    self_contained,
-)
+from evalkit.corpus.yaml_files import find_yaml_files
+from evalkit.corpus.yaml_input import YAMLInputError, parse_yaml, paused_gc
+from evalkit.corpus.yaml_nodes import self_contained
 from evalkit.errors import CorpusError
 from evalkit.scorers import SCORERS
 

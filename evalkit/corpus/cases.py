@@ -35,17 +35,12 @@ from evalkit.corpus.case_index import (
 from evalkit.corpus.case_scorers import DeferredScorers, PendingScorers, ScorerBinder, SharedExpect
 from evalkit.corpus.case_spec import CaseSpec, describe_validation
 from evalkit.corpus.messages import template_vars
-from evalkit.corpus.yaml_input import (
-    ChunkRefused,
-    ListChunk,
-    YAMLInputError,
-    find_yaml_files,
-    list_chunks,
+from evalkit.corpus.yaml_chunks import ChunkRefused, ListChunk, list_chunks
+from evalkit.corpus.yaml_files import find_yaml_files, parse_yaml_text, read_yaml_text
+from evalkit.corpus.yaml_input import YAMLInputError, paused_gc
+from evalkit.corpus.yaml_nodes import (
     mapping_value,
     node_line,
-    parse_yaml_text,
-    paused_gc,
-    read_yaml_text,
     self_contained,
     sequence_items,
     sequence_key,

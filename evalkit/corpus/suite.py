@@ -33,7 +33,8 @@ from pydantic import (
 from evalkit.corpus.config_files import DEFAULT_CONFIG, resolve_config
 from evalkit.corpus.scorer_modules import import_scorer_modules
 from evalkit.corpus.selection import TierConfig
-from evalkit.corpus.yaml_input import YAMLInputError, node_line, parse_yaml
+from evalkit.corpus.yaml_input import YAMLInputError, parse_yaml
+from evalkit.corpus.yaml_nodes import node_line
 from evalkit.errors import ConfigError
 from evalkit.redact import strip_userinfo
 
