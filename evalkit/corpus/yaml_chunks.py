@@ -6,6 +6,8 @@ A chunk is read by :mod:`~evalkit.corpus.yaml_input`'s libyaml fast path and ref
 (:class:`ChunkRefused`) wherever that path would leave the document to the pure-Python loader:
 the caller then reads the whole document, whose result or refusal is the reference. The limits
 are yaml_input's (``MAX_YAML_NODES``), read at each call, as a user may change them.
+:func:`item_spans` cuts a file's text at the same places, for the case index to parse one case
+again from its item alone.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class ChunkRefused(Exception):
 #: starting with a literal, which the regex engine finds at memory speed (``^`` in multiline
 #: mode would be tried at every character).
 _ROOT_ITEM = re.compile(r"\n-(?=[ \r\n]|\Z)")
+#: The same at the very start of the text.
+_FIRST_ITEM = re.compile(r"-(?=[ \r\n]|\Z)")
 _DOCUMENT_MARKERS = ("---", "...")
 #: Line breaks libyaml counts that ``str.count("\n")`` does not (NEL, LS, PS).
 _OTHER_BREAKS = ("\x85", "\u2028", "\u2029")
@@ -163,3 +167,40 @@ def _parse_chunk(chunk_text: str, items: int) -> ListChunk:
         raise ChunkRefused from exc
     finally:
         loader.dispose()
+
+
+def item_spans(text: str, lines: Sequence[int]) -> list[tuple[int, int, int]] | None:
+    """Each item of a document's root list as (start, end, first line) in ``text``, given the
+    line of each item's case (``lines``); None when the items cannot be parsed one by one as
+    the whole file reads (what :func:`list_chunks` refuses to cut: an anchor or directive, a
+    document marker, a tab, other line breaks than ``\\n`` and ``\\r\\n``) or the cuts are
+    not one per case, each holding its case's line.
+
+    Examples:
+        >>> item_spans("- id: a\\n- id: b\\n", [1, 2])
+        [(0, 8, 1), (8, 16, 2)]
+        >>> item_spans("- &x id: a\\n", [1]) is None
+        True
+    """
+    if (
+        not self_contained(text)
+        or "\t" in text
+        or text.startswith(("---", "..."))
+        or "\n---" in text
+        or "\n..." in text
+        or any(mark in text for mark in ("\x85", "\u2028", "\u2029"))
+        or text.count("\r") != text.count("\r\n")
+    ):
+        return None
+    starts = [0] if _FIRST_ITEM.match(text) else []
+    starts += [match.start() + 1 for match in _ROOT_ITEM.finditer(text)]
+    if len(starts) != len(lines):
+        return None
+    spans, line, previous = [], 1, 0
+    for case_line, start, end in zip(lines, starts, [*starts[1:], len(text)], strict=True):
+        line += text.count("\n", previous, start)
+        previous = start
+        if not line <= case_line <= line + text.count("\n", start, end):
+            return None
+        spans.append((start, end, line))
+    return spans
