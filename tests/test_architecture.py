@@ -7,6 +7,7 @@ inside functions and under ``TYPE_CHECKING``), so a lazy import cannot hide a ci
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -295,3 +296,65 @@ def test_the_decision_importing_presentation_is_caught(tmp_path: Path) -> None:
     assert "evalkit.compare.gate -> evalkit.report.tables" in presentation_imports(
         import_graph(root)
     )
+
+
+# -- module size: a module over MAX_MODULE_LINES says why it stays one module ----------------
+
+MAX_MODULE_LINES = 600
+#: The docstring line a longer module carries: ``Over 600 lines: <why it is one module>``.
+_SIZE_REASON = re.compile(rf"^Over {MAX_MODULE_LINES} lines: *(?P<reason>.*)$", re.MULTILINE)
+#: A reason that points at a split to come is a to-do, not a reason.
+_TODO = re.compile(r"\bissue \d+|\bTODO\b|seam to split|\buntil\b", re.IGNORECASE)
+
+
+def oversized_modules(root: Path = PACKAGE, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """``path: n lines, ...`` for each module under ``root`` longer than ``limit`` lines whose
+    docstring has no ``Over 600 lines: <reason>`` line (or only a to-do there)."""
+    bad = []
+    for path in sorted(module_names(root).values()):
+        source = path.read_text()
+        lines = len(source.splitlines())
+        if lines <= limit:
+            continue
+        found = _SIZE_REASON.search(ast.get_docstring(_parse(path, source)) or "")
+        reason = found["reason"].strip() if found else ""
+        if len(reason.split()) >= 3 and not _TODO.search(reason):
+            continue
+        problem = f"its reason {reason!r} is a to-do" if reason else "its docstring gives no reason"
+        bad.append(
+            f"{path.relative_to(root.parent)}: {lines} lines and {problem}; split it along its "
+            f"seams, or add a docstring line 'Over {limit} lines: <why it stays one module>'"
+        )
+    return bad
+
+
+def test_a_module_over_600_lines_says_why() -> None:
+    assert oversized_modules() == []
+
+
+@pytest.mark.parametrize(
+    ("docstring", "caught"),
+    [
+        ("A long module.", True),
+        (f"A long module.\n\nOver {MAX_MODULE_LINES} lines: (issue 47)", True),
+        (
+            f"A long module.\n\nOver {MAX_MODULE_LINES} lines: one until the move, a seam to split",
+            True,
+        ),
+        (
+            f"A long module.\n\nOver {MAX_MODULE_LINES} lines: one parser's states share a table",
+            False,
+        ),
+    ],
+)
+def test_the_size_rule_catches_a_long_module_without_a_reason(
+    tmp_path: Path, docstring: str, caught: bool
+) -> None:
+    root = tmp_path / "evalkit"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    body = "".join(f"x{i} = {i}\n" for i in range(MAX_MODULE_LINES))
+    (root / "short.py").write_text(body)  # exactly at the limit: fine without a reason
+    (root / "long.py").write_text(f'"""{docstring}"""\n' + body)
+    found = oversized_modules(root)
+    assert [line.split(":")[0] for line in found] == (["evalkit/long.py"] if caught else [])
