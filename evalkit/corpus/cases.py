@@ -46,12 +46,14 @@ from evalkit.records import canonical_json
 from evalkit.scorers import SCORERS, Scorer
 
 CASE_GLOBS = ("*.yaml", "*.yml")
-#: Refused before parsing (a 50 MB flat list grows to gigabytes in a YAML loader); a module
-#: setting, like the YAML limits: ``evalkit.corpus.cases.MAX_CASE_FILE_BYTES = 64 << 20``.
+#: Refused before parsing (a YAML loader holds many times a file's size in nodes, so a large
+#: flat list would exhaust memory before any limit on its nodes is reached); a module setting,
+#: like the YAML limits: ``evalkit.corpus.cases.MAX_CASE_FILE_BYTES = 64 << 20``.
 MAX_CASE_FILE_BYTES = 20 << 20
 MAX_CASES_PER_FILE = 100_000
 #: A longer case file is parsed this many cases at a time, so only one chunk's YAML nodes are
-#: alive (~17 KB per case: a whole 10,000-case file's peaked at 168 MiB); a module setting.
+#: alive (a node graph is many times its case's size; `bench/bench_corpus_memory.py` prints
+#: what a loaded case holds); a module setting.
 CASE_CHUNK_ITEMS = 256
 MIN_CRITICAL_CASES = 8
 #: How many problems ``evalkit cases lint`` reports in one pass.

@@ -1,6 +1,6 @@
 """Reading a long case list a few hundred items at a time, so only one chunk's node graph is
-alive at once (libyaml's graph of a case file is ~17 KB per case; read whole, a 10,000-case
-file's graph was 168 MiB).
+alive at once (libyaml's graph is many times its case's size: read whole, a long case file's
+graph was the peak of loading it).
 
 A chunk is read by :mod:`~evalkit.corpus.yaml_input`'s libyaml fast path and refused
 (:class:`ChunkRefused`) wherever that path would leave the document to the pure-Python loader:
@@ -54,9 +54,9 @@ def list_chunks(text: str, max_items: int, chunk_items: int) -> Iterator[ListChu
     """A document that is one long block list, parsed ``chunk_items`` items at a time; None
     when the document is not one :func:`parse_yaml` would read the same way chunk by chunk.
 
-    Why: libyaml's node graph of a case file is ~17 KB per case, and the whole file's graph
-    was alive while its cases were built (168 MiB for 10,000 cases). Chunk by chunk only one
-    chunk's graph is.
+    Why: libyaml's node graph of a case is many times the case's own size, and the whole
+    file's graph was alive while its cases were built. Chunk by chunk only one chunk's graph
+    is.
 
     Each chunk is the text from one column-0 ``-`` line to another, led by as many newlines as
     there are lines before it, so its marks (line, column) are the whole document's and a

@@ -82,8 +82,8 @@ class Execution:
 
     async def run(self, work: Collection[tuple[Case, int]]) -> None:
         # Each first request is built when a worker takes its (case, replay), and dropped once
-        # answered: held all at once they were ~0.85 KiB a case (85 MiB at 100k cases). The
-        # cache prefetch builds them one at a time too, keeping only the keys.
+        # answered: held all at once, they grew with the corpus and were much of a large run's
+        # memory. The cache prefetch builds them one at a time too, keeping only the keys.
         if self.use_cache and work:
             self.cache = self.store.cache_get(
                 self._cache_key(self._first_request(case), replay) for case, replay in work
@@ -100,7 +100,7 @@ class Execution:
                         await self._one(case, replay, self._first_request(case), progress)
 
                 # A pool, not a task per case: memory and scheduling stay flat in the corpus size
-                # (100k waiting tasks held ~2 KiB each); twice the concurrency, so scoring and
+                # (each waiting task holds its own frame); twice the concurrency, so scoring and
                 # cache hits never leave a request slot idle. The semaphore bounds the requests.
                 workers = min(len(work), 2 * self.suite.config.concurrency)
                 await _all_or_first_failure([worker() for _ in range(workers)])
@@ -179,8 +179,8 @@ class Execution:
                 request.model, list(messages), request.sampling, request.tools, request.documents
             )
             # the first request's key is the output's request_hash; a later step's is only a
-            # cache lookup (canonical JSON of the grown messages and the tools, hashed: 30 us
-            # of an agent step's 0.45 ms of CPU), so a run without the cache skips it
+            # cache lookup (canonical JSON of the grown messages and the tools, hashed: a
+            # sizeable part of an agent step's own CPU), so a run without the cache skips it
             key = self._cache_key(step_request, replay) if self.use_cache or step == 1 else ""
             first_key = first_key or key
             try:

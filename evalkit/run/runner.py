@@ -207,7 +207,7 @@ async def run_suite_async(
 
 class PendingWork(Collection[tuple[Case, int]]):
     """The (case, replay) pairs a run still asks, in corpus order, made one at a time as the
-    workers take them: a list of them held ~70 B a pair (7 MiB at 100k cases)."""
+    workers take them: a list of them would grow with the corpus times its replays."""
 
     def __init__(
         self, cases: Sequence[Case], replays: int, done: frozenset[tuple[str, int]]

@@ -11,8 +11,8 @@ are :mod:`~evalkit.store.transaction`'s; secret scrubbing is :mod:`~evalkit.stor
 Only this module writes SQL. Writes are batched (one insert per table per flush, inside one
 transaction), so a crash loses at most the batch in flight and never leaves half a batch behind.
 A run's batches are plain column lists, inserted as one ``UNNEST`` of list parameters per table,
-so ``evalkit run`` never imports Polars (about 35 MiB and 0.1 s); frames (rescoring, merging,
-imports) go in through their Arrow C stream, and reads return Polars frames except
+so ``evalkit run`` never imports Polars (a large import for a short run); frames (rescoring,
+merging, imports) go in through their Arrow C stream, and reads return Polars frames except
 :meth:`Store.records`, which returns plain rows for the run path.
 
 One writer, many readers: a writing store holds an exclusive lock on ``<db>.lock`` for its whole
@@ -206,9 +206,9 @@ class Store(
         self._opened = 0  # times the file was opened (tests count it)
         con.execute("SET TimeZone = 'UTC'")
         if not read_only:
-            # One transaction, not a commit per statement: a new store's ~30 statements cost
-            # ~8 ms so, ~70 ms one by one (each commit writes and syncs the WAL). The history
-            # tables too, so a run's finish (record_history) creates none.
+            # One transaction, not a commit per statement: each commit writes and syncs the
+            # WAL, so creating a new store's tables one by one cost several times as much. The
+            # history tables too, so a run's finish (record_history) creates none.
             with self._transaction():
                 con.execute(DDL + HISTORY_DDL)
 
@@ -300,8 +300,8 @@ class Store(
                     redact_known(json.dumps(manifest)),
                 ],
             )
-            # In slices: the column lists of 100k cases at once, and DuckDB's copy of them,
-            # were the peak of a whole run's memory (+260 MiB over the corpus itself).
+            # In slices: the column lists of a whole large corpus at once, and DuckDB's copy
+            # of them, were the peak of a whole run's memory.
             for start in range(0, len(cases), CASE_ROWS_PER_INSERT):
                 chunk = cases[start : start + CASE_ROWS_PER_INSERT]
                 self._insert("cases", case_columns(run_id, chunk), CASE_COLUMNS)
@@ -467,7 +467,7 @@ class Store(
 
     def _insert(self, table: str, rows: Columns, types: dict[str, str]) -> None:
         """Insert column lists: one list parameter per column, unnested side by side (DuckDB
-        converts each list in C; ``executemany`` would bind row by row, ~50x slower).
+        converts each list in C; ``executemany`` would bind row by row, in Python).
 
         Every column of ``types`` must be present, all of the same length.
         """
@@ -485,7 +485,7 @@ class Store(
     def _append(self, table: str, frame: pl.DataFrame) -> None:
         name = f"_batch_{table}"
         # Through the Arrow C stream, not ``frame.to_arrow()``: DuckDB reads the capsule
-        # itself, so writing never imports pyarrow (~40 MiB and ~20 ms at start-up).
+        # itself, so writing never imports pyarrow (a large import for a short run).
         self._con.register(name, ArrowStream(frame))
         try:
             columns = ", ".join(frame.columns)

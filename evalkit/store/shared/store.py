@@ -99,15 +99,15 @@ PUSH_ORDER = (
     "exams",
     "baselines",
 )
-#: Entries per commit when a run publishes its new response-cache entries. A commit costs a
-#: fixed 130-190 ms wall, 34-44 ms CPU (a data file, a manifest, the table's metadata, the
-#: catalog row) beside 5-6 us CPU an entry, and each adds a data file every later lookup
-#: reads (bench/bench_shared_store.py --only publish, at load 11): one commit carries an
-#: ordinary run whole, and this bounds a big run's batch in memory (~10 MB of Arrow).
+#: Entries per commit when a run publishes its new response-cache entries. A commit's fixed
+#: cost (a data file, a manifest, the table's metadata, the catalog row) is far above an
+#: entry's, and each commit adds a data file every later lookup reads (`python
+#: bench/bench_shared_store.py --only publish` prints both): one commit carries an ordinary run
+#: whole, and this bounds a big run's batch in memory.
 CACHE_BATCH_ROWS = 20_000
 #: Tries of the compaction a publish makes past COMPACT_AT_FILES: one that keeps losing to
 #: other publishes gives up (said in the publish's line) rather than hold the run's end for
-#: the ~25 s of MAX_ATTEMPTS, since each of those publishes will try it again.
+#: all of MAX_ATTEMPTS' backoff, since each of those publishes will try it again.
 AUTO_ATTEMPTS = 3
 #: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
 PULL_TABLES = tuple(t for t in PUSH_ORDER if t != "response_cache")

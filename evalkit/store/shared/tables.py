@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from evalkit.store.shared.uri import StoreURI
 
 NAMESPACE = "evalkit"
-#: How many times a conflicting commit is tried again before the push gives up (with backoff
-#: from 20 ms doubling to 1 s, jittered: ~25 s of contention).
+#: How many times a conflicting commit is tried again before the push gives up (with jittered
+#: backoff doubling up to a ceiling): enough for a CI matrix's jobs pushing at once to get
+#: through one by one, while a store that never accepts the commit still fails in bounded time.
 MAX_ATTEMPTS = 40
 #: Up to this many key values, a duplicate check filters its scan by them (an Iceberg ``In``);
 #: above, it reads the key columns whole (:func:`existing_keys`).
