@@ -145,3 +145,53 @@ def test_no_public_name_is_also_a_subpackage() -> None:
         if getattr(evalkit, name) is not importlib.import_module(f"evalkit.{name}")
     ]
     assert clashes == []
+
+
+def _facade_lists() -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+    """``name -> (module, attribute)`` as evalkit/__init__.py's ``_EXPORTS`` map says (what
+    ``evalkit.NAME`` loads) and as its ``TYPE_CHECKING`` imports say (what type checkers and
+    editors read)."""
+    import ast
+
+    exported = {}
+    for name, target in evalkit._EXPORTS.items():
+        module, _, attribute = target.partition(":")
+        exported[name] = (module, attribute or name)
+    typed = {}
+    tree = ast.parse(Path(evalkit.__file__).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom) and statement.module:
+                    for alias in statement.names:
+                        typed[alias.asname or alias.name] = (statement.module, alias.name)
+    return exported, typed
+
+
+def test_the_facades_hand_kept_lists_agree() -> None:
+    """evalkit/__init__.py lists each public name three times: in ``_EXPORTS`` (what it loads),
+    in ``__all__`` and in the ``TYPE_CHECKING`` imports. Moving a function to another module
+    means editing the first and the last; this names any pair that disagrees."""
+    exported, typed = _facade_lists()
+    problems = [
+        f"{name}: _EXPORTS loads it from {exported.get(name)}, the TYPE_CHECKING imports from "
+        f"{typed.get(name)}; make both name the module that defines it"
+        for name in sorted(set(exported) | set(typed))
+        if exported.get(name) != typed.get(name)
+    ]
+    problems += [
+        f"{name}: in _EXPORTS but not in __all__ (or the reverse); add it to both, and to "
+        "EXPECTED in tests/test_public_api.py"
+        for name in sorted(set(exported) ^ set(evalkit.__all__))
+        if not name.startswith("__")  # __version__: public, never star-imported
+    ]
+    assert problems == []
+
+
+def test_a_moved_name_left_behind_in_the_type_checking_imports_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    moved = dict(evalkit._EXPORTS, decide="evalkit.compare.tiers")
+    monkeypatch.setattr(evalkit, "_EXPORTS", moved)
+    exported, typed = _facade_lists()
+    assert exported["decide"] != typed["decide"] == ("evalkit.compare.gate", "decide")
