@@ -39,7 +39,7 @@ def to_mimebundle(chart: alt.TopLevelMixin) -> dict[str, Any]:
     and a PNG (static, for nbconvert, GitHub and untrusted viewers) and a one-line text.
 
     The PNG is drawn at 1×: it is only the last resort (a viewer with neither Vega nor SVG), and
-    at 2× it would more than double the notebook (an overview chart's is ~0.5 MB of base64).
+    at 2× its base64 would be most of the notebook's size.
     """
     import vl_convert
 
@@ -55,8 +55,8 @@ def to_mimebundle(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 def _svg(spec: dict[str, Any]) -> str:
     """The SVG vl-convert draws for ``spec``, drawn once per process: the judge-agreement
-    notebook saves each chart and then shows it (a Vega render is ~70 ms; a PNG rasterized from
-    this SVG is byte-for-byte vl-convert's own PNG of the spec, for ~40 % of the cost).
+    notebook saves each chart and then shows it, and a Vega render is the costly step (a PNG
+    rasterized from this SVG is byte-for-byte vl-convert's own PNG of the spec, for less).
 
     Examples:
         >>> spec = Chart(pl.DataFrame({"n": [1]})).mark_bar().encode(x="n:Q").to_dict()
