@@ -188,11 +188,22 @@ def loader_modules(start: str) -> tuple[Path, ...]:
 
 def _module_path(name: str) -> Path | None:
     """The source file of evalkit module ``name`` (a package's ``__init__.py``), or None."""
-    base = _PACKAGE.joinpath(*name.split(".")[1:])
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file() and name.startswith("evalkit"):
-            return path
-    return None
+    return _package_modules().get(name)
+
+
+@functools.cache
+def _package_modules() -> dict[str, Path]:
+    """``evalkit.a.b`` -> its source file, for every module of the package: one walk of its
+    directories, where asking the file system name by name costs a call per imported name."""
+    modules = {}
+    for folder, folders, files in os.walk(_PACKAGE):
+        folders[:] = [name for name in folders if name != "__pycache__"]
+        package = ["evalkit", *Path(folder).relative_to(_PACKAGE).parts]
+        for file in files:
+            if file.endswith(".py"):
+                parts = package if file == "__init__.py" else [*package, file[:-3]]
+                modules[".".join(parts)] = Path(folder, file)
+    return modules
 
 
 def _not_followed(name: str) -> bool:
