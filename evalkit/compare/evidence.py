@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -134,7 +134,7 @@ def _side_evidence(
             + (f"; top causes: {causes_text(causes)}" if causes else "")
             + (f"; cases with no verdict: {named_ids(ids)}" if ids else "")
         )
-        stat = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
+        stat: dict[str, Any] = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
         stat["top_causes"] = [[c, n] for c, n in causes]
         out.append(Finding(0, "errors", tuple(ids), stat, msg, "unverified", kind))
     return out
@@ -143,15 +143,15 @@ def _side_evidence(
 def side_errors(run: RunData, paired: pl.DataFrame) -> pl.DataFrame:
     """One run's outputs of the paired, unsealed cases (``case_id, error``); a missing output
     (an incomplete run compared with ``--allow-incomplete``) counts as an errored one."""
-    paired = paired.filter(~pl.col("sealed").fill_null(False))["case_id"]
+    paired_ids = paired.filter(~pl.col("sealed").fill_null(False))["case_id"]
     outputs = run.outputs
     cols = [pl.col("case_id"), (pl.col("error") if "error" in outputs.columns
                                 else pl.lit(None, pl.String)).alias("error")]  # fmt: skip
-    present = outputs.select(cols).filter(pl.col("case_id").is_in(paired.implode()))
+    present = outputs.select(cols).filter(pl.col("case_id").is_in(paired_ids.implode()))
     replays = int(run.manifest.get("replays") or 1)
     seen = present.group_by("case_id").len()
     missing = (
-        pl.DataFrame({"case_id": paired}).join(seen, on="case_id", how="left")
+        pl.DataFrame({"case_id": paired_ids}).join(seen, on="case_id", how="left")
         .with_columns(pl.col("len").fill_null(0))
         .filter(pl.col("len") < replays)
     )  # fmt: skip

@@ -39,8 +39,10 @@ def corpus_accounting(
         0.3333333333333333
     """
     if delta is None:
-        schema = {"case_id": pl.String, "change": pl.String, "tags": pl.List(pl.String)}
-        delta = pl.DataFrame(schema=schema | {"rebaselined": pl.Boolean})
+        delta = pl.DataFrame(
+            schema={"case_id": pl.String(), "change": pl.String(), "tags": pl.List(pl.String),
+                    "rebaselined": pl.Boolean()}
+        )  # fmt: skip
     out = []
     for tag in policy.critical_tags:
         sub = delta.filter(pl.col("tags").list.contains(tag))
@@ -93,14 +95,15 @@ def corpus_findings(
             if too_many
             else f"{evidence} paired cases with evidence, < {policy.min_cases()}"
         )
-        ids = delta.filter(pl.col("tags").list.contains(tag) & ~pl.col("rebaselined"))["case_id"]
+        unrebased = pl.col("tags").list.contains(tag) & ~pl.col("rebaselined")
+        ids = () if delta is None else tuple(delta.filter(unrebased)["case_id"])
         msg = (
             f"critical tag {tag!r}: {left} of its cases changed in this pull request ({what}) and "
             f"were not compared with the baseline configuration ({why}): unverified; verify "
             f"with {verify}"
         )
         stat = {k: row[k] for k in ("edited", "added", "removed", "rebaselined", "share")}
-        out.append(Finding(0, tag, tuple(ids), stat, msg, "unverified", "corpus-delta"))
+        out.append(Finding(0, tag, ids, stat, msg, "unverified", "corpus-delta"))
     if delta is not None:
         was = delta.filter((pl.col("change") == "edited") & (pl.col("old") == False))  # noqa: E712
         for r in was.iter_rows(named=True):
@@ -123,7 +126,7 @@ def pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
             "unverified until a person promotes the new policy: `evalkit baseline promote "
             f"{context.base_run_id} --policy --who NAME --reason TEXT`"
         )
-        stat = {"changes": list(context.policy_changes)}
+        stat: dict[str, Any] = {"changes": list(context.policy_changes)}
         out.append(Finding(0, "policy", (), stat, msg, "unverified", "loosened"))
     if context.siblings:
         counts = Counter(status for _, status in context.siblings)

@@ -149,8 +149,9 @@ def _group_design(paired: pl.DataFrame, tag: str, policy: GatePolicy) -> tuple[f
 
 def critical_findings(
     table: pl.DataFrame, policy: GatePolicy, paired: pl.DataFrame, counts: Mapping[str, int]
-) -> tuple[list, list]:
-    states, findings = [], []
+) -> tuple[list[SliceState], list[Finding]]:
+    states: list[SliceState] = []
+    findings: list[Finding] = []
     rows = {r["slice"]: r for r in table.iter_rows(named=True)}
     empty = dict.fromkeys(table.columns) | {"n": 0, "n_error": 0, "broken": 0, "fixed": 0}
     for tag in policy.critical_tags:
@@ -257,7 +258,7 @@ def _judge_level_drop(tag: str, paired: pl.DataFrame, policy: GatePolicy) -> Fin
 
 def other_findings(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
     table = table.filter(~pl.col("slice").is_in(list(policy.critical_tags)) & (pl.col("n") > 0))
-    adj = stats.holm(table["p_value"].to_numpy()) if table.height else []
+    adj: list[float] = stats.holm(table["p_value"].to_numpy()).tolist() if table.height else []
     out = []
     for r, p_adj in zip(table.iter_rows(named=True), adj, strict=True):
         by_p = r["broken"] > r["fixed"] and p_adj <= policy.alpha

@@ -277,8 +277,8 @@ async def _all_or_first_failure(coroutines: list[Any]) -> None:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     for task in tasks:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
 
 def first_request_keys(

@@ -93,7 +93,8 @@ async def run_suite_async(
     if provider is None and config.system.provider == "openai":
         # Before anything is recorded: a dead endpoint stops the run now, not after every
         # case's retries (evalkit.run.preflight). An injected provider is the caller's.
-        fleet = [r.url for r in config.system.replicas] or [config.system.effective_endpoint().url]
+        fleet: list[str | None] = [r.url for r in config.system.replicas]
+        fleet = fleet or [config.system.effective_endpoint().url]
         check_endpoints([url for url in fleet if url])
     require_judge(suite, corpus)  # before a run is recorded: it would fail holding its label
     retried = 0
