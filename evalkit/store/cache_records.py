@@ -10,8 +10,8 @@ run outputs and scores are never touched, so every report stays as it was.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from evalkit.store.schema import CACHE_COLUMNS, Columns
@@ -35,7 +35,7 @@ class CacheRecords:
     _frame: Callable[..., pl.DataFrame]
     _transaction: Callable[..., Any]
     _insert: Callable[[str, Columns, dict[str, str]], None]
-    _lock: AbstractContextManager[Any]
+    _lock: threading.RLock
 
     # -- keyed by provider, model, rendered request, sampling and replay index --------------
 

@@ -26,7 +26,11 @@ class RunReads:
 
     # Provided by Store.
     path: Path
-    _con: duckdb.DuckDBPyConnection
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
     _frame: Callable[..., pl.DataFrame]
 
     def runs(self) -> pl.DataFrame:

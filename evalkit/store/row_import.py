@@ -6,8 +6,8 @@ transaction, as ``evalkit pull`` brings them from the team's shared store (mixed
 from __future__ import annotations
 
 import difflib
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +28,12 @@ class RowImports:
     # Provided by Store.
     path: Path
     read_only: bool
-    _con: duckdb.DuckDBPyConnection
-    _lock: AbstractContextManager[Any]
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
+    _lock: threading.RLock
     _append: Callable[[str, pl.DataFrame], None]
     _transaction: Callable[[], Any]
 

@@ -25,7 +25,8 @@ from evalkit.store.lock import os_reason
 
 
 class _Locked(Protocol):
-    _lock: AbstractContextManager[Any]
+    @property
+    def _lock(self) -> AbstractContextManager[Any]: ...
 
 
 _P = ParamSpec("_P")
