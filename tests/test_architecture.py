@@ -358,3 +358,31 @@ def test_the_size_rule_catches_a_long_module_without_a_reason(
     (root / "long.py").write_text(f'"""{docstring}"""\n' + body)
     found = oversized_modules(root)
     assert [line.split(":")[0] for line in found] == (["evalkit/long.py"] if caught else [])
+
+
+# -- CONTRIBUTING.md draws LAYERS by hand -----------------------------------------------------
+
+
+def drawn_layers(text: str) -> tuple[tuple[str, ...], ...]:
+    """The stages as the ``text`` block under "The layering rule" draws them: the ground floor
+    on its first line, then ``→ stage → stage ...``."""
+    section = text.split("## The layering rule", 1)[1]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    ground, chain = block.strip().split("\n", 1)
+    floor = tuple(ground.split("(ground floor)")[0].split())
+    return (floor, *((stage.strip(),) for stage in chain.split("→") if stage.strip()))
+
+
+def test_contributing_draws_the_layers_the_test_enforces() -> None:
+    drawn = drawn_layers((PACKAGE.parent / "CONTRIBUTING.md").read_text())
+    assert drawn == LAYERS, (
+        "CONTRIBUTING.md's layering picture differs from LAYERS in tests/test_architecture.py: "
+        "redraw it from LAYERS (the ground floor on the first line, then → each stage)"
+    )
+
+
+def test_a_stage_missing_from_the_drawing_is_caught() -> None:
+    text = (
+        "## The layering rule\n\n```text\nversion errors   (ground floor)\n  → store → cli\n```\n"
+    )
+    assert drawn_layers(text) == (("version", "errors"), ("store",), ("cli",)) != LAYERS
