@@ -38,7 +38,13 @@ from evalkit.run.options import RunOptions, RunStart
 from evalkit.run.preflight import check_endpoints
 from evalkit.run.providers import make_provider
 from evalkit.run.replicas import replica_counts
-from evalkit.run.summary import RunSummary, SessionCounts, summarize, summarize_written
+from evalkit.run.summary import (
+    RunSummary,
+    SessionCounts,
+    summarize,
+    summarize_written,
+    with_case_counts,
+)
 from evalkit.run.timeline import mark
 from evalkit.store import Store, new_run_id
 
@@ -199,9 +205,10 @@ async def run_suite_async(
             session=session,
         )
     warnings = [*before, *result_warnings(summary.outputs, summary.cached_outputs, expected)]
-    summary = replace(summary, warnings=tuple(warnings))
+    summary = replace(summary, warnings=tuple(warnings), replays=config.replays)
     status = "complete" if summary.complete else "incomplete"
     store.finish_run(run_id, status, summary.to_dict(), warnings=warnings)
+    summary = with_case_counts(store, summary)  # a complete run's, as its finish recorded them
     mark("summary")
     return summary
 

@@ -5,8 +5,9 @@ writes stay here; the methods of the other tables are mixed in from their own mo
 runs (:mod:`~evalkit.store.reads`), rows copied in (:mod:`~evalkit.store.row_import`), flake
 lists (:mod:`~evalkit.store.flakes`), the response cache (:mod:`~evalkit.store.cache_records`),
 the judges' tables (:mod:`~evalkit.store.judgments`), the people's decisions
-(:mod:`~evalkit.store.decisions`) and pinned exams (:mod:`~evalkit.store.exams`). Transactions
-are :mod:`~evalkit.store.transaction`'s; secret scrubbing is :mod:`~evalkit.store.scrub`'s.
+(:mod:`~evalkit.store.decisions`), pinned exams (:mod:`~evalkit.store.exams`) and the gate log
+(:mod:`~evalkit.store.gate_log`). Transactions are :mod:`~evalkit.store.transaction`'s; secret
+scrubbing is :mod:`~evalkit.store.scrub`'s.
 
 Only this module writes SQL. Writes are batched (one insert per table per flush, inside one
 transaction), so a crash loses at most the batch in flight and never leaves half a batch behind.
@@ -56,6 +57,7 @@ from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
 from evalkit.store.flakes import FlakeRecords
+from evalkit.store.gate_log import GateLog
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.reads import RunReads
@@ -185,7 +187,14 @@ _R = TypeVar("_R")
 
 
 class Store(
-    RunReads, RowImports, FlakeRecords, DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords
+    RunReads,
+    RowImports,
+    FlakeRecords,
+    DecisionRecords,
+    JudgmentRecords,
+    CacheRecords,
+    ExamRecords,
+    GateLog,
 ):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
