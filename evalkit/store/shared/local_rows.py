@@ -9,6 +9,7 @@ in one transaction).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from evalkit.store.shared.tables import TABLES
@@ -20,31 +21,57 @@ if TYPE_CHECKING:
     from evalkit.store.db import Store
 
 
+#: Which of a run's rows each local table publishes (``$1``: the run id); the run's own rows
+#: (``run_id = $1``) where a table is not named.
+_WHERE = {
+    "scoring_cases": "scoring_id IN (SELECT scoring_id FROM scorings WHERE run_id = $1)",
+    "flakes": "config_hash = (SELECT config_hash FROM runs WHERE run_id = $1)",
+    # the run's first requests, and what it cached while it ran (later tool-loop steps)
+    "response_cache": "cache_key IN (SELECT request_hash FROM outputs WHERE run_id = $1) "
+    "OR created_at BETWEEN (SELECT created_at FROM runs WHERE run_id = $1) AND "
+    "(SELECT coalesce(finished_at, now()) FROM runs WHERE run_id = $1)",
+    "overrides": "cand_run_id = $1 OR base_run_id = $1",
+    "exam_files": "exam_id IN (SELECT exam_id FROM exams WHERE run_id = $1)",
+    # the labels of the run's outputs (by the sha256 of their text, as labelling names
+    # them) and those of its cases that name no output
+    "human_labels": "(output_hash IS NULL AND case_id IN "
+    "(SELECT case_id FROM cases WHERE run_id = $1)) OR EXISTS (SELECT 1 FROM outputs o "
+    "WHERE o.run_id = $1 AND o.case_id = human_labels.case_id "
+    "AND sha256(o.text) = human_labels.output_hash)",
+}
+
+
 def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
     """The rows of ``run_id`` in local table ``name`` that a push publishes, as Arrow with
     every shared column (an older store's missing columns as nulls)."""
-    import pyarrow as pa
-
     spec = TABLES[name]
     if not local.has_table(name):  # an older store: nothing of this table to publish
         return spec.arrow.empty_table()
-    where = {
-        "scoring_cases": "scoring_id IN (SELECT scoring_id FROM scorings WHERE run_id = $1)",
-        "flakes": "config_hash = (SELECT config_hash FROM runs WHERE run_id = $1)",
-        # the run's first requests, and what it cached while it ran (later tool-loop steps)
-        "response_cache": "cache_key IN (SELECT request_hash FROM outputs WHERE run_id = $1) "
-        "OR created_at BETWEEN (SELECT created_at FROM runs WHERE run_id = $1) AND "
-        "(SELECT coalesce(finished_at, now()) FROM runs WHERE run_id = $1)",
-        "overrides": "cand_run_id = $1 OR base_run_id = $1",
-        "exam_files": "exam_id IN (SELECT exam_id FROM exams WHERE run_id = $1)",
-        # the labels of the run's outputs (by the sha256 of their text, as labelling names
-        # them) and those of its cases that name no output
-        "human_labels": "(output_hash IS NULL AND case_id IN "
-        "(SELECT case_id FROM cases WHERE run_id = $1)) OR EXISTS (SELECT 1 FROM outputs o "
-        "WHERE o.run_id = $1 AND o.case_id = human_labels.case_id "
-        "AND sha256(o.text) = human_labels.output_hash)",
-    }.get(name, "run_id = $1")
+    where = _WHERE.get(name, "run_id = $1")
     frame = local.query(f"SELECT * FROM {name} WHERE {where}", [run_id]).to_arrow()
+    return conformed(frame, name)
+
+
+def local_batches(
+    local: Store, name: str, run_id: str, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """:func:`local_rows` as record batches of at most ``batch_rows`` rows, read as they
+    are asked for (none from a store without the table)."""
+    if not local.has_table(name):
+        return
+    where = _WHERE.get(name, "run_id = $1")
+    sql = f"SELECT * FROM {name} WHERE {where}"
+    for batch in local.record_batches(sql, [run_id], batch_rows=batch_rows):
+        yield from conformed(batch, name).to_batches()
+
+
+def conformed(rows: pa.Table | pa.RecordBatch, name: str) -> pa.Table:
+    """``rows`` with exactly shared table ``name``'s columns and types (a column the rows
+    lack as nulls)."""
+    import pyarrow as pa
+
+    spec = TABLES[name]
+    frame = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
     for column in spec.columns:
         if column not in frame.column_names:
             frame = frame.append_column(

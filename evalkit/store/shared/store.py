@@ -34,11 +34,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from evalkit.errors import StoreError
 from evalkit.provenance import current_writer
+from evalkit.store.batches import BATCH_ROWS
 from evalkit.store.shared.compaction import (
     COMPACT_AT_FILES,
     Compacted,
@@ -47,11 +48,12 @@ from evalkit.store.shared.compaction import (
     first_published,
     maintain_table,
 )
-from evalkit.store.shared.local_rows import insert_missing, local_rows
+from evalkit.store.shared.local_rows import insert_missing, local_batches, local_rows
+from evalkit.store.shared.seals import SealBuilder
 from evalkit.store.shared.tables import (
     SHARED_ONLY,
     TABLES,
-    Appended,
+    append_batches,
     append_new,
     load_table,
     open_catalog,
@@ -66,7 +68,7 @@ from evalkit.store.shared.trust_rows import (
     untrusted_push,
 )
 from evalkit.store.shared.uri import StoreURI, parse_store_uri
-from evalkit.store.shared.verify import sealed, verify_promotions, verify_run
+from evalkit.store.shared.verify import SEAL_GROUP, sealed, verify_promotions, verify_run
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -111,6 +113,9 @@ CACHE_BATCH_ROWS = 20_000
 AUTO_ATTEMPTS = 3
 #: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
 PULL_TABLES = tuple(t for t in PUSH_ORDER if t != "response_cache")
+#: A run's tables that grow with it: a push reads and appends them, a pull reads and stages
+#: them, batch by batch (at most ``batch_rows`` rows held at once), never whole.
+STREAMED = ("cases", "outputs", "scores", "scoring_cases")
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,10 @@ class Pushed:
     run_id: str
     added: dict[str, int]
     conflicts: int
+    #: Data files each of a run's large tables went in as (one per batch appended).
+    batches: dict[str, int] = field(default_factory=dict)
+    #: The most rows the push held at once, of a run's large tables: one batch's.
+    largest_batch: int = 0
 
     @property
     def rows(self) -> int:
@@ -246,7 +255,9 @@ class SharedStore:
     # -- push -------------------------------------------------------------------------------
 
     @_unreachable_is_one_line
-    def push_run(self, local: Store, ref: str, *, cache: bool = True) -> Pushed:
+    def push_run(
+        self, local: Store, ref: str, *, cache: bool = True, batch_rows: int = BATCH_ROWS
+    ) -> Pushed:
         """Publish run ``ref`` of ``local`` (its rows, flakes of its configuration, its
         response cache entries unless not ``cache``, its promotions with their pinned exams);
         rows already shared are skipped. (``evalkit push`` publishes the cache entries through
@@ -268,27 +279,64 @@ class SharedStore:
                 f"`evalkit run --resume {run_id}`)"
             )
         added: dict[str, int] = {}
-        conflicts = 0
+        batches: dict[str, int] = {}
+        largest = conflicts = 0
         context = current_writer()
-        pushed: dict[str, pa.Table] = {}
         # the promotions this push may publish, and so the exams pinned with them (trust_rows)
         promotions = publishable("baselines", local_rows(local, "baselines", run_id), context)
         exams = exams_of(local_rows(local, "exams", run_id), promotions)
+        small: dict[str, pa.Table] = {}
         for name in PUSH_ORDER:
-            if name == "response_cache" and not cache:
+            if name in STREAMED or (name == "response_cache" and not cache):
                 continue
             rows = publishable(name, local_rows(local, name, run_id), context)  # trust_rows
             if name in ("exams", "exam_files"):
                 wanted = pa.array(exams["exam_id"].to_pylist(), pa.string())
                 rows = rows.filter(pc.is_in(rows["exam_id"], value_set=wanted))
-            rows = pushed[name] = sealed(name, rows, pushed)
+            small[name] = rows
+        groups = {
+            "cases": {run_id}, "outputs": {run_id},
+            "scores": set(small["scorings"].column("scoring_id").to_pylist()),
+            "scoring_cases": set(small["scorings"].column("scoring_id").to_pylist()),
+        }  # fmt: skip
+        seals, counts = self._seal_streamed(local, run_id, batch_rows)
+        with SealBuilder(SEAL_GROUP["exam_files"]) as files:
+            files.add(small["exam_files"])
+            seals["exam_files"] = files.seals()
+        for name in PUSH_ORDER:
+            if name == "response_cache" and not cache:
+                continue
             table = self._table(name, create=True)
             assert table is not None
-            result: Appended = append_new(table, TABLES[name], rows)
+            if name in STREAMED:
+                result = append_batches(
+                    table, TABLES[name],
+                    lambda name=name: local_batches(local, name, run_id, batch_rows),  # type: ignore[misc]
+                    groups[name], counts[name],
+                )  # fmt: skip
+                batches[name] = result.batches
+                largest = max(largest, result.largest_batch)
+            else:
+                result = append_new(table, TABLES[name], sealed(name, small[name], seals))
             added[name] = result.added
             conflicts += result.conflicts
             maintain_table(table, TABLES[name])  # compaction.py: compact, expire old snapshots
-        return Pushed(run_id, added, conflicts)
+        return Pushed(run_id, added, conflicts, batches, largest)
+
+    @staticmethod
+    def _seal_streamed(
+        local: Store, run_id: str, batch_rows: int
+    ) -> tuple[dict[str, dict[Any, dict[str, Any]]], dict[str, int]]:
+        """The seals of the run's rows of each :data:`STREAMED` table (per group: the run,
+        each scoring) and their row counts, read batch by batch."""
+        seals: dict[str, dict[Any, dict[str, Any]]] = {}
+        counts: dict[str, int] = {}
+        for name in STREAMED:
+            with SealBuilder(SEAL_GROUP[name]) as builder:
+                for batch in local_batches(local, name, run_id, batch_rows):
+                    builder.add(batch)
+                seals[name], counts[name] = builder.seals(), builder.rows
+        return seals, counts
 
     @_unreachable_is_one_line
     def promote(
