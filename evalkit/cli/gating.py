@@ -72,11 +72,11 @@ def _decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, Ga
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from evalkit.compare.html import to_html
-    from evalkit.compare.junit import to_junit
-    from evalkit.compare.markdown import to_markdown
     from evalkit.compare.pairing import resolve_pair
-    from evalkit.compare.report import build_report, render_terminal, to_json
+    from evalkit.report.build import build_report, render_terminal, to_json
+    from evalkit.report.html import to_html
+    from evalkit.report.junit import to_junit
+    from evalkit.report.markdown import to_markdown
     from evalkit.store import open_store
 
     if args.rebaseline:
@@ -124,7 +124,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
-    from evalkit.compare.formatting import inert  # model text never drives the terminal
+    from evalkit.report.formatting import inert  # model text never drives the terminal
 
     decision = run.decision or {}
     print(f"gate {decision.get('status', '?')}: {base} → {cand}")
