@@ -2,9 +2,9 @@
 reads and ``evalkit pull`` writes, however large the run.
 
 Reads stream a query as Arrow record batches (DuckDB's own reader: it produces a batch as it is
-asked for one). Writes stage batches into temporary tables of the store's connection, which
-DuckDB spills to disk past :data:`STAGE_MEMORY`, checked there by SQL and then copied into the
-store's tables in one transaction together with any other rows (:meth:`BatchIO.import_staged`).
+asked for one). Writes take rows staged in another DuckDB file (a pull stages a run there, batch
+by batch, and checks it) and copy them into the store's tables in one transaction together with
+any other rows (:meth:`BatchIO.import_staged`).
 
 Examples:
     >>> import tempfile
@@ -20,7 +20,8 @@ Examples:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalkit.errors import StoreError
@@ -71,56 +72,26 @@ class BatchIO:
                     con, self._conn = self._conn, None
                     con.close()
 
-    def stage(self, name: str, batches: Iterable[pa.RecordBatch], columns: Sequence[str]) -> int:
-        """Copy ``batches`` (each with at least ``columns``) into a new temporary table
-        ``name`` of this connection (replacing one of that name), limiting DuckDB's memory to
-        :data:`STAGE_MEMORY` so the table spills to disk rather than grow in memory; returns
-        the rows staged. :meth:`drop_staged` removes it."""
-        if self.read_only:
-            raise StoreError("staging rows needs the store opened for writing")
-        con = self._con
-        con.execute(f"SET memory_limit = '{STAGE_MEMORY}'")
-        staged = 0
-        listed = ", ".join(columns)
-        for batch in batches:
-            con.register("_stage_batch", batch)
-            try:
-                if not staged:
-                    con.execute(
-                        f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {listed} FROM _stage_batch"
-                    )
-                else:
-                    con.execute(f"INSERT INTO {name} SELECT {listed} FROM _stage_batch")
-            finally:
-                con.unregister("_stage_batch")
-            staged += batch.num_rows
-        if not staged:
-            raise ValueError(f"{name}: no batch to stage (stage an empty batch for no rows)")
-        return staged
-
-    def staged_query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of a small query over staged tables (counts, a few examples)."""
-        return self._con.execute(sql, list(params)).fetchall()
-
-    def drop_staged(self, names: Iterable[str]) -> None:
-        """Remove staged tables and give DuckDB its default memory limit back."""
-        for name in names:
-            self._con.execute(f"DROP TABLE IF EXISTS temp.{name}")
-        self._con.execute("RESET memory_limit")
-
     def import_staged(
         self,
-        staged: Mapping[str, tuple[str, Sequence[str]]],
+        source: Path,
+        staged: Mapping[str, str],
         frames: Mapping[str, pa.Table | pl.DataFrame],
         *,
         replace_on: Mapping[str, Sequence[str]] | None = None,
     ) -> dict[str, int]:
-        """Insert staged rows and ``frames`` in one transaction (all land or none).
+        """Insert the rows staged in DuckDB file ``source`` and ``frames``, in one transaction
+        (all land or none), with DuckDB's memory held to :data:`STAGE_MEMORY` (a million rows
+        go from file to file, never through Python).
 
-        ``staged`` maps a table to ``(temporary table, key columns)``: the staged rows go in
-        unless the table holds a row with their key already (a run's outputs land whole or
-        not at all). ``frames`` go in as :meth:`~evalkit.store.Store.import_rows` takes them.
+        ``staged`` maps a table to its group column: the table of that name in ``source`` goes
+        in, but for the groups (a run, a scoring) the store holds already, which land whole or
+        not at all. ``frames`` go in as :meth:`~evalkit.store.Store.import_rows` takes them.
         Returns rows added per table.
+
+        Raises:
+            StoreError: a read-only store, a frame :meth:`import_rows` refuses, or a value its
+                column refuses (nothing written then).
         """
         import duckdb
 
@@ -132,17 +103,31 @@ class BatchIO:
         replace_on = dict(replace_on or {})
         checked = self._checked_frames(frames, replace_on)  # type: ignore[attr-defined]
         added: dict[str, int] = {}
+        con = self._con
+        quoted = str(source).replace("'", "''")
+        con.execute(f"SET memory_limit = '{STAGE_MEMORY}'")
+        con.execute(f"ATTACH '{quoted}' AS _staged (READ_ONLY)")
         try:
             with self._transaction():  # type: ignore[attr-defined]
-                for name, (temp, key) in staged.items():
+                for name, group in staged.items():
                     columns = ", ".join({**known[name][0], **known[name][1]})
-                    same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM s.{c}" for c in key)
-                    row = self._con.execute(
-                        f"INSERT INTO {name} ({columns}) SELECT {columns} FROM temp.{temp} s "
-                        f"WHERE NOT EXISTS (SELECT 1 FROM {name} t WHERE {same})"
+                    present = [
+                        r[0]
+                        for r in con.execute(
+                            f"SELECT DISTINCT {group} FROM {name} WHERE {group} IN "
+                            f"(SELECT DISTINCT {group} FROM _staged.{name})"
+                        ).fetchall()
+                    ]
+                    row = con.execute(
+                        f"INSERT INTO {name} ({columns}) SELECT {columns} FROM _staged.{name} "
+                        f"WHERE NOT list_contains($1::VARCHAR[], {group})",
+                        [present],
                     ).fetchone()
                     added[name] = int(row[0]) if row else 0
                 added.update(self._insert_frames(checked, replace_on))  # type: ignore[attr-defined]
         except duckdb.Error as exc:  # a value its column refuses: rolled back whole
             raise StoreError(f"cannot import rows: {str(exc).splitlines()[0]}") from None
+        finally:
+            con.execute("DETACH _staged")
+            con.execute("RESET memory_limit")
         return added

@@ -9,12 +9,14 @@ in one transaction).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from evalkit.store.shared.tables import TABLES
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import polars as pl
     import pyarrow as pa
 
@@ -80,9 +82,17 @@ def conformed(rows: pa.Table | pa.RecordBatch, name: str) -> pa.Table:
     return frame.select(list(spec.columns)).cast(spec.arrow)
 
 
-def insert_missing(local: Store, frames: dict[str, pl.DataFrame]) -> dict[str, int]:
+def insert_missing(
+    local: Store,
+    frames: dict[str, pl.DataFrame],
+    *,
+    staged: Path | None = None,
+    groups: Mapping[str, str] | None = None,
+) -> dict[str, int]:
     """Insert each frame's rows whose key ``local`` lacks (of human labels, the newer ones),
-    all in one local transaction (:meth:`Store.import_rows`); returns rows added per table.
+    and the rows staged in DuckDB file ``staged`` (table -> its group column in ``groups``:
+    a group the local store holds is skipped), all in one local transaction; returns rows
+    added per table.
 
     The keys ``local`` holds are read first, then the rows it lacks go in together: a
     writing store holds its writer lock for its whole life, so nothing lands in between.
@@ -93,7 +103,10 @@ def insert_missing(local: Store, frames: dict[str, pl.DataFrame]) -> dict[str, i
             _newest_labels(local, frame) if name == "human_labels" else _absent(local, name, frame)
         )
     labels = {"human_labels": _LABEL_IDENTITY} if "human_labels" in new else None
-    return local.import_rows(new, replace_on=labels)
+    if staged is None:
+        return local.import_rows(new, replace_on=labels)
+    added = local.import_staged(staged, dict(groups or {}), new, replace_on=labels)
+    return {name: added[name] for name in TABLES if name in added}
 
 
 def _absent(local: Store, name: str, frame: pl.DataFrame) -> pl.DataFrame:

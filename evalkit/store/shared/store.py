@@ -50,6 +50,7 @@ from evalkit.store.shared.compaction import (
 )
 from evalkit.store.shared.local_rows import insert_missing, local_batches, local_rows
 from evalkit.store.shared.seals import SealBuilder
+from evalkit.store.shared.staging import RunStage, verify_staged
 from evalkit.store.shared.tables import (
     SHARED_ONLY,
     TABLES,
@@ -58,6 +59,7 @@ from evalkit.store.shared.tables import (
     load_table,
     open_catalog,
     scan,
+    scan_batches,
     with_columns,
 )
 from evalkit.store.shared.trust_rows import (
@@ -68,7 +70,7 @@ from evalkit.store.shared.trust_rows import (
     untrusted_push,
 )
 from evalkit.store.shared.uri import StoreURI, parse_store_uri
-from evalkit.store.shared.verify import SEAL_GROUP, sealed, verify_promotions, verify_run
+from evalkit.store.shared.verify import SEAL_GROUP, sealed, verify_promotions
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -233,6 +235,8 @@ class SharedStore:
         #: :class:`evalkit.run.shared_cache.SharedCacheStore` when a lookup failed), or None; push,
         #: pull and promotions do not read it: they raise on any failure.
         self.lost: str | None = None
+        #: The most rows the last pull held at once of a run's large tables (one batch's).
+        self.largest_batch = 0
 
     def _table(self, name: str, *, create: bool = False) -> Table | None:
         table = self._tables.get(name)
@@ -362,7 +366,8 @@ class SharedStore:
             raise StoreError(f"{self.uri.shown}: refusing to promote: {why}")
         if run_id not in self.run_ids([run_id]):
             raise StoreError(f"{self.uri.shown}: run {run_id} is not pushed; push it first")
-        self._run_frames(run_id)  # a promotion names a verified run: raises when it is not
+        with RunStage() as stage:  # a promotion names a verified run: raises when it is not
+            self._stage_run(run_id, stage)
         row = {
             "suite": suite,
             "run_id": run_id,
@@ -571,60 +576,72 @@ class SharedStore:
             run_id = self.resolve_run(ref)
         return Pulled(run_id, self._copy(local, run_id, suite), suite)
 
-    def _run_frames(self, run_id: str) -> dict[str, pl.DataFrame]:
-        """The shared rows of run ``run_id`` (``runs`` to ``scoring_cases``), verified as one
-        unit (:func:`verify_run`)."""
+    def _stage_run(self, run_id: str, stage: RunStage) -> dict[str, pl.DataFrame]:
+        """Stage the shared rows of run ``run_id`` (:data:`STREAMED`) in ``stage``, batch by
+        batch, and check them with its ``runs`` and ``scorings`` rows as one unit
+        (:func:`verify_staged`); returns those two."""
         import polars as pl
 
         frames: dict[str, pl.DataFrame] = {}
-        for name in ("runs", "cases", "outputs", "scorings", "scores"):
+        for name in ("runs", "scorings"):
             frames[name] = pl.from_arrow(self._read(name, "run_id", [run_id]))  # type: ignore[assignment]
-        ids = frames["scorings"]["scoring_id"].to_list()
-        frames["scoring_cases"] = pl.from_arrow(self._read("scoring_cases", "scoring_id", ids))  # type: ignore[assignment]
-        verify_run(run_id, frames)
+        scorings = set(frames["scorings"]["scoring_id"].drop_nulls().to_list())
+        for name in STREAMED:
+            column, values = (
+                ("scoring_id", scorings) if name == "scoring_cases" else ("run_id", {run_id})
+            )
+            table = self._table(name)
+            found = scan_batches(table, column, values) if table is not None else iter(())
+            spec = TABLES[name]
+            batches = (with_columns(pa_table(b), spec).to_batches() for b in found)
+            stage.add(name, (b for bs in batches for b in bs), spec.arrow, SEAL_GROUP[name])
+        verify_staged(run_id, frames["runs"], frames["scorings"], stage)
         return frames
 
     def _copy(self, local: Store, run_id: str, suite: str | None) -> dict[str, int]:
         import polars as pl
 
-        frames = self._run_frames(run_id)
-        config_hashes = frames["runs"]["config_hash"].to_list()
-        for name in PULL_TABLES:
-            if name in frames or name in ("exams", "exam_files"):
-                continue  # exams: those of the trusted promotions, read below
-            if name == "overrides":
-                rows = pa_concat(
-                    self._read(name, "cand_run_id", [run_id]),
-                    self._read(name, "base_run_id", [run_id]),
-                )
-            elif name == "human_labels":
-                rows = self._labels_of(frames["cases"], frames["outputs"])
-            elif name == "flakes":
-                rows = self._read(name, "config_hash", config_hashes)
-            elif name == "baselines":
-                rows = (
-                    self._read(name, "suite", [suite])
-                    if suite
-                    else self._read(name, "run_id", [run_id])
-                )
-            else:
-                rows = self._read(name, "run_id", [run_id])
-            frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
-        promotions = frames["baselines"]
-        verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
-        trusted = trusted_promotions(promotions.filter(promotions["run_id"] == run_id))
-        frames["exams"], frames["exam_files"] = pulled_exams(self._read, trusted)
-        for name, columns in SHARED_ONLY.items():
-            if name in frames:
-                frames[name] = frames[name].drop(list(columns))
-        return insert_missing(local, {name: frames[name] for name in PULL_TABLES})
+        with RunStage() as stage:
+            frames = self._stage_run(run_id, stage)
+            self.largest_batch = stage.largest_batch
+            config_hashes = frames["runs"]["config_hash"].to_list()
+            for name in PULL_TABLES:
+                if name in frames or name in STREAMED or name in ("exams", "exam_files"):
+                    continue  # exams: those of the trusted promotions, read below
+                if name == "overrides":
+                    rows = pa_concat(
+                        self._read(name, "cand_run_id", [run_id]),
+                        self._read(name, "base_run_id", [run_id]),
+                    )
+                elif name == "human_labels":
+                    rows = self._labels_of(stage)
+                elif name == "flakes":
+                    rows = self._read(name, "config_hash", config_hashes)
+                elif name == "baselines":
+                    rows = (
+                        self._read(name, "suite", [suite])
+                        if suite
+                        else self._read(name, "run_id", [run_id])
+                    )
+                else:
+                    rows = self._read(name, "run_id", [run_id])
+                frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
+            promotions = frames["baselines"]
+            verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
+            trusted = trusted_promotions(promotions.filter(promotions["run_id"] == run_id))
+            frames["exams"], frames["exam_files"] = pulled_exams(self._read, trusted)
+            for name, columns in SHARED_ONLY.items():
+                if name in frames:
+                    frames[name] = frames[name].drop(list(columns))
+            small = {name: frames[name] for name in PULL_TABLES if name not in STREAMED}
+            return insert_missing(
+                local, small, staged=stage.finish(), groups={n: SEAL_GROUP[n] for n in STREAMED}
+            )
 
-    def _labels_of(self, cases: pl.DataFrame, outputs: pl.DataFrame) -> pa.Table:
-        """The shared human labels of a run: those of its outputs' texts (``output_hash``)
-        and those of its cases that name no output."""
+    def _labels_of(self, stage: RunStage) -> pa.Table:
+        """The shared human labels of a run (its cases and outputs staged in ``stage``): those
+        of its outputs' texts (``output_hash``) and those of its cases that name no output."""
         import polars as pl
-
-        from evalkit.store.shared.local_rows import text_hashes
 
         spec = TABLES["human_labels"]
         table = self._table("human_labels")
@@ -634,12 +651,25 @@ class SharedStore:
         # than a filter naming every case id of the run
         found = pl.from_arrow(table.scan().to_arrow().select(list(spec.columns)).cast(spec.arrow))
         assert isinstance(found, pl.DataFrame)
-        found = found.filter(pl.col("case_id").is_in(cases["case_id"].to_list()))
+        labelled = found["case_id"].drop_nulls().unique().to_list()
+        known = stage.rows(
+            "SELECT case_id FROM cases WHERE list_contains($1::VARCHAR[], case_id)", [labelled]
+        )
+        found = found.filter(pl.col("case_id").is_in([r[0] for r in known]))
         if not found.height:  # no label of the run's cases: no output text hashed
             return found.to_arrow()
-        labelled = outputs.filter(pl.col("case_id").is_in(found["case_id"].to_list()))
+        hashes = stage.rows(  # sha256 of each output's UTF-8 text, in hex, as labels name it
+            "SELECT DISTINCT sha256(text) FROM outputs WHERE text IS NOT NULL "
+            "AND list_contains($1::VARCHAR[], case_id)",
+            [found["case_id"].unique().to_list()],
+        )
         kept = found.filter(
-            pl.col("output_hash").is_null()
-            | pl.col("output_hash").is_in(list(text_hashes(labelled)))
+            pl.col("output_hash").is_null() | pl.col("output_hash").is_in([h[0] for h in hashes])
         )
         return kept.to_arrow()
+
+
+def pa_table(batch: pa.RecordBatch) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.Table.from_batches([batch])
