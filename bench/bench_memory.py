@@ -137,7 +137,7 @@ def write_parts(folder: Path, n: int, chunk: int) -> tuple[Path, str]:
     manifest = _manifest(run_id, n, _digest(con, run_id, n))
     root.write_manifest(run_id, "bench", manifest)
     root.write_part(
-        run_id, "cases", "bench", con.execute(_sql(_CASES, run_id, 0, n)).to_arrow_table(), 1
+        run_id, "cases", "bench", con.sql(_sql(_CASES, run_id, 0, n)).to_arrow_table(), 1
     )
     empty_cache = "SELECT ''::VARCHAR AS cache_key, ''::VARCHAR AS response LIMIT 0"
     for start in range(0, n, chunk):
@@ -149,7 +149,7 @@ def write_parts(folder: Path, n: int, chunk: int) -> tuple[Path, str]:
             "outputs": _sql(_OUTPUTS, run_id, start, stop),
         }
         for table, sql in tables.items():  # outputs last: the chunk's commit
-            root.write_part(run_id, table, chunk_id, con.execute(sql).to_arrow_table(), 1)
+            root.write_part(run_id, table, chunk_id, con.sql(sql).to_arrow_table(), 1)
     con.close()
     return folder / "parts", run_id
 

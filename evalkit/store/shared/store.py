@@ -48,24 +48,22 @@ from evalkit.store.shared.compaction import (
     first_published,
     maintain_table,
 )
-from evalkit.store.shared.local_rows import insert_missing, local_batches, local_rows
+from evalkit.store.shared.local_rows import local_batches, local_rows
+from evalkit.store.shared.pulling import STREAMED, copy_run, stage_run
 from evalkit.store.shared.seals import SealBuilder
-from evalkit.store.shared.staging import RunStage, verify_staged
+from evalkit.store.shared.staging import RunStage
 from evalkit.store.shared.tables import (
-    SHARED_ONLY,
     TABLES,
     append_batches,
     append_new,
     load_table,
     open_catalog,
     scan,
-    scan_batches,
     with_columns,
 )
 from evalkit.store.shared.trust_rows import (
     exams_of,
     publishable,
-    pulled_exams,
     trusted_promotions,
     untrusted_push,
 )
@@ -115,9 +113,6 @@ CACHE_BATCH_ROWS = 20_000
 AUTO_ATTEMPTS = 3
 #: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
 PULL_TABLES = tuple(t for t in PUSH_ORDER if t != "response_cache")
-#: A run's tables that grow with it: a push reads and appends them, a pull reads and stages
-#: them, batch by batch (at most ``batch_rows`` rows held at once), never whole.
-STREAMED = ("cases", "outputs", "scores", "scoring_cases")
 
 
 @dataclass(frozen=True)
@@ -165,16 +160,6 @@ class Pulled:
     @property
     def rows(self) -> int:
         return sum(self.added.values())
-
-
-def pa_concat(*tables: pa.Table) -> pa.Table:
-    """Rows of ``tables`` (one schema), each row once (an override of a run against itself
-    is found as base and as candidate)."""
-    import polars as pl
-
-    frame = pl.concat([pl.from_arrow(t) for t in tables])  # type: ignore[misc]
-    assert isinstance(frame, pl.DataFrame)
-    return frame.unique(maintain_order=True).to_arrow()
 
 
 class SharedStoreUnreachable(StoreError):
@@ -367,7 +352,7 @@ class SharedStore:
         if run_id not in self.run_ids([run_id]):
             raise StoreError(f"{self.uri.shown}: run {run_id} is not pushed; push it first")
         with RunStage() as stage:  # a promotion names a verified run: raises when it is not
-            self._stage_run(run_id, stage)
+            stage_run(self, run_id, stage)
         row = {
             "suite": suite,
             "run_id": run_id,
@@ -574,102 +559,5 @@ class SharedStore:
             verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
         else:
             run_id = self.resolve_run(ref)
-        return Pulled(run_id, self._copy(local, run_id, suite), suite)
-
-    def _stage_run(self, run_id: str, stage: RunStage) -> dict[str, pl.DataFrame]:
-        """Stage the shared rows of run ``run_id`` (:data:`STREAMED`) in ``stage``, batch by
-        batch, and check them with its ``runs`` and ``scorings`` rows as one unit
-        (:func:`verify_staged`); returns those two."""
-        import polars as pl
-
-        frames: dict[str, pl.DataFrame] = {}
-        for name in ("runs", "scorings"):
-            frames[name] = pl.from_arrow(self._read(name, "run_id", [run_id]))  # type: ignore[assignment]
-        scorings = set(frames["scorings"]["scoring_id"].drop_nulls().to_list())
-        for name in STREAMED:
-            column, values = (
-                ("scoring_id", scorings) if name == "scoring_cases" else ("run_id", {run_id})
-            )
-            table = self._table(name)
-            found = scan_batches(table, column, values) if table is not None else iter(())
-            spec = TABLES[name]
-            batches = (with_columns(pa_table(b), spec).to_batches() for b in found)
-            stage.add(name, (b for bs in batches for b in bs), spec.arrow, SEAL_GROUP[name])
-        verify_staged(run_id, frames["runs"], frames["scorings"], stage)
-        return frames
-
-    def _copy(self, local: Store, run_id: str, suite: str | None) -> dict[str, int]:
-        import polars as pl
-
-        with RunStage() as stage:
-            frames = self._stage_run(run_id, stage)
-            self.largest_batch = stage.largest_batch
-            config_hashes = frames["runs"]["config_hash"].to_list()
-            for name in PULL_TABLES:
-                if name in frames or name in STREAMED or name in ("exams", "exam_files"):
-                    continue  # exams: those of the trusted promotions, read below
-                if name == "overrides":
-                    rows = pa_concat(
-                        self._read(name, "cand_run_id", [run_id]),
-                        self._read(name, "base_run_id", [run_id]),
-                    )
-                elif name == "human_labels":
-                    rows = self._labels_of(stage)
-                elif name == "flakes":
-                    rows = self._read(name, "config_hash", config_hashes)
-                elif name == "baselines":
-                    rows = (
-                        self._read(name, "suite", [suite])
-                        if suite
-                        else self._read(name, "run_id", [run_id])
-                    )
-                else:
-                    rows = self._read(name, "run_id", [run_id])
-                frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
-            promotions = frames["baselines"]
-            verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
-            trusted = trusted_promotions(promotions.filter(promotions["run_id"] == run_id))
-            frames["exams"], frames["exam_files"] = pulled_exams(self._read, trusted)
-            for name, columns in SHARED_ONLY.items():
-                if name in frames:
-                    frames[name] = frames[name].drop(list(columns))
-            small = {name: frames[name] for name in PULL_TABLES if name not in STREAMED}
-            return insert_missing(
-                local, small, staged=stage.finish(), groups={n: SEAL_GROUP[n] for n in STREAMED}
-            )
-
-    def _labels_of(self, stage: RunStage) -> pa.Table:
-        """The shared human labels of a run (its cases and outputs staged in ``stage``): those
-        of its outputs' texts (``output_hash``) and those of its cases that name no output."""
-        import polars as pl
-
-        spec = TABLES["human_labels"]
-        table = self._table("human_labels")
-        if table is None or table.current_snapshot() is None:
-            return spec.arrow.empty_table()
-        # labels are made by hand (thousands, not millions): one scan, filtered here, rather
-        # than a filter naming every case id of the run
-        found = pl.from_arrow(table.scan().to_arrow().select(list(spec.columns)).cast(spec.arrow))
-        assert isinstance(found, pl.DataFrame)
-        labelled = found["case_id"].drop_nulls().unique().to_list()
-        known = stage.rows(
-            "SELECT case_id FROM cases WHERE list_contains($1::VARCHAR[], case_id)", [labelled]
-        )
-        found = found.filter(pl.col("case_id").is_in([r[0] for r in known]))
-        if not found.height:  # no label of the run's cases: no output text hashed
-            return found.to_arrow()
-        hashes = stage.rows(  # sha256 of each output's UTF-8 text, in hex, as labels name it
-            "SELECT DISTINCT sha256(text) FROM outputs WHERE text IS NOT NULL "
-            "AND list_contains($1::VARCHAR[], case_id)",
-            [found["case_id"].unique().to_list()],
-        )
-        kept = found.filter(
-            pl.col("output_hash").is_null() | pl.col("output_hash").is_in([h[0] for h in hashes])
-        )
-        return kept.to_arrow()
-
-
-def pa_table(batch: pa.RecordBatch) -> pa.Table:
-    import pyarrow as pa
-
-    return pa.Table.from_batches([batch])
+        added = copy_run(self, local, run_id, suite, PULL_TABLES)
+        return Pulled(run_id, added, suite)
