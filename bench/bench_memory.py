@@ -196,15 +196,26 @@ def bench_size(folder: Path, n: int, stages: Sequence[str], chunk: int) -> dict[
         figures["pull"] = run_stage(
             [*evalkit, "pull", cand, "--db", str(pulled), "--store", store], folder
         )
+        figures["pull"]["outputs"] = _count(pulled, "outputs", cand)
     if "merge" in stages:
         parts, run_id = write_parts(folder, n, chunk)
         merged = folder / "merged.duckdb"
         figures["merge"] = run_stage(
             [*evalkit, "merge", run_id, "--parts", str(parts), "--db", str(merged)], folder
         )
+        figures["merge"]["outputs"] = _count(merged, "outputs", run_id)
     if "gate" in stages:
         figures["gate"] = run_stage([*evalkit, "compare", base, cand, "--db", str(db)], folder)
     return figures
+
+
+def _count(db: Path, table: str, run_id: str) -> int:
+    """Rows of ``run_id`` in ``table`` of store ``db``: what a stage stored."""
+    from evalkit.store import open_store
+
+    with open_store(db) as store:
+        rows = store.records(f"SELECT count(*) AS n FROM {table} WHERE run_id = ?", [run_id])
+    return int(rows[0]["n"])
 
 
 def report(results: list[dict[str, Any]], stages: Sequence[str]) -> str:
