@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -59,11 +60,16 @@ class BatchIO:
             self._calls += 1
         try:
             cursor = self._con.cursor()  # its own result: other reads may run meanwhile
+            # the blocks read stay in DuckDB's buffer pool up to its limit (most of the
+            # machine's memory by default): held lower while the batches are read
+            ((limit,),) = cursor.execute("SELECT current_setting('memory_limit')").fetchall()
             try:
-                cursor.execute("SET TimeZone = 'UTC'")
+                cursor.execute(f"SET TimeZone = 'UTC'; SET memory_limit = '{STAGE_MEMORY}'")
                 reader = cursor.sql(sql, params=list(params)).to_arrow_reader(batch_rows)
                 yield from reader
             finally:
+                with contextlib.suppress(Exception):
+                    cursor.execute(f"SET memory_limit = '{limit}'")
                 cursor.close()
         finally:
             with self._lock:
