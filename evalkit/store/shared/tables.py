@@ -289,12 +289,24 @@ def append_batches(
 
 def scan_batches(table: Table, column: str, values: set[str]) -> Iterator[pa.RecordBatch]:
     """The rows of ``table`` whose ``column`` is one of ``values`` (a few: a run's id, its
-    scorings'), as record batches read data file by data file."""
+    scorings'), as record batches read one data file at a time.
+
+    File by file here: pyiceberg's own batch reader hands every planned file to its thread
+    pool at once and keeps each file's batches until they are read, so a consumer slower
+    than the pool (a pull staging a run) would hold most of the run.
+    """
     from pyiceberg.expressions import In
+    from pyiceberg.io.pyarrow import ArrowScan
 
     if not values or table.current_snapshot() is None:
         return
-    yield from table.scan(row_filter=In(column, values)).to_arrow_batch_reader()
+    found = table.scan(row_filter=In(column, values))
+    reader = ArrowScan(
+        found.table_metadata, found.io, found.projection(), found.row_filter,
+        found.case_sensitive, found.limit,
+    )  # fmt: skip
+    for task in found.plan_files():
+        yield from reader.to_record_batches([task])
 
 
 def existing_keys(table: Table, spec: SharedTable, keys: list[tuple[Any, ...]]) -> set[tuple]:
