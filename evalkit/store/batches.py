@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 from evalkit.errors import StoreError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     import duckdb
     import polars as pl
     import pyarrow as pa
@@ -44,7 +46,23 @@ class BatchIO:
     :class:`evalkit.store.Store`)."""
 
     # Provided by Store.
-    _con: duckdb.DuckDBPyConnection
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
+        def _transaction(self) -> AbstractContextManager[None]: ...
+
+        def _checked_frames(
+            self,
+            tables: Mapping[str, pa.Table | pl.DataFrame],
+            replace_on: Mapping[str, Sequence[str]],
+        ) -> dict[str, pl.DataFrame]: ...
+
+        def _insert_frames(
+            self, frames: Mapping[str, pl.DataFrame], replace_on: Mapping[str, Sequence[str]]
+        ) -> dict[str, int]: ...
+
     _conn: duckdb.DuckDBPyConnection | None
     _lock: threading.RLock
     _calls: int
@@ -107,14 +125,14 @@ class BatchIO:
             raise StoreError("importing rows needs the store opened for writing")
         known = known_tables()
         replace_on = dict(replace_on or {})
-        checked = self._checked_frames(frames, replace_on)  # type: ignore[attr-defined]
+        checked = self._checked_frames(frames, replace_on)
         added: dict[str, int] = {}
         con = self._con
         quoted = str(source).replace("'", "''")
         con.execute(f"SET memory_limit = '{STAGE_MEMORY}'")
         con.execute(f"ATTACH '{quoted}' AS _staged (READ_ONLY)")
         try:
-            with self._transaction():  # type: ignore[attr-defined]
+            with self._transaction():
                 for name, group in staged.items():
                     columns = ", ".join({**known[name][0], **known[name][1]})
                     present = [
@@ -130,7 +148,7 @@ class BatchIO:
                         [present],
                     ).fetchone()
                     added[name] = int(row[0]) if row else 0
-                added.update(self._insert_frames(checked, replace_on))  # type: ignore[attr-defined]
+                added.update(self._insert_frames(checked, replace_on))
         except duckdb.Error as exc:  # a value its column refuses: rolled back whole
             raise StoreError(f"cannot import rows: {str(exc).splitlines()[0]}") from None
         finally:

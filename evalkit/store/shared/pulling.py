@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from evalkit.store.shared.local_rows import insert_missing
 from evalkit.store.shared.staging import RunStage, verify_staged
-from evalkit.store.shared.tables import SHARED_ONLY, TABLES, scan_batches, with_columns
+from evalkit.store.shared.tables import (
+    SHARED_ONLY,
+    TABLES,
+    arrow_frame,
+    scan_batches,
+    with_columns,
+)
 from evalkit.store.shared.trust_rows import pulled_exams, trusted_promotions
 from evalkit.store.shared.verify import SEAL_GROUP, verify_promotions
 
@@ -46,9 +52,7 @@ def pa_concat(*tables: pa.Table) -> pa.Table:
     is found as base and as candidate)."""
     import polars as pl
 
-    frame = pl.concat([pl.from_arrow(t) for t in tables])  # type: ignore[misc]
-    assert isinstance(frame, pl.DataFrame)
-    return frame.unique(maintain_order=True).to_arrow()
+    return pl.concat([arrow_frame(t) for t in tables]).unique(maintain_order=True).to_arrow()
 
 
 def stage_run(shared: SharedStore, run_id: str, stage: RunStage) -> dict[str, pl.DataFrame]:

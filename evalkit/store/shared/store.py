@@ -56,6 +56,7 @@ from evalkit.store.shared.tables import (
     TABLES,
     append_batches,
     append_new,
+    arrow_frame,
     load_table,
     open_catalog,
     scan,
@@ -374,13 +375,11 @@ class SharedStore:
     @_unreachable_is_one_line
     def runs(self) -> pl.DataFrame:
         """Every published run (``runs`` rows), oldest first."""
-        import polars as pl
 
         table = self._table("runs")
         if table is None or table.current_snapshot() is None:
-            return pl.from_arrow(TABLES["runs"].arrow.empty_table())  # type: ignore[return-value]
-        rows = pl.from_arrow(table.scan().to_arrow())
-        return rows.sort("created_at")  # type: ignore[union-attr]
+            return arrow_frame(TABLES["runs"].arrow.empty_table())
+        return arrow_frame(table.scan().to_arrow()).sort("created_at")
 
     @_unreachable_is_one_line
     def run_ids(self, candidates: Iterable[str]) -> set[str]:
@@ -412,10 +411,9 @@ class SharedStore:
     def baselines(self, suite: str) -> pl.DataFrame:
         """Every promotion of ``suite``, newest first (``suite, tier, run_id, who, reason,
         promoted_at, policy``)."""
-        import polars as pl
 
-        rows = pl.from_arrow(self._read("baselines", "suite", [suite]))
-        return rows.sort("promoted_at", descending=True)  # type: ignore[union-attr]
+        rows = arrow_frame(self._read("baselines", "suite", [suite]))
+        return rows.sort("promoted_at", descending=True)
 
     def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
         """The run of the newest *trusted* promotion of ``suite`` (``tier``; None: the full
