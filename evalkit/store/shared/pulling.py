@@ -119,9 +119,10 @@ def copy_run(
             if name in frames:
                 frames[name] = frames[name].drop(list(columns))
         small = {name: frames[name] for name in tables if name not in STREAMED}
-        return insert_missing(
+        added = insert_missing(
             local, small, staged=stage.finish(), groups={n: SEAL_GROUP[n] for n in STREAMED}
         )
+    return {name: added[name] for name in tables if name in added}  # as a push lists them
 
 
 def labels_of(shared: SharedStore, stage: RunStage) -> pa.Table:
