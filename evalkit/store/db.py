@@ -54,6 +54,7 @@ from evalkit.store.batches import BatchIO
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
+from evalkit.store.gate_log import GateLog
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.schema import (
@@ -195,7 +196,7 @@ def _serialized(
     return locked
 
 
-class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, BatchIO):
+class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog, BatchIO):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(
