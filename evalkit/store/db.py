@@ -53,6 +53,7 @@ import duckdb
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.store.arrow_stream import ArrowStream
+from evalkit.store.batches import BatchIO
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
@@ -195,6 +196,7 @@ class Store(
     CacheRecords,
     ExamRecords,
     GateLog,
+    BatchIO,
 ):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 

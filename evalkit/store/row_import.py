@@ -74,14 +74,28 @@ class RowImports:
             evalkit.errors.StoreError: ...: missing column created_at (the table has ...)
             >>> store.close(); tmp.cleanup()
         """
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read-only; cannot import rows")
+        frames = self._checked_frames(tables, replace_on or {})
+        try:
+            with self._transaction():
+                return self._insert_frames(frames, replace_on or {})
+        except duckdb.Error as exc:  # a value its column refuses: rolled back whole
+            raise StoreError(
+                f"{self.path}: cannot import rows: {str(exc).splitlines()[0]}"
+            ) from None
+
+    def _checked_frames(
+        self,
+        tables: Mapping[str, pa.Table | pl.DataFrame],
+        replace_on: Mapping[str, Sequence[str]],
+    ) -> dict[str, pl.DataFrame]:
+        """``tables`` as frames of exactly their table's columns (:meth:`import_rows`)."""
         import polars as pl
 
         from evalkit.store.schema import known_tables
 
-        if self.read_only:
-            raise StoreError(f"{self.path}: opened read-only; cannot import rows")
         known = known_tables()
-        replace_on = dict(replace_on or {})
         frames: dict[str, pl.DataFrame] = {}
         for name, given in tables.items():
             if name not in known:
@@ -106,20 +120,20 @@ class RowImports:
         unexpected = sorted(set(replace_on) - set(frames))
         if unexpected:
             raise StoreError(f"{self.path}: replace_on names {unexpected[0]}, not imported")
+        return frames
+
+    def _insert_frames(
+        self, frames: Mapping[str, pl.DataFrame], replace_on: Mapping[str, Sequence[str]]
+    ) -> dict[str, int]:
+        """Insert checked frames inside the caller's transaction; rows per table."""
         imported: dict[str, int] = {}
-        try:
-            with self._transaction():
-                for name, frame in frames.items():
-                    imported[name] = frame.height
-                    if not frame.height:
-                        continue
-                    if replace_on.get(name):
-                        self._delete_matching(name, frame, replace_on[name])
-                    self._append(name, frame)
-        except duckdb.Error as exc:  # a value its column refuses: rolled back whole
-            raise StoreError(
-                f"{self.path}: cannot import rows: {str(exc).splitlines()[0]}"
-            ) from None
+        for name, frame in frames.items():
+            imported[name] = frame.height
+            if not frame.height:
+                continue
+            if replace_on.get(name):
+                self._delete_matching(name, frame, replace_on[name])
+            self._append(name, frame)
         return imported
 
     def _delete_matching(self, table: str, frame: pl.DataFrame, on: Sequence[str]) -> None:

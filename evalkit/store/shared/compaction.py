@@ -245,6 +245,10 @@ def _forbid_rebase(table: Table) -> None:
 #: commit rewrites the table's metadata whole, one entry per snapshot, and every reader loads
 #: it): a table keeps at most this many, the current one always (a module setting).
 KEEP_SNAPSHOTS = 8
+#: Rows past which a run table is not rewritten whole after a push: a compaction reads the
+#: table into memory, and a run pushed in batches is already in data files of a batch each
+#: (its snapshots are still expired). A module setting, read at each push.
+COMPACT_MAX_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -282,7 +286,7 @@ def maintain_table(
     try:
         table = table.refresh()
         compacted = None
-        if data_files(table) > compact_above:
+        if data_files(table) > compact_above and _compactable(table, spec):
             rows = None if spec.name == "response_cache" else _every_row
             compacted = compact_table(
                 table, spec, above=compact_above, attempts=attempts, keep_rows=rows
@@ -294,6 +298,17 @@ def maintain_table(
         return Maintained(spec.name, expired, compacted)
     except Exception as exc:  # the push committed: maintenance never undoes or fails it
         return Maintained(spec.name, 0, None, f"{type(exc).__name__}: {exc}"[:300])
+
+
+def _compactable(table: Table, spec: SharedTable) -> bool:
+    """Whether a compaction may read ``table`` whole: the response cache always (it is
+    compacted by key), a run table while it holds at most :data:`COMPACT_MAX_ROWS` rows."""
+    if spec.name == "response_cache":
+        return True
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+    rows = summary.additional_properties.get("total-records") if summary is not None else None
+    return rows is None or int(rows) <= COMPACT_MAX_ROWS
 
 
 def _every_row(rows: pa.Table) -> pa.Table:
