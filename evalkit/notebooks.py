@@ -106,9 +106,8 @@ class _ThisPython(AsyncKernelManager):
 
         The notebooks' numbers are scalars and short vectors: no BLAS call of theirs is worth a
         thread. But the OpenBLAS that scipy loads starts one thread per core, which spins
-        before it sleeps: ~0.2 s of CPU per kernel (one `evalkit gate` on the demo store, CLI
-        and kernel: 4.99 -> 4.66 s of CPU, medians of 6 alternating, 2 cores), taken from
-        whatever else the machine runs.
+        before it sleeps: CPU taken from whatever else the machine runs, on every gate
+        (`python bench/bench_gate_cost.py` measures a gate's whole process tree).
         """
         env = dict(kw.pop("env", None) or os.environ)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -297,8 +296,8 @@ def execute_notebook(
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         # request_save_on_cell_execute=False: papermill writes the notebook once, when it ends
-        # or fails, instead of before and after every cell (24 writes of a gate notebook whose
-        # charts make it ~0.6 MB: JSON encoding and schema validation, ~0.4 s of CPU per gate)
+        # or fails, instead of before and after every cell (each write JSON-encodes and
+        # validates the whole notebook, charts included: CPU every gate paid for nothing)
         pm.execute_notebook(
             str(notebook_path(name)), str(output), parameters=parameters, kernel_name="python3",
             kernel_manager_class=_ThisPython, cwd=str(output.parent), progress_bar=False,

@@ -23,7 +23,7 @@ from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
 from evalkit.notebooks import _ThisPython, to_report_html
-from evalkit.report import charts, html, judge_charts
+from evalkit.report import charts, gate_charts, html, judge_charts
 from evalkit.report.build import build_report
 
 VL = "application/vnd.vegalite.v5+json"  # what JupyterLab 4 renders with its own Vega
@@ -85,7 +85,7 @@ def test_a_chart_displays_as_vega_lite_with_tooltips_a_slice_pick_and_static_ima
     assert "LayerChart(" not in bundle["text/plain"] and "Paired difference" in bundle["text/plain"]
     # a chart without its own SVG: vl-convert's, and a PNG for viewers without SVG
     rates = pl.DataFrame({"tag": ["a"], "cases": [10], "flaky": [1], "flake_rate": [0.1]})
-    flakes = charts.flake_rate_by_slice(rates)
+    flakes = gate_charts.flake_rate_by_slice(rates)
     other = flakes._repr_mimebundle_()
     assert base64.b64decode(other["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
     assert other["image/svg+xml"].startswith("<svg") and charts.static_svg(flakes) is None
@@ -124,8 +124,8 @@ def _every_chart(seed000) -> dict[str, alt.TopLevelMixin]:
         "slice_overview": charts.slice_overview(s, 0.02, ["billing"], paired=p),
         "pass_rate_by_slice": charts.pass_rate_by_slice(s),
         "min_detectable_drop": charts.min_detectable_drop(_power()),
-        "flake_rate_by_slice": charts.flake_rate_by_slice(flakes),
-        "gate_operating_characteristics": charts.gate_operating_characteristics(oc),
+        "flake_rate_by_slice": gate_charts.flake_rate_by_slice(flakes),
+        "gate_operating_characteristics": gate_charts.gate_operating_characteristics(oc),
         "confusion_heatmap": judge_charts.confusion_heatmap(conf),
         "agreement_by_slice": judge_charts.agreement_by_slice(agree),
         "order_consistency": judge_charts.order_consistency(orders),
