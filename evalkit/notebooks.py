@@ -107,7 +107,7 @@ class _ThisPython(AsyncKernelManager):
         The notebooks' numbers are scalars and short vectors: no BLAS call of theirs is worth a
         thread. But the OpenBLAS that scipy loads starts one thread per core, which spins
         before it sleeps: CPU taken from whatever else the machine runs, on every gate
-        (`python bench/bench_gate_cost.py` measures a gate's whole process tree).
+        (`python bench/bench_gate_phases.py` measures a gate's whole process tree).
         """
         env = dict(kw.pop("env", None) or os.environ)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
