@@ -138,7 +138,7 @@ def write_store(path: Path, runs: list[RunData], status: str = "complete") -> No
     what each run ends as (``running`` leaves it as a killed run would)."""
     with open_store(path, write=True) as store:
         for run in runs:
-            manifest = run.manifest | {"run": {"run_id": run.run_id, "label": run.label}}
+            manifest = run.manifest.to_dict() | {"run": {"run_id": run.run_id, "label": run.label}}
             store.create_run(manifest, _cases_for(run))
             outputs = _conform(run.outputs.with_columns(model=pl.lit("demo-model")), OUTPUT_SCHEMA)
             scores = run.scores.with_columns(scoring_id=pl.lit(f"{run.run_id}/s0"))

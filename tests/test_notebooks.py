@@ -151,7 +151,7 @@ def _good_candidate(base: RunData) -> RunData:
         reason=pl.when(fixes).then(pl.lit("found 'refund'")).otherwise("reason"),
     )
     cases, outputs = base.cases.with_columns(run_id=run), base.outputs.with_columns(run_id=run)
-    manifest = base.manifest | {"prompt": {"version": "v3", "template_hash": "t3"}}
+    manifest = base.manifest.to_dict() | {"prompt": {"version": "v3", "template_hash": "t3"}}
     return replace(base, run_id="good-run", label="cand-good", cases=cases, outputs=outputs,
                    scores=scores, manifest=manifest)  # fmt: skip
 
@@ -266,7 +266,7 @@ def test_gate_incomparable_runs_exit_2(gate_env, tmp_path):
     _, config = gate_env
     db = tmp_path / "other.duckdb"
     base, bad = seed000_runs(cand_label="cand-bad")
-    manifest = bad.manifest | {"model": {"id": "other"}, "sampling": {"temperature": 1.0}}
+    manifest = bad.manifest.to_dict() | {"model": {"id": "other"}, "sampling": {"temperature": 1.0}}
     write_store(db, [base, replace(bad, manifest=manifest)])
     run = execute_gate(db, "base", "cand-bad", config, tmp_path / "out")
     assert run.exit_code == 2 and "refusing to compare" in run.error and "sampling" in run.error

@@ -106,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         _require_store(args.db)
         with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-            resumed = store.manifest(store.resolve_run(args.resume)).get("selection") or {}
+            resumed = store.manifest(store.resolve_run(args.resume)).selection
 
     def load(suite: Suite, selection: Selection) -> Corpus | CorpusFacts:
         prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
@@ -318,10 +318,14 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _suite(manifest: str | None) -> str:
-    """The suite a run belongs to (runs of two suites do not pair)."""
+    """The suite a run belongs to (runs of two suites do not pair); blank when its manifest
+    cannot be read (a newer evalkit's: the commands that read it say so)."""
+    from evalkit.errors import StoreError
+    from evalkit.run_manifest import RunManifest
+
     try:
-        return str(json.loads(manifest or "{}").get("suite", ""))
-    except (ValueError, AttributeError):
+        return RunManifest.from_stored(json.loads(manifest or "{}")).suite or ""
+    except (ValueError, StoreError):
         return ""
 
 
@@ -378,7 +382,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
         judge = judge_client(suite, store) if judged and suite.config.judge else None
         # The sources recorded as a run of this checkout would record them (sealed cases'
         # files only if the run loaded sealed cases), so an unchanged rescore still compares.
-        selection = store.manifest(store.resolve_run(args.run)).get("selection") or {}
+        selection = store.manifest(store.resolve_run(args.run)).selection
         sources = scorer_sources(corpus, suite.config.scorers, sealed=bool(selection.get("sealed")))
         result = rescore_run(
             store, corpus, args.run, scorers=args.scorer, judge=judge, scorer_files=sources

@@ -9,7 +9,7 @@ frame (:mod:`evalkit.compare.paired`) -> slices (:mod:`evalkit.compare.slices`) 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -28,6 +28,7 @@ from evalkit.judges.gating import (
     ungated_scores,
 )
 from evalkit.renderers import html_for
+from evalkit.run_manifest import RunManifest, as_manifest
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -40,16 +41,20 @@ class RunData:
 
     run_id: str
     label: str
-    manifest: dict[str, Any]
+    # A stored JSON object is taken too (read as `RunManifest.from_stored` reads one).
+    manifest: RunManifest
     cases: pl.DataFrame
     outputs: pl.DataFrame
     scores: pl.DataFrame
     # The run's stored summary (``evalkit run``'s counts): its own pass rate, over all its checks.
     summary: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "manifest", as_manifest(self.manifest))
+
     @property
     def config_hash(self) -> str | None:
-        return self.manifest.get("config_hash")
+        return self.manifest.config_hash or None
 
 
 @dataclass(frozen=True)
@@ -171,28 +176,30 @@ def compare(
     notes = tuple(gating.reasons) if gating is not None else ()
     warnings = [*comparability_warnings(differing, allow_diff)]
     for run, role in ((base, "baseline"), (cand, "candidate")):
-        warnings += [f"{role} run: {w}" for w in run.manifest.get("warnings") or ()]
+        warnings += [f"{role} run: {w}" for w in run.manifest.warnings]
     return Comparison(
         base, cand, tuple(differing), bv, cv, paired, changes, notes, tuple(warnings), judge_paired,
         delta, rebaseline, rebaseline_blocker(base.manifest, cand.manifest),
     )  # fmt: skip
 
 
-def rebaseline_blocker(base_manifest: dict[str, Any], cand_manifest: dict[str, Any]) -> str | None:
+def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -> str | None:
     """Why the baseline's configuration cannot be run again on new cases, or None.
 
     Examples:
-        >>> rebaseline_blocker({"rerun": {}, "provider": {"name": "openai"}}, {})
-        >>> rebaseline_blocker({"provider": {"name": "openai"}}, {})[:40]
+        >>> from evalkit.run_manifest import ProviderInfo
+        >>> openai = ProviderInfo(name="openai")
+        >>> rebaseline_blocker(RunManifest(rerun={}, provider=openai), RunManifest())
+        >>> rebaseline_blocker(RunManifest(provider=openai), RunManifest())[:40]
         'the baseline run predates recorded re-ru'
     """
-    if "rerun" not in base_manifest:
+    if base_manifest.rerun is None:
         return (
             "the baseline run predates recorded re-run settings (prompt text, tool schemas): "
             "run and promote a new baseline"
         )
-    provider = (base_manifest.get("provider") or {}).get("name")
-    if provider == "python" and base_manifest.get("system") != cand_manifest.get("system"):
+    provider = base_manifest.provider.name if base_manifest.provider else None
+    if provider == "python" and base_manifest.system != cand_manifest.system:
         return (
             "the baseline is a Python system whose code (or version) differs from the "
             "candidate's: its configuration cannot be rebuilt from this checkout"
@@ -234,9 +241,12 @@ def load_run(store: Store, ref: str) -> RunData:
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
     if scoring.height and recorded is not None:  # NULL: a run's own scoring, or an older one
-        manifest["run_scorer_files"] = manifest.get("scorer_files")
-        manifest["scorer_files"] = json.loads(recorded)
-        manifest["rescoring"] = {"scoring_id": scoring_id, "harness": scoring["harness"][0]}
+        manifest = replace(
+            manifest,
+            run_scorer_files=manifest.scorer_files,
+            scorer_files=json.loads(recorded),
+            rescoring={"scoring_id": scoring_id, "harness": scoring["harness"][0]},
+        )
     return RunData(
         run_id, label, manifest, store.cases(run_id), outputs, scores, dict(stored or {})
     )

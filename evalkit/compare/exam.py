@@ -147,7 +147,7 @@ def judge_on_exam(
     cand_rows = {r["case_id"]: r for r in cand.cases.iter_rows(named=True)}
     answered_ids = set(cand.outputs["case_id"].unique().to_list()) if cand.outputs.height else set()
     # The sources its newest scoring used (a rescore's, when it recorded them: `load_run`).
-    cand_files = cand.manifest.get("scorer_files") or {}
+    cand_files = cand.manifest.scorer_files
     exam_ids: set[str] = set()
     if exam_run is not None and exam_run.outputs.height:
         hashes = dict(exam_run.cases.select("case_id", "case_hash").iter_rows())
@@ -185,9 +185,15 @@ def judge_on_exam(
         [f.with_columns(pl.col("run_id").cast(pl.String)) for f in frames], how="diagonal_relaxed"
     )
     output_frame = pl.concat(outputs, how="diagonal_relaxed")
-    manifest = {**cand.manifest, "scorer_files": dict(pinned_files)}
-    manifest.pop("rescoring", None)
-    exam_cand = RunData(cand.run_id, cand.label, manifest, cases, output_frame, score_frame)
+    manifest = replace(cand.manifest, scorer_files=dict(pinned_files), rescoring=None)
+    exam_cand = RunData(
+        run_id=cand.run_id,
+        label=cand.label,
+        manifest=manifest,
+        cases=cases,
+        outputs=output_frame,
+        scores=score_frame,
+    )
     parts = {"rescored": tuple(rescore), "answered": tuple(from_exam), "missing": tuple(missing)}
     return exam_cand, parts
 
@@ -260,8 +266,7 @@ def trusted_exam(store: Store, baseline: str) -> StoredExam | None:
     from evalkit.compare.trust import promotions
 
     manifest = store.manifest(baseline)
-    tier = (manifest.get("selection") or {}).get("tier")
-    rows = promotions(store, manifest.get("suite") or "", tier).filter(
+    rows = promotions(store, manifest.suite or "", manifest.tier).filter(
         (pl.col("run_id") == baseline) & pl.col("why_not").is_null()
     )
     return store.exam(baseline, rows["promoted_at"].to_list()) if rows.height else None

@@ -275,5 +275,5 @@ def _created_at(store: Store, run: RunData) -> dt.datetime | None:
     runs = store.runs().filter(pl.col("run_id") == run.run_id)
     if runs.height and runs["created_at"][0] is not None:
         return runs["created_at"][0]
-    stamp = (run.manifest.get("run") or {}).get("created_at")
+    stamp = run.manifest.run.created_at
     return dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else None

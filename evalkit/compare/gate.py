@@ -890,7 +890,7 @@ def gate_comparison(
         comparison.rebaseline_blocker, tuple(policy_changes), policy_source, tuple(siblings),
         served, comparison.exam, comparison.additions, unread_tree(comparison),
     )  # fmt: skip
-    selection = comparison.cand.manifest.get("selection")
+    selection = comparison.cand.manifest.selection
     decision = decide(
         comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors,
         selection, context,
@@ -900,9 +900,7 @@ def gate_comparison(
     notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
     notes += ungated_judge_flips(comparison.judge_paired, policy)
     notes += _cache_share(comparison)
-    replays = min(
-        int(run.manifest.get("replays") or 1) for run in (comparison.base, comparison.cand)
-    )
+    replays = min(run.manifest.replays for run in (comparison.base, comparison.cand))
     notes += replay_findings(comparison.paired, policy, replays)
     # Sealed cases run in both: do the live gains hold on cases nobody tuned against? (warn)
     held = transfer(comparison.paired, policy.bootstrap_iters, policy.level, policy.bootstrap_seed)
@@ -983,7 +981,7 @@ def _side_errors(run: RunData, paired: pl.DataFrame) -> pl.DataFrame:
     cols = [pl.col("case_id"), (pl.col("error") if "error" in outputs.columns
                                 else pl.lit(None, pl.String)).alias("error")]  # fmt: skip
     present = outputs.select(cols).filter(pl.col("case_id").is_in(paired.implode()))
-    replays = int(run.manifest.get("replays") or 1)
+    replays = run.manifest.replays
     seen = present.group_by("case_id").len()
     missing = (
         pl.DataFrame({"case_id": paired}).join(seen, on="case_id", how="left")

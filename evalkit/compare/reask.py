@@ -140,10 +140,10 @@ def reask_flakes(
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     corpus = corpus.select(ids=cases)
     manifest = build_manifest(suite, corpus, run_id="reask", label="reask", selection={})
-    if manifest["config_hash"] != comparison.cand.config_hash:
+    if manifest.config_hash != comparison.cand.config_hash:
         return [], (
             "the checkout's configuration is not the candidate's (config_hash "
-            f"{manifest['config_hash'][:12]} ≠ {str(comparison.cand.config_hash)[:12]})"
+            f"{manifest.config_hash[:12]} ≠ {str(comparison.cand.config_hash)[:12]})"
         )
     label = f"{LABEL_PREFIX}{comparison.cand.run_id}"
     for _ in range(k):

@@ -44,6 +44,7 @@ from evalkit.history.values import (
     TagRate,
     UnstableTrend,
 )
+from evalkit.run_manifest import RunManifest
 from evalkit.stats.intervals import wilson_interval
 from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
 from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
@@ -133,15 +134,14 @@ def corpus_reuse(runs: pl.DataFrame) -> tuple[CorpusReuse, ...]:
     found: dict[str, dict[str, Any]] = {}
     done = runs.filter(pl.col("status") == "complete").sort("created_at")
     for manifest, at in done.select("manifest", "created_at").iter_rows():
-        m = json.loads(manifest) if manifest else {}
-        corpus = m.get("corpus") or {}
-        key = corpus.get("hash")
+        m = RunManifest.from_stored(json.loads(manifest) if manifest else {})
+        key = m.corpus.hash
         if not key:
             continue
-        entry = found.setdefault(key, {"n": corpus.get("n_cases"), "runs": 0, "sealed": 0,
+        entry = found.setdefault(key, {"n": m.corpus.n_cases, "runs": 0, "sealed": 0,
                                        "first": at, "last": at})  # fmt: skip
         entry["runs"] += 1
-        entry["sealed"] += bool((m.get("selection") or {}).get("sealed"))
+        entry["sealed"] += bool(m.selection.get("sealed"))
         entry["last"] = at
     rows = [CorpusReuse(k, v["n"], v["runs"], v["sealed"], v["first"], v["last"])
             for k, v in found.items()]  # fmt: skip
@@ -221,10 +221,10 @@ def _point(
     usage: Mapping[str, Any],
     flaky: Mapping[str, int],
 ) -> HistoryPoint:
-    manifest = json.loads(row["manifest"]) if row["manifest"] else {}
+    manifest = RunManifest.from_stored(json.loads(row["manifest"]) if row["manifest"] else {})
     outputs = int(usage.get("outputs", 0))
     models = sorted(usage.get("models", []), key=lambda m: (-m[1], m[0]))
-    critical = (manifest.get("gate_policy") or {}).get("critical_tags") or ()
+    critical = (manifest.gate_policy or {}).get("critical_tags") or ()
     return HistoryPoint(
         series=row["series"], run_id=row["run_id"], label=row["label"], at=row["at"],
         config_hash=row["config_hash"], tags=rates, flaky=flaky.get(row["run_id"]),
@@ -233,7 +233,7 @@ def _point(
         mean_cost_usd=_mean(usage.get("cost_usd", 0), outputs),
         mean_total_tokens=_mean(usage.get("total_tokens", 0), outputs),
         mean_steps=_mean(usage.get("steps", 0), outputs),
-        served_models=tuple(models), snapshot=(manifest.get("model") or {}).get("snapshot"),
+        served_models=tuple(models), snapshot=manifest.model.snapshot if manifest.model else None,
         critical_tags=tuple(critical), promoted_by=row["promoted_by"],
     )  # fmt: skip
 

@@ -30,6 +30,7 @@ from evalkit.project.labels import Labels
 from evalkit.project.loop import run_sync
 from evalkit.project.results import ComparisonResult, RunResult
 from evalkit.run.summary import pass_rate
+from evalkit.run_manifest import RunManifest
 
 if TYPE_CHECKING:
     import polars as pl
@@ -184,10 +185,10 @@ class Project:
         rows = []
         for row in runs.iter_rows(named=True):
             counts = json.loads(row["summary"] or "null") or {}
-            manifest = json.loads(row["manifest"] or "null") or {}
+            manifest = RunManifest.from_stored(json.loads(row["manifest"] or "null") or {})
             passed, failed = int(counts.get("passed") or 0), int(counts.get("failed") or 0)
             rows.append({
-                "run_id": row["run_id"], "label": row["label"], "suite": manifest.get("suite"),
+                "run_id": row["run_id"], "label": row["label"], "suite": manifest.suite,
                 "status": row["status"], "created_at": row["created_at"],
                 "outputs": counts.get("outputs"), "pass_rate": pass_rate(passed, failed),
                 "errored": counts.get("errored"), "config_hash": row["config_hash"][:12],

@@ -359,8 +359,10 @@ def _leaves(a: Any, b: Any, path: str) -> list[str]:
 
 
 def _manifest_changes(cmp: Comparison) -> tuple[str, ...]:
-    base, cand = cmp.base.manifest or {}, cmp.cand.manifest or {}
-    return tuple(x for f in cmp.manifest_diff for x in _leaves(base.get(f), cand.get(f), f))
+    base, cand = cmp.base.manifest, cmp.cand.manifest
+    return tuple(
+        x for f in cmp.manifest_diff for x in _leaves(base.recorded(f), cand.recorded(f), f)
+    )
 
 
 def build_report(
@@ -397,7 +399,7 @@ def build_report(
         tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
         tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
         cmp.changes, {k: (base_use[k], cand_use[k]) for k in base_use}, cmp.manifest_diff,
-        str((cmp.cand.manifest or {}).get("suite") or "evalkit"),
+        str(cmp.cand.manifest.suite or "evalkit"),
         _reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
         _manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
@@ -427,7 +429,7 @@ def _run_rate(summary: dict[str, Any]) -> float | None:
 def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, Any]:
     """`Report`'s replay fields: counts from the manifests, the rule from the decision's policy
     (the comparison was built under it), pass@k and pass^k at k = the smaller replay count."""
-    replays = tuple(int(run.manifest.get("replays") or 1) for run in (cmp.base, cmp.cand))
+    replays = tuple(run.manifest.replays for run in (cmp.base, cmp.cand))
     rule = decision.policy.pass_rules.describe() if decision is not None else "majority"
     k = min(replays)
     table = replay_table(cmp.base_verdicts, cmp.cand_verdicts, k) if k > 1 else None

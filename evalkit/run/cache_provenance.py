@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from evalkit.run_manifest import ModelInfo, ProviderInfo, RunManifest
+
 if TYPE_CHECKING:
     from evalkit.corpus.suite import SystemConfig
 
@@ -99,16 +101,16 @@ def report_endpoint(system: SystemConfig, timeout_s: float = REPORT_TIMEOUT_S) -
     return report_endpoint_at(url, system.model, key, timeout_s)
 
 
-def report_of_manifest(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def report_of_manifest(manifest: RunManifest) -> dict[str, Any] | None:
     """:func:`report_endpoint` for the endpoint and model a run's ``manifest`` records (a
     merge, which has no suite: the key from ``OPENAI_API_KEY``, a placeholder for loopback)."""
     import os
 
     from evalkit.run.providers import PLACEHOLDER_KEY
 
-    provider = manifest.get("provider") or {}
-    url, model = provider.get("base_url"), (manifest.get("model") or {}).get("id")
-    if provider.get("name") == "python" or not url or not model:
+    provider, model_info = manifest.provider or ProviderInfo(), manifest.model or ModelInfo()
+    url, model = provider.base_url, model_info.id
+    if provider.name == "python" or not url or not model:
         return None
     key = os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_KEY
     return report_endpoint_at(url, model, key)
@@ -138,15 +140,17 @@ def report_endpoint_at(
 
 
 def publisher_of(
-    run_id: str | None, manifest: dict[str, Any], reported: dict[str, Any] | None
+    run_id: str | None, manifest: RunManifest | None, reported: dict[str, Any] | None
 ) -> Publisher:
-    """This host as the publisher of run ``run_id``'s entries (``manifest``: the run's)."""
+    """This host as the publisher of run ``run_id``'s entries (``manifest``: the run's, None
+    when unknown)."""
     import os
 
     from evalkit.provenance import ci_context
 
-    endpoint = (manifest.get("provider") or {}).get("base_url")
-    commit = (manifest.get("run") or {}).get("git_sha")
+    manifest = manifest or RunManifest()
+    endpoint = manifest.provider.base_url if manifest.provider else None
+    commit = manifest.run.git_sha
     ci = ci_context(os.environ)
     return Publisher(
         this_host(), run_id, commit, endpoint, is_loopback(endpoint), reported,

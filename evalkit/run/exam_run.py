@@ -21,7 +21,6 @@ import json
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -35,6 +34,7 @@ from evalkit.run.rebaseline import (
     holds_cases,
 )
 from evalkit.run.runner import RunOptions, run_suite
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store
 
 __all__ = ["EXAM_LABEL_PREFIX", "answer_pinned", "find_exam_run", "unanswered"]
@@ -56,12 +56,14 @@ def unanswered(pinned_inputs: Mapping[str, str], cand_cases: pl.DataFrame) -> li
     return sorted(c for c, text in pinned_inputs.items() if asked.get(c) != text)
 
 
-def _same_identity(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(canonical_json(a.get(k)) == canonical_json(b.get(k)) for k in IDENTITY_FIELDS)
+def _same_identity(a: RunManifest, b: RunManifest) -> bool:
+    return all(
+        canonical_json(a.recorded(k)) == canonical_json(b.recorded(k)) for k in IDENTITY_FIELDS
+    )
 
 
 def find_exam_run(
-    store: Store, base_run_id: str, cand_manifest: dict[str, Any], wanted: Mapping[str, str] = {}
+    store: Store, base_run_id: str, cand_manifest: RunManifest, wanted: Mapping[str, str] = {}
 ) -> str | None:
     """The newest complete exam run for ``base_run_id`` made by the candidate's configuration
     (the same `IDENTITY_FIELDS`) holding every ``(case_id, hash)`` of ``wanted``; None if none."""
@@ -69,8 +71,8 @@ def find_exam_run(
         (pl.col("status") == "complete") & pl.col("label").str.starts_with(EXAM_LABEL_PREFIX)
     )
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
-        manifest = json.loads(row["manifest"])
-        if (manifest.get("exam") or {}).get("of") != base_run_id:
+        manifest = RunManifest.from_stored(json.loads(row["manifest"]))
+        if (manifest.exam or {}).get("of") != base_run_id:
             continue
         if not _same_identity(manifest, cand_manifest):
             continue
@@ -110,7 +112,7 @@ def answer_pinned(
         built = baseline_suite(suite, cand_manifest)
         if isinstance(built, str):
             return RebaselineResult(None, 0, 0, 0, False, built.replace("baseline", "candidate"))
-        stored = cand_manifest.get("selection") or {}
+        stored = cand_manifest.selection
         options = RunOptions(
             label=f"{EXAM_LABEL_PREFIX}{base_run_id}",
             use_cache=use_cache,

@@ -33,7 +33,7 @@ from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError, CorpusError, EvalkitError
 from evalkit.fixtures import is_keyed, normalize_args
 from evalkit.records import canonical_json
-from evalkit.run.live_tools import LiveToolError, is_live, load_live_tools
+from evalkit.run.live_tools import LiveToolError, load_live_tools
 from evalkit.store import Store
 
 __all__ = [
@@ -98,12 +98,12 @@ def record_fixtures(
     """
     run_id = store.resolve_run(run)
     manifest = store.manifest(run_id)
-    if not is_live(manifest):
+    if not manifest.is_live:
         raise ConfigError(
-            f"run {run_id} is not a live run (kind: {manifest.get('kind') or 'fixtures'}): its "
+            f"run {run_id} is not a live run (kind: {manifest.kind}): its "
             "tool answers came from the fixtures; run a kind: live configuration and record that"
         )
-    live_names = set((manifest.get("tools") or {}).get("live") or ())
+    live_names = set((manifest.tools or {}).get("live") or ())
     current = {case.id: case for case in corpus.cases}
     skipped: list[str] = []
     asked = {row["case_id"]: row["input"] for row in store.cases(run_id).iter_rows(named=True)}

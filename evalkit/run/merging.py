@@ -65,7 +65,7 @@ def merge_run(
     manifest = store.manifest(run_id)
     if not in_progress and result.complete:
         union = store.records("SELECT case_id, case_hash FROM cases WHERE run_id = ?", [run_id])
-        problem = cases_problem(((r["case_id"], r["case_hash"]) for r in union), manifest)
+        problem = cases_problem(((r["case_id"], r["case_hash"]) for r in union), manifest.corpus)
         if problem:
             raise StoreError(
                 f"{root}: run {run_id}: {problem}; its shards' shares do not add up to it: run "
@@ -81,7 +81,7 @@ def merge_run(
     )
     before = tuple(  # what an earlier merge concluded is concluded again below
         w
-        for w in manifest.get("warnings") or ()
+        for w in manifest.warnings
         if not w.startswith("incomplete run:") and "came from the response cache" not in w
     )
     warnings = [

@@ -44,6 +44,7 @@ from evalkit.run.replicas import replica_counts
 from evalkit.run.summary import RunSummary, SessionCounts, summarize, summarize_written
 from evalkit.run.timeline import mark
 from evalkit.run.writer import BatchWriter
+from evalkit.run_manifest import RunManifest
 from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import EXECUTABLE
 from evalkit.store import Store, initial_scoring_id, new_run_id
@@ -150,18 +151,18 @@ async def run_suite_async(
         fresh = build_manifest(
             suite, corpus, run_id=run_id, label=options.label, selection=options.selection
         )
-        if fresh["config_hash"] != manifest["config_hash"]:
+        if fresh.config_hash != manifest.config_hash:
             raise EvalkitError(
                 f"cannot resume {run_id}: the configuration changed since it started "
-                f"(config_hash {manifest['config_hash'][:12]} → {fresh['config_hash'][:12]})"
+                f"(config_hash {manifest.config_hash[:12]} → {fresh.config_hash[:12]})"
             )
         # A --no-cache run stays uncached when resumed; a cached one may be resumed uncached.
-        use_cache = bool(manifest["run"].get("cache", True)) and options.use_cache is not False
+        use_cache = manifest.run.cache and options.use_cache is not False
         if options.retry_errors:
             retried = store.drop_errored_outputs(run_id)
         done = store.completed(run_id)
-        label = manifest["run"]["label"]
-        before = [*fresh["warnings"], *config_warnings(suite, corpus), *options.warnings]
+        label = manifest.run.label
+        before = [*fresh.warnings, *config_warnings(suite, corpus), *options.warnings]
     else:
         if options.retry_errors:
             raise EvalkitError("--retry-errors continues a stored run: use it with --resume")
@@ -171,10 +172,9 @@ async def run_suite_async(
         manifest = build_manifest(
             suite, corpus, run_id=run_id, label=label, selection=options.selection
         )
-        manifest["run"]["cache"] = use_cache
-        manifest.update({k: v for k, v in options.extra_manifest.items() if k not in manifest})
-        before = [*manifest["warnings"], *config_warnings(suite, corpus), *options.warnings]
-        manifest["warnings"] = before
+        manifest = manifest.with_run(cache=use_cache).with_entries(options.extra_manifest)
+        before = [*manifest.warnings, *config_warnings(suite, corpus), *options.warnings]
+        manifest = replace(manifest, warnings=tuple(before))
         store.create_run(manifest, corpus.cases)
         done = set()
     if use_cache and _unreadable_python_tree(manifest):
@@ -229,7 +229,7 @@ async def run_suite_async(
         wall_s=time.perf_counter() - started,
         replicas=replica_counts(provider),  # a ReplicaRouter's per-replica requests and errors
     )
-    config_hash = manifest["config_hash"]
+    config_hash = manifest.config_hash
     if options.resume:  # earlier sessions' outputs are in the store, not in this writer
         summary = summarize(
             store, run_id, label, config_hash, expected_outputs=expected, session=session
@@ -322,7 +322,7 @@ class _Execution:
         use_cache: bool,
         options: RunOptions,
         judge: JudgeClient | None,
-        manifest: dict[str, Any],
+        manifest: RunManifest,
     ) -> None:
         config = suite.config
         self.suite = suite
@@ -557,11 +557,11 @@ async def _all_or_first_failure(coroutines: list[Any]) -> None:
 
 
 def first_request_keys(
-    suite: Suite, manifest: dict[str, Any], work: list[tuple[Case, int]], options: RunOptions
+    suite: Suite, manifest: RunManifest, work: list[tuple[Case, int]], options: RunOptions
 ) -> list[str]:
     """The response-cache keys of the first request of each (case, replay) in ``work``: what
     a run prefetches, for an engine whose workers cannot read the store."""
-    run_id = manifest["run"]["run_id"]
+    run_id = manifest.run.run_id
     execution = _Execution(suite, None, run_id, None, True, options, None, manifest)  # type: ignore[arg-type]
     return [execution._cache_key(execution._first_request(case), replay) for case, replay in work]
 
@@ -570,7 +570,7 @@ async def execute_work(
     suite: Suite,
     sink: Any,
     run_id: str,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     work: list[tuple[Case, int]],
     options: RunOptions,
     provider: Provider,
@@ -615,11 +615,11 @@ def _estimate_tokens(request: ChatRequest) -> int:
     return chars // 4 + int(request.sampling.get("max_tokens") or 0)
 
 
-def _unreadable_python_tree(manifest: dict) -> bool:
+def _unreadable_python_tree(manifest: RunManifest) -> bool:
     """A python system whose repository tree could not be read, run in a CI job (the gate
     flow): answers cached under an identity that misses what it reads are not served."""
     from evalkit.provenance import ci_context
 
-    repo = (manifest.get("system") or {}).get("repo")
+    repo = (manifest.system or {}).get("repo")
     unreadable = isinstance(repo, dict) and not repo.get("digest")
     return unreadable and bool(ci_context(os.environ))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from evalkit.corpus.suite import Suite
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class SharedCacheStore:
         cause: str | None = None,
         warn: Callable[[str], None] | None = None,
         probe: Callable[[], dict[str, Any] | None] | None = None,
-        manifest: dict[str, Any] | None = None,
+        manifest: RunManifest | None = None,
     ) -> None:
         self.local = local
         self.shared = shared
@@ -238,7 +239,7 @@ class SharedCacheStore:
         manifest = self._manifest
         if manifest is None and run_id is not None and hasattr(self.local, "manifest"):
             manifest = self.local.manifest(run_id)
-        return publisher_of(run_id, manifest or {}, self.reported()).to_json()
+        return publisher_of(run_id, manifest, self.reported()).to_json()
 
     def provenance(self) -> dict[str, Any]:
         """What the shared cache served this run: entries taken, of them those another host
@@ -272,7 +273,7 @@ class SharedCacheStore:
                 self.caveats.append(caveat)
         if self.caveats:
             if warnings is None:
-                warnings = self.local.manifest(run_id).get("warnings") or []
+                warnings = list(self.local.manifest(run_id).warnings)
             warnings = [*warnings, *(c for c in self.caveats if c not in warnings)]
         self.local.finish_run(run_id, status, summary, warnings=warnings)
 
@@ -432,7 +433,7 @@ def publish_stored_cache(
     Raises:
         ConfigError: the URI is malformed or holds a credential.
     """
-    if not store.manifest(run_id)["run"].get("cache", True):
+    if not store.manifest(run_id).run.cache:
         return None
     shared = open_team_store(uri, source=source)
     if shared is None:  # warned: the run is stored locally all the same
@@ -450,7 +451,7 @@ def publish_stored_cache(
         EntryBuffer(),
         shared,
         probe=probe,
-        manifest=manifest,  # type: ignore[arg-type]
+        manifest=manifest,
     )
     publisher.cache_put(entries)
     published = publisher.publish(run_id)

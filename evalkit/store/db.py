@@ -41,7 +41,7 @@ import json
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -49,6 +49,7 @@ import duckdb
 
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
+from evalkit.run_manifest import RunManifest, as_manifest
 from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
@@ -293,19 +294,23 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
 
     # -- writes -----------------------------------------------------------------------------
 
-    def create_run(self, manifest: dict[str, Any], cases: Sequence[StoredCase]) -> str:
-        """Record a run's manifest and the cases it will execute; returns the run id."""
-        run = manifest["run"]
-        run_id = run["run_id"]
+    def create_run(
+        self, manifest: RunManifest | Mapping[str, Any], cases: Sequence[StoredCase]
+    ) -> str:
+        """Record a run's manifest (stored in its JSON form, with its version; a JSON object is
+        read as :meth:`RunManifest.from_stored` reads one) and the cases it will execute;
+        returns the run id."""
+        manifest = as_manifest(manifest)
+        run_id = manifest.run.run_id
         with self._transaction():
             self._con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
                 [
                     run_id,
-                    run["label"],
+                    manifest.run.label,
                     _now(),
-                    manifest["config_hash"],
-                    redact_known(json.dumps(manifest)),
+                    manifest.config_hash,
+                    redact_known(json.dumps(manifest.to_dict())),
                 ],
             )
             # In slices: the column lists of 100k cases at once, and DuckDB's copy of them,
@@ -421,12 +426,11 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
                 [status, _now(), json.dumps(summary), run_id],
             )
             return
-        manifest = self.manifest(run_id)
-        manifest["warnings"] = list(warnings)
+        manifest = replace(self.manifest(run_id), warnings=tuple(warnings))
         self._con.execute(
             "UPDATE runs SET status = ?, finished_at = ?, summary = ?, manifest = ? "
             "WHERE run_id = ?",
-            [status, _now(), json.dumps(summary), json.dumps(manifest), run_id],
+            [status, _now(), json.dumps(summary), json.dumps(manifest.to_dict()), run_id],
         )
 
     def record_history(self, run_id: str) -> None:
@@ -443,11 +447,11 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
         record_history(self._con, run_id, self.latest_scoring(run_id))
 
     def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
-        """Replace ``manifest["warnings"]`` of a run (the config hash does not cover them)."""
-        manifest = self.manifest(run_id)
-        manifest["warnings"] = list(warnings)
+        """Replace the ``warnings`` of a run's manifest (the config hash does not cover them)."""
+        manifest = replace(self.manifest(run_id), warnings=tuple(warnings))
         self._con.execute(
-            "UPDATE runs SET manifest = ? WHERE run_id = ?", [json.dumps(manifest), run_id]
+            "UPDATE runs SET manifest = ? WHERE run_id = ?",
+            [json.dumps(manifest.to_dict()), run_id],
         )
 
     def drop_errored_outputs(self, run_id: str) -> int:
@@ -665,11 +669,16 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
             raise StoreError(f"{self.path}: no run with id or label {ref!r}{suggestion}{known}")
         return rows[0][0]
 
-    def manifest(self, run_id: str) -> dict[str, Any]:
+    def manifest(self, run_id: str) -> RunManifest:
+        """The run's manifest, migrated from whichever evalkit version stored it.
+
+        Raises:
+            StoreError: no such run, or a manifest a newer evalkit wrote (one line).
+        """
         rows = self._con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchall()
         if not rows:
             raise StoreError(f"{self.path}: no run {run_id!r}")
-        return json.loads(rows[0][0])
+        return RunManifest.from_stored(json.loads(rows[0][0]), source=f"{self.path}: run {run_id}")
 
     def run_status(self, run_id: str) -> str:
         rows = self._con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()

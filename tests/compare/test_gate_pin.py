@@ -4,6 +4,8 @@ finding, a loosened policy and blocked siblings are shown (issue 22)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 from synthetic_runs import C, make_run
 
@@ -12,6 +14,7 @@ from evalkit.compare.decision import Override, PairContext
 from evalkit.compare.gate import _side_errors, decide
 from evalkit.compare.policy import GatePolicy
 from evalkit.report.build import build_report
+from evalkit.run_manifest import ProviderInfo
 
 BILLING = GatePolicy(critical_tags=("billing",))
 
@@ -118,9 +121,16 @@ def test_the_reworded_regression_blocks_once_the_baseline_configuration_ran_the_
 
 def test_a_python_baseline_whose_code_changed_names_the_promotion_instead_of_rebaselining():
     base, cand = _reworded_regression()
-    for run, code in ((base, "v1"), (cand, "v2")):
-        run.manifest.update(provider={"name": "python"}, system={"code_fingerprint": code},
-                            rerun={})  # fmt: skip
+    python = ProviderInfo(name="python")
+    base, cand = (
+        replace(
+            run,
+            manifest=replace(
+                run.manifest, provider=python, system={"code_fingerprint": code}, rerun={}
+            ),
+        )
+        for run, code in ((base, "v1"), (cand, "v2"))
+    )
     decision = _gate(base, cand)[1]
     message = next(f.message for f in decision.blocking() if f.slice == "billing")
     assert decision.status == "UNVERIFIED"

@@ -14,6 +14,7 @@ from evalkit.corpus.cases import load_corpus
 from evalkit.run.engines import ray_plan
 from evalkit.run.engines.ray_plan import ShareFeed, plan_shares, stored_share_count
 from evalkit.run.shards import order_units
+from evalkit.run_manifest import CorpusInfo, RunInfo, RunManifest
 from evalkit.store.part_checks import corpus_problem
 from evalkit.store.parts import PartsRoot
 from evalkit.store.schema import corpus_digest
@@ -22,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "corpus"))
 from test_case_index import _generated
 
 
-def _manifest(run_id: str, facts) -> dict:
-    return {"run": {"run_id": run_id}, "corpus": {"hash": facts.hash, "n_cases": len(facts.cases)}}
+def _manifest(run_id: str, facts) -> RunManifest:
+    return RunManifest(
+        run=RunInfo(run_id=run_id), corpus=CorpusInfo(hash=facts.hash, n_cases=len(facts.cases))
+    )
 
 
 def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1):
@@ -35,7 +38,7 @@ def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1):
     monkeypatch.setattr(ray_plan, "SHARE_UNITS", 70 * replays)
     units = order_units((c.id for c in facts.cases), replays)
     manifest = _manifest("r1", facts)
-    count = plan_shares(manifest, facts, units)
+    manifest, count = plan_shares(manifest, facts, units)
     parts = PartsRoot(str(tmp_path / "parts"))
     return root, facts, units, manifest, count, parts
 
@@ -67,7 +70,7 @@ def test_the_driver_builds_one_share_at_a_time(
     written = parts.parts("r1", "cases")
     assert sorted(p.chunk_id for p in written) == [f"driver-{k}-of-5" for k in range(1, 6)]
     frames = [parts.read_frame(p) for p in written]
-    assert all(corpus_problem(frame, manifest) is None for frame in frames)  # each a share
+    assert all(corpus_problem(frame, manifest.corpus) is None for frame in frames)  # each a share
     pairs = sorted(
         (row["case_id"], row["case_hash"]) for f in frames for row in f.iter_rows(named=True)
     )
@@ -104,7 +107,8 @@ def test_one_share_records_every_case_as_before(
     _, facts, units, manifest, _, parts = _feed(tmp_path, monkeypatch)
     monkeypatch.setattr(ray_plan, "SHARE_UNITS", 10_000)
     manifest = _manifest("r2", facts)
-    assert plan_shares(manifest, facts, units) == 1 and "shares" not in manifest["corpus"]
+    planned, count = plan_shares(manifest, facts, units)
+    assert count == 1 and planned.corpus.shares is None
     feed = ShareFeed(facts, parts, manifest, units, 1)
     feed.record()
     feed.plan(chunk_size=64, done=set())
@@ -112,4 +116,7 @@ def test_one_share_records_every_case_as_before(
         feed.take()
     assert feed.built == 300  # built once, for the cases part and the chunks alike
     (part,) = parts.parts("r2", "cases")
-    assert part.chunk_id == "driver" and corpus_problem(parts.read_frame(part), manifest) is None
+    assert (
+        part.chunk_id == "driver"
+        and corpus_problem(parts.read_frame(part), manifest.corpus) is None
+    )

@@ -78,6 +78,7 @@ from evalkit.run.sharded import (
 from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, order_units
 from evalkit.run.shared_cache import publish_run_cache
 from evalkit.run.summary import RunSummary
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store, new_run_id
 from evalkit.store.parts import PartsRoot
 
@@ -288,23 +289,23 @@ def run_on_ray(
         run_id = store.resolve_run(options.resume)
         manifest = store.manifest(run_id)
         fresh = run_manifest(suite, corpus, options, run_id)
-        if fresh["config_hash"] != manifest["config_hash"]:
+        if fresh.config_hash != manifest.config_hash:
             raise EvalkitError(
                 f"cannot resume {run_id}: the configuration changed since it started "
-                f"(config_hash {manifest['config_hash'][:12]} → {fresh['config_hash'][:12]})"
+                f"(config_hash {manifest.config_hash[:12]} → {fresh.config_hash[:12]})"
             )
         if options.use_cache is False:
-            manifest["run"]["cache"] = False
+            manifest = manifest.with_run(cache=False)
     else:
         run_id = ray_options.run_id or new_run_id()
         manifest = run_manifest(suite, corpus, options, run_id)
-    use_cache = bool(manifest["run"].get("cache", True))
+    use_cache = manifest.run.cache
     # planned from the ids alone; each share's cases built when its first chunk goes out
-    units = order_units((c.id for c in corpus.cases), int(manifest["replays"]))
+    units = order_units((c.id for c in corpus.cases), manifest.replays)
     if options.resume:
         shares = stored_share_count(manifest)
     else:
-        shares = plan_shares(manifest, corpus, units)
+        manifest, shares = plan_shares(manifest, corpus, units)
     feed = ShareFeed(corpus, root, manifest, units, shares)
     if not options.resume:
         feed.record()
@@ -317,8 +318,8 @@ def run_on_ray(
     if options.on_start is not None:
         options.on_start(
             RunStart(
-                run_id, manifest["run"]["label"], bool(options.resume), len(units), skipped,
-                len(units) - skipped, use_cache, (*(manifest.get("warnings") or ()), *notes),
+                run_id, manifest.run.label, bool(options.resume), len(units), skipped,
+                len(units) - skipped, use_cache, (*manifest.warnings, *notes),
             )
         )  # fmt: skip
     # Resolved once, here: a relative --parts would name another directory on each node.
@@ -403,7 +404,7 @@ def _with_notes(store: Store, summary: RunSummary, notes: tuple[str, ...]) -> Ru
 def _prefetch(
     store: Store,
     suite: Suite,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     chunk: Chunk,
     cases: dict[str, Case],
     options: RunOptions,
@@ -453,7 +454,7 @@ def _load(source: SuiteSource) -> Suite:
 
 def chunk_task(
     source: SuiteSource,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     chunk: Chunk,
     parts: str,
     options: RunOptions,
@@ -466,7 +467,7 @@ def chunk_task(
 
     suite = _load(source)
     cases = {case.id: case for case in chunk_cases}
-    use_cache = bool(manifest["run"].get("cache", True))
+    use_cache = manifest.run.cache
     if use_cache and source not in _TEAM_CACHES:
         _TEAM_CACHES[source] = team_cache(suite, use_cache)
     shared = _TEAM_CACHES.get(source) if use_cache else None
