@@ -23,6 +23,7 @@ EXPECTED = {
     "Output",
     "Project",
     "Report",
+    "RunManifest",
     "RunOptions",
     "RunResult",
     "RunSummary",

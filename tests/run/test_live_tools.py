@@ -120,7 +120,7 @@ def test_a_live_run_answers_from_the_live_tools_and_is_labelled_live(live: Any, 
         suite = load_suite(live["config"], overrides=[f"kind={kind}"])
         corpus = load_corpus(suite.root)
         built = build_manifest(suite, corpus, run_id="r", label="x", selection={})
-        hashes.append(built["config_hash"])
+        hashes.append(built.config_hash)
     assert hashes[0] != hashes[1]
 
 

@@ -65,7 +65,7 @@ def test_three_shards_and_a_merge_equal_one_local_run(
             "n"
         ][0]
         shards_manifests = PartsRoot(parts).manifests("cand-sharded")
-        assert {m["config_hash"] for m in shards_manifests} == {store.manifest(local).config_hash}
+        assert {m.config_hash for m in shards_manifests} == {store.manifest(local).config_hash}
     assert merged == len(PartsRoot(parts).parts("cand-sharded", "outputs")) == 15  # 3 × ⌈30/7⌉
 
 

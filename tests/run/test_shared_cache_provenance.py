@@ -17,6 +17,7 @@ import pytest
 
 from evalkit.cli import main
 from evalkit.run.cache_provenance import Consumer, Publisher, refusal
+from evalkit.run_manifest import ProviderInfo, RunInfo, RunManifest
 from evalkit.store import open_store
 from evalkit.store.shared import parse_store_uri
 from evalkit.store.shared.tables import TABLES, load_table, open_catalog
@@ -153,7 +154,9 @@ def test_a_pull_request_jobs_entries_serve_only_that_job(monkeypatch) -> None:
     from evalkit.run.cache_provenance import publisher_of
 
     reported = {"id": MODEL, "owned_by": "vllm", "created": 0}
-    manifest = {"provider": {"base_url": "https://llm.internal/v1"}, "run": {"git_sha": "abc"}}
+    manifest = RunManifest(
+        provider=ProviderInfo(base_url="https://llm.internal/v1"), run=RunInfo(git_sha="abc")
+    )
     for name in ("GITHUB_ACTIONS", "GITHUB_EVENT_NAME", "GITHUB_RUN_ID", "GITHUB_JOB"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GITHUB_ACTIONS", "true")

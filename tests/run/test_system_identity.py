@@ -266,14 +266,14 @@ def test_transport_and_request_settings_are_recorded_not_hashed(
     lean = manifest("system.transport=lean", "system.max_retries=1", "system.timeout_s=5")
     limited = manifest("rate_limit={requests_per_minute: 600}")
     # the demo suite names an OpenAI-compatible base_url: "auto" resolves to the lean transport
-    assert default["requests"]["transport"] == "lean"
+    assert default.requests["transport"] == "lean"
     official = manifest("system.base_url=https://api.openai.com/v1")
-    assert official["requests"]["transport"] == "openai"
-    assert (lean["requests"]["transport"], lean["requests"]["max_retries"]) == ("lean", 1)
-    assert lean["requests"]["timeout_s"] == 5.0
-    assert limited["requests"]["rate_limit"]["requests_per_minute"] == 600
+    assert official.requests["transport"] == "openai"
+    assert (lean.requests["transport"], lean.requests["max_retries"]) == ("lean", 1)
+    assert lean.requests["timeout_s"] == 5.0
+    assert limited.requests["rate_limit"]["requests_per_minute"] == 600
     # how requests are made changes no answer: the runs stay comparable replays
-    assert default["config_hash"] == lean["config_hash"] == limited["config_hash"]
+    assert default.config_hash == lean.config_hash == limited.config_hash
 
 
 def test_config_warnings_name_unpinned_models_and_thin_judge_replays(tmp_path: Path) -> None:
