@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run",),
     ("judges",),
     ("compare",),
-    ("history",),
+    ("trends",),
     ("report",),
     ("notebooks",),
     ("project",),
