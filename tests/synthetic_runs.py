@@ -80,12 +80,15 @@ def make_run(run_id: str, cases: list[C], manifest: dict | None = None, label: s
             })  # fmt: skip
     case_schema = {"tags": pl.List(pl.String)}
     return RunData(
-        run_id, label or run_id, dict(manifest or MANIFEST),
-        pl.DataFrame(case_rows, schema_overrides=case_schema),
-        pl.DataFrame(outs, schema_overrides={"text": pl.String, "error": pl.String,
-                                             "fail_reason": pl.String}),
-        pl.DataFrame(scores),
-    )  # fmt: skip
+        run_id=run_id,
+        label=label or run_id,
+        manifest=dict(manifest or MANIFEST),
+        cases=pl.DataFrame(case_rows, schema_overrides=case_schema),
+        outputs=pl.DataFrame(
+            outs, schema_overrides={"text": pl.String, "error": pl.String, "fail_reason": pl.String}
+        ),
+        scores=pl.DataFrame(scores),
+    )
 
 
 def seed000_runs(cand_label: str = "cand") -> tuple[RunData, RunData]:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from evalkit.store import Store
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunData:
     """One run's frames as the store returns them (see the data contract in `evalkit.store`);
     `load_run` reads outputs and scores in storage order (not sorted)."""
@@ -57,7 +57,7 @@ class RunData:
         return self.manifest.config_hash or None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """Everything a gate, a report or a notebook needs about one baseline/candidate pair."""
 
@@ -178,9 +178,20 @@ def compare(
     for run, role in ((base, "baseline"), (cand, "candidate")):
         warnings += [f"{role} run: {w}" for w in run.manifest.warnings]
     return Comparison(
-        base, cand, tuple(differing), bv, cv, paired, changes, notes, tuple(warnings), judge_paired,
-        delta, rebaseline, rebaseline_blocker(base.manifest, cand.manifest),
-    )  # fmt: skip
+        base=base,
+        cand=cand,
+        manifest_diff=tuple(differing),
+        base_verdicts=bv,
+        cand_verdicts=cv,
+        paired=paired,
+        changes=changes,
+        judge_notes=notes,
+        warnings=tuple(warnings),
+        judge_paired=judge_paired,
+        delta=delta,
+        rebaseline=rebaseline,
+        rebaseline_blocker=rebaseline_blocker(base.manifest, cand.manifest),
+    )
 
 
 def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -> str | None:
@@ -248,7 +259,13 @@ def load_run(store: Store, ref: str) -> RunData:
             rescoring={"scoring_id": scoring_id, "harness": scoring["harness"][0]},
         )
     return RunData(
-        run_id, label, manifest, store.cases(run_id), outputs, scores, dict(stored or {})
+        run_id=run_id,
+        label=label,
+        manifest=manifest,
+        cases=store.cases(run_id),
+        outputs=outputs,
+        scores=scores,
+        summary=dict(stored or {}),
     )
 
 

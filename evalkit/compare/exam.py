@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["ExamSummary", "additive_exam", "judge_on_exam", "load_exam_comparison"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExamSummary:
     """What the candidate was judged on: the pinned exam (who promoted it, when) and what the
     pull request changed against it."""
@@ -73,8 +73,8 @@ class ExamSummary:
         """The first screen's one line.
 
         Examples:
-            >>> summary = ExamSummary("ana", "2026-12-07 04:31", "b1", ("n1",), ("e1",), ("m1",),
-            ...                       removed=("m1",))
+            >>> summary = ExamSummary(who="ana", promoted_at="2026-12-07 04:31", baseline="b1",
+            ...     added=("n1",), edited=("e1",), missing=("m1",), removed=("m1",))
             >>> for part in summary.line().split("; "):
             ...     print(part)
             judged on the exam promoted 2026-12-07 04:31 by ana
@@ -324,12 +324,18 @@ def load_exam_comparison(
         & pinned_fail
     ))  # fmt: skip
     summary = ExamSummary(
-        exam.who, str(exam.promoted_at)[:16], baseline,
-        tuple(additions.filter(pl.col("change") == "added")["case_id"].to_list()),
-        tuple(edited["case_id"].to_list()), parts["missing"], parts["rescored"],
-        parts["answered"], exam_run.run_id if exam_run is not None else None, loosened,
-        tuple(pr.changes.filter(pl.col("change") == "removed")["case_id"].to_list()),
-    )  # fmt: skip
+        who=exam.who,
+        promoted_at=str(exam.promoted_at)[:16],
+        baseline=baseline,
+        added=tuple(additions.filter(pl.col("change") == "added")["case_id"].to_list()),
+        edited=tuple(edited["case_id"].to_list()),
+        missing=parts["missing"],
+        rescored=parts["rescored"],
+        answered=parts["answered"],
+        exam_run=exam_run.run_id if exam_run is not None else None,
+        loosened=loosened,
+        removed=tuple(pr.changes.filter(pl.col("change") == "removed")["case_id"].to_list()),
+    )
     warnings = list(main.warnings)
     if pr.manifest_diff and "scorer_files" in pr.manifest_diff:
         warnings.append(

@@ -94,8 +94,17 @@ def _must_pass(
             f"{len(errored)} must_pass case(s) errored in the candidate ({_named(errored)}): "
             "unverified" + (f"; causes: {_causes_text(why)}" if why else "")
         )
-        out.append(Finding(1, "must_pass", tuple(errored), {"n_error": len(errored)}, msg,
-                           "unverified", "errored"))  # fmt: skip
+        out.append(
+            Finding(
+                1,
+                "must_pass",
+                tuple(errored),
+                {"n_error": len(errored)},
+                msg,
+                severity="unverified",
+                kind="errored",
+            )
+        )
     for r in mp.filter(pl.col("cand") == False).iter_rows(named=True):  # noqa: E712
         case, rate = r["case_id"], flakes.get(r["case_id"], 0.0)
         before = {True: "passed", False: "also failed", None: "errored"}[r["base"]]
@@ -106,23 +115,43 @@ def _must_pass(
         if rate > 0:
             msg += f", but it is on the measured flake list (flake rate {rate:.0%})"
         stat = {"flake_rate": rate}
-        out.append(Finding(1, "must_pass", (case,), stat, msg, _sev(rate == 0), "failed"))
+        out.append(
+            Finding(1, "must_pass", (case,), stat, msg, severity=_sev(rate == 0), kind="failed")
+        )
     for r in fresh.filter(~pl.col("cand_error") & (pl.col("cand") == False)).iter_rows(named=True):  # noqa: E712
         case = r["case_id"]
         msg = (
             f"must_pass case {case} ({r['change']} in this pull request, not run on the baseline "
             "configuration) fails in the candidate: must_pass means must pass"
         )
-        out.append(Finding(1, "must_pass", (case,), {"change": r["change"]}, msg, "block",
-                           "failed"))  # fmt: skip
+        out.append(
+            Finding(
+                1,
+                "must_pass",
+                (case,),
+                {"change": r["change"]},
+                msg,
+                severity="block",
+                kind="failed",
+            )
+        )
     for case in removed:
         msg = (
             f"must_pass case {case} ran in the baseline but not in the candidate (removed from "
             "the corpus): accept it with `evalkit override`, or promote a baseline whose corpus "
             "no longer has it"
         )
-        out.append(Finding(1, "must_pass", (case,), {"change": "removed"}, msg, "unverified",
-                           "removed"))  # fmt: skip
+        out.append(
+            Finding(
+                1,
+                "must_pass",
+                (case,),
+                {"change": "removed"},
+                msg,
+                severity="unverified",
+                kind="removed",
+            )
+        )
     return out
 
 
@@ -201,9 +230,27 @@ def _critical(
                 f"≥ {policy.min_cases()} are needed to gate): not gated here; the full suite "
                 "gates it"
             )
-            findings.append(Finding(2, tag, (), {"n": n_sel}, msg, "info", "not-selected"))
-            states.append(SliceState(tag, "not in this selection", n_sel, 0, 0, 0, None, None,
-                                     None, None, 0.0, False, None, None))  # fmt: skip
+            findings.append(
+                Finding(2, tag, (), {"n": n_sel}, msg, severity="info", kind="not-selected")
+            )
+            states.append(
+                SliceState(
+                    tag=tag,
+                    state="not in this selection",
+                    n=n_sel,
+                    n_error=0,
+                    broken=0,
+                    fixed=0,
+                    p_value=None,
+                    diff=None,
+                    lo=None,
+                    hi=None,
+                    psi=0.0,
+                    psi_assumed=False,
+                    required_n=None,
+                    power=None,
+                )
+            )
             continue
         r, a, tol = rows.get(tag, empty), policy.alpha, policy.tolerance
         n, broken, fixed, p, hi = r["n"], r["broken"], r["fixed"], r["p_value"], r["diff_hi"]
@@ -230,7 +277,15 @@ def _critical(
             why += [f"upper bound {_pts(hi)} < {_pts(-tol)} ({method})"] if by_ci else []
             msg = f"{head} regressed: {broken} broken, {fixed} fixed of {n} ({_pts(r['diff'])})"
             findings.append(
-                Finding(2, tag, ids, stat, f"{msg}; {' and '.join(why)}", "block", "regressed")
+                Finding(
+                    2,
+                    tag,
+                    ids,
+                    stat,
+                    f"{msg}; {' and '.join(why)}",
+                    severity="block",
+                    kind="regressed",
+                )
             )
         elif paired.filter(
             pl.col("tags").list.contains(tag) & (pl.col("cand_error") | pl.col("base_error"))
@@ -245,11 +300,27 @@ def _critical(
                 f"{groups_note})"
             )
             stat |= {"required_n": need}
-            findings.append(Finding(2, tag, ids, stat, msg, "warn", "underpowered"))
+            findings.append(Finding(2, tag, ids, stat, msg, severity="warn", kind="underpowered"))
         else:
             state = "no evidence of regression"
-        states.append(SliceState(tag, state, n, r["n_error"], broken, fixed, p, r["diff"],
-                                 r["diff_lo"], hi, psi, assumed, need, power))  # fmt: skip
+        states.append(
+            SliceState(
+                tag=tag,
+                state=state,
+                n=n,
+                n_error=r["n_error"],
+                broken=broken,
+                fixed=fixed,
+                p_value=p,
+                diff=r["diff"],
+                lo=r["diff_lo"],
+                hi=hi,
+                psi=psi,
+                psi_assumed=assumed,
+                required_n=need,
+                power=power,
+            )
+        )
     return states, findings
 
 
@@ -292,7 +363,7 @@ def _judge_level_drop(tag: str, paired: pl.DataFrame, policy: GatePolicy) -> Fin
         f" BCa upper bound {boot.hi:+.2f} < {-tol:+.2f} levels and one-sided exact sign test "
         f"p = {p:.4g} ≤ {policy.alpha:g}"
     )
-    return Finding(2, f"{tag}:judge-levels", ids, stat, msg, "block", "regressed")
+    return Finding(2, f"{tag}:judge-levels", ids, stat, msg, severity="block", kind="regressed")
 
 
 def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
@@ -314,7 +385,7 @@ def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> li
                 f"({_pts(r['diff'])}, {why})"
             )
             stat = {**r, "p_holm": float(p_adj)}
-            out.append(Finding(3, r["slice"], (), stat, msg, "warn", "regressed"))
+            out.append(Finding(3, r["slice"], (), stat, msg, severity="warn", kind="regressed"))
     return out
 
 
@@ -363,8 +434,17 @@ def _evidence(
     candidate."""
     if paired.height == 0:
         msg = "no case is paired between the runs (nothing ran, or every case was edited)"
-        return [Finding(0, None, (), {"n": 0}, f"{msg}: nothing was verified", "unverified",
-                        "nothing-paired")]  # fmt: skip
+        return [
+            Finding(
+                0,
+                None,
+                (),
+                {"n": 0},
+                f"{msg}: nothing was verified",
+                severity="unverified",
+                kind="nothing-paired",
+            )
+        ]
     out = []
     for side, role, frame in (("cand", "candidate", errors), ("base", "baseline", base_errors)):
         out += _side_evidence(paired, policy, frame, by_case if side == "cand" else {}, side, role)
@@ -374,7 +454,9 @@ def _evidence(
             f"none of the {paired.height} paired cases has an answer on both sides (the "
             "baseline or the candidate errored on every one): nothing was verified"
         )
-        out.append(Finding(0, None, (), {"n": 0}, msg, "unverified", "nothing-verified"))
+        out.append(
+            Finding(0, None, (), {"n": 0}, msg, severity="unverified", kind="nothing-verified")
+        )
     return out
 
 
@@ -405,8 +487,17 @@ def _side_evidence(
                 "did before is unknown, so they are unverified"
                 + (f"; causes: {_causes_text(why)}" if why else "")
             )
-            out.append(Finding(0, "must_pass", tuple(ids), {"n_error": len(ids)}, msg,
-                               "unverified", kind))  # fmt: skip
+            out.append(
+                Finding(
+                    0,
+                    "must_pass",
+                    tuple(ids),
+                    {"n_error": len(ids)},
+                    msg,
+                    severity="unverified",
+                    kind=kind,
+                )
+            )
     for tag in policy.critical_tags:
         ids = errored.filter(pl.col("tags").list.contains(tag))["case_id"].to_list()
         if ids:
@@ -416,7 +507,11 @@ def _side_evidence(
                 f"({_named(ids)}), so the tag is unverified"
                 + (f"; causes: {_causes_text(why)}" if why else "")
             )
-            out.append(Finding(0, tag, tuple(ids), {"n_error": len(ids)}, msg, "unverified", kind))
+            out.append(
+                Finding(
+                    0, tag, tuple(ids), {"n_error": len(ids)}, msg, severity="unverified", kind=kind
+                )
+            )
     rate = n_errored / n_outputs if n_outputs else 0.0
     if n_errored and rate > policy.max_error_rate:
         ids = errored["case_id"].to_list()
@@ -428,7 +523,7 @@ def _side_evidence(
         )
         stat = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
         stat["top_causes"] = [[c, n] for c, n in causes]
-        out.append(Finding(0, "errors", tuple(ids), stat, msg, "unverified", kind))
+        out.append(Finding(0, "errors", tuple(ids), stat, msg, severity="unverified", kind=kind))
     return out
 
 
@@ -508,7 +603,9 @@ def _corpus_findings(
             f"with {verify}"
         )
         stat = {k: row[k] for k in ("edited", "added", "removed", "rebaselined", "share")}
-        out.append(Finding(0, tag, tuple(ids), stat, msg, "unverified", "corpus-delta"))
+        out.append(
+            Finding(0, tag, tuple(ids), stat, msg, severity="unverified", kind="corpus-delta")
+        )
     if delta is not None:
         was = delta.filter((pl.col("change") == "edited") & (pl.col("old") == False))  # noqa: E712
         for r in was.iter_rows(named=True):
@@ -516,7 +613,11 @@ def _corpus_findings(
                 f"case {r['case_id']} was edited in this pull request while it failed in the "
                 "baseline: never edit a case because it failed — review the edit"
             )
-            out.append(Finding(0, "corpus", (r["case_id"],), {}, msg, "warn", "edited-failing"))
+            out.append(
+                Finding(
+                    0, "corpus", (r["case_id"],), {}, msg, severity="warn", kind="edited-failing"
+                )
+            )
     return out
 
 
@@ -532,7 +633,7 @@ def _pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
             f"{context.base_run_id} --policy --who NAME --reason TEXT`"
         )
         stat = {"changes": list(context.policy_changes)}
-        out.append(Finding(0, "policy", (), stat, msg, "unverified", "loosened"))
+        out.append(Finding(0, "policy", (), stat, msg, severity="unverified", kind="loosened"))
     if context.siblings:
         counts = Counter(status for _, status in context.siblings)
         listed = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
@@ -547,7 +648,9 @@ def _pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
         )
         stat = {"siblings": [list(x) for x in context.siblings]}
         severity: Severity = "block" if block else ("warn" if stopped else "info")
-        out.append(Finding(0, "siblings", tuple(stopped), stat, msg, severity, "siblings"))
+        out.append(
+            Finding(0, "siblings", tuple(stopped), stat, msg, severity=severity, kind="siblings")
+        )
     return out
 
 
@@ -567,7 +670,11 @@ def _any_broken(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
                 "lists the tag, so any pass → fail blocks (a policy choice, stricter than the "
                 "statistics)"
             )
-            found.append(Finding(2, tag, ids, {"broken": len(ids)}, message, "block", "any-broken"))
+            found.append(
+                Finding(
+                    2, tag, ids, {"broken": len(ids)}, message, severity="block", kind="any-broken"
+                )
+            )
     return found
 
 
@@ -614,7 +721,7 @@ def _relative_findings(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding
                 "cand_total", "zero_base", "grew", "shrank", "p_grew")  # fmt: skip
         kind = f"relative:{row['metric']}"
         stat = {k: row[k] for k in keys}
-        found.append(Finding(4, row["slice"], (), stat, message, "block", kind))
+        found.append(Finding(4, row["slice"], (), stat, message, severity="block", kind=kind))
     return found
 
 
@@ -630,14 +737,16 @@ def _budget_findings(policy: GatePolicy, observed: Mapping[str, float | None]) -
                     (),
                     {"limit": b.limit},
                     f"{b.metric}: not measured",
-                    "warn",
-                    f"budget:{b.metric}",
+                    severity="warn",
+                    kind=f"budget:{b.metric}",
                 )
             )
         elif value > b.limit:
             stat = {"observed": value, "limit": b.limit}
             msg = f"{b.metric} {value:.4g} is over the budget of {b.limit:g}"
-            out.append(Finding(4, None, (), stat, msg, b.action, f"budget:{b.metric}"))
+            out.append(
+                Finding(4, None, (), stat, msg, severity=b.action, kind=f"budget:{b.metric}")
+            )
     return out
 
 
@@ -664,12 +773,14 @@ def _override_notes(
             who = ", ".join(f"{o.who} ({o.reason})" for o in by)
             msg = f"accepted by the override of {who}: {finding.message}"
             stat = {"key": finding.key}
-            notes.append(Finding(finding.tier, finding.slice, finding.case_ids, stat, msg, "info"))
+            notes.append(
+                Finding(finding.tier, finding.slice, finding.case_ids, stat, msg, severity="info")
+            )
         else:
             uncovered.append(finding.key)
     if accepted and uncovered:
         msg = f"no override accepts {len(uncovered)} stopping finding(s): {', '.join(uncovered)}"
-        notes.append(Finding(0, "overrides", (), {"uncovered": uncovered}, msg, "info"))
+        notes.append(Finding(0, "overrides", (), {"uncovered": uncovered}, msg, severity="info"))
     return notes, uncovered
 
 
@@ -754,9 +865,19 @@ def decide(
     verified = paired.filter(~pl.col("base_error") & ~pl.col("cand_error")).height
     exam_line = context.exam.line() if context.exam is not None else None
     return GateDecision(
-        blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy,
-        unverified, tuple(uncovered), tuple(accounting), verified, exam_line,
-    )  # fmt: skip
+        blocked=blocked,
+        findings=tuple(findings),
+        overridden=overridden,
+        overrides=accepted,
+        critical=tuple(states),
+        n_paired=paired.height,
+        policy=policy,
+        unverified=unverified,
+        uncovered=tuple(uncovered),
+        corpus_delta=tuple(accounting),
+        n_verified=verified,
+        exam_line=exam_line,
+    )
 
 
 def _unread_tree_findings(context: PairContext) -> list[Finding]:
@@ -793,15 +914,33 @@ def _exam_findings(
                 f"must_pass case {r['case_id']} ({r['change']} in this pull request) errored in "
                 "the candidate: its version is unverified"
             )
-            out.append(Finding(1, "must_pass", (r["case_id"],), {"change": r["change"]}, msg,
-                               "unverified", "pr-exam-errored"))  # fmt: skip
+            out.append(
+                Finding(
+                    1,
+                    "must_pass",
+                    (r["case_id"],),
+                    {"change": r["change"]},
+                    msg,
+                    severity="unverified",
+                    kind="pr-exam-errored",
+                )
+            )
         elif r["cand"] is False:
             msg = (
                 f"must_pass case {r['case_id']} fails in the candidate in this pull request's "
                 f"version ({r['change']}): must_pass means must pass"
             )
-            out.append(Finding(1, "must_pass", (r["case_id"],), {"change": r["change"]}, msg,
-                               "block", "pr-exam-failed"))  # fmt: skip
+            out.append(
+                Finding(
+                    1,
+                    "must_pass",
+                    (r["case_id"],),
+                    {"change": r["change"]},
+                    msg,
+                    severity="block",
+                    kind="pr-exam-failed",
+                )
+            )
     rebased = extra.filter(pl.col("rebaselined"))
     if rebased.height:
         mine = rebased.select(
@@ -830,7 +969,13 @@ def _exam_findings(
         )
         out.append(
             Finding(
-                0, "corpus", loosened, {"n": len(loosened)}, msg, "warn", "loosened-expectations"
+                0,
+                "corpus",
+                loosened,
+                {"n": len(loosened)},
+                msg,
+                severity="warn",
+                kind="loosened-expectations",
             )
         )
     return out
@@ -886,10 +1031,19 @@ def gate_comparison(
         comparison.cand.manifest,
     )  # fmt: skip
     context = PairContext(
-        comparison.base.run_id, comparison.cand.run_id, comparison.delta, base_errors,
-        comparison.rebaseline_blocker, tuple(policy_changes), policy_source, tuple(siblings),
-        served, comparison.exam, comparison.additions, unread_tree(comparison),
-    )  # fmt: skip
+        base_run_id=comparison.base.run_id,
+        cand_run_id=comparison.cand.run_id,
+        delta=comparison.delta,
+        base_errors=base_errors,
+        rebaseline_blocker=comparison.rebaseline_blocker,
+        policy_changes=tuple(policy_changes),
+        policy_source=policy_source,
+        siblings=tuple(siblings),
+        served=served,
+        exam=comparison.exam,
+        additions=comparison.additions,
+        unread_tree=unread_tree(comparison),
+    )
     selection = comparison.cand.manifest.selection
     decision = decide(
         comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors,
@@ -897,7 +1051,7 @@ def gate_comparison(
     )  # fmt: skip
     # Uncalibrated judges were left out of the verdicts; say so where the decision is read,
     # with the flips they would have caused.
-    notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
+    notes = [Finding(3, "judge", (), {}, note, severity="info") for note in comparison.judge_notes]
     notes += ungated_judge_flips(comparison.judge_paired, policy)
     notes += _cache_share(comparison)
     replays = min(run.manifest.replays for run in (comparison.base, comparison.cand))
@@ -909,9 +1063,11 @@ def gate_comparison(
     shown = shown_flakes(store, comparison.base, comparison.cand, trust.why_not)
     for r in shown.iter_rows(named=True):
         msg = f"flake rate {r['flake_rate']:.0%} of {r['case_id']} excuses nothing: {r['why_not']}"
-        notes.append(Finding(0, "flakes", (r["case_id"],), {}, msg, "info", "not-excusing"))
+        notes.append(
+            Finding(0, "flakes", (r["case_id"],), {}, msg, severity="info", kind="not-excusing")
+        )
     # Warnings from the runs and the comparison reach the person with the decision.
-    notes += [Finding(0, "warnings", (), {}, w, "warn") for w in comparison.warnings]
+    notes += [Finding(0, "warnings", (), {}, w, severity="warn") for w in comparison.warnings]
     return replace(decision, findings=decision.findings + tuple(notes))
 
 
@@ -932,7 +1088,9 @@ def _cache_share(comparison: Comparison) -> list[Finding]:
         f"{cached} of {outputs.height} candidate outputs ({share:.0%}) came from the response "
         "cache (latency and cost as first measured)"
     )
-    return [Finding(0, "cache", (), {"cached": cached, "outputs": outputs.height}, msg, "info")]
+    return [
+        Finding(0, "cache", (), {"cached": cached, "outputs": outputs.height}, msg, severity="info")
+    ]
 
 
 #: How ungated judge results are labelled wherever they are shown.
@@ -964,12 +1122,12 @@ def ungated_judge_flips(judge_paired: pl.DataFrame | None, policy: GatePolicy) -
             f"({NOT_GATED})" + (f": {_named(ids)}" if ids else "")
         )
         stat = {"broken": len(ids), "fixed": n_fixed, "gated": False}
-        out.append(Finding(3, tag, tuple(ids), stat, msg, "warn" if ids else "info"))
+        out.append(Finding(3, tag, tuple(ids), stat, msg, severity="warn" if ids else "info"))
     for case in broken["case_id"]:
         msg = (
             f"case {case} fails the judge in the candidate, passed it in the baseline ({NOT_GATED})"
         )
-        out.append(Finding(3, "judge-flip", (case,), {"gated": False}, msg, "info"))
+        out.append(Finding(3, "judge-flip", (case,), {"gated": False}, msg, severity="info"))
     return out
 
 

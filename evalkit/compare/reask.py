@@ -103,8 +103,17 @@ def reask_findings(
                 f"flake rate {rate:.0%} of {case} excuses its failure: re-asked {k} times in "
                 f"this gate, it failed {fails} (no more often than the list says)"
             )
-            out.append(Finding(0, "flakes", (case,), {"reasks": k, "fails": fails}, msg, "info",
-                               "reasked"))  # fmt: skip
+            out.append(
+                Finding(
+                    0,
+                    "flakes",
+                    (case,),
+                    {"reasks": k, "fails": fails},
+                    msg,
+                    severity="info",
+                    kind="reasked",
+                )
+            )
             continue
         dropped.append(case)
         why = (
@@ -114,8 +123,17 @@ def reask_findings(
             else f"it failed {fails} of {k} re-asks, more often than the listed {rate:.0%}"
         )
         msg = f"flake rate {rate:.0%} of {case} excuses nothing: {why}"
-        out.append(Finding(0, "flakes", (case,), {"reasks": k, "fails": fails}, msg, "warn",
-                           "not-reasked"))  # fmt: skip
+        out.append(
+            Finding(
+                0,
+                "flakes",
+                (case,),
+                {"reasks": k, "fails": fails},
+                msg,
+                severity="warn",
+                kind="not-reasked",
+            )
+        )
     return rates.filter(~pl.col("case_id").is_in(dropped)), out
 
 

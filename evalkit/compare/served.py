@@ -99,7 +99,7 @@ def served_findings(policy: GatePolicy, served: ServedModels | None) -> list[Fin
             "not this change)"
         )
         stats = {"base": dict(served.base), "cand": dict(served.cand)}
-        found.append(Finding(0, None, (), stats, message, severity, "served-model"))
+        found.append(Finding(0, None, (), stats, message, severity=severity, kind="served-model"))
     for side, models, snapshot in (
         ("baseline", served.base, served.base_snapshot),
         ("candidate", served.cand, served.cand_snapshot),
@@ -108,7 +108,9 @@ def served_findings(policy: GatePolicy, served: ServedModels | None) -> list[Fin
         if off:
             message = f"the {side} was served {_shown(tuple(off))}, not its snapshot {snapshot!r}"
             stats = {"side": side, "snapshot": snapshot, "served": dict(off)}
-            found.append(Finding(0, side, (), stats, message, severity, "served-snapshot"))
+            found.append(
+                Finding(0, side, (), stats, message, severity=severity, kind="served-snapshot")
+            )
     return found
 
 

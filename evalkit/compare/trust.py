@@ -14,12 +14,14 @@ run never is.
 
 Examples:
     >>> from evalkit.provenance import Writer
+    >>> from evalkit.run_manifest import RunInfo
     >>> pr = Writer(ci="ci", event="pull_request", job="9", base_ref="main", pull_request=True)
     >>> trust = Trust(pr, ("base_branch", "person"), "abc")
     >>> trust.why_not(Writer(ci="ci", event="pull_request", job="9", pull_request=True).to_json())
     'written by this pull-request job (ci job 9, ? → ?)'
     >>> row = {"written_by": Writer(ci="ci", job="9", pull_request=True).to_json(), "policy": None}
-    >>> trust.why_not_promotion(row, {"run": {"git_sha": "abc", "git_dirty": False}}) is None
+    >>> base_branch_run = RunManifest(run=RunInfo(git_sha="abc", git_dirty=False))
+    >>> trust.why_not_promotion(row, base_branch_run) is None
     True
 """
 
@@ -167,7 +169,9 @@ def trust_findings(
             f"override by {row['who']} ({row['reason']}) ignored: {row['why_not']}; "
             "it excuses nothing"
         )
-        out.append(Finding(0, "trust", (), {"record": "override"}, msg, "warn", "untrusted"))
+        out.append(
+            Finding(0, "trust", (), {"record": "override"}, msg, severity="warn", kind="untrusted")
+        )
     manifest = comparison.base.manifest
     rows = promotions(store, manifest.suite or "", manifest.tier, trust.context, trust.base_commit)
     trusted_at = rows.filter(pl.col("run_id") == comparison.base.run_id)["promoted_at"]
@@ -178,7 +182,9 @@ def trust_findings(
             f"promotion of {row['run_id']} by {row['who']} ({row['reason']}) ignored: "
             f"{row['why_not']}; the gate judges against {comparison.base.run_id}"
         )
-        out.append(Finding(0, "trust", (), {"record": "promotion"}, msg, "warn", "untrusted"))
+        out.append(
+            Finding(0, "trust", (), {"record": "promotion"}, msg, severity="warn", kind="untrusted")
+        )
     return out
 
 
@@ -215,5 +221,12 @@ def unreadable_tree_finding(unread: UnreadTree) -> Finding:
         "is no evidence of what ran: verify it with `evalkit run --no-cache` (or run it from a "
         "git checkout) and gate that run"
     )
-    return Finding(0, "cache", unread.cached, {"cached": len(unread.cached)}, msg, "unverified",
-                   "unreadable-tree")  # fmt: skip
+    return Finding(
+        0,
+        "cache",
+        unread.cached,
+        {"cached": len(unread.cached)},
+        msg,
+        severity="unverified",
+        kind="unreadable-tree",
+    )

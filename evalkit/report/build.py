@@ -61,7 +61,7 @@ class ScorerNote:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaseDetail:
     """A flipped case: its input, both outputs and each scorer's reason on each side."""
 
@@ -76,7 +76,7 @@ class CaseDetail:
     cand_notes: tuple[ScorerNote, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
     """Everything shown about one pair of runs; render it with the functions below."""
 
@@ -325,8 +325,19 @@ def _details(cmp: Comparison, frame: pl.DataFrame, blocking: set[str]) -> tuple[
         b_text, b_notes = base.get(case, (None, ()))
         c_text, c_notes = cand.get(case, (None, ()))
         text = _input_text(inputs.get(case))
-        about = (tuple(tags or ()), crit, case in blocking, text)
-        out.append(CaseDetail(case, *about, b_text, c_text, b_notes, c_notes))
+        out.append(
+            CaseDetail(
+                case_id=case,
+                tags=tuple(tags or ()),
+                criticality=crit,
+                blocking=case in blocking,
+                input=text,
+                base_output=b_text,
+                cand_output=c_text,
+                base_notes=b_notes,
+                cand_notes=c_notes,
+            )
+        )
     return tuple(out)
 
 
@@ -389,31 +400,45 @@ def build_report(
     ok = ~pl.col("base_error") & ~pl.col("cand_error")
     base_use, cand_use = usage_means(cmp.base_verdicts), usage_means(cmp.cand_verdicts)
     return Report(
-        cmp.base.run_id, cmp.cand.run_id, cmp.base.label, cmp.cand.label, decision,
-        _details(cmp, broken.head(max_details), blocking),
-        _details(cmp, fixed.head(max_details), blocking), broken.height, fixed.height,
-        slices(live, iters, seed, level), slices(p.filter(held), iters, seed, level),
-        p.select("case_id", "tags", "criticality", "sealed", "base", "cand", "base_error",
-                 "cand_error"),
-        tuple(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
-        tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
-        tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
-        cmp.changes, {k: (base_use[k], cand_use[k]) for k in base_use}, cmp.manifest_diff,
-        str(cmp.cand.manifest.suite or "evalkit"),
-        _reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
-        _manifest_changes(cmp),
+        base_run_id=cmp.base.run_id,
+        cand_run_id=cmp.cand.run_id,
+        base_label=cmp.base.label,
+        cand_label=cmp.cand.label,
+        decision=decision,
+        broken=_details(cmp, broken.head(max_details), blocking),
+        fixed=_details(cmp, fixed.head(max_details), blocking),
+        n_broken=broken.height,
+        n_fixed=fixed.height,
+        slices=slices(live, iters, seed, level),
+        sealed=slices(p.filter(held), iters, seed, level),
+        paired=p.select(
+            "case_id", "tags", "criticality", "sealed", "base", "cand", "base_error", "cand_error"
+        ),
+        unstable=tuple(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
+        failing_both=tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
+        always_passing=tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
+        changes=cmp.changes,
+        usage={k: (base_use[k], cand_use[k]) for k in base_use},
+        manifest_diff=cmp.manifest_diff,
+        suite=str(cmp.cand.manifest.suite or "evalkit"),
+        cand_reasons=_reasons(
+            cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()
+        ),
+        manifest_changes=_manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
         usage_deltas=usage_deltas(
-            live, decision.policy.critical_tags if decision else (),
+            live,
+            decision.policy.critical_tags if decision else (),
             level=decision.policy.interval_level() if decision else 0.95,
         ),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=_trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
         ),
-        **_replay_fields(cmp, decision), level=level,
+        **_replay_fields(cmp, decision),
+        level=level,
         run_rates=(_run_rate(cmp.base.summary), _run_rate(cmp.cand.summary)),
-    )  # fmt: skip
+    )
 
 
 def _run_rate(summary: dict[str, Any]) -> float | None:

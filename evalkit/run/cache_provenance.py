@@ -16,11 +16,13 @@ nothing paid) and takes the entry only when:
 
 Examples:
     >>> me = Consumer(host="ci-7", reported={"id": "m", "owned_by": "vllm"})
-    >>> stub = Publisher("laptop", "r1", None, "http://127.0.0.1:8000/v1", True, {"id": "m"})
+    >>> stub = Publisher(host="laptop", run="r1", commit=None,
+    ...     endpoint="http://127.0.0.1:8000/v1", loopback=True, reported={"id": "m"})
     >>> refusal(stub.to_json(), me)
     "published for another machine's loopback endpoint (host laptop)"
-    >>> same = Publisher("ci-7", "r2", "abc", "http://127.0.0.1:8000/v1", True,
-    ...                  {"id": "m", "owned_by": "vllm"})
+    >>> same = Publisher(host="ci-7", run="r2", commit="abc",
+    ...     endpoint="http://127.0.0.1:8000/v1", loopback=True,
+    ...     reported={"id": "m", "owned_by": "vllm"})
     >>> refusal(same.to_json(), me) is None
     True
 """
@@ -43,7 +45,7 @@ REPORT_TIMEOUT_S = 5.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Publisher:
     """Who published a shared cache entry and what its endpoint said it was."""
 
@@ -153,9 +155,15 @@ def publisher_of(
     commit = manifest.run.git_sha
     ci = ci_context(os.environ)
     return Publisher(
-        this_host(), run_id, commit, endpoint, is_loopback(endpoint), reported,
-        bool(ci.get("pull_request")), ci.get("job"),
-    )  # fmt: skip
+        host=this_host(),
+        run=run_id,
+        commit=commit,
+        endpoint=endpoint,
+        loopback=is_loopback(endpoint),
+        reported=reported,
+        pull_request=bool(ci.get("pull_request")),
+        job=ci.get("job"),
+    )
 
 
 def this_job() -> str | None:

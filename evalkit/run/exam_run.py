@@ -95,7 +95,14 @@ def answer_pinned(
     configuration that cannot be rebuilt)."""
     exam = store.exam(base_run_id)  # the gate reads it only if a trusted promotion pinned it
     if exam is None:
-        return RebaselineResult(None, 0, 0, 0, False, "no exam was pinned with the baseline")
+        return RebaselineResult(
+            run_id=None,
+            cases=0,
+            requests=0,
+            cache_hits=0,
+            reused=False,
+            reason="no exam was pinned with the baseline",
+        )
     cand_manifest = store.manifest(cand_run_id)
     ran = set(store.cases(base_run_id)["case_id"].to_list())
     with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
@@ -104,14 +111,30 @@ def answer_pinned(
         missing = unanswered({c: case.input_json() for c, case in pinned.items()},
                              store.cases(cand_run_id))  # fmt: skip
         if not missing:
-            return RebaselineResult(None, 0, 0, 0, False, "every pinned case was answered")
+            return RebaselineResult(
+                run_id=None,
+                cases=0,
+                requests=0,
+                cache_hits=0,
+                reused=False,
+                reason="every pinned case was answered",
+            )
         wanted = {c: pinned[c].hash for c in missing}
         found = find_exam_run(store, base_run_id, cand_manifest, wanted)
         if found is not None:
-            return RebaselineResult(found, len(wanted), 0, 0, True, None)
+            return RebaselineResult(
+                run_id=found, cases=len(wanted), requests=0, cache_hits=0, reused=True, reason=None
+            )
         built = baseline_suite(suite, cand_manifest)
         if isinstance(built, str):
-            return RebaselineResult(None, 0, 0, 0, False, built.replace("baseline", "candidate"))
+            return RebaselineResult(
+                run_id=None,
+                cases=0,
+                requests=0,
+                cache_hits=0,
+                reused=False,
+                reason=built.replace("baseline", "candidate"),
+            )
         stored = cand_manifest.selection
         options = RunOptions(
             label=f"{EXAM_LABEL_PREFIX}{base_run_id}",
@@ -123,5 +146,10 @@ def answer_pinned(
         )  # fmt: skip
         summary = run_suite(built, corpus.select(ids=sorted(wanted)), store, options)
     return RebaselineResult(
-        summary.run_id, summary.cases, summary.requests, summary.cache_hits, False, None
+        run_id=summary.run_id,
+        cases=summary.cases,
+        requests=summary.requests,
+        cache_hits=summary.cache_hits,
+        reused=False,
+        reason=None,
     )

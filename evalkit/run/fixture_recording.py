@@ -62,7 +62,7 @@ class RecordResult:
     skipped: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FixtureState:
     """One frozen tool answer against the live tool: ``fresh``, ``stale`` (the answers
     differ), ``error`` (the live tool failed) or ``unchecked`` (a plain fixture has no
@@ -191,11 +191,25 @@ def check_fixtures(
                 answer = await live.call(name, dict(args))
             except LiveToolError as exc:
                 return FixtureState(
-                    case.id, case.source, name, args, "error", entry["response"], detail=str(exc)
+                    case_id=case.id,
+                    source=case.source,
+                    tool=name,
+                    arguments=args,
+                    state="error",
+                    frozen=entry["response"],
+                    detail=str(exc),
                 )
         same = canonical_json(answer) == canonical_json(entry["response"])
         state: Literal["fresh", "stale"] = "fresh" if same else "stale"
-        return FixtureState(case.id, case.source, name, args, state, entry["response"], answer)
+        return FixtureState(
+            case_id=case.id,
+            source=case.source,
+            tool=name,
+            arguments=args,
+            state=state,
+            frozen=entry["response"],
+            live=answer,
+        )
 
     async def ask_all() -> list[FixtureState]:
         states: list[Any] = []
@@ -206,7 +220,14 @@ def check_fixtures(
                 detail = "a plain fixture answers any arguments: there are none to ask with"
                 states.append(
                     FixtureState(
-                        case.id, case.source, name, None, "unchecked", fixture, None, detail
+                        case_id=case.id,
+                        source=case.source,
+                        tool=name,
+                        arguments=None,
+                        state="unchecked",
+                        frozen=fixture,
+                        live=None,
+                        detail=detail,
                     )
                 )
         pending = [s for s in states if not isinstance(s, FixtureState)]

@@ -56,7 +56,7 @@ LABEL_PREFIX = "rebaseline:"
 NOTHING_CHANGED = "nothing added or edited"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RebaselineResult:
     """What :func:`rebaseline` did: the run (None: none made or found), how many delta cases it
     holds, the requests and cache hits it cost, whether an earlier run was reused, and why
@@ -174,10 +174,14 @@ def rebaseline(
     """
     delta = delta_cases(store.cases(base_run_id), store.cases(cand_run_id))
     if not delta:
-        return RebaselineResult(None, 0, 0, 0, False, NOTHING_CHANGED)
+        return RebaselineResult(
+            run_id=None, cases=0, requests=0, cache_hits=0, reused=False, reason=NOTHING_CHANGED
+        )
     built = baseline_suite(suite, store.manifest(base_run_id))
     if isinstance(built, str):
-        return RebaselineResult(None, 0, 0, 0, False, built)
+        return RebaselineResult(
+            run_id=None, cases=0, requests=0, cache_hits=0, reused=False, reason=built
+        )
     stored = store.manifest(cand_run_id).selection
     selection = Selection(
         skip_scorers=tuple(stored.get("skip_scorers") or ()), sealed=bool(stored.get("sealed"))
@@ -205,10 +209,14 @@ def rebaseline(
         )
     reason = "; ".join(notes) or None
     if not wanted:
-        return RebaselineResult(None, 0, 0, 0, False, reason)
+        return RebaselineResult(
+            run_id=None, cases=0, requests=0, cache_hits=0, reused=False, reason=reason
+        )
     found = find_rebaseline(store, base_run_id, wanted)
     if found is not None:
-        return RebaselineResult(found, len(wanted), 0, 0, True, reason)
+        return RebaselineResult(
+            run_id=found, cases=len(wanted), requests=0, cache_hits=0, reused=True, reason=reason
+        )
     options = RunOptions(
         label=f"{LABEL_PREFIX}{base_run_id}",
         use_cache=use_cache,
@@ -218,7 +226,12 @@ def rebaseline(
     )
     summary = run_suite(built, corpus.select(ids=sorted(wanted)), store, options)
     return RebaselineResult(
-        summary.run_id, summary.cases, summary.requests, summary.cache_hits, False, reason
+        run_id=summary.run_id,
+        cases=summary.cases,
+        requests=summary.requests,
+        cache_hits=summary.cache_hits,
+        reused=False,
+        reason=reason,
     )
 
 

@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunStart:
     """Handed to ``RunOptions.on_start`` once the run is recorded, before any model call."""
 
@@ -73,7 +73,7 @@ class RunStart:
     warnings: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     label: str = "run"
     replays: int | None = None  # None: the suite's ``replays``
@@ -188,10 +188,16 @@ async def run_suite_async(
     if options.on_start is not None:
         options.on_start(
             RunStart(
-                run_id, label, bool(options.resume), expected, len(done), len(work), use_cache,
-                tuple(before),
+                run_id=run_id,
+                label=label,
+                resumed=bool(options.resume),
+                expected_outputs=expected,
+                stored=len(done),
+                to_do=len(work),
+                use_cache=use_cache,
+                warnings=tuple(before),
             )
-        )  # fmt: skip
+        )
     own_provider = provider is None
     started = time.perf_counter()
     execution: _Execution | None = None

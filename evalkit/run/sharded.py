@@ -131,7 +131,7 @@ class PartSink:
         return part.attempt
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChunkResult:
     chunk_id: str
     attempt: int
@@ -143,7 +143,7 @@ class ChunkResult:
     shared_hits: int = 0  # cache entries the team's shared store answered
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardSummary:
     """What one shard did: its units, what was already done, and this session's counters."""
 
@@ -246,9 +246,14 @@ async def run_chunk(
     if team is not None and outbox is not None:  # a shard publishes once, at its end
         outbox.cache_put(team.asked_entries())
     return ChunkResult(
-        chunk.chunk_id, attempt, sink.rows, counts.requests, counts.retries, counts.cache_hits,
+        chunk_id=chunk.chunk_id,
+        attempt=attempt,
+        outputs=sink.rows,
+        requests=counts.requests,
+        retries=counts.retries,
+        cache_hits=counts.cache_hits,
         shared_hits=team.shared_hits if team is not None else 0,
-    )  # fmt: skip
+    )
 
 
 def team_cache(suite: Suite, use_cache: bool) -> SharedStore | None:
@@ -354,11 +359,20 @@ def run_shard(
     if outbox is not None:
         _publish(outbox, run_id)
     return ShardSummary(
-        run_id, str(shard), len(mine), skipped, len(results), sum(r.outputs for r in results),
-        sum(r.requests for r in results), round(time.perf_counter() - started, 3), rate.note,
-        sum(r.shared_hits for r in results), len(share), len(corpus.cases),
-        corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
-    )  # fmt: skip
+        run_id=run_id,
+        shard=str(shard),
+        units=len(mine),
+        skipped=skipped,
+        chunks=len(results),
+        outputs=sum(r.outputs for r in results),
+        requests=sum(r.requests for r in results),
+        wall_s=round(time.perf_counter() - started, 3),
+        rate_note=rate.note,
+        shared_hits=sum(r.shared_hits for r in results),
+        cases=len(share),
+        corpus_cases=len(corpus.cases),
+        built=corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
+    )
 
 
 def _publish(outbox: SharedCacheStore, run_id: str) -> None:

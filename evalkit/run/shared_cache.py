@@ -197,7 +197,9 @@ class SharedCacheStore:
         with self._lock:
             keys = list(self._asked)
         if not keys:
-            return CachePublish(self.where, 0, 0, 0, 0, 0, 0.0)
+            return CachePublish(
+                where=self.where, asked=0, added=0, present=0, commits=0, conflicts=0, wall_s=0.0
+            )
         push = f"`evalkit push {run_id}`" if run_id else "`evalkit push RUN`"
         if self.shared is None or self._lost is not None:
             failure = (
@@ -228,9 +230,15 @@ class SharedCacheStore:
                 f"{done.compacted.files_after} ({done.compacted.wall_s:.2f} s)"
             )
         return CachePublish(
-            self.where, len(keys), done.added, done.present, done.commits, done.conflicts,
-            time.perf_counter() - started, compaction=compaction,
-        )  # fmt: skip
+            where=self.where,
+            asked=len(keys),
+            added=done.added,
+            present=done.present,
+            commits=done.commits,
+            conflicts=done.conflicts,
+            wall_s=time.perf_counter() - started,
+            compaction=compaction,
+        )
 
     def _publisher(self, run_id: str | None) -> str:
         """This host as the publisher of ``run_id``'s entries (JSON)."""
@@ -299,7 +307,14 @@ class SharedCacheStore:
         if first and warn:
             self._warn(failure)
         return CachePublish(
-            self.where, len(keys), 0, 0, 0, 0, time.perf_counter() - started, failure
+            where=self.where,
+            asked=len(keys),
+            added=0,
+            present=0,
+            commits=0,
+            conflicts=0,
+            wall_s=time.perf_counter() - started,
+            failure=failure,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -325,7 +340,7 @@ def shared_cache_key(key: str, reported: dict[str, Any] | None) -> str:
     return hashlib.sha256(f"{key}\0{canonical_json(reported)}".encode()).hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CachePublish:
     """What :meth:`SharedCacheStore.publish` did: new entries the run asked, how many the
     shared cache took and already held, in how many commits (and commits retried after a

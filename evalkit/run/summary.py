@@ -40,7 +40,7 @@ class ErrorCause:
         return f"{self.count} × {text if len(text) <= width else text[: width - 1] + '…'}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SessionCounts:
     """What this process did (a resumed run's earlier sessions are not in it)."""
 
@@ -53,7 +53,7 @@ class SessionCounts:
     replicas: tuple[ReplicaCounts, ...] = ()  # per replica: attempts sent, failed, breaker trips
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSummary:
     run_id: str
     label: str

@@ -59,7 +59,7 @@ _REAL_KEYS = "#real-keys"
 _OUTPUT_ROWS = "#output-rows"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MergeResult:
     """What one merge added; ``stored``/``expected`` count the run's (case, replay) keys after
     it (only keys of its cases and replays: nothing else makes a run complete)."""
@@ -121,9 +121,19 @@ class _Merger:
         watermark = self._watermark(run_id, merged) if stored_run else None
         if stored_run and not pending and not new_cases and watermark is not None:
             return MergeResult(
-                run_id, False, 0, 0, 0, 0, 0, watermark, expected, manifest.config_hash,
-                manifest.run.label, cases_added=0,
-            )  # fmt: skip
+                run_id=run_id,
+                run_created=False,
+                parts_merged=0,
+                outputs_added=0,
+                scores_added=0,
+                cache_added=0,
+                duplicates=0,
+                stored=watermark,
+                expected=expected,
+                config_hash=manifest.config_hash,
+                label=manifest.run.label,
+                cases_added=0,
+            )
         side = self._side_parts(root, run_id, pending)
         mentioned = _case_ids_of(root, [*pending, *side["scores"].values()])
         cases, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
@@ -199,10 +209,19 @@ class _Merger:
         )
         self._set_watermark(run_id, real)
         return MergeResult(
-            run_id, not stored_run, len(pending), added, scores_added, cache_added, duplicates,
-            real, expected, manifest.config_hash, manifest.run.label,
+            run_id=run_id,
+            run_created=not stored_run,
+            parts_merged=len(pending),
+            outputs_added=added,
+            scores_added=scores_added,
+            cache_added=cache_added,
+            duplicates=duplicates,
+            stored=real,
+            expected=expected,
+            config_hash=manifest.config_hash,
+            label=manifest.run.label,
             cases_added=cases.height,
-        )  # fmt: skip
+        )
 
     def _stored_of(self, run_id: str, keys: pl.DataFrame) -> pl.DataFrame:
         """Which of ``keys`` (case_id, replay) the run has in ``outputs`` already."""

@@ -114,7 +114,16 @@ def history(
     window_alpha = alpha * trend_runs / horizon
     trends = _trends(points, positions, tag or ALL, trend_runs)
     findings = _findings(points, trends, window_alpha, tag, (alpha, horizon))
-    return History(by, tag, points, trends, findings, alpha, level, corpus_reuse(store.runs()))
+    return History(
+        by=by,
+        tag=tag,
+        points=points,
+        trends=trends,
+        findings=findings,
+        alpha=alpha,
+        level=level,
+        reuse=corpus_reuse(store.runs()),
+    )
 
 
 def corpus_reuse(runs: pl.DataFrame) -> tuple[CorpusReuse, ...]:
@@ -143,8 +152,17 @@ def corpus_reuse(runs: pl.DataFrame) -> tuple[CorpusReuse, ...]:
         entry["runs"] += 1
         entry["sealed"] += bool(m.selection.get("sealed"))
         entry["last"] = at
-    rows = [CorpusReuse(k, v["n"], v["runs"], v["sealed"], v["first"], v["last"])
-            for k, v in found.items()]  # fmt: skip
+    rows = [
+        CorpusReuse(
+            corpus_hash=k,
+            n_cases=v["n"],
+            runs=v["runs"],
+            sealed_runs=v["sealed"],
+            first_at=v["first"],
+            last_at=v["last"],
+        )
+        for k, v in found.items()
+    ]
     return tuple(sorted(rows, key=lambda r: (r.last_at is None, r.last_at), reverse=True))
 
 
@@ -188,9 +206,18 @@ def _rates(counts: pl.DataFrame, level: float) -> dict[str, tuple[TagRate, ...]]
         k, n = int(r["passed"]), int(r["decided"])
         lo, hi = wilson_interval(k, n, level) if n else (None, None)
         rates.setdefault(r["run_id"], []).append(
-            TagRate(r["tag"], int(r["cases"]), n, k, int(r["errored"]), int(r["unstable"]),
-                    k / n if n else None, lo, hi)
-        )  # fmt: skip
+            TagRate(
+                tag=r["tag"],
+                cases=int(r["cases"]),
+                decided=n,
+                passed=k,
+                errored=int(r["errored"]),
+                unstable=int(r["unstable"]),
+                rate=k / n if n else None,
+                lo=lo,
+                hi=hi,
+            )
+        )
     # ALL first, then the tags by name
     return {
         run: tuple(sorted(tags, key=lambda t: (t.tag != ALL, t.tag))) for run, tags in rates.items()
@@ -305,24 +332,41 @@ def _findings(
                      "n": t.test.n, "method": t.test.method, "runs": list(t.run_ids),
                      "window_alpha": alpha, "false_alarm": stated[0],
                      "horizon": stated[1]}  # fmt: skip
-        findings.append(Finding(
-            3, tag, (), statistic,
-            f"unstable cases are growing in {t.series}: {t.shares[0]:.1%} of cases had "
-            f"disagreeing replays in {t.run_ids[0]}, {t.shares[-1]:.1%} in {t.run_ids[-1]} "
-            f"(Mann–Kendall S={t.test.s}, p={t.test.p_value:.3g} ≤ {alpha:.3g}, one test per "
-            f"{len(t.shares)} runs: a steady series warns at most {stated[0]:.0%} of the time "
-            f"over {stated[1]} runs)",
-            "warn", f"{UNSTABLE_GROWING}:{t.series}",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                3,
+                tag,
+                (),
+                statistic,
+                f"unstable cases are growing in {t.series}: {t.shares[0]:.1%} of cases had "
+                f"disagreeing replays in {t.run_ids[0]}, {t.shares[-1]:.1%} in {t.run_ids[-1]} "
+                f"(Mann–Kendall S={t.test.s}, p={t.test.p_value:.3g} ≤ {alpha:.3g}, one test per "
+                f"{len(t.shares)} runs: a steady series warns at most {stated[0]:.0%} of the time "
+                f"over {stated[1]} runs)",
+                severity="warn",
+                kind=f"{UNSTABLE_GROWING}:{t.series}",
+            )
+        )
     before: dict[str, HistoryPoint] = {}
     for p in points:
         prev = before.get(p.series)
         if prev is not None and p.served_model != prev.served_model:
-            findings.append(Finding(
-                3, None, (), {"from": prev.served_model, "to": p.served_model,
-                              "run_id": p.run_id, "previous_run_id": prev.run_id},
-                f"served model changed in {p.series}: {prev.served_model} -> {p.served_model} "
-                f"at {p.run_id}", "info", f"{SERVED_MODEL_CHANGE}:{p.series}:{p.run_id}",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    3,
+                    None,
+                    (),
+                    {
+                        "from": prev.served_model,
+                        "to": p.served_model,
+                        "run_id": p.run_id,
+                        "previous_run_id": prev.run_id,
+                    },
+                    f"served model changed in {p.series}: {prev.served_model} -> {p.served_model} "
+                    f"at {p.run_id}",
+                    severity="info",
+                    kind=f"{SERVED_MODEL_CHANGE}:{p.series}:{p.run_id}",
+                )
+            )
         before[p.series] = p
     return tuple(findings)

@@ -3,7 +3,8 @@ a series' trend test, and the history with its findings; frozen, with Polars fra
 JSON form for notebooks and ``evalkit history --format json``.
 
 Examples:
-    >>> h = History("label", None, (), (), (), 0.05, 0.95)
+    >>> h = History(by="label", tag=None, points=(), trends=(), findings=(), alpha=0.05,
+    ...     level=0.95)
     >>> h.critical_tags, h.frame().columns[:5], h.to_dict()["points"]
     ((), ['series', 'run_id', 'label', 'at', 'tag'], [])
 """
@@ -21,7 +22,7 @@ from evalkit.stats.trend import TrendResult
 from evalkit.store.history_queries import ALL
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TagRate:
     """A tag's cases in one run: ``rate`` = passed / decided with its Wilson interval
     (``None`` when no case was decided); ``unstable`` cases had disagreeing replays."""
@@ -37,7 +38,7 @@ class TagRate:
     hi: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HistoryPoint:
     """One run of a series: its tags' rates, unstable and flaky cases, usage per case replay,
     and the models the provider served (``(model id, outputs)``, most first)."""
@@ -84,7 +85,7 @@ class UnstableTrend:
     test: TrendResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CorpusReuse:
     """How often one corpus version was consulted: complete runs against it (each a look at the
     same cases, the adaptive reuse that overfits a holdout), how many of them also ran the sealed
@@ -98,7 +99,7 @@ class CorpusReuse:
     last_at: dt.datetime | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class History:
     """What `history` returns: the points (series by series, oldest first), each series' trend
     test and the findings; `frame` and `runs_frame` give them as Polars frames."""

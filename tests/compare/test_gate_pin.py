@@ -21,8 +21,14 @@ BILLING = GatePolicy(critical_tags=("billing",))
 
 def _gate(base, cand, policy=BILLING, rebaseline=None, **context):
     cmp = compare(base, cand, rebaseline=rebaseline)
-    ctx = PairContext(base.run_id, cand.run_id, cmp.delta, _side_errors(base, cmp.paired),
-                      cmp.rebaseline_blocker, **context)  # fmt: skip
+    ctx = PairContext(
+        base_run_id=base.run_id,
+        cand_run_id=cand.run_id,
+        delta=cmp.delta,
+        base_errors=_side_errors(base, cmp.paired),
+        rebaseline_blocker=cmp.rebaseline_blocker,
+        **context,
+    )
     return cmp, decide(cmp.paired, policy, corpus=cand.cases, context=ctx)
 
 
@@ -71,7 +77,7 @@ def test_a_removed_must_pass_case_stops_the_gate_until_an_override_accepts_it():
     assert decision.status == "UNVERIFIED"
     (key,) = decision.uncovered
     assert key == "tier1/must_pass/removed/inc-1"
-    ctx = PairContext("b", "c", cmp.delta)
+    ctx = PairContext(base_run_id="b", cand_run_id="c", delta=cmp.delta)
     accepted = decide(cmp.paired, BILLING, overrides=[Override("ana", "retired", None, (key,))],
                       corpus=cand.cases, context=ctx)  # fmt: skip
     assert accepted.status == "PASSED WITH OVERRIDE"
@@ -209,7 +215,9 @@ def _rows(cand: bool | None) -> pl.DataFrame:
 
 def test_a_loosened_policy_is_unverified_and_names_the_promotion():
     changes = ("gate.alpha 0.05 → 0.001 (looser)",)
-    ctx = PairContext("b1", "c1", policy_changes=changes, policy_source="promoted by ana")
+    ctx = PairContext(
+        base_run_id="b1", cand_run_id="c1", policy_changes=changes, policy_source="promoted by ana"
+    )
     decision = decide(_rows(True), GatePolicy(), context=ctx)
     assert decision.status == "UNVERIFIED"
     (finding,) = decision.blocking()

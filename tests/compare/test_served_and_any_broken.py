@@ -28,7 +28,9 @@ def _with_model(run, model: str):
 def _decide(base, cand, policy: GatePolicy):
     cmp = compare(base, cand)
     served = served_from(base.outputs, cand.outputs, base.manifest, cand.manifest)
-    context = PairContext(base.run_id, cand.run_id, cmp.delta, served=served)
+    context = PairContext(
+        base_run_id=base.run_id, cand_run_id=cand.run_id, delta=cmp.delta, served=served
+    )
     return cmp, decide(cmp.paired, policy, corpus=cand.cases, context=context)
 
 

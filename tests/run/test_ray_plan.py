@@ -49,7 +49,7 @@ def test_the_driver_builds_one_share_at_a_time(
 ) -> None:
     root, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch, replays)
     assert count == 5 == stored_share_count(manifest)  # 300 cases, at most 70 a share
-    feed = ShareFeed(facts, parts, manifest, units, count)
+    feed = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=count)
     feed.record()
     assert facts.counts.cases_built == feed.peak <= 70  # the manifest and the first share
     assert [p.chunk_id for p in parts.parts("r1", "cases")] == ["driver-1-of-5"]
@@ -82,7 +82,7 @@ def test_a_resumed_run_builds_only_the_shares_with_work_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch)
-    first = ShareFeed(facts, parts, manifest, units, count)
+    first = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=count)
     first.record()
     first.plan(chunk_size=16, done=set())
     done = set()
@@ -92,7 +92,9 @@ def test_a_resumed_run_builds_only_the_shares_with_work_left(
             break
         done |= {unit.key for unit in chunk.units}
     before = facts.counts.cases_built
-    again = ShareFeed(facts, parts, manifest, units, stored_share_count(manifest))
+    again = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=units, count=stored_share_count(manifest)
+    )
     again.plan(chunk_size=16, done=done)
     while again:
         again.take()
@@ -109,7 +111,7 @@ def test_one_share_records_every_case_as_before(
     manifest = _manifest("r2", facts)
     planned, count = plan_shares(manifest, facts, units)
     assert count == 1 and planned.corpus.shares is None
-    feed = ShareFeed(facts, parts, manifest, units, 1)
+    feed = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=1)
     feed.record()
     feed.plan(chunk_size=64, done=set())
     while feed:

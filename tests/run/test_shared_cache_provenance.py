@@ -141,12 +141,33 @@ def test_a_different_server_at_the_same_url_gets_none_of_the_stubs_answers(
 def test_another_machines_loopback_entries_and_unrecorded_ones_are_not_taken() -> None:
     reported = {"id": MODEL, "owned_by": "vllm", "created": 0}
     me = Consumer("ci-runner", reported)
-    laptop = Publisher("laptop", "r1", "abc", "http://127.0.0.1:8000/v1", True, reported)
+    laptop = Publisher(
+        host="laptop",
+        run="r1",
+        commit="abc",
+        endpoint="http://127.0.0.1:8000/v1",
+        loopback=True,
+        reported=reported,
+    )
     assert "another machine's loopback" in str(refusal(laptop.to_json(), me))
-    remote = Publisher("laptop", "r1", "abc", "https://llm.internal/v1", False, reported)
+    remote = Publisher(
+        host="laptop",
+        run="r1",
+        commit="abc",
+        endpoint="https://llm.internal/v1",
+        loopback=False,
+        reported=reported,
+    )
     assert refusal(remote.to_json(), me) is None  # a real endpoint reporting the same
     assert refusal(None, me) == "no publisher recorded"
-    other = Publisher("ci-runner", "r2", "abc", "https://llm.internal/v1", False, {"id": "x"})
+    other = Publisher(
+        host="ci-runner",
+        run="r2",
+        commit="abc",
+        endpoint="https://llm.internal/v1",
+        loopback=False,
+        reported={"id": "x"},
+    )
     assert "another served identity" in str(refusal(other.to_json(), me))
 
 

@@ -40,7 +40,9 @@ from synthetic_runs import C, make_run, write_store
 
 #: A teammate's job on this host that recorded itself as the entries' publisher (a consumer
 #: takes no entry whose publisher is unrecorded: evalkit.run.cache_provenance).
-_TEAMMATE = Publisher(this_host(), "their-run", None, None, False, None).to_json()
+_TEAMMATE = Publisher(
+    host=this_host(), run="their-run", commit=None, endpoint=None, loopback=False, reported=None
+).to_json()
 
 
 def _team_uri(tmp_path: Path) -> str:

@@ -107,7 +107,7 @@ class SuiteSource:
     prompt: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RayOptions:
     address: str | None = None  # None: start a Ray instance on this machine (loopback)
     chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -306,7 +306,7 @@ def run_on_ray(
         shares = stored_share_count(manifest)
     else:
         manifest, shares = plan_shares(manifest, corpus, units)
-    feed = ShareFeed(corpus, root, manifest, units, shares)
+    feed = ShareFeed(corpus=corpus, root=root, manifest=manifest, units=units, count=shares)
     if not options.resume:
         feed.record()
         merge_run(store, root, run_id, in_progress=True)  # the run is in the store from now on
@@ -318,10 +318,16 @@ def run_on_ray(
     if options.on_start is not None:
         options.on_start(
             RunStart(
-                run_id, manifest.run.label, bool(options.resume), len(units), skipped,
-                len(units) - skipped, use_cache, (*manifest.warnings, *notes),
+                run_id=run_id,
+                label=manifest.run.label,
+                resumed=bool(options.resume),
+                expected_outputs=len(units),
+                stored=skipped,
+                to_do=len(units) - skipped,
+                use_cache=use_cache,
+                warnings=(*manifest.warnings, *notes),
             )
-        )  # fmt: skip
+        )
     # Resolved once, here: a relative --parts would name another directory on each node.
     location = root.base if root.local else root.location
     shipped = replace(options, on_start=None, progress=False, resume=None)

@@ -49,7 +49,7 @@ def plan_shares(
     return manifest, count
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShareFeed:
     """The run's chunks in share order, each with its cases (:meth:`take`): a share's cases
     are built and recorded when its first chunk is taken, and let go with its last.
