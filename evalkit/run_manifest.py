@@ -215,8 +215,9 @@ class RunManifest:
                 del known[name]  # absent or not an object: the empty default
         if "warnings" in known:
             known["warnings"] = tuple(known["warnings"] or ())
-        if known.get("replays") is None:
-            known.pop("replays", None)
+        for name in ("replays", *_DICT_FIELDS):  # null where a value is due: the default
+            if name in known and known[name] is None:
+                del known[name]
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
     def to_dict(self) -> dict[str, Any]:
@@ -297,6 +298,7 @@ def _from_unversioned(data: dict[str, Any]) -> dict[str, Any]:
 _MIGRATIONS: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (_from_unversioned,)
 
 _FIELD_NAMES = frozenset(f.name for f in fields(RunManifest)) - {"extra"}
+_DICT_FIELDS = ("scorer_files", "harness", "selection", "requests", "client")
 #: Entries written only when present (older shapes, and the ones only some runs have).
 _OMITTED_WHEN_NONE = frozenset(
     {"gate_policy", "rerun", "sandbox", "exam", "rebaseline", "run_scorer_files", "rescoring"}

@@ -190,6 +190,13 @@ def test_unknown_entries_survive_a_rewrite() -> None:
     assert manifest.to_dict() == stored
 
 
+def test_a_null_where_a_value_is_due_reads_as_the_default() -> None:
+    stored = _with(SHAPES["foundation"], selection=None, requests=None, replays=None)
+    manifest = RunManifest.from_stored(stored)
+    assert (manifest.selection, manifest.requests, manifest.replays) == ({}, {}, 1)
+    assert manifest.tier is None
+
+
 def test_a_manifest_crosses_a_process_boundary_intact() -> None:
     """Ray ships the manifest to its workers by pickle."""
     manifest = RunManifest.from_stored(SHAPES["kind: live"])

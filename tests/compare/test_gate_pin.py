@@ -174,7 +174,7 @@ def test_a_killed_baseline_counts_its_missing_outputs_as_errored():
     cases = [C(f"billing-{i:02d}", "p", ["billing"]) for i in range(20)]
     base, cand = _two(cases, cases)
     killed = base.outputs.filter(pl.col("case_id") != "billing-03")
-    base = type(base)(base.run_id, base.label, base.manifest, base.cases, killed, base.scores)
+    base = replace(base, outputs=killed, summary={})
     decision = _gate(base, cand)[1]
     assert decision.status == "UNVERIFIED"
     assert any(f.kind == "baseline-errored" and "billing-03" in f.case_ids
