@@ -283,7 +283,8 @@ def _from_unversioned(data: dict[str, Any]) -> dict[str, Any]:
     ``run.config``. The configuration's parts are left as recorded (their hash is the stored
     ``config_hash``); the rest get what the readers took an absence to mean.
     """
-    run = data.get("run") if isinstance(data.get("run"), Mapping) else {}
+    stored_run = data.get("run")
+    run: Mapping[str, Any] = stored_run if isinstance(stored_run, Mapping) else {}
     return {
         **data,
         "version": 1,

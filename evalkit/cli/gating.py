@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         comparison, decision = _decide_pair(store, args)
         report = dataclasses.replace(build_report(comparison, decision), command="compare")
+    _log(args, "compare", comparison.base.run_id, comparison.cand.run_id, decision.to_dict())
     render_terminal(report)
     if args.transfer:
         from evalkit.cli.sealing import print_transfer
@@ -124,6 +126,8 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
+    if run.decision is not None:
+        _log(args, "gate", base, cand, run.decision)
     from evalkit.report.formatting import inert  # model text never drives the terminal
 
     decision = run.decision or {}
@@ -143,6 +147,16 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         print(f"wrote {args.markdown}")
     print(f"report: {run.html_path} (notebook {run.notebook_path})")
     return run.exit_code
+
+
+def _log(args: argparse.Namespace, command: str, base: str, cand: str, decision: dict) -> None:
+    """Append the decision to the store's gate log (`evalkit.compare.decision_log`); when the
+    store cannot be written the decision stands and a note on stderr says so."""
+    from evalkit.compare.decision_log import log_decision
+
+    note = log_decision(args.db, command, base, cand, decision, wait_s=args.wait)
+    if note:
+        print(f"evalkit: note: {note}", file=sys.stderr)
 
 
 def _cmd_override(args: argparse.Namespace) -> int:

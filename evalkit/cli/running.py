@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import Suite
     from evalkit.run.summary import RunSummary
+    from evalkit.store.history_queries import CaseCounts
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -286,11 +287,20 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from evalkit.store import open_store
+    from evalkit.store.history_queries import case_counts
 
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         runs = store.runs()
+        counted = case_counts(store, runs["run_id"].to_list())
     if args.json:
-        print(json.dumps(runs.to_dicts(), indent=2, default=str))
+        from evalkit.run.summary import rate_basis
+
+        rows = []
+        for row in runs.to_dicts():
+            counts, replays = counted.get(row["run_id"]), _replays(row["manifest"])
+            rows.append(row | {"pass_rate": counts.rate if counts else None,
+                               "pass_rate_basis": rate_basis(replays)})  # fmt: skip
+        print(json.dumps(rows, indent=2, default=str))
         return 0
 
     if not sys.stdout.isatty():  # piped: one full row per line, nothing clipped
@@ -301,7 +311,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 )
             )
         return 0
-    table = Table("run_id", "label", "suite", "status", "pass rate", "age", "config")
+    table = Table("run_id", "label", "suite", "status", "pass rate (per case)", "age", "config")
     now = dt.datetime.now(dt.UTC)
     for row in runs.iter_rows(named=True):
         table.add_row(
@@ -309,7 +319,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             row["label"],
             _suite(row["manifest"]),
             row["status"],
-            _pass_rate(row["summary"]),
+            _pass_rate(counted.get(row["run_id"]), row["manifest"]),
             _age(now, row["created_at"]),
             row["config_hash"][:12],
         )
@@ -329,23 +339,39 @@ def _suite(manifest: str | None) -> str:
         return ""
 
 
-def _pass_rate(summary: str | None) -> str:
-    """The stored summary's pass rate of scored outputs, with the errors beside it.
+def _replays(manifest: str | None) -> int:
+    """The replays per case a run's manifest records (1 when it records none or cannot be
+    read)."""
+    from evalkit.errors import StoreError
+    from evalkit.run_manifest import RunManifest
+
+    try:
+        return RunManifest.from_stored(json.loads(manifest or "{}")).replays
+    except (ValueError, StoreError):
+        return 1
+
+
+def _pass_rate(counts: CaseCounts | None, manifest: str | None) -> str:
+    """A run's pass rate per case (`evalkit.run.summary`: each case the majority of its
+    replays, as ``evalkit run`` and ``evalkit history`` state it), the replays it is the
+    majority of, and the cases without a verdict.
 
     Examples:
-        >>> _pass_rate('{"passed": 9, "failed": 3, "errored": 1}')
-        '75.0% (+1 errored)'
-        >>> _pass_rate(None)
-        '–'
+        >>> from evalkit.store.history_queries import CaseCounts
+        >>> counts = dict(run_id="r", cases=13, decided=12, passed=9, errored=1, unstable=0)
+        >>> _pass_rate(CaseCounts(**counts), '{"replays": 3}')
+        '75.0% (majority of 3; +1 errored)'
+        >>> all_decided = {**counts, "cases": 12, "errored": 0}
+        >>> _pass_rate(CaseCounts(**all_decided), '{}'), _pass_rate(None, None)
+        ('75.0%', '–')
     """
-    try:
-        counts = json.loads(summary or "null") or {}
-        passed, failed = int(counts["passed"]), int(counts["failed"])
-    except (ValueError, KeyError, TypeError):
+    if counts is None:
         return "–"
-    errored = int(counts.get("errored") or 0)
-    rate = f"{passed / (passed + failed):.1%}" if passed + failed else "–"
-    return rate + (f" (+{errored} errored)" if errored else "")
+    replays = _replays(manifest)
+    notes = [f"majority of {replays}"] if replays > 1 else []
+    notes += [f"+{counts.errored} errored"] if counts.errored else []
+    rate = "–" if counts.rate is None else f"{counts.rate:.1%}"
+    return rate + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _age(now: dt.datetime, created: Any) -> str:

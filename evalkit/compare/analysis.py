@@ -29,6 +29,7 @@ from evalkit.judges.gating import (
 )
 from evalkit.renderers import html_for
 from evalkit.run_manifest import RunManifest, as_manifest
+from evalkit.store.history_queries import CaseCounts, case_counts
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -46,8 +47,11 @@ class RunData:
     cases: pl.DataFrame
     outputs: pl.DataFrame
     scores: pl.DataFrame
-    # The run's stored summary (``evalkit run``'s counts): its own pass rate, over all its checks.
+    # The run's stored summary (``evalkit run``'s counts of outputs, cost, ...).
     summary: dict[str, Any] = field(default_factory=dict)
+    # Its cases as `evalkit run` and `evalkit history` count them: its own pass rate, per case
+    # over all its checks (`evalkit.store.history_queries.case_counts`).
+    case_counts: CaseCounts | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "manifest", as_manifest(self.manifest))
@@ -224,8 +228,8 @@ def _ungated_judge_paired(
     """The paired frame of the judge checks that may not gate, on the cases they scored."""
     judged = [ungated_scores(run.scores, gating) for run in (base, cand)]
     runs = zip((base, cand), judged, strict=True)
-    sides = [verdicts(r.outputs, s, r.cases, rules) for r, s in runs]
-    frame = paired_frame(*sides, base.cases, cand.cases)
+    base_side, cand_side = (verdicts(r.outputs, s, r.cases, rules) for r, s in runs)
+    frame = paired_frame(base_side, cand_side, base.cases, cand.cases)
     return frame.filter(
         pl.col("case_id").is_in(pl.concat([s["case_id"] for s in judged]).implode())
     )
@@ -266,6 +270,7 @@ def load_run(store: Store, ref: str) -> RunData:
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),
+        case_counts=case_counts(store, [run_id]).get(run_id),
     )
 
 

@@ -17,7 +17,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -91,7 +91,7 @@ def configuration_identity(manifest: RunManifest) -> str:
     return hashlib.sha256(canonical_json(fields).encode()).hexdigest()
 
 
-def _selection_key(selection: dict | None) -> dict:
+def _selection_key(selection: dict[str, Any] | None) -> dict[str, Any]:
     """A selection as siblings compare it (the case ids a rebaseline ran are not a selection)."""
     return {k: v for k, v in (selection or {}).items() if k != "case_ids" and v}
 

@@ -75,7 +75,7 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
         ...     alpha=0.05, level=0.95)
         >>> spec = pass_rate_history(history)
         >>> [panel["title"] for panel in spec.to_dict()["vconcat"]]
-        ['ALL: pass rate (Wilson 95% band)']
+        ['ALL: pass rate (per case; Wilson 95% band)']
 
         One point: a day's axis around it, not a millisecond's.
 
@@ -89,7 +89,7 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
             title="Pass rate over runs: no runs in this history"
         )
     wanted = list(tags or history.critical_tags or ["ALL"])
-    level = f"{history.level:.0%}"
+    level, basis = f"{history.level:.0%}", history.rate_basis
     panels = []
     for tag in wanted:
         rows = frame.filter(pl.col("tag") == tag).drop_nulls("rate")
@@ -106,7 +106,9 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
         panel = LayerChart(layer=[band, line, _changes(frame)])
         panels.append(
             panel.properties(
-                title=f"{tag}: pass rate (Wilson {level} band)", width=_WIDTH, height=160
+                title=f"{tag}: pass rate ({basis}; Wilson {level} band)",
+                width=_WIDTH,
+                height=160,
             )
         )
     return VConcatChart(vconcat=panels, spacing=20)

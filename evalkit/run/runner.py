@@ -41,7 +41,13 @@ from evalkit.run.preflight import check_endpoints
 from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
 from evalkit.run.replicas import replica_counts
-from evalkit.run.summary import RunSummary, SessionCounts, summarize, summarize_written
+from evalkit.run.summary import (
+    RunSummary,
+    SessionCounts,
+    summarize,
+    summarize_written,
+    with_case_counts,
+)
 from evalkit.run.timeline import mark
 from evalkit.run.writer import BatchWriter
 from evalkit.run_manifest import RunManifest
@@ -140,7 +146,8 @@ async def run_suite_async(
     if provider is None and config.system.provider == "openai":
         # Before anything is recorded: a dead endpoint stops the run now, not after every
         # case's retries (evalkit.run.preflight). An injected provider is the caller's.
-        fleet = [r.url for r in config.system.replicas] or [config.system.effective_endpoint().url]
+        fleet: list[str | None] = [r.url for r in config.system.replicas]
+        fleet = fleet or [config.system.effective_endpoint().url]
         check_endpoints([url for url in fleet if url])
     require_judge(suite, corpus)  # before a run is recorded: it would fail holding its label
     retried = 0
@@ -250,9 +257,10 @@ async def run_suite_async(
             session=session,
         )
     warnings = [*before, *result_warnings(summary.outputs, summary.cached_outputs, expected)]
-    summary = replace(summary, warnings=tuple(warnings))
+    summary = replace(summary, warnings=tuple(warnings), replays=config.replays)
     status = "complete" if summary.complete else "incomplete"
     store.finish_run(run_id, status, summary.to_dict(), warnings=warnings)
+    summary = with_case_counts(store, summary)  # a complete run's, as its finish recorded them
     mark("summary")
     return summary
 
@@ -558,8 +566,8 @@ async def _all_or_first_failure(coroutines: list[Any]) -> None:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     for task in tasks:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
 
 def first_request_keys(
