@@ -18,6 +18,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -199,7 +200,7 @@ class RunManifest:
 
     @classmethod
     def _from_current(cls, data: dict[str, Any]) -> RunManifest:
-        names = {f.name for f in fields(cls)} - {"extra"}
+        names = _FIELD_NAMES
         known = {k: v for k, v in data.items() if k in names}
         typed: dict[str, Callable[[Mapping[str, Any]], Any]] = {
             "provider": ProviderInfo.from_json,
@@ -306,8 +307,13 @@ _OMITTED_WHEN_NONE = frozenset(
 )
 
 
+@functools.cache
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
+    names = _names(cls)
     return {k: v for k, v in data.items() if k in names}
 
 
