@@ -11,7 +11,8 @@ from synthetic_runs import C, make_run
 
 from evalkit.compare.analysis import compare
 from evalkit.compare.decision import Override, PairContext
-from evalkit.compare.gate import _side_errors, decide
+from evalkit.compare.evidence import side_errors
+from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
 from evalkit.report.build import build_report
 from evalkit.run_manifest import ProviderInfo
@@ -25,7 +26,7 @@ def _gate(base, cand, policy=BILLING, rebaseline=None, **context):
         base_run_id=base.run_id,
         cand_run_id=cand.run_id,
         delta=cmp.delta,
-        base_errors=_side_errors(base, cmp.paired),
+        base_errors=side_errors(base, cmp.paired),
         rebaseline_blocker=cmp.rebaseline_blocker,
         **context,
     )
