@@ -309,7 +309,7 @@ def build_report(
         changes=cmp.changes,
         usage={k: (base_use[k], cand_use[k]) for k in base_use},
         manifest_diff=cmp.manifest_diff,
-        suite=str((cmp.cand.manifest or {}).get("suite") or "evalkit"),
+        suite=str(cmp.cand.manifest.suite or "evalkit"),
         cand_reasons=failure_reasons(
             cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()
         ),
