@@ -290,6 +290,9 @@ def build_report(
     broken = broken.sort(*first, "case_id")
     ok = ~pl.col("base_error") & ~pl.col("cand_error")
     base_use, cand_use = usage_means(cmp.base_verdicts), usage_means(cmp.cand_verdicts)
+    failing = p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()
+    critical = decision.policy.critical_tags if decision else ()
+    interval = decision.policy.interval_level() if decision else 0.95
     return Report(
         base_run_id=cmp.base.run_id,
         cand_run_id=cmp.cand.run_id,
@@ -312,16 +315,10 @@ def build_report(
         usage={k: (base_use[k], cand_use[k]) for k in base_use},
         manifest_diff=cmp.manifest_diff,
         suite=str(cmp.cand.manifest.suite or "evalkit"),
-        cand_reasons=failure_reasons(
-            cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()
-        ),
+        cand_reasons=failure_reasons(cmp.cand, failing),
         manifest_changes=_manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
-        usage_deltas=usage_deltas(
-            live,
-            decision.policy.critical_tags if decision else (),
-            level=decision.policy.interval_level() if decision else 0.95,
-        ),
+        usage_deltas=usage_deltas(live, critical, level=interval),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
