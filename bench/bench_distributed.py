@@ -148,7 +148,9 @@ def _shard_cost(config: Path, how: str, index: Path, run: int) -> dict[str, Any]
     from evalkit.run.shards import Shard
 
     async def no_chunk(*_: Any, **__: Any) -> sharded.ChunkResult:
-        return sharded.ChunkResult("stood-in", 1, 0, 0, 0, 0)
+        return sharded.ChunkResult(
+            chunk_id="stood-in", attempt=1, outputs=0, requests=0, retries=0, cache_hits=0
+        )
 
     suite = load_suite(config)
     started = time.perf_counter()

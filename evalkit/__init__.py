@@ -32,6 +32,7 @@ _EXPORTS = {
     "Output": "evalkit.records",
     "Score": "evalkit.records",
     "ToolCall": "evalkit.records",
+    "RunManifest": "evalkit.run_manifest",
     "RunOptions": "evalkit.run.runner",
     "RunSummary": "evalkit.run.runner",
     "run_suite": "evalkit.run.runner",
@@ -127,6 +128,7 @@ __all__ = [
     "Output",
     "Project",
     "Report",
+    "RunManifest",
     "RunOptions",
     "RunResult",
     "RunSummary",
@@ -283,6 +285,7 @@ if TYPE_CHECKING:
     from evalkit.report.svg import save_slice_charts
     from evalkit.report.tables import slice_table
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
+    from evalkit.run_manifest import RunManifest
     from evalkit.scorers.registry import build_scorer, check, scorer
     from evalkit.stats import cohen_kappa
     from evalkit.store import Store

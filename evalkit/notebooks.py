@@ -136,7 +136,7 @@ class _ThisPython(AsyncKernelManager):
         await super()._async_interrupt_kernel()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GateRun:
     """The outcome of one executed gate notebook."""
 
@@ -418,7 +418,7 @@ def preflight(
         with open_store(db_path, read_only=True) as store:
             base, cand = store.resolve_run(baseline), store.resolve_run(candidate)
             check_comparable(store.manifest(base), store.manifest(cand), allow_diff)
-            policy.validate_against(store.cases(cand), store.manifest(cand).get("selection"))
+            policy.validate_against(store.cases(cand), store.manifest(cand).selection)
     except EvalkitError as exc:
         return str(exc)
     return None
@@ -484,7 +484,14 @@ def execute_gate(
     out = report_dir(candidate, out_dir).resolve()
     problem = preflight(db_path, baseline, candidate, config_path, allow_diff)
     if problem is not None:
-        return GateRun(2, out / "gate.ipynb", None, None, None, problem)
+        return GateRun(
+            exit_code=2,
+            notebook_path=out / "gate.ipynb",
+            html_path=None,
+            decision_json=None,
+            decision=None,
+            error=problem,
+        )
     out.mkdir(parents=True, exist_ok=True)
     decision_file = out / DECISION_FILE
     decision_file.unlink(missing_ok=True)  # never read a stale verdict
@@ -511,10 +518,30 @@ def execute_gate(
         code = 1 if decision["blocked"] else 0
         if ename not in (None, "GateBlocked"):
             raise pm.PapermillExecutionError(0, 0, "", ename or "", message or "", [])
-        return GateRun(code, nb, html_path, decision_file, decision)
+        return GateRun(
+            exit_code=code,
+            notebook_path=nb,
+            html_path=html_path,
+            decision_json=decision_file,
+            decision=decision,
+        )
     html_path = to_html(nb)  # no decision: show the notebook as it ran, code and error
     if ename in USAGE_ERRORS:
-        return GateRun(2, nb, html_path, None, None, message)
+        return GateRun(
+            exit_code=2,
+            notebook_path=nb,
+            html_path=html_path,
+            decision_json=None,
+            decision=None,
+            error=message,
+        )
     if ename is None:
-        return GateRun(2, nb, html_path, None, None, "the gate notebook wrote no decision")
+        return GateRun(
+            exit_code=2,
+            notebook_path=nb,
+            html_path=html_path,
+            decision_json=None,
+            decision=None,
+            error="the gate notebook wrote no decision",
+        )
     raise pm.PapermillExecutionError(0, 0, "", ename, message or "", [])

@@ -53,7 +53,7 @@ MANUAL_EVENTS = frozenset({"workflow_dispatch", "web", "api", "manual"})
 UNKNOWN_WRITER = "unknown writer (recorded before evalkit recorded who wrote what)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Writer:
     """Who wrote a record and from where (every field optional: what could be read)."""
 

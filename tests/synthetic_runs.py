@@ -80,12 +80,15 @@ def make_run(run_id: str, cases: list[C], manifest: dict | None = None, label: s
             })  # fmt: skip
     case_schema = {"tags": pl.List(pl.String)}
     return RunData(
-        run_id, label or run_id, dict(manifest or MANIFEST),
-        pl.DataFrame(case_rows, schema_overrides=case_schema),
-        pl.DataFrame(outs, schema_overrides={"text": pl.String, "error": pl.String,
-                                             "fail_reason": pl.String}),
-        pl.DataFrame(scores),
-    )  # fmt: skip
+        run_id=run_id,
+        label=label or run_id,
+        manifest=dict(manifest or MANIFEST),
+        cases=pl.DataFrame(case_rows, schema_overrides=case_schema),
+        outputs=pl.DataFrame(
+            outs, schema_overrides={"text": pl.String, "error": pl.String, "fail_reason": pl.String}
+        ),
+        scores=pl.DataFrame(scores),
+    )
 
 
 def seed000_runs(cand_label: str = "cand") -> tuple[RunData, RunData]:
@@ -138,7 +141,7 @@ def write_store(path: Path, runs: list[RunData], status: str = "complete") -> No
     what each run ends as (``running`` leaves it as a killed run would)."""
     with open_store(path, write=True) as store:
         for run in runs:
-            manifest = run.manifest | {"run": {"run_id": run.run_id, "label": run.label}}
+            manifest = run.manifest.to_dict() | {"run": {"run_id": run.run_id, "label": run.label}}
             store.create_run(manifest, _cases_for(run))
             outputs = _conform(run.outputs.with_columns(model=pl.lit("demo-model")), OUTPUT_SCHEMA)
             scores = run.scores.with_columns(scoring_id=pl.lit(f"{run.run_id}/s0"))

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "errors",
         "redact",
         "records",
+        "run_manifest",
         "provenance",
         "fixtures",
         "retries",
@@ -44,7 +45,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
 )
 #: The store is the ground floor of the data: nothing of analysis, judges or reports above it.
-STORE_MAY_IMPORT = {"version", "errors", "redact", "records", "provenance", "store"}
+STORE_MAY_IMPORT = {
+    "version",
+    "errors",
+    "redact",
+    "records",
+    "run_manifest",
+    "provenance",
+    "store",
+}
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:

@@ -175,7 +175,7 @@ def _good_candidate(base: RunData) -> RunData:
         reason=pl.when(fixes).then(pl.lit("found 'refund'")).otherwise("reason"),
     )
     cases, outputs = base.cases.with_columns(run_id=run), base.outputs.with_columns(run_id=run)
-    manifest = base.manifest | {"prompt": {"version": "v3", "template_hash": "t3"}}
+    manifest = base.manifest.to_dict() | {"prompt": {"version": "v3", "template_hash": "t3"}}
     return replace(base, run_id="good-run", label="cand-good", cases=cases, outputs=outputs,
                    scores=scores, manifest=manifest)  # fmt: skip
 
@@ -296,7 +296,7 @@ def test_gate_incomparable_runs_exit_2(gate_env, tmp_path):
     _, config = gate_env
     db = tmp_path / "other.duckdb"
     base, bad = seed000_runs(cand_label="cand-bad")
-    manifest = bad.manifest | {"model": {"id": "other"}, "sampling": {"temperature": 1.0}}
+    manifest = bad.manifest.to_dict() | {"model": {"id": "other"}, "sampling": {"temperature": 1.0}}
     write_store(db, [base, replace(bad, manifest=manifest)])
     run = execute_gate(db, "base", "cand-bad", config, tmp_path / "out")
     assert run.exit_code == 2 and "refusing to compare" in run.error and "sampling" in run.error
@@ -419,7 +419,15 @@ def test_history_notebook_executes(tmp_path):
         for run_id in ("run-4", "run-5"):
             store.record_history(run_id)
         for cand in ("run-4", "run-5"):  # two gate decisions against run-0: its reuse
-            store.log_gate(GateRecord("gate", "run-0", cand, "BLOCKED", n_paired=16))
+            store.log_gate(
+                GateRecord(
+                    command="gate",
+                    base_run_id="run-0",
+                    cand_run_id=cand,
+                    status="BLOCKED",
+                    n_paired=16,
+                )
+            )
     params = {
         "DB_PATH": str(db),
         "BY": "label",

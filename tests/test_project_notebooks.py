@@ -189,7 +189,7 @@ def test_slices_notebook_runs_on_the_project(project, tmp_path: Path) -> None:
 def test_flakiness_notebook_runs_on_the_project(project, tmp_path: Path) -> None:
     text = _execute(project, "flakiness.ipynb", tmp_path)
     with open_store(project.db, read_only=True) as store:
-        config_hash = store.manifest(project.runs["baseline"])["config_hash"]
+        config_hash = store.manifest(project.runs["baseline"]).config_hash
         measured = store.latest_flakes(config_hash)
     flipped = int((measured["flips"] > 0).sum())
     assert measured.height and set(measured["case_id"]) <= set(CASE_IDS)

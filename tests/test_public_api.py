@@ -24,6 +24,7 @@ EXPECTED = {
     "Output",
     "Project",
     "Report",
+    "RunManifest",
     "RunOptions",
     "RunResult",
     "RunSummary",

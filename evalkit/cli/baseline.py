@@ -11,6 +11,7 @@ from evalkit.errors import ConfigError
 
 if TYPE_CHECKING:
     from evalkit.compare.policy import PinnedPolicy
+    from evalkit.run_manifest import RunManifest
     from evalkit.store import Store
 
 
@@ -54,14 +55,14 @@ def _cmd_promote(args: argparse.Namespace) -> int:
         manifest = store.manifest(run_id)
         refuse_live(manifest, run_id, "promoted as a baseline")  # before: it never could be
         require_complete(store, run_id, "promoted", db=args.db)
-        suite, tier = manifest.get("suite") or "", run_tier(store, run_id)
-        _refuse_partial(run_id, manifest.get("selection") or {})
+        suite, tier = manifest.suite or "", run_tier(store, run_id)
+        _refuse_partial(run_id, manifest.selection)
         if args.policy:
             policy, pinned = _config_policy(args.config, suite), f"{args.config} (--policy)"
         else:
-            policy, pinned = manifest.get("gate_policy"), f"recorded in run {run_id}'s manifest"
+            policy, pinned = manifest.gate_policy, f"recorded in run {run_id}'s manifest"
         checked = GatePolicy.from_manifest(policy, pinned) if policy is not None else GatePolicy()
-        checked.validate_against(store.cases(run_id), manifest.get("selection"))
+        checked.validate_against(store.cases(run_id), manifest.selection)
         _refuse_errored(store, run_id, checked.max_error_rate)
         previous = store.current_baseline(suite, tier)
         before = pinned_policy(store, previous) if previous else None
@@ -82,7 +83,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 
 def _pin_exam(
-    store: Store, run_id: str, manifest: dict, suite: str, tier: str | None, who: str,
+    store: Store, run_id: str, manifest: RunManifest, suite: str, tier: str | None, who: str,
     config: str | None,
 ) -> str:  # fmt: skip
     """Pin the exam with the promotion (issue 42): every file of the corpus the run ran
@@ -98,7 +99,7 @@ def _pin_exam(
     from evalkit.corpus.suite import load_suite
     from evalkit.errors import EvalkitError
 
-    recorded = (manifest.get("run") or {}).get("config")
+    recorded = manifest.run.config
     source = config if config and Path(config).is_file() else recorded
     if not source or not Path(source).is_file():
         return (
@@ -113,8 +114,10 @@ def _pin_exam(
     ran = dict(store.cases(run_id).select("case_id", "case_hash").iter_rows())
     have = {case.id: case.hash for case in corpus.cases}
     differ = sorted(c for c, digest in ran.items() if have.get(c) != digest)
-    recorded = manifest.get("scorer_files") or {}
-    files = sorted(p for p, d in corpus.file_hashes.items() if p in recorded and recorded[p] != d)
+    recorded_files = manifest.scorer_files
+    files = sorted(
+        p for p, d in corpus.file_hashes.items() if p in recorded_files and recorded_files[p] != d
+    )
     if differ or files:
         what = [f"{len(differ)} case(s) differ ({', '.join(differ[:3])})"] if differ else []
         what += [f"referenced files changed: {', '.join(files[:3])}"] if files else []

@@ -147,8 +147,11 @@ def reuse_lines(result: History, limit: int = 5) -> list[str]:
 
     Examples:
         >>> from evalkit.trends.values import GateReuse, History
-        >>> r = GateReuse("base-1", "e1", "c0ffee", 40, 2, 1, 0, None, None)
-        >>> print(reuse_lines(History("baseline", None, (), (), (), 0.05, 0.95, (r,)))[1])
+        >>> r = GateReuse(base_run_id="base-1", exam_id="e1", corpus_hash="c0ffee", n_cases=40,
+        ...     gates=2, stopped=1, sealed_gates=0, first_at=None, last_at=None)
+        >>> history = History(by="baseline", tag=None, points=(), trends=(), findings=(),
+        ...     alpha=0.05, level=0.95, reuse=(r,))
+        >>> print(reuse_lines(history)[1])
           base-1 (exam e1, corpus c0ffee, 40 cases): 2 gate decisions (1 stopped), 0 with ...
     """
     if not result.reuse:

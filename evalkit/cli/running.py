@@ -107,7 +107,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         _require_store(args.db)
         with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-            resumed = store.manifest(store.resolve_run(args.resume)).get("selection") or {}
+            resumed = store.manifest(store.resolve_run(args.resume)).selection
 
     def load(suite: Suite, selection: Selection) -> Corpus | CorpusFacts:
         prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
@@ -328,18 +328,26 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _suite(manifest: str | None) -> str:
-    """The suite a run belongs to (runs of two suites do not pair)."""
+    """The suite a run belongs to (runs of two suites do not pair); blank when its manifest
+    cannot be read (a newer evalkit's: the commands that read it say so)."""
+    from evalkit.errors import StoreError
+    from evalkit.run_manifest import RunManifest
+
     try:
-        return str(json.loads(manifest or "{}").get("suite", ""))
-    except (ValueError, AttributeError):
+        return RunManifest.from_stored(json.loads(manifest or "{}")).suite or ""
+    except (ValueError, StoreError):
         return ""
 
 
 def _replays(manifest: str | None) -> int:
-    """The replays per case a run's manifest records (1 when it records none)."""
+    """The replays per case a run's manifest records (1 when it records none or cannot be
+    read)."""
+    from evalkit.errors import StoreError
+    from evalkit.run_manifest import RunManifest
+
     try:
-        return int(json.loads(manifest or "{}").get("replays") or 1)
-    except (ValueError, TypeError, AttributeError):
+        return RunManifest.from_stored(json.loads(manifest or "{}")).replays
+    except (ValueError, StoreError):
         return 1
 
 
@@ -350,9 +358,11 @@ def _pass_rate(counts: CaseCounts | None, manifest: str | None) -> str:
 
     Examples:
         >>> from evalkit.store.history_queries import CaseCounts
-        >>> _pass_rate(CaseCounts("r", 13, 12, 9, 1, 0), '{"replays": 3}')
+        >>> counts = dict(run_id="r", cases=13, decided=12, passed=9, errored=1, unstable=0)
+        >>> _pass_rate(CaseCounts(**counts), '{"replays": 3}')
         '75.0% (majority of 3; +1 errored)'
-        >>> _pass_rate(CaseCounts("r", 12, 12, 9, 0, 0), '{}'), _pass_rate(None, None)
+        >>> all_decided = {**counts, "cases": 12, "errored": 0}
+        >>> _pass_rate(CaseCounts(**all_decided), '{}'), _pass_rate(None, None)
         ('75.0%', '–')
     """
     if counts is None:
@@ -398,7 +408,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
         judge = judge_client(suite, store) if judged and suite.config.judge else None
         # The sources recorded as a run of this checkout would record them (sealed cases'
         # files only if the run loaded sealed cases), so an unchanged rescore still compares.
-        selection = store.manifest(store.resolve_run(args.run)).get("selection") or {}
+        selection = store.manifest(store.resolve_run(args.run)).selection
         sources = scorer_sources(corpus, suite.config.scorers, sealed=bool(selection.get("sealed")))
         result = rescore_run(
             store, corpus, args.run, scorers=args.scorer, judge=judge, scorer_files=sources

@@ -9,7 +9,7 @@ frame (:mod:`evalkit.compare.paired`) -> slices (:mod:`evalkit.compare.slices`) 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -28,20 +28,22 @@ from evalkit.judges.gating import (
     ungated_scores,
 )
 from evalkit.renderers import html_for
+from evalkit.run_manifest import RunManifest, as_manifest
 from evalkit.store.history_queries import CaseCounts, case_counts
 
 if TYPE_CHECKING:
     from evalkit.store import Store
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunData:
     """One run's frames as the store returns them (see the data contract in `evalkit.store`);
     `load_run` reads outputs and scores in storage order (not sorted)."""
 
     run_id: str
     label: str
-    manifest: dict[str, Any]
+    # A stored JSON object is taken too (read as `RunManifest.from_stored` reads one).
+    manifest: RunManifest
     cases: pl.DataFrame
     outputs: pl.DataFrame
     scores: pl.DataFrame
@@ -51,12 +53,15 @@ class RunData:
     # over all its checks (`evalkit.store.history_queries.case_counts`).
     case_counts: CaseCounts | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "manifest", as_manifest(self.manifest))
+
     @property
     def config_hash(self) -> str | None:
-        return self.manifest.get("config_hash")
+        return self.manifest.config_hash or None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """Everything a gate, a report or a notebook needs about one baseline/candidate pair."""
 
@@ -175,28 +180,41 @@ def compare(
     notes = tuple(gating.reasons) if gating is not None else ()
     warnings = [*comparability_warnings(differing, allow_diff)]
     for run, role in ((base, "baseline"), (cand, "candidate")):
-        warnings += [f"{role} run: {w}" for w in run.manifest.get("warnings") or ()]
+        warnings += [f"{role} run: {w}" for w in run.manifest.warnings]
     return Comparison(
-        base, cand, tuple(differing), bv, cv, paired, changes, notes, tuple(warnings), judge_paired,
-        delta, rebaseline, rebaseline_blocker(base.manifest, cand.manifest),
-    )  # fmt: skip
+        base=base,
+        cand=cand,
+        manifest_diff=tuple(differing),
+        base_verdicts=bv,
+        cand_verdicts=cv,
+        paired=paired,
+        changes=changes,
+        judge_notes=notes,
+        warnings=tuple(warnings),
+        judge_paired=judge_paired,
+        delta=delta,
+        rebaseline=rebaseline,
+        rebaseline_blocker=rebaseline_blocker(base.manifest, cand.manifest),
+    )
 
 
-def rebaseline_blocker(base_manifest: dict[str, Any], cand_manifest: dict[str, Any]) -> str | None:
+def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -> str | None:
     """Why the baseline's configuration cannot be run again on new cases, or None.
 
     Examples:
-        >>> rebaseline_blocker({"rerun": {}, "provider": {"name": "openai"}}, {})
-        >>> rebaseline_blocker({"provider": {"name": "openai"}}, {})[:40]
+        >>> from evalkit.run_manifest import ProviderInfo
+        >>> openai = ProviderInfo(name="openai")
+        >>> rebaseline_blocker(RunManifest(rerun={}, provider=openai), RunManifest())
+        >>> rebaseline_blocker(RunManifest(provider=openai), RunManifest())[:40]
         'the baseline run predates recorded re-ru'
     """
-    if "rerun" not in base_manifest:
+    if base_manifest.rerun is None:
         return (
             "the baseline run predates recorded re-run settings (prompt text, tool schemas): "
             "run and promote a new baseline"
         )
-    provider = (base_manifest.get("provider") or {}).get("name")
-    if provider == "python" and base_manifest.get("system") != cand_manifest.get("system"):
+    provider = base_manifest.provider.name if base_manifest.provider else None
+    if provider == "python" and base_manifest.system != cand_manifest.system:
         return (
             "the baseline is a Python system whose code (or version) differs from the "
             "candidate's: its configuration cannot be rebuilt from this checkout"
@@ -238,18 +256,21 @@ def load_run(store: Store, ref: str) -> RunData:
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
     if scoring.height and recorded is not None:  # NULL: a run's own scoring, or an older one
-        manifest["run_scorer_files"] = manifest.get("scorer_files")
-        manifest["scorer_files"] = json.loads(recorded)
-        manifest["rescoring"] = {"scoring_id": scoring_id, "harness": scoring["harness"][0]}
+        manifest = replace(
+            manifest,
+            run_scorer_files=manifest.scorer_files,
+            scorer_files=json.loads(recorded),
+            rescoring={"scoring_id": scoring_id, "harness": scoring["harness"][0]},
+        )
     return RunData(
-        run_id,
-        label,
-        manifest,
-        store.cases(run_id),
-        outputs,
-        scores,
-        dict(stored or {}),
-        case_counts(store, [run_id]).get(run_id),
+        run_id=run_id,
+        label=label,
+        manifest=manifest,
+        cases=store.cases(run_id),
+        outputs=outputs,
+        scores=scores,
+        summary=dict(stored or {}),
+        case_counts=case_counts(store, [run_id]).get(run_id),
     )
 
 

@@ -11,11 +11,12 @@ rescoring's recorded sources in the manifest), is refused unless declared with
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from evalkit.corpus.manifest import COMPARABLE_FIELDS, manifest_diff
 from evalkit.errors import ComparabilityError, ConfigError
+from evalkit.run_manifest import RunManifest, as_manifest
 
 #: Declared names accepted by ``--allow-diff`` for a manifest field.
 ALIASES = {"scorers": "scorer_files"}
@@ -40,7 +41,9 @@ def _leaf_diffs(a: Any, b: Any, path: str) -> Iterable[str]:
 
 
 def check_comparable(
-    base_manifest: dict[str, Any], cand_manifest: dict[str, Any], allow_diff: Sequence[str] = ()
+    base_manifest: RunManifest | Mapping[str, Any],
+    cand_manifest: RunManifest | Mapping[str, Any],
+    allow_diff: Sequence[str] = (),
 ) -> list[str]:
     """The comparable manifest fields that differ; refuse what the declaration does not cover.
 
@@ -54,9 +57,11 @@ def check_comparable(
         ConfigError: ``allow_diff`` names a field that is not a comparable manifest field.
 
     Examples:
-        >>> check_comparable({"model": "a", "prompt": "p"}, {"model": "b", "prompt": "p"})
+        >>> a = {"model": {"id": "a"}, "prompt": {"version": "p"}}
+        >>> check_comparable(a, {**a, "model": {"id": "b"}})
         ['model']
     """
+    base_manifest, cand_manifest = as_manifest(base_manifest), as_manifest(cand_manifest)
     unknown = sorted(set(allow_diff) - set(COMPARABLE_FIELDS) - set(ALIASES))
     if unknown:
         known = [_DISPLAY.get(f, f) for f in COMPARABLE_FIELDS]
@@ -71,7 +76,7 @@ def check_comparable(
         raise ComparabilityError(_scorer_refusal(base_manifest, cand_manifest, undeclared))
     if undeclared and (allow_diff or len(differing) > 1):
         details = "; ".join(
-            next(iter(_leaf_diffs(base_manifest.get(f), cand_manifest.get(f), f)), f)
+            next(iter(_leaf_diffs(base_manifest.recorded(f), cand_manifest.recorded(f), f)), f)
             for f in differing
         )
         flags = " ".join(f"--allow-diff {_DISPLAY.get(f, f)}" for f in undeclared)
@@ -86,13 +91,14 @@ def check_comparable(
     return differing
 
 
-def _suite_refusal(base: dict[str, Any], cand: dict[str, Any], differing: Sequence[str]) -> str:
+def _suite_refusal(base: RunManifest, cand: RunManifest, differing: Sequence[str]) -> str:
     """Two runs of different suites: say that first. Declaring every differing field would only
     lead to a gate with no paired case (cases pair by id within one suite), so the fix is to pick
     two runs of one suite; ``--allow-diff suite`` is for a suite that was only renamed.
 
     Examples:
-        >>> message = _suite_refusal({"suite": "a"}, {"suite": "b"}, ["suite", "model"])
+        >>> a, b = RunManifest(suite="a"), RunManifest(suite="b")
+        >>> message = _suite_refusal(a, b, ["suite", "model"])
         >>> message.split(": compare")[0]
         'refusing to compare: the runs are of different suites (a → b; they also differ in model)'
     """
@@ -100,7 +106,7 @@ def _suite_refusal(base: dict[str, Any], cand: dict[str, Any], differing: Sequen
     also = f"; they also differ in {', '.join(others)}" if others else ""
     return (
         f"refusing to compare: the runs are of different suites "
-        f"({base.get('suite')} → {cand.get('suite')}{also}): compare two runs of one suite "
+        f"({base.suite} → {cand.suite}{also}): compare two runs of one suite "
         "(`evalkit runs` lists each run's suite); if the suite was only renamed, declare "
         "--allow-diff suite"
     )
@@ -120,28 +126,29 @@ def comparability_warnings(differing: Sequence[str], allow_diff: Sequence[str]) 
     ]
 
 
-def _run_sources(manifest: dict[str, Any]) -> Any:
+def _run_sources(manifest: RunManifest) -> Any:
     """The scorer sources the run itself recorded (before any rescoring)."""
-    return manifest.get("run_scorer_files", manifest.get("scorer_files"))
+    own = manifest.run_scorer_files
+    return own if own is not None else manifest.scorer_files
 
 
-def _scorers_must_be_declared(base: dict[str, Any], cand: dict[str, Any]) -> bool:
+def _scorers_must_be_declared(base: RunManifest, cand: RunManifest) -> bool:
     """Differing scorer sources that no single-variable comparison may take implicitly: a source
     both sides have changed, or a difference that comes only from a rescoring. (A source only one
     side has belongs to cases only that side has: the corpus delta, accounted for elsewhere.)"""
-    b, c = base.get("scorer_files") or {}, cand.get("scorer_files") or {}
+    b, c = base.scorer_files, cand.scorer_files
     shared_changed = any(b[k] != c[k] for k in set(b) & set(c))
     return shared_changed or _run_sources(base) == _run_sources(cand)
 
 
-def _scorer_refusal(base: dict[str, Any], cand: dict[str, Any], undeclared: Sequence[str]) -> str:
+def _scorer_refusal(base: RunManifest, cand: RunManifest, undeclared: Sequence[str]) -> str:
     """One line: which scorer sources differ, whether a rescoring caused it, what to do."""
-    leaves = list(_leaf_diffs(base.get("scorer_files"), cand.get("scorer_files"), "scorer_files"))
+    leaves = list(_leaf_diffs(base.scorer_files, cand.scorer_files, "scorer_files"))
     details = "; ".join(leaves[:3]) + (f"; {len(leaves) - 3} more" if len(leaves) > 3 else "")
     rescored = [
-        (role, m["rescoring"]["scoring_id"])
+        (role, m.rescoring["scoring_id"])
         for role, m in (("baseline", base), ("candidate", cand))
-        if isinstance(m.get("rescoring"), dict) and m["rescoring"].get("scoring_id")
+        if m.rescoring and m.rescoring.get("scoring_id")
     ]
     if rescored and _run_sources(base) == _run_sources(cand):
         roles = " and the ".join(role for role, _ in rescored)

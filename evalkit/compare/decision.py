@@ -4,7 +4,7 @@ PASSED WITH OVERRIDE."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ class Finding:
     case_ids: tuple[str, ...]
     statistic: dict[str, Any]
     message: str
+    _: KW_ONLY
     severity: Severity
     #: What was found, and on which metric ("failed", "errored", "regressed",
     #: "budget:mean_latency_ms" ...): part of the key, so an override written for one kind of
@@ -42,9 +43,13 @@ class Finding:
         """The finding's identity, what an override names: tier, slice, kind and the cases.
 
         Examples:
-            >>> Finding(1, "must_pass", ("inc-7",), {}, "fails", "block", "failed").key
+            >>> failed = Finding(1, "must_pass", ("inc-7",), {}, "fails", severity="block",
+            ...     kind="failed")
+            >>> failed.key
             'tier1/must_pass/failed/inc-7'
-            >>> Finding(4, None, (), {}, "over", "block", "budget:mean_latency_ms").key
+            >>> over = Finding(4, None, (), {}, "over", severity="block",
+            ...     kind="budget:mean_latency_ms")
+            >>> over.key
             'tier4/-/budget:mean_latency_ms'
         """
         ids = ",".join(sorted(self.case_ids))
@@ -52,7 +57,7 @@ class Finding:
         return head + (f"/{ids}" if ids else "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SliceState:
     """A critical tag's outcome. ``psi`` is the flip fraction used for sizing: the observed one,
     floored at ``tolerance`` (all flips one way) when fewer flips were seen, so ``required_n`` is
@@ -95,7 +100,7 @@ class UnreadTree:
     cached: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PairContext:
     """What the gate knows about a pair beyond its paired frame: the corpus delta, the
     baseline's own errors, how the policy was pinned, and sibling runs of the candidate."""
@@ -123,7 +128,7 @@ class PairContext:
     unread_tree: UnreadTree | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GateDecision:
     """The gate's verdict: ``blocked`` (after overrides), every finding, each critical state."""
 
@@ -168,7 +173,7 @@ class GateDecision:
         """One line: status and the stopping findings.
 
         Examples:
-            >>> GateDecision(False, ()).summary()
+            >>> GateDecision(blocked=False, findings=()).summary()
             'gate PASSED'
         """
         reasons = "; ".join(f.message for f in self.blocking())

@@ -71,8 +71,17 @@ def evidence_findings(
     candidate."""
     if paired.height == 0:
         msg = "no case is paired between the runs (nothing ran, or every case was edited)"
-        return [Finding(0, None, (), {"n": 0}, f"{msg}: nothing was verified", "unverified",
-                        "nothing-paired")]  # fmt: skip
+        return [
+            Finding(
+                0,
+                None,
+                (),
+                {"n": 0},
+                f"{msg}: nothing was verified",
+                severity="unverified",
+                kind="nothing-paired",
+            )
+        ]
     out = []
     for side, role, frame in (("cand", "candidate", errors), ("base", "baseline", base_errors)):
         out += _side_evidence(paired, policy, frame, by_case if side == "cand" else {}, side, role)
@@ -82,7 +91,9 @@ def evidence_findings(
             f"none of the {paired.height} paired cases has an answer on both sides (the "
             "baseline or the candidate errored on every one): nothing was verified"
         )
-        out.append(Finding(0, None, (), {"n": 0}, msg, "unverified", "nothing-verified"))
+        out.append(
+            Finding(0, None, (), {"n": 0}, msg, severity="unverified", kind="nothing-verified")
+        )
     return out
 
 
@@ -113,8 +124,17 @@ def _side_evidence(
                 "they did before is unknown, so they are unverified"
                 + (f"; causes: {causes_text(why)}" if why else "")
             )
-            out.append(Finding(0, "must_pass", tuple(ids), {"n_error": len(ids)}, msg,
-                               "unverified", kind))  # fmt: skip
+            out.append(
+                Finding(
+                    0,
+                    "must_pass",
+                    tuple(ids),
+                    {"n_error": len(ids)},
+                    msg,
+                    severity="unverified",
+                    kind=kind,
+                )
+            )
     for tag in policy.critical_tags:
         ids = errored.filter(pl.col("tags").list.contains(tag))["case_id"].to_list()
         if ids:
@@ -124,7 +144,11 @@ def _side_evidence(
                 f"({named_ids(ids)}), so the tag is unverified"
                 + (f"; causes: {causes_text(why)}" if why else "")
             )
-            out.append(Finding(0, tag, tuple(ids), {"n_error": len(ids)}, msg, "unverified", kind))
+            out.append(
+                Finding(
+                    0, tag, tuple(ids), {"n_error": len(ids)}, msg, severity="unverified", kind=kind
+                )
+            )
     rate = n_errored / n_outputs if n_outputs else 0.0
     if n_errored and rate > policy.max_error_rate:
         ids = errored["case_id"].to_list()
@@ -136,7 +160,7 @@ def _side_evidence(
         )
         stat: dict[str, Any] = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
         stat["top_causes"] = [[c, n] for c, n in causes]
-        out.append(Finding(0, "errors", tuple(ids), stat, msg, "unverified", kind))
+        out.append(Finding(0, "errors", tuple(ids), stat, msg, severity="unverified", kind=kind))
     return out
 
 
@@ -148,7 +172,7 @@ def side_errors(run: RunData, paired: pl.DataFrame) -> pl.DataFrame:
     cols = [pl.col("case_id"), (pl.col("error") if "error" in outputs.columns
                                 else pl.lit(None, pl.String)).alias("error")]  # fmt: skip
     present = outputs.select(cols).filter(pl.col("case_id").is_in(paired_ids.implode()))
-    replays = int(run.manifest.get("replays") or 1)
+    replays = run.manifest.replays
     seen = present.group_by("case_id").len()
     missing = (
         pl.DataFrame({"case_id": paired_ids}).join(seen, on="case_id", how="left")

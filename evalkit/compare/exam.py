@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["ExamSummary", "additive_exam", "judge_on_exam", "load_exam_comparison"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExamSummary:
     """What the candidate was judged on: the pinned exam (who promoted it, when) and what the
     pull request changed against it."""
@@ -73,8 +73,8 @@ class ExamSummary:
         """The first screen's one line.
 
         Examples:
-            >>> summary = ExamSummary("ana", "2026-12-07 04:31", "b1", ("n1",), ("e1",), ("m1",),
-            ...                       removed=("m1",))
+            >>> summary = ExamSummary(who="ana", promoted_at="2026-12-07 04:31", baseline="b1",
+            ...     added=("n1",), edited=("e1",), missing=("m1",), removed=("m1",))
             >>> for part in summary.line().split("; "):
             ...     print(part)
             judged on the exam promoted 2026-12-07 04:31 by ana
@@ -147,7 +147,7 @@ def judge_on_exam(
     cand_rows = {r["case_id"]: r for r in cand.cases.iter_rows(named=True)}
     answered_ids = set(cand.outputs["case_id"].unique().to_list()) if cand.outputs.height else set()
     # The sources its newest scoring used (a rescore's, when it recorded them: `load_run`).
-    cand_files = cand.manifest.get("scorer_files") or {}
+    cand_files = cand.manifest.scorer_files
     exam_ids: set[str] = set()
     if exam_run is not None and exam_run.outputs.height:
         hashes = dict(exam_run.cases.select("case_id", "case_hash").iter_rows())
@@ -188,10 +188,17 @@ def judge_on_exam(
         [f.with_columns(pl.col("run_id").cast(pl.String)) for f in frames], how="diagonal_relaxed"
     )
     output_frame = pl.concat(outputs, how="diagonal_relaxed")
-    manifest = {**cand.manifest, "scorer_files": dict(pinned_files)}
-    manifest.pop("rescoring", None)
-    exam_cand = RunData(cand.run_id, cand.label, manifest, cases, output_frame, score_frame,
-                        cand.summary, cand.case_counts)  # its own run's figures  # fmt: skip
+    manifest = replace(cand.manifest, scorer_files=dict(pinned_files), rescoring=None)
+    exam_cand = RunData(
+        run_id=cand.run_id,
+        label=cand.label,
+        manifest=manifest,
+        cases=cases,
+        outputs=output_frame,
+        scores=score_frame,
+        summary=cand.summary,
+        case_counts=cand.case_counts,
+    )  # its own run's figures
     parts = {"rescored": tuple(rescore), "answered": tuple(from_exam), "missing": tuple(missing)}
     return exam_cand, parts
 
@@ -268,8 +275,7 @@ def trusted_exam(store: Store, baseline: str) -> StoredExam | None:
     from evalkit.compare.trust import promotions
 
     manifest = store.manifest(baseline)
-    tier = (manifest.get("selection") or {}).get("tier")
-    rows = promotions(store, manifest.get("suite") or "", tier).filter(
+    rows = promotions(store, manifest.suite or "", manifest.tier).filter(
         (pl.col("run_id") == baseline) & pl.col("why_not").is_null()
     )
     return store.exam(baseline, rows["promoted_at"].to_list()) if rows.height else None
@@ -327,12 +333,18 @@ def load_exam_comparison(
         & pinned_fail
     ))  # fmt: skip
     summary = ExamSummary(
-        exam.who, str(exam.promoted_at)[:16], baseline,
-        tuple(additions.filter(pl.col("change") == "added")["case_id"].to_list()),
-        tuple(edited["case_id"].to_list()), parts["missing"], parts["rescored"],
-        parts["answered"], exam_run.run_id if exam_run is not None else None, loosened,
-        tuple(pr.changes.filter(pl.col("change") == "removed")["case_id"].to_list()),
-    )  # fmt: skip
+        who=exam.who,
+        promoted_at=str(exam.promoted_at)[:16],
+        baseline=baseline,
+        added=tuple(additions.filter(pl.col("change") == "added")["case_id"].to_list()),
+        edited=tuple(edited["case_id"].to_list()),
+        missing=parts["missing"],
+        rescored=parts["rescored"],
+        answered=parts["answered"],
+        exam_run=exam_run.run_id if exam_run is not None else None,
+        loosened=loosened,
+        removed=tuple(pr.changes.filter(pl.col("change") == "removed")["case_id"].to_list()),
+    )
     warnings = list(main.warnings)
     if pr.manifest_diff and "scorer_files" in pr.manifest_diff:
         warnings.append(

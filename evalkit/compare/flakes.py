@@ -276,5 +276,5 @@ def _created_at(store: Store, run: RunData) -> dt.datetime | None:
     if runs.height and runs["created_at"][0] is not None:
         created: dt.datetime = runs["created_at"][0]
         return created
-    stamp = (run.manifest.get("run") or {}).get("created_at")
+    stamp = run.manifest.run.created_at
     return dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else None

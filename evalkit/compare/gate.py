@@ -114,7 +114,7 @@ def _relative_findings(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding
                 "cand_total", "zero_base", "grew", "shrank", "p_grew")  # fmt: skip
         kind = f"relative:{row['metric']}"
         stat = {k: row[k] for k in keys}
-        found.append(Finding(4, row["slice"], (), stat, message, "block", kind))
+        found.append(Finding(4, row["slice"], (), stat, message, severity="block", kind=kind))
     return found
 
 
@@ -130,14 +130,16 @@ def _budget_findings(policy: GatePolicy, observed: Mapping[str, float | None]) -
                     (),
                     {"limit": b.limit},
                     f"{b.metric}: not measured",
-                    "warn",
-                    f"budget:{b.metric}",
+                    severity="warn",
+                    kind=f"budget:{b.metric}",
                 )
             )
         elif value > b.limit:
             stat = {"observed": value, "limit": b.limit}
             msg = f"{b.metric} {value:.4g} is over the budget of {b.limit:g}"
-            out.append(Finding(4, None, (), stat, msg, b.action, f"budget:{b.metric}"))
+            out.append(
+                Finding(4, None, (), stat, msg, severity=b.action, kind=f"budget:{b.metric}")
+            )
     return out
 
 
@@ -164,12 +166,14 @@ def _override_notes(
             who = ", ".join(f"{o.who} ({o.reason})" for o in by)
             msg = f"accepted by the override of {who}: {finding.message}"
             stat = {"key": finding.key}
-            notes.append(Finding(finding.tier, finding.slice, finding.case_ids, stat, msg, "info"))
+            notes.append(
+                Finding(finding.tier, finding.slice, finding.case_ids, stat, msg, severity="info")
+            )
         else:
             uncovered.append(finding.key)
     if accepted and uncovered:
         msg = f"no override accepts {len(uncovered)} stopping finding(s): {', '.join(uncovered)}"
-        notes.append(Finding(0, "overrides", (), {"uncovered": uncovered}, msg, "info"))
+        notes.append(Finding(0, "overrides", (), {"uncovered": uncovered}, msg, severity="info"))
     return notes, uncovered
 
 
@@ -254,9 +258,19 @@ def decide(
     verified = paired.filter(~pl.col("base_error") & ~pl.col("cand_error")).height
     exam_line = context.exam.line() if context.exam is not None else None
     return GateDecision(
-        blocked, tuple(findings), overridden, accepted, tuple(states), paired.height, policy,
-        unverified, tuple(uncovered), tuple(accounting), verified, exam_line,
-    )  # fmt: skip
+        blocked=blocked,
+        findings=tuple(findings),
+        overridden=overridden,
+        overrides=accepted,
+        critical=tuple(states),
+        n_paired=paired.height,
+        policy=policy,
+        unverified=unverified,
+        uncovered=tuple(uncovered),
+        corpus_delta=tuple(accounting),
+        n_verified=verified,
+        exam_line=exam_line,
+    )
 
 
 def _unread_tree_findings(context: PairContext) -> list[Finding]:
@@ -319,23 +333,30 @@ def gate_comparison(
         comparison.cand.manifest,
     )  # fmt: skip
     context = PairContext(
-        comparison.base.run_id, comparison.cand.run_id, comparison.delta, base_errors,
-        comparison.rebaseline_blocker, tuple(policy_changes), policy_source, tuple(siblings),
-        served, comparison.exam, comparison.additions, unread_tree(comparison),
-    )  # fmt: skip
-    selection = comparison.cand.manifest.get("selection")
+        base_run_id=comparison.base.run_id,
+        cand_run_id=comparison.cand.run_id,
+        delta=comparison.delta,
+        base_errors=base_errors,
+        rebaseline_blocker=comparison.rebaseline_blocker,
+        policy_changes=tuple(policy_changes),
+        policy_source=policy_source,
+        siblings=tuple(siblings),
+        served=served,
+        exam=comparison.exam,
+        additions=comparison.additions,
+        unread_tree=unread_tree(comparison),
+    )
+    selection = comparison.cand.manifest.selection
     decision = decide(
         comparison.paired, policy, rates, observed, overrides, comparison.cand.cases, errors,
         selection, context,
     )  # fmt: skip
     # Uncalibrated judges were left out of the verdicts; say so where the decision is read,
     # with the flips they would have caused.
-    notes = [Finding(3, "judge", (), {}, note, "info") for note in comparison.judge_notes]
+    notes = [Finding(3, "judge", (), {}, note, severity="info") for note in comparison.judge_notes]
     notes += ungated_judge_flips(comparison.judge_paired, policy)
     notes += _cache_share(comparison)
-    replays = min(
-        int(run.manifest.get("replays") or 1) for run in (comparison.base, comparison.cand)
-    )
+    replays = min(run.manifest.replays for run in (comparison.base, comparison.cand))
     notes += replay_findings(comparison.paired, policy, replays)
     # Sealed cases run in both: do the live gains hold on cases nobody tuned against? (warn)
     held = transfer(comparison.paired, policy.bootstrap_iters, policy.level, policy.bootstrap_seed)
@@ -344,9 +365,11 @@ def gate_comparison(
     shown = shown_flakes(store, comparison.base, comparison.cand, trust.why_not)
     for r in shown.iter_rows(named=True):
         msg = f"flake rate {r['flake_rate']:.0%} of {r['case_id']} excuses nothing: {r['why_not']}"
-        notes.append(Finding(0, "flakes", (r["case_id"],), {}, msg, "info", "not-excusing"))
+        notes.append(
+            Finding(0, "flakes", (r["case_id"],), {}, msg, severity="info", kind="not-excusing")
+        )
     # Warnings from the runs and the comparison reach the person with the decision.
-    notes += [Finding(0, "warnings", (), {}, w, "warn") for w in comparison.warnings]
+    notes += [Finding(0, "warnings", (), {}, w, severity="warn") for w in comparison.warnings]
     return replace(decision, findings=decision.findings + tuple(notes))
 
 
@@ -367,7 +390,9 @@ def _cache_share(comparison: Comparison) -> list[Finding]:
         f"{cached} of {outputs.height} candidate outputs ({share:.0%}) came from the response "
         "cache (latency and cost as first measured)"
     )
-    return [Finding(0, "cache", (), {"cached": cached, "outputs": outputs.height}, msg, "info")]
+    return [
+        Finding(0, "cache", (), {"cached": cached, "outputs": outputs.height}, msg, severity="info")
+    ]
 
 
 #: How ungated judge results are labelled wherever they are shown.
@@ -399,10 +424,10 @@ def ungated_judge_flips(judge_paired: pl.DataFrame | None, policy: GatePolicy) -
             f"({NOT_GATED})" + (f": {named_ids(ids)}" if ids else "")
         )
         stat = {"broken": len(ids), "fixed": n_fixed, "gated": False}
-        out.append(Finding(3, tag, tuple(ids), stat, msg, "warn" if ids else "info"))
+        out.append(Finding(3, tag, tuple(ids), stat, msg, severity="warn" if ids else "info"))
     for case in broken["case_id"]:
         msg = (
             f"case {case} fails the judge in the candidate, passed it in the baseline ({NOT_GATED})"
         )
-        out.append(Finding(3, "judge-flip", (case,), {"gated": False}, msg, "info"))
+        out.append(Finding(3, "judge-flip", (case,), {"gated": False}, msg, severity="info"))
     return out

@@ -44,7 +44,7 @@ class Completeness:
 
 def completeness(store: Store, run_id: str) -> Completeness:
     """What ``run_id`` holds against what it was asked to run."""
-    replays = int(store.manifest(run_id).get("replays") or 1)
+    replays = store.manifest(run_id).replays
     cases = store.cases(run_id).height
     return Completeness(
         run_id, store.run_status(run_id), cases, replays, len(store.completed(run_id))
@@ -76,7 +76,7 @@ def require_complete(
 
 def run_tier(store: Store, run_id: str) -> str | None:
     """The tier (named selection) a run executed, or None for the full suite."""
-    return (store.manifest(run_id).get("selection") or {}).get("tier")
+    return store.manifest(run_id).tier
 
 
 def require_tier(store: Store, run_ids: tuple[str, str], tier: str | None) -> None:
@@ -101,7 +101,7 @@ def require_tier(store: Store, run_ids: tuple[str, str], tier: str | None) -> No
         )
     if any(ran.values()):
         return  # both ran the same tier: the tier's definition is pinned with the policy
-    base, cand = (_selection_flags(store.manifest(r).get("selection")) for r in run_ids)
+    base, cand = (_selection_flags(store.manifest(r).selection) for r in run_ids)
     if base != cand:
         have = " ".join(cand) or "the full suite"
         want = " ".join(base) or "no --tag/--exclude-tag (the full suite)"
@@ -136,7 +136,7 @@ def resolve_pair(store: Store, baseline: str | None, candidate: str) -> tuple[st
     """
     cand = store.resolve_run(candidate)
     if baseline is None:
-        suite, tier = store.manifest(cand).get("suite") or "", run_tier(store, cand)
+        suite, tier = store.manifest(cand).suite or "", run_tier(store, cand)
         promoted = trusted_baseline(store, suite, tier)  # a trusted writer's (compare.trust)
         if promoted is None:
             which = f"suite {suite!r}" + (f" tier {tier!r}" if tier else "")

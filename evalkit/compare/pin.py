@@ -27,6 +27,7 @@ from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
 from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict
 from evalkit.compare.trust import trusted_pinned_policy
 from evalkit.errors import EvalkitError
+from evalkit.run_manifest import RunManifest
 
 if TYPE_CHECKING:
     from evalkit.compare.analysis import Comparison
@@ -72,20 +73,21 @@ SIBLING_FIELDS = ("suite", "provider", "system", "model", "prompt", "tools", "sa
                   "replays", "judge")  # fmt: skip
 
 
-def configuration_identity(manifest: dict[str, Any]) -> str:
+def configuration_identity(manifest: RunManifest) -> str:
     """The sibling identity of a run: sha256 over `SIBLING_FIELDS` of its manifest.
 
     Examples:
         >>> a = {"model": {"id": "m"}, "corpus": {"hash": "1"}, "scorer_files": {"s": "1"}}
         >>> b = {"model": {"id": "m"}, "corpus": {"hash": "2"}, "scorer_files": {"s": "2"}}
-        >>> configuration_identity(a) == configuration_identity(b)
+        >>> same = RunManifest.from_stored(a), RunManifest.from_stored(b)
+        >>> configuration_identity(same[0]) == configuration_identity(same[1])
         True
     """
     import hashlib
 
     from evalkit.records import canonical_json
 
-    fields = {k: manifest.get(k) for k in SIBLING_FIELDS}
+    fields = {k: manifest.recorded(k) for k in SIBLING_FIELDS}
     return hashlib.sha256(canonical_json(fields).encode()).hexdigest()
 
 
@@ -110,14 +112,15 @@ def siblings(store: Store, comparison: Comparison) -> list[str]:
     import json
 
     out: list[str] = []
-    wanted = _selection_key(manifest.get("selection"))
+    wanted = _selection_key(manifest.selection)
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
-        other = json.loads(row["manifest"] or "{}")  # one query for every run's manifest
-        if other.get("exam") or other.get("rebaseline"):
+        # one query for every run's manifest
+        other = RunManifest.from_stored(json.loads(row["manifest"] or "{}"))
+        if other.exam or other.rebaseline:
             continue
         if configuration_identity(other) != identity:
             continue
-        if _selection_key(other.get("selection")) == wanted:
+        if _selection_key(other.selection) == wanted:
             out.append(row["run_id"])
             if len(out) == MAX_SIBLINGS:
                 break
@@ -161,7 +164,7 @@ def gate_pair(
         require_complete(store, run_id, role, allow_incomplete, db)
     policy, looser, source = resolve_policy(store, base, config_path)
     comparison = _exam_or_plain_comparison(store, base, cand, allow_diff, policy)
-    policy.validate_against(comparison.cand.cases, comparison.cand.manifest.get("selection"))
+    policy.validate_against(comparison.cand.cases, comparison.cand.manifest.selection)
     found: list[tuple[str, str]] = []
     for run_id in siblings(store, comparison) if with_siblings else ():
         try:

@@ -103,7 +103,7 @@ def corpus_findings(
             f"with {verify}"
         )
         stat = {k: row[k] for k in ("edited", "added", "removed", "rebaselined", "share")}
-        out.append(Finding(0, tag, ids, stat, msg, "unverified", "corpus-delta"))
+        out.append(Finding(0, tag, ids, stat, msg, severity="unverified", kind="corpus-delta"))
     if delta is not None:
         was = delta.filter((pl.col("change") == "edited") & (pl.col("old") == False))  # noqa: E712
         for r in was.iter_rows(named=True):
@@ -111,7 +111,11 @@ def corpus_findings(
                 f"case {r['case_id']} was edited in this pull request while it failed in the "
                 "baseline: never edit a case because it failed — review the edit"
             )
-            out.append(Finding(0, "corpus", (r["case_id"],), {}, msg, "warn", "edited-failing"))
+            out.append(
+                Finding(
+                    0, "corpus", (r["case_id"],), {}, msg, severity="warn", kind="edited-failing"
+                )
+            )
     return out
 
 
@@ -127,7 +131,7 @@ def pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
             f"{context.base_run_id} --policy --who NAME --reason TEXT`"
         )
         stat: dict[str, Any] = {"changes": list(context.policy_changes)}
-        out.append(Finding(0, "policy", (), stat, msg, "unverified", "loosened"))
+        out.append(Finding(0, "policy", (), stat, msg, severity="unverified", kind="loosened"))
     if context.siblings:
         counts = Counter(status for _, status in context.siblings)
         listed = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
@@ -142,7 +146,9 @@ def pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
         )
         stat = {"siblings": [list(x) for x in context.siblings]}
         severity: Severity = "block" if block else ("warn" if stopped else "info")
-        out.append(Finding(0, "siblings", tuple(stopped), stat, msg, severity, "siblings"))
+        out.append(
+            Finding(0, "siblings", tuple(stopped), stat, msg, severity=severity, kind="siblings")
+        )
     return out
 
 
@@ -167,15 +173,33 @@ def exam_findings(
                 f"must_pass case {r['case_id']} ({r['change']} in this pull request) errored in "
                 "the candidate: its version is unverified"
             )
-            out.append(Finding(1, "must_pass", (r["case_id"],), {"change": r["change"]}, msg,
-                               "unverified", "pr-exam-errored"))  # fmt: skip
+            out.append(
+                Finding(
+                    1,
+                    "must_pass",
+                    (r["case_id"],),
+                    {"change": r["change"]},
+                    msg,
+                    severity="unverified",
+                    kind="pr-exam-errored",
+                )
+            )
         elif r["cand"] is False:
             msg = (
                 f"must_pass case {r['case_id']} fails in the candidate in this pull request's "
                 f"version ({r['change']}): must_pass means must pass"
             )
-            out.append(Finding(1, "must_pass", (r["case_id"],), {"change": r["change"]}, msg,
-                               "block", "pr-exam-failed"))  # fmt: skip
+            out.append(
+                Finding(
+                    1,
+                    "must_pass",
+                    (r["case_id"],),
+                    {"change": r["change"]},
+                    msg,
+                    severity="block",
+                    kind="pr-exam-failed",
+                )
+            )
     rebased = extra.filter(pl.col("rebaselined"))
     if rebased.height:
         mine = rebased.select(
@@ -204,7 +228,13 @@ def exam_findings(
         )
         out.append(
             Finding(
-                0, "corpus", loosened, {"n": len(loosened)}, msg, "warn", "loosened-expectations"
+                0,
+                "corpus",
+                loosened,
+                {"n": len(loosened)},
+                msg,
+                severity="warn",
+                kind="loosened-expectations",
             )
         )
     return out

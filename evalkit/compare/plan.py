@@ -34,7 +34,7 @@ class JudgeState:
     state: str  # "calibrated: may gate", "no calibration record: reports, never blocks", ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TagPlan:
     """One critical tag before any run (see the module docstring). ``min_detectable_collapse``:
     the smallest drop, every flip a break, detected with the policy's power (None: none is);
@@ -89,11 +89,22 @@ def plan_tags(
             else 0
         )
         power = stats.exact_power_gate(n, psi_t, tol, policy.alpha) if n and tol > 0 else 0.0
-        rows.append(TagPlan(
-            tag, n, n >= policy.min_cases(), min_detectable_collapse(n, policy.alpha,
-            policy.power), min_detectable_drift(n, psi, policy.alpha, policy.power, replays),
-            psi, need, power, replays, tuple((judges or {}).get(tag, ())),
-        ))  # fmt: skip
+        rows.append(
+            TagPlan(
+                tag=tag,
+                cases=n,
+                can_block=n >= policy.min_cases(),
+                min_detectable_collapse=min_detectable_collapse(n, policy.alpha, policy.power),
+                min_detectable_drift=min_detectable_drift(
+                    n, psi, policy.alpha, policy.power, replays
+                ),
+                psi=psi,
+                required_n=need,
+                power_at_tolerance=power,
+                replays=replays,
+                judges=tuple((judges or {}).get(tag, ())),
+            )
+        )
     return rows
 
 

@@ -20,6 +20,7 @@ from evalkit import stats
 from evalkit.compare.pass_rules import PassRules
 from evalkit.errors import ConfigError
 from evalkit.provenance import DEFAULT_TRUSTED
+from evalkit.run_manifest import RunManifest
 
 if TYPE_CHECKING:
     import polars as pl
@@ -486,7 +487,7 @@ class PinnedPolicy:
 class _PinStore(Protocol):  # what `pinned_policy` reads of evalkit.store.Store
     def pinned_policy(self, run_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None: ...
 
-    def manifest(self, run_id: str) -> dict[str, Any]: ...
+    def manifest(self, run_id: str) -> RunManifest: ...
 
 
 def pinned_policy(store: _PinStore, base_run_id: str) -> PinnedPolicy:
@@ -502,7 +503,7 @@ def pinned_policy(store: _PinStore, base_run_id: str) -> PinnedPolicy:
         policy, row = promoted
         when = str(row.get("promoted_at") or "?")[:10]
         return PinnedPolicy(dict(policy), f"promoted by {row['who']} on {when}: {row['reason']}")
-    recorded = store.manifest(base_run_id).get("gate_policy")
+    recorded = store.manifest(base_run_id).gate_policy
     if recorded is not None:
         return PinnedPolicy(dict(recorded), f"recorded in baseline run {base_run_id}'s manifest")
     return PinnedPolicy(None, "none (the baseline predates policy pinning)")

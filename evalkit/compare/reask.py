@@ -100,8 +100,17 @@ def reask_findings(
                 f"flake rate {rate:.0%} of {case} excuses its failure: re-asked {k} times in "
                 f"this gate, it failed {fails} (no more often than the list says)"
             )
-            out.append(Finding(0, "flakes", (case,), {"reasks": k, "fails": fails}, msg, "info",
-                               "reasked"))  # fmt: skip
+            out.append(
+                Finding(
+                    0,
+                    "flakes",
+                    (case,),
+                    {"reasks": k, "fails": fails},
+                    msg,
+                    severity="info",
+                    kind="reasked",
+                )
+            )
             continue
         dropped.append(case)
         why = (
@@ -111,8 +120,17 @@ def reask_findings(
             else f"it failed {fails} of {k} re-asks, more often than the listed {rate:.0%}"
         )
         msg = f"flake rate {rate:.0%} of {case} excuses nothing: {why}"
-        out.append(Finding(0, "flakes", (case,), {"reasks": k, "fails": fails}, msg, "warn",
-                           "not-reasked"))  # fmt: skip
+        out.append(
+            Finding(
+                0,
+                "flakes",
+                (case,),
+                {"reasks": k, "fails": fails},
+                msg,
+                severity="warn",
+                kind="not-reasked",
+            )
+        )
     return rates.filter(~pl.col("case_id").is_in(dropped)), out
 
 
@@ -137,10 +155,10 @@ def reask_flakes(
     corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
     corpus = corpus.select(ids=cases)
     manifest = build_manifest(suite, corpus, run_id="reask", label="reask", selection={})
-    if manifest["config_hash"] != comparison.cand.config_hash:
+    if manifest.config_hash != comparison.cand.config_hash:
         return [], (
             "the checkout's configuration is not the candidate's (config_hash "
-            f"{manifest['config_hash'][:12]} ≠ {str(comparison.cand.config_hash)[:12]})"
+            f"{manifest.config_hash[:12]} ≠ {str(comparison.cand.config_hash)[:12]})"
         )
     label = f"{LABEL_PREFIX}{comparison.cand.run_id}"
     for _ in range(k):

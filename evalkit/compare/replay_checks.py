@@ -51,7 +51,7 @@ def replay_findings(paired: pl.DataFrame, policy: GatePolicy, replays: int) -> l
                 "(`evalkit.stats.required_n_replays` sizes cases × replays)"
             )
             stat = {"replays": replays, "min_replays": MIN_JUDGE_REPLAYS, "judged": n}
-            out.append(Finding(2, tag, (), stat, msg, "warn", "few-judge-replays"))
+            out.append(Finding(2, tag, (), stat, msg, severity="warn", kind="few-judge-replays"))
     for scope, rule in _k_of_n_rules(policy):
         if rule.den != replays:
             need = -(-rule.num * replays // rule.den)  # ceil: passes needed of `replays`
@@ -61,7 +61,9 @@ def replay_findings(paired: pl.DataFrame, policy: GatePolicy, replays: int) -> l
                 f"{rule.den} of them); run {rule.den} replays for the rule as written"
             )
             stat = {"replays": replays, "num": rule.num, "den": rule.den, "needed": need}
-            out.append(Finding(0, "replays", (), stat, msg, "info", "pass-rule-replays"))
+            out.append(
+                Finding(0, "replays", (), stat, msg, severity="info", kind="pass-rule-replays")
+            )
     return out
 
 

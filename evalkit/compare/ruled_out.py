@@ -14,8 +14,9 @@ states, on the first screen:
 
 Examples:
     >>> from evalkit.compare.decision import SliceState
-    >>> s = SliceState("negation", "no evidence of regression", 8, 0, 0, 0, 1.0, 0.0, -0.3123,
-    ...                0.3123, 0.02, True, 335, 0.0)
+    >>> s = SliceState(tag="negation", state="no evidence of regression", n=8, n_error=0,
+    ...     broken=0, fixed=0, p_value=1.0, diff=0.0, lo=-0.3123, hi=0.3123, psi=0.02,
+    ...     psi_assumed=True, required_n=335, power=0.0)
     >>> ruled_out_findings([s], GatePolicy(critical_tags=("negation",)))[0].message
     "critical tag 'negation' shows no evidence of regression, which is not evidence of none: ..."
 """
@@ -74,7 +75,7 @@ def ruled_out_findings(states: Sequence[SliceState], policy: GatePolicy) -> list
         )
         stat = {"n": s.n, "ruled_out_drop": drop, "min_detectable_drop": mdd,
                 "one_sided_level": one_sided, "lo": s.lo}  # fmt: skip
-        out.append(Finding(2, s.tag, (), stat, msg, "info", "rules-out"))
+        out.append(Finding(2, s.tag, (), stat, msg, severity="info", kind="rules-out"))
     return out
 
 

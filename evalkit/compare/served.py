@@ -19,13 +19,13 @@ Examples:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from evalkit.compare.decision import Finding, Severity
+from evalkit.run_manifest import ModelInfo, RunManifest
 
 if TYPE_CHECKING:
     from evalkit.compare.policy import GatePolicy
@@ -63,17 +63,17 @@ def matches_snapshot(served: str, snapshot: str) -> bool:
 def served_from(
     base_outputs: pl.DataFrame,
     cand_outputs: pl.DataFrame,
-    base_manifest: Mapping[str, Any],
-    cand_manifest: Mapping[str, Any],
+    base_manifest: RunManifest,
+    cand_manifest: RunManifest,
     allow_diff: tuple[str, ...] | list[str] = (),
 ) -> ServedModels:
     """Both runs' served models and snapshots, from their outputs and manifests."""
 
-    def snapshot(manifest: Mapping[str, Any]) -> str | None:
-        model = manifest.get("model") or {}
-        return model.get("snapshot") or model.get("id")
+    def snapshot(manifest: RunManifest) -> str | None:
+        model = manifest.model or ModelInfo()
+        return model.snapshot or model.id
 
-    ids = [(m.get("model") or {}).get("id") for m in (base_manifest, cand_manifest)]
+    ids = [(m.model or ModelInfo()).id for m in (base_manifest, cand_manifest)]
     declared = "model" in allow_diff or ids[0] != ids[1]
     return ServedModels(
         served_models(base_outputs),
@@ -99,7 +99,7 @@ def served_findings(policy: GatePolicy, served: ServedModels | None) -> list[Fin
             "not this change)"
         )
         stats: dict[str, Any] = {"base": dict(served.base), "cand": dict(served.cand)}
-        found.append(Finding(0, None, (), stats, message, severity, "served-model"))
+        found.append(Finding(0, None, (), stats, message, severity=severity, kind="served-model"))
     for side, models, snapshot in (
         ("baseline", served.base, served.base_snapshot),
         ("candidate", served.cand, served.cand_snapshot),
@@ -108,7 +108,9 @@ def served_findings(policy: GatePolicy, served: ServedModels | None) -> list[Fin
         if off:
             message = f"the {side} was served {_shown(tuple(off))}, not its snapshot {snapshot!r}"
             stats = {"side": side, "snapshot": snapshot, "served": dict(off)}
-            found.append(Finding(0, side, (), stats, message, severity, "served-snapshot"))
+            found.append(
+                Finding(0, side, (), stats, message, severity=severity, kind="served-snapshot")
+            )
     return found
 
 

@@ -54,8 +54,17 @@ def must_pass_findings(
             f"{len(errored)} must_pass case(s) errored in the candidate ({named_ids(errored)}): "
             "unverified" + (f"; causes: {causes_text(why)}" if why else "")
         )
-        out.append(Finding(1, "must_pass", tuple(errored), {"n_error": len(errored)}, msg,
-                           "unverified", "errored"))  # fmt: skip
+        out.append(
+            Finding(
+                1,
+                "must_pass",
+                tuple(errored),
+                {"n_error": len(errored)},
+                msg,
+                severity="unverified",
+                kind="errored",
+            )
+        )
     for r in mp.filter(pl.col("cand") == False).iter_rows(named=True):  # noqa: E712
         case, rate = r["case_id"], flakes.get(r["case_id"], 0.0)
         before = {True: "passed", False: "also failed", None: "errored"}[r["base"]]
@@ -66,23 +75,43 @@ def must_pass_findings(
         if rate > 0:
             msg += f", but it is on the measured flake list (flake rate {rate:.0%})"
         stat = {"flake_rate": rate}
-        out.append(Finding(1, "must_pass", (case,), stat, msg, _sev(rate == 0), "failed"))
+        out.append(
+            Finding(1, "must_pass", (case,), stat, msg, severity=_sev(rate == 0), kind="failed")
+        )
     for r in fresh.filter(~pl.col("cand_error") & (pl.col("cand") == False)).iter_rows(named=True):  # noqa: E712
         case = r["case_id"]
         msg = (
             f"must_pass case {case} ({r['change']} in this pull request, not run on the baseline "
             "configuration) fails in the candidate: must_pass means must pass"
         )
-        out.append(Finding(1, "must_pass", (case,), {"change": r["change"]}, msg, "block",
-                           "failed"))  # fmt: skip
+        out.append(
+            Finding(
+                1,
+                "must_pass",
+                (case,),
+                {"change": r["change"]},
+                msg,
+                severity="block",
+                kind="failed",
+            )
+        )
     for case in removed:
         msg = (
             f"must_pass case {case} ran in the baseline but not in the candidate (removed from "
             "the corpus): accept it with `evalkit override`, or promote a baseline whose corpus "
             "no longer has it"
         )
-        out.append(Finding(1, "must_pass", (case,), {"change": "removed"}, msg, "unverified",
-                           "removed"))  # fmt: skip
+        out.append(
+            Finding(
+                1,
+                "must_pass",
+                (case,),
+                {"change": "removed"},
+                msg,
+                severity="unverified",
+                kind="removed",
+            )
+        )
     return out
 
 
@@ -162,9 +191,27 @@ def critical_findings(
                 f"≥ {policy.min_cases()} are needed to gate): not gated here; the full suite "
                 "gates it"
             )
-            findings.append(Finding(2, tag, (), {"n": n_sel}, msg, "info", "not-selected"))
-            states.append(SliceState(tag, "not in this selection", n_sel, 0, 0, 0, None, None,
-                                     None, None, 0.0, False, None, None))  # fmt: skip
+            findings.append(
+                Finding(2, tag, (), {"n": n_sel}, msg, severity="info", kind="not-selected")
+            )
+            states.append(
+                SliceState(
+                    tag=tag,
+                    state="not in this selection",
+                    n=n_sel,
+                    n_error=0,
+                    broken=0,
+                    fixed=0,
+                    p_value=None,
+                    diff=None,
+                    lo=None,
+                    hi=None,
+                    psi=0.0,
+                    psi_assumed=False,
+                    required_n=None,
+                    power=None,
+                )
+            )
             continue
         r, a, tol = rows.get(tag, empty), policy.alpha, policy.tolerance
         n, broken, fixed, p, hi = r["n"], r["broken"], r["fixed"], r["p_value"], r["diff_hi"]
@@ -191,7 +238,15 @@ def critical_findings(
             why += [f"upper bound {_pts(hi)} < {_pts(-tol)} ({method})"] if by_ci else []
             msg = f"{head} regressed: {broken} broken, {fixed} fixed of {n} ({_pts(r['diff'])})"
             findings.append(
-                Finding(2, tag, ids, stat, f"{msg}; {' and '.join(why)}", "block", "regressed")
+                Finding(
+                    2,
+                    tag,
+                    ids,
+                    stat,
+                    f"{msg}; {' and '.join(why)}",
+                    severity="block",
+                    kind="regressed",
+                )
             )
         elif paired.filter(
             pl.col("tags").list.contains(tag) & (pl.col("cand_error") | pl.col("base_error"))
@@ -206,11 +261,27 @@ def critical_findings(
                 f"{groups_note})"
             )
             stat |= {"required_n": need}
-            findings.append(Finding(2, tag, ids, stat, msg, "warn", "underpowered"))
+            findings.append(Finding(2, tag, ids, stat, msg, severity="warn", kind="underpowered"))
         else:
             state = "no evidence of regression"
-        states.append(SliceState(tag, state, n, r["n_error"], broken, fixed, p, r["diff"],
-                                 r["diff_lo"], hi, psi, assumed, need, power))  # fmt: skip
+        states.append(
+            SliceState(
+                tag=tag,
+                state=state,
+                n=n,
+                n_error=r["n_error"],
+                broken=broken,
+                fixed=fixed,
+                p_value=p,
+                diff=r["diff"],
+                lo=r["diff_lo"],
+                hi=hi,
+                psi=psi,
+                psi_assumed=assumed,
+                required_n=need,
+                power=power,
+            )
+        )
     return states, findings
 
 
@@ -253,7 +324,7 @@ def _judge_level_drop(tag: str, paired: pl.DataFrame, policy: GatePolicy) -> Fin
         f" BCa upper bound {boot.hi:+.2f} < {-tol:+.2f} levels and one-sided exact sign test "
         f"p = {p:.4g} ≤ {policy.alpha:g}"
     )
-    return Finding(2, f"{tag}:judge-levels", ids, stat, msg, "block", "regressed")
+    return Finding(2, f"{tag}:judge-levels", ids, stat, msg, severity="block", kind="regressed")
 
 
 def other_findings(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
@@ -275,7 +346,7 @@ def other_findings(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy
                 f"({_pts(r['diff'])}, {why})"
             )
             stat = {**r, "p_holm": float(p_adj)}
-            out.append(Finding(3, r["slice"], (), stat, msg, "warn", "regressed"))
+            out.append(Finding(3, r["slice"], (), stat, msg, severity="warn", kind="regressed"))
     return out
 
 
@@ -295,5 +366,9 @@ def any_broken_findings(paired: pl.DataFrame, policy: GatePolicy) -> list[Findin
                 "gate.block_on_any_broken lists the tag, so any pass → fail blocks (a policy "
                 "choice, stricter than the statistics)"
             )
-            found.append(Finding(2, tag, ids, {"broken": len(ids)}, message, "block", "any-broken"))
+            found.append(
+                Finding(
+                    2, tag, ids, {"broken": len(ids)}, message, severity="block", kind="any-broken"
+                )
+            )
     return found

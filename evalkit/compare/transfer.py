@@ -48,7 +48,7 @@ from evalkit.compare.decision import Finding, Severity
 MIN_CASES = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Transfer:
     """The two gains, their gap, its interval and the exact test's one-sided p (None below
     `MIN_CASES` on a side). ``iters`` and ``seed`` are kept for callers; nothing resamples."""
@@ -187,7 +187,18 @@ def transfer(
     lo = hi = p = None
     if min(len(live), len(held)) >= MIN_CASES:
         lo, hi, p = gap_test(live, held, level)
-    return Transfer(len(live), len(held), gains[0], gains[1], lo, hi, level, iters, seed, p)
+    return Transfer(
+        live_n=len(live),
+        sealed_n=len(held),
+        live_gain=gains[0],
+        sealed_gain=gains[1],
+        lo=lo,
+        hi=hi,
+        level=level,
+        iters=iters,
+        seed=seed,
+        p_value=p,
+    )
 
 
 def gap_test(live: np.ndarray, held: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
@@ -215,4 +226,4 @@ def transfer_finding(result: Transfer) -> Finding | None:
         "level": result.level, "p_value": result.p_value,
     }  # fmt: skip
     severity: Severity = "warn" if result.verdict == "no transfer" else "info"
-    return Finding(3, "sealed", (), stat, result.message(), severity, "transfer")
+    return Finding(3, "sealed", (), stat, result.message(), severity=severity, kind="transfer")

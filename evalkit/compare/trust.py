@@ -14,12 +14,14 @@ run never is.
 
 Examples:
     >>> from evalkit.provenance import Writer
+    >>> from evalkit.run_manifest import RunInfo
     >>> pr = Writer(ci="ci", event="pull_request", job="9", base_ref="main", pull_request=True)
     >>> trust = Trust(pr, ("base_branch", "person"), "abc")
     >>> trust.why_not(Writer(ci="ci", event="pull_request", job="9", pull_request=True).to_json())
     'written by this pull-request job (ci job 9, ? → ?)'
     >>> row = {"written_by": Writer(ci="ci", job="9", pull_request=True).to_json(), "policy": None}
-    >>> trust.why_not_promotion(row, {"run": {"git_sha": "abc", "git_dirty": False}}) is None
+    >>> base_branch_run = RunManifest(run=RunInfo(git_sha="abc", git_dirty=False))
+    >>> trust.why_not_promotion(row, base_branch_run) is None
     True
 """
 
@@ -42,6 +44,7 @@ from evalkit.provenance import (
     trusted_rules,
     why_untrusted,
 )
+from evalkit.run_manifest import RunManifest
 
 if TYPE_CHECKING:  # (not compare.analysis: it reads calibrations through this module)
     from evalkit.compare.policy import PinnedPolicy
@@ -67,7 +70,7 @@ class Trust:
         """Why a record written by ``written_by`` (`Writer` JSON) is not trusted; None: it is."""
         return why_untrusted(Writer.from_json(written_by), self.context, self.rules)
 
-    def why_not_promotion(self, row: Mapping[str, Any], manifest: Mapping[str, Any]) -> str | None:
+    def why_not_promotion(self, row: Mapping[str, Any], manifest: RunManifest) -> str | None:
         """As `why_not`, for a promotion ``row`` of the run whose manifest is ``manifest``: one a
         pull-request job wrote is trusted when it provably pins the base branch's run."""
         why = self.why_not(row.get("written_by"))
@@ -78,15 +81,15 @@ class Trust:
             return None
         return why
 
-    def pins_base_branch(self, row: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
+    def pins_base_branch(self, row: Mapping[str, Any], manifest: RunManifest) -> bool:
         """The run was made at the base branch's commit with a clean tree, and the promotion
         pins the policy that run recorded (or none)."""
-        run = manifest.get("run") or {}
-        if self.base_commit is None or run.get("git_sha") != self.base_commit:
+        run = manifest.run
+        if self.base_commit is None or run.git_sha != self.base_commit:
             return False
         policy = row.get("policy")
-        same_policy = policy is None or json.loads(policy) == manifest.get("gate_policy")
-        return run.get("git_dirty") is False and same_policy
+        same_policy = policy is None or json.loads(policy) == manifest.gate_policy
+        return run.git_dirty is False and same_policy
 
 
 def promotions(
@@ -109,7 +112,7 @@ def promotions(
         try:
             manifest = store.manifest(row["run_id"])
         except Exception:  # a promotion of a run this store lacks: judged on its writer alone
-            manifest = {}
+            manifest = RunManifest()
         reasons.append(trust.why_not_promotion(row, manifest))
     return rows.with_columns(why_not=pl.Series(reasons, dtype=pl.String))
 
@@ -126,9 +129,7 @@ def trusted_pinned_policy(store: Store, base_run_id: str) -> PinnedPolicy:
     from evalkit.compare.policy import PinnedPolicy
 
     manifest = store.manifest(base_run_id)
-    suite = manifest.get("suite") or ""
-    tier = (manifest.get("selection") or {}).get("tier")
-    rows = promotions(store, suite, tier).filter(
+    rows = promotions(store, manifest.suite or "", manifest.tier).filter(
         (pl.col("run_id") == base_run_id)
         & pl.col("policy").is_not_null()
         & pl.col("why_not").is_null()
@@ -139,7 +140,7 @@ def trusted_pinned_policy(store: Store, base_run_id: str) -> PinnedPolicy:
         return PinnedPolicy(
             json.loads(row["policy"]), f"promoted by {row['who']} on {when}: {row['reason']}"
         )
-    recorded = manifest.get("gate_policy")
+    recorded = manifest.gate_policy
     if recorded is not None:
         return PinnedPolicy(dict(recorded), f"recorded in baseline run {base_run_id}'s manifest")
     return PinnedPolicy(None, "none (the baseline predates policy pinning)")
@@ -168,10 +169,11 @@ def trust_findings(
             f"override by {row['who']} ({row['reason']}) ignored: {row['why_not']}; "
             "it excuses nothing"
         )
-        out.append(Finding(0, "trust", (), {"record": "override"}, msg, "warn", "untrusted"))
+        out.append(
+            Finding(0, "trust", (), {"record": "override"}, msg, severity="warn", kind="untrusted")
+        )
     manifest = comparison.base.manifest
-    suite, tier = manifest.get("suite") or "", (manifest.get("selection") or {}).get("tier")
-    rows = promotions(store, suite, tier, trust.context, trust.base_commit)
+    rows = promotions(store, manifest.suite or "", manifest.tier, trust.context, trust.base_commit)
     trusted_at = rows.filter(pl.col("run_id") == comparison.base.run_id)["promoted_at"]
     for row in rows.filter(pl.col("why_not").is_not_null()).iter_rows(named=True):
         if trusted_at.len() and row["promoted_at"] < trusted_at.max():
@@ -180,7 +182,9 @@ def trust_findings(
             f"promotion of {row['run_id']} by {row['who']} ({row['reason']}) ignored: "
             f"{row['why_not']}; the gate judges against {comparison.base.run_id}"
         )
-        out.append(Finding(0, "trust", (), {"record": "promotion"}, msg, "warn", "untrusted"))
+        out.append(
+            Finding(0, "trust", (), {"record": "promotion"}, msg, severity="warn", kind="untrusted")
+        )
     return out
 
 
@@ -198,7 +202,7 @@ def trusted_calibrations(calibrations: pl.DataFrame, trust: Trust | None = None)
 def unread_tree(comparison: Any) -> UnreadTree | None:
     """Whether a Python candidate whose repository could not be read (its identity does not
     cover what it can read) was served cached answers, and which cases (None: it was not)."""
-    repo = (comparison.cand.manifest.get("system") or {}).get("repo")
+    repo = (comparison.cand.manifest.system or {}).get("repo")
     outputs = comparison.cand.outputs
     if not isinstance(repo, dict) or repo.get("digest") or "cached" not in outputs.columns:
         return None
@@ -217,5 +221,12 @@ def unreadable_tree_finding(unread: UnreadTree) -> Finding:
         "is no evidence of what ran: verify it with `evalkit run --no-cache` (or run it from a "
         "git checkout) and gate that run"
     )
-    return Finding(0, "cache", unread.cached, {"cached": len(unread.cached)}, msg, "unverified",
-                   "unreadable-tree")  # fmt: skip
+    return Finding(
+        0,
+        "cache",
+        unread.cached,
+        {"cached": len(unread.cached)},
+        msg,
+        severity="unverified",
+        kind="unreadable-tree",
+    )

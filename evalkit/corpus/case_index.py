@@ -90,7 +90,7 @@ class ScorerFacts:
         return SCORERS[self.name].tier
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CaseFacts:
     """What a case says, short of building it: the fields a :class:`~evalkit.corpus.cases.Case`
     shares with it read the same (``id``, ``hash``, ``tags``, ``criticality``, ``review``,
@@ -125,7 +125,7 @@ class FileFacts:
     cases: tuple[CaseFacts, ...]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class IndexCounts:
     """What one load did with the index (tests count with it, never with a timer)."""
 
@@ -398,16 +398,16 @@ def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) ->
         return None
     cases = [
         CaseFacts(
-            case_id,
-            case_hash,
-            tag_sets[tag],
-            crit,
-            state,
-            f"{rel}:{line}",
-            sealed,
-            None if var_names is None else _strings(var_names),
-            scorer_sets[scorer],
-            None if span is None else (span[0], span[1], span[2]),
+            id=case_id,
+            hash=case_hash,
+            tags=tag_sets[tag],
+            criticality=crit,
+            review=state,
+            source=f"{rel}:{line}",
+            sealed=sealed,
+            var_names=None if var_names is None else _strings(var_names),
+            scorers=scorer_sets[scorer],
+            span=None if span is None else (span[0], span[1], span[2]),
         )
         for case_id, case_hash, tag, crit, state, line, var_names, scorer, span in zip(
             ids, hashes, tags, criticality, review, lines, names, scorers, spans, strict=True

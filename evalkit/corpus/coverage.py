@@ -67,7 +67,7 @@ def last_runs(store: Store, suite: str, k: int) -> list[str]:
     )
     found = []
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
-        if store.manifest(row["run_id"]).get("suite") == suite:
+        if store.manifest(row["run_id"]).suite == suite:
             found.append(row["run_id"])
         if len(found) == k:
             return found

@@ -27,23 +27,9 @@ from evalkit.corpus.scorer_modules import scorer_module_hashes
 from evalkit.corpus.suite import Suite
 from evalkit.records import canonical_json
 from evalkit.redact import strip_userinfo
+from evalkit.run_manifest import COMPARABLE_FIELDS, MANIFEST_VERSION, RunManifest, as_manifest
 from evalkit.scorers.judge_client import model_family
 from evalkit.version import __version__
-
-#: Manifest fields that identify a configuration; each is one logical thing a change can vary.
-COMPARABLE_FIELDS = (
-    "suite",
-    "provider",
-    "system",
-    "model",
-    "prompt",
-    "tools",
-    "sampling",
-    "judge",
-    "replays",
-    "scorer_files",
-    "harness",
-)
 
 
 def _sha(text: str | None) -> str | None:
@@ -58,7 +44,7 @@ def build_manifest(
     label: str,
     selection: dict[str, Any],
     judge_rubrics: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> RunManifest:
     """Everything that produced a run (never keys), plus its ``config_hash``.
 
     ``corpus`` may be the facts of a corpus read through its case index (a shard builds only
@@ -79,6 +65,7 @@ def build_manifest(
     judge = suite.config.judge
     endpoint = system.effective_endpoint()  # what make_provider connects to and the cache keys on
     manifest: dict[str, Any] = {
+        "version": MANIFEST_VERSION,
         "suite": suite.config.suite,
         "kind": suite.config.kind,  # "live": reported only, never promoted or gated
         "provider": {
@@ -152,7 +139,7 @@ def build_manifest(
         manifest["sandbox"] = isolation_description()
     manifest["warnings"] = _warnings(suite)
     manifest["config_hash"] = config_hash(manifest)
-    return manifest
+    return RunManifest.from_stored(manifest)
 
 
 def system_identity(suite: Suite) -> dict[str, Any]:
@@ -241,21 +228,28 @@ def _warnings(suite: Suite) -> list[str]:
     return live
 
 
-def config_hash(manifest: dict[str, Any]) -> str:
-    """sha256 over the comparable fields only (run id, time, git state, corpus are excluded)."""
+def config_hash(manifest: RunManifest | dict[str, Any]) -> str:
+    """sha256 over the comparable fields only (run id, time, git state, corpus are excluded),
+    as recorded (a manifest being built is still its JSON form)."""
+    read = manifest.recorded if isinstance(manifest, RunManifest) else manifest.get
     return hashlib.sha256(
-        canonical_json({k: manifest.get(k) for k in COMPARABLE_FIELDS}).encode()
+        canonical_json({k: read(k) for k in COMPARABLE_FIELDS}).encode()
     ).hexdigest()
 
 
-def manifest_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def manifest_diff(a: RunManifest | dict[str, Any], b: RunManifest | dict[str, Any]) -> list[str]:
     """Names of the comparable fields in which two manifests differ.
 
     Examples:
         >>> manifest_diff({"model": {"id": "a"}}, {"model": {"id": "b"}})
         ['model']
     """
-    return [k for k in COMPARABLE_FIELDS if canonical_json(a.get(k)) != canonical_json(b.get(k))]
+    a, b = as_manifest(a), as_manifest(b)
+    return [
+        k
+        for k in COMPARABLE_FIELDS
+        if canonical_json(a.recorded(k)) != canonical_json(b.recorded(k))
+    ]
 
 
 def _client_versions() -> dict[str, str]:

@@ -98,7 +98,7 @@ DIRECTIVES: tuple[Directive, ...] = (
 _DIRECTIVE_RES = tuple((d, re.compile(d.pattern)) for d in DIRECTIVES)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Flags:
     """The rules a system prompt switched on (see ``DIRECTIVES``); all off by default."""
 

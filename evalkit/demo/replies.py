@@ -73,7 +73,8 @@ def render_decision(decision: Triage, flags: Flags, core: str | None = None) -> 
     sentence. The agent logic (:mod:`evalkit.demo.agent`) answers through it.
 
     Examples:
-        >>> decision = Triage("other", "normal", "58120", False, False, "order_status")
+        >>> decision = Triage(category="other", priority="normal", order_id="58120",
+        ...     refund=False, escalate=False, topic="order_status")
         >>> from evalkit.demo.directives import parse_directives
         >>> flags = parse_directives("Respond only with a JSON object. Do not use markdown.")
         >>> json.loads(render_decision(decision, flags, core="It shipped."))["reply"][-12:]

@@ -21,7 +21,7 @@ from evalkit.store import open_store
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "corpus" / "evalkit.yaml"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DemoResult:
     baseline: RunSummary
     candidate: RunSummary
@@ -90,5 +90,18 @@ def run_demo(
         )
         gate_exit_code, report_path = gate_run.exit_code, gate_run.html_path
         status = (gate_run.decision or {}).get("status")
-        return DemoResult(baseline, candidate, db, gate_exit_code, report_path, status)
-    return DemoResult(baseline, candidate, db, gate_exit_code, report_path)
+        return DemoResult(
+            baseline=baseline,
+            candidate=candidate,
+            db_path=db,
+            gate_exit_code=gate_exit_code,
+            report_path=report_path,
+            gate_status=status,
+        )
+    return DemoResult(
+        baseline=baseline,
+        candidate=candidate,
+        db_path=db,
+        gate_exit_code=gate_exit_code,
+        report_path=report_path,
+    )

@@ -60,7 +60,7 @@ READY_PREFIX = "evalkit demo simulator listening on "
 _HEADERS = {"x-evalkit-simulator": "true"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerOptions:
     """How the simulator server behaves: noise, latency and injected faults (all seeded)."""
 

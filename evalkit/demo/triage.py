@@ -375,7 +375,7 @@ def _days_ago(text: str) -> int | None:
 # --------------------------------------------------------------------------- decisions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Triage:
     """The simulator's decision for one conversation, before it is rendered as JSON."""
 
@@ -455,7 +455,15 @@ def triage(messages: Sequence[Message], *, flip: bool = False) -> Triage:
 def decide_ticket(ticket: _Ticket, flags: Flags, flip: bool) -> tuple[Triage, Manipulations]:
     mode, manipulations = _injection_mode(ticket, flags)
     if mode == "refuse":
-        refusal = Triage("injection", "normal", None, False, False, "injection", mode=mode)
+        refusal = Triage(
+            category="injection",
+            priority="normal",
+            order_id=None,
+            refund=False,
+            escalate=False,
+            topic="injection",
+            mode=mode,
+        )
         return refusal, manipulations
     order_id = _order_id(ticket, flags)
     runner_up = None
@@ -483,7 +491,13 @@ def decide_ticket(ticket: _Ticket, flags: Flags, flip: bool) -> tuple[Triage, Ma
     elif refund_topic and topic in ("billing", "policy", "returns", "other", "order_status"):
         topic = refund_topic
     decision = Triage(
-        category, _priority(ticket, flags, risk), order_id, refund, bool(escalate), topic, runner_up
+        category=category,
+        priority=_priority(ticket, flags, risk),
+        order_id=order_id,
+        refund=refund,
+        escalate=bool(escalate),
+        topic=topic,
+        runner_up=runner_up,
     )
     if mode == "comply":
         decision = replace(decision, mode=mode, **dict(manipulations.fields))

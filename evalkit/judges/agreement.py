@@ -122,7 +122,7 @@ def confusion_matrix(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClassReport:
     """Per-class precision, recall, F1 and support, their unweighted (macro) means, accuracy.
 
@@ -207,7 +207,7 @@ def classification_report(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgreementSummary:
     """Judge vs human on n items: raw agreement (Wilson CI), Cohen's kappa (bootstrap CI),
     quadratic-weighted kappa when the labels are ordinal, per-class report, confusion matrix."""
@@ -438,7 +438,7 @@ def rater_agreement(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CalibrationRecord:
     """A judge's measured agreement with humans: what lets it gate. The store persists it.
 

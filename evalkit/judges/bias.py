@@ -72,7 +72,7 @@ def combine_orders(verdict_order_ab: Labels, verdict_order_ba: Labels, tie: Any 
     return np.where(a == b, a, np.asarray(tie))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OrderSummary:
     """Counts from judging every item in both orders, against a gold label.
 
@@ -191,7 +191,7 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LengthBias:
     """Does the judge prefer the longer output?
 

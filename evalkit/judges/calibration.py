@@ -464,7 +464,7 @@ def calibrate(
         CalibrationError: see :func:`calibrate_frames`.
     """
     run_id = store.resolve_run(run)
-    judge = store.manifest(run_id).get("judge") or {}
+    judge = store.manifest(run_id).judge
     result = calibrate_frames(
         store.scores(run_id),
         store.outputs(run_id),
@@ -472,7 +472,7 @@ def calibrate(
         scorer=scorer,
         rubric_path=rubric,
         run_id=run_id,
-        judge_snapshot=judge.get("snapshot"),
+        judge_snapshot=judge.snapshot if judge else None,
         pairwise=store.pairwise_judgments(),
         binary=binary,
         level=level,

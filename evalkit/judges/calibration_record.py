@@ -40,7 +40,7 @@ def nan_to_none(value: float | None) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Calibration:
     """A stored calibration record: a judge model + rubric's measured agreement with humans."""
 
@@ -116,7 +116,7 @@ class Calibration:
         return calibration_table([asdict(self)], title="Judge calibration record").as_raw_html()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CalibrationResult:
     """Everything ``evalkit calibrate`` computed; ``record`` is what was stored."""
 

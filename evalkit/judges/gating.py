@@ -72,7 +72,7 @@ def judge_rows(scores: pl.DataFrame) -> pl.Expr:
     return judge_details("judge_model").is_not_null()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JudgeCheck:
     """One judge check found in a run's scores, and whether it may gate (``reason`` says why)."""
 
@@ -291,9 +291,21 @@ def _assess(
                 "(gate.judge_kappa_min) — reported, not gated"
             )
     return JudgeCheck(
-        scorer, model, rubric, rubric_hash, n, gating, kappa, when, reason,
-        snapshot, prompt, lo, hi, labels,
-    )  # fmt: skip
+        scorer=scorer,
+        judge_model=model,
+        rubric=rubric,
+        rubric_hash=rubric_hash,
+        n_scores=n,
+        gating=gating,
+        kappa=kappa,
+        calibrated_at=when,
+        reason=reason,
+        judge_snapshot=snapshot,
+        judge_prompt=prompt,
+        kappa_lo=lo,
+        kappa_hi=hi,
+        n_labels=labels,
+    )
 
 
 def _decision_bound(record: dict[str, Any] | None, lo: float | None) -> float | None:
@@ -398,8 +410,9 @@ def judge_levels(scores: pl.DataFrame, gating: JudgeGating) -> pl.DataFrame:
         ...     "tier": [3, 3], "error": [False, False], "details": [
         ...     '{"judge_model": "m", "rubric_hash": "h", "judge_score": 4}',
         ...     '{"judge_model": "m", "rubric_hash": "h", "judge_score": 5}']})
-        >>> gating = JudgeGating((JudgeCheck("judge", "m", None, "h", 2, True, 0.8, None, ""),),
-        ...     0.6)
+        >>> check = JudgeCheck(scorer="judge", judge_model="m", rubric=None, rubric_hash="h",
+        ...     n_scores=2, gating=True, kappa=0.8, calibrated_at=None, reason="")
+        >>> gating = JudgeGating((check,), 0.6)
         >>> judge_levels(scores, gating).rows()
         [('a', 4.5)]
     """

@@ -74,7 +74,7 @@ class LabellingError(EvalkitError):
     """A labelling problem the user can act on (one line; the CLI exits 2)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabelItem:
     """One output to label: what the judge saw (the input as a conversation, the output text),
     never what it said."""
@@ -95,7 +95,7 @@ class Stratum:
     sampled: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabelSample:
     """The outputs to label and how they were chosen (enough to choose them again)."""
 

@@ -130,7 +130,7 @@ class LabellingCard:
         return self.html
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabellingView:
     """The widgets of one labelling view; it displays as its ``box``."""
 
@@ -187,7 +187,9 @@ def labelling_widget(session: LabellingSession) -> LabellingView:
 
     keys.observe(typed, names="value")
     box = widgets.VBox([card, widgets.HBox(list(buttons.values())), note, keys, status])
-    return LabellingView(session, box, card, buttons, keys, note, status)
+    return LabellingView(
+        session=session, box=box, card=card, buttons=buttons, keys=keys, note=note, status=status
+    )
 
 
 def show_labelling(session: LabellingSession) -> LabellingView | LabellingCard:

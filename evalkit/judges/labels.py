@@ -312,7 +312,7 @@ def _validated(record: dict[str, Any], file: Path, line: int) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabelImport:
     """What ``evalkit labels import`` stored."""
 

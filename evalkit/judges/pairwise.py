@@ -121,7 +121,7 @@ def _conversation(input_json: str) -> str:
     return json.dumps(given.get("vars"), sort_keys=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PairwiseRun:
     """The stored verdicts of one ``judge-pairs`` call and their summary.
 

@@ -30,6 +30,7 @@ from evalkit.project.labels import Labels
 from evalkit.project.loop import run_sync
 from evalkit.project.results import ComparisonResult, RunResult
 from evalkit.run.summary import rate_basis
+from evalkit.run_manifest import RunManifest
 
 if TYPE_CHECKING:
     import polars as pl
@@ -189,11 +190,11 @@ class Project:
         rows = []
         for row in runs.iter_rows(named=True):
             counts = json.loads(row["summary"] or "null") or {}
-            manifest = json.loads(row["manifest"] or "null") or {}
+            manifest = RunManifest.from_stored(json.loads(row["manifest"] or "null") or {})
             cases = counted.get(row["run_id"])
-            replays = int(manifest.get("replays") or 1)
+            replays = manifest.replays
             rows.append({
-                "run_id": row["run_id"], "label": row["label"], "suite": manifest.get("suite"),
+                "run_id": row["run_id"], "label": row["label"], "suite": manifest.suite,
                 "status": row["status"], "created_at": row["created_at"],
                 "pass_rate": cases.rate if cases else None, "rate_basis": rate_basis(replays),
                 "replays": replays, "cases": cases.cases if cases else None,

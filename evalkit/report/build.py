@@ -58,7 +58,7 @@ STATUS_COLORS = {"PASSED": "green", "BLOCKED": "red", "UNVERIFIED": "dark_orange
                  "PASSED WITH OVERRIDE": "yellow", "COMPARE": "blue"}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
     """Everything shown about one pair of runs; render it with the functions below."""
 
@@ -263,8 +263,8 @@ def _leaves(a: Any, b: Any, path: str) -> list[str]:
 
 
 def _manifest_changes(cmp: Comparison) -> tuple[str, ...]:
-    base, cand = cmp.base.manifest or {}, cmp.cand.manifest or {}
-    return tuple(x for f in cmp.manifest_diff for x in _leaves(base.get(f), cand.get(f), f))
+    base, cand = cmp.base.manifest.recorded, cmp.cand.manifest.recorded
+    return tuple(x for f in cmp.manifest_diff for x in _leaves(base(f), cand(f), f))
 
 
 def build_report(
@@ -290,32 +290,43 @@ def build_report(
     broken = broken.sort(*first, "case_id")
     ok = ~pl.col("base_error") & ~pl.col("cand_error")
     base_use, cand_use = usage_means(cmp.base_verdicts), usage_means(cmp.cand_verdicts)
+    failing = p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()
+    critical = decision.policy.critical_tags if decision else ()
+    interval = decision.policy.interval_level() if decision else 0.95
     return Report(
-        cmp.base.run_id, cmp.cand.run_id, cmp.base.label, cmp.cand.label, decision,
-        case_details(cmp, broken.head(max_details), blocking),
-        case_details(cmp, fixed.head(max_details), blocking), broken.height, fixed.height,
-        slices(live, iters, seed, level), slices(p.filter(held), iters, seed, level),
-        p.select("case_id", "tags", "criticality", "sealed", "base", "cand", "base_error",
-                 "cand_error"),
-        tuple(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
-        tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
-        tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
-        cmp.changes, {k: (base_use[k], cand_use[k]) for k in base_use}, cmp.manifest_diff,
-        str((cmp.cand.manifest or {}).get("suite") or "evalkit"),
-        failure_reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
-        _manifest_changes(cmp),
-        scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
-        usage_deltas=usage_deltas(
-            live, decision.policy.critical_tags if decision else (),
-            level=decision.policy.interval_level() if decision else 0.95,
+        base_run_id=cmp.base.run_id,
+        cand_run_id=cmp.cand.run_id,
+        base_label=cmp.base.label,
+        cand_label=cmp.cand.label,
+        decision=decision,
+        broken=case_details(cmp, broken.head(max_details), blocking),
+        fixed=case_details(cmp, fixed.head(max_details), blocking),
+        n_broken=broken.height,
+        n_fixed=fixed.height,
+        slices=slices(live, iters, seed, level),
+        sealed=slices(p.filter(held), iters, seed, level),
+        paired=p.select(
+            "case_id", "tags", "criticality", "sealed", "base", "cand", "base_error", "cand_error"
         ),
+        unstable=tuple(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
+        failing_both=tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
+        always_passing=tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
+        changes=cmp.changes,
+        usage={k: (base_use[k], cand_use[k]) for k in base_use},
+        manifest_diff=cmp.manifest_diff,
+        suite=str(cmp.cand.manifest.suite or "evalkit"),
+        cand_reasons=failure_reasons(cmp.cand, failing),
+        manifest_changes=_manifest_changes(cmp),
+        scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
+        usage_deltas=usage_deltas(live, critical, level=interval),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
         ),
-        **_replay_fields(cmp, decision), level=level,
+        **_replay_fields(cmp, decision),
+        level=level,
         run_rates=(_run_rate(cmp.base), _run_rate(cmp.cand)),
-    )  # fmt: skip
+    )
 
 
 def _run_rate(run: RunData) -> float | None:
@@ -326,7 +337,7 @@ def _run_rate(run: RunData) -> float | None:
 def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, Any]:
     """`Report`'s replay fields: counts from the manifests, the rule from the decision's policy
     (the comparison was built under it), pass@k and pass^k at k = the smaller replay count."""
-    replays = tuple(int(run.manifest.get("replays") or 1) for run in (cmp.base, cmp.cand))
+    replays = tuple(run.manifest.replays for run in (cmp.base, cmp.cand))
     rule = decision.policy.pass_rules.describe() if decision is not None else "majority"
     k = min(replays)
     table = replay_table(cmp.base_verdicts, cmp.cand_verdicts, k) if k > 1 else None

@@ -31,7 +31,7 @@ class ScorerNote:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaseDetail:
     """A flipped case: its input, both outputs and each scorer's reason on each side."""
 
@@ -110,8 +110,19 @@ def case_details(
         b_text, b_notes = base.get(case, (None, ()))
         c_text, c_notes = cand.get(case, (None, ()))
         text = _input_text(inputs.get(case))
-        about = (tuple(tags or ()), crit, case in blocking, text)
-        out.append(CaseDetail(case, *about, b_text, c_text, b_notes, c_notes))
+        out.append(
+            CaseDetail(
+                case_id=case,
+                tags=tuple(tags or ()),
+                criticality=crit,
+                blocking=case in blocking,
+                input=text,
+                base_output=b_text,
+                cand_output=c_text,
+                base_notes=b_notes,
+                cand_notes=c_notes,
+            )
+        )
     return tuple(out)
 
 

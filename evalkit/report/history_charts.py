@@ -7,7 +7,8 @@ Charts take a `History` and show themselves in Jupyter like every evalkit chart
 
 Examples:
     >>> from evalkit.trends.values import History
-    >>> empty = History("label", None, (), (), (), 0.05, 0.95)
+    >>> empty = History(by="label", tag=None, points=(), trends=(), findings=(), alpha=0.05,
+    ...     level=0.95)
     >>> pass_rate_history(empty).to_dict()["title"]
     'Pass rate over runs: no runs in this history'
 """
@@ -63,10 +64,16 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
     Examples:
         >>> from evalkit.trends.values import History, HistoryPoint, TagRate
         >>> import datetime as dt
-        >>> point = HistoryPoint("nightly", "r1", "nightly", dt.datetime(2026, 1, 1), "cfg",
-        ...     (TagRate("ALL", 10, 10, 9, 0, 1, 0.9, 0.6, 0.98),), None, 10, 0, 100.0,
-        ...     0.001, 15.0, 1.0, (("m-0513", 10),), "m", ())
-        >>> spec = pass_rate_history(History("label", None, (point,), (), (), 0.05, 0.95))
+        >>> rate = TagRate(tag="ALL", cases=10, decided=10, passed=9, errored=0, unstable=1,
+        ...     rate=0.9, lo=0.6, hi=0.98)
+        >>> point = HistoryPoint(series="nightly", run_id="r1", label="nightly",
+        ...     at=dt.datetime(2026, 1, 1), config_hash="cfg", tags=(rate,), flaky=None,
+        ...     outputs=10, cached=0, mean_latency_ms=100.0, mean_cost_usd=0.001,
+        ...     mean_total_tokens=15.0, mean_steps=1.0, served_models=(("m-0513", 10),),
+        ...     snapshot="m", critical_tags=())
+        >>> history = History(by="label", tag=None, points=(point,), trends=(), findings=(),
+        ...     alpha=0.05, level=0.95)
+        >>> spec = pass_rate_history(history)
         >>> [panel["title"] for panel in spec.to_dict()["vconcat"]]
         ['ALL: pass rate (per case; Wilson 95% band)']
 

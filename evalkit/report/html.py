@@ -250,8 +250,9 @@ def case_card(detail: CaseDetail, base_label: str, cand_label: str) -> str:
 
     Examples:
         >>> from evalkit.report.build import CaseDetail, ScorerNote
-        >>> d = CaseDetail("c1", ("billing",), "must_pass", True, "hi", "ok", "<b>no</b>", (),
-        ...                (ScorerNote("contains", False, 0.0, "missing 'refund'"),))
+        >>> d = CaseDetail(case_id="c1", tags=("billing",), criticality="must_pass",
+        ...     blocking=True, input="hi", base_output="ok", cand_output="<b>no</b>",
+        ...     base_notes=(), cand_notes=(ScorerNote("contains", False, 0.0, "missing 'refund'"),))
         >>> card = case_card(d, "base", "cand")
         >>> "evalkit-card-blocking" in card, "&lt;b&gt;no&lt;/b&gt;" in card
         (True, True)

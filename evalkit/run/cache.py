@@ -20,6 +20,7 @@ from typing import Any
 
 from evalkit.corpus.suite import Suite
 from evalkit.records import ChatRequest, Completion, Provider, canonical_json
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store
 
 #: Version of the runner's cache entries (completion + the latency and cost it had when
@@ -50,24 +51,22 @@ def cache_key(identity: dict[str, Any], request: ChatRequest, replay: int) -> st
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
-def system_cache_identity(suite: Suite, manifest: dict[str, Any]) -> dict[str, Any]:
+def system_cache_identity(suite: Suite, manifest: RunManifest) -> dict[str, Any]:
     """Who answers, for the cache key: provider, the effective endpoint (``OPENAI_BASE_URL``
     resolved, as the manifest records it), function, pinned snapshot, and the system's code
     fingerprint, version and index (from the manifest), so an edit to any of them is a cache
     miss (fields a suite leaves unset are left out of the key)."""
     system = suite.config.system
     # The endpoint the manifest records: after OPENAI_BASE_URL, never a password.
-    recorded = manifest.get("provider") or {}
-    base_url = (
-        recorded["base_url"] if "base_url" in recorded else system.effective_endpoint().recorded
-    )
+    recorded = manifest.provider
+    base_url = recorded.base_url if recorded is not None else system.effective_endpoint().recorded
     identity: dict[str, Any] = {
         "provider": system.provider,
         "base_url": base_url,
         "function": system.function,
         "entry": CACHE_ENTRY_VERSION,
     }
-    described = manifest.get("system") or {}
+    described = manifest.system or {}
     extra = {
         "snapshot": system.snapshot,
         "code": described.get("code_fingerprint"),

@@ -16,11 +16,13 @@ nothing paid) and takes the entry only when:
 
 Examples:
     >>> me = Consumer(host="ci-7", reported={"id": "m", "owned_by": "vllm"})
-    >>> stub = Publisher("laptop", "r1", None, "http://127.0.0.1:8000/v1", True, {"id": "m"})
+    >>> stub = Publisher(host="laptop", run="r1", commit=None,
+    ...     endpoint="http://127.0.0.1:8000/v1", loopback=True, reported={"id": "m"})
     >>> refusal(stub.to_json(), me)
     "published for another machine's loopback endpoint (host laptop)"
-    >>> same = Publisher("ci-7", "r2", "abc", "http://127.0.0.1:8000/v1", True,
-    ...                  {"id": "m", "owned_by": "vllm"})
+    >>> same = Publisher(host="ci-7", run="r2", commit="abc",
+    ...     endpoint="http://127.0.0.1:8000/v1", loopback=True,
+    ...     reported={"id": "m", "owned_by": "vllm"})
     >>> refusal(same.to_json(), me) is None
     True
 """
@@ -33,6 +35,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from evalkit.run_manifest import ModelInfo, ProviderInfo, RunManifest
+
 if TYPE_CHECKING:
     from evalkit.corpus.suite import SystemConfig
 
@@ -41,7 +45,7 @@ REPORT_TIMEOUT_S = 5.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Publisher:
     """Who published a shared cache entry and what its endpoint said it was."""
 
@@ -99,16 +103,16 @@ def report_endpoint(system: SystemConfig, timeout_s: float = REPORT_TIMEOUT_S) -
     return report_endpoint_at(url, system.model, key, timeout_s)
 
 
-def report_of_manifest(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def report_of_manifest(manifest: RunManifest) -> dict[str, Any] | None:
     """:func:`report_endpoint` for the endpoint and model a run's ``manifest`` records (a
     merge, which has no suite: the key from ``OPENAI_API_KEY``, a placeholder for loopback)."""
     import os
 
     from evalkit.run.providers import PLACEHOLDER_KEY
 
-    provider = manifest.get("provider") or {}
-    url, model = provider.get("base_url"), (manifest.get("model") or {}).get("id")
-    if provider.get("name") == "python" or not url or not model:
+    provider, model_info = manifest.provider or ProviderInfo(), manifest.model or ModelInfo()
+    url, model = provider.base_url, model_info.id
+    if provider.name == "python" or not url or not model:
         return None
     key = os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_KEY
     return report_endpoint_at(url, model, key)
@@ -138,20 +142,28 @@ def report_endpoint_at(
 
 
 def publisher_of(
-    run_id: str | None, manifest: dict[str, Any], reported: dict[str, Any] | None
+    run_id: str | None, manifest: RunManifest | None, reported: dict[str, Any] | None
 ) -> Publisher:
-    """This host as the publisher of run ``run_id``'s entries (``manifest``: the run's)."""
+    """This host as the publisher of run ``run_id``'s entries (``manifest``: the run's, None
+    when unknown)."""
     import os
 
     from evalkit.provenance import ci_context
 
-    endpoint = (manifest.get("provider") or {}).get("base_url")
-    commit = (manifest.get("run") or {}).get("git_sha")
+    manifest = manifest or RunManifest()
+    endpoint = manifest.provider.base_url if manifest.provider else None
+    commit = manifest.run.git_sha
     ci = ci_context(os.environ)
     return Publisher(
-        this_host(), run_id, commit, endpoint, is_loopback(endpoint), reported,
-        bool(ci.get("pull_request")), ci.get("job"),
-    )  # fmt: skip
+        host=this_host(),
+        run=run_id,
+        commit=commit,
+        endpoint=endpoint,
+        loopback=is_loopback(endpoint),
+        reported=reported,
+        pull_request=bool(ci.get("pull_request")),
+        job=ci.get("job"),
+    )
 
 
 def this_job() -> str | None:

@@ -21,7 +21,6 @@ import json
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -35,6 +34,7 @@ from evalkit.run.rebaseline import (
     holds_cases,
 )
 from evalkit.run.runner import RunOptions, run_suite
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store
 
 __all__ = ["EXAM_LABEL_PREFIX", "answer_pinned", "find_exam_run", "unanswered"]
@@ -56,12 +56,14 @@ def unanswered(pinned_inputs: Mapping[str, str], cand_cases: pl.DataFrame) -> li
     return sorted(c for c, text in pinned_inputs.items() if asked.get(c) != text)
 
 
-def _same_identity(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(canonical_json(a.get(k)) == canonical_json(b.get(k)) for k in IDENTITY_FIELDS)
+def _same_identity(a: RunManifest, b: RunManifest) -> bool:
+    return all(
+        canonical_json(a.recorded(k)) == canonical_json(b.recorded(k)) for k in IDENTITY_FIELDS
+    )
 
 
 def find_exam_run(
-    store: Store, base_run_id: str, cand_manifest: dict[str, Any], wanted: Mapping[str, str] = {}
+    store: Store, base_run_id: str, cand_manifest: RunManifest, wanted: Mapping[str, str] = {}
 ) -> str | None:
     """The newest complete exam run for ``base_run_id`` made by the candidate's configuration
     (the same `IDENTITY_FIELDS`) holding every ``(case_id, hash)`` of ``wanted``; None if none."""
@@ -69,8 +71,8 @@ def find_exam_run(
         (pl.col("status") == "complete") & pl.col("label").str.starts_with(EXAM_LABEL_PREFIX)
     )
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
-        manifest = json.loads(row["manifest"])
-        if (manifest.get("exam") or {}).get("of") != base_run_id:
+        manifest = RunManifest.from_stored(json.loads(row["manifest"]))
+        if (manifest.exam or {}).get("of") != base_run_id:
             continue
         if not _same_identity(manifest, cand_manifest):
             continue
@@ -93,7 +95,14 @@ def answer_pinned(
     configuration that cannot be rebuilt)."""
     exam = store.exam(base_run_id)  # the gate reads it only if a trusted promotion pinned it
     if exam is None:
-        return RebaselineResult(None, 0, 0, 0, False, "no exam was pinned with the baseline")
+        return RebaselineResult(
+            run_id=None,
+            cases=0,
+            requests=0,
+            cache_hits=0,
+            reused=False,
+            reason="no exam was pinned with the baseline",
+        )
     cand_manifest = store.manifest(cand_run_id)
     ran = set(store.cases(base_run_id)["case_id"].to_list())
     with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
@@ -102,15 +111,31 @@ def answer_pinned(
         missing = unanswered({c: case.input_json() for c, case in pinned.items()},
                              store.cases(cand_run_id))  # fmt: skip
         if not missing:
-            return RebaselineResult(None, 0, 0, 0, False, "every pinned case was answered")
+            return RebaselineResult(
+                run_id=None,
+                cases=0,
+                requests=0,
+                cache_hits=0,
+                reused=False,
+                reason="every pinned case was answered",
+            )
         wanted = {c: pinned[c].hash for c in missing}
         found = find_exam_run(store, base_run_id, cand_manifest, wanted)
         if found is not None:
-            return RebaselineResult(found, len(wanted), 0, 0, True, None)
+            return RebaselineResult(
+                run_id=found, cases=len(wanted), requests=0, cache_hits=0, reused=True, reason=None
+            )
         built = baseline_suite(suite, cand_manifest)
         if isinstance(built, str):
-            return RebaselineResult(None, 0, 0, 0, False, built.replace("baseline", "candidate"))
-        stored = cand_manifest.get("selection") or {}
+            return RebaselineResult(
+                run_id=None,
+                cases=0,
+                requests=0,
+                cache_hits=0,
+                reused=False,
+                reason=built.replace("baseline", "candidate"),
+            )
+        stored = cand_manifest.selection
         options = RunOptions(
             label=f"{EXAM_LABEL_PREFIX}{base_run_id}",
             use_cache=use_cache,
@@ -121,5 +146,10 @@ def answer_pinned(
         )  # fmt: skip
         summary = run_suite(built, corpus.select(ids=sorted(wanted)), store, options)
     return RebaselineResult(
-        summary.run_id, summary.cases, summary.requests, summary.cache_hits, False, None
+        run_id=summary.run_id,
+        cases=summary.cases,
+        requests=summary.requests,
+        cache_hits=summary.cache_hits,
+        reused=False,
+        reason=None,
     )

@@ -30,6 +30,7 @@ from evalkit.run.progress import Progress
 from evalkit.run.summary import SessionCounts
 from evalkit.run.timeline import mark
 from evalkit.run.writer import BatchWriter
+from evalkit.run_manifest import RunManifest
 from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import EXECUTABLE
 from evalkit.store import Store, initial_scoring_id
@@ -47,7 +48,7 @@ class Execution:
         use_cache: bool,
         options: RunOptions,
         judge: JudgeClient | None,
-        manifest: dict[str, Any],
+        manifest: RunManifest,
     ) -> None:
         config = suite.config
         self.suite = suite
@@ -282,11 +283,11 @@ async def _all_or_first_failure(coroutines: list[Any]) -> None:
 
 
 def first_request_keys(
-    suite: Suite, manifest: dict[str, Any], work: list[tuple[Case, int]], options: RunOptions
+    suite: Suite, manifest: RunManifest, work: list[tuple[Case, int]], options: RunOptions
 ) -> list[str]:
     """The response-cache keys of the first request of each (case, replay) in ``work``: what
     a run prefetches, for an engine whose workers cannot read the store."""
-    run_id = manifest["run"]["run_id"]
+    run_id = manifest.run.run_id
     execution = Execution(suite, None, run_id, None, True, options, None, manifest)  # type: ignore[arg-type]
     return [execution._cache_key(execution._first_request(case), replay) for case, replay in work]
 
@@ -295,7 +296,7 @@ async def execute_work(
     suite: Suite,
     sink: Any,
     run_id: str,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     work: list[tuple[Case, int]],
     options: RunOptions,
     provider: Provider,

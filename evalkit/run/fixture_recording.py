@@ -33,7 +33,7 @@ from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError, CorpusError, EvalkitError
 from evalkit.fixtures import is_keyed, normalize_args
 from evalkit.records import canonical_json
-from evalkit.run.live_tools import LiveToolError, is_live, load_live_tools
+from evalkit.run.live_tools import LiveToolError, load_live_tools
 from evalkit.store import Store
 
 __all__ = [
@@ -62,7 +62,7 @@ class RecordResult:
     skipped: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FixtureState:
     """One frozen tool answer against the live tool: ``fresh``, ``stale`` (the answers
     differ), ``error`` (the live tool failed) or ``unchecked`` (a plain fixture has no
@@ -98,12 +98,12 @@ def record_fixtures(
     """
     run_id = store.resolve_run(run)
     manifest = store.manifest(run_id)
-    if not is_live(manifest):
+    if not manifest.is_live:
         raise ConfigError(
-            f"run {run_id} is not a live run (kind: {manifest.get('kind') or 'fixtures'}): its "
+            f"run {run_id} is not a live run (kind: {manifest.kind}): its "
             "tool answers came from the fixtures; run a kind: live configuration and record that"
         )
-    live_names = set((manifest.get("tools") or {}).get("live") or ())
+    live_names = set((manifest.tools or {}).get("live") or ())
     current = {case.id: case for case in corpus.cases}
     skipped: list[str] = []
     asked = {row["case_id"]: row["input"] for row in store.cases(run_id).iter_rows(named=True)}
@@ -191,11 +191,25 @@ def check_fixtures(
                 answer = await live.call(name, dict(args))
             except LiveToolError as exc:
                 return FixtureState(
-                    case.id, case.source, name, args, "error", entry["response"], detail=str(exc)
+                    case_id=case.id,
+                    source=case.source,
+                    tool=name,
+                    arguments=args,
+                    state="error",
+                    frozen=entry["response"],
+                    detail=str(exc),
                 )
         same = canonical_json(answer) == canonical_json(entry["response"])
         state: Literal["fresh", "stale"] = "fresh" if same else "stale"
-        return FixtureState(case.id, case.source, name, args, state, entry["response"], answer)
+        return FixtureState(
+            case_id=case.id,
+            source=case.source,
+            tool=name,
+            arguments=args,
+            state=state,
+            frozen=entry["response"],
+            live=answer,
+        )
 
     async def ask_all() -> list[FixtureState]:
         states: list[Any] = []
@@ -206,7 +220,14 @@ def check_fixtures(
                 detail = "a plain fixture answers any arguments: there are none to ask with"
                 states.append(
                     FixtureState(
-                        case.id, case.source, name, None, "unchecked", fixture, None, detail
+                        case_id=case.id,
+                        source=case.source,
+                        tool=name,
+                        arguments=None,
+                        state="unchecked",
+                        frozen=fixture,
+                        live=None,
+                        detail=detail,
                     )
                 )
         pending = [s for s in states if not isinstance(s, FixtureState)]

@@ -37,6 +37,7 @@ from typing import Any
 from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.fixtures import ServedCall, serve_tool_call
+from evalkit.run_manifest import RunManifest, as_manifest
 
 __all__ = [
     "LiveToolError",
@@ -160,21 +161,21 @@ async def answer_tool_call(
     return ServedCall(name, arguments, await live.call(name, arguments))
 
 
-def is_live(manifest: Mapping[str, Any]) -> bool:
-    """Whether a run's manifest is of a ``kind: live`` configuration."""
-    return manifest.get("kind") == "live" or "live" in (manifest.get("tools") or {})
+def is_live(manifest: RunManifest | Mapping[str, Any]) -> bool:
+    """Whether a run's manifest (or its stored JSON) is of a ``kind: live`` configuration."""
+    return as_manifest(manifest).is_live
 
 
-def refuse_live(manifest: Mapping[str, Any], run_id: str, action: str) -> None:
+def refuse_live(manifest: RunManifest, run_id: str, action: str) -> None:
     """Refuse a live run where evidence must be reproducible (``action``: "promoted as a
     baseline", "compared or gated").
 
     Raises:
         ConfigError: one line naming the run and what to do instead.
     """
-    if not is_live(manifest):
+    if not manifest.is_live:
         return
-    tools = ", ".join(sorted((manifest.get("tools") or {}).get("live") or {})) or "live tools"
+    tools = ", ".join(sorted((manifest.tools or {}).get("live") or {})) or "live tools"
     raise ConfigError(
         f"run {run_id} is a live run (kind: live, {tools} answered live): it is reported only, "
         f"never {action}; freeze its answers with `evalkit fixtures record {run_id}` and use a "

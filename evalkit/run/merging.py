@@ -71,7 +71,7 @@ def merge_run(
     manifest = store.manifest(run_id)
     if not in_progress and result.complete:
         union = store.records("SELECT case_id, case_hash FROM cases WHERE run_id = ?", [run_id])
-        problem = cases_problem(((r["case_id"], r["case_hash"]) for r in union), manifest)
+        problem = cases_problem(((r["case_id"], r["case_hash"]) for r in union), manifest.corpus)
         if problem:
             raise StoreError(
                 f"{root}: run {run_id}: {problem}; its shards' shares do not add up to it: run "
@@ -87,7 +87,7 @@ def merge_run(
     )
     before = tuple(  # what an earlier merge concluded is concluded again below
         w
-        for w in manifest.get("warnings") or ()
+        for w in manifest.warnings
         if not w.startswith("incomplete run:") and "came from the response cache" not in w
     )
     warnings = [
@@ -98,7 +98,7 @@ def merge_run(
             if w not in before
         ),
     ]
-    summary = replace(summary, warnings=tuple(warnings), replays=int(manifest.get("replays") or 1))
+    summary = replace(summary, warnings=tuple(warnings), replays=manifest.replays)
     if not in_progress:
         store.set_warnings(run_id, warnings)
     # complete by the run's real (case, replay) keys, not by a count of rows (see MergeResult)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunStart:
     """Handed to ``RunOptions.on_start`` once the run is recorded, before any model call."""
 
@@ -23,7 +23,7 @@ class RunStart:
     warnings: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     label: str = "run"
     replays: int | None = None  # None: the suite's ``replays``

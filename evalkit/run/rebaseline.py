@@ -33,6 +33,7 @@ from evalkit.corpus.suite import Suite, SuiteConfig, SystemConfig
 from evalkit.errors import EvalkitError
 from evalkit.records import canonical_json
 from evalkit.run.runner import RunOptions, run_suite
+from evalkit.run_manifest import ModelInfo, ProviderInfo, RunManifest
 from evalkit.store import Store
 
 __all__ = [
@@ -55,7 +56,7 @@ LABEL_PREFIX = "rebaseline:"
 NOTHING_CHANGED = "nothing added or edited"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RebaselineResult:
     """What :func:`rebaseline` did: the run (None: none made or found), how many delta cases it
     holds, the requests and cache hits it cost, whether an earlier run was reused, and why
@@ -90,7 +91,7 @@ def delta_cases(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> dict[str,
     return {case_id: digest for case_id, digest in sorted(pairs) if base.get(case_id) != digest}
 
 
-def baseline_suite(suite: Suite, base_manifest: dict[str, Any]) -> Suite | str:
+def baseline_suite(suite: Suite, base_manifest: RunManifest) -> Suite | str:
     """``suite`` (the pull request's) with the baseline's configuration put back, or a one-line
     reason why it cannot be.
 
@@ -103,7 +104,7 @@ def baseline_suite(suite: Suite, base_manifest: dict[str, Any]) -> Suite | str:
     fingerprint changed, a system version or index that moved, or a field this evalkit cannot
     rebuild is the reason, naming the fields.
     """
-    rerun = base_manifest.get("rerun")
+    rerun = base_manifest.rerun
     if not isinstance(rerun, dict):
         return (
             "the baseline's manifest records no prompt text or tool schemas (no 'rerun': it was "
@@ -121,7 +122,7 @@ def baseline_suite(suite: Suite, base_manifest: dict[str, Any]) -> Suite | str:
     differing = [
         name
         for name in IDENTITY_FIELDS
-        if canonical_json(fresh.get(name)) != canonical_json(base_manifest.get(name))
+        if canonical_json(fresh.recorded(name)) != canonical_json(base_manifest.recorded(name))
     ]
     return _mismatch(differing, base_manifest, fresh) if differing else rebuilt
 
@@ -134,7 +135,7 @@ def find_rebaseline(store: Store, base_run_id: str, wanted: Mapping[str, str]) -
         & pl.col("manifest").str.contains(base_run_id, literal=True)
     )
     for row in runs.sort("created_at", descending=True).iter_rows(named=True):
-        marker = json.loads(row["manifest"]).get("rebaseline") or {}
+        marker = RunManifest.from_stored(json.loads(row["manifest"])).rebaseline or {}
         if marker.get("of") != base_run_id:
             continue
         if holds_cases(store, row["run_id"], wanted):
@@ -173,11 +174,15 @@ def rebaseline(
     """
     delta = delta_cases(store.cases(base_run_id), store.cases(cand_run_id))
     if not delta:
-        return RebaselineResult(None, 0, 0, 0, False, NOTHING_CHANGED)
+        return RebaselineResult(
+            run_id=None, cases=0, requests=0, cache_hits=0, reused=False, reason=NOTHING_CHANGED
+        )
     built = baseline_suite(suite, store.manifest(base_run_id))
     if isinstance(built, str):
-        return RebaselineResult(None, 0, 0, 0, False, built)
-    stored = store.manifest(cand_run_id).get("selection") or {}
+        return RebaselineResult(
+            run_id=None, cases=0, requests=0, cache_hits=0, reused=False, reason=built
+        )
+    stored = store.manifest(cand_run_id).selection
     selection = Selection(
         skip_scorers=tuple(stored.get("skip_scorers") or ()), sealed=bool(stored.get("sealed"))
     )
@@ -204,10 +209,14 @@ def rebaseline(
         )
     reason = "; ".join(notes) or None
     if not wanted:
-        return RebaselineResult(None, 0, 0, 0, False, reason)
+        return RebaselineResult(
+            run_id=None, cases=0, requests=0, cache_hits=0, reused=False, reason=reason
+        )
     found = find_rebaseline(store, base_run_id, wanted)
     if found is not None:
-        return RebaselineResult(found, len(wanted), 0, 0, True, reason)
+        return RebaselineResult(
+            run_id=found, cases=len(wanted), requests=0, cache_hits=0, reused=True, reason=reason
+        )
     options = RunOptions(
         label=f"{LABEL_PREFIX}{base_run_id}",
         use_cache=use_cache,
@@ -217,44 +226,50 @@ def rebaseline(
     )
     summary = run_suite(built, corpus.select(ids=sorted(wanted)), store, options)
     return RebaselineResult(
-        summary.run_id, summary.cases, summary.requests, summary.cache_hits, False, reason
+        run_id=summary.run_id,
+        cases=summary.cases,
+        requests=summary.requests,
+        cache_hits=summary.cache_hits,
+        reused=False,
+        reason=reason,
     )
 
 
-def _rebuilt(suite: Suite, base: dict[str, Any], rerun: dict[str, Any]) -> Suite:
+def _rebuilt(suite: Suite, base: RunManifest, rerun: dict[str, Any]) -> Suite:
     """The suite with the baseline's fields put back (validated again)."""
     system = suite.config.system
-    provider, model, tools = base["provider"], base["model"], base["tools"]
-    snapshot = model.get("snapshot")
+    provider, model = base.provider or ProviderInfo(), base.model or ModelInfo()
+    tools = base.tools or {}
+    snapshot = model.snapshot
     updates: dict[str, Any] = {
-        "provider": provider["name"],
-        "function": provider.get("function"),
-        "model": model["id"],
-        "snapshot": None if snapshot in (None, model["id"]) else snapshot,
-        "sampling": base["sampling"],
+        "provider": provider.name,
+        "function": provider.function,
+        "model": model.id,
+        "snapshot": None if snapshot in (None, model.id) else snapshot,
+        "sampling": base.sampling,
         "max_steps": tools["max_steps"],
         "offer_tools": tools["offer"],
         "user_template": rerun["user_template"],
         "prompt": rerun.get("prompt"),
         "prompt_version": rerun.get("prompt_version"),
-        **_endpoint(system, provider, base.get("requests") or {}),
+        **_endpoint(system, provider, base.requests),
     }
     config = SuiteConfig.model_validate(
         {
             **suite.config.model_dump(),
             "system": {**system.model_dump(), **updates},
-            "replays": base["replays"],
+            "replays": base.replays,
         }
     )
     return Suite(config, suite.path, suite.root, rerun.get("system_prompt"), rerun.get("tools"))
 
 
-def _endpoint(system: SystemConfig, provider: dict[str, Any], requests: dict[str, Any]) -> dict:
+def _endpoint(system: SystemConfig, provider: ProviderInfo, requests: dict[str, Any]) -> dict:
     """Where the rebuilt system sends requests: the pull request's URL (its credentials) when
     it is the endpoint the baseline recorded, else the recorded one (and its replicas)."""
-    if provider["name"] == "python":
+    if provider.name == "python":
         return {"base_url": None, "base_urls": []}
-    recorded = provider.get("base_url")
+    recorded = provider.base_url
     mine = system.effective_endpoint()
     if mine.url is not None and mine.recorded == recorded:
         return {"base_url": mine.url, "transport": system.resolved_transport()}
@@ -266,12 +281,12 @@ def _endpoint(system: SystemConfig, provider: dict[str, Any], requests: dict[str
     }
 
 
-def _mismatch(differing: list[str], base: dict[str, Any], fresh: dict[str, Any]) -> str:
+def _mismatch(differing: list[str], base: RunManifest, fresh: RunManifest) -> str:
     """One line naming what the rebuilt configuration would record differently."""
     parts = []
     fields: list[str] = []
     for name in differing:
-        old, new = base.get(name), fresh.get(name)
+        old, new = base.recorded(name), fresh.recorded(name)
         if isinstance(old, dict) and isinstance(new, dict):
             keys = sorted(k for k in old.keys() | new.keys() if _differs(old.get(k), new.get(k)))
             fields += [f"{name}.{k}" for k in keys] or [name]
@@ -279,7 +294,8 @@ def _mismatch(differing: list[str], base: dict[str, Any], fresh: dict[str, Any])
             fields.append(name)
     code = "system.code_fingerprint"
     if code in fields:
-        was, now = base["system"].get("code_fingerprint"), fresh["system"].get("code_fingerprint")
+        was = (base.system or {}).get("code_fingerprint")
+        now = (fresh.system or {}).get("code_fingerprint")
         parts.append(
             "the Python system's code changed since the baseline ran (code fingerprint "
             f"{str(was)[:12]} → {str(now)[:12]}); promote a baseline of the new code instead"

@@ -42,7 +42,7 @@ from evalkit.version import __version__
 CHUNK_OUTPUTS = 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RescoreResult:
     run_id: str
     scoring_id: str
@@ -109,7 +109,14 @@ def rescore_run(
     scoring_id = store.write_scoring(
         run_id, note, frame, hashes, scorer_files=scorer_files, harness=__version__
     )
-    return RescoreResult(run_id, scoring_id, rescored, carried, tuple(changed), tuple(missing))
+    return RescoreResult(
+        run_id=run_id,
+        scoring_id=scoring_id,
+        rescored=rescored,
+        carried=carried,
+        skipped_input_changed=tuple(changed),
+        missing_from_corpus=tuple(missing),
+    )
 
 
 def score_in_memory(outputs: pl.DataFrame, cases: Mapping[str, Case], run_id: str) -> pl.DataFrame:

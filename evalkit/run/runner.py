@@ -46,6 +46,7 @@ from evalkit.run.summary import (
     with_case_counts,
 )
 from evalkit.run.timeline import mark
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store, new_run_id
 
 __all__ = [
@@ -111,18 +112,18 @@ async def run_suite_async(
         fresh = build_manifest(
             suite, corpus, run_id=run_id, label=options.label, selection=options.selection
         )
-        if fresh["config_hash"] != manifest["config_hash"]:
+        if fresh.config_hash != manifest.config_hash:
             raise EvalkitError(
                 f"cannot resume {run_id}: the configuration changed since it started "
-                f"(config_hash {manifest['config_hash'][:12]} → {fresh['config_hash'][:12]})"
+                f"(config_hash {manifest.config_hash[:12]} → {fresh.config_hash[:12]})"
             )
         # A --no-cache run stays uncached when resumed; a cached one may be resumed uncached.
-        use_cache = bool(manifest["run"].get("cache", True)) and options.use_cache is not False
+        use_cache = manifest.run.cache and options.use_cache is not False
         if options.retry_errors:
             retried = store.drop_errored_outputs(run_id)
         done = store.completed(run_id)
-        label = manifest["run"]["label"]
-        before = [*fresh["warnings"], *config_warnings(suite, corpus), *options.warnings]
+        label = manifest.run.label
+        before = [*fresh.warnings, *config_warnings(suite, corpus), *options.warnings]
     else:
         if options.retry_errors:
             raise EvalkitError("--retry-errors continues a stored run: use it with --resume")
@@ -132,10 +133,9 @@ async def run_suite_async(
         manifest = build_manifest(
             suite, corpus, run_id=run_id, label=label, selection=options.selection
         )
-        manifest["run"]["cache"] = use_cache
-        manifest.update({k: v for k, v in options.extra_manifest.items() if k not in manifest})
-        before = [*manifest["warnings"], *config_warnings(suite, corpus), *options.warnings]
-        manifest["warnings"] = before
+        manifest = manifest.with_run(cache=use_cache).with_entries(options.extra_manifest)
+        before = [*manifest.warnings, *config_warnings(suite, corpus), *options.warnings]
+        manifest = replace(manifest, warnings=tuple(before))
         store.create_run(manifest, corpus.cases)
         done = set()
     if use_cache and _unreadable_python_tree(manifest):
@@ -149,10 +149,16 @@ async def run_suite_async(
     if options.on_start is not None:
         options.on_start(
             RunStart(
-                run_id, label, bool(options.resume), expected, len(done), len(work), use_cache,
-                tuple(before),
+                run_id=run_id,
+                label=label,
+                resumed=bool(options.resume),
+                expected_outputs=expected,
+                stored=len(done),
+                to_do=len(work),
+                use_cache=use_cache,
+                warnings=tuple(before),
             )
-        )  # fmt: skip
+        )
     own_provider = provider is None
     started = time.perf_counter()
     execution: Execution | None = None
@@ -190,7 +196,7 @@ async def run_suite_async(
         wall_s=time.perf_counter() - started,
         replicas=replica_counts(provider),  # a ReplicaRouter's per-replica requests and errors
     )
-    config_hash = manifest["config_hash"]
+    config_hash = manifest.config_hash
     if options.resume:  # earlier sessions' outputs are in the store, not in this writer
         summary = summarize(
             store, run_id, label, config_hash, expected_outputs=expected, session=session
@@ -272,11 +278,11 @@ def _mark_stopped(store: Store, run_id: str, exc: BaseException) -> None:
         pass
 
 
-def _unreadable_python_tree(manifest: dict) -> bool:
+def _unreadable_python_tree(manifest: RunManifest) -> bool:
     """A python system whose repository tree could not be read, run in a CI job (the gate
     flow): answers cached under an identity that misses what it reads are not served."""
     from evalkit.provenance import ci_context
 
-    repo = (manifest.get("system") or {}).get("repo")
+    repo = (manifest.system or {}).get("repo")
     unreadable = isinstance(repo, dict) and not repo.get("digest")
     return unreadable and bool(ci_context(os.environ))

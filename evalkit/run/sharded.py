@@ -71,6 +71,7 @@ from evalkit.run.shared_cache import (
     report_publish,
 )
 from evalkit.run.summary import SessionCounts
+from evalkit.run_manifest import RunManifest
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
 from evalkit.store.part_checks import RunKeys, corpus_problem
 from evalkit.store.parts import PartInfo, PartRefused, PartsRoot
@@ -130,7 +131,7 @@ class PartSink:
         return part.attempt
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChunkResult:
     chunk_id: str
     attempt: int
@@ -142,7 +143,7 @@ class ChunkResult:
     shared_hits: int = 0  # cache entries the team's shared store answered
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardSummary:
     """What one shard did: its units, what was already done, and this session's counters."""
 
@@ -163,22 +164,21 @@ class ShardSummary:
 
 def run_manifest(
     suite: Suite, corpus: Corpus | CorpusFacts, options: RunOptions, run_id: str
-) -> dict[str, Any]:
+) -> RunManifest:
     """The run's manifest, as every shard of it computes it (same ``config_hash``)."""
     suite = _with_overrides(suite, options)
     manifest = build_manifest(
         suite, corpus, run_id=run_id, label=options.label, selection=options.selection
     )
-    manifest["run"]["cache"] = (
-        suite.config.cache if options.use_cache is None else bool(options.use_cache)
+    manifest = manifest.with_run(
+        cache=suite.config.cache if options.use_cache is None else bool(options.use_cache)
     )
-    manifest["warnings"] = [*manifest["warnings"], *options.warnings]
-    return manifest
+    return replace(manifest, warnings=(*manifest.warnings, *options.warnings))
 
 
 def record_run(
     root: PartsRoot,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     writer: str,
     cases: Sequence[Case],
     *,
@@ -186,7 +186,7 @@ def record_run(
 ) -> None:
     """Write the manifest and (``with_cases``) the run's cases under the parts root (for the
     merge)."""
-    run_id = manifest["run"]["run_id"]
+    run_id = manifest.run.run_id
     root.write_manifest(run_id, writer, manifest)
     if with_cases:
         root.write_cases(run_id, writer, cases)
@@ -195,7 +195,7 @@ def record_run(
 async def run_chunk(
     suite: Suite,
     cases: dict[str, Case],
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     chunk: Chunk,
     root: PartsRoot,
     options: RunOptions,
@@ -213,8 +213,8 @@ async def run_chunk(
     reads, so a shard publishes once for all its chunks and a Ray run once, from its driver,
     after its last merge (:func:`evalkit.run.shared_cache.publish_run_cache`)."""
     suite = _with_overrides(suite, options)
-    run_id = manifest["run"]["run_id"]
-    use_cache = bool(manifest["run"].get("cache", True))
+    run_id = manifest.run.run_id
+    use_cache = manifest.run.cache
     work = [(cases[unit.case_id], unit.replay) for unit in chunk.units]
     sink = PartSink(cache if use_cache else None)
     # the runner and the judge see the sink, or the sink asking the team's cache after it
@@ -246,9 +246,14 @@ async def run_chunk(
     if team is not None and outbox is not None:  # a shard publishes once, at its end
         outbox.cache_put(team.asked_entries())
     return ChunkResult(
-        chunk.chunk_id, attempt, sink.rows, counts.requests, counts.retries, counts.cache_hits,
+        chunk_id=chunk.chunk_id,
+        attempt=attempt,
+        outputs=sink.rows,
+        requests=counts.requests,
+        retries=counts.retries,
+        cache_hits=counts.cache_hits,
         shared_hits=team.shared_hits if team is not None else 0,
-    )  # fmt: skip
+    )
 
 
 def team_cache(suite: Suite, use_cache: bool) -> SharedStore | None:
@@ -292,30 +297,30 @@ def run_shard(
     """
     started = time.perf_counter()
     manifest = run_manifest(suite, corpus, options, run_id)
-    replays = int(manifest["replays"])
+    replays = manifest.replays
     units = order_units((c.id for c in corpus.cases), replays)
     mine = shard_units(units, shard)
-    manifest["corpus"]["shares"] = corpus_shares(corpus.cases, units, shard.count)
+    manifest = manifest.with_corpus(shares=corpus_shares(corpus.cases, units, shard.count))
     for other in root.manifests(run_id):
-        theirs = (other.get("corpus") or {}).get("shares") or {}
+        theirs = other.corpus.shares or {}
         if theirs.get("count") != shard.count:
             raise EvalkitError(
                 f"{root}: run {run_id} already has parts of a run cut into "
                 f"{theirs.get('count', 'no')} shards, this one into {shard.count}: every shard of "
                 "one run uses the same N in --shard K/N (or use a new --run-id)"
             )
-        if other["config_hash"] != manifest["config_hash"]:
+        if other.config_hash != manifest.config_hash:
             raise EvalkitError(
                 f"{root}: run {run_id} already has parts of another configuration (config_hash "
-                f"{other['config_hash'][:12]}, this shard {manifest['config_hash'][:12]}): "
+                f"{other.config_hash[:12]}, this shard {manifest.config_hash[:12]}): "
                 "use the same --config/--set/--prompt and selection in every shard, or a new "
                 "--run-id"
             )
-        if (other["corpus"], other["replays"]) != (manifest["corpus"], manifest["replays"]):
+        if (other.corpus, other.replays) != (manifest.corpus, manifest.replays):
             raise EvalkitError(
                 f"{root}: run {run_id} already has parts of another corpus or replays (corpus "
-                f"hash {other['corpus']['hash'][:12]}, {other['replays']} replays; this shard "
-                f"{manifest['corpus']['hash'][:12]}, {manifest['replays']}): the cases changed "
+                f"hash {str(other.corpus.hash)[:12]}, {other.replays} replays; this shard "
+                f"{str(manifest.corpus.hash)[:12]}, {manifest.replays}): the cases changed "
                 "since; use a new --run-id"
             )
     keys = RunKeys(run_id, frozenset(c.id for c in corpus.cases), replays)
@@ -330,7 +335,7 @@ def run_shard(
     skipped = len(mine) - sum(len(c.units) for c in todo)
     by_id = {case.id: case for case in share}
     paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
-    shared = team_cache(suite, bool(manifest["run"].get("cache", True))) if todo else None
+    shared = team_cache(suite, manifest.run.cache) if todo else None
     outbox = (
         None
         if shared is None
@@ -354,11 +359,20 @@ def run_shard(
     if outbox is not None:
         _publish(outbox, run_id)
     return ShardSummary(
-        run_id, str(shard), len(mine), skipped, len(results), sum(r.outputs for r in results),
-        sum(r.requests for r in results), round(time.perf_counter() - started, 3), rate.note,
-        sum(r.shared_hits for r in results), len(share), len(corpus.cases),
-        corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
-    )  # fmt: skip
+        run_id=run_id,
+        shard=str(shard),
+        units=len(mine),
+        skipped=skipped,
+        chunks=len(results),
+        outputs=sum(r.outputs for r in results),
+        requests=sum(r.requests for r in results),
+        wall_s=round(time.perf_counter() - started, 3),
+        rate_note=rate.note,
+        shared_hits=sum(r.shared_hits for r in results),
+        cases=len(share),
+        corpus_cases=len(corpus.cases),
+        built=corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
+    )
 
 
 def _publish(outbox: SharedCacheStore, run_id: str) -> None:
@@ -420,7 +434,7 @@ def _shard_share(suite: Suite, shard: Shard, split: bool) -> tuple[Suite, ShardR
 
 
 def committed_keys(
-    root: PartsRoot, manifest: dict[str, Any], keys: RunKeys, report: Callable[[str], None]
+    root: PartsRoot, manifest: RunManifest, keys: RunKeys, report: Callable[[str], None]
 ) -> set[tuple[str, int]]:
     """(case_id, replay) of every committed chunk attempt of the run that the merge would
     take. Any other (and any cases part that is not the run's corpus) is set aside, each part
@@ -430,7 +444,7 @@ def committed_keys(
         problem = None
         try:
             cases = root.read_frame(part)
-            problem = keys.refusal("cases", cases) or corpus_problem(cases, manifest)
+            problem = keys.refusal("cases", cases) or corpus_problem(cases, manifest.corpus)
         except PartRefused as refused:
             problem = refused.reason
         if problem:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from evalkit.corpus.suite import Suite
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class SharedCacheStore:
         cause: str | None = None,
         warn: Callable[[str], None] | None = None,
         probe: Callable[[], dict[str, Any] | None] | None = None,
-        manifest: dict[str, Any] | None = None,
+        manifest: RunManifest | None = None,
     ) -> None:
         # What it holds beyond the two cache calls (a run's manifest and finish) is asked of
         # it by name, as __getattr__ forwards the rest.
@@ -206,7 +207,9 @@ class SharedCacheStore:
         with self._lock:
             keys = list(self._asked)
         if not keys:
-            return CachePublish(self.where, 0, 0, 0, 0, 0, 0.0)
+            return CachePublish(
+                where=self.where, asked=0, added=0, present=0, commits=0, conflicts=0, wall_s=0.0
+            )
         push = f"`evalkit push {run_id}`" if run_id else "`evalkit push RUN`"
         if self.shared is None or self._lost is not None:
             failure = (
@@ -237,9 +240,15 @@ class SharedCacheStore:
                 f"{done.compacted.files_after} ({done.compacted.wall_s:.2f} s)"
             )
         return CachePublish(
-            self.where, len(keys), done.added, done.present, done.commits, done.conflicts,
-            time.perf_counter() - started, compaction=compaction,
-        )  # fmt: skip
+            where=self.where,
+            asked=len(keys),
+            added=done.added,
+            present=done.present,
+            commits=done.commits,
+            conflicts=done.conflicts,
+            wall_s=time.perf_counter() - started,
+            compaction=compaction,
+        )
 
     def _publisher(self, run_id: str | None) -> str:
         """This host as the publisher of ``run_id``'s entries (JSON)."""
@@ -248,7 +257,7 @@ class SharedCacheStore:
         manifest = self._manifest
         if manifest is None and run_id is not None and hasattr(self.local, "manifest"):
             manifest = self.local.manifest(run_id)
-        return publisher_of(run_id, manifest or {}, self.reported()).to_json()
+        return publisher_of(run_id, manifest, self.reported()).to_json()
 
     def provenance(self) -> dict[str, Any]:
         """What the shared cache served this run: entries taken, of them those another host
@@ -282,7 +291,7 @@ class SharedCacheStore:
                 self.caveats.append(caveat)
         if self.caveats:
             if warnings is None:
-                warnings = self.local.manifest(run_id).get("warnings") or []
+                warnings = list(self.local.manifest(run_id).warnings)
             warnings = [*warnings, *(c for c in self.caveats if c not in warnings)]
         self.local.finish_run(run_id, status, summary, warnings=warnings)
 
@@ -308,7 +317,14 @@ class SharedCacheStore:
         if first and warn:
             self._warn(failure)
         return CachePublish(
-            self.where, len(keys), 0, 0, 0, 0, time.perf_counter() - started, failure
+            where=self.where,
+            asked=len(keys),
+            added=0,
+            present=0,
+            commits=0,
+            conflicts=0,
+            wall_s=time.perf_counter() - started,
+            failure=failure,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -334,7 +350,7 @@ def shared_cache_key(key: str, reported: dict[str, Any] | None) -> str:
     return hashlib.sha256(f"{key}\0{canonical_json(reported)}".encode()).hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CachePublish:
     """What :meth:`SharedCacheStore.publish` did: new entries the run asked, how many the
     shared cache took and already held, in how many commits (and commits retried after a
@@ -442,7 +458,7 @@ def publish_stored_cache(
     Raises:
         ConfigError: the URI is malformed or holds a credential.
     """
-    if not store.manifest(run_id)["run"].get("cache", True):
+    if not store.manifest(run_id).run.cache:
         return None
     shared = open_team_store(uri, source=source)
     if shared is None:  # warned: the run is stored locally all the same

@@ -49,7 +49,7 @@ class ErrorCause:
         return f"{self.count} × {text if len(text) <= width else text[: width - 1] + '…'}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SessionCounts:
     """What this process did (a resumed run's earlier sessions are not in it)."""
 
@@ -62,7 +62,7 @@ class SessionCounts:
     replicas: tuple[ReplicaCounts, ...] = ()  # per replica: attempts sent, failed, breaker trips
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSummary:
     run_id: str
     label: str
@@ -243,7 +243,8 @@ def rate_text(counts: CaseCounts | None, replays: int | None) -> str:
     """A run's pass rate with its basis and what it counts, the one wording of it.
 
     Examples:
-        >>> rate_text(CaseCounts("r", 16, 16, 10, 0, 2), 3)
+        >>> counts = CaseCounts(run_id="r", cases=16, decided=16, passed=10, errored=0, unstable=2)
+        >>> rate_text(counts, 3)
         'pass rate 62.5% (per case, majority of 3 replays): 10 of 16 cases passed, 2 unstable'
         >>> rate_text(None, 1)
         'pass rate n/a (per case)'

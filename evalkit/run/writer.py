@@ -53,7 +53,7 @@ from evalkit.store import OUTPUT_COLUMNS, REOPEN_WAIT_S, SCORE_COLUMNS, Store
 _Batch = tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class WrittenCounts:
     """What the answers handed to one writer add up to, counted as they come in: the figures
     :func:`evalkit.run.summary.summarize` reads back from the store for the same rows (an

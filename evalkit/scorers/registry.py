@@ -53,7 +53,7 @@ ScoreFn = Callable[[Output, ScoredCase], Score]
 DETERMINISTIC, EXECUTABLE, SIMILARITY, JUDGE = 0, 1, 2, 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScorerDef:
     """A registered scorer factory and what the loader needs to know about it."""
 
@@ -66,7 +66,7 @@ class ScorerDef:
     threaded: bool = False  # may take long (a bounded regex): scored off the event loop
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Scorer:
     """A scorer bound to its arguments: call it on an output."""
 
@@ -211,7 +211,15 @@ def scorer(
     def register(factory: Callable[..., ScoreFn]) -> Callable[..., ScoreFn]:
         if factory.__module__ not in _BUILTIN_MODULE_NAMES:
             SCORERS.load_all()  # a suite's own scorer replaces a built-in, never the reverse
-        SCORERS[name] = ScorerDef(name, factory, tier, files, primary, trajectory, threaded)
+        SCORERS[name] = ScorerDef(
+            name=name,
+            factory=factory,
+            tier=tier,
+            files=files,
+            primary=primary,
+            trajectory=trajectory,
+            threaded=threaded,
+        )
         return factory
 
     return register
@@ -265,7 +273,14 @@ def build_scorer(
         raise
     except (TypeError, ValueError) as exc:
         raise ScorerArgError(f"bad args for scorer {name!r}: {exc}") from None
-    built = Scorer(name, dict(args), fn, definition.tier, file_hashes, definition.threaded)
+    built = Scorer(
+        name=name,
+        args=dict(args),
+        fn=fn,
+        tier=definition.tier,
+        file_hashes=file_hashes,
+        threaded=definition.threaded,
+    )
     if key is not None:
         if len(_SHARED) >= _SHARED_MAX:
             _SHARED.clear()

@@ -15,7 +15,7 @@ from evalkit.stats._dist import norm_isf
 Weights = Literal["linear", "quadratic"] | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KappaResult:
     """Cohen's kappa with a CI; ``seed``/``iters`` are None for the asymptotic method."""
 
@@ -127,8 +127,18 @@ def cohen_kappa_ci(
         )
         se = math.sqrt(max(var, 0.0)) if not math.isnan(kappa) else math.nan
         if n < 2:
-            return KappaResult(kappa, math.nan, math.nan, math.nan, n, level, method)
-        return KappaResult(kappa, kappa - z * se, kappa + z * se, se, n, level, method)
+            return KappaResult(
+                kappa=kappa, lo=math.nan, hi=math.nan, se=math.nan, n=n, level=level, method=method
+            )
+        return KappaResult(
+            kappa=kappa,
+            lo=kappa - z * se,
+            hi=kappa + z * se,
+            se=se,
+            n=n,
+            level=level,
+            method=method,
+        )
     rng, seed_used = rng_from(seed)
     cells = table.ravel() / n
     k = table.shape[0]
@@ -139,10 +149,30 @@ def cohen_kappa_ci(
     boot = resample(draw, iters, max(1, CHUNK_ELEMS // cells.size))
     boot = boot[~np.isnan(boot)]
     if math.isnan(kappa) or boot.size == 0 or n < 2:
-        return KappaResult(kappa, math.nan, math.nan, math.nan, n, level, method, iters, seed_used)
+        return KappaResult(
+            kappa=kappa,
+            lo=math.nan,
+            hi=math.nan,
+            se=math.nan,
+            n=n,
+            level=level,
+            method=method,
+            iters=iters,
+            seed=seed_used,
+        )
     lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
     sd = float(boot.std(ddof=1)) if boot.size > 1 else 0.0
-    return KappaResult(kappa, float(lo), float(hi), sd, n, level, method, iters, seed_used)
+    return KappaResult(
+        kappa=kappa,
+        lo=float(lo),
+        hi=float(hi),
+        se=sd,
+        n=n,
+        level=level,
+        method=method,
+        iters=iters,
+        seed=seed_used,
+    )
 
 
 def krippendorff_alpha(

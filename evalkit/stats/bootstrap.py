@@ -27,7 +27,7 @@ BootMethod = Literal["percentile", "bca"]
 _MAX_LEVELS = 64  # at most this many distinct per-case differences -> multinomial resampling
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BootstrapResult:
     """Bootstrap CI of a mean; ``diff`` is the point estimate, ``seed`` replays it, ``method``
     says how the bounds were read ("percentile" or "bca")."""
@@ -131,7 +131,17 @@ def paired_bootstrap(
         )
     theta = float(d.mean())
     lo, hi = _bounds(means, theta, d, level, method)
-    return BootstrapResult(theta, lo, hi, iters, seed_used, n, level, None, method)
+    return BootstrapResult(
+        diff=theta,
+        lo=lo,
+        hi=hi,
+        iters=iters,
+        seed=seed_used,
+        n=n,
+        level=level,
+        n_clusters=None,
+        method=method,
+    )
 
 
 def _groups(values: Array, clusters: Array) -> tuple[np.ndarray, np.ndarray]:
@@ -176,7 +186,16 @@ def cluster_bootstrap(
 
     lo, hi = np.quantile(resample(draw, iters, chunk), [(1 - level) / 2, (1 + level) / 2])
     diff = float(sums.sum() / x.size)
-    return BootstrapResult(diff, float(lo), float(hi), iters, seed_used, x.size, level, k)
+    return BootstrapResult(
+        diff=diff,
+        lo=float(lo),
+        hi=float(hi),
+        iters=iters,
+        seed=seed_used,
+        n=x.size,
+        level=level,
+        n_clusters=k,
+    )
 
 
 def clustered_se(values: Array, clusters: Array, use_correction: bool = True) -> float:
@@ -200,7 +219,7 @@ def clustered_se(values: Array, clusters: Array, use_correction: bool = True) ->
     return float(math.sqrt(factor * (resid @ resid)) / x.size)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusteredMean:
     """The mean of per-case values with a cluster-robust t interval and one-sided p-values."""
 
@@ -235,14 +254,40 @@ def clustered_interval(values: Array, clusters: Array, level: float = 0.95) -> C
     g, mean = int(inv.max()) + 1, float(x.mean())
     se = clustered_se(x, inv)
     if g < 2:
-        return ClusteredMean(mean, math.nan, math.nan, math.nan, level, x.size, g, math.nan,
-                             math.nan)  # fmt: skip
+        return ClusteredMean(
+            diff=mean,
+            lo=math.nan,
+            hi=math.nan,
+            se=math.nan,
+            level=level,
+            n=x.size,
+            n_clusters=g,
+            p_less=math.nan,
+            p_greater=math.nan,
+        )
     if se == 0:
         less, greater = float(mean >= 0), float(mean <= 0)
-        return ClusteredMean(mean, mean, mean, 0.0, level, x.size, g, less, greater)
+        return ClusteredMean(
+            diff=mean,
+            lo=mean,
+            hi=mean,
+            se=0.0,
+            level=level,
+            n=x.size,
+            n_clusters=g,
+            p_less=less,
+            p_greater=greater,
+        )
     t_crit = t_ppf((1 + level) / 2, g - 1)
     t = mean / se
     return ClusteredMean(
-        mean, mean - t_crit * se, mean + t_crit * se, se, level, x.size, g,
-        t_cdf(t, g - 1), t_sf(t, g - 1),
-    )  # fmt: skip
+        diff=mean,
+        lo=mean - t_crit * se,
+        hi=mean + t_crit * se,
+        se=se,
+        level=level,
+        n=x.size,
+        n_clusters=g,
+        p_less=t_cdf(t, g - 1),
+        p_greater=t_sf(t, g - 1),
+    )

@@ -9,7 +9,7 @@ import numpy as np
 from evalkit.stats._base import Alternative, Array
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class McNemarResult:
     """Exact McNemar test on the discordant pairs (see `mcnemar_exact`)."""
 
@@ -70,7 +70,14 @@ def mcnemar(
         0.00390625
     """
     p = mcnemar_exact(broken, fixed, alternative, mid_p)
-    return McNemarResult(broken, fixed, broken + fixed, p, alternative, mid_p)
+    return McNemarResult(
+        broken=broken,
+        fixed=fixed,
+        n_discordant=broken + fixed,
+        p_value=p,
+        alternative=alternative,
+        mid_p=mid_p,
+    )
 
 
 def exact_min_flips(alpha: float = 0.05) -> int:

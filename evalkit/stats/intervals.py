@@ -33,7 +33,7 @@ PairedMethod = Literal["tango", "tango-exact"]
 _EPS = 1e-12
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PairedInterval:
     """An interval for ``diff = (fixed - broken) / n``, named by ``method``; unpacks as lo, hi."""
 
@@ -154,4 +154,13 @@ def paired_diff_interval(
             hi = 0.0
         if lo > 0 and mcnemar_exact(broken, fixed, "less") > side:
             lo = 0.0
-    return PairedInterval((fixed - broken) / n, lo, hi, level, n, broken, fixed, method)
+    return PairedInterval(
+        diff=(fixed - broken) / n,
+        lo=lo,
+        hi=hi,
+        level=level,
+        n=n,
+        broken=broken,
+        fixed=fixed,
+        method=method,
+    )

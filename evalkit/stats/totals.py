@@ -30,7 +30,7 @@ import numpy as np
 from evalkit.stats._base import INDEX_CHUNK_ELEMS, Array, Seed, check, rng_from, vector
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TotalsResult:
     """Paired totals of one metric: ``ratio`` = cand_total / base_total (inf when only the
     baseline total is 0, nan when both are) with its percentile interval ``[lo, hi]``; ``diff``
@@ -96,9 +96,20 @@ def paired_totals(
     d_lo, d_hi = (float(q) for q in np.quantile(diffs, [tail, 1 - tail], method="inverted_cdf"))
     bt, ct = float(b.sum()), float(c.sum())
     return TotalsResult(
-        n, bt, ct, float(_ratio(np.array(ct), np.array(bt))), lo, hi, (ct - bt) / n, d_lo, d_hi,
-        int((b == 0).sum()), level, iters, s,
-    )  # fmt: skip
+        n=n,
+        base_total=bt,
+        cand_total=ct,
+        ratio=float(_ratio(np.array(ct), np.array(bt))),
+        lo=lo,
+        hi=hi,
+        diff=(ct - bt) / n,
+        diff_lo=d_lo,
+        diff_hi=d_hi,
+        zero_base=int((b == 0).sum()),
+        level=level,
+        iters=iters,
+        seed=s,
+    )
 
 
 def exceeds_ratio(result: TotalsResult, limit: float) -> bool:

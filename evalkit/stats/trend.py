@@ -35,7 +35,7 @@ from evalkit.stats._dist import norm_cdf, norm_sf
 EXACT_MAX_N = 60
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrendResult:
     """A Mann–Kendall test: ``s`` (concordant minus discordant pairs), ``tau`` (tau-b),
     ``p_value`` for ``alternative``, the series length ``n`` and ``method`` ("exact",
@@ -65,7 +65,7 @@ def mann_kendall(values: Array, alternative: Alternative = "greater") -> TrendRe
     y = vector(values, "values")
     n = len(y)
     if n < 3 or np.all(y == y[0]):
-        return TrendResult(0, 0.0, 1.0, n, alternative, "none")
+        return TrendResult(s=0, tau=0.0, p_value=1.0, n=n, alternative=alternative, method="none")
     i, j = np.triu_indices(n, k=1)
     s = int(np.sign(y[j] - y[i]).sum())
     pairs = n * (n - 1) // 2
@@ -74,7 +74,7 @@ def mann_kendall(values: Array, alternative: Alternative = "greater") -> TrendRe
     tau = s / math.sqrt(pairs * (pairs - tied))
     if tied == 0 and n <= EXACT_MAX_N:
         p = _exact_p(n, s, alternative)
-        return TrendResult(s, tau, p, n, alternative, "exact")
+        return TrendResult(s=s, tau=tau, p_value=p, n=n, alternative=alternative, method="exact")
     t = counts.astype(float)
     var = (n * (n - 1) * (2 * n + 5) - float((t * (t - 1) * (2 * t + 5)).sum())) / 18
     z = s / math.sqrt(var)
@@ -84,7 +84,7 @@ def mann_kendall(values: Array, alternative: Alternative = "greater") -> TrendRe
         p = float(norm_cdf(z))
     else:
         p = min(1.0, 2 * float(norm_sf(abs(z))))
-    return TrendResult(s, tau, p, n, alternative, "normal")
+    return TrendResult(s=s, tau=tau, p_value=p, n=n, alternative=alternative, method="normal")
 
 
 @functools.cache
@@ -149,4 +149,6 @@ def mann_kendall_permutation(
     else:
         extreme = np.abs(s) >= abs(base.s)
     p = (1 + int(extreme.sum())) / (1 + iters)
-    return TrendResult(base.s, base.tau, p, n, alternative, "permutation")
+    return TrendResult(
+        s=base.s, tau=base.tau, p_value=p, n=n, alternative=alternative, method="permutation"
+    )

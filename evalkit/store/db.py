@@ -44,7 +44,7 @@ import json
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -52,6 +52,7 @@ import duckdb
 
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
+from evalkit.run_manifest import RunManifest, as_manifest
 from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.batches import BatchIO
 from evalkit.store.cache_records import CacheRecords
@@ -296,19 +297,23 @@ class Store(
 
     # -- writes -----------------------------------------------------------------------------
 
-    def create_run(self, manifest: dict[str, Any], cases: Sequence[StoredCase]) -> str:
-        """Record a run's manifest and the cases it will execute; returns the run id."""
-        run = manifest["run"]
-        run_id = run["run_id"]
+    def create_run(
+        self, manifest: RunManifest | Mapping[str, Any], cases: Sequence[StoredCase]
+    ) -> str:
+        """Record a run's manifest (stored in its JSON form, with its version; a JSON object is
+        read as :meth:`RunManifest.from_stored` reads one) and the cases it will execute;
+        returns the run id."""
+        manifest = as_manifest(manifest)
+        run_id = manifest.run.run_id
         with self._transaction():
             self._con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
                 [
                     run_id,
-                    run["label"],
+                    manifest.run.label,
                     _now(),
-                    manifest["config_hash"],
-                    redact_known(json.dumps(manifest)),
+                    manifest.config_hash,
+                    redact_known(json.dumps(manifest.to_dict())),
                 ],
             )
             # In slices: the column lists of a whole large corpus at once, and DuckDB's copy
@@ -425,12 +430,11 @@ class Store(
                 [status, _now(), json.dumps(summary), run_id],
             )
             return
-        manifest = self.manifest(run_id)
-        manifest["warnings"] = list(warnings)
+        manifest = replace(self.manifest(run_id), warnings=tuple(warnings))
         self._con.execute(
             "UPDATE runs SET status = ?, finished_at = ?, summary = ?, manifest = ? "
             "WHERE run_id = ?",
-            [status, _now(), json.dumps(summary), json.dumps(manifest), run_id],
+            [status, _now(), json.dumps(summary), json.dumps(manifest.to_dict()), run_id],
         )
 
     def record_history(self, run_id: str) -> None:
@@ -447,11 +451,11 @@ class Store(
         record_history(self._con, run_id, self.latest_scoring(run_id))
 
     def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
-        """Replace ``manifest["warnings"]`` of a run (the config hash does not cover them)."""
-        manifest = self.manifest(run_id)
-        manifest["warnings"] = list(warnings)
+        """Replace the ``warnings`` of a run's manifest (the config hash does not cover them)."""
+        manifest = replace(self.manifest(run_id), warnings=tuple(warnings))
         self._con.execute(
-            "UPDATE runs SET manifest = ? WHERE run_id = ?", [json.dumps(manifest), run_id]
+            "UPDATE runs SET manifest = ? WHERE run_id = ?",
+            [json.dumps(manifest.to_dict()), run_id],
         )
 
     def drop_errored_outputs(self, run_id: str) -> int:

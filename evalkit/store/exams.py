@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StoredExam:
     """One pinned exam: which run it was promoted with, by whom and when, and its files
     (path relative to the corpus root, or ``module:NAME``, -> content)."""
@@ -96,8 +96,16 @@ class ExamRecords:
         files = self._con.execute(
             "SELECT path, content FROM exam_files WHERE exam_id = ? ORDER BY path", [exam_id]
         ).fetchall()
-        return StoredExam(exam_id, run, suite, tier, who, promoted_at, root,
-                          {path: bytes(content) for path, content in files})  # fmt: skip
+        return StoredExam(
+            exam_id=exam_id,
+            run_id=run,
+            suite=suite,
+            tier=tier,
+            who=who,
+            promoted_at=promoted_at,
+            root=root,
+            files={path: bytes(content) for path, content in files},
+        )
 
     def _has_exams(self) -> bool:
         """False for a store made before exams were pinned, opened read-only."""

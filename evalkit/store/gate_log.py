@@ -16,7 +16,8 @@ Examples:
     >>> store = open_store(f"{tmp.name}/s.duckdb", write=True)
     >>> store.gate_log().height
     0
-    >>> record = GateRecord("gate", "base-1", "cand-1", "PASSED", exam_id="e1", n_paired=40)
+    >>> record = GateRecord(command="gate", base_run_id="base-1", cand_run_id="cand-1",
+    ...     status="PASSED", exam_id="e1", n_paired=40)
     >>> store.log_gate(record)
     >>> store.gate_log().select("command", "base_run_id", "status", "n_paired").row(0)
     ('gate', 'base-1', 'PASSED', 40)
@@ -52,7 +53,7 @@ COMMANDS = ("gate", "compare", "project.gate", "project.compare")
 STATUSES = ("PASSED", "BLOCKED", "UNVERIFIED", "PASSED WITH OVERRIDE")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GateRecord:
     """One gate decision as the log keeps it: which command took it, on which pair, against
     which pinned exam (``exam_id``, None for a baseline promoted without one) and corpus

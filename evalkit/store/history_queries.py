@@ -56,14 +56,14 @@ def tag_counts(store: Store, run_ids: Sequence[str], tag: str | None = None) -> 
     return frame.sort("run_id", "tag")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaseCounts:
     """One run's cases as `evalkit history` counts them (its ``ALL`` row, newest scoring): the
     cases, those decided (more than half their replays decided), passed by majority of their
     replays (ties fail), undecided (``errored``) and ``unstable``; ``rate`` = passed / decided.
 
     Examples:
-        >>> CaseCounts("r1", 16, 15, 9, 1, 2).rate
+        >>> CaseCounts(run_id="r1", cases=16, decided=15, passed=9, errored=1, unstable=2).rate
         0.6
     """
 
@@ -93,7 +93,9 @@ def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:
     if rest:
         rows += store.records(ALL_COUNTS, [rest])
     numbers = ("cases", "decided", "passed", "errored", "unstable")
-    return {r["run_id"]: CaseCounts(r["run_id"], *(int(r[n]) for n in numbers)) for r in rows}
+    return {
+        r["run_id"]: CaseCounts(run_id=r["run_id"], **{n: int(r[n]) for n in numbers}) for r in rows
+    }
 
 
 def count_tags(store: Store, run_ids: Sequence[str], tag: str | None = None) -> pl.DataFrame:

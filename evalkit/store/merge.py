@@ -39,6 +39,7 @@ import polars as pl
 
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
+from evalkit.run_manifest import RunManifest
 from evalkit.store.db import Store
 from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, corpus_problem
 from evalkit.store.parts import PartInfo, PartsRoot
@@ -58,7 +59,7 @@ _REAL_KEYS = "#real-keys"
 _OUTPUT_ROWS = "#output-rows"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MergeResult:
     """What one merge added; ``stored``/``expected`` count the run's (case, replay) keys after
     it (only keys of its cases and replays: nothing else makes a run complete)."""
@@ -111,8 +112,8 @@ class _Merger:
     def merge(self, root: PartsRoot, run_id: str) -> MergeResult:
         manifest, stored_run = self._manifest(root, run_id)
         merged = self._merged(run_id)
-        replays = int(manifest["replays"])
-        expected = int(manifest["corpus"]["n_cases"]) * replays
+        replays = manifest.replays
+        expected = manifest.corpus.n_cases * replays
         # one listing of the outputs and one of the cases parts: nothing is read but the parts
         # no merge took yet, so a merge with nothing new costs the same at any size of run
         pending = [p for p in root.parts(run_id, "outputs") if p.name not in merged]
@@ -120,9 +121,19 @@ class _Merger:
         watermark = self._watermark(run_id, merged) if stored_run else None
         if stored_run and not pending and not new_cases and watermark is not None:
             return MergeResult(
-                run_id, False, 0, 0, 0, 0, 0, watermark, expected, manifest["config_hash"],
-                manifest["run"]["label"], cases_added=0,
-            )  # fmt: skip
+                run_id=run_id,
+                run_created=False,
+                parts_merged=0,
+                outputs_added=0,
+                scores_added=0,
+                cache_added=0,
+                duplicates=0,
+                stored=watermark,
+                expected=expected,
+                config_hash=manifest.config_hash,
+                label=manifest.run.label,
+                cases_added=0,
+            )
         side = self._side_parts(root, run_id, pending)
         mentioned = _case_ids_of(root, [*pending, *side["scores"].values()])
         cases, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
@@ -198,10 +209,19 @@ class _Merger:
         )
         self._set_watermark(run_id, real)
         return MergeResult(
-            run_id, not stored_run, len(pending), added, scores_added, cache_added, duplicates,
-            real, expected, manifest["config_hash"], manifest["run"]["label"],
+            run_id=run_id,
+            run_created=not stored_run,
+            parts_merged=len(pending),
+            outputs_added=added,
+            scores_added=scores_added,
+            cache_added=cache_added,
+            duplicates=duplicates,
+            stored=real,
+            expected=expected,
+            config_hash=manifest.config_hash,
+            label=manifest.run.label,
             cases_added=cases.height,
-        )  # fmt: skip
+        )
 
     def _stored_of(self, run_id: str, keys: pl.DataFrame) -> pl.DataFrame:
         """Which of ``keys`` (case_id, replay) the run has in ``outputs`` already."""
@@ -258,10 +278,10 @@ class _Merger:
                 "merged_parts", _records(run_id, [(_REAL_KEYS, real_keys), (_OUTPUT_ROWS, rows)])
             )
 
-    def _manifest(self, root: PartsRoot, run_id: str) -> tuple[dict[str, Any], bool]:
+    def _manifest(self, root: PartsRoot, run_id: str) -> tuple[RunManifest, bool]:
         """The run's manifest (the stored one, else its parts'), and whether it is stored."""
         manifests = root.manifests(run_id)  # each checked by the root
-        hashes = sorted({m["config_hash"] for m in manifests})
+        hashes = sorted({m.config_hash for m in manifests})
         if len(hashes) > 1:
             raise StoreError(
                 f"{root}: the writers of run {run_id} ran different configurations (config_hash "
@@ -276,11 +296,11 @@ class _Merger:
             )
         rows = self._con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchall()
         if rows:
-            manifest = json.loads(rows[0][0])
-            if hashes and hashes[0] != manifest["config_hash"]:
+            manifest = RunManifest.from_stored(json.loads(rows[0][0]), source=f"run {run_id}")
+            if hashes and hashes[0] != manifest.config_hash:
                 raise StoreError(
                     f"{root}: the parts of run {run_id} have config_hash {hashes[0][:12]}, the "
-                    f"stored run {manifest['config_hash'][:12]}; merge them into another --db"
+                    f"stored run {manifest.config_hash[:12]}; merge them into another --db"
                 )
             if shapes and shapes != {_shape(manifest)}:
                 raise StoreError(
@@ -299,7 +319,7 @@ class _Merger:
         self,
         root: PartsRoot,
         run_id: str,
-        manifest: dict[str, Any],
+        manifest: RunManifest,
         stored_run: bool,
         parts: Sequence[PartInfo],
         mentioned: set[str],
@@ -308,7 +328,7 @@ class _Merger:
         the run's corpus, first written wins), and the keys the pending rows must have: the
         run's case ids among ``mentioned`` (the case ids of the pending parts) and the new
         cases. Only those ids are looked up in the store, never the run's whole case list."""
-        replays = int(manifest["replays"])
+        replays = manifest.replays
         if not parts and not stored_run:
             raise StoreError(
                 f"{root}: run {run_id} has no cases part (expected under "
@@ -318,7 +338,7 @@ class _Merger:
         for part in parts:
             frame = root.read_frame(part)
             problem = RunKeys(run_id, frozenset(), replays).refusal("cases", frame)
-            problem = problem or corpus_problem(frame, manifest)
+            problem = problem or corpus_problem(frame, manifest.corpus)
             if problem:
                 raise root.refused(part, problem)
             frames.append(frame)
@@ -342,7 +362,7 @@ class _Merger:
         return {row[0] for row in rows}
 
     def _record_run(
-        self, run_id: str, manifest: dict[str, Any], cases: pl.DataFrame, merged: pl.DataFrame
+        self, run_id: str, manifest: RunManifest, cases: pl.DataFrame, merged: pl.DataFrame
     ) -> None:
         """The run, its own scoring, its cases and the cases parts they came from (``merged``),
         in one transaction."""
@@ -351,10 +371,10 @@ class _Merger:
                 "INSERT INTO runs VALUES (?, ?, ?, NULL, ?, 'running', ?, NULL)",
                 [
                     run_id,
-                    manifest["run"]["label"],
+                    manifest.run.label,
                     _now(),
-                    manifest["config_hash"],
-                    redact_known(json.dumps(manifest)),
+                    manifest.config_hash,
+                    redact_known(json.dumps(manifest.to_dict())),
                 ],
             )
             self._con.execute(
@@ -408,10 +428,9 @@ class _Merger:
         return frame.cast(schema) if frame.height else pl.DataFrame(schema=schema)
 
 
-def _shape(manifest: dict[str, Any]) -> tuple[str, int, int]:
+def _shape(manifest: RunManifest) -> tuple[str, int, int]:
     """What the merge checks rows against: the corpus (hash, size) and the replays."""
-    corpus = manifest["corpus"]
-    return str(corpus["hash"]), int(corpus["n_cases"]), int(manifest["replays"])
+    return str(manifest.corpus.hash), manifest.corpus.n_cases, manifest.replays
 
 
 def _read_tagged(

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from evalkit.run_manifest import CorpusInfo
 from evalkit.store.schema import (
     CASE_COLUMNS,
     OUTPUT_SCHEMA,
@@ -131,57 +132,55 @@ def manifest_problem(manifest: Any, run_id: str) -> str | None:
     return f"no valid {', '.join(missing)}" if missing else None
 
 
-def corpus_problem(cases: pl.DataFrame, manifest: Mapping[str, Any]) -> str | None:
-    """Why a cases part is neither the corpus the run's manifest recorded nor one of the shares
-    it recorded (``corpus.shares``: a ``--shard K/N`` writes the cases of its share alone). A
-    part is taken only when its cases hash to exactly one of those; that the shares together
-    are the corpus is checked once they are all in (:func:`cases_problem`).
+def corpus_problem(cases: pl.DataFrame, corpus: CorpusInfo) -> str | None:
+    """Why a cases part is neither the ``corpus`` the run's manifest recorded nor one of the
+    shares it recorded (``corpus.shares``: a ``--shard K/N`` writes the cases of its share
+    alone). A part is taken only when its cases hash to exactly one of those; that the shares
+    together are the corpus is checked once they are all in (:func:`cases_problem`).
 
     Examples:
         >>> cases = pl.DataFrame({"case_id": ["a"], "case_hash": ["h"]})
-        >>> manifest = {"corpus": {"hash": "x", "n_cases": 2}}
-        >>> corpus_problem(cases, manifest)
+        >>> corpus = CorpusInfo(hash="x", n_cases=2)
+        >>> corpus_problem(cases, corpus)
         "its 1 cases (hash 83739922c227) are not the run's corpus (2 cases, hash x)"
         >>> shares = {"count": 2, "hashes": [corpus_digest([("a", "h")]), "y"], "n_cases": [1, 1]}
-        >>> corpus_problem(cases, {"corpus": {**manifest["corpus"], "shares": shares}}) is None
+        >>> corpus_problem(cases, CorpusInfo(hash="x", n_cases=2, shares=shares)) is None
         True
     """
-    corpus = manifest["corpus"]
     if cases["case_id"].n_unique() != cases.height:
         return "a case id appears twice"
     digest = corpus_digest(zip(cases["case_id"], cases["case_hash"], strict=True))
-    if cases.height == int(corpus["n_cases"]) and digest == corpus["hash"]:
+    if cases.height == corpus.n_cases and digest == corpus.hash:
         return None
-    shares = _shares(corpus.get("shares"))
+    shares = _shares(corpus.shares)
     if (digest, cases.height) in shares:
         return None
     of_shares = f" nor one of its {len(shares)} shards' shares" if shares else ""
     return (
         f"its {cases.height} cases (hash {digest[:12]}) are not the run's corpus "
-        f"({corpus['n_cases']} cases, hash {str(corpus['hash'])[:12]}){of_shares}"
+        f"({corpus.n_cases} cases, hash {str(corpus.hash)[:12]}){of_shares}"
     )
 
 
-def cases_problem(pairs: Iterable[tuple[str, str]], manifest: Mapping[str, Any]) -> str | None:
-    """Why a run's cases, all of them (every share merged), are not the corpus its manifest
+def cases_problem(pairs: Iterable[tuple[str, str]], corpus: CorpusInfo) -> str | None:
+    """Why a run's cases, all of them (every share merged), are not the ``corpus`` its manifest
     hashed: the shares of a sharded run were each checked alone (:func:`corpus_problem`), their
     union is checked here.
 
     Examples:
-        >>> manifest = {"corpus": {"hash": corpus_digest([("a", "h")]), "n_cases": 1}}
-        >>> cases_problem([("a", "h")], manifest) is None
+        >>> corpus = CorpusInfo(hash=corpus_digest([("a", "h")]), n_cases=1)
+        >>> cases_problem([("a", "h")], corpus) is None
         True
-        >>> cases_problem([("a", "h"), ("b", "g")], manifest)
+        >>> cases_problem([("a", "h"), ("b", "g")], corpus)
         "the run's 2 cases (hash 0f011aee69e5) are not its corpus (1 cases, hash 83739922c227)"
     """
-    corpus = manifest["corpus"]
     pairs = list(pairs)
     digest = corpus_digest(pairs)
-    if len(pairs) == int(corpus["n_cases"]) and digest == corpus["hash"]:
+    if len(pairs) == corpus.n_cases and digest == corpus.hash:
         return None
     return (
         f"the run's {len(pairs)} cases (hash {digest[:12]}) are not its corpus "
-        f"({corpus['n_cases']} cases, hash {str(corpus['hash'])[:12]})"
+        f"({corpus.n_cases} cases, hash {str(corpus.hash)[:12]})"
     )
 
 

@@ -33,7 +33,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 import polars as pl
 
 from evalkit.errors import ConfigError, StoreError
+from evalkit.run_manifest import RunManifest, as_manifest
 
 try:  # the `distributed` extra: a one-machine run never writes parts
     import pyarrow as pa
@@ -220,11 +221,15 @@ class PartsRoot:
             self._attempts[run_id] = known
         return known.get(chunk_id, 0) + 1
 
-    def write_manifest(self, run_id: str, writer: str, manifest: dict[str, Any]) -> None:
-        """Record the run's manifest as ``writer`` saw it (each shard writes its own)."""
+    def write_manifest(
+        self, run_id: str, writer: str, manifest: RunManifest | Mapping[str, Any]
+    ) -> None:
+        """Record the run's manifest as ``writer`` saw it (each shard writes its own), in its
+        JSON form with its version (a JSON object is read as `RunManifest.from_stored` reads
+        one)."""
         directory = f"{self.run_dir(run_id)}/manifest"
         self.fs.create_dir(directory, recursive=True)
-        data = json.dumps(manifest, sort_keys=True).encode()
+        data = json.dumps(as_manifest(manifest).to_dict(), sort_keys=True).encode()
         path = f"{directory}/{writer}.json"
         if self.local:
             temp = f"{directory}/.{writer}.{secrets.token_hex(4)}.tmp"
@@ -236,11 +241,12 @@ class PartsRoot:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def manifests(self, run_id: str) -> list[dict[str, Any]]:
-        """Every manifest written for ``run_id``, by writer name.
+    def manifests(self, run_id: str) -> list[RunManifest]:
+        """Every manifest written for ``run_id``, by writer name, migrated as the store's are.
 
         Raises:
-            StoreError: naming the file, when one is not JSON or not a manifest of the run.
+            StoreError: naming the file, when one is not JSON, not a manifest of the run, or
+                of a version a newer evalkit wrote.
         """
         directory = f"{self.run_dir(run_id)}/manifest"
         found = []
@@ -259,7 +265,7 @@ class PartsRoot:
                         f"{self.shown(info.path)}: manifest refused: {problem}; remove the file "
                         "(the shard that wrote it writes it anew when run again)"
                     )
-                found.append(manifest)
+                found.append(RunManifest.from_stored(manifest, source=self.shown(info.path)))
         return found
 
     def parts(self, run_id: str, table: str) -> list[PartInfo]:

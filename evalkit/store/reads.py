@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalkit.errors import StoreError
+from evalkit.run_manifest import RunManifest
 from evalkit.store.schema import initial_scoring_id
 
 if TYPE_CHECKING:
@@ -85,11 +86,16 @@ class RunReads:
             raise StoreError(f"{self.path}: no run with id or label {ref!r}{suggestion}{known}")
         return rows[0][0]
 
-    def manifest(self, run_id: str) -> dict[str, Any]:
+    def manifest(self, run_id: str) -> RunManifest:
+        """The run's manifest, migrated from whichever evalkit version stored it.
+
+        Raises:
+            StoreError: no such run, or a manifest a newer evalkit wrote (one line).
+        """
         rows = self._con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchall()
         if not rows:
             raise StoreError(f"{self.path}: no run {run_id!r}")
-        return json.loads(rows[0][0])
+        return RunManifest.from_stored(json.loads(rows[0][0]), source=f"{self.path}: run {run_id}")
 
     def run_status(self, run_id: str) -> str:
         rows = self._con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()

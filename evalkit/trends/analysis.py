@@ -41,6 +41,7 @@ import polars as pl
 
 from evalkit.compare.decision import Finding
 from evalkit.errors import StoreError
+from evalkit.run_manifest import RunManifest
 from evalkit.stats.intervals import wilson_interval
 from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
 from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
@@ -118,7 +119,16 @@ def history(
     window_alpha = alpha * trend_runs / horizon
     trends = _trends(points, positions, tag or ALL, trend_runs)
     findings = _findings(points, trends, window_alpha, tag, (alpha, horizon))
-    return History(by, tag, points, trends, findings, alpha, level, gate_reuse(store))
+    return History(
+        by=by,
+        tag=tag,
+        points=points,
+        trends=trends,
+        findings=findings,
+        alpha=alpha,
+        level=level,
+        reuse=gate_reuse(store),
+    )
 
 
 def _chosen_runs(store: Store, by: By, last: int | None, label: str | None) -> pl.DataFrame:
@@ -161,9 +171,18 @@ def _rates(counts: pl.DataFrame, level: float) -> dict[str, tuple[TagRate, ...]]
         k, n = int(r["passed"]), int(r["decided"])
         lo, hi = wilson_interval(k, n, level) if n else (None, None)
         rates.setdefault(r["run_id"], []).append(
-            TagRate(r["tag"], int(r["cases"]), n, k, int(r["errored"]), int(r["unstable"]),
-                    k / n if n else None, lo, hi)
-        )  # fmt: skip
+            TagRate(
+                tag=r["tag"],
+                cases=int(r["cases"]),
+                decided=n,
+                passed=k,
+                errored=int(r["errored"]),
+                unstable=int(r["unstable"]),
+                rate=k / n if n else None,
+                lo=lo,
+                hi=hi,
+            )
+        )
     # ALL first, then the tags by name
     return {
         run: tuple(sorted(tags, key=lambda t: (t.tag != ALL, t.tag))) for run, tags in rates.items()
@@ -194,10 +213,10 @@ def _point(
     usage: Mapping[str, Any],
     flaky: Mapping[str, int],
 ) -> HistoryPoint:
-    manifest = json.loads(row["manifest"]) if row["manifest"] else {}
+    manifest = RunManifest.from_stored(json.loads(row["manifest"]) if row["manifest"] else {})
     outputs = int(usage.get("outputs", 0))
     models = sorted(usage.get("models", []), key=lambda m: (-m[1], m[0]))
-    critical = (manifest.get("gate_policy") or {}).get("critical_tags") or ()
+    critical = (manifest.gate_policy or {}).get("critical_tags") or ()
     return HistoryPoint(
         series=row["series"], run_id=row["run_id"], label=row["label"], at=row["at"],
         config_hash=row["config_hash"], tags=rates, flaky=flaky.get(row["run_id"]),
@@ -206,9 +225,9 @@ def _point(
         mean_cost_usd=_mean(usage.get("cost_usd", 0), outputs),
         mean_total_tokens=_mean(usage.get("total_tokens", 0), outputs),
         mean_steps=_mean(usage.get("steps", 0), outputs),
-        served_models=tuple(models), snapshot=(manifest.get("model") or {}).get("snapshot"),
+        served_models=tuple(models), snapshot=manifest.model.snapshot if manifest.model else None,
         critical_tags=tuple(critical), promoted_by=row["promoted_by"],
-        replays=int(manifest.get("replays") or 1),
+        replays=manifest.replays,
     )  # fmt: skip
 
 
@@ -279,24 +298,41 @@ def _findings(
                      "n": t.test.n, "method": t.test.method, "runs": list(t.run_ids),
                      "window_alpha": alpha, "false_alarm": stated[0],
                      "horizon": stated[1]}  # fmt: skip
-        findings.append(Finding(
-            3, tag, (), statistic,
-            f"unstable cases are growing in {t.series}: {t.shares[0]:.1%} of cases had "
-            f"disagreeing replays in {t.run_ids[0]}, {t.shares[-1]:.1%} in {t.run_ids[-1]} "
-            f"(Mann–Kendall S={t.test.s}, p={t.test.p_value:.3g} ≤ {alpha:.3g}, one test per "
-            f"{len(t.shares)} runs: a steady series warns at most {stated[0]:.0%} of the time "
-            f"over {stated[1]} runs)",
-            "warn", f"{UNSTABLE_GROWING}:{t.series}",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                3,
+                tag,
+                (),
+                statistic,
+                f"unstable cases are growing in {t.series}: {t.shares[0]:.1%} of cases had "
+                f"disagreeing replays in {t.run_ids[0]}, {t.shares[-1]:.1%} in {t.run_ids[-1]} "
+                f"(Mann–Kendall S={t.test.s}, p={t.test.p_value:.3g} ≤ {alpha:.3g}, one test per "
+                f"{len(t.shares)} runs: a steady series warns at most {stated[0]:.0%} of the time "
+                f"over {stated[1]} runs)",
+                severity="warn",
+                kind=f"{UNSTABLE_GROWING}:{t.series}",
+            )
+        )
     before: dict[str, HistoryPoint] = {}
     for p in points:
         prev = before.get(p.series)
         if prev is not None and p.served_model != prev.served_model:
-            findings.append(Finding(
-                3, None, (), {"from": prev.served_model, "to": p.served_model,
-                              "run_id": p.run_id, "previous_run_id": prev.run_id},
-                f"served model changed in {p.series}: {prev.served_model} -> {p.served_model} "
-                f"at {p.run_id}", "info", f"{SERVED_MODEL_CHANGE}:{p.series}:{p.run_id}",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    3,
+                    None,
+                    (),
+                    {
+                        "from": prev.served_model,
+                        "to": p.served_model,
+                        "run_id": p.run_id,
+                        "previous_run_id": prev.run_id,
+                    },
+                    f"served model changed in {p.series}: {prev.served_model} -> {p.served_model} "
+                    f"at {p.run_id}",
+                    severity="info",
+                    kind=f"{SERVED_MODEL_CHANGE}:{p.series}:{p.run_id}",
+                )
+            )
         before[p.series] = p
     return tuple(findings)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from evalkit.run_manifest import RunManifest
 from evalkit.trends.values import GateReuse
 
 if TYPE_CHECKING:
@@ -50,18 +51,30 @@ def gate_reuse(store: Store) -> tuple[GateReuse, ...]:
     manifests = _manifests(store, {run_id for run_id, _ in found})
     rows = []
     for (run_id, exam_id), v in found.items():
-        corpus = (manifests.get(run_id) or {}).get("corpus") or {}
-        rows.append(GateReuse(
-            run_id, exam_id, v["corpus"] or corpus.get("hash"), corpus.get("n_cases"),
-            v["gates"], v["stopped"], v["sealed"], v["first"], v["last"],
-        ))  # fmt: skip
+        corpus = manifests[run_id].corpus if run_id in manifests else None
+        rows.append(
+            GateReuse(
+                base_run_id=run_id,
+                exam_id=exam_id,
+                corpus_hash=v["corpus"] or (corpus.hash if corpus else None),
+                n_cases=corpus.n_cases if corpus else None,
+                gates=v["gates"],
+                stopped=v["stopped"],
+                sealed_gates=v["sealed"],
+                first_at=v["first"],
+                last_at=v["last"],
+            )
+        )
     return tuple(sorted(rows, key=lambda r: (r.last_at is not None, r.last_at), reverse=True))
 
 
-def _manifests(store: Store, run_ids: set[str]) -> dict[str, dict[str, Any]]:
-    """The manifests of ``run_ids`` (the baselines counted), parsed."""
+def _manifests(store: Store, run_ids: set[str]) -> dict[str, RunManifest]:
+    """The manifests of ``run_ids`` (the baselines counted), read."""
     runs = store.runs().filter(pl.col("run_id").is_in(sorted(run_ids))).select("run_id", "manifest")
-    return {run_id: json.loads(m) if m else {} for run_id, m in runs.iter_rows()}
+    return {
+        run_id: RunManifest.from_stored(json.loads(m) if m else {}, source=f"run {run_id}")
+        for run_id, m in runs.iter_rows()
+    }
 
 
 def _promoted(store: Store) -> list[tuple[str, str | None]]:

@@ -3,7 +3,8 @@ a series' trend test, and the history with its findings; frozen, with Polars fra
 JSON form for notebooks and ``evalkit history --format json``.
 
 Examples:
-    >>> h = History("label", None, (), (), (), 0.05, 0.95)
+    >>> h = History(by="label", tag=None, points=(), trends=(), findings=(), alpha=0.05,
+    ...     level=0.95)
     >>> h.critical_tags, h.frame().columns[:5], h.to_dict()["points"]
     ((), ['series', 'run_id', 'label', 'at', 'tag'], [])
 """
@@ -21,7 +22,7 @@ from evalkit.stats.trend import TrendResult
 from evalkit.store.history_queries import ALL
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TagRate:
     """A tag's cases in one run: ``rate`` = passed / decided with its Wilson interval
     (``None`` when no case was decided), per case — each case the majority of its replays, the
@@ -38,7 +39,7 @@ class TagRate:
     hi: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HistoryPoint:
     """One run of a series: its tags' rates, unstable and flaky cases, usage per case replay,
     and the models the provider served (``(model id, outputs)``, most first)."""
@@ -86,7 +87,7 @@ class UnstableTrend:
     test: TrendResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GateReuse:
     """How often one baseline's pinned exam was consulted: the gate decisions logged against
     it (`evalkit.store.gate_log`; ``evalkit gate``, ``evalkit compare``, ``Project.gate`` and
@@ -105,7 +106,7 @@ class GateReuse:
     last_at: dt.datetime | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class History:
     """What `history` returns: the points (series by series, oldest first), each series' trend
     test and the findings; `frame` and `runs_frame` give them as Polars frames."""
@@ -125,7 +126,8 @@ class History:
         the majority of the runs' replays.
 
         Examples:
-            >>> History("label", None, (), (), (), 0.05, 0.95).rate_basis
+            >>> History(by="label", tag=None, points=(), trends=(), findings=(), alpha=0.05,
+            ...     level=0.95).rate_basis
             'per case'
         """
         from evalkit.run.summary import rate_basis
@@ -177,7 +179,9 @@ class History:
         against it, most recently consulted first.
 
         Examples:
-            >>> History("label", None, (), (), (), 0.05, 0.95).reuse_frame().columns[:5]
+            >>> empty = History(by="label", tag=None, points=(), trends=(), findings=(),
+            ...     alpha=0.05, level=0.95)
+            >>> empty.reuse_frame().columns[:5]
             ['base_run_id', 'exam_id', 'corpus_hash', 'n_cases', 'gates']
         """
         return pl.DataFrame([asdict(r) for r in self.reuse], schema=_REUSE_SCHEMA)

@@ -204,7 +204,9 @@ def _big_run(run_id: str, n_cases: int, replays: int, seed: int) -> RunData:
         sealed=pl.lit(False),
         source=pl.lit("cases/big.yaml"),
     )
-    return RunData(run_id, run_id, MANIFEST, cases, out, sc)
+    return RunData(
+        run_id=run_id, label=run_id, manifest=MANIFEST, cases=cases, outputs=out, scores=sc
+    )
 
 
 def test_analysis_scales_to_a_million_outputs():

@@ -4,6 +4,7 @@ pinned exam; a case decides only when most of its replays were decided."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -105,8 +106,7 @@ def test_a_must_pass_case_with_one_decided_replay_of_five_is_unverified():
     cases = [C(f"billing-{i:02d}", "ppppp", ["billing"]) for i in range(10)]
     base = make_run("b", [*cases, C("mp", "ppppp", [], "must_pass")])
     cand = make_run("c", [*cases, C("mp", "pssss", [], "must_pass")])
-    for run in (base, cand):
-        run.manifest["replays"] = 5
+    base, cand = (replace(run, manifest=replace(run.manifest, replays=5)) for run in (base, cand))
     comparison = compare(base, cand)
     decision = decide(comparison.paired, GatePolicy(critical_tags=("billing",)),
                       corpus=cand.cases)  # fmt: skip

@@ -346,7 +346,14 @@ def _with_judge(run, judge_fails: set[str], only_judge: set[str] = frozenset()):
     judge = judge.with_columns(score=pl.col("passed").cast(pl.Float64))
     kept = run.scores.filter(~pl.col("case_id").is_in(list(only_judge)))
     scores = pl.concat([kept, judge], how="diagonal_relaxed")
-    return RunData(run.run_id, run.label, run.manifest, run.cases, run.outputs, scores)
+    return RunData(
+        run_id=run.run_id,
+        label=run.label,
+        manifest=run.manifest,
+        cases=run.cases,
+        outputs=run.outputs,
+        scores=scores,
+    )
 
 
 def test_uncalibrated_judge_flips_are_reported_per_case_and_tag_while_checks_still_gate():

@@ -4,6 +4,8 @@ finding, a loosened policy and blocked siblings are shown (issue 22)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 from synthetic_runs import C, make_run
 
@@ -13,14 +15,21 @@ from evalkit.compare.evidence import side_errors
 from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
 from evalkit.report.build import build_report
+from evalkit.run_manifest import ProviderInfo
 
 BILLING = GatePolicy(critical_tags=("billing",))
 
 
 def _gate(base, cand, policy=BILLING, rebaseline=None, **context):
     cmp = compare(base, cand, rebaseline=rebaseline)
-    ctx = PairContext(base.run_id, cand.run_id, cmp.delta, side_errors(base, cmp.paired),
-                      cmp.rebaseline_blocker, **context)  # fmt: skip
+    ctx = PairContext(
+        base_run_id=base.run_id,
+        cand_run_id=cand.run_id,
+        delta=cmp.delta,
+        base_errors=side_errors(base, cmp.paired),
+        rebaseline_blocker=cmp.rebaseline_blocker,
+        **context,
+    )
     return cmp, decide(cmp.paired, policy, corpus=cand.cases, context=ctx)
 
 
@@ -69,7 +78,7 @@ def test_a_removed_must_pass_case_stops_the_gate_until_an_override_accepts_it():
     assert decision.status == "UNVERIFIED"
     (key,) = decision.uncovered
     assert key == "tier1/must_pass/removed/inc-1"
-    ctx = PairContext("b", "c", cmp.delta)
+    ctx = PairContext(base_run_id="b", cand_run_id="c", delta=cmp.delta)
     accepted = decide(cmp.paired, BILLING, overrides=[Override("ana", "retired", None, (key,))],
                       corpus=cand.cases, context=ctx)  # fmt: skip
     assert accepted.status == "PASSED WITH OVERRIDE"
@@ -119,9 +128,16 @@ def test_the_reworded_regression_blocks_once_the_baseline_configuration_ran_the_
 
 def test_a_python_baseline_whose_code_changed_names_the_promotion_instead_of_rebaselining():
     base, cand = _reworded_regression()
-    for run, code in ((base, "v1"), (cand, "v2")):
-        run.manifest.update(provider={"name": "python"}, system={"code_fingerprint": code},
-                            rerun={})  # fmt: skip
+    python = ProviderInfo(name="python")
+    base, cand = (
+        replace(
+            run,
+            manifest=replace(
+                run.manifest, provider=python, system={"code_fingerprint": code}, rerun={}
+            ),
+        )
+        for run, code in ((base, "v1"), (cand, "v2"))
+    )
     decision = _gate(base, cand)[1]
     message = next(f.message for f in decision.blocking() if f.slice == "billing")
     assert decision.status == "UNVERIFIED"
@@ -159,7 +175,7 @@ def test_a_killed_baseline_counts_its_missing_outputs_as_errored():
     cases = [C(f"billing-{i:02d}", "p", ["billing"]) for i in range(20)]
     base, cand = _two(cases, cases)
     killed = base.outputs.filter(pl.col("case_id") != "billing-03")
-    base = type(base)(base.run_id, base.label, base.manifest, base.cases, killed, base.scores)
+    base = replace(base, outputs=killed, summary={})
     decision = _gate(base, cand)[1]
     assert decision.status == "UNVERIFIED"
     assert any(f.kind == "baseline-errored" and "billing-03" in f.case_ids
@@ -200,7 +216,9 @@ def _rows(cand: bool | None) -> pl.DataFrame:
 
 def test_a_loosened_policy_is_unverified_and_names_the_promotion():
     changes = ("gate.alpha 0.05 → 0.001 (looser)",)
-    ctx = PairContext("b1", "c1", policy_changes=changes, policy_source="promoted by ana")
+    ctx = PairContext(
+        base_run_id="b1", cand_run_id="c1", policy_changes=changes, policy_source="promoted by ana"
+    )
     decision = decide(_rows(True), GatePolicy(), context=ctx)
     assert decision.status == "UNVERIFIED"
     (finding,) = decision.blocking()

@@ -113,14 +113,26 @@ def _judge_run(run_id: str, levels: dict[str, list[int]]) -> RunData:
                           "tags": [["tone"]] * len(ids), "criticality": ["normal"] * len(ids),
                           "sealed": [False] * len(ids), "source": ["x"] * len(ids)})  # fmt: skip
     manifest = {"model": {"id": "m"}, "replays": 2}
-    return RunData(run_id, run_id, manifest, cases, outputs, scores)
+    return RunData(
+        run_id=run_id, label=run_id, manifest=manifest, cases=cases, outputs=outputs, scores=scores
+    )
 
 
 def test_compare_puts_the_calibrated_judges_levels_in_the_paired_frame() -> None:
     levels = {f"c{i:02d}": [5, 5] for i in range(12)}
     cand = {c: [3, 4] if i < 10 else [5, 5] for i, c in enumerate(levels)}
     base_run, cand_run = _judge_run("b", levels), _judge_run("c", cand)
-    check = JudgeCheck("judge", "m", "r.md", "h", 24, True, 0.8, None, "gates")
+    check = JudgeCheck(
+        scorer="judge",
+        judge_model="m",
+        rubric="r.md",
+        rubric_hash="h",
+        n_scores=24,
+        gating=True,
+        kappa=0.8,
+        calibrated_at=None,
+        reason="gates",
+    )
     gating = JudgeGating((check,), 0.6)
     assert judge_levels(cand_run.scores, gating)["judge_level"].to_list()[:2] == [3.5, 3.5]
     paired = compare(base_run, cand_run, gating=gating).paired
@@ -129,6 +141,16 @@ def test_compare_puts_the_calibrated_judges_levels_in_the_paired_frame() -> None
     decision = decide(paired, POLICY)
     assert decision.blocked and "tone:judge-levels" in {f.slice for f in decision.blocking()}
     # the same judge, not calibrated: no levels, no judge-level rule
-    ungated = JudgeGating((JudgeCheck("judge", "m", "r.md", "h", 24, False, None, None, "no"),),
-                          0.6)  # fmt: skip
+    check = JudgeCheck(
+        scorer="judge",
+        judge_model="m",
+        rubric="r.md",
+        rubric_hash="h",
+        n_scores=24,
+        gating=False,
+        kappa=None,
+        calibrated_at=None,
+        reason="no",
+    )
+    ungated = JudgeGating((check,), 0.6)
     assert "cand_judge_level" not in compare(base_run, cand_run, gating=ungated).paired.columns

@@ -28,7 +28,9 @@ def _with_model(run, model: str):
 def _decide(base, cand, policy: GatePolicy):
     cmp = compare(base, cand)
     served = served_from(base.outputs, cand.outputs, base.manifest, cand.manifest)
-    context = PairContext(base.run_id, cand.run_id, cmp.delta, served=served)
+    context = PairContext(
+        base_run_id=base.run_id, cand_run_id=cand.run_id, delta=cmp.delta, served=served
+    )
     return cmp, decide(cmp.paired, policy, corpus=cand.cases, context=context)
 
 
@@ -54,7 +56,7 @@ def test_the_same_served_model_says_nothing_and_a_declared_model_change_is_not_d
     decision = _decide(base, cand, GatePolicy())[1]
     assert not [f for f in decision.findings if f.kind.startswith("served-")]
     moved = dataclasses.replace(
-        cand, manifest=cand.manifest | {"model": {"id": "other", "snapshot": "other"}}
+        cand, manifest=cand.manifest.to_dict() | {"model": {"id": "other", "snapshot": "other"}}
     )
     moved = _with_model(moved, "other")
     served = served_from(base.outputs, moved.outputs, base.manifest, moved.manifest)
@@ -64,7 +66,9 @@ def test_the_same_served_model_says_nothing_and_a_declared_model_change_is_not_d
 def test_a_run_served_something_else_than_its_snapshot_is_named():
     base = make_run("b", CASES, label="base")
     base = dataclasses.replace(
-        base, manifest=base.manifest | {"model": {"id": "gpt-x", "snapshot": "gpt-x-2026-01-01"}}
+        base,
+        manifest=base.manifest.to_dict()
+        | {"model": {"id": "gpt-x", "snapshot": "gpt-x-2026-01-01"}},
     )
     cand = dataclasses.replace(base, run_id="c", label="cand")
     base, cand = _with_model(base, "gpt-x-2026-01-01"), _with_model(cand, "gpt-x-2026-06-01")

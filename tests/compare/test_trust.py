@@ -14,6 +14,7 @@ from evalkit.compare.pin import gate_pair
 from evalkit.compare.reask import LABEL_PREFIX
 from evalkit.compare.trust import Trust
 from evalkit.provenance import Writer
+from evalkit.run_manifest import RunManifest
 from evalkit.store import open_store
 
 BASE_CFG, CAND_CFG = "cfg-base", "cfg-cand"
@@ -186,11 +187,12 @@ def test_a_promotion_the_job_made_of_the_base_branch_commit_is_trusted() -> None
     row = {"written_by": job.to_json(), "policy": '{"critical_tags": [], "gate": {}}'}
     base_run = {"run": {"git_sha": "b" * 40, "git_dirty": False},
                 "gate_policy": {"critical_tags": [], "gate": {}}}  # fmt: skip
-    assert trust.why_not_promotion(row, base_run) is None
+    assert trust.why_not_promotion(row, RunManifest.from_stored(base_run)) is None
     own_run = base_run | {"run": {"git_sha": "c" * 40, "git_dirty": False}}
     dirty = base_run | {"run": {"git_sha": "b" * 40, "git_dirty": True}}
     looser = row | {"policy": '{"critical_tags": [], "gate": {"alpha": 0.001}}'}
-    for promoted, manifest in ((row, own_run), (row, dirty), (looser, base_run)):
+    for promoted, stored in ((row, own_run), (row, dirty), (looser, base_run)):
+        manifest = RunManifest.from_stored(stored)
         assert "this pull-request job" in (trust.why_not_promotion(promoted, manifest) or "")
 
 

@@ -237,7 +237,7 @@ def test_selection_and_manifest_from_facts_are_those_of_the_cases(demo: Path) ->
         mine = build_manifest(suite, chosen_facts, run_id="r", label="l", selection={})
         theirs = build_manifest(suite, chosen, run_id="r", label="l", selection={})
         for key in ("config_hash", "corpus", "scorer_files", "judge", "sandbox"):
-            assert mine.get(key) == theirs.get(key), key
+            assert mine.recorded(key) == theirs.recorded(key), key
         built = chosen_facts.load()
         assert [[s.name for s in c.scorers] for c in built.cases] == [
             [s.name for s in c.scorers] for c in chosen.cases

@@ -85,9 +85,7 @@ def test_a_custom_scorer_module_is_loaded_used_listed_and_hashed(
         manifest = store.manifest(run_id)
         scores = store.scores(run_id)
     source = (tmp_path / package / "checks.py").read_bytes()
-    assert manifest["scorer_files"] == {
-        f"module:{package}.checks": hashlib.sha256(source).hexdigest()
-    }
+    assert manifest.scorer_files == {f"module:{package}.checks": hashlib.sha256(source).hexdigest()}
     polite = scores.filter(scores["scorer"] == "polite")
     assert polite["reason"].to_list() == ["'please' said"]
     # listed by `evalkit scorers` (the config is found as ./evalkit.yaml), with its module
@@ -108,7 +106,7 @@ def test_a_changed_scorer_is_a_changed_configuration(
     def config_hash() -> str:
         suite = load_suite(config)
         corpus = load_corpus(suite.root)
-        return build_manifest(suite, corpus, run_id="r", label="l", selection={})["config_hash"]
+        return build_manifest(suite, corpus, run_id="r", label="l", selection={}).config_hash
 
     before = config_hash()
     assert config_hash() == before  # loading twice changes nothing

@@ -4,6 +4,7 @@ a calibrated judge on one side and another (or none) on the other never yields g
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -50,7 +51,14 @@ def _run(run_id: str, judge: dict[str, str] | None, contains_fails=(), judge_fai
     cases = pl.DataFrame({"run_id": run_id, "case_id": IDS, "case_hash": IDS,
                           "tags": [["tone"]] * len(IDS), "criticality": "normal",
                           "sealed": False, "source": "cases/tone.yaml"})  # fmt: skip
-    return RunData(run_id, run_id, {"model": {"id": "m"}}, cases, outputs, scores)
+    return RunData(
+        run_id=run_id,
+        label=run_id,
+        manifest={"model": {"id": "m"}},
+        cases=cases,
+        outputs=outputs,
+        scores=scores,
+    )
 
 
 def _calibration(judge: dict[str, str], kappa: float = 0.85) -> Calibration:
@@ -160,8 +168,8 @@ def test_a_side_judged_by_two_judges_does_not_gate_even_if_the_other_matches_one
         "the candidate was judged by judge-a@2025-01 [prompt p1, rubric abc123] (calibrated), "
         in (gating.reasons[0])
     )
-    paired = compare(base, RunData("c", "c", cand.manifest, cand.cases, cand.outputs, mixed),
-                     gating=gating).paired  # fmt: skip
+    mixed_run = dataclasses.replace(cand, run_id="c", label="c", scores=mixed)
+    paired = compare(base, mixed_run, gating=gating).paired
     assert _fixed(paired) == []
 
 

@@ -115,8 +115,8 @@ def test_max_response_mb_is_validated_recorded_and_reaches_the_provider() -> Non
     default = build_manifest(load_suite(config), corpus, run_id="r", label="l", selection={})
     # recorded with the other request limits (timeout_s, max_retries), never hashed: a cap
     # changes no answer it lets through
-    assert (manifest["requests"]["max_response_mb"], default["requests"]["max_response_mb"]) == (
+    assert (manifest.requests["max_response_mb"], default.requests["max_response_mb"]) == (
         2.5,
         32,
     )
-    assert manifest["config_hash"] == default["config_hash"]
+    assert manifest.config_hash == default.config_hash

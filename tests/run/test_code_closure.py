@@ -105,7 +105,7 @@ def test_editing_a_helper_the_system_imports_re_asks_it(
             )
             manifest = store.manifest(summary.run_id)
             cached = store.outputs(summary.run_id)["cached"].to_list()
-        system = manifest["system"]
+        system = manifest.system
         return system["code_fingerprint"], system["code"], summary.cache_hits, cached
 
     first, code, _, _ = run("first")

@@ -25,6 +25,7 @@ from evalkit.corpus.suite import OPENAI_DEFAULT_BASE_URL, SystemConfig, load_sui
 from evalkit.errors import ComparabilityError
 from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, RunSummary, run_suite
+from evalkit.run_manifest import RunManifest
 from evalkit.store import open_store
 
 KEY_ENV = "EVALKIT_ENDPOINT_TEST_KEY"  # unset: loopback endpoints get the placeholder key
@@ -100,7 +101,9 @@ def _project(tmp_path: Path, system: str = "") -> Path:
     return root / "evalkit.yaml"
 
 
-def _run(config: Path, db: Path, label: str) -> tuple[RunSummary, dict, list[str], list[bool]]:
+def _run(
+    config: Path, db: Path, label: str
+) -> tuple[RunSummary, RunManifest, list[str], list[bool]]:
     suite = load_suite(config)
     corpus = load_corpus(suite.root)
     with open_store(db, write=True) as store:
@@ -125,9 +128,9 @@ def test_openai_base_url_elsewhere_is_asked_again_and_recorded(
     assert (a.requests, b.requests) == (4, 4)
     assert second.cache_hits == 0 and second.requests == 4 and not any(cached)
     assert texts == ["B: fine"] * 4
-    assert base["provider"]["base_url"] == a.url and cand["provider"]["base_url"] == b.url
-    assert base["requests"]["base_url_from"] == cand["requests"]["base_url_from"]
-    assert cand["requests"]["base_url_from"] == "OPENAI_BASE_URL"
+    assert base.provider.base_url == a.url and cand.provider.base_url == b.url
+    assert base.requests["base_url_from"] == cand.requests["base_url_from"]
+    assert cand.requests["base_url_from"] == "OPENAI_BASE_URL"
     assert manifest_diff(base, cand) == ["provider"]
     assert second.config_hash != first.config_hash
     with pytest.raises(ComparabilityError, match=r"provider\.base_url"):
@@ -150,8 +153,8 @@ def test_the_same_endpoint_named_by_config_or_environment_is_one_configuration(
     monkeypatch.delenv("OPENAI_BASE_URL")
     named = _project(tmp_path, system=f"base_url: '{a.url}/'")  # a trailing slash, too
     from_config, config_manifest, _, cached = _run(named, db, "config")
-    assert env_manifest["requests"]["base_url_from"] == "OPENAI_BASE_URL"
-    assert config_manifest["requests"]["base_url_from"] == "config"
+    assert env_manifest.requests["base_url_from"] == "OPENAI_BASE_URL"
+    assert config_manifest.requests["base_url_from"] == "config"
     assert from_config.config_hash == from_env.config_hash
     assert from_config.cache_hits == 4 and all(cached) and a.requests == 4
 
@@ -165,8 +168,8 @@ def test_a_password_in_openai_base_url_is_never_recorded(
     db = tmp_path / "e.duckdb"
     summary, manifest, texts, _ = _run(_project(tmp_path), db, "secret")
     assert a.requests == 4 and texts == ["A: fine"] * 4  # it did talk to the named server
-    assert manifest["provider"]["base_url"] == a.url
-    assert secret not in json.dumps(manifest)
+    assert manifest.provider.base_url == a.url
+    assert secret not in json.dumps(manifest.to_dict())
     assert secret.encode() not in db.read_bytes()
     assert summary.errored == 0
 

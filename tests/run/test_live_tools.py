@@ -106,8 +106,8 @@ def test_a_live_run_answers_from_the_live_tools_and_is_labelled_live(live: Any, 
         manifest = store.manifest(run_id)
         outputs = {r["case_id"]: r for r in store.outputs(run_id).iter_rows(named=True)}
         summary = json.loads(store.runs()["summary"][0])
-    assert manifest["kind"] == "live"
-    assert manifest["tools"]["live"] == {"lookup_order": "live_tools_example:lookup_order"}
+    assert manifest.kind == "live"
+    assert manifest.tools["live"] == {"lookup_order": "live_tools_example:lookup_order"}
     assert any(w.startswith("LIVE run") for w in summary["warnings"])
     calls = json.loads(outputs[CASE]["tool_calls"])
     assert calls == [
@@ -120,7 +120,7 @@ def test_a_live_run_answers_from_the_live_tools_and_is_labelled_live(live: Any, 
         suite = load_suite(live["config"], overrides=[f"kind={kind}"])
         corpus = load_corpus(suite.root)
         built = build_manifest(suite, corpus, run_id="r", label="x", selection={})
-        hashes.append(built["config_hash"])
+        hashes.append(built.config_hash)
     assert hashes[0] != hashes[1]
 
 
@@ -149,7 +149,7 @@ def test_record_freezes_the_calls_and_a_fixture_run_replays_them_without_a_live_
     capsys.readouterr()
     with open_store(live["db"], read_only=True) as store:
         calls = json.loads(store.outputs(replay).filter(case_id=CASE)["tool_calls"][0])
-        assert store.manifest(replay)["kind"] == "fixtures"
+        assert store.manifest(replay).kind == "fixtures"
         assert store.scores(replay)["passed"].all()
     assert calls[0]["response"]["status"] == "shipped"
     # recording the same run again finds nothing new to write

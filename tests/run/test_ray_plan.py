@@ -14,6 +14,7 @@ from evalkit.corpus.cases import load_corpus
 from evalkit.run.engines import ray_plan
 from evalkit.run.engines.ray_plan import ShareFeed, plan_shares, stored_share_count
 from evalkit.run.shards import order_units
+from evalkit.run_manifest import CorpusInfo, RunInfo, RunManifest
 from evalkit.store.part_checks import corpus_problem
 from evalkit.store.parts import PartsRoot
 from evalkit.store.schema import corpus_digest
@@ -22,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "corpus"))
 from test_case_index import _generated
 
 
-def _manifest(run_id: str, facts) -> dict:
-    return {"run": {"run_id": run_id}, "corpus": {"hash": facts.hash, "n_cases": len(facts.cases)}}
+def _manifest(run_id: str, facts) -> RunManifest:
+    return RunManifest(
+        run=RunInfo(run_id=run_id), corpus=CorpusInfo(hash=facts.hash, n_cases=len(facts.cases))
+    )
 
 
 def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1):
@@ -35,7 +38,7 @@ def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1):
     monkeypatch.setattr(ray_plan, "SHARE_UNITS", 70 * replays)
     units = order_units((c.id for c in facts.cases), replays)
     manifest = _manifest("r1", facts)
-    count = plan_shares(manifest, facts, units)
+    manifest, count = plan_shares(manifest, facts, units)
     parts = PartsRoot(str(tmp_path / "parts"))
     return root, facts, units, manifest, count, parts
 
@@ -46,7 +49,7 @@ def test_the_driver_builds_one_share_at_a_time(
 ) -> None:
     root, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch, replays)
     assert count == 5 == stored_share_count(manifest)  # 300 cases, at most 70 a share
-    feed = ShareFeed(facts, parts, manifest, units, count)
+    feed = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=count)
     feed.record()
     assert facts.counts.cases_built == feed.peak <= 70  # the manifest and the first share
     assert [p.chunk_id for p in parts.parts("r1", "cases")] == ["driver-1-of-5"]
@@ -67,7 +70,7 @@ def test_the_driver_builds_one_share_at_a_time(
     written = parts.parts("r1", "cases")
     assert sorted(p.chunk_id for p in written) == [f"driver-{k}-of-5" for k in range(1, 6)]
     frames = [parts.read_frame(p) for p in written]
-    assert all(corpus_problem(frame, manifest) is None for frame in frames)  # each a share
+    assert all(corpus_problem(frame, manifest.corpus) is None for frame in frames)  # each a share
     pairs = sorted(
         (row["case_id"], row["case_hash"]) for f in frames for row in f.iter_rows(named=True)
     )
@@ -79,7 +82,7 @@ def test_a_resumed_run_builds_only_the_shares_with_work_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch)
-    first = ShareFeed(facts, parts, manifest, units, count)
+    first = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=count)
     first.record()
     first.plan(chunk_size=16, done=set())
     done = set()
@@ -89,7 +92,9 @@ def test_a_resumed_run_builds_only_the_shares_with_work_left(
             break
         done |= {unit.key for unit in chunk.units}
     before = facts.counts.cases_built
-    again = ShareFeed(facts, parts, manifest, units, stored_share_count(manifest))
+    again = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=units, count=stored_share_count(manifest)
+    )
     again.plan(chunk_size=16, done=done)
     while again:
         again.take()
@@ -104,12 +109,16 @@ def test_one_share_records_every_case_as_before(
     _, facts, units, manifest, _, parts = _feed(tmp_path, monkeypatch)
     monkeypatch.setattr(ray_plan, "SHARE_UNITS", 10_000)
     manifest = _manifest("r2", facts)
-    assert plan_shares(manifest, facts, units) == 1 and "shares" not in manifest["corpus"]
-    feed = ShareFeed(facts, parts, manifest, units, 1)
+    planned, count = plan_shares(manifest, facts, units)
+    assert count == 1 and planned.corpus.shares is None
+    feed = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=1)
     feed.record()
     feed.plan(chunk_size=64, done=set())
     while feed:
         feed.take()
     assert feed.built == 300  # built once, for the cases part and the chunks alike
     (part,) = parts.parts("r2", "cases")
-    assert part.chunk_id == "driver" and corpus_problem(parts.read_frame(part), manifest) is None
+    assert (
+        part.chunk_id == "driver"
+        and corpus_problem(parts.read_frame(part), manifest.corpus) is None
+    )

@@ -4,6 +4,7 @@ rebuilt (an old manifest without ``rerun``, a Python system whose code changed).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import shutil
@@ -121,15 +122,17 @@ def test_rebaseline_runs_the_baseline_configuration_on_exactly_the_delta(
         case_id: cand_hashes[case_id] for case_id in [*EDITED, ADDED]
     }
     for name in IDENTITY_FIELDS:
-        assert canonical_json(manifest[name]) == canonical_json(base_manifest[name]), name
+        assert canonical_json(manifest.recorded(name)) == canonical_json(
+            base_manifest.recorded(name)
+        ), name
     v1 = (pr["root"] / "prompts" / "v1.md").read_text(encoding="utf-8")
     v2 = (pr["root"] / "prompts" / "v2.md").read_text(encoding="utf-8")
-    assert manifest["prompt"]["system_prompt_hash"] == _sha(v1) != _sha(v2)
-    assert cand_manifest["prompt"]["system_prompt_hash"] == _sha(v2)
-    assert manifest["prompt"]["version"] == "v1" and cand_manifest["prompt"]["version"] == "v2"
-    assert manifest["rebaseline"] == {"of": base, "for": cand}
-    assert manifest["run"]["label"] == f"rebaseline:{base}"
-    assert manifest["selection"]["case_ids"] == sorted([*EDITED, ADDED])
+    assert manifest.prompt["system_prompt_hash"] == _sha(v1) != _sha(v2)
+    assert cand_manifest.prompt["system_prompt_hash"] == _sha(v2)
+    assert manifest.prompt["version"] == "v1" and cand_manifest.prompt["version"] == "v2"
+    assert manifest.rebaseline == {"of": base, "for": cand}
+    assert manifest.run.label == f"rebaseline:{base}"
+    assert manifest.selection["case_ids"] == sorted([*EDITED, ADDED])
 
     # Again: the same run is reused, no new run and no request.
     before = _runs(db)
@@ -177,14 +180,14 @@ def test_a_baseline_without_rerun_cannot_be_rebaselined(pr: dict, tmp_path: Path
     with open_store(db, read_only=True) as store:
         manifest = store.manifest(pr["base"])
     assert not isinstance(baseline_suite(pr["suite"], manifest), str)  # as recorded: rebuildable
-    manifest.pop("rerun")
+    manifest = dataclasses.replace(manifest, rerun=None)
     reason = baseline_suite(pr["suite"], manifest)
     assert isinstance(reason, str) and "no 'rerun'" in reason and "older evalkit" in reason
     # a baseline recorded before `rerun`: the stored manifest lacks it
     with duckdb.connect(str(db)) as con:
         con.execute(
             "UPDATE runs SET manifest = ? WHERE run_id = ?",
-            [canonical_json(manifest), pr["base"]],
+            [canonical_json(manifest.to_dict()), pr["base"]],
         )
     before = _runs(db)
     with open_store(db, write=True) as store:

@@ -143,8 +143,8 @@ def test_the_declared_value_is_hashed_never_stored(
         manifest = store.manifest(run_id)
         dump = store.query("SELECT manifest FROM runs")["manifest"][0]
     assert "s3cret-flag-value" not in dump
-    assert len(manifest["system"]["env"]["EK_FEATURE"]) == 64
-    assert manifest["system"]["repo"]["digest"] is not None
+    assert len(manifest.system["env"]["EK_FEATURE"]) == 64
+    assert manifest.system["repo"]["digest"] is not None
 
 
 def test_a_corpus_edit_is_not_a_system_change(project: tuple[Path, str], tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_a_lenient_rescore_of_the_candidate_is_refused_unless_declared(
         cand = store.resolve_run("cand")
         scoring = store.scorings(cand).row(-1, named=True)
         assert store.scores(cand).filter(scorer="polite")["passed"].to_list() == [True]
-        run_sources = store.manifest(cand)["scorer_files"]
+        run_sources = store.manifest(cand).scorer_files
     key = next(k for k in run_sources if k.startswith("module:"))
     lenient_sha = hashlib.sha256(LENIENT.encode()).hexdigest()
     assert json.loads(scoring["scorer_files"]) == {key: lenient_sha}
@@ -107,9 +107,9 @@ def test_a_lenient_rescore_of_the_candidate_is_refused_unless_declared(
         with pytest.raises(ComparabilityError, match="candidate was rescored"):
             gate_pair(store, "base", "cand", str(config))
         comparison, decision = gate_pair(store, "base", "cand", str(config), ["scorers"])
-        assert comparison.cand.manifest["scorer_files"] == {key: lenient_sha}
-        assert comparison.cand.manifest["run_scorer_files"] == run_sources
-        assert comparison.cand.manifest["rescoring"]["scoring_id"] == f"{cand}/s1"
+        assert comparison.cand.manifest.scorer_files == {key: lenient_sha}
+        assert comparison.cand.manifest.run_scorer_files == run_sources
+        assert comparison.cand.manifest.rescoring["scoring_id"] == f"{cand}/s1"
         assert load_comparison(store, "base", "cand", ["scorer_files"]).manifest_diff == (
             "scorer_files",
         )
@@ -163,4 +163,4 @@ def test_an_older_store_without_recorded_sources_reads_read_only(tmp_path: Path)
     con.close()
     with open_store(db, read_only=True) as store:
         run = load_run(store, "r1")
-    assert run.manifest["scorer_files"] == {} and "run_scorer_files" not in run.manifest
+    assert run.manifest.scorer_files == {} and run.manifest.run_scorer_files is None

@@ -156,7 +156,7 @@ def test_run_tier_smoke_selects_the_tier_and_records_it(
     with open_store(db, read_only=True) as store:
         manifest = store.manifest(run_id)
         scores = store.scores(run_id)
-    assert manifest["selection"] == {
+    assert manifest.selection == {
         "tier": "smoke",
         "tags": ["smoke"],
         "exclude_tags": [],

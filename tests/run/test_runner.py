@@ -151,9 +151,9 @@ def test_selection_is_recorded_in_the_manifest(python_suite, tmp_path: Path) -> 
         )
         manifest = store.manifest(summary.run_id)
         cases = store.cases(summary.run_id)
-    assert manifest["selection"] == selection
+    assert manifest.selection == selection
     assert sorted(cases["case_id"].to_list()) == ["agent-001", "agent-002"]
-    assert manifest["provider"]["function"] == "support_app:answer"
+    assert manifest.provider.function == "support_app:answer"
 
 
 def test_fixture_arguments_are_normalized() -> None:
@@ -187,6 +187,6 @@ def test_run_against_the_demo_server_stores_everything(tmp_path: Path, demo_serv
     assert (outputs["latency_ms"] > 0).all()
     assert (outputs["cost_usd"] > 0).all()  # from the suite's price table
     assert set(outputs["model"].to_list()) == {"demo-support-1"}
-    assert manifest["provider"]["simulator"] is True
-    assert manifest["model"] == {"id": "demo-support-1", "snapshot": "demo-support-1"}
+    assert manifest.provider.simulator is True
+    assert manifest.recorded("model") == {"id": "demo-support-1", "snapshot": "demo-support-1"}
     assert summary.requests == int(outputs["steps"].sum())  # a request per model turn

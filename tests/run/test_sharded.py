@@ -65,9 +65,7 @@ def test_three_shards_and_a_merge_equal_one_local_run(
             "n"
         ][0]
         shards_manifests = PartsRoot(parts).manifests("cand-sharded")
-        assert {m["config_hash"] for m in shards_manifests} == {
-            store.manifest(local)["config_hash"]
-        }
+        assert {m.config_hash for m in shards_manifests} == {store.manifest(local).config_hash}
     assert merged == len(PartsRoot(parts).parts("cand-sharded", "outputs")) == 15  # 3 × ⌈30/7⌉
 
 
@@ -179,8 +177,8 @@ def test_replicas_share_the_requests_of_a_run(tmp_path: Path) -> None:
     single_outputs, _ = stored(db, single)
     with open_store(db, read_only=True) as store:
         fleet_id = store.resolve_run("fleet")
-        assert store.manifest(fleet_id)["requests"]["replicas"][1]["max_in_flight"] == 2
-        assert store.manifest(fleet_id)["config_hash"] == store.manifest(single)["config_hash"]
+        assert store.manifest(fleet_id).requests["replicas"][1]["max_in_flight"] == 2
+        assert store.manifest(fleet_id).config_hash == store.manifest(single).config_hash
     fleet_outputs, _ = stored(db, fleet_id)
     assert single_outputs.equals(fleet_outputs)
 
@@ -342,7 +340,7 @@ def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
         assert store.run_status("indexed") == "complete"
         sql = "SELECT case_id, case_hash FROM cases WHERE run_id = ? ORDER BY case_id"
         assert store.query(sql, ["indexed"]).equals(store.query(sql, [local]))
-        assert store.manifest("indexed")["config_hash"] == store.manifest(local)["config_hash"]
+        assert store.manifest("indexed").config_hash == store.manifest(local).config_hash
 
 
 def _two_smoke_shards(server: DemoServer, parts: Path) -> None:

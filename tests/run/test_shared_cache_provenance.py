@@ -17,6 +17,7 @@ import pytest
 
 from evalkit.cli import main
 from evalkit.run.cache_provenance import Consumer, Publisher, refusal
+from evalkit.run_manifest import ProviderInfo, RunInfo, RunManifest
 from evalkit.store import open_store
 from evalkit.store.shared import parse_store_uri
 from evalkit.store.shared.tables import TABLES, load_table, open_catalog
@@ -140,12 +141,33 @@ def test_a_different_server_at_the_same_url_gets_none_of_the_stubs_answers(
 def test_another_machines_loopback_entries_and_unrecorded_ones_are_not_taken() -> None:
     reported = {"id": MODEL, "owned_by": "vllm", "created": 0}
     me = Consumer("ci-runner", reported)
-    laptop = Publisher("laptop", "r1", "abc", "http://127.0.0.1:8000/v1", True, reported)
+    laptop = Publisher(
+        host="laptop",
+        run="r1",
+        commit="abc",
+        endpoint="http://127.0.0.1:8000/v1",
+        loopback=True,
+        reported=reported,
+    )
     assert "another machine's loopback" in str(refusal(laptop.to_json(), me))
-    remote = Publisher("laptop", "r1", "abc", "https://llm.internal/v1", False, reported)
+    remote = Publisher(
+        host="laptop",
+        run="r1",
+        commit="abc",
+        endpoint="https://llm.internal/v1",
+        loopback=False,
+        reported=reported,
+    )
     assert refusal(remote.to_json(), me) is None  # a real endpoint reporting the same
     assert refusal(None, me) == "no publisher recorded"
-    other = Publisher("ci-runner", "r2", "abc", "https://llm.internal/v1", False, {"id": "x"})
+    other = Publisher(
+        host="ci-runner",
+        run="r2",
+        commit="abc",
+        endpoint="https://llm.internal/v1",
+        loopback=False,
+        reported={"id": "x"},
+    )
     assert "another served identity" in str(refusal(other.to_json(), me))
 
 
@@ -153,7 +175,9 @@ def test_a_pull_request_jobs_entries_serve_only_that_job(monkeypatch) -> None:
     from evalkit.run.cache_provenance import publisher_of
 
     reported = {"id": MODEL, "owned_by": "vllm", "created": 0}
-    manifest = {"provider": {"base_url": "https://llm.internal/v1"}, "run": {"git_sha": "abc"}}
+    manifest = RunManifest(
+        provider=ProviderInfo(base_url="https://llm.internal/v1"), run=RunInfo(git_sha="abc")
+    )
     for name in ("GITHUB_ACTIONS", "GITHUB_EVENT_NAME", "GITHUB_RUN_ID", "GITHUB_JOB"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GITHUB_ACTIONS", "true")

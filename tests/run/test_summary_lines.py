@@ -9,7 +9,25 @@ from evalkit.run.summary import RunSummary, summary_lines
 
 
 def _summary(run_id: str, label: str) -> RunSummary:
-    return RunSummary(run_id, label, "cfg", 3, 3, 2, 1, 0, 0, 3, 0, 0, 0.1, 10, 10, 0.0, 5.0)
+    return RunSummary(
+        run_id=run_id,
+        label=label,
+        config_hash="cfg",
+        cases=3,
+        outputs=3,
+        passed=2,
+        failed=1,
+        errored=0,
+        cache_hits=0,
+        requests=3,
+        retries=0,
+        resumed_skipped=0,
+        wall_s=0.1,
+        prompt_tokens=10,
+        completion_tokens=10,
+        cost_usd=0.0,
+        mean_latency_ms=5.0,
+    )
 
 
 @pytest.mark.parametrize(

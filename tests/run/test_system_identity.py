@@ -125,7 +125,7 @@ def test_editing_the_python_function_is_a_cache_miss_and_a_new_config(
     assert not outputs["cached"].any()
     assert all(text.startswith("broken") for text in outputs["text"].to_list())  # new code ran
     assert edited.failed == 8
-    assert list(manifest["system"]["code"]) == [f"../app/{app.name}.py"]
+    assert list(manifest.system["code"]) == [f"../app/{app.name}.py"]
     # ... and the gate sees the regression the cache used to hide
     from evalkit.compare.analysis import load_comparison
     from evalkit.compare.gate import gate_comparison
@@ -148,7 +148,7 @@ def test_code_paths_version_and_index_change_the_config_hash(
     def config_hash(*sets: str) -> str:
         suite = _suite(tmp_path, app, overrides=sets)
         corpus = load_corpus(suite.root)
-        return build_manifest(suite, corpus, run_id="r", label="l", selection={})["config_hash"]
+        return build_manifest(suite, corpus, run_id="r", label="l", selection={}).config_hash
 
     base = config_hash(extra)
     assert config_hash(extra) == base
@@ -182,7 +182,7 @@ def test_a_version_change_is_a_cache_miss_for_a_service(
         manifest = store.manifest(second.run_id)
     assert second.config_hash != first.config_hash
     assert demo_server.stats()["requests"] == second.requests > 0 and second.cache_hits == 0
-    assert manifest["system"]["version"] == "build-42"
+    assert manifest.system["version"] == "build-42"
 
 
 def test_cached_outputs_keep_their_latency_and_cost_and_are_marked(
@@ -196,7 +196,7 @@ def test_cached_outputs_keep_their_latency_and_cost_and_are_marked(
         cached = run_suite(suite, corpus, store, RunOptions(label="b", progress=False))
         before = store.outputs(fresh.run_id)
         after = store.outputs(cached.run_id)
-        warnings = store.manifest(cached.run_id)["warnings"]
+        warnings = store.manifest(cached.run_id).warnings
     assert not before["cached"].any() and after["cached"].all()
     assert (before["latency_ms"] >= 30).all()
     assert after["latency_ms"].to_list() == before["latency_ms"].to_list()  # real, not 0
@@ -238,7 +238,7 @@ def test_resuming_a_no_cache_run_stays_uncached(
         assert store.run_status(run_id) == "interrupted"
         (stopped,) = store.records("SELECT summary FROM runs WHERE run_id = ?", [run_id])
         assert json.loads(stopped["summary"]) == {"stopped": "CancelledError"}  # no bare colon
-        assert store.manifest(run_id)["run"]["cache"] is False
+        assert store.manifest(run_id).run.cache is False
         counting.calls = 0
         resumed = run_suite(
             suite, corpus, store, RunOptions(resume=run_id, progress=False)
@@ -266,14 +266,14 @@ def test_transport_and_request_settings_are_recorded_not_hashed(
     lean = manifest("system.transport=lean", "system.max_retries=1", "system.timeout_s=5")
     limited = manifest("rate_limit={requests_per_minute: 600}")
     # the demo suite names an OpenAI-compatible base_url: "auto" resolves to the lean transport
-    assert default["requests"]["transport"] == "lean"
+    assert default.requests["transport"] == "lean"
     official = manifest("system.base_url=https://api.openai.com/v1")
-    assert official["requests"]["transport"] == "openai"
-    assert (lean["requests"]["transport"], lean["requests"]["max_retries"]) == ("lean", 1)
-    assert lean["requests"]["timeout_s"] == 5.0
-    assert limited["requests"]["rate_limit"]["requests_per_minute"] == 600
+    assert official.requests["transport"] == "openai"
+    assert (lean.requests["transport"], lean.requests["max_retries"]) == ("lean", 1)
+    assert lean.requests["timeout_s"] == 5.0
+    assert limited.requests["rate_limit"]["requests_per_minute"] == 600
     # how requests are made changes no answer: the runs stay comparable replays
-    assert default["config_hash"] == lean["config_hash"] == limited["config_hash"]
+    assert default.config_hash == lean.config_hash == limited.config_hash
 
 
 def test_config_warnings_name_unpinned_models_and_thin_judge_replays(tmp_path: Path) -> None:

@@ -303,12 +303,12 @@ def test_the_manifest_says_which_mechanisms_held(tmp_path: Path) -> None:
     suite = load_suite(project / "evalkit.yaml")
     recorded = build_manifest(suite, load_corpus(suite.root), run_id="r", label="l", selection={})
     kind = sandbox_budget.mechanism()
-    assert recorded["sandbox"]["isolation"] == sandbox.ISOLATED
-    assert recorded["sandbox"]["syscall_filter"].startswith("seccomp allow-list")
-    assert kind is not None and recorded["sandbox"]["budget"]["processes"].startswith(
+    assert recorded.sandbox["isolation"] == sandbox.ISOLATED
+    assert recorded.sandbox["syscall_filter"].startswith("seccomp allow-list")
+    assert kind is not None and recorded.sandbox["budget"]["processes"].startswith(
         kind if kind != sandbox_budget.UID else "rlimit"
     )
     (project / "cases" / "code.yaml").unlink()
     plain = build_manifest(suite, load_corpus(suite.root), run_id="r", label="l", selection={})
-    assert "sandbox" not in plain  # only suites that run code record it
-    assert recorded["config_hash"] != "" and "sandbox" not in manifest.COMPARABLE_FIELDS
+    assert plain.sandbox is None and "sandbox" not in plain.to_dict()  # only suites running code
+    assert recorded.config_hash != "" and "sandbox" not in manifest.COMPARABLE_FIELDS

@@ -40,7 +40,9 @@ from synthetic_runs import C, make_run, write_store
 
 #: A teammate's job on this host that recorded itself as the entries' publisher (a consumer
 #: takes no entry whose publisher is unrecorded: evalkit.run.cache_provenance).
-_TEAMMATE = Publisher(this_host(), "their-run", None, None, False, None).to_json()
+_TEAMMATE = Publisher(
+    host=this_host(), run="their-run", commit=None, endpoint=None, loopback=False, reported=None
+).to_json()
 
 
 def _team_uri(tmp_path: Path) -> str:
@@ -260,7 +262,7 @@ def test_a_failed_publish_is_a_warning_and_leaves_the_run_as_it_finished(
     assert summary.complete and warning in summary.warnings  # the summary says so
     with open_store(tmp_path / "job.duckdb", read_only=True) as store:
         assert store.run_status(summary.run_id) == "complete"
-        assert warning not in (store.manifest(summary.run_id)["warnings"] or [])  # unchanged
+        assert warning not in store.manifest(summary.run_id).warnings  # unchanged
 
 
 def test_an_unreachable_catalog_warns_once_and_the_run_answers_as_without_one(
@@ -283,7 +285,7 @@ def test_an_unreachable_catalog_warns_once_and_the_run_answers_as_without_one(
     assert "Connection refused" in warned[0] or "connection" in warned[0].lower()
     assert _texts(tmp_path / "s.duckdb", "ci") == _texts(tmp_path / "p.duckdb", "ci")
     with open_store(tmp_path / "s.duckdb", read_only=True) as store:
-        caveats = store.manifest(store.resolve_run("ci"))["warnings"]
+        caveats = store.manifest(store.resolve_run("ci")).warnings
     assert any(c.startswith(f"shared store {shown} is unreachable") for c in caveats)
 
 
@@ -323,7 +325,7 @@ def test_a_store_lost_mid_run_is_warned_once_and_lookups_go_on_locally(tmp_path:
     assert warning.startswith(f"shared store {parse_store_uri(uri).shown} failed during the run (")
     assert published.failure is not None and published.added == 0
     assert "`evalkit push r0` publishes them" in published.failure
-    assert manifest["warnings"][:2] == ["an earlier warning", warning]
+    assert manifest.warnings[:2] == ("an earlier warning", warning)
 
 
 def test_a_shard_opening_an_unreachable_store_goes_on_without_it(tmp_path: Path) -> None:
@@ -437,7 +439,7 @@ def test_s3_gone_mid_run_leaves_the_run_local_warned_once_and_the_gate_as_withou
     assert main([*plain, "--label", "base", *url]) == 0  # no shared store at all
     assert main([*plain, "--label", "plain", *url]) == 0
     with open_store(db, read_only=True) as store:
-        caveats = store.manifest(store.resolve_run("cand"))["warnings"]
+        caveats = store.manifest(store.resolve_run("cand")).warnings
         kept = [c for c in caveats if c.startswith(f"shared store {shown}")]
         assert kept == [warned[0].removeprefix("evalkit: warning: ")]  # one, in the manifest
         _, with_s3_down = gate_pair(store, "base", "cand", None)

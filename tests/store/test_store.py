@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from evalkit.errors import StoreError
+from evalkit.run_manifest import ModelInfo
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA, open_store
 
 
@@ -88,7 +89,7 @@ def test_round_trip_into_polars(tmp_path: Path) -> None:
         runs = store.runs()
         assert runs["run_id"].to_list() == ["r1"] and runs["status"].to_list() == ["running"]
         assert store.resolve_run("baseline") == "r1" and store.resolve_run("r") == "r1"
-        assert store.manifest("r1")["model"] == {"id": "m"}
+        assert store.manifest("r1").model == ModelInfo(id="m")
         frame = store.cases("r1")
         assert frame["tags"].to_list() == [["billing"], ["billing", "policy"]]
         assert frame.schema["tags"] == pl.List(pl.String)

@@ -86,7 +86,14 @@ def import_rows(path: str | Path, mapping: Mapping[str, str], fmt: str) -> Impor
             unmapped["row with nothing to check"] += 1
             continue
         cases.append(case)
-    return ImportResult(fmt, path, tuple(cases), dict(mapped), dict(unmapped), _WHY)
+    return ImportResult(
+        format=fmt,
+        source=path,
+        cases=tuple(cases),
+        mapped=dict(mapped),
+        unmapped=dict(unmapped),
+        why=_WHY,
+    )
 
 
 def _row_case(
@@ -152,9 +159,9 @@ def _row_case(
     notes = _field(row, mapping["notes"]) if "notes" in mapping else None
     source_id = _field(row, mapping["id"]) if "id" in mapping else None
     return DraftCase(
-        case_input,
-        tuple(expect),
-        where,
+        input=case_input,
+        expect=tuple(expect),
+        source=where,
         source_id=None if source_id in (_MISSING, None, "") else str(source_id),
         tags=tags,
         fixtures=fixtures,

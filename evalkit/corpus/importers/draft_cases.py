@@ -7,8 +7,8 @@ source, the date, the importer's note), ids stable across imports: the source's 
 has one, else one derived from the content. It never overwrites a file without ``force``.
 
 Examples:
-    >>> case = DraftCase({"messages": [{"role": "user", "content": "Where is order 77?"}]},
-    ...                  ({"scorer": "contains", "args": {"text": "77"}},), "rows.jsonl:1")
+    >>> case = DraftCase(input={"messages": [{"role": "user", "content": "Where is order 77?"}]},
+    ...     expect=({"scorer": "contains", "args": {"text": "77"}},), source="rows.jsonl:1")
     >>> stable_id("jsonl", case)
     'jsonl-where-is-order-77-9bec22e3'
     >>> stable_id("inspect", case, source_id="Sample 3")
@@ -36,7 +36,7 @@ from evalkit.records import canonical_json
 _SLUG_WORDS = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DraftCase:
     """One case as an importer read it; ``source`` says where (``tests.yaml#2``, ``rows.csv:7``,
     ``run.eval sample 3``)."""
@@ -51,7 +51,7 @@ class DraftCase:
     title: str | None = None  # words for a content-derived id (a test's description)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImportResult:
     """An importer's reading of one source, before anything is written.
 
@@ -72,7 +72,7 @@ class ImportResult:
     name: str | None = None  # the case file's name after the format (default: the source's)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WrittenImport:
     """Where :func:`write_import` put things: the (first) case file, its ids, the side files,
     and every case file written (several for a large import, :mod:`evalkit.corpus.file_parts`)
@@ -174,7 +174,12 @@ def write_import(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     return WrittenImport(
-        path, tuple(ids), tuple(side), len(result.cases) - len(ids), written, removed
+        path=path,
+        ids=tuple(ids),
+        files=tuple(side),
+        duplicates=len(result.cases) - len(ids),
+        case_files=written,
+        removed=removed,
     )
 
 

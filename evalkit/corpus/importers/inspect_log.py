@@ -113,9 +113,9 @@ def import_inspect(path: str | Path) -> ImportResult:
         ]
         cases.append(
             DraftCase(
-                {"messages": chat.messages},
-                tuple(expect),
-                where,
+                input={"messages": chat.messages},
+                expect=tuple(expect),
+                source=where,
                 source_id=f"{task}-{sample.get('id')}",
                 tags=tuple(t for t in tags if t),
                 notes=_notes(metadata, sample.get("output_text", ""), model),
@@ -125,14 +125,14 @@ def import_inspect(path: str | Path) -> ImportResult:
     if info.get("created"):
         note += f", run {info['created']}"
     return ImportResult(
-        "inspect",
-        path,
-        tuple(cases),
-        dict(mapped),
-        dict(unmapped),
-        why,
+        format="inspect",
+        source=path,
+        cases=tuple(cases),
+        mapped=dict(mapped),
+        unmapped=dict(unmapped),
+        why=why,
         provenance_note=note,
-        name=task,  # the log's file name is a timestamp and a random id
+        name=task,
     )
 
 

@@ -187,9 +187,9 @@ def import_promptfoo(config: str | Path, *, allow_outside: bool = False) -> Impo
         description = test.get("description")
         cases.append(
             DraftCase(
-                {"vars": variables},
-                tuple(expect),
-                where,
+                input={"vars": variables},
+                expect=tuple(expect),
+                source=where,
                 notes=f"promptfoo test: {description}" if description else None,
                 title=str(description) if description else None,
             )
@@ -201,7 +201,14 @@ def import_promptfoo(config: str | Path, *, allow_outside: bool = False) -> Impo
     if any("contains-json" in k for k in mapped):
         notes.append("contains-json -> json_valid: evalkit wants the whole output to be JSON")
     return ImportResult(
-        "promptfoo", config, tuple(cases), dict(mapped), dict(unmapped), why, tuple(notes), files
+        format="promptfoo",
+        source=config,
+        cases=tuple(cases),
+        mapped=dict(mapped),
+        unmapped=dict(unmapped),
+        why=why,
+        notes=tuple(notes),
+        files=files,
     )
 
 
@@ -296,4 +303,4 @@ def _loads(value: Any) -> Any:
 
 
 def _digest(value: Any) -> str:
-    return content_hash(DraftCase({"value": value}, (), ""))[:8]
+    return content_hash(DraftCase(input={"value": value}, expect=(), source=""))[:8]

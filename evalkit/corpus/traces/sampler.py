@@ -49,7 +49,7 @@ class SliceCount:
     drafts: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sample:
     """The chosen traces (each with its draft's tags), per-slice figures, and what was dropped."""
 
@@ -148,7 +148,14 @@ def sample(
         SliceCount(name, have.get(name, 0), need, len(by_slice[name]), counts.get(name, 0))
         for name in sorted(by_slice, key=lambda s: (-(need - have.get(s, 0)), s))
     )
-    return Sample(tuple(chosen), slices, dup_corpus, dup_traces, seed, need)
+    return Sample(
+        chosen=tuple(chosen),
+        slices=slices,
+        duplicates_of_corpus=dup_corpus,
+        duplicates_of_traces=dup_traces,
+        seed=seed,
+        required_n=need,
+    )
 
 
 def _slices(trace: Trace, by: str | None, corpus: Sequence[Case]) -> tuple[str, ...]:

@@ -54,7 +54,7 @@ def _is_gone(ray: ray_module, exc: BaseException) -> bool:
     return isinstance(exc, kinds)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Budgets:
     """A driver's hold on its endpoint's budget actors (none without ``rate_limit:``)."""
 
@@ -94,7 +94,7 @@ def start_budgets(ray: ray_module, suite: Suite, holder: str | None = None) -> B
     (default: a fresh id for this call), on the head node."""
     limit = suite.config.rate_limit
     system = suite.config.system
-    budgets = Budgets(ray, holder or f"driver-{secrets.token_hex(6)}")
+    budgets = Budgets(ray=ray, holder=holder or f"driver-{secrets.token_hex(6)}")
     if limit is None or system.provider == "python":
         return budgets
     budgets.limits = BudgetLimits(

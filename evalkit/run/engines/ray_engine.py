@@ -78,6 +78,7 @@ from evalkit.run.sharded import (
 from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, order_units
 from evalkit.run.shared_cache import publish_run_cache
 from evalkit.run.summary import RunSummary
+from evalkit.run_manifest import RunManifest
 from evalkit.store import Store, new_run_id
 from evalkit.store.parts import PartsRoot
 
@@ -107,7 +108,7 @@ class SuiteSource:
     prompt: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RayOptions:
     address: str | None = None  # None: start a Ray instance on this machine (loopback)
     chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -289,24 +290,24 @@ def run_on_ray(
         run_id = store.resolve_run(options.resume)
         manifest = store.manifest(run_id)
         fresh = run_manifest(suite, corpus, options, run_id)
-        if fresh["config_hash"] != manifest["config_hash"]:
+        if fresh.config_hash != manifest.config_hash:
             raise EvalkitError(
                 f"cannot resume {run_id}: the configuration changed since it started "
-                f"(config_hash {manifest['config_hash'][:12]} → {fresh['config_hash'][:12]})"
+                f"(config_hash {manifest.config_hash[:12]} → {fresh.config_hash[:12]})"
             )
         if options.use_cache is False:
-            manifest["run"]["cache"] = False
+            manifest = manifest.with_run(cache=False)
     else:
         run_id = ray_options.run_id or new_run_id()
         manifest = run_manifest(suite, corpus, options, run_id)
-    use_cache = bool(manifest["run"].get("cache", True))
+    use_cache = manifest.run.cache
     # planned from the ids alone; each share's cases built when its first chunk goes out
-    units = order_units((c.id for c in corpus.cases), int(manifest["replays"]))
+    units = order_units((c.id for c in corpus.cases), manifest.replays)
     if options.resume:
         shares = stored_share_count(manifest)
     else:
-        shares = plan_shares(manifest, corpus, units)
-    feed = ShareFeed(corpus, root, manifest, units, shares)
+        manifest, shares = plan_shares(manifest, corpus, units)
+    feed = ShareFeed(corpus=corpus, root=root, manifest=manifest, units=units, count=shares)
     if not options.resume:
         feed.record()
         merge_run(store, root, run_id, in_progress=True)  # the run is in the store from now on
@@ -318,10 +319,16 @@ def run_on_ray(
     if options.on_start is not None:
         options.on_start(
             RunStart(
-                run_id, manifest["run"]["label"], bool(options.resume), len(units), skipped,
-                len(units) - skipped, use_cache, (*(manifest.get("warnings") or ()), *notes),
+                run_id=run_id,
+                label=manifest.run.label,
+                resumed=bool(options.resume),
+                expected_outputs=len(units),
+                stored=skipped,
+                to_do=len(units) - skipped,
+                use_cache=use_cache,
+                warnings=(*manifest.warnings, *notes),
             )
-        )  # fmt: skip
+        )
     # Resolved once, here: a relative --parts would name another directory on each node.
     location = root.base if root.local else root.location
     shipped = replace(options, on_start=None, progress=False, resume=None)
@@ -404,7 +411,7 @@ def _with_notes(store: Store, summary: RunSummary, notes: tuple[str, ...]) -> Ru
 def _prefetch(
     store: Store,
     suite: Suite,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     chunk: Chunk,
     cases: dict[str, Case],
     options: RunOptions,
@@ -454,7 +461,7 @@ def _load(source: SuiteSource) -> Suite:
 
 def chunk_task(
     source: SuiteSource,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     chunk: Chunk,
     parts: str,
     options: RunOptions,
@@ -467,7 +474,7 @@ def chunk_task(
 
     suite = _load(source)
     cases = {case.id: case for case in chunk_cases}
-    use_cache = bool(manifest["run"].get("cache", True))
+    use_cache = manifest.run.cache
     if use_cache and source not in _TEAM_CACHES:
         _TEAM_CACHES[source] = team_cache(suite, use_cache)
     shared = _TEAM_CACHES.get(source) if use_cache else None

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.case_index import IndexMismatch
@@ -27,6 +26,7 @@ from evalkit.corpus.cases import Case, Corpus
 from evalkit.errors import EvalkitError
 from evalkit.run.sharded import corpus_shares, record_run, share_cases
 from evalkit.run.shards import Chunk, Shard, Unit, make_chunks, remaining, shard_units
+from evalkit.run_manifest import RunManifest
 from evalkit.store.parts import PartsRoot
 
 #: At most this many (case, replay) units in one share of a Ray run (a module setting).
@@ -39,17 +39,17 @@ def share_count(units: int) -> int:
 
 
 def plan_shares(
-    manifest: dict[str, Any], corpus: Corpus | CorpusFacts, units: Sequence[Unit]
-) -> int:
-    """Record in ``manifest`` the shares of a run of ``units`` (``corpus.shares``, only when
-    there are several) and return how many there are."""
+    manifest: RunManifest, corpus: Corpus | CorpusFacts, units: Sequence[Unit]
+) -> tuple[RunManifest, int]:
+    """``manifest`` with the shares of a run of ``units`` recorded (``corpus.shares``, only
+    when there are several), and how many there are."""
     count = share_count(len(units))
     if count > 1:
-        manifest["corpus"]["shares"] = corpus_shares(corpus.cases, units, count)
-    return count
+        manifest = manifest.with_corpus(shares=corpus_shares(corpus.cases, units, count))
+    return manifest, count
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShareFeed:
     """The run's chunks in share order, each with its cases (:meth:`take`): a share's cases
     are built and recorded when its first chunk is taken, and let go with its last.
@@ -59,7 +59,7 @@ class ShareFeed:
 
     corpus: Corpus | CorpusFacts
     root: PartsRoot
-    manifest: dict[str, Any]
+    manifest: RunManifest
     units: Sequence[Unit]
     count: int
     built: int = 0
@@ -87,7 +87,7 @@ class ShareFeed:
         self._cases = {}  # the share before it is all out: its cases go first
         cases = self._load(set(_ids(self._share_units(k))))
         writer = f"driver-{k}-of-{self.count}"
-        run_id = str(self.manifest["run"]["run_id"])
+        run_id = self.manifest.run.run_id
         if not any(p.chunk_id == writer for p in self.root.parts(run_id, "cases")):
             self.root.write_cases(run_id, writer, cases)
         self._hold(k, cases)
@@ -125,7 +125,7 @@ class ShareFeed:
         try:
             cases = share_cases(self.corpus, ids)
         except IndexMismatch as stale:
-            run_id = self.manifest["run"]["run_id"]
+            run_id = self.manifest.run.run_id
             raise EvalkitError(
                 f"{stale}; the corpus changed under the run: resume it with "
                 f"evalkit run --engine ray --resume {run_id}"
@@ -134,10 +134,9 @@ class ShareFeed:
         return cases
 
 
-def stored_share_count(manifest: dict[str, Any]) -> int:
+def stored_share_count(manifest: RunManifest) -> int:
     """How many shares a recorded run was cut into (1: none recorded)."""
-    shares = (manifest.get("corpus") or {}).get("shares") or {}
-    return int(shares.get("count") or 1)
+    return int((manifest.corpus.shares or {}).get("count") or 1)
 
 
 def _ids(units: Sequence[Unit]) -> dict[str, None]:

@@ -73,7 +73,7 @@ COMPACT_AT_FILES = 64
 _RETRIES = "commit.retry.num-retries"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Compacted:
     """What one compaction did: data files and rows before and after (a key held twice is
     one row after), commits that lost to a concurrent publish and were tried again, old
@@ -164,9 +164,25 @@ def compact_table(
     for attempt in range(attempts):
         files = data_files(table)
         if files == 0:
-            return Compacted(0, 0, 0, 0, conflicts, 0, time.perf_counter() - started)
+            return Compacted(
+                files_before=0,
+                files_after=0,
+                rows_before=0,
+                rows_after=0,
+                conflicts=conflicts,
+                expired_snapshots=0,
+                wall_s=time.perf_counter() - started,
+            )
         if 1 < files <= above:  # under the bound (another compaction came first): no read
-            return Compacted(files, files, 0, 0, conflicts, 0, time.perf_counter() - started)
+            return Compacted(
+                files_before=files,
+                files_after=files,
+                rows_before=0,
+                rows_after=0,
+                conflicts=conflicts,
+                expired_snapshots=0,
+                wall_s=time.perf_counter() - started,
+            )
         # read on the snapshot the overwrite names: both use this table object's metadata
         rows = with_columns(table.scan().to_arrow(), spec)
         kept = (keep_rows or first_published)(rows)
@@ -174,9 +190,14 @@ def compact_table(
             # compacted already; a compaction killed before it expired leaves snapshots
             expired = expire_older_snapshots(table) if len(table.metadata.snapshots) > 1 else 0
             return Compacted(
-                first_files, files, rows.num_rows, rows.num_rows, conflicts, expired,
-                time.perf_counter() - started,
-            )  # fmt: skip
+                files_before=first_files,
+                files_after=files,
+                rows_before=rows.num_rows,
+                rows_after=rows.num_rows,
+                conflicts=conflicts,
+                expired_snapshots=expired,
+                wall_s=time.perf_counter() - started,
+            )
         try:
             table.overwrite(kept, snapshot_properties={"evalkit.operation": "compact"})
         except CommitFailedException:
@@ -193,9 +214,14 @@ def compact_table(
             continue
         expired = expire_older_snapshots(table)
         return Compacted(
-            files, data_files(table), rows.num_rows, kept.num_rows, conflicts, expired,
-            time.perf_counter() - started,
-        )  # fmt: skip
+            files_before=files,
+            files_after=data_files(table),
+            rows_before=rows.num_rows,
+            rows_after=kept.num_rows,
+            conflicts=conflicts,
+            expired_snapshots=expired,
+            wall_s=time.perf_counter() - started,
+        )
     raise StoreError(
         f"shared table {spec.name}: {attempts} compactions in a row conflicted with "
         "publishes; compact again"

@@ -134,7 +134,7 @@ class Pushed:
         return sum(self.added.values())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CachePublished:
     """What :meth:`SharedStore.cache_put` did: entries appended, entries the shared cache
     held already, commits made (one per batch that added a row) and commits that lost to a
@@ -486,7 +486,7 @@ class SharedStore:
         keys = list(entries)
         added = present = commits = conflicts = 0
         if not keys:
-            return CachePublished(0, 0, 0, 0)
+            return CachePublished(added=0, present=0, commits=0, conflicts=0)
         table = self._table("response_cache", create=True)
         assert table is not None
         now = dt.datetime.now(dt.UTC)
@@ -506,7 +506,14 @@ class SharedStore:
             commits += result.added > 0
             conflicts += result.conflicts
         compacted, failure = self._compact_if_due(table)
-        return CachePublished(added, present, commits, conflicts, compacted, failure)
+        return CachePublished(
+            added=added,
+            present=present,
+            commits=commits,
+            conflicts=conflicts,
+            compacted=compacted,
+            compact_failure=failure,
+        )
 
     def _compact_if_due(self, table: Table) -> tuple[Compacted | None, str | None]:
         """Compact the cache when it holds more than :data:`COMPACT_AT_FILES` data files (read
@@ -534,7 +541,15 @@ class SharedStore:
             StoreError: the commit kept conflicting with publishes.
         """
         if self._table("response_cache") is None:
-            return Compacted(0, 0, 0, 0, 0, 0, 0.0)
+            return Compacted(
+                files_before=0,
+                files_after=0,
+                rows_before=0,
+                rows_after=0,
+                conflicts=0,
+                expired_snapshots=0,
+                wall_s=0.0,
+            )
         table = self._table("response_cache", create=True)  # with the columns added since
         assert table is not None
         return compact_table(table, TABLES["response_cache"], above=1)

@@ -148,7 +148,7 @@ def _tables() -> dict[str, SharedTable]:
 TABLES = _tables()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Appended:
     """What one :func:`append_new` did: rows added, rows already there, commits it lost."""
 
@@ -228,10 +228,15 @@ def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
         if spec.unique:
             fresh = _first_of_each(fresh, wanted)
         if not fresh:
-            return Appended(spec.name, 0, len(wanted), conflicts)
+            return Appended(table=spec.name, added=0, present=len(wanted), conflicts=conflicts)
         try:
             table.append(rows.take(fresh))
-            return Appended(spec.name, len(fresh), len(wanted) - len(fresh), conflicts)
+            return Appended(
+                table=spec.name,
+                added=len(fresh),
+                present=len(wanted) - len(fresh),
+                conflicts=conflicts,
+            )
         except CommitFailedException:
             conflicts += 1
             backoff(attempt)
@@ -274,7 +279,7 @@ def append_batches(
         present = {k[0] for k in existing_keys(table, spec, [(k,) for k in keys])}
         fresh = pa.array(sorted(keys - present), spec.arrow.field(column).type)
         if not len(fresh):
-            return Appended(spec.name, 0, rows, conflicts)
+            return Appended(table=spec.name, added=0, present=rows, conflicts=conflicts)
         added = count = largest = 0
         try:
             with table.transaction() as tx:
@@ -285,7 +290,14 @@ def append_batches(
                     tx.append(pa.Table.from_batches([kept]).select(list(spec.columns)))
                     added, count = added + kept.num_rows, count + 1
                     largest = max(largest, kept.num_rows)
-            return Appended(spec.name, added, rows - added, conflicts, count, largest)
+            return Appended(
+                table=spec.name,
+                added=added,
+                present=rows - added,
+                conflicts=conflicts,
+                batches=count,
+                largest_batch=largest,
+            )
         except CommitFailedException:
             conflicts += 1
         except Exception as exc:
