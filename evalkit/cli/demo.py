@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evalkit.cli.running import print_run_summary
+from evalkit.cli.run import print_run_summary
 
 #: The checkout evalkit runs from: the demo's notebooks and labels live there.
 REPO = Path(__file__).resolve().parents[2]

@@ -153,7 +153,7 @@ def test_five_identical_reruns_through_the_ci_flow_pass_every_time(
     one store with the demo's noise on (nothing cached), passes every time."""
     from types import SimpleNamespace
 
-    from evalkit.cli.rebaselining import maybe_rebaseline
+    from evalkit.cli.rebaseline import maybe_rebaseline
 
     shutil.copytree(REPO / "corpus", tmp_path / "corpus")
     db, config = str(tmp_path / "e.duckdb"), str(tmp_path / "corpus" / "evalkit.yaml")

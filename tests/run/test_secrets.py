@@ -338,7 +338,7 @@ def test_errors_and_resume_commands_quoting_a_url_print_no_password(
     an interrupted run) shows the URL without its userinfo."""
     import argparse
 
-    from evalkit.cli.running import resume_command
+    from evalkit.cli.run import resume_command
 
     item = f"system.base_urls=http://user:{URL_SECRET}@127.0.0.1:9/v1"  # a list, given a string
     capfd.readouterr()

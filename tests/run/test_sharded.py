@@ -401,7 +401,7 @@ def test_a_shard_reads_the_corpus_through_the_index(
 
     from distributed_support import CONFIG
 
-    from evalkit.cli.sharding import load_run_corpus
+    from evalkit.cli.shard import load_run_corpus
     from evalkit.corpus.case_facts import CorpusFacts
     from evalkit.corpus.cases import Corpus
     from evalkit.corpus.selection import Selection

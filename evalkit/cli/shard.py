@@ -1,5 +1,5 @@
 """Beyond one machine: ``evalkit run --shard K/N`` (CI matrices) and ``evalkit run --engine
-ray``; ``evalkit merge`` (:mod:`evalkit.cli.merging`) then puts the parts into the store.
+ray``; ``evalkit merge`` (:mod:`evalkit.cli.runs`) then puts the parts into the store.
 
 A shard reads the corpus through its case index (:func:`load_run_corpus`): the facts of every
 case from the index, and only its own share's cases built (a warm index makes a shard of N

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from evalkit.cli.options import DEFAULT_CONFIG, db_arg
-from evalkit.cli.running import print_run_summary
-from evalkit.cli.sharding import DEFAULT_PARTS
+from evalkit.cli.run import print_run_summary
+from evalkit.cli.shard import DEFAULT_PARTS
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalkit.cli import corpus_tools, sharding
+from evalkit.cli import cases as case_tools
+from evalkit.cli import shard
 from evalkit.cli.options import db_arg, suite_args
 from evalkit.errors import EvalkitError
 from evalkit.redact import strip_userinfo
@@ -46,7 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--json", metavar="FILE", help="write the run summary as JSON")
-    sharding.add_run_args(run)  # --shard, --run-id, --parts, --engine, --address
+    shard.add_run_args(run)  # --shard, --run-id, --parts, --engine, --address
     run.set_defaults(handler=_cmd_run)
 
     cases = sub.add_parser("cases", help="corpus tools")
@@ -55,7 +56,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     suite_args(lint)
     lint.add_argument("--sealed", action="store_true", help="include corpus/sealed/")
     lint.set_defaults(handler=_cmd_lint)
-    corpus_tools.add_cases_parsers(cases_sub)
+    case_tools.add_cases_parsers(cases_sub)
 
     runs = sub.add_parser("runs", help="list stored runs")
     db_arg(runs)
@@ -112,7 +113,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
         # --shard: the corpus's facts through the case index, only the shard's share built;
         # otherwise every case, scorers built for the selected ones only (selection.apply)
-        return sharding.load_run_corpus(args, suite, selection)
+        return shard.load_run_corpus(args, suite, selection)
 
     plan = plan_run(
         args.config, overrides=args.overrides, prompt=args.prompt, tier=args.tier, tags=args.tag,
@@ -149,8 +150,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         on_start=announce,
         warnings=tuple(policy),  # printed by announce and kept in manifest["warnings"]
     )
-    if sharding.wanted(args):  # one shard into parts, or chunks on Ray
-        return sharding.run_distributed(args, suite, corpus, options, print_run_summary)
+    if shard.wanted(args):  # one shard into parts, or chunks on Ray
+        return shard.run_distributed(args, suite, corpus, options, print_run_summary)
     try:
         with open_store(args.db, wait_s=args.wait, write=True) as store:
             mark("store")
@@ -174,7 +175,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from evalkit.cli import skip_teardown
 
         skip_teardown()  # the store is closed and the summary written: nothing to tear down
-    return sharding.run_exit_code(summary)  # 1 also when the run ended incomplete
+    return shard.run_exit_code(summary)  # 1 also when the run ended incomplete
 
 
 def resume_command(args: argparse.Namespace, run_id: str) -> str:

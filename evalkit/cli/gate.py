@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalkit.cli.options import DEFAULT_CONFIG, pair_args, pair_refs
-from evalkit.cli.reasking import add_reask_args, maybe_reask
-from evalkit.cli.rebaselining import add_rebaseline_args, maybe_rebaseline
+from evalkit.cli.reask import add_reask_args, maybe_reask
+from evalkit.cli.rebaseline import add_rebaseline_args, maybe_rebaseline
 from evalkit.errors import EvalkitError
 
 if TYPE_CHECKING:
