@@ -84,15 +84,15 @@ def _cell(text: object) -> str:
 #: Meanings for the few options whose parser gives no ``help=``, by their first option string
 #: (or a positional's name) after the command; keys must be real options (a test checks).
 OPTION_MEANINGS: dict[str, str] = {
-    "evalkit flakes --no-progress": "no progress bar",
+    "evalkit flakes measure --no-progress": "no progress bar",
     "evalkit demo run --no-progress": "no progress bar",
     "evalkit demo run --db": "the DuckDB store the demo's runs go to",
     "evalkit demo run --out": "where the gate's report goes",
-    "evalkit judge-pairs --set": "override an evalkit.yaml key for this command (repeatable)",
-    "evalkit import jsonl file": "the JSON Lines file to import",
-    "evalkit import csv file": "the CSV file to import",
-    "evalkit import promptfoo file": "the promptfoo config (promptfooconfig.yaml)",
-    "evalkit import inspect file": "the Inspect AI log, .eval or .json",
+    "evalkit judges pairs --set": "override an evalkit.yaml key for this command (repeatable)",
+    "evalkit cases import jsonl file": "the JSON Lines file to import",
+    "evalkit cases import csv file": "the CSV file to import",
+    "evalkit cases import promptfoo file": "the promptfoo config (promptfooconfig.yaml)",
+    "evalkit cases import inspect file": "the Inspect AI log, .eval or .json",
 }
 
 
@@ -532,7 +532,7 @@ CASE_MEANINGS: dict[str, str] = {
     "and `text`; they fill `{{documents}}`.",
     "expect": "The properties a good answer has: scorers, cheapest first; the case passes when "
     "every one passes.",
-    "expect[].scorer": "The scorer's name (`evalkit scorers` lists them).",
+    "expect[].scorer": "The scorer's name (`evalkit scorers list` shows them).",
     "expect[].args": "The scorer's arguments; the short form `NAME: value` fills its main one.",
     "notes": "Free text for reviewers (an import keeps the observed answer here).",
     "group": "Cases from one incident, document or conversation: their slice's interval "

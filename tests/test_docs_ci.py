@@ -179,7 +179,7 @@ def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path
     assert "PASSED" in (tmp_path / "gate.md").read_text().splitlines()[0]
     job_db = str(tmp_path / "evalkit.duckdb")  # the job's own store ($DB)
     runs = subprocess.run(
-        [sys.executable, "-m", "evalkit.cli", "runs", "--json", "--db", job_db],
+        [sys.executable, "-m", "evalkit.cli", "runs", "list", "--json", "--db", job_db],
         cwd=work, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     labels = sorted(run["label"] for run in json.loads(runs.stdout))

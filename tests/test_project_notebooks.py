@@ -106,7 +106,7 @@ def project(demo_server: DemoServer, tmp_path_factory: pytest.TempPathFactory):
         args = ["--config", str(config), "--db", str(db)]
         for label in ("baseline", "candidate"):
             assert main(["run", "--label", label, "--no-progress", *args]) == 0
-        assert main(["flakes", "--runs", "2", "--no-progress", *args]) == 0
+        assert main(["flakes", "measure", "--runs", "2", "--no-progress", *args]) == 0
         (root / "labels.csv").write_text(LABELS)
         labels = ["labels", "import", str(root / "labels.csv"), "--db", str(db)]
         assert main([*labels, "--run", "baseline"]) == 0

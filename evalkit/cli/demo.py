@@ -49,7 +49,7 @@ def _cmd_demo_run(args: argparse.Namespace) -> int:
     print(
         "judged cases use a SIMULATED judge (demo-judge-1), reported, not gated, until "
         f"calibrated: evalkit labels import {REPO / 'data' / 'labels' / 'demo_reply_tone.csv'} "
-        f"--db {result.db_path} --run baseline && evalkit calibrate --run baseline "
+        f"--db {result.db_path} --run baseline && evalkit judges calibrate --run baseline "
         f"--db {result.db_path}"
     )
     return 0

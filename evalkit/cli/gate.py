@@ -1,38 +1,19 @@
-"""``evalkit compare``, ``gate`` and ``override``."""
+"""``evalkit gate`` (the gate notebook executed: exit 1 when blocked) and ``override`` (a person
+accepts a blocked pair's current blocking findings, with who and why)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from evalkit.cli.options import DEFAULT_CONFIG, pair_args, pair_refs
+from evalkit.cli.compare import decide_pair, gate_config
+from evalkit.cli.options import pair_args, pair_refs
 from evalkit.cli.reask import add_reask_args, maybe_reask
 from evalkit.cli.rebaseline import add_rebaseline_args, maybe_rebaseline
 from evalkit.errors import EvalkitError
 
-if TYPE_CHECKING:
-    from evalkit.compare.analysis import Comparison
-    from evalkit.compare.decision import GateDecision
-    from evalkit.store import Store
-
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    compare = sub.add_parser("compare", help="paired comparison report of two runs")
-    pair_args(compare)
-    compare.add_argument("--json", metavar="FILE", help="write the report as JSON")
-    compare.add_argument("--junit", metavar="FILE", help="write JUnit XML")
-    compare.add_argument("--html", metavar="FILE", help="write the report as HTML")
-    compare.add_argument("--markdown", metavar="FILE", help="write the pull-request Markdown")
-    add_rebaseline_args(compare)
-    add_reask_args(compare)
-    compare.add_argument(
-        "--transfer", action="store_true",
-        help="say whether the live gains transfer to the sealed cases (both runs ran --sealed)",
-    )  # fmt: skip
-    compare.set_defaults(handler=_cmd_compare)
-
     gate = sub.add_parser("gate", help="execute the gate notebook; exit 1 when blocked")
     pair_args(gate)
     gate.add_argument("--out", default="reports", help="reports directory")
@@ -53,59 +34,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     override.set_defaults(handler=_cmd_override)
 
 
-def _gate_config(args: argparse.Namespace) -> str | None:
-    """The suite config holding the gate policy; without one, the default policy applies."""
-    if args.config == DEFAULT_CONFIG and not Path(args.config).is_file():
-        return None
-    return args.config
-
-
-def _decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, GateDecision]:
-    """The checked pair's comparison and gate decision against the pin (refusals raise
-    one-line errors): `evalkit.compare.pin.gate_pair`, as the gate notebook calls it."""
-    from evalkit.compare.pin import gate_pair
-
-    return gate_pair(
-        store, *pair_refs(args), _gate_config(args), args.allow_diff, tier=args.tier,
-        allow_incomplete=args.allow_incomplete, db=args.db,
-    )  # fmt: skip
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from evalkit.compare.html import to_html
-    from evalkit.compare.junit import to_junit
-    from evalkit.compare.markdown import to_markdown
-    from evalkit.compare.pairing import resolve_pair
-    from evalkit.compare.report import build_report, render_terminal, to_json
-    from evalkit.store import open_store
-
-    if args.rebaseline:
-        with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-            pair = resolve_pair(store, *pair_refs(args))
-        maybe_rebaseline(args, *pair)
-    if args.reask_flakes:
-        with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-            pair = resolve_pair(store, *pair_refs(args))
-        maybe_reask(args, *pair)
-    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-        comparison, decision = _decide_pair(store, args)
-        report = dataclasses.replace(build_report(comparison, decision), command="compare")
-    render_terminal(report)
-    if args.transfer:
-        from evalkit.cli.sealing import print_transfer
-
-        print_transfer(comparison, decision)
-    link = Path(args.html).name if args.html else None
-    renderers = ((args.json, to_json), (args.junit, to_junit), (args.html, to_html),
-                 (args.markdown, lambda r: to_markdown(r, link)))  # fmt: skip
-    for path, render in renderers:
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(render(report), encoding="utf-8")
-            print(f"wrote {path}")
-    return 0
-
-
 def _cmd_gate(args: argparse.Namespace) -> int:
     from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
     from evalkit.notebooks import execute_gate
@@ -119,7 +47,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     maybe_rebaseline(args, base, cand)
     maybe_reask(args, base, cand)
     run = execute_gate(
-        args.db, base, cand, _gate_config(args), args.out, args.allow_diff, tier=args.tier,
+        args.db, base, cand, gate_config(args), args.out, args.allow_diff, tier=args.tier,
         allow_incomplete=args.allow_incomplete,
     )  # fmt: skip
     if run.exit_code == 2:
@@ -149,7 +77,7 @@ def _cmd_override(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
     with open_store(args.db, wait_s=args.wait, write=True) as store:
-        comparison, decision = _decide_pair(store, args)
+        comparison, decision = decide_pair(store, args)
         base, cand = comparison.base.run_id, comparison.cand.run_id
         if not decision.uncovered:
             raise EvalkitError(

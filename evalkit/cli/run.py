@@ -1,16 +1,14 @@
-"""``evalkit run``, ``cases lint``, ``runs``, ``rescore`` and ``flakes``."""
+"""``evalkit run``: the corpus through the system under test, into the store."""
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalkit.cli import cases as case_tools
 from evalkit.cli import shard
 from evalkit.cli.options import db_arg, suite_args
 from evalkit.errors import EvalkitError
@@ -50,36 +48,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     shard.add_run_args(run)  # --shard, --run-id, --parts, --engine, --address
     run.set_defaults(handler=_cmd_run)
 
-    cases = sub.add_parser("cases", help="corpus tools")
-    cases_sub = cases.add_subparsers(dest="cases_command")
-    lint = cases_sub.add_parser("lint", help="validate every case and print corpus statistics")
-    suite_args(lint)
-    lint.add_argument("--sealed", action="store_true", help="include corpus/sealed/")
-    lint.set_defaults(handler=_cmd_lint)
-    case_tools.add_cases_parsers(cases_sub)
-
-    runs = sub.add_parser("runs", help="list stored runs")
-    db_arg(runs)
-    runs.add_argument("--json", action="store_true", help="print the runs as a JSON list")
-    runs.set_defaults(handler=_cmd_runs)
-
-    rescore = sub.add_parser("rescore", help="re-apply current scorers to stored outputs")
-    suite_args(rescore)
-    db_arg(rescore)
-    rescore.add_argument("run", help="run id or label")
-    rescore.add_argument(
-        "--scorer", action="append", default=[], help="recompute only this scorer (repeatable)"
-    )
-    rescore.set_defaults(handler=_cmd_rescore)
-
-    flakes = sub.add_parser("flakes", help="rerun one configuration k times; store the flake list")
-    suite_args(flakes)
-    db_arg(flakes)
-    flakes.add_argument("--runs", type=int, default=5, help="how many uncached runs (k)")
-    flakes.add_argument("--tag", action="append", default=[], help="only cases with this tag")
-    flakes.add_argument("--no-progress", action="store_true")
-    flakes.set_defaults(handler=_cmd_flakes)
-
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from evalkit.cli import start_up_imports
@@ -105,7 +73,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 "--resume continues the run with the selection it started with: "
                 "drop --tier/--tag/--exclude-tag/--sealed"
             )
-        _require_store(args.db)
+        require_store(args.db)
         with open_store(args.db, read_only=True, wait_s=args.wait) as store:
             resumed = store.manifest(store.resolve_run(args.resume)).get("selection") or {}
 
@@ -195,7 +163,7 @@ def resume_command(args: argparse.Namespace, run_id: str) -> str:
     return shlex.join(parts)
 
 
-def _require_store(db: str) -> None:
+def require_store(db: str) -> None:
     """Refuse a command that reads stored runs when ``db`` holds no store (never create one)."""
     if not Path(db).is_file():
         raise EvalkitError(f"{db}: no evalkit store here (run `evalkit run --db {db}` first)")
@@ -219,207 +187,3 @@ def _painter(stream: Any) -> Callable[[str, str], str]:
     if not colour:
         return lambda text, _sgr: text
     return lambda text, sgr: f"\033[{sgr}m{text}\033[0m"
-
-
-def _cmd_lint(args: argparse.Namespace) -> int:
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from evalkit.corpus.cases import MAX_LINT_ERRORS, MIN_CRITICAL_CASES, CorpusErrors, load_corpus
-    from evalkit.corpus.suite import load_suite
-
-    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
-    try:
-        corpus = load_corpus(
-            suite.root,
-            sealed=True,
-            user_template=suite.config.system.user_template,
-            max_errors=MAX_LINT_ERRORS,
-        )
-    except CorpusErrors as many:  # every problem in one pass, one line each
-        for error in many.errors:
-            print(f"evalkit: error: {error}", file=sys.stderr)
-        shown = f"the first {len(many.errors)}" if many.truncated else str(len(many.errors))
-        print(f"evalkit: {shown} problems in the corpus; fix them and lint again", file=sys.stderr)
-        return 2
-    for warning in corpus.warnings:
-        print(f"evalkit: warning: {warning}", file=sys.stderr)
-    from evalkit.corpus.drafts import draft_errors, provenance_errors
-
-    refused = [
-        *draft_errors(corpus.cases, suite.config.kind),
-        *provenance_errors(
-            corpus.cases, suite.config.policy.require_provenance, suite.config.critical_tags
-        ),
-    ]
-    for error in refused:  # drafts and unreviewed blocking cases: never gated
-        print(f"evalkit: error: {error}", file=sys.stderr)
-    if refused:
-        print(f"evalkit: {len(refused)} cases cannot gate yet; review them", file=sys.stderr)
-        return 2
-    from evalkit.project.planning import policy_warnings, tag_counts
-    from evalkit.run.judging import require_judge
-
-    require_judge(suite, corpus)  # a judge scorer with no judge: section fails every run
-    policy_warnings(suite, tag_counts(corpus.cases))  # the gate's checks, before any run
-    stats = corpus.stats(suite.config.critical_tags)
-    console = Console(highlight=False)
-    console.print(
-        f"[bold]{suite.config.suite}[/]: {stats.n_cases} cases ({stats.sealed} sealed), "
-        f"corpus hash {corpus.hash[:12]}"
-    )
-    table = Table("tag", "cases", "critical")
-    for tag, count in sorted(stats.per_tag.items(), key=lambda kv: (-kv[1], kv[0])):
-        table.add_row(tag, str(count), "yes" if tag in suite.config.critical_tags else "")
-    console.print(table)
-    console.print("criticality: " + ", ".join(f"{k} {v}" for k, v in stats.per_criticality.items()))
-    for tag, count in stats.thin_critical_tags.items():
-        console.print(
-            f"[yellow]warning[/]: critical tag {tag!r} has {count} cases (< {MIN_CRITICAL_CASES}): "
-            "it cannot gate; add cases or drop it from critical_tags"
-        )
-    return 2 if stats.thin_critical_tags else 0
-
-
-def _cmd_runs(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from evalkit.store import open_store
-
-    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
-        runs = store.runs()
-    if args.json:
-        print(json.dumps(runs.to_dicts(), indent=2, default=str))
-        return 0
-
-    if not sys.stdout.isatty():  # piped: one full row per line, nothing clipped
-        for row in runs.iter_rows(named=True):
-            print(
-                "\t".join(
-                    str(row[k]) for k in ("run_id", "label", "created_at", "status", "config_hash")
-                )
-            )
-        return 0
-    table = Table("run_id", "label", "suite", "status", "pass rate", "age", "config")
-    now = dt.datetime.now(dt.UTC)
-    for row in runs.iter_rows(named=True):
-        table.add_row(
-            row["run_id"],
-            row["label"],
-            _suite(row["manifest"]),
-            row["status"],
-            _pass_rate(row["summary"]),
-            _age(now, row["created_at"]),
-            row["config_hash"][:12],
-        )
-    Console().print(table)
-    return 0
-
-
-def _suite(manifest: str | None) -> str:
-    """The suite a run belongs to (runs of two suites do not pair)."""
-    try:
-        return str(json.loads(manifest or "{}").get("suite", ""))
-    except (ValueError, AttributeError):
-        return ""
-
-
-def _pass_rate(summary: str | None) -> str:
-    """The stored summary's pass rate of scored outputs, with the errors beside it.
-
-    Examples:
-        >>> _pass_rate('{"passed": 9, "failed": 3, "errored": 1}')
-        '75.0% (+1 errored)'
-        >>> _pass_rate(None)
-        '–'
-    """
-    try:
-        counts = json.loads(summary or "null") or {}
-        passed, failed = int(counts["passed"]), int(counts["failed"])
-    except (ValueError, KeyError, TypeError):
-        return "–"
-    errored = int(counts.get("errored") or 0)
-    rate = f"{passed / (passed + failed):.1%}" if passed + failed else "–"
-    return rate + (f" (+{errored} errored)" if errored else "")
-
-
-def _age(now: dt.datetime, created: Any) -> str:
-    """How long ago, in the largest unit that fits.
-
-    Examples:
-        >>> t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-        >>> _age(t, t - dt.timedelta(minutes=5)), _age(t, t - dt.timedelta(days=3, hours=2))
-        ('5 min', '3 d')
-    """
-    if not isinstance(created, dt.datetime):
-        return "–"
-    created = created if created.tzinfo else created.replace(tzinfo=dt.UTC)
-    seconds = max(0.0, (now - created).total_seconds())
-    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)} {unit}"
-    return f"{int(seconds)} s"
-
-
-def _cmd_rescore(args: argparse.Namespace) -> int:
-    from evalkit.corpus.cases import load_corpus
-    from evalkit.corpus.suite import load_suite
-    from evalkit.run.judging import judge_client
-    from evalkit.run.rescore import rescore_run, scorer_sources
-    from evalkit.scorers.registry import JUDGE
-    from evalkit.store import open_store
-
-    _require_store(args.db)
-    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
-    corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
-    with open_store(args.db, wait_s=args.wait, write=True) as store:
-        judged = any(s.tier == JUDGE for case in corpus.cases for s in case.scorers)
-        judge = judge_client(suite, store) if judged and suite.config.judge else None
-        # The sources recorded as a run of this checkout would record them (sealed cases'
-        # files only if the run loaded sealed cases), so an unchanged rescore still compares.
-        selection = store.manifest(store.resolve_run(args.run)).get("selection") or {}
-        sources = scorer_sources(corpus, suite.config.scorers, sealed=bool(selection.get("sealed")))
-        result = rescore_run(
-            store, corpus, args.run, scorers=args.scorer, judge=judge, scorer_files=sources
-        )
-    print(
-        f"rescored {result.rescored} outputs of {result.run_id} with zero model calls "
-        f"→ scoring {result.scoring_id} ({result.carried} scores carried over)"
-    )
-    for case_id in result.skipped_input_changed:
-        print(f"  skipped {case_id}: its input changed since the run (re-run it)")
-    return 0
-
-
-def _cmd_flakes(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from evalkit.compare.flakes import measure_flakes
-    from evalkit.corpus.cases import load_corpus
-    from evalkit.corpus.suite import load_suite
-    from evalkit.store import open_store
-
-    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
-    corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
-    corpus = corpus.select(tags=args.tag)
-    from evalkit.corpus.drafts import refuse_drafts
-
-    refuse_drafts(corpus.cases, suite.config.kind)  # the flake list gates: no drafts in it
-    with open_store(args.db, wait_s=args.wait, write=True) as store:
-        result = measure_flakes(suite, corpus, store, runs=args.runs, progress=not args.no_progress)
-    console = Console(highlight=False)
-    console.print(
-        f"{args.runs} uncached runs of config {result.config_hash[:12]}: "
-        f"{result.flaky.height} of {result.per_case.height} cases changed verdict with nothing "
-        "changed"
-    )
-    table = Table("tag", "cases", "flaky", "flake rate")
-    for row in result.per_slice.iter_rows(named=True):
-        table.add_row(row["tag"], str(row["cases"]), str(row["flaky"]), f"{row['flake_rate']:.1%}")
-    console.print(table)
-    for row in result.flaky.iter_rows(named=True):
-        console.print(f"  noisy: {row['case_id']} ({row['flips']}/{row['runs']} runs disagree)")
-    return 0

@@ -1,26 +1,57 @@
-"""``evalkit merge RUN``: a run's Parquet parts into the store, by its single writer; once the run
-is complete, its response-cache entries the team's shared store lacks are published to it.
+"""``evalkit runs list|show|rescore|merge``: the runs in the store, one run in full, its outputs
+scored again with zero model calls, and a sharded run's Parquet parts merged into the store.
 
-A shard matrix's shards publish their own entries when they end, so the merge job usually adds
-nothing (one read of the run's keys). What it can hold unpublished: the entries of a shard that
-could not reach the shared store, or whose publish failed (warned in that shard's log); those
-are in its parts, merged here, and published once by the merge that completes the run.
+``merge`` is the single writer of a sharded run. Once the run is complete, its response-cache
+entries the team's shared store lacks are published to it: a shard matrix's shards publish
+their own entries when they end, so the merge job usually adds nothing (one read of the run's
+keys). What it can hold unpublished: the entries of a shard that could not reach the shared
+store, or whose publish failed (warned in that shard's log); those are in its parts, merged
+here, and published once by the merge that completes the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from evalkit.cli.options import DEFAULT_CONFIG, db_arg
-from evalkit.cli.run import print_run_summary
+from evalkit.cli.options import DEFAULT_CONFIG, db_arg, suite_args
+from evalkit.cli.run import print_run_summary, require_store
 from evalkit.cli.shard import DEFAULT_PARTS
+from evalkit.errors import EvalkitError
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    merge = sub.add_parser(
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add this group's subcommands to ``evalkit``."""
+    runs = sub.add_parser("runs", help="the stored runs: list, show one, rescore, merge parts")
+    runs_sub = runs.add_subparsers(dest="runs_command")
+    runs.set_defaults(handler=lambda _args: runs.print_help() or 2)
+    listing = runs_sub.add_parser("list", help="list stored runs")
+    db_arg(listing)
+    listing.add_argument("--json", action="store_true", help="print the runs as a JSON list")
+    listing.set_defaults(handler=_cmd_list)
+
+    show = runs_sub.add_parser(
+        "show", help="one run: label, status, suite, model, corpus, outcome and its manifest"
+    )
+    db_arg(show)
+    show.add_argument("run", metavar="RUN", help="run id, label or label@latest")
+    show.add_argument("--json", action="store_true", help="print the run and its manifest as JSON")
+    show.set_defaults(handler=_cmd_show)
+
+    rescore = runs_sub.add_parser("rescore", help="re-apply current scorers to stored outputs")
+    suite_args(rescore)
+    db_arg(rescore)
+    rescore.add_argument("run", help="run id or label")
+    rescore.add_argument(
+        "--scorer", action="append", default=[], help="recompute only this scorer (repeatable)"
+    )
+    rescore.set_defaults(handler=_cmd_rescore)
+
+    merge = runs_sub.add_parser(
         "merge", help="merge a run's Parquet parts into the store (idempotent; the one writer)"
     )
     merge.add_argument("run", metavar="RUN", help="the run id the shards shared (--run-id)")
@@ -84,3 +115,178 @@ def _shared_uri(args: argparse.Namespace) -> tuple[str | None, str]:
     suite = load_suite(config)
     uri = suite.config.store.get("shared") if suite.config.cache else None
     return uri, f"{config}: store.shared"
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evalkit.store import open_store
+
+    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+        runs = store.runs()
+    if args.json:
+        print(json.dumps(runs.to_dicts(), indent=2, default=str))
+        return 0
+
+    if not sys.stdout.isatty():  # piped: one full row per line, nothing clipped
+        for row in runs.iter_rows(named=True):
+            print(
+                "\t".join(
+                    str(row[k]) for k in ("run_id", "label", "created_at", "status", "config_hash")
+                )
+            )
+        return 0
+    table = Table("run_id", "label", "suite", "status", "pass rate", "age", "config")
+    now = dt.datetime.now(dt.UTC)
+    for row in runs.iter_rows(named=True):
+        table.add_row(
+            row["run_id"],
+            row["label"],
+            _suite(row["manifest"]),
+            row["status"],
+            _pass_rate(row["summary"]),
+            _age(now, row["created_at"]),
+            row["config_hash"][:12],
+        )
+    Console().print(table)
+    return 0
+
+
+def _suite(manifest: str | None) -> str:
+    """The suite a run belongs to (runs of two suites do not pair)."""
+    try:
+        return str(json.loads(manifest or "{}").get("suite", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _pass_rate(summary: str | None) -> str:
+    """The stored summary's pass rate of scored outputs, with the errors beside it.
+
+    Examples:
+        >>> _pass_rate('{"passed": 9, "failed": 3, "errored": 1}')
+        '75.0% (+1 errored)'
+        >>> _pass_rate(None)
+        '–'
+    """
+    try:
+        counts = json.loads(summary or "null") or {}
+        passed, failed = int(counts["passed"]), int(counts["failed"])
+    except (ValueError, KeyError, TypeError):
+        return "–"
+    errored = int(counts.get("errored") or 0)
+    rate = f"{passed / (passed + failed):.1%}" if passed + failed else "–"
+    return rate + (f" (+{errored} errored)" if errored else "")
+
+
+def _age(now: dt.datetime, created: Any) -> str:
+    """How long ago, in the largest unit that fits.
+
+    Examples:
+        >>> t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        >>> _age(t, t - dt.timedelta(minutes=5)), _age(t, t - dt.timedelta(days=3, hours=2))
+        ('5 min', '3 d')
+    """
+    if not isinstance(created, dt.datetime):
+        return "–"
+    created = created if created.tzinfo else created.replace(tzinfo=dt.UTC)
+    seconds = max(0.0, (now - created).total_seconds())
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from evalkit.corpus.cases import load_corpus
+    from evalkit.corpus.suite import load_suite
+    from evalkit.run.judging import judge_client
+    from evalkit.run.rescore import rescore_run, scorer_sources
+    from evalkit.scorers.registry import JUDGE
+    from evalkit.store import open_store
+
+    require_store(args.db)
+    suite = load_suite(args.config, overrides=args.overrides, prompt=args.prompt)
+    corpus = load_corpus(suite.root, sealed=True, user_template=suite.config.system.user_template)
+    with open_store(args.db, wait_s=args.wait, write=True) as store:
+        judged = any(s.tier == JUDGE for case in corpus.cases for s in case.scorers)
+        judge = judge_client(suite, store) if judged and suite.config.judge else None
+        # The sources recorded as a run of this checkout would record them (sealed cases'
+        # files only if the run loaded sealed cases), so an unchanged rescore still compares.
+        selection = store.manifest(store.resolve_run(args.run)).get("selection") or {}
+        sources = scorer_sources(corpus, suite.config.scorers, sealed=bool(selection.get("sealed")))
+        result = rescore_run(
+            store, corpus, args.run, scorers=args.scorer, judge=judge, scorer_files=sources
+        )
+    print(
+        f"rescored {result.rescored} outputs of {result.run_id} with zero model calls "
+        f"→ scoring {result.scoring_id} ({result.carried} scores carried over)"
+    )
+    for case_id in result.skipped_input_changed:
+        print(f"  skipped {case_id}: its input changed since the run (re-run it)")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from evalkit.store import open_store
+
+    require_store(args.db)
+    with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+        run_id = store.resolve_run(args.run)
+        rows = store.runs().filter(run_id=run_id).to_dicts()
+    if not rows:  # resolved a moment ago: only a store changed underneath gets here
+        raise EvalkitError(f"{args.db}: no run {args.run!r}")
+    row = rows[0]
+    manifest = _json_or_empty(row["manifest"])
+    if args.json:
+        row["manifest"], row["summary"] = manifest, _json_or_empty(row["summary"])
+        print(json.dumps(row, indent=2, default=str))
+        return 0
+    for line in show_lines(row, manifest):
+        print(line)
+    return 0
+
+
+def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
+    """What ``evalkit runs show`` prints of one stored run: the facts a reader looks for
+    first (which configuration, which corpus, how it went), each on its own line.
+
+    Examples:
+        >>> manifest = {"suite": "s", "model": {"id": "m"}, "corpus": {"hash": "ab" * 8,
+        ...             "n_cases": 3}, "selection": {"tier": "smoke"}}
+        >>> row = {"run_id": "r1", "label": "base", "status": "complete", "created_at": "t0",
+        ...        "finished_at": "t1", "config_hash": "cd" * 8, "summary": '{"passed": 2,
+        ...        "failed": 1}'}
+        >>> print("\\n".join(show_lines(row, manifest)))
+        run r1 (base): complete
+          suite: s, tier smoke
+          model: m
+          corpus: 3 cases, hash abababababab
+          config: cdcdcdcdcdcd
+          created: t0, finished: t1
+          pass rate: 66.7%
+    """
+    model = manifest.get("model") or {}
+    corpus = manifest.get("corpus") or {}
+    tier = (manifest.get("selection") or {}).get("tier")
+    snapshot = model.get("snapshot")
+    served = f" (snapshot {snapshot})" if snapshot and snapshot != model.get("id") else ""
+    return [
+        f"run {row['run_id']} ({row['label']}): {row['status']}",
+        f"  suite: {manifest.get('suite', '–')}" + (f", tier {tier}" if tier else ""),
+        f"  model: {model.get('id', '–')}{served}",
+        f"  corpus: {corpus.get('n_cases', '–')} cases, hash {str(corpus.get('hash', ''))[:12]}",
+        f"  config: {str(row['config_hash'])[:12]}",
+        f"  created: {row['created_at']}, finished: {row['finished_at'] or '–'}",
+        f"  pass rate: {_pass_rate(row['summary'])}",
+    ]
+
+
+def _json_or_empty(text: str | None) -> dict[str, Any]:
+    """A stored JSON object, or ``{}`` for none or one that does not read as an object."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -101,7 +101,7 @@ def _suite_refusal(base: dict[str, Any], cand: dict[str, Any], differing: Sequen
     return (
         f"refusing to compare: the runs are of different suites "
         f"({base.get('suite')} → {cand.get('suite')}{also}): compare two runs of one suite "
-        "(`evalkit runs` lists each run's suite); if the suite was only renamed, declare "
+        "(`evalkit runs list` shows each run's suite); if the suite was only renamed, declare "
         "--allow-diff suite"
     )
 

@@ -123,7 +123,7 @@ class Report:
     # 98% at alpha 0.01), which their headers state.
     level: float = 0.95
     # Each run's own pass rate (`evalkit.run.summary.pass_rate`: passed over scored outputs,
-    # every check counted), as `evalkit run`, `evalkit runs` and `evalkit.Project` state it.
+    # every check counted), as `evalkit run`, `evalkit runs list` and `evalkit.Project` state it.
     run_rates: tuple[float | None, float | None] = (None, None)
 
     def rates_line(self) -> str | None:

@@ -66,7 +66,7 @@ CASE_CHUNK_ITEMS = 256
 MIN_CRITICAL_CASES = 8
 #: How many problems ``evalkit cases lint`` reports in one pass.
 MAX_LINT_ERRORS = 50
-_EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers` lists the scorers)"
+_EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers list` shows the scorers)"
 
 
 # --- the loaded case -------------------------------------------------------------------------

@@ -176,7 +176,7 @@ class Project:
 
     def runs(self) -> pl.DataFrame:
         """The stored runs, oldest first: id, label, suite, status, pass rate (passed over
-        scored outputs, as ``evalkit run`` and ``evalkit runs`` state it), errors, config."""
+        scored outputs, as ``evalkit run`` and ``evalkit runs list`` state it), errors, config."""
         import polars as pl
 
         with self.store() as store:

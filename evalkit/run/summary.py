@@ -215,7 +215,7 @@ BOLD, YELLOW, RED = "1", "33", "31"
 
 def pass_rate(passed: int, failed: int) -> float | None:
     """A run's pass rate: passed over scored outputs (errored ones have no verdict and are
-    counted beside it), the one figure ``evalkit run``, ``evalkit runs`` and
+    counted beside it), the one figure ``evalkit run``, ``evalkit runs list`` and
     ``evalkit.Project`` show; None when nothing was scored.
 
     Examples:

@@ -69,7 +69,7 @@ def test_lint_and_run_refuse_drafts_until_reviewed(project, capsys) -> None:
     err = capsys.readouterr().err
     assert "case trace-a1: is a draft" in err and "1 more drafts" in err
     assert not Path(project.run[5]).exists()  # no store, no run: nothing was asked
-    flakes = ["flakes", "--runs", "2", "--no-progress", *project.run[2:]]
+    flakes = ["flakes", "measure", "--runs", "2", "--no-progress", *project.run[2:]]
     assert main(flakes) == 2  # the flake list gates too
     assert "case trace-a1: is a draft" in capsys.readouterr().err
 

@@ -1,6 +1,6 @@
-"""``evalkit import``: real files of each format (tests/fixtures/importers/README.md says which
-tool wrote each) become draft cases that validate, count what they could not map, keep their ids
-across imports, never overwrite without ``--force``, and run against the demo simulator."""
+"""``evalkit cases import``: real files of each format (tests/fixtures/importers/README.md says
+which tool wrote each) become draft cases that validate, count what they could not map, keep their
+ids across imports, never overwrite without ``--force``, and run against the demo simulator."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> SimpleNa
 
 
 def _import(project: SimpleNamespace, *args: str) -> int:
-    return main(["import", *args, "--config", project.config])
+    return main(["cases", "import", *args, "--config", project.config])
 
 
 def _cases(root: Path) -> dict:
@@ -199,7 +199,7 @@ def _maps() -> list[str]:
 def test_bad_input_is_one_line_naming_file_and_line(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [\n')
-    assert main(["import", "jsonl", str(bad), "--out", str(tmp_path / "cases")]) == 2
+    assert main(["cases", "import", "jsonl", str(bad), "--out", str(tmp_path / "cases")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"evalkit: error: {bad}:2: invalid JSON") and err.count("\n") == 1
     with pytest.raises(ConfigError, match="'contans' is not a scorer"):
@@ -284,6 +284,7 @@ def test_a_row_without_its_input_names_the_file_and_line(tmp_path: Path, capsys)
     rows = tmp_path / "rows.csv"
     rows.write_text("question,answer\nhello,hi\n,lost\n")
     argv = [
+        "cases",
         "import",
         "csv",
         str(rows),
@@ -297,7 +298,7 @@ def test_a_row_without_its_input_names_the_file_and_line(tmp_path: Path, capsys)
         f"evalkit: error: {rows}:3: no value for input field 'question'\n"
     )
     assert not (tmp_path / "cases").exists()  # nothing written
-    assert main(["import"]) == 2
+    assert main(["cases", "import"]) == 2
     assert "jsonl" in capsys.readouterr().out
 
 
@@ -379,12 +380,15 @@ def test_promptfoo_refuses_files_outside_the_config_folder(
     config = folder / "promptfooconfig.yaml"
     config.write_text(config_text.replace("{outside}", str(outside)))
     out = tmp_path / "cases"
-    assert main(["import", "promptfoo", str(config), "--out", str(out)]) == 2
+    assert main(["cases", "import", "promptfoo", str(config), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{config}:" in err and named in err and "outside the config's folder" in err
     assert not out.exists()
-    assert main(["import", "promptfoo", str(config), "--out", str(out), "--allow-outside"]) == 0
+    assert (
+        main(["cases", "import", "promptfoo", str(config), "--out", str(out), "--allow-outside"])
+        == 0
+    )
     assert "SECRET-TOKEN" in "".join(p.read_text() for p in out.parent.rglob("*.*") if p.is_file())
 
 

@@ -39,7 +39,7 @@ def _rows(path: Path, n: int) -> Path:
 
 def _import(project: SimpleNamespace, rows: Path, *more: str) -> int:
     maps = ["--map", "input=question", "--map", "expect.contains=answer", "--map", "id=id"]
-    return main(["import", "jsonl", str(rows), *maps, "--config", project.config, *more])
+    return main(["cases", "import", "jsonl", str(rows), *maps, "--config", project.config, *more])
 
 
 def test_an_import_past_the_node_limit_is_written_in_bounded_files_that_lint_after_review(

@@ -135,7 +135,7 @@ def test_a_ray_run_equals_a_local_and_a_sharded_run(
     for k in (1, 2, 3):
         args = demo_args(noisy_server, "--prompt", CANDIDATE_PROMPT, "--shard", f"{k}/3")
         assert main(["run", *args, "--run-id", "cand-sharded", "--parts", parts, "--no-cache"]) == 0
-    assert main(["merge", "cand-sharded", "--parts", parts, "--db", str(db)]) == 0
+    assert main(["runs", "merge", "cand-sharded", "--parts", parts, "--db", str(db)]) == 0
     noisy_server.reset_stats()
     args = demo_args(noisy_server, "--prompt", CANDIDATE_PROMPT, "--engine", "ray")
     ray_args = ["--address", ray_cluster.address, "--parts", parts, "--chunk-size", "8"]
@@ -276,7 +276,7 @@ def test_a_chunk_task_asks_the_teams_shared_cache(
         parts, db = str(tmp_path / "job-1"), str(tmp_path / "job-1.duckdb")
         args = demo_args(server, "--shard", "1/1", "--run-id", "job-1", "--parts", parts)
         assert main(["run", *args]) == 0
-        assert main(["merge", "job-1", "--parts", parts, "--db", db]) == 0
+        assert main(["runs", "merge", "job-1", "--parts", parts, "--db", db]) == 0
         assert main(["push", "job-1", "--db", db, "--store", uri]) == 0
         overrides = (
             f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}",
@@ -489,7 +489,7 @@ def test_a_node_removed_mid_run_loses_and_duplicates_nothing(
     assert "error" not in outcome, outcome.get("error")
     assert outcome["summary"].outputs == 91 and outcome["summary"].complete
     for _ in range(2):
-        assert main(["merge", "lost-node", "--parts", str(root.base), "--db", str(db)]) == 0
+        assert main(["runs", "merge", "lost-node", "--parts", str(root.base), "--db", str(db)]) == 0
     outputs, distinct, scores, distinct_scores = exactly_once(db, "lost-node")
     assert outputs == distinct == 91 and scores == distinct_scores
     # Only the chunks in flight on the lost node are asked again. None may be, when the node
@@ -522,7 +522,7 @@ def test_a_killed_driver_resumes_and_merges_each_case_once(
         assert "resuming run" in resumed.stderr
         counts = server.stats()["by_content"]
     for _ in range(2):
-        assert main(["merge", run_id, "--parts", str(parts), "--db", str(db)]) == 0
+        assert main(["runs", "merge", run_id, "--parts", str(parts), "--db", str(db)]) == 0
     outputs, distinct, scores, distinct_scores = exactly_once(db, run_id)
     assert outputs == distinct == 91 and scores == distinct_scores
     asked_twice = sum(n - 1 for n in counts.values() if n > 1)

@@ -46,7 +46,9 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     billing.write_text(billing.read_text().replace(OLD, NEW, 1))
     demo_server.reset_stats()
     sets = [arg for item in overrides for arg in ("--set", item)]
-    code = main(["rescore", "base", "--config", str(root / "evalkit.yaml"), "--db", str(db), *sets])
+    code = main(
+        ["runs", "rescore", "base", "--config", str(root / "evalkit.yaml"), "--db", str(db), *sets]
+    )
     assert code == 0
     assert demo_server.stats()["requests"] == 0
 

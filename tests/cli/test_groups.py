@@ -9,7 +9,7 @@ from pathlib import Path
 
 import evalkit.cli as cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_command_maps_to_the_group_that_registers_it() -> None:
@@ -36,7 +36,7 @@ def test_a_command_loads_its_own_group_alone() -> None:
         [sys.executable, "-c", _GROUPS_LOADED, "run", "--db", "x.duckdb"],
         capture_output=True, text=True, cwd=REPO, check=True, timeout=60,
     )  # fmt: skip
-    assert json.loads(done.stdout) == {"command": "run", "loaded": ["running"]}
+    assert json.loads(done.stdout) == {"command": "run", "loaded": ["run"]}
 
 
 def test_an_unknown_or_optional_first_word_builds_the_whole_parser() -> None:
