@@ -256,9 +256,10 @@ def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
         >>> manifest = {"suite": "s", "model": {"id": "m"}, "corpus": {"hash": "ab" * 8,
         ...             "n_cases": 3}, "selection": {"tier": "smoke"}}
         >>> row = {"run_id": "r1", "label": "base", "status": "complete", "created_at": "t0",
-        ...        "finished_at": "t1", "config_hash": "cd" * 8, "summary": '{"passed": 2,
-        ...        "failed": 1}'}
-        >>> print("\\n".join(show_lines(row, manifest)))
+        ...        "finished_at": "t1", "config_hash": "cd" * 8,
+        ...        "summary": '{"passed": 2, "failed": 1}'}
+        >>> for line in show_lines(row, manifest):
+        ...     print(line)
         run r1 (base): complete
           suite: s, tier smoke
           model: m
