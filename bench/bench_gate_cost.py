@@ -13,7 +13,7 @@ that before and after alternate in one invocation, on the same store, under the 
   notebook) instead of once at the end;
 - the report page goes through nbconvert's own `HTMLExporter`, whose last step re-parses the
   whole page with BeautifulSoup, instead of `evalkit.notebooks._ReportExporter`;
-- the CLI imports `evalkit.compare.tables` (great_tables) with `evalkit.compare.html`, which it
+- the CLI imports `evalkit.report.tables` (great_tables) with `evalkit.report.html`, which it
   needs only for `page`;
 - the kernel's store is opened without ``with``, so that each of its ~40 calls opens the DuckDB
   file again (a copy of ``gate.ipynb`` with that one line changed back);
@@ -50,7 +50,7 @@ CONFIG = REPO / "corpus" / "evalkit.yaml"
 BEFORE = r"""
 import pathlib, tempfile
 import papermill as pm
-import evalkit.compare.tables  # noqa: F401  (the CLI's page() import pulled great_tables in)
+import evalkit.report.tables  # noqa: F401  (the CLI's page() import pulled great_tables in)
 from nbconvert import HTMLExporter
 from evalkit import notebooks
 

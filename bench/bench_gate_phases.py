@@ -96,11 +96,11 @@ def _timed(name, module, attr):
             slot["cpu"] += time.process_time() - cpu
     setattr(module, attr, wrapper)
 
-import evalkit.compare.charts as _charts
-import evalkit.compare.junit as _junit
-import evalkit.compare.markdown as _markdown
+import evalkit.report.charts as _charts
+import evalkit.report.junit as _junit
+import evalkit.report.markdown as _markdown
 import evalkit.compare.pin as _pin
-import evalkit.compare.report as _report
+import evalkit.report.build as _report
 _timed("decision", _pin, "gate_pair")
 _timed("charts", _charts, "save_chart")
 _timed("charts", _charts, "to_mimebundle")

@@ -28,7 +28,7 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evalkit.compare.history import history
+from evalkit.history.analysis import history
 from evalkit.store import open_store
 
 TAGS = 10

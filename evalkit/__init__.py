@@ -45,8 +45,8 @@ _EXPORTS = {
     "verdicts": "evalkit.compare.verdicts",
     "run_verdicts": "evalkit.compare.verdicts",
     "load_comparison": "evalkit.compare.analysis",
-    "history": "evalkit.compare.history",
-    "History": "evalkit.compare.history_values",
+    "history": "evalkit.history.analysis",
+    "History": "evalkit.history.values",
     "Project": "evalkit.project.project",
     "RunResult": "evalkit.project.results",
     "ComparisonResult": "evalkit.project.results",
@@ -54,30 +54,30 @@ _EXPORTS = {
     "load_decided_pair": "evalkit.compare.handoff",
     "GateBlocked": "evalkit.compare.decision",
     "Comparison": "evalkit.compare.analysis",
-    "Report": "evalkit.compare.report",
-    "build_report": "evalkit.compare.report",
-    "report_json": "evalkit.compare.report:to_json",
-    "report_markdown": "evalkit.compare.markdown:to_markdown",
-    "report_junit": "evalkit.compare.junit:to_junit",
-    "report_html": "evalkit.compare.html:to_html",
-    "report_fragment": "evalkit.compare.html:fragment",
+    "Report": "evalkit.report.build",
+    "build_report": "evalkit.report.build",
+    "report_json": "evalkit.report.build:to_json",
+    "report_markdown": "evalkit.report.markdown:to_markdown",
+    "report_junit": "evalkit.report.junit:to_junit",
+    "report_html": "evalkit.report.html:to_html",
+    "report_fragment": "evalkit.report.html:fragment",
     "flips": "evalkit.compare.paired",
     "load_policy": "evalkit.compare.policy",
     "table": "evalkit.display",
-    "slice_table": "evalkit.compare.tables",
-    "save_chart": "evalkit.compare.charts",
-    "slice_forest": "evalkit.compare.charts",
-    "slice_overview": "evalkit.compare.charts",
-    "flip_counts": "evalkit.compare.charts",
-    "pass_rate_by_slice": "evalkit.compare.charts",
-    "flake_rate_by_slice": "evalkit.compare.charts",
-    "min_detectable_drop": "evalkit.compare.charts",
-    "gate_operating_characteristics": "evalkit.compare.charts",
-    "pass_rate_history": "evalkit.compare.history_charts",
-    "unstable_history": "evalkit.compare.history_charts",
-    "confusion_heatmap": "evalkit.compare.judge_charts",
-    "agreement_by_slice": "evalkit.compare.judge_charts",
-    "order_consistency": "evalkit.compare.judge_charts",
+    "slice_table": "evalkit.report.tables",
+    "save_chart": "evalkit.report.charts",
+    "slice_forest": "evalkit.report.charts",
+    "slice_overview": "evalkit.report.charts",
+    "flip_counts": "evalkit.report.charts",
+    "pass_rate_by_slice": "evalkit.report.charts",
+    "flake_rate_by_slice": "evalkit.report.charts",
+    "min_detectable_drop": "evalkit.report.charts",
+    "gate_operating_characteristics": "evalkit.report.charts",
+    "pass_rate_history": "evalkit.report.history_charts",
+    "unstable_history": "evalkit.report.history_charts",
+    "confusion_heatmap": "evalkit.report.judge_charts",
+    "agreement_by_slice": "evalkit.report.judge_charts",
+    "order_consistency": "evalkit.report.judge_charts",
     "flake_slices": "evalkit.compare.flakes",
     "power_table": "evalkit.compare.power",
     "replay_table": "evalkit.compare.power",
@@ -217,39 +217,14 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from evalkit import stats
     from evalkit.compare.analysis import Comparison, load_comparison
-    from evalkit.compare.charts import (
-        flake_rate_by_slice,
-        flip_counts,
-        gate_operating_characteristics,
-        min_detectable_drop,
-        pass_rate_by_slice,
-        save_chart,
-        slice_forest,
-        slice_overview,
-    )
     from evalkit.compare.decision import GateBlocked, GateDecision
     from evalkit.compare.flakes import flake_slices
     from evalkit.compare.gate import decide
     from evalkit.compare.handoff import load_decided_pair
-    from evalkit.compare.history import history
-    from evalkit.compare.history_charts import pass_rate_history, unstable_history
-    from evalkit.compare.history_values import History
-    from evalkit.compare.html import fragment as report_fragment
-    from evalkit.compare.html import to_html as report_html
-    from evalkit.compare.judge_charts import (
-        agreement_by_slice,
-        confusion_heatmap,
-        order_consistency,
-    )
-    from evalkit.compare.junit import to_junit as report_junit
-    from evalkit.compare.markdown import to_markdown as report_markdown
     from evalkit.compare.paired import flips, paired_frame
     from evalkit.compare.pin import gate_pair
     from evalkit.compare.policy import GatePolicy, load_policy
     from evalkit.compare.power import operating_characteristics, power_table, replay_table
-    from evalkit.compare.report import Report, build_report
-    from evalkit.compare.report import to_json as report_json
-    from evalkit.compare.tables import slice_table
     from evalkit.compare.verdicts import run_verdicts, verdicts
     from evalkit.corpus.cases import Case, Corpus, load_corpus
     from evalkit.corpus.suite import Suite, load_suite
@@ -261,6 +236,8 @@ if TYPE_CHECKING:
         EvalkitError,
         StoreError,
     )
+    from evalkit.history.analysis import history
+    from evalkit.history.values import History
     from evalkit.judges.agreement import (
         CalibrationRecord,
         agreement_summary,
@@ -279,6 +256,29 @@ if TYPE_CHECKING:
     from evalkit.project.project import Project
     from evalkit.project.results import ComparisonResult, RunResult
     from evalkit.records import Output, Score, ToolCall
+    from evalkit.report.build import Report, build_report
+    from evalkit.report.build import to_json as report_json
+    from evalkit.report.charts import (
+        flake_rate_by_slice,
+        flip_counts,
+        gate_operating_characteristics,
+        min_detectable_drop,
+        pass_rate_by_slice,
+        save_chart,
+        slice_forest,
+        slice_overview,
+    )
+    from evalkit.report.history_charts import pass_rate_history, unstable_history
+    from evalkit.report.html import fragment as report_fragment
+    from evalkit.report.html import to_html as report_html
+    from evalkit.report.judge_charts import (
+        agreement_by_slice,
+        confusion_heatmap,
+        order_consistency,
+    )
+    from evalkit.report.junit import to_junit as report_junit
+    from evalkit.report.markdown import to_markdown as report_markdown
+    from evalkit.report.tables import slice_table
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
     from evalkit.scorers.registry import build_scorer, check, scorer
     from evalkit.stats import cohen_kappa

@@ -317,9 +317,9 @@ def to_report_html(notebook: Path, title: str = "evalkit gate") -> Path:
     """Render an executed notebook as a report page, ``<same name>.html`` next to it.
 
     Outputs only (no code, no prompts; `REPORT_EXPORT`) of its `report_cells`, in the page
-    style of `evalkit.compare.html`.
+    style of `evalkit.report.html`.
     """
-    from evalkit.compare.html import page
+    from evalkit.report.html import page
 
     body, _ = _ReportExporter(**REPORT_EXPORT).from_notebook_node(report_cells(notebook))
     html_path = notebook.with_suffix(".html")

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "retries",
         "stats",
         "display",
+        "renderers",
         "kernel",
     ),
     ("store",),
@@ -34,6 +35,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run",),
     ("judges",),
     ("compare",),
+    ("history",),
+    ("report",),
     ("notebooks",),
     ("project",),
     ("demo",),
@@ -207,6 +210,18 @@ def store_imports(graph: dict[str, set[str]]) -> list[str]:
     ]
 
 
+def presentation_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of presentation (`evalkit.report`) from the decision (`evalkit.compare`): the
+    decision must read the same whether or not anything draws it."""
+    return [
+        f"{module} -> {target}"
+        for module, targets in sorted(graph.items())
+        if stage(module) == "compare"
+        for target in sorted(targets)
+        if stage(target) == "report"
+    ]
+
+
 def test_no_import_circles() -> None:
     assert circles(import_graph()) == []
 
@@ -217,6 +232,10 @@ def test_each_stage_imports_only_stages_below_it() -> None:
 
 def test_store_imports_nothing_above_it() -> None:
     assert store_imports(import_graph()) == []
+
+
+def test_the_decision_never_imports_its_presentation() -> None:
+    assert presentation_imports(import_graph()) == []
 
 
 def test_every_module_belongs_to_a_stage() -> None:
@@ -259,7 +278,7 @@ def test_a_lazy_back_import_still_counts(tmp_path: Path) -> None:
     [
         "from evalkit.compare.verdicts import verdicts",
         "from evalkit.judges.calibration import Calibration",
-        "from evalkit.compare import report",
+        "from evalkit.report import build",
     ],
 )
 def test_the_store_importing_analysis_judges_or_reports_is_caught(
@@ -267,3 +286,12 @@ def test_the_store_importing_analysis_judges_or_reports_is_caught(
 ) -> None:
     root = _copy_with(tmp_path, "store/db.py", f"if False:\n    {line}")
     assert store_imports(import_graph(root)) != []
+
+
+def test_the_decision_importing_presentation_is_caught(tmp_path: Path) -> None:
+    root = _copy_with(
+        tmp_path, "compare/gate.py", "def _late():\n    from evalkit.report import tables  # noqa"
+    )
+    assert "evalkit.compare.gate -> evalkit.report.tables" in presentation_imports(
+        import_graph(root)
+    )

@@ -91,14 +91,14 @@ def test_only_public_names(where: str, code: str) -> None:
 
 def test_the_check_sees_every_way_in() -> None:
     code = (
-        "import evalkit.compare.charts\nfrom evalkit.store import open_store\n"
+        "import evalkit.report.charts\nfrom evalkit.store import open_store\n"
         "from evalkit import _EXPORTS\nimport evalkit\nevalkit.notebooks.execute_gate()\n"
     )
     assert sorted(private_uses(code)) == [
         "evalkit._EXPORTS",
         "evalkit.notebooks",
         "from evalkit.store import open_store",
-        "import evalkit.compare.charts",
+        "import evalkit.report.charts",
     ]
 
 

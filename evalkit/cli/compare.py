@@ -56,11 +56,11 @@ def decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, Gat
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from evalkit.compare.html import to_html
-    from evalkit.compare.junit import to_junit
-    from evalkit.compare.markdown import to_markdown
     from evalkit.compare.pairing import resolve_pair
-    from evalkit.compare.report import build_report, render_terminal, to_json
+    from evalkit.report.build import build_report, render_terminal, to_json
+    from evalkit.report.html import to_html
+    from evalkit.report.junit import to_junit
+    from evalkit.report.markdown import to_markdown
     from evalkit.store import open_store
 
     if args.rebaseline:

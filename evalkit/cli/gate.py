@@ -52,7 +52,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
-    from evalkit.compare.formatting import inert  # model text never drives the terminal
+    from evalkit.report.formatting import inert  # model text never drives the terminal
 
     decision = run.decision or {}
     print(f"gate {decision.get('status', '?')}: {base} → {cand}")

@@ -17,7 +17,6 @@ import polars as pl
 from evalkit.compare.comparability import check_comparable, comparability_warnings
 from evalkit.compare.paired import case_changes, corpus_delta, paired_frame
 from evalkit.compare.pass_rules import PassRules
-from evalkit.compare.slices import slices
 from evalkit.compare.trust import trusted_calibrations
 from evalkit.compare.verdicts import verdicts
 from evalkit.judges.gating import (
@@ -28,6 +27,7 @@ from evalkit.judges.gating import (
     judge_rows,
     ungated_scores,
 )
+from evalkit.renderers import html_for
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -85,17 +85,8 @@ class Comparison:
     additions: pl.DataFrame | None = None
 
     def _repr_html_(self) -> str:
-        """Jupyter shows the pair's runs and its per-slice table (percentages, 3-digit p)."""
-        from html import escape
-
-        from evalkit.compare.tables import slice_table  # great_tables: only when displayed
-
-        head = (
-            f"<p><b>{escape(self.base.label)}</b> ({escape(self.base.run_id)}) → "
-            f"<b>{escape(self.cand.label)}</b> ({escape(self.cand.run_id)}): "
-            f"{self.paired.height} paired cases</p>"
-        )
-        return head + slice_table(slices(self.paired)).as_raw_html()
+        """Jupyter shows the pair's runs and its per-slice table (drawn by `evalkit.report`)."""
+        return html_for(self)
 
 
 def compare(

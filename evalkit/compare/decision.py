@@ -176,9 +176,9 @@ class GateDecision:
 
     def _repr_html_(self) -> str:
         """Jupyter shows the decision as a formatted table: status first, then each finding."""
-        from evalkit.compare.tables import decision_html  # great_tables: only when displayed
+        from evalkit.renderers import html_for
 
-        return decision_html(self.to_dict())
+        return html_for(self)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from evalkit.compare.decision import GateDecision
-    from evalkit.compare.history_values import History
+    from evalkit.history.values import History
     from evalkit.run.runner import RunStart
     from evalkit.store import Store
 
@@ -198,7 +198,7 @@ class Project:
     def history(self, by: str = "baseline", **options: Any) -> History:
         """`evalkit.history` of this store: per promoted baseline (``by="baseline"``) or per
         label's complete runs (``by="label"``); options as ``evalkit history``'s."""
-        from evalkit.compare.history import history
+        from evalkit.history.analysis import history
 
         with self.store() as store:
             return history(store, by=by, **options)  # type: ignore[arg-type]
@@ -216,7 +216,7 @@ class Project:
     ) -> ComparisonResult:
         """The comparison and decision ``evalkit compare BASELINE CANDIDATE`` makes (with
         ``baseline=None``, against the promoted baseline)."""
-        from evalkit.compare.report import build_report
+        from evalkit.report.build import build_report
 
         comparison, decision = self._gate_pair(
             baseline, candidate, allow_diff, tier, allow_incomplete

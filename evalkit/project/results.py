@@ -24,8 +24,8 @@ from evalkit.run.summary import BOLD, RED, YELLOW, pass_rate, summary_lines
 if TYPE_CHECKING:
     from evalkit.compare.analysis import Comparison
     from evalkit.compare.decision import GateDecision
-    from evalkit.compare.html import Fragment
-    from evalkit.compare.report import Report
+    from evalkit.report.build import Report
+    from evalkit.report.html import Fragment
     from evalkit.run.summary import RunSummary
 
 _STYLES = {BOLD: "font-weight:bold", YELLOW: "color:#9a6700", RED: "color:#cf222e"}
@@ -134,13 +134,13 @@ class ComparisonResult:
     def fragment(self, sections: tuple[str, ...] = ("decision", "slices", "broken")) -> Fragment:
         """Sections of the report page (``decision``, ``broken``, ``fixed``, ``slices``,
         ``suite``, ``budgets``, ``manifest``, ``aggregate``) as one displayable value."""
-        from evalkit.compare.html import fragment
+        from evalkit.report.html import fragment
 
         return fragment(self.report, sections, max_cases=20)
 
     def to_html(self) -> str:
         """The whole report as a self-contained page (``evalkit compare --html``)."""
-        from evalkit.compare.html import to_html
+        from evalkit.report.html import to_html
 
         return to_html(self.report)
 

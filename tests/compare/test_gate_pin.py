@@ -11,7 +11,7 @@ from evalkit.compare.analysis import compare
 from evalkit.compare.decision import Override, PairContext
 from evalkit.compare.gate import _side_errors, decide
 from evalkit.compare.policy import GatePolicy
-from evalkit.compare.report import build_report
+from evalkit.report.build import build_report
 
 BILLING = GatePolicy(critical_tags=("billing",))
 

@@ -19,12 +19,12 @@ import vl_convert
 from synthetic_runs import seed000_runs, write_store
 
 from evalkit.cli import main
-from evalkit.compare import charts, html, judge_charts
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
-from evalkit.compare.report import build_report
 from evalkit.notebooks import _ThisPython, to_report_html
+from evalkit.report import charts, html, judge_charts
+from evalkit.report.build import build_report
 
 VL = "application/vnd.vegalite.v5+json"  # what JupyterLab 4 renders with its own Vega
 EXTERNAL = re.compile(r"<script[^>]+src=|cdn\.jsdelivr|cdnjs|unpkg\.com", re.I)
@@ -141,10 +141,10 @@ def _notebook(path: Path, db: Path, cells: list[str]) -> Path:
         "import sys\n"
         f"sys.path.insert(0, {str(TESTS)!r})\n"
         "import altair as alt\nimport polars as pl\nfrom IPython.display import display\n"
-        "from evalkit.compare import charts, html\n"
+        "from evalkit.report import charts, html\n"
         "from evalkit.compare.analysis import load_comparison\n"
         "from evalkit.compare.gate import decide\nfrom evalkit.compare.policy import GatePolicy\n"
-        "from evalkit.compare.report import build_report\nfrom evalkit.store import open_store\n"
+        "from evalkit.report.build import build_report\nfrom evalkit.store import open_store\n"
         'alt.renderers.enable("svg")  # as the shipped notebooks do\n'
         f"with open_store({str(db)!r}, read_only=True) as store:\n"
         '    comparison = load_comparison(store, "base", "cand")\n'

@@ -186,7 +186,7 @@ def test_warnings_reach_the_decision_and_errored_cases_are_not_label_error_candi
     from evalkit.compare.analysis import load_comparison
     from evalkit.compare.gate import gate_comparison
     from evalkit.compare.policy import GatePolicy
-    from evalkit.compare.report import build_report
+    from evalkit.report.build import build_report
 
     db = tmp_path / "w.duckdb"
     warned = MANIFEST | {"warnings": ["model alias 'gpt-x' is not pinned to a snapshot"]}
@@ -203,7 +203,7 @@ def test_warnings_reach_the_decision_and_errored_cases_are_not_label_error_candi
     assert messages == ["candidate run: model alias 'gpt-x' is not pinned to a snapshot"]
     report = build_report(comparison, decision)
     assert report.failing_both == ("bad",)  # "gone" errored: it is not a label-error candidate
-    from evalkit.compare.html import to_html
+    from evalkit.report.html import to_html
 
     page = to_html(report, charts=False)
     assert "model alias &#x27;gpt-x&#x27; is not pinned to a snapshot" in page

@@ -16,8 +16,6 @@ from synthetic_runs import MANIFEST, C, make_run, write_store
 
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
-from evalkit.compare.html import section, to_html
-from evalkit.compare.markdown import md, to_markdown
 from evalkit.compare.pass_rules import (
     MAJORITY,
     PassRules,
@@ -29,11 +27,13 @@ from evalkit.compare.pass_rules import (
 from evalkit.compare.pin import gate_pair
 from evalkit.compare.policy import GatePolicy, policy_changes
 from evalkit.compare.replay_checks import replay_findings
-from evalkit.compare.report import build_report, to_dict, to_text
 from evalkit.compare.verdicts import verdicts
 from evalkit.corpus.manifest import gate_policy
 from evalkit.corpus.suite import load_suite
 from evalkit.errors import ConfigError
+from evalkit.report.build import build_report, to_dict, to_text
+from evalkit.report.html import section, to_html
+from evalkit.report.markdown import md, to_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 K4_OF_5 = PassRules.from_config({"pass_rule": "k_of_n: 4/5"})

@@ -16,11 +16,11 @@ from synthetic_runs import C, make_run
 from evalkit.cli import main
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
-from evalkit.compare.html import to_html
-from evalkit.compare.markdown import to_markdown
 from evalkit.compare.policy import GatePolicy
 from evalkit.compare.power import min_detectable_collapse
-from evalkit.compare.report import build_report, to_text
+from evalkit.report.build import build_report, to_text
+from evalkit.report.html import to_html
+from evalkit.report.markdown import to_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 

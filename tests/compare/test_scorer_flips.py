@@ -13,11 +13,11 @@ from synthetic_runs import seed000_runs
 
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
-from evalkit.compare.html import to_html
-from evalkit.compare.markdown import to_markdown
 from evalkit.compare.policy import GatePolicy
-from evalkit.compare.report import build_report, to_json, to_text
 from evalkit.compare.scorer_flips import scorer_flips
+from evalkit.report.build import build_report, to_json, to_text
+from evalkit.report.html import to_html
+from evalkit.report.markdown import to_markdown
 
 
 def _by_hand(scores: pl.DataFrame, cases: set[str]) -> dict[tuple[str, str], bool]:

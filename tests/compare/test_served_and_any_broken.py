@@ -13,10 +13,10 @@ from synthetic_runs import C, make_run
 from evalkit.compare.analysis import compare
 from evalkit.compare.decision import PairContext
 from evalkit.compare.gate import decide
-from evalkit.compare.markdown import to_markdown
 from evalkit.compare.policy import GatePolicy, policy_changes
-from evalkit.compare.report import build_report, to_text
 from evalkit.compare.served import served_from
+from evalkit.report.build import build_report, to_text
+from evalkit.report.markdown import to_markdown
 
 CASES = [C(f"billing-{i:02d}", "p", ["billing"]) for i in range(20)]
 

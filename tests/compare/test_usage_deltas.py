@@ -17,11 +17,11 @@ from synthetic_runs import C, make_run
 from evalkit import stats
 from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
-from evalkit.compare.html import to_html
 from evalkit.compare.policy import GatePolicy, policy_changes
-from evalkit.compare.report import build_report, to_text
 from evalkit.compare.usage_deltas import usage_deltas, usage_tail
 from evalkit.errors import ConfigError
+from evalkit.report.build import build_report, to_text
+from evalkit.report.html import to_html
 
 CASES = [C(f"billing-{i:02d}", "p", ["billing"]) for i in range(20)]
 CASES += [C(f"general-{i:02d}", "p", ["general"]) for i in range(20)]

@@ -30,7 +30,6 @@ from sklearn.metrics import confusion_matrix as sk_confusion
 from statsmodels.stats.proportion import proportion_confint
 
 from evalkit import stats
-from evalkit.compare import judge_charts
 from evalkit.judges import agreement
 from evalkit.judges.agreement import (
     CalibrationRecord,
@@ -47,6 +46,7 @@ from evalkit.judges.agreement import (
     score_length_correlation,
     slice_agreement,
 )
+from evalkit.report import judge_charts
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "judge_agreement.ipynb"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from evalkit.compare.report import Report
+from evalkit.report.build import Report
 
 # XML 1.0 cannot carry most control characters, even escaped: show them as text.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

@@ -8,7 +8,7 @@ budgets and cost, the manifests' differences, and the aggregate last. Charts are
 
 `section` renders one part; `fragment` several, as a value that renders itself in Jupyter (the
 gate notebook shows the report through it: its charts as their own outputs, interactive
-Vega-Lite with static images, `evalkit.compare.charts.to_mimebundle`); `page` wraps a body in
+Vega-Lite with static images, `evalkit.report.charts.to_mimebundle`); `page` wraps a body in
 the page's head and styles. A flipped case is `case_card`, the same markup in the notebook,
 ``gate.html`` and ``compare --html``; it carries its own scoped styles (`CARD_CSS`), so it looks
 the same in JupyterLab, whose page has none of the report's.
@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from evalkit.compare.decision import STOPPING
-from evalkit.compare.formatting import describe_statistic, fmt_p
-from evalkit.compare.report import (
+from evalkit.report.build import (
     CaseDetail,
     Report,
     ScorerNote,
@@ -38,6 +37,7 @@ from evalkit.compare.report import (
     growth_text,
     inert,
 )
+from evalkit.report.formatting import describe_statistic, fmt_p
 
 SECTIONS = ("decision", "broken", "fixed", "slices", "suite", "budgets", "manifest", "aggregate")
 _FOLD = 600  # characters of a text shown before the rest is folded away
@@ -108,7 +108,7 @@ _BADGE = (
 @dataclass(frozen=True)
 class Fragment:
     """Part of the report, renders itself in Jupyter: ``parts`` are HTML strings and charts
-    (`evalkit.compare.charts`), in page order."""
+    (`evalkit.report.charts`), in page order."""
 
     parts: tuple[object, ...]
 
@@ -179,7 +179,7 @@ def _findings(findings: Sequence[object]) -> str:
 
 
 def _decision(r: Report) -> str:
-    from evalkit.compare import tables  # great_tables: not for `page` alone
+    from evalkit.report import tables  # great_tables: not for `page` alone
 
     status, d = r.status, r.decision
     meta = (
@@ -247,7 +247,7 @@ def case_card(detail: CaseDetail, base_label: str, cand_label: str) -> str:
     so it survives without. Model, corpus and scorer text is escaped.
 
     Examples:
-        >>> from evalkit.compare.report import CaseDetail, ScorerNote
+        >>> from evalkit.report.build import CaseDetail, ScorerNote
         >>> d = CaseDetail("c1", ("billing",), "must_pass", True, "hi", "ok", "<b>no</b>", (),
         ...                (ScorerNote("contains", False, 0.0, "missing 'refund'"),))
         >>> card = case_card(d, "base", "cand")
@@ -318,7 +318,7 @@ def _fixed(r: Report) -> str:
 
 
 def _figure(chart: object) -> str:
-    from evalkit.compare import charts
+    from evalkit.report import charts
 
     return f"<figure>{charts.to_svg(chart)}</figure>"
 
@@ -326,7 +326,7 @@ def _figure(chart: object) -> str:
 def _slices(r: Report, charts: bool) -> list[object]:
     """The slices section: its tables, then the linked forest plot and flips (a chart, shown as
     a figure on a page and as its own output in a notebook)."""
-    from evalkit.compare import tables  # great_tables: not for `page` alone
+    from evalkit.report import tables  # great_tables: not for `page` alone
 
     out: list[object] = ['<section id="slices"><h2>Slices</h2>']
     if r.decision is not None and r.decision.critical:
@@ -334,7 +334,7 @@ def _slices(r: Report, charts: bool) -> list[object]:
         out.append(tables.critical_table(crit, level=r.level).as_raw_html())
     out.append(tables.slice_table(r.slices, r.critical_tags, level=r.level).as_raw_html())
     if charts and r.slices.filter(pl.col("n") > 0).height:
-        from evalkit.compare import charts as ch
+        from evalkit.report import charts as ch
 
         tol = r.decision.policy.tolerance if r.decision else 0.02
         level = r.level
@@ -428,7 +428,7 @@ def _growth(r: Report) -> str:
 
 
 def _suite(r: Report) -> str:
-    from evalkit.compare import tables  # great_tables: not for `page` alone
+    from evalkit.report import tables  # great_tables: not for `page` alone
 
     changes = [f"{c} ({k})" for c, k in r.changes.select("case_id", "change").iter_rows()]
     items = [
@@ -450,7 +450,7 @@ def _suite(r: Report) -> str:
 
 
 def _budgets(r: Report) -> str:
-    from evalkit.compare import tables  # great_tables: not for `page` alone
+    from evalkit.report import tables  # great_tables: not for `page` alone
 
     found = [f for f in (r.decision.findings if r.decision else ()) if f.tier == 4]
     budgets = r.decision.policy.budgets if r.decision else ()

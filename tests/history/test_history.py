@@ -13,9 +13,9 @@ import pytest
 from synthetic_runs import MANIFEST, C, make_run, write_store
 
 from evalkit.cli import main
-from evalkit.compare.history import SERVED_MODEL_CHANGE, UNSTABLE_GROWING, history
 from evalkit.compare.verdicts import verdicts
 from evalkit.errors import StoreError
+from evalkit.history.analysis import SERVED_MODEL_CHANGE, UNSTABLE_GROWING, history
 from evalkit.stats.intervals import wilson_interval
 from evalkit.store import open_store
 from evalkit.store.history_queries import tag_counts
@@ -130,7 +130,7 @@ def test_a_stationary_series_warns_at_most_at_the_stated_rate() -> None:
     about half the time."""
     import numpy as np
 
-    from evalkit.compare.history import latest_window, unstable_trend
+    from evalkit.history.analysis import latest_window, unstable_trend
     from evalkit.stats.trend import mann_kendall
 
     rng = np.random.default_rng(45)
@@ -268,7 +268,7 @@ def test_an_empty_store_has_an_empty_history(tmp_path: Path) -> None:
 
 
 def test_charts_have_a_panel_per_critical_tag_and_mark_the_model_change(tmp_path: Path) -> None:
-    from evalkit.compare.history_charts import pass_rate_history, unstable_history
+    from evalkit.report.history_charts import pass_rate_history, unstable_history
 
     db = _six_runs(tmp_path)
     _set_model(db, ["run-4", "run-5"], "demo-model-0806")

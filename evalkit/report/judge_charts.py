@@ -1,14 +1,14 @@
 """Charts of a judge's agreement with people: the confusion heatmap, agreement per slice and
 the judge's consistency across presentation orders (Altair, offline like every evalkit chart:
-each displays as Vega-Lite with static SVG and PNG, `evalkit.compare.charts.to_mimebundle`; save
-with :func:`evalkit.compare.charts.save_chart`)."""
+each displays as Vega-Lite with static SVG and PNG, `evalkit.report.charts.to_mimebundle`; save
+with :func:`evalkit.report.charts.save_chart`)."""
 
 from __future__ import annotations
 
 import altair as alt
 import polars as pl
 
-from evalkit.compare.charts import LayerChart
+from evalkit.report.charts import LayerChart
 
 
 def confusion_heatmap(

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from evalkit.compare.formatting import ci_label, describe_statistic, fmt_p, fmt_pct, fmt_pts, inert
-from evalkit.compare.report import Report
+from evalkit.report.build import Report
+from evalkit.report.formatting import ci_label, describe_statistic, fmt_p, fmt_pct, fmt_pts, inert
 
 #: GitHub's limit on the body of an issue or pull-request comment, in characters.
 GITHUB_COMMENT_LIMIT = 65_536

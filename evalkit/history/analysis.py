@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 
 from evalkit.compare.decision import Finding
-from evalkit.compare.history_values import (
+from evalkit.errors import StoreError
+from evalkit.history.values import (
     CorpusReuse,
     History,
     HistoryPoint,
     TagRate,
     UnstableTrend,
 )
-from evalkit.errors import StoreError
 from evalkit.stats.intervals import wilson_interval
 from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
 from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model

@@ -17,13 +17,13 @@ from evalkit import stats
 from evalkit.cli import main
 from evalkit.compare.analysis import compare
 from evalkit.compare.decision import Override
-from evalkit.compare.formatting import inert
 from evalkit.compare.gate import decide
-from evalkit.compare.html import to_html
-from evalkit.compare.junit import to_junit
-from evalkit.compare.markdown import GITHUB_COMMENT_LIMIT, tag_rows, to_markdown
 from evalkit.compare.policy import GatePolicy
-from evalkit.compare.report import build_report, render_terminal, to_dict, to_json, to_text
+from evalkit.report.build import build_report, render_terminal, to_dict, to_json, to_text
+from evalkit.report.formatting import inert
+from evalkit.report.html import to_html
+from evalkit.report.junit import to_junit
+from evalkit.report.markdown import GITHUB_COMMENT_LIMIT, tag_rows, to_markdown
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_html_report_leads_with_the_decision_and_is_self_contained(seed000):
      ("UNVERIFIED", "status-unverified"), ("PASSED WITH OVERRIDE", "status-passed-with-override")],
 )  # fmt: skip
 def test_each_gate_status_has_its_own_style(seed000, status, css):
-    from evalkit.compare import html
+    from evalkit.report import html
 
     class Decision:  # any status string renders; the four known ones are styled apart
         def __init__(self, d):
@@ -290,7 +290,7 @@ def test_evalkit_compare_prints_the_report_and_writes_json_junit_html(tmp_path, 
 
 
 def test_charts_sort_critical_first_aggregate_last_and_label_their_lines(seed000):
-    from evalkit.compare import charts
+    from evalkit.report import charts
 
     spec = charts.slice_forest(seed000.slices, 0.02, ["policy"]).to_dict()
     order = spec["layer"][0]["encoding"]["y"]["sort"]
@@ -310,7 +310,7 @@ def test_charts_sort_critical_first_aggregate_last_and_label_their_lines(seed000
 
 
 def test_forest_plot_clips_wide_intervals_with_an_arrow():
-    from evalkit.compare import charts
+    from evalkit.report import charts
 
     frame = pl.DataFrame({"slice": ["a", "b", "ALL"], "n": [100, 8, 108], "broken": [1, 6, 7],
                           "fixed": [0, 0, 0], "diff": [-0.01, -0.75, -0.06],

@@ -6,7 +6,7 @@ text is escaped). Percentages show as percentages, p-values to 3 significant dig
 row is shown: no silent truncation, whatever the number of slices.
 
 Examples:
-    >>> from evalkit.compare.analysis import slices
+    >>> from evalkit.compare.slices import slices
     >>> slice_table(slices(paired), critical=["billing"])   # doctest: +SKIP
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 import polars as pl
 from great_tables import GT, loc, style
 
-from evalkit.compare.formatting import ci_label, fmt_p, fmt_pts, inert
 from evalkit.compare.slices import INTERVAL_NAMES
 from evalkit.display import styled_table
+from evalkit.report.formatting import ci_label, fmt_p, fmt_pts, inert
 
 _STATUS_ICON = {"PASSED": "✓", "BLOCKED": "✗", "UNVERIFIED": "?", "PASSED WITH OVERRIDE": "⚠"}
 
@@ -207,3 +207,23 @@ def decision_html(decision: Mapping[str, Any]) -> str:
     return (
         head + table + (critical_table(crit, level=round(level, 12)).as_raw_html() if crit else "")
     )
+
+
+def decision_record_html(decision: Any) -> str:
+    """A `GateDecision` as Jupyter shows it (registered in `evalkit.report`)."""
+    return decision_html(decision.to_dict())
+
+
+def comparison_html(comparison: Any) -> str:
+    """A `Comparison` as Jupyter shows it: the pair's runs and its per-slice table (percentages,
+    3-digit p)."""
+    from html import escape
+
+    from evalkit.compare.slices import slices
+
+    head = (
+        f"<p><b>{escape(comparison.base.label)}</b> ({escape(comparison.base.run_id)}) → "
+        f"<b>{escape(comparison.cand.label)}</b> ({escape(comparison.cand.run_id)}): "
+        f"{comparison.paired.height} paired cases</p>"
+    )
+    return head + slice_table(slices(comparison.paired)).as_raw_html()

@@ -4,8 +4,8 @@ Over 600 lines: building the `Report` and its terminal/JSON renderers are one mo
 presentation moves to ``evalkit/report/`` (issue 47).
 
 `build_report` gathers everything shown about a pair of runs into a `Report`; the renderers are
-plain functions of it: `render_terminal` / `to_text` and `to_json` here, `evalkit.compare.html`
-(the page), `evalkit.compare.markdown` (the pull-request comment), `evalkit.compare.junit`.
+plain functions of it: `render_terminal` / `to_text` and `to_json` here, `evalkit.report.html`
+(the page), `evalkit.report.markdown` (the pull-request comment), `evalkit.report.junit`.
 
 Text that came from a model, a corpus or a scorer reaches a terminal only through `inert`:
 escape sequences (``ESC[2J``, ``ESC]0;title``, a fake green "gate PASSED") are shown, never
@@ -35,13 +35,13 @@ from rich.text import Text
 
 from evalkit.compare.analysis import Comparison
 from evalkit.compare.decision import GateDecision
-from evalkit.compare.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, inert
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
 from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
 from evalkit.compare.usage_deltas import grew_most, usage_deltas, usage_tail
 from evalkit.compare.verdicts import replay_verdicts, usage_means, verdicts
+from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, inert
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
 _SYMBOL = {True: "✓", False: "✗", None: "?"}

@@ -228,7 +228,7 @@ def slice_forest(
     ``paired`` frame, the broken and fixed case ids. Clicking a slice picks it (`PICK`).
 
     Examples:
-        >>> from evalkit.compare.analysis import slices
+        >>> from evalkit.compare.slices import slices
         >>> chart = slice_forest(slices(paired), 0.02, ["billing"])  # doctest: +SKIP
     """
     return _forest(slices, tolerance, critical, method, paired, _pick())
