@@ -39,17 +39,10 @@ JUDGE = """judge:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> SimpleNamespace:
+def project(project_factory) -> SimpleNamespace:
     """An ``evalkit init`` project with a (demo) judge configured and no cases of its own."""
-    monkeypatch.setenv("OPENAI_API_KEY", "unused")
-    root = tmp_path / "proj"
-    assert main(["init", str(root)]) == 0
-    for path in (root / "cases").iterdir():
-        path.unlink()
-    config = root / "evalkit.yaml"
-    config.write_text(config.read_text() + JUDGE)
-    capsys.readouterr()
-    return SimpleNamespace(root=root, config=str(config), cases=root / "cases")
+    made = project_factory(api_key="unused", keep_cases=False, config=JUDGE)
+    return SimpleNamespace(root=made.root, config=str(made.config), cases=made.cases)
 
 
 def _import(project: SimpleNamespace, *args: str) -> int:

@@ -88,10 +88,8 @@ def _refused(code: int, err: str, path: Path, out: Path, words: str) -> None:
 
 
 @pytest.fixture
-def project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    capsys.readouterr()
-    return tmp_path / "proj" / "evalkit.yaml"
+def project(project_factory) -> Path:
+    return project_factory().config
 
 
 # --------------------------------------------------------------------------- bounded memory
