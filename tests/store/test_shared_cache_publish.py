@@ -70,14 +70,12 @@ def _cache_rows(uri: str) -> pl.DataFrame:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
-    """An ``evalkit init`` project (6 cases, the demo model); its config gets a shared store
-    per test (:func:`_share`)."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
+def project(project_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ``evalkit init`` project (the demo model); its config gets a shared store per test
+    (:func:`_share`); the cwd is its parent."""
+    made = project_factory()
     monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    return tmp_path / "proj" / "evalkit.yaml"
+    return made.config
 
 
 def _share(config: Path, uri: str | None) -> Path:
