@@ -104,7 +104,8 @@ def make_project(
         keep_cases: False removes the cases the scaffold came with first.
         config: YAML appended to evalkit.yaml (a judge, a shared store, a gate policy).
         url_in_config: write ``server``'s address into evalkit.yaml itself, for code that
-            loads the config without ``--set`` (notebooks, ``evalkit.Project``).
+            loads the config without ``--set`` (notebooks, ``evalkit.Project``); the
+            project's commands then take no ``--set`` either.
         runs: labels to run, in order, before the project is handed over (each must exit 0).
     """
     if demo:
@@ -124,6 +125,7 @@ def make_project(
             raise ValueError("url_in_config needs a server")
         text = project.config.read_text(encoding="utf-8")
         project.config.write_text(text.replace(INIT_BASE_URL, server.base_url), encoding="utf-8")
+        project = Project(project.root, project.db)
     for label in runs:
         code = project.run(label)
         if code != 0:
