@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from docs_support import REPO, WORKFLOW, blocks, free_port, page, run_bash, user_env
+from projects import make_project
 
 
 def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
@@ -92,7 +92,7 @@ def _ci_checkout(
         config = work / "evalkit.yaml"
         config.write_text(config.read_text() + INIT_JUDGE)
     else:
-        shutil.copytree(REPO / "corpus", work / "corpus")
+        make_project(work / "corpus", demo=True)
     env = user_env(tmp_path) | PR_JOB | {"RUNNER_TEMP": str(tmp_path)}
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
     for command in (

@@ -28,6 +28,7 @@ from docs_support import (
     sessions,
     user_env,
 )
+from projects import make_project
 
 #: Every marked session of the docs, and the test below that runs it (a new one needs a test).
 SESSIONS = {
@@ -41,7 +42,7 @@ SESSIONS = {
 def _checkout(tmp: Path) -> Path:
     """A user's checkout: the demo corpus and the trace fixture, committed (the corpus guide
     reviews its own edits with git diff)."""
-    shutil.copytree(REPO / "corpus", tmp / "corpus", ignore=shutil.ignore_patterns(".evalkit"))
+    make_project(tmp / "corpus", demo=True)
     shutil.copytree(REPO / "tests" / "fixtures" / "traces", tmp / "tests" / "fixtures" / "traces")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], cwd=tmp, check=True)

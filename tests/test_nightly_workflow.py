@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from docs_support import free_port, run_bash, user_env
+from projects import make_project
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "examples" / "github-actions" / "evalkit-nightly.yml"
@@ -146,7 +147,7 @@ def _night(work: Path, env: dict[str, str], port: int, night: int) -> list[tuple
 @pytest.mark.timeout(600)
 def test_two_nights_with_a_promotion_between(tmp_path: Path) -> None:
     work = tmp_path / "checkout"
-    shutil.copytree(REPO / "corpus", work / "corpus", ignore=shutil.ignore_patterns(".evalkit"))
+    make_project(work / "corpus", demo=True)
     shutil.copytree(REPO / "notebooks", work / "notebooks")
     env = user_env(tmp_path) | {"RUNNER_TEMP": str(tmp_path), "REPLAYS": "2", "FLAKE_RUNS": "2"}
     port = free_port()  # the workflow's fixed port may be taken here: another, every job

@@ -5,11 +5,11 @@ rotation that would leave a critical tag too small to gate."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     root = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     return root
 
 
@@ -54,7 +54,7 @@ def test_the_same_seed_seals_the_same_cases_whatever_was_sealed_before(tmp_path:
     firsts = []
     for name, before in (("a", None), ("b", 4), ("c", 11)):
         root = tmp_path / name
-        shutil.copytree(REPO / "corpus", root)
+        make_project(root, demo=True)
         if before is not None:
             _rotate(root, 0.2, before)  # another seed first: a different starting point
         _rotate(root, 0.1, 3)

@@ -30,6 +30,7 @@ from distributed_support import (
     run_local,
     stored,
 )
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.demo.server import DemoServer, start_demo_server
@@ -570,7 +571,6 @@ def test_duplicate_requests_within_a_run_are_asked_on_ray_as_locally(
     after each: a Ray run asks all four, as a local run does (neither answers a run's own
     duplicates from the cache). Before, each later chunk's prefetch found what the first had
     merged: 1 request and 3 cache hits on Ray, 4 requests locally."""
-    import shutil
 
     from evalkit.corpus.cases import load_corpus
     from evalkit.corpus.suite import load_suite
@@ -579,7 +579,7 @@ def test_duplicate_requests_within_a_run_are_asked_on_ray_as_locally(
     from evalkit.store import open_store
 
     corpus_dir = tmp_path / "corpus"
-    shutil.copytree(Path(CONFIG).parent, corpus_dir)
+    make_project(corpus_dir, demo=True)
     (corpus_dir / "cases" / "dup.yaml").write_text(
         "".join(_DUPLICATES.format(n=n) for n in range(4))
     )

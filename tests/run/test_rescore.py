@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -26,7 +26,7 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     tmp_path: Path, demo_server: DemoServer
 ) -> None:
     root = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     db = tmp_path / "e.duckdb"
     overrides = [
         f"system.base_url={demo_server.base_url}",
