@@ -163,7 +163,28 @@ def render_cli() -> str:
             out += ["| option | default | meaning |", "|---|---|---|"]
             out += [f"| {_cell(a)} | {_cell(b)} | {_cell(c)} |" for a, b, c in rows]
             out.append("")
-    return "\n".join(out)
+    return "\n".join(out + _old_spellings())
+
+
+def _old_spellings() -> list[str]:
+    """The table of old spellings (``evalkit.cli.aliases``): they still work, print their new
+    spelling on stderr, and have no section of their own."""
+    from evalkit.cli.aliases import OLD_SPELLINGS
+
+    out = [
+        "## Old spellings",
+        "",
+        "Before commands were grouped as nouns with verbs, some had other names. Those still",
+        "work and print their new spelling on stderr; use the new one in scripts.",
+        "",
+        "| old | new |",
+        "|---|---|",
+    ]
+    for spelling in OLD_SPELLINGS:
+        old = " ".join(("evalkit", *spelling.old))
+        bare = " (no verb)" if spelling.unless else ""
+        out.append(f"| `{old}`{bare} | `{' '.join(('evalkit', *spelling.new))}` |")
+    return [*out, ""]
 
 
 # --------------------------------------------------------------------------------------------

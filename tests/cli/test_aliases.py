@@ -61,6 +61,9 @@ def test_the_old_spellings_are_in_no_help_and_no_reference_page(capsys) -> None:
         assert spelling.old not in reference or spelling.unless, spelling.old
     assert {c.words[0] for c in GEN.cli_commands()} == set(COMMAND_GROUP)
     assert ("runs", "list") in reference and ("cases", "seal") in reference
+    table = GEN.render_cli().split("## Old spellings", 1)[1]  # named once, in their own table
+    for spelling in OLD_SPELLINGS:
+        assert f"| `evalkit {' '.join(spelling.old)}`" in table
 
 
 def _said(capsys, old: str, new: str) -> str:
