@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 
-.PHONY: install demo test lint format bench notebook docs docs-serve clean
+.PHONY: install demo test lint typecheck format bench notebook docs docs-serve clean
 
 # Re-install only when the project's dependency list changes. The demo needs only the package
 # itself; the tests also need the test tools, Ray (about four times the download) and pyiceberg
@@ -54,6 +54,12 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check evalkit tests bench docs
 	$(BIN)/ruff format --check evalkit tests bench docs
+	$(MAKE) typecheck
+
+# mypy on the package with pyproject.toml's [tool.mypy]: defaults everywhere, strict on stats/
+# and compare/. .ci/run runs it before the suite.
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format evalkit tests bench docs
@@ -68,4 +74,4 @@ notebook: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) reports site data/*.duckdb data/*.duckdb.wal
+	rm -rf $(VENV) reports site .mypy_cache data/*.duckdb data/*.duckdb.wal

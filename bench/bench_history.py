@@ -28,8 +28,8 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evalkit.history.analysis import history
 from evalkit.store import open_store
+from evalkit.trends.analysis import history
 
 TAGS = 10
 PROMOTE_EVERY = 10  # one run in ten is promoted (by="baseline")

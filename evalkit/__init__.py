@@ -45,8 +45,8 @@ _EXPORTS = {
     "verdicts": "evalkit.compare.verdicts",
     "run_verdicts": "evalkit.compare.verdicts",
     "load_comparison": "evalkit.compare.analysis",
-    "history": "evalkit.history.analysis",
-    "History": "evalkit.history.values",
+    "history": "evalkit.trends.analysis",
+    "History": "evalkit.trends.values",
     "Project": "evalkit.project.project",
     "RunResult": "evalkit.project.results",
     "ComparisonResult": "evalkit.project.results",
@@ -236,8 +236,6 @@ if TYPE_CHECKING:
         EvalkitError,
         StoreError,
     )
-    from evalkit.history.analysis import history
-    from evalkit.history.values import History
     from evalkit.judges.agreement import (
         CalibrationRecord,
         agreement_summary,
@@ -284,3 +282,5 @@ if TYPE_CHECKING:
     from evalkit.stats import cohen_kappa
     from evalkit.store import Store
     from evalkit.store.db import open_store
+    from evalkit.trends.analysis import history
+    from evalkit.trends.values import History

@@ -167,7 +167,9 @@ def ci_context(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _is_pr_event(event: str | None) -> bool:
-    return bool(event) and (event.startswith("pull_request") or event == "merge_request_event")
+    return event is not None and (
+        event.startswith("pull_request") or event == "merge_request_event"
+    )
 
 
 def trusted_rules(policy: Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run",),
     ("judges",),
     ("compare",),
-    ("history",),
+    ("trends",),
     ("report",),
     ("notebooks",),
     ("project",),

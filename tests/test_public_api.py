@@ -1,6 +1,7 @@
 """The flat public API is pinned: adding or removing a name is a deliberate change."""
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,16 @@ def test_stage_paths_resolve() -> None:
 
     assert decide is evalkit.decide
     assert mcnemar_exact(3, 0) == 0.125
+
+
+def test_no_public_name_is_also_a_subpackage() -> None:
+    # Importing ``evalkit.x.y`` sets the attribute ``evalkit.x`` to the subpackage, so a
+    # public function named ``x`` would silently become a module once anything imports it.
+    package = Path(evalkit.__file__).parent
+    subpackages = {p.parent.name for p in package.glob("*/__init__.py")}
+    clashes = [
+        name
+        for name in sorted(subpackages & set(evalkit.__all__))
+        if getattr(evalkit, name) is not importlib.import_module(f"evalkit.{name}")
+    ]
+    assert clashes == []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from evalkit.cli.options import db_arg
 
 if TYPE_CHECKING:
-    from evalkit.history.analysis import History, HistoryPoint
+    from evalkit.trends.analysis import History, HistoryPoint
 
 
 def _positive(text: str) -> int:
@@ -62,8 +62,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from evalkit.history.analysis import history
     from evalkit.store import open_store
+    from evalkit.trends.analysis import history
 
     store = open_store(args.db, read_only=True, wait_s=args.wait)
     try:

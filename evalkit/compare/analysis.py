@@ -206,8 +206,8 @@ def _ungated_judge_paired(
     """The paired frame of the judge checks that may not gate, on the cases they scored."""
     judged = [ungated_scores(run.scores, gating) for run in (base, cand)]
     runs = zip((base, cand), judged, strict=True)
-    sides = [verdicts(r.outputs, s, r.cases, rules) for r, s in runs]
-    frame = paired_frame(*sides, base.cases, cand.cases)
+    base_side, cand_side = (verdicts(r.outputs, s, r.cases, rules) for r, s in runs)
+    frame = paired_frame(base_side, cand_side, base.cases, cand.cases)
     return frame.filter(
         pl.col("case_id").is_in(pl.concat([s["case_id"] for s in judged]).implode())
     )

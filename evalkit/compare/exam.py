@@ -153,7 +153,10 @@ def judge_on_exam(
         hashes = dict(exam_run.cases.select("case_id", "case_hash").iter_rows())
         exam_ids = {c for c in exam_run.outputs["case_id"].unique().to_list()
                     if c in pinned and hashes.get(c) == pinned[c].hash}  # fmt: skip
-    as_stored, rescore, from_exam, missing = [], [], [], []
+    as_stored: list[str] = []
+    rescore: list[str] = []
+    from_exam: list[str] = []
+    missing: list[str] = []
     for case_id in sorted(ran & set(pinned)):
         case, row = pinned[case_id], cand_rows.get(case_id)
         if row is not None and row["input"] == case.input_json() and case_id in answered_ids:
@@ -208,10 +211,12 @@ def _pinned_cases(
             "input": case.input_json(), "provenance": json.dumps(case.provenance, default=str),
             "source": case.source, "case_group": case.group,
         })  # fmt: skip
-    schema = {"run_id": pl.String, "case_id": pl.String, "case_hash": pl.String,
-              "tags": pl.List(pl.String), "criticality": pl.String, "sealed": pl.Boolean,
-              "input": pl.String, "provenance": pl.String, "source": pl.String,
-              "case_group": pl.String}  # fmt: skip
+    schema: dict[str, pl.DataType] = {
+        "run_id": pl.String(), "case_id": pl.String(), "case_hash": pl.String(),
+        "tags": pl.List(pl.String), "criticality": pl.String(), "sealed": pl.Boolean(),
+        "input": pl.String(), "provenance": pl.String(), "source": pl.String(),
+        "case_group": pl.String(),
+    }  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -223,8 +228,10 @@ def additive_exam(pr: Comparison) -> pl.DataFrame:
     rebaselined``.
     """
     flags = ("base", "cand", "base_error", "cand_error", "rebaselined")
-    schema = {"case_id": pl.String, "change": pl.String, "tags": pl.List(pl.String),
-              "criticality": pl.String, **dict.fromkeys(flags, pl.Boolean)}  # fmt: skip
+    schema = pl.Schema({
+        "case_id": pl.String(), "change": pl.String(), "tags": pl.List(pl.String),
+        "criticality": pl.String(), **dict.fromkeys(flags, pl.Boolean()),
+    })  # fmt: skip
     delta = pr.delta
     if delta is None or delta.is_empty():
         return pl.DataFrame(schema=schema)
@@ -300,7 +307,7 @@ def load_exam_comparison(
                           candidate=judged[1])  # fmt: skip
     pr_allow: tuple[str, ...] = (*allow_diff, "scorer_files")
     if not allow_diff:  # undeclared, one differing field is the variable under test, as ever
-        from evalkit.compare.comparability import manifest_diff
+        from evalkit.corpus.manifest import manifest_diff
 
         others = [f for f in manifest_diff(base.manifest, cand.manifest) if f != "scorer_files"]
         if len(others) == 1:

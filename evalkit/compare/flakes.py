@@ -193,9 +193,9 @@ def shown_flakes(
         ``case_id, flake_rate, why_not, config_hash, case_hash, measured_at``.
     """
     judged = _judged(store, base, cand, untrusted)
-    excused = judged.filter(pl.col("why_not").is_null())
     excused = (
-        excused.sort("measured_at", descending=True)
+        judged.filter(pl.col("why_not").is_null())
+        .sort("measured_at", descending=True)
         .unique("case_id", keep="first")
         .filter(pl.col("flake_rate") > 0)["case_id"]
     )
@@ -274,6 +274,7 @@ def _created_at(store: Store, run: RunData) -> dt.datetime | None:
     """When ``run`` was created: the runs table's ``created_at``, else its manifest's."""
     runs = store.runs().filter(pl.col("run_id") == run.run_id)
     if runs.height and runs["created_at"][0] is not None:
-        return runs["created_at"][0]
+        created: dt.datetime = runs["created_at"][0]
+        return created
     stamp = (run.manifest.get("run") or {}).get("created_at")
     return dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else None

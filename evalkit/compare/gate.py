@@ -189,8 +189,9 @@ def _group_design(paired: pl.DataFrame, tag: str, policy: GatePolicy) -> tuple[f
 
 def _critical(
     table: pl.DataFrame, policy: GatePolicy, paired: pl.DataFrame, counts: Mapping[str, int]
-) -> tuple[list, list]:
-    states, findings = [], []
+) -> tuple[list[SliceState], list[Finding]]:
+    states: list[SliceState] = []
+    findings: list[Finding] = []
     rows = {r["slice"]: r for r in table.iter_rows(named=True)}
     empty = dict.fromkeys(table.columns) | {"n": 0, "n_error": 0, "broken": 0, "fixed": 0}
     for tag in policy.critical_tags:
@@ -297,7 +298,7 @@ def _judge_level_drop(tag: str, paired: pl.DataFrame, policy: GatePolicy) -> Fin
 
 def _others(table: pl.DataFrame, paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
     table = table.filter(~pl.col("slice").is_in(list(policy.critical_tags)) & (pl.col("n") > 0))
-    adj = stats.holm(table["p_value"].to_numpy()) if table.height else []
+    adj: list[float] = stats.holm(table["p_value"].to_numpy()).tolist() if table.height else []
     out = []
     for r, p_adj in zip(table.iter_rows(named=True), adj, strict=True):
         by_p = r["broken"] > r["fixed"] and p_adj <= policy.alpha
@@ -426,7 +427,7 @@ def _side_evidence(
             + (f"; top causes: {_causes_text(causes)}" if causes else "")
             + (f"; cases with no verdict: {_named(ids)}" if ids else "")
         )
-        stat = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
+        stat: dict[str, Any] = {"n_outputs": n_outputs, "n_errored": n_errored, "error_rate": rate}
         stat["top_causes"] = [[c, n] for c, n in causes]
         out.append(Finding(0, "errors", tuple(ids), stat, msg, "unverified", kind))
     return out
@@ -447,8 +448,10 @@ def corpus_accounting(
         0.3333333333333333
     """
     if delta is None:
-        schema = {"case_id": pl.String, "change": pl.String, "tags": pl.List(pl.String)}
-        delta = pl.DataFrame(schema=schema | {"rebaselined": pl.Boolean})
+        delta = pl.DataFrame(
+            schema={"case_id": pl.String(), "change": pl.String(), "tags": pl.List(pl.String),
+                    "rebaselined": pl.Boolean()}
+        )  # fmt: skip
     out = []
     for tag in policy.critical_tags:
         sub = delta.filter(pl.col("tags").list.contains(tag))
@@ -501,14 +504,15 @@ def _corpus_findings(
             if too_many
             else f"{evidence} paired cases with evidence, < {policy.min_cases()}"
         )
-        ids = delta.filter(pl.col("tags").list.contains(tag) & ~pl.col("rebaselined"))["case_id"]
+        unrebased = pl.col("tags").list.contains(tag) & ~pl.col("rebaselined")
+        ids = () if delta is None else tuple(delta.filter(unrebased)["case_id"])
         msg = (
             f"critical tag {tag!r}: {left} of its cases changed in this pull request ({what}) and "
             f"were not compared with the baseline configuration ({why}): unverified; verify "
             f"with {verify}"
         )
         stat = {k: row[k] for k in ("edited", "added", "removed", "rebaselined", "share")}
-        out.append(Finding(0, tag, tuple(ids), stat, msg, "unverified", "corpus-delta"))
+        out.append(Finding(0, tag, ids, stat, msg, "unverified", "corpus-delta"))
     if delta is not None:
         was = delta.filter((pl.col("change") == "edited") & (pl.col("old") == False))  # noqa: E712
         for r in was.iter_rows(named=True):
@@ -531,7 +535,7 @@ def _pin_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
             "unverified until a person promotes the new policy: `evalkit baseline promote "
             f"{context.base_run_id} --policy --who NAME --reason TEXT`"
         )
-        stat = {"changes": list(context.policy_changes)}
+        stat: dict[str, Any] = {"changes": list(context.policy_changes)}
         out.append(Finding(0, "policy", (), stat, msg, "unverified", "loosened"))
     if context.siblings:
         counts = Counter(status for _, status in context.siblings)
@@ -978,15 +982,15 @@ def ungated_judge_flips(judge_paired: pl.DataFrame | None, policy: GatePolicy) -
 def _side_errors(run: RunData, paired: pl.DataFrame) -> pl.DataFrame:
     """One run's outputs of the paired, unsealed cases (``case_id, error``); a missing output
     (an incomplete run compared with ``--allow-incomplete``) counts as an errored one."""
-    paired = paired.filter(~pl.col("sealed").fill_null(False))["case_id"]
+    paired_ids = paired.filter(~pl.col("sealed").fill_null(False))["case_id"]
     outputs = run.outputs
     cols = [pl.col("case_id"), (pl.col("error") if "error" in outputs.columns
                                 else pl.lit(None, pl.String)).alias("error")]  # fmt: skip
-    present = outputs.select(cols).filter(pl.col("case_id").is_in(paired.implode()))
+    present = outputs.select(cols).filter(pl.col("case_id").is_in(paired_ids.implode()))
     replays = int(run.manifest.get("replays") or 1)
     seen = present.group_by("case_id").len()
     missing = (
-        pl.DataFrame({"case_id": paired}).join(seen, on="case_id", how="left")
+        pl.DataFrame({"case_id": paired_ids}).join(seen, on="case_id", how="left")
         .with_columns(pl.col("len").fill_null(0))
         .filter(pl.col("len") < replays)
     )  # fmt: skip

@@ -30,7 +30,7 @@ import pickle
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evalkit import errors
 from evalkit.errors import ConfigError, EvalkitError
@@ -59,7 +59,7 @@ def write_decided_pair(
     appears whole or not at all, so a reader waiting for it never reads half of it."""
     path = Path(path)
     if error is not None:
-        payload: dict = {"format": _FORMAT, "error": (type(error).__name__, str(error))}
+        payload: dict[str, Any] = {"format": _FORMAT, "error": (type(error).__name__, str(error))}
     else:
         payload = {"format": _FORMAT, "comparison": comparison, "decision": decision}
     part = path.with_name(path.name + ".part")

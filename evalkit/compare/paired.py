@@ -22,8 +22,10 @@ def case_changes(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> pl.DataF
     c = cand_cases.select("case_id", pl.col("case_hash").alias("cand_hash"), "source")
     both = b.join(c, on="case_id", how="full", coalesce=True, suffix="_cand")
     bh, ch = pl.col("base_hash"), pl.col("cand_hash")
-    change = pl.when(bh.is_null()).then(pl.lit("added")).when(ch.is_null()).then(pl.lit("removed"))
-    change = change.when(bh != ch).then(pl.lit("edited")).alias("change")
+    one_side = (
+        pl.when(bh.is_null()).then(pl.lit("added")).when(ch.is_null()).then(pl.lit("removed"))
+    )
+    change = one_side.when(bh != ch).then(pl.lit("edited")).alias("change")
     return (
         both.with_columns(change, pl.coalesce("source_cand", "source").alias("source"))
         .filter(pl.col("change").is_not_null())
@@ -57,7 +59,7 @@ def paired_frame(
     """
     base_hashes = base_cases.select("case_id", pl.col("case_hash").alias("_bh"))
     group = pl.col("case_group") if "case_group" in cand_cases.columns else pl.lit(None)
-    meta = [*CASE_META, group.cast(pl.String).alias("case_group")]
+    meta: list[str | pl.Expr] = [*CASE_META, group.cast(pl.String).alias("case_group")]
     frame = cand_cases.select("case_id", *meta).join(base_hashes, on="case_id")
     frame = frame.filter(pl.col("case_hash") == pl.col("_bh")).drop("_bh")
     for side, v in (("base", base_verdicts), ("cand", cand_verdicts)):

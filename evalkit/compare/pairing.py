@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from evalkit.compare.trust import trusted_baseline
 from evalkit.errors import ConfigError, IncompleteRunError
@@ -111,7 +112,7 @@ def require_tier(store: Store, run_ids: tuple[str, str], tier: str | None) -> No
         )
 
 
-def _selection_flags(selection: dict | None) -> list[str]:
+def _selection_flags(selection: dict[str, Any] | None) -> list[str]:
     """A manifest selection as the ``evalkit run`` flags that make it (sealed cases only ever
     report, so ``--sealed`` is left out).
 

@@ -17,7 +17,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -72,7 +72,7 @@ SIBLING_FIELDS = ("suite", "provider", "system", "model", "prompt", "tools", "sa
                   "replays", "judge")  # fmt: skip
 
 
-def configuration_identity(manifest: dict) -> str:
+def configuration_identity(manifest: dict[str, Any]) -> str:
     """The sibling identity of a run: sha256 over `SIBLING_FIELDS` of its manifest.
 
     Examples:
@@ -89,7 +89,7 @@ def configuration_identity(manifest: dict) -> str:
     return hashlib.sha256(canonical_json(fields).encode()).hexdigest()
 
 
-def _selection_key(selection: dict | None) -> dict:
+def _selection_key(selection: dict[str, Any] | None) -> dict[str, Any]:
     """A selection as siblings compare it (the case ids a rebaseline ran are not a selection)."""
     return {k: v for k, v in (selection or {}).items() if k != "case_ids" and v}
 

@@ -237,7 +237,7 @@ def is_partial(selection: Mapping[str, Any] | None) -> bool:
         >>> is_partial({"tier": "smoke", "tags": ["smoke"]}), is_partial({"tags": []})
         (True, False)
     """
-    return bool(selection) and any(selection.get(k) for k in ("tier", "tags", "exclude_tags"))
+    return selection is not None and any(selection.get(k) for k in ("tier", "tags", "exclude_tags"))
 
 
 def tag_counts(frame: pl.DataFrame) -> dict[str, int]:
@@ -547,7 +547,9 @@ def check_policy(
             )
     policy.validate_against(corpus_counts)
     warnings = []
-    for tag in policy.critical_tags if selected_counts is not None else ():
+    for tag in policy.critical_tags:
+        if selected_counts is None:
+            break
         if (n := selected_counts.get(tag, 0)) < policy.min_cases():
             warnings.append(
                 f"critical tag {tag!r} has {n} case(s) in this selection (≥ {policy.min_cases()} "

@@ -217,7 +217,7 @@ def replay_table(
             need = stats.required_n_replays(
                 drop, omega2, e * (1 - e), k, pol.alpha, pol.power, "one-sided"
             )
-            kw = {"replays": k, "flake": flake, "pass_rate": pass_rate}
+            kw: dict[str, Any] = {"replays": k, "flake": flake, "pass_rate": pass_rate}
             exact_n = stats.required_n_exact(psi_d, drop, pol.alpha, pol.power, **kw)
             power = stats.exact_power_gate(need, psi_d, drop, pol.alpha, **kw)
             rows.append({"drop": drop, "replays": k, "omega2": omega2, "sigma2": e * (1 - e),

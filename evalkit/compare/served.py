@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.compare.decision import Finding
+from evalkit.compare.decision import Finding, Severity
 
 if TYPE_CHECKING:
     from evalkit.compare.policy import GatePolicy
@@ -89,7 +89,7 @@ def served_findings(policy: GatePolicy, served: ServedModels | None) -> list[Fin
     variable) and one per run served something other than its snapshot."""
     if served is None:
         return []
-    severity = "block" if policy.served_model_change == "block" else "warn"
+    severity: Severity = "block" if policy.served_model_change == "block" else "warn"
     found = []
     base_ids, cand_ids = {m for m, _ in served.base}, {m for m, _ in served.cand}
     if base_ids and cand_ids and base_ids != cand_ids and not served.declared:
@@ -98,7 +98,7 @@ def served_findings(policy: GatePolicy, served: ServedModels | None) -> list[Fin
             f"{_shown(served.cand)}, under the same configured model (a provider-side change, "
             "not this change)"
         )
-        stats = {"base": dict(served.base), "cand": dict(served.cand)}
+        stats: dict[str, Any] = {"base": dict(served.base), "cand": dict(served.cand)}
         found.append(Finding(0, None, (), stats, message, severity, "served-model"))
     for side, models, snapshot in (
         ("baseline", served.base, served.base_snapshot),

@@ -5,7 +5,7 @@ independent cases: its interval and p-value then also account for the groups (``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -19,7 +19,7 @@ _SLICE_SCHEMA |= dict.fromkeys(_DIFFS, pl.Float64) | {"interval_method": pl.Stri
 _SLICE_SCHEMA |= {"n_groups": pl.Int64}  # clusters behind a clustered-se row, else null
 #: How ``diff_lo, diff_hi`` are computed for pass/fail verdicts (`stats.paired_diff_interval`):
 #: Tango's score interval, reaching 0 where the exact McNemar test finds no evidence.
-INTERVAL_METHOD = "tango-exact"
+INTERVAL_METHOD: Final = "tango-exact"
 #: A slice with case groups: the union of that interval and the cluster-robust t interval over
 #: groups (`stats.clustered_interval`); p is the larger of the two one-sided tests' p-values.
 CLUSTERED_METHOD = "clustered-se"
@@ -112,7 +112,7 @@ def slice_stats(
 
 
 def _clustered(
-    diffs: Any, clusters: Any, level: float, lo: float, hi: float, p: float, out: dict
+    diffs: Any, clusters: Any, level: float, lo: float, hi: float, p: float, out: dict[str, Any]
 ) -> tuple[float, float, float]:
     """Widen a slice's interval and p-value for case groups: the union with the clustered t
     interval, the larger p. One group is one observation: no interval ([-1, 1]) and p = 1."""
@@ -147,7 +147,7 @@ def slices(
     return pl.DataFrame(rows, schema=_SLICE_SCHEMA)
 
 
-def _grouped_cases(paired: pl.DataFrame) -> dict[str, dict[str, list]]:
+def _grouped_cases(paired: pl.DataFrame) -> dict[str, dict[str, Any]]:
     """Per slice with at least one grouped case: its decided cases' ``diffs`` (cand - base) and
     ``clusters`` (the group, or the case's own id when it has none)."""
     if "case_group" not in paired.columns or paired["case_group"].is_null().all():

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 
 from evalkit import stats
-from evalkit.compare.decision import Finding
+from evalkit.compare.decision import Finding, Severity
 
 #: Fewer decided cases than this on either side: no interval, no verdict.
 MIN_CASES = 2
@@ -134,7 +134,9 @@ def _gain_interval(d: np.ndarray, level: float) -> tuple[float, float]:
     return r.lo, r.hi
 
 
-def _mover(g1: float, i1: tuple[float, float], g2: float, i2: tuple[float, float]):
+def _mover(
+    g1: float, i1: tuple[float, float], g2: float, i2: tuple[float, float]
+) -> tuple[float, float]:
     """MOVER interval for g1 - g2 from the two independent intervals (Zou & Donner 2008)."""
     gap = g1 - g2
     lo = gap - math.sqrt((g1 - i1[0]) ** 2 + (i2[1] - g2) ** 2)
@@ -162,7 +164,10 @@ def exchangeable_p(live: np.ndarray, sealed: np.ndarray) -> float:
     b = np.arange(min(big_b, n_s) + 1)[None, :]
     u = n_s - f - b
     ok = (u >= 0) & (u <= big_u)
-    lc = lambda n, k: gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)  # noqa: E731
+
+    def lc(n: Any, k: Any) -> Any:  # log C(n, k), elementwise
+        return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+
     with np.errstate(invalid="ignore"):
         logp = lc(big_f, f) + lc(big_b, b) + lc(big_u, np.clip(u, 0, big_u)) - lc(big_n, n_s)
     prob = np.where(ok, np.exp(logp), 0.0)
@@ -209,5 +214,5 @@ def transfer_finding(result: Transfer) -> Finding | None:
         "lo": result.lo, "hi": result.hi, "live_n": result.live_n, "sealed_n": result.sealed_n,
         "level": result.level, "p_value": result.p_value,
     }  # fmt: skip
-    severity = "warn" if result.verdict == "no transfer" else "info"
+    severity: Severity = "warn" if result.verdict == "no transfer" else "info"
     return Finding(3, "sealed", (), stat, result.message(), severity, "transfer")

@@ -44,7 +44,9 @@ BUDGET_METRICS = dict(
 )
 
 
-def _col(frame: pl.DataFrame, name: str, default: Any, dtype: pl.DataType) -> pl.Expr:
+def _col(
+    frame: pl.DataFrame, name: str, default: Any, dtype: pl.DataType | type[pl.DataType]
+) -> pl.Expr:
     return pl.col(name) if name in frame.columns else pl.lit(default, dtype=dtype).alias(name)
 
 
@@ -133,8 +135,8 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
     errored = pl.col("output_error").is_not_null() | (pl.col("n_scorer_errors") > 0)
     failed = pl.col("fail_reason").is_not_null() | (pl.col("n_scorer_fails") > 0)
     unscored = pl.col("n_scores") == 0
-    passed = pl.when(errored).then(None).when(failed).then(False).when(unscored).then(None)
-    passed = passed.otherwise(True)
+    undecided = pl.when(errored).then(None).when(failed).then(False).when(unscored).then(None)
+    passed = undecided.otherwise(True)
     return (
         out.with_columns(
             passed.alias("passed"),

@@ -23,7 +23,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
@@ -308,7 +308,7 @@ class _FactsBuilder:
 
     def scan_files(
         self, files: Sequence[tuple[Path, str, bool]], workers: int | None
-    ) -> Iterator[tuple[str, FileFacts]]:
+    ) -> Generator[tuple[str, FileFacts]]:
         """Each file's facts, in order: from its entry when that is of these bytes, else loaded
         whole, here or (several such files, see :func:`scan_corpus`) in worker processes
         started at once and taken in file order, so the first problem raised is the one a
@@ -431,7 +431,7 @@ class _FactsBuilder:
         return FileFacts(rel, hashlib.sha256(data).hexdigest(), sealed, spans is not None, facts)
 
     def _scorer_facts(self, case: Case) -> tuple[ScorerFacts, ...]:
-        held = Case.scorers.stored(case)  # type: ignore[attr-defined]  # the descriptor
+        held = Case.scorers.stored(case)  # type: ignore[attr-defined, misc]  # the descriptor
         if isinstance(held, PendingScorers):
             entries = [(name, args) for name, args, _ in held.shared.entries]
         else:

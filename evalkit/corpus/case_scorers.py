@@ -29,7 +29,7 @@ import json
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evalkit.corpus.case_spec import ScorerSpec
 from evalkit.errors import CorpusError
@@ -257,21 +257,27 @@ class _located:
 
     def __init__(self, rel: str, name: str, line: int, case_id: str) -> None:
         self.name = name
-        self.where = {"path": rel, "line": line, "case_id": case_id}
+        self.rel, self.line, self.case_id = rel, line, case_id
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None or not isinstance(exc, Exception):
             return False
         if isinstance(exc, ScorerArgError):
-            raise CorpusError(str(exc), **self.where) from None
+            raise CorpusError(
+                str(exc), path=self.rel, line=self.line, case_id=self.case_id
+            ) from None
         if isinstance(exc, CorpusError):
-            raise CorpusError(exc.message, **self.where) from None
+            raise CorpusError(
+                exc.message, path=self.rel, line=self.line, case_id=self.case_id
+            ) from None
         # a factory's own bug or limit (deep JSON, huge regex repeat)
         message = f"scorer {self.name!r} cannot use these args: {type(exc).__name__}: {exc}"
-        raise CorpusError(message[:300], **self.where) from None
+        raise CorpusError(
+            message[:300], path=self.rel, line=self.line, case_id=self.case_id
+        ) from None
 
 
 def _resolve(root: Path, name: str) -> Path:

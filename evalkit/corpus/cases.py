@@ -103,7 +103,9 @@ class Case:
         return self.criticality == "must_pass"
 
     def input_json(self) -> str:
-        payload = {"messages": list(self.messages)} if self.messages is not None else {}
+        payload: dict[str, Any] = (
+            {"messages": list(self.messages)} if self.messages is not None else {}
+        )
         if self.vars is not None:
             payload["vars"] = self.vars
         return json.dumps(payload, sort_keys=True, default=str)
@@ -112,7 +114,7 @@ class Case:
 # Set after the dataclass is made (a descriptor in the class body would become its default),
 # over the slot it made for the field: ``load_corpus(defer_scorers=True)`` stores pending
 # scorers, built when first read.
-Case.scorers = DeferredScorers(Case.__dict__["scorers"])  # type: ignore[assignment]
+Case.scorers = DeferredScorers(Case.__dict__["scorers"])  # type: ignore[assignment, misc]
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ def _chosen(
     )
 
 
-def _corpus_digest(cases: Iterable[Case] | Iterable[CaseFacts]) -> str:
+def _corpus_digest(cases: Iterable[Case | CaseFacts]) -> str:
     """The corpus hash: sha256 over each case's id and hash, in id order."""
     digest = hashlib.sha256()
     for case in sorted(cases, key=lambda c: c.id):
@@ -204,7 +206,7 @@ def case_hash(spec: CaseSpec) -> str:
 #: with an integral value (1.0 is written 1), and those are written ``1.0`` or ``1e+16``.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 _MAYBE_INTEGRAL_FLOAT = re.compile(r"\.0(?![0-9])|e\+")  # also in strings: then the slow way
-_HASH_EXCLUDES = frozenset({"review", "expect"})
+_HASH_EXCLUDES = {"review", "expect"}  # a set: pydantic types `exclude` as set or mapping
 
 
 def _canonical(value: Any) -> str:
@@ -448,10 +450,10 @@ def _load_chunks(
         return None
     except YAMLInputError as exc:  # a case too large: a YAML problem, before any case's
         raise CorpusError(exc.problem, path=place.rel, line=exc.line) from None
-    for exc in problems:
+    for problem in problems:
         if errors is None:
-            raise exc
-        errors.add(exc)
+            raise problem
+        errors.add(problem)
     return cases
 
 

@@ -76,7 +76,10 @@ def convert_file(path: str | Path, out: str | Path | None = None) -> Conversion:
 def convert_text(text: str, rel: str) -> Conversion:
     """``text`` with each case in the old spelling rewritten canonically (see the module)."""
     root = compose_cases(text, rel)
-    splices, converted, kept, notes = [], [], [], []
+    splices: list[tuple[int, int, str]] = []
+    converted: list[str] = []
+    kept: list[str] = []
+    notes: list[str] = []
     for item, raw in zip(root.value, yaml.safe_load(text), strict=True):
         line = item.start_mark.line + 1
         case_id = str(raw.get("id")) if isinstance(raw, dict) else None

@@ -99,7 +99,7 @@ def find_coverage(store: Store, suite: str, cases: Sequence[Case], k: int = 5) -
     runs = last_runs(store, suite, k)
     saturated = saturated_cases(store, runs, cases)
     must_pass = {c.id for c in cases if c.must_pass}
-    candidates = []
+    candidates: list[Candidate] = []
     for (tags, _), ids in sorted(coverage_groups(cases).items()):
         if len(ids) < 2:
             continue

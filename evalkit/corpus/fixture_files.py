@@ -40,7 +40,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -183,7 +183,7 @@ def _tools_splices(
     return [_replace(text, key, value, "fixtures", {**kept, "tools": tools})]
 
 
-def _is_block(node: yaml.Node) -> bool:
+def _is_block(node: yaml.Node) -> TypeGuard[yaml.MappingNode]:
     return isinstance(node, yaml.MappingNode) and not node.flow_style and bool(node.value)
 
 
@@ -270,7 +270,7 @@ def content_end(text: str, node: yaml.Node) -> int:
 def _verify(old: str, new: str, edits: Sequence[CaseEdit], rel: str) -> None:
     """The rewritten text must read back as the old data with exactly ``edits`` applied."""
     before, after = load_text(old), load_text(new)
-    wanted = {edit.case_id: edit for edit in edits}
+    wanted: dict[Any, CaseEdit] = {edit.case_id: edit for edit in edits}
     expected = []
     for case in before:
         edit = wanted.get(case.get("id")) if isinstance(case, dict) else None

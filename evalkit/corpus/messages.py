@@ -15,9 +15,12 @@ _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 class RenderedCase(Protocol):
     """What rendering reads of a case (``evalkit.corpus.cases.Case`` has it)."""
 
-    messages: Sequence[dict[str, Any]] | None
-    vars: dict[str, Any] | None
-    fixtures: dict[str, Any]
+    @property
+    def messages(self) -> Sequence[dict[str, Any]] | None: ...
+    @property
+    def vars(self) -> dict[str, Any] | None: ...
+    @property
+    def fixtures(self) -> dict[str, Any]: ...
 
 
 def template_vars(template: str) -> set[str]:

@@ -120,8 +120,8 @@ def _set_review(text: str, ids: Sequence[str], rel: str) -> str:
         if not isinstance(item, yaml.MappingNode):
             continue
         keys = {k.value: (k, v) for k, v in item.value if isinstance(k, yaml.ScalarNode)}
-        case_id = keys.get("id", (None, None))[1]
-        if getattr(case_id, "value", None) not in ids or "review" not in keys:
+        case_id = getattr(keys.get("id", (None, None))[1], "value", None)
+        if case_id not in ids or "review" not in keys:
             continue
         value = keys["review"][1]
         if item.flow_style:
@@ -130,7 +130,7 @@ def _set_review(text: str, ids: Sequence[str], rel: str) -> str:
                 "review: reviewed and provenance.reviewer by hand",
                 path=rel,
                 line=item.start_mark.line + 1,
-                case_id=case_id.value,
+                case_id=case_id,
             )
         spans.append((value.start_mark.index, value.end_mark.index))
     new_text = text

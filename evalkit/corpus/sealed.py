@@ -146,7 +146,7 @@ def _blocks(path: Path, rel: str) -> tuple[list[str], list[_Block]]:
         return lines, []
     if not isinstance(data, list):
         raise CorpusError("a case file must be a YAML list of cases", path=rel, line=1)
-    starts = []
+    starts: list[tuple[str, int]] = []
     for raw, item in zip(data, node.value, strict=True):
         line = item.start_mark.line
         if not isinstance(raw, dict) or "id" not in raw:

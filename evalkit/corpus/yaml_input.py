@@ -101,12 +101,12 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-_CSafeLoader = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
+_CSafeLoader: Any = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
 
 
 if _CSafeLoader is not None:
 
-    class _Composer(_CSafeLoader):  # type: ignore[misc, valid-type]
+    class _Composer(_CSafeLoader):
         """libyaml's safe loader, composing without two Python calls per node: its composer
         calls ``descend_resolver(parent, index)`` and ``ascend_resolver()`` around every node
         for path resolvers, which return at once when none is registered (none is: see
@@ -392,7 +392,7 @@ def _count_nodes(text: str) -> bool:
                 if nodes > MAX_YAML_NODES:
                     raise YAMLInputError(
                         f"YAML has more than {MAX_YAML_NODES:,} values; split the file",
-                        event.start_mark.line + 1,
+                        event.start_mark.line + 1 if event.start_mark else None,
                     )
     except yaml.YAMLError:
         return False
@@ -413,7 +413,9 @@ _SCALARS = {
 }
 
 
-def _build_tree(node: yaml.Node, constructor: Any, level: int, flow: bool) -> Any:
+def _build_tree(
+    node: yaml.ScalarNode | yaml.CollectionNode, constructor: Any, level: int, flow: bool
+) -> Any:
     """What ``construct_document`` builds from a tree of plain strings, numbers, booleans,
     nulls, dates, lists and mappings with scalar keys; checks the depth and the keys on the
     way (as :func:`_check_graph` would). ``flow``: inside ``[ ]`` or ``{ }``.
@@ -427,7 +429,7 @@ def _build_tree(node: yaml.Node, constructor: Any, level: int, flow: bool) -> An
     if level > MAX_YAML_DEPTH:
         raise _Fallback
     kind, tag = type(node), node.tag
-    if kind is yaml.ScalarNode:
+    if isinstance(node, yaml.ScalarNode):
         if flow and not node.style and "?" in node.value:  # plain: None, or "" from libyaml
             raise _Fallback
         if tag == _STR:

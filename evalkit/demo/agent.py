@@ -195,9 +195,9 @@ def _refund_step(
     """Step 5 of the procedure above: refund, verify first, or answer without a refund."""
     existing = order.get("refund")
     if isinstance(existing, dict) and existing:
-        amount = _money(existing.get("amount"))
+        shown = _money(existing.get("amount"))
         status = str(existing.get("status", "processing")).replace("_", " ")
-        core = f"A refund{f' of {amount}' if amount else ''} for {mention} is already {status};"
+        core = f"A refund{f' of {shown}' if shown else ''} for {mention} is already {status};"
         core += " it usually reaches your card within 5-7 business days of being issued."
         return _Answer(_final(base, "refund_in_progress"), core)
     excess = _excess(order)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import polars as pl
@@ -408,7 +408,7 @@ def rater_agreement(
         both = wide.select(a, b).drop_nulls()
         n = both.height
         kappa = stats.cohen_kappa(both[a].to_numpy(), both[b].to_numpy()) if n else math.nan
-        agree = float((both[a] == both[b]).mean()) if n else math.nan
+        agree = float(cast(float, (both[a] == both[b]).mean())) if n else math.nan
         rows.append((a, b, n, agree, kappa))
     pairwise = pl.DataFrame(
         rows,

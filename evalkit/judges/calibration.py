@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -203,9 +203,9 @@ def decision_agreement(
         if passing.drop_nulls().is_empty() and failing.drop_nulls().is_empty():
             return {}
         threshold = (
-            int(passing.drop_nulls().min())
+            int(cast(float, passing.drop_nulls().min()))
             if not passing.drop_nulls().is_empty()
-            else int(failing.drop_nulls().max()) + 1
+            else int(cast(float, failing.drop_nulls().max())) + 1
         )
         human = (kept["human"] >= threshold).cast(pl.Int64)
         judge = kept["judge_passed"].cast(pl.Int64)
@@ -260,9 +260,10 @@ def calibrate_frames(
                 f"{where} has {scorer!r} scores from {len(seen)} values of {column} "
                 f"({', '.join(s[:12] for s in seen)}): {fix}"
             )
-    judge_model, rubric_hash = judged["judge_model"].drop_nulls().first(), wanted
-    rubric_hash = rubric_hash or judged["rubric_hash"].drop_nulls().first()
-    rubric_name = judged["rubric"].drop_nulls().first() or (
+    # String columns: their first value is a str (None: none given)
+    judge_model = cast(str, judged["judge_model"].drop_nulls().first())
+    rubric_hash = wanted or cast("str | None", judged["rubric_hash"].drop_nulls().first())
+    rubric_name = cast("str | None", judged["rubric"].drop_nulls().first()) or (
         str(rubric_path) if rubric_path else None
     )
     if judge_model is None or rubric_hash is None:
@@ -292,8 +293,8 @@ def calibrate_frames(
         label_set: tuple[int, ...] = (0, 1)
     else:
         bad = sorted(set(humans) - set(levels)) if levels else []
-        seen = set(humans) | set(kept["judge"].to_list()) | set(levels)
-        label_set = tuple(range(min(seen), max(seen) + 1))
+        present = {*humans, *kept["judge"].to_list(), *levels}
+        label_set = tuple(range(min(present), max(present) + 1))
     if bad:
         raise CalibrationError(
             f"human labels {bad} for scorer {scorer!r} are not "
@@ -333,7 +334,7 @@ def calibrate_frames(
         run_id=run_id,
         alpha=raters.alpha if raters is not None else None,
         figures=figures,
-        judge_prompt=judged["judge_prompt"].drop_nulls().first(),
+        judge_prompt=cast("str | None", judged["judge_prompt"].drop_nulls().first()),
     )
     pinned = votes.join(kept.select("case_id", "output_hash"), on=["case_id", "output_hash"])
     return CalibrationResult(

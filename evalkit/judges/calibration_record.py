@@ -107,7 +107,7 @@ class Calibration:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Calibration:
         """Inverse of :meth:`to_row` (reads a ``calibrations`` row)."""
-        values = {k: row.get(k) for k in cls.__dataclass_fields__ if k != "figures"}
+        values: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__ if k != "figures"}
         return cls(**values, figures=json.loads(row.get("figures") or "{}"))
 
     def _repr_html_(self) -> str:

@@ -113,7 +113,7 @@ class JudgeGating:
     def to_frame(self) -> pl.DataFrame:
         """One row per judge check."""
         rows = [asdict(c) for c in self.checks]
-        schema = {
+        schema: dict[str, Any] = {
             "scorer": pl.String,
             "judge_model": pl.String,
             "rubric": pl.String,
@@ -230,8 +230,8 @@ def judge_gating(
         checks[_check_key(check)] = replace(check, side=side)
     if candidate is not None:
         for identities, reason in _mismatches(rows, checks):
-            for key in identities:
-                checks[key] = replace(checks[key], gating=False, reason=reason)
+            for check_key in identities:
+                checks[check_key] = replace(checks[check_key], gating=False, reason=reason)
     return JudgeGating(tuple(checks.values()), kappa_min)
 
 

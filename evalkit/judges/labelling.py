@@ -31,7 +31,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import polars as pl
@@ -289,7 +289,7 @@ def sample_outputs(
             f"({', '.join(h[:12] for h in hashes)}): {names.ask(names.rubric, 'the one to label')}"
         )
     chosen = wanted or find_rubric(
-        judged["rubric"].drop_nulls().first(),
+        cast("str | None", judged["rubric"].drop_nulls().first()),
         hashes[0] if hashes else None,
         roots=roots,
         names=names,

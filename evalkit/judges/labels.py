@@ -80,15 +80,17 @@ _HASH = re.compile(r"[0-9a-f]{64}")
 #: A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV Injection");
 #: ``'`` is there so that a cell that already starts with the escape survives the round trip.
 _FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r", "'")
-_FRAME_SCHEMA: dict[str, pl.DataType] = {
-    "case_id": pl.String,
-    "output_hash": pl.String,
-    "rater": pl.String,
-    "label": pl.Int32,
-    "scorer": pl.String,
-    "source": pl.String,
-    "line": pl.Int32,
-}
+_FRAME_SCHEMA = pl.Schema(
+    {
+        "case_id": pl.String,
+        "output_hash": pl.String,
+        "rater": pl.String,
+        "label": pl.Int32,
+        "scorer": pl.String,
+        "source": pl.String,
+        "line": pl.Int32,
+    }
+)
 
 
 class LabelError(EvalkitError):

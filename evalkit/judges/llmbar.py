@@ -230,7 +230,7 @@ def load_llmbar(
         [100, 134, 92, 47, 46]
     """
     path = llmbar_dir(root)
-    keys = ("subset", "strategy", "item", "input", "output_1", "output_2", "label")
+    keys: tuple[str, ...] = ("subset", "strategy", "item", "input", "output_1", "output_2", "label")
     keys += ("winner_noswap", "winner_swap")
     rows: dict[str, list[Any]] = {k: [] for k in keys}
 

@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     import polars as pl
 
     from evalkit.compare.decision import GateDecision
-    from evalkit.history.values import History
     from evalkit.run.runner import RunStart
     from evalkit.store import Store
+    from evalkit.trends.values import History
 
 #: The store's place in a project, as the CLI's ``--db`` default.
 STORE_PATH = Path("data") / "evalkit.duckdb"
@@ -198,7 +198,7 @@ class Project:
     def history(self, by: str = "baseline", **options: Any) -> History:
         """`evalkit.history` of this store: per promoted baseline (``by="baseline"``) or per
         label's complete runs (``by="label"``); options as ``evalkit history``'s."""
-        from evalkit.history.analysis import history
+        from evalkit.trends.analysis import history
 
         with self.store() as store:
             return history(store, by=by, **options)  # type: ignore[arg-type]

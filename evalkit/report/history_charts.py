@@ -6,7 +6,7 @@ Charts take a `History` and show themselves in Jupyter like every evalkit chart
 (`evalkit.report.charts`).
 
 Examples:
-    >>> from evalkit.history.values import History
+    >>> from evalkit.trends.values import History
     >>> empty = History("label", None, (), (), (), 0.05, 0.95)
     >>> pass_rate_history(empty).to_dict()["title"]
     'Pass rate over runs: no runs in this history'
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import altair as alt
 import polars as pl
 
-from evalkit.history.values import History
 from evalkit.report.charts import BROKEN, NEUTRAL, Chart, LayerChart, VConcatChart
+from evalkit.trends.values import History
 
 _WIDTH = 620
 
@@ -61,7 +61,7 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
     each series over its runs, a band for the Wilson interval, the model changes marked.
 
     Examples:
-        >>> from evalkit.history.values import History, HistoryPoint, TagRate
+        >>> from evalkit.trends.values import History, HistoryPoint, TagRate
         >>> import datetime as dt
         >>> point = HistoryPoint("nightly", "r1", "nightly", dt.datetime(2026, 1, 1), "cfg",
         ...     (TagRate("ALL", 10, 10, 9, 0, 1, 0.9, 0.6, 0.98),), None, 10, 0, 100.0,

@@ -172,7 +172,8 @@ def _broken_line(report: Report, case: object) -> str:
 
 def _fit(lines: list[str], budget: int, more: str) -> list[str]:
     """The leading ``lines`` that fit in ``budget`` characters, then a line counting the rest."""
-    out, used = [], 0
+    out: list[str] = []
+    used = 0
     for i, line in enumerate(lines):
         tail = len(more.format(n=len(lines) - i)) + 2
         if used + len(line) + 1 + tail > budget:

@@ -20,10 +20,13 @@ def _notebook_bar(total: int) -> Any:
     """tqdm's widget in a notebook; its text bar there when ipywidgets is not installed."""
     try:
         import ipywidgets  # noqa: F401  (tqdm.notebook needs it to draw)
-        from tqdm.notebook import tqdm
     except ImportError:
         from tqdm import tqdm
-    return tqdm(total=total, desc="evalkit run", unit="output", file=sys.stderr)
+
+        return tqdm(total=total, desc="evalkit run", unit="output", file=sys.stderr)
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    return notebook_tqdm(total=total, desc="evalkit run", unit="output", file=sys.stderr)
 
 
 class Progress:

@@ -139,7 +139,8 @@ async def run_suite_async(
     if provider is None and config.system.provider == "openai":
         # Before anything is recorded: a dead endpoint stops the run now, not after every
         # case's retries (evalkit.run.preflight). An injected provider is the caller's.
-        fleet = [r.url for r in config.system.replicas] or [config.system.effective_endpoint().url]
+        fleet: list[str | None] = [r.url for r in config.system.replicas]
+        fleet = fleet or [config.system.effective_endpoint().url]
         check_endpoints([url for url in fleet if url])
     require_judge(suite, corpus)  # before a run is recorded: it would fail holding its label
     retried = 0
@@ -552,8 +553,8 @@ async def _all_or_first_failure(coroutines: list[Any]) -> None:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     for task in tasks:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
 
 def first_request_keys(

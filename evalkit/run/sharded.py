@@ -224,7 +224,7 @@ async def run_chunk(
             sink,
             shared,
             probe=endpoint_probe(suite),
-            manifest=manifest,  # type: ignore[arg-type]
+            manifest=manifest,
         )
     store: Any = team or sink
     own = provider is None
@@ -338,7 +338,7 @@ def run_shard(
             EntryBuffer(),
             shared,
             probe=endpoint_probe(suite),
-            manifest=manifest,  # type: ignore[arg-type]
+            manifest=manifest,
         )
     )
     results = []

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evalkit.corpus.suite import Suite
 from evalkit.store import Store
@@ -25,6 +25,14 @@ from evalkit.store import Store
 if TYPE_CHECKING:
     from evalkit.run.summary import RunSummary
     from evalkit.store.shared import SharedStore
+
+
+class LocalCache(Protocol):
+    """The two calls of a local store that the shared cache wraps (a shard's sink and an
+    :class:`EntryBuffer` have only these)."""
+
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]: ...
+    def cache_put(self, entries: dict[str, str]) -> None: ...
 
 
 class SharedCacheStore:
@@ -67,7 +75,7 @@ class SharedCacheStore:
 
     def __init__(
         self,
-        local: Store,
+        local: Store | LocalCache,
         shared: SharedStore | None,
         *,
         where: str | None = None,
@@ -76,7 +84,9 @@ class SharedCacheStore:
         probe: Callable[[], dict[str, Any] | None] | None = None,
         manifest: dict[str, Any] | None = None,
     ) -> None:
-        self.local = local
+        # What it holds beyond the two cache calls (a run's manifest and finish) is asked of
+        # it by name, as __getattr__ forwards the rest.
+        self.local: Any = local
         self.shared = shared
         self.where = shared.uri.shown if shared is not None else (where or "shared store")
         self.shared_hits = 0  # entries the shared store answered (the local one had not)
@@ -450,7 +460,7 @@ def publish_stored_cache(
         EntryBuffer(),
         shared,
         probe=probe,
-        manifest=manifest,  # type: ignore[arg-type]
+        manifest=manifest,
     )
     publisher.cache_put(entries)
     published = publisher.publish(run_id)

@@ -98,7 +98,7 @@ def python_tests(
         raise ScorerArgError(
             f"python_tests: sandbox must be {ISOLATED} or {UNSAFE_LOCAL}, got {sandbox!r}"
         )
-    source = tests_inline if tests is None else _read_tests(Path(tests))
+    source = _read_tests(Path(tests)) if tests is not None else tests_inline or ""
     names = _check_tests(source)
     label = "[UNSAFE-LOCAL] " if sandbox == UNSAFE_LOCAL else ""
 
@@ -197,7 +197,7 @@ def _check_tests(source: str) -> tuple[str, ...]:
 
 # --- sql_result --------------------------------------------------------------------------------
 
-_SAFE_CONFIG = {
+_SAFE_CONFIG: dict[str, str | bool] = {
     "enable_external_access": False,  # no file ATTACH, COPY, read_csv/parquet/json, INSTALL
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,

@@ -21,12 +21,15 @@ import importlib
 import inspect
 import json
 import sys
-from collections.abc import Callable, ItemsView, Iterator, KeysView, ValuesView
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evalkit.records import Output, Score
+
+if TYPE_CHECKING:
+    from _collections_abc import dict_items, dict_keys, dict_values
 
 
 class ScoredCase(Protocol):
@@ -34,10 +37,14 @@ class ScoredCase(Protocol):
     has these fields; the registry needs no case model (so the corpus can validate scorer
     arguments at load time through it without an import circle)."""
 
-    id: str
-    messages: tuple[dict[str, Any], ...] | None
-    vars: dict[str, Any] | None
-    fixtures: dict[str, Any]
+    @property
+    def id(self) -> str: ...
+    @property
+    def messages(self) -> tuple[dict[str, Any], ...] | None: ...
+    @property
+    def vars(self) -> dict[str, Any] | None: ...
+    @property
+    def fixtures(self) -> dict[str, Any]: ...
 
 
 ScoreFn = Callable[[Output, ScoredCase], Score]
@@ -65,7 +72,8 @@ class Scorer:
 
     name: str
     args: dict[str, Any]
-    fn: ScoreFn = field(repr=False, compare=False)
+    # A Score or an awaitable of one; a model judge's also takes the run's judge client.
+    fn: Callable[..., Any] = field(repr=False, compare=False)
     tier: int = DETERMINISTIC
     file_hashes: dict[str, str] = field(default_factory=dict, compare=False)
     threaded: bool = False
@@ -167,15 +175,15 @@ class ScorerRegistry(dict[str, ScorerDef]):
         self.load_all()
         return dict.__len__(self)
 
-    def keys(self) -> KeysView[str]:
+    def keys(self) -> dict_keys[str, ScorerDef]:
         self.load_all()
         return dict.keys(self)
 
-    def values(self) -> ValuesView[ScorerDef]:
+    def values(self) -> dict_values[str, ScorerDef]:
         self.load_all()
         return dict.values(self)
 
-    def items(self) -> ItemsView[str, ScorerDef]:
+    def items(self) -> dict_items[str, ScorerDef]:
         self.load_all()
         return dict.items(self)
 

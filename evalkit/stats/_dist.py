@@ -106,7 +106,7 @@ def half_lower(k: int, n: int) -> float:
         return float(special.betainc(n - k, k + 1, 0.5))
     # the shorter sum: the terms up to k, or all of them minus those above k (C(n, j) = C(n, n - j))
     count = _count_below(k + 1, n) if 2 * k < n else 2**n - _count_below(n - k, n)
-    return count / 2**n
+    return float(count / 2**n)  # float(): int ** int is typed Any (a negative power is a float)
 
 
 def half_upper(k: int, n: int) -> float:
@@ -120,7 +120,7 @@ def half_point(k: int, n: int) -> float:
     if not 0 <= k <= n:
         return 0.0
     if n <= EXACT_HALF_MAX_N:
-        return math.comb(n, k) / 2**n
+        return float(math.comb(n, k) / 2**n)
     return float(binom_pmf(np.array(k), n, 0.5))
 
 

@@ -50,7 +50,8 @@ def _disagreement(k: int, weights: Weights) -> np.ndarray:
         raise ValueError(f"weights must be None, 'linear' or 'quadratic', got {weights!r}")
     dist = np.abs(np.subtract.outer(np.arange(k), np.arange(k))).astype(float)
     d = {None: dist > 0, "linear": dist, "quadratic": dist**2}[weights].astype(float)
-    return d / max(d.max(), 1.0)
+    scaled: np.ndarray = d / max(d.max(), 1.0)
+    return scaled
 
 
 def _kappa(tables: np.ndarray, d: np.ndarray) -> np.ndarray:

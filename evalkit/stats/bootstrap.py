@@ -171,7 +171,8 @@ def cluster_bootstrap(
 
     def draw(m: int) -> np.ndarray:
         idx = rng.integers(0, k, size=(m, k))
-        return sums[idx].sum(1) / sizes[idx].sum(1)
+        means: np.ndarray = sums[idx].sum(1) / sizes[idx].sum(1)
+        return means
 
     lo, hi = np.quantile(resample(draw, iters, chunk), [(1 - level) / 2, (1 + level) / 2])
     diff = float(sums.sum() / x.size)

@@ -210,7 +210,10 @@ def _required(
     from evalkit.stats.sizing import required_n_paired
 
     curve = _PowerCurve(psi_o, delta_o, alpha)
-    ok = lambda m: curve(m) >= power  # noqa: E731
+
+    def ok(m: int) -> bool:
+        return curve(m) >= power
+
     start = required_n_paired(psi_o, delta_o, alpha, power, "one-sided")  # Connor: a first guess
     m = max(1, int(0.8 * start))
     while not ok(m):

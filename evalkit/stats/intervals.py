@@ -107,7 +107,10 @@ def _tango(broken: int, fixed: int, n: int, level: float) -> tuple[float, float]
     from scipy import optimize  # here: the proportion intervals never load it
 
     z = norm_isf((1 - level) / 2)
-    score = lambda d: tango_score(fixed, broken, n, d)  # noqa: E731
+
+    def score(d: float) -> float:
+        return tango_score(fixed, broken, n, d)
+
     a, b = -1 + _EPS, 1 - _EPS
     lo = optimize.brentq(lambda d: score(d) - z, a, b, xtol=1e-13) if score(a) > z else -1.0
     hi = optimize.brentq(lambda d: score(d) + z, a, b, xtol=1e-13) if score(b) < -z else 1.0

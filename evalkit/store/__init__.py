@@ -7,6 +7,10 @@ Examples:
     >>> store.runs().select("run_id", "label").head(2)      # doctest: +SKIP
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from evalkit.store import schema
 from evalkit.store.db import (
     DEFAULT_DB,
@@ -21,6 +25,9 @@ from evalkit.store.db import (
     open_store,
 )
 from evalkit.store.schema import OUTPUT_COLUMNS, SCORE_COLUMNS
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "CALIBRATION_SCHEMA",
@@ -43,7 +50,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> dict[str, pl.DataType]:
     # The Polars schemas are built on first use: importing the store must not import Polars.
     if name not in schema.POLARS_SCHEMAS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,11 @@ class CacheRecords:
     """Store methods for the response cache (mixed into :class:`evalkit.store.Store`)."""
 
     # Provided by Store.
-    _con: duckdb.DuckDBPyConnection
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
     _frame: Callable[..., pl.DataFrame]
     _transaction: Callable[..., Any]
 
@@ -53,7 +57,8 @@ class CacheRecords:
         """
         if older_than_days is None and config_hash is None:
             raise ValueError("cache_prune needs older_than_days or config_hash")
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if older_than_days is not None:
             cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=older_than_days)
             where.append("created_at < ?")

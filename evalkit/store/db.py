@@ -365,8 +365,9 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
                 "SELECT count(*) FROM scorings WHERE run_id = ?", [run_id]
             ).fetchall()[0][0]
             scoring_id = f"{run_id}/s{count}"
-            recorded = scorer_files is not None  # {} is a record too: no scorer sources
-            sources = json.dumps(dict(sorted(scorer_files.items()))) if recorded else None
+            sources = (  # {} is a record too: no scorer sources
+                json.dumps(dict(sorted(scorer_files.items()))) if scorer_files is not None else None
+            )
             self._con.execute(
                 "INSERT INTO scorings (scoring_id, run_id, created_at, note, scorer_files, "
                 "harness) VALUES (?, ?, ?, ?, ?, ?)",
@@ -455,7 +456,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
         asks those requests again (``--retry-errors``); returns how many were dropped."""
         with self._transaction():
             keys = "SELECT case_id, replay FROM outputs WHERE run_id = ? AND error IS NOT NULL"
-            (count,) = self._con.execute(f"SELECT count(*) FROM ({keys})", [run_id]).fetchone()
+            ((count,),) = self._con.execute(f"SELECT count(*) FROM ({keys})", [run_id]).fetchall()
             self._con.execute(
                 f"DELETE FROM scores WHERE run_id = ? AND (case_id, replay) IN ({keys})",
                 [run_id, run_id],

@@ -38,7 +38,11 @@ class DecisionRecords:
     """Store methods for overrides and baselines (mixed into :class:`evalkit.store.Store`)."""
 
     # Provided by Store.
-    _con: duckdb.DuckDBPyConnection
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
     _frame: Callable[..., pl.DataFrame]
 
     def save_override(

@@ -43,7 +43,11 @@ class StoredExam:
 class ExamRecords:
     """Store methods for pinned exams (mixed into :class:`evalkit.store.Store`)."""
 
-    _con: duckdb.DuckDBPyConnection
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
     _frame: Callable[..., pl.DataFrame]
 
     def save_exam(

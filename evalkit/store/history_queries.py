@@ -1,6 +1,6 @@
 """The queries behind history across runs: per run and tag the case verdicts counted, per run
 and served model the usage summed, and per run the newest flake measurement of its
-configuration. `evalkit.history.analysis` gives them meaning.
+configuration. `evalkit.trends.analysis` gives them meaning.
 
 The verdicts are counted inside DuckDB, never fetched: a history of 1,000 runs of 10k cases reads
 10M outputs and 20M scores and returns a few thousand rows. They follow

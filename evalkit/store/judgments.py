@@ -23,7 +23,11 @@ class JudgmentRecords:
     """Store methods for judge evidence (mixed into :class:`evalkit.store.Store`)."""
 
     # Provided by Store.
-    _con: duckdb.DuckDBPyConnection
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
     _frame: Callable[..., pl.DataFrame]
     _append: Callable[[str, pl.DataFrame], None]
     _transaction: Callable[[], Any]

@@ -211,7 +211,7 @@ class _Merger:
                 "SELECT DISTINCT case_id, replay FROM outputs o SEMI JOIN _batch_keys k "
                 "USING (case_id, replay) WHERE o.run_id = ?",
                 [run_id],
-                {"case_id": pl.String, "replay": pl.Int32},
+                {"case_id": pl.String(), "replay": pl.Int32()},
             )
         finally:
             self._con.unregister("_batch_keys")
@@ -405,7 +405,7 @@ class _Merger:
         self, sql: str, params: Sequence[Any], schema: dict[str, pl.DataType]
     ) -> pl.DataFrame:
         frame = self._con.sql(sql, params=list(params)).pl()
-        return frame.cast(schema) if frame.height else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
+        return frame.cast(schema) if frame.height else pl.DataFrame(schema=schema)
 
 
 def _shape(manifest: dict[str, Any]) -> tuple[str, int, int]:

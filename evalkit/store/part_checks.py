@@ -29,7 +29,7 @@ from evalkit.store.schema import (
 
 #: The case parts' columns: the store's ``cases`` table (``case_group`` included).
 CASE_SCHEMA = polars_schema(CASE_COLUMNS)
-CACHE_SCHEMA: dict[str, pl.DataType] = {"cache_key": pl.String, "response": pl.String}
+CACHE_SCHEMA: dict[str, pl.DataType] = {"cache_key": pl.String(), "response": pl.String()}
 #: The columns every part of a table has, with their types.
 PART_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "cases": CASE_SCHEMA,

@@ -185,14 +185,20 @@ class StoredCase(Protocol):
     """What the store records of a case (``evalkit.corpus.cases.Case`` has it): the store knows
     no case model, only these fields (and ``group``, when a case has one)."""
 
-    id: str
-    hash: str
-    tags: tuple[str, ...]
-    criticality: str
-    sealed: bool
-    provenance: dict[str, Any]
-    source: str
-
+    @property
+    def id(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def tags(self) -> tuple[str, ...]: ...
+    @property
+    def criticality(self) -> str: ...
+    @property
+    def sealed(self) -> bool: ...
+    @property
+    def provenance(self) -> dict[str, Any]: ...
+    @property
+    def source(self) -> str: ...
     def input_json(self) -> str: ...
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from evalkit.redact import has_secrets, redact_known, redact_secrets
 
@@ -39,6 +39,12 @@ def _scrub(table: Table, redactions: dict[str, Callable[[str], str]]) -> Table:
     )
 
 
+# Overloads rather than the type variable alone: a caller holding either kind (a union) gets
+# the union back.
+@overload
+def scrub_outputs(table: pl.DataFrame) -> pl.DataFrame: ...
+@overload
+def scrub_outputs(table: dict[str, list[Any]]) -> dict[str, list[Any]]: ...
 def scrub_outputs(table: Table) -> Table:
     """Output text keeps every byte but a registered key; errors lose anything key-shaped.
 
@@ -53,6 +59,10 @@ def scrub_outputs(table: Table) -> Table:
     )  # fmt: skip
 
 
+@overload
+def scrub_scores(table: pl.DataFrame) -> pl.DataFrame: ...
+@overload
+def scrub_scores(table: dict[str, list[Any]]) -> dict[str, list[Any]]: ...
 def scrub_scores(table: Table) -> Table:
     return _scrub(table, {"reason": redact_secrets, "details": scrub_json})
 

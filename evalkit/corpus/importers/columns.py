@@ -74,7 +74,9 @@ def import_rows(path: str | Path, mapping: Mapping[str, str], fmt: str) -> Impor
     rows = _jsonl_rows(path) if fmt == "jsonl" else _csv_rows(path)
     if fmt == "csv" and "input" not in mapping and "messages" not in mapping:
         raise ConfigError(f"{path}: a CSV import needs --map input=COLUMN (the user message)")
-    cases, mapped, unmapped = [], Counter(), Counter()
+    cases = []
+    mapped: Counter[str] = Counter()
+    unmapped: Counter[str] = Counter()
     for line, row in rows:
         try:
             case = _row_case(row, mapping, f"{path.name}:{line}", mapped, unmapped)

@@ -82,7 +82,9 @@ def import_inspect(path: str | Path) -> ImportResult:
     samples = _in_dataset_order(info, samples)
     task, model = str(info.get("task", "?")), str(info.get("model", "?"))
     scorers = [str(s.get("name")) for s in info.get("scorers") or () if isinstance(s, Mapping)]
-    mapped, unmapped, why = Counter(), Counter(), dict(WHY)
+    mapped: Counter[str] = Counter()
+    unmapped: Counter[str] = Counter()
+    why = dict(WHY)
     cases, seen = [], set()
     for sample in samples:
         if sample.get("id") in seen:
@@ -225,9 +227,9 @@ def _json_member(archive: zipfile.ZipFile, path: Path, name: str, budget: list[i
 
 def _in_dataset_order(info: Mapping[str, Any], samples: list[dict]) -> list[dict]:
     """Samples by epoch, then in the dataset's order (a log lists them as they finished)."""
-    dataset = info.get("dataset") if isinstance(info.get("dataset"), Mapping) else {}
-    ids = dataset.get("sample_ids") if isinstance(dataset.get("sample_ids"), list) else []
-    order = {sid: i for i, sid in enumerate(ids) if isinstance(sid, str | int)}
+    dataset = info["dataset"] if isinstance(info.get("dataset"), Mapping) else {}
+    ids = dataset["sample_ids"] if isinstance(dataset.get("sample_ids"), list) else []
+    order: dict[Any, int] = {sid: i for i, sid in enumerate(ids) if isinstance(sid, str | int)}
     return sorted(samples, key=lambda s: (s.get("epoch", 1), order.get(s.get("id"), len(order))))
 
 

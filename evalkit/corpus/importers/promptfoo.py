@@ -159,13 +159,14 @@ def import_promptfoo(config: str | Path, *, allow_outside: bool = False) -> Impo
         default = _load(folder.inside(folder.ref(default), default))
     if not isinstance(default, Mapping):
         raise CorpusError("defaultTest is not a mapping (vars, assert)", path=config)
-    mapped, unmapped = Counter(), Counter()
+    mapped: Counter[str] = Counter()
+    unmapped: Counter[str] = Counter()
     why = dict(REFUSED)
     cases = []
     for where, test in _tests(data.get("tests"), folder):
         variables = {**_field(default, "vars", dict, where), **_field(test, "vars", dict, where)}
         asserts = [*_field(default, "assert", list, where), *_field(test, "assert", list, where)]
-        expect = []
+        expect: list[Any] = []
         for assertion in asserts:
             kind = str(assertion.get("type", "?")) if isinstance(assertion, Mapping) else "?"
             rendered = _render_value(assertion, variables) if kind != "?" else {}

@@ -77,8 +77,8 @@ def trace_from_line(line: dict[str, Any], source: str) -> Trace | None:
     Raises:
         CorpusError: no ``messages`` list where the request should be.
     """
-    request = line.get("request") if isinstance(line.get("request"), dict) else line
-    response = line.get("response") if isinstance(line.get("response"), dict) else line
+    request = line["request"] if isinstance(line.get("request"), dict) else line
+    response = line["response"] if isinstance(line.get("response"), dict) else line
     messages = request.get("messages")
     if not isinstance(messages, list):
         path, _, number = source.rpartition(":")

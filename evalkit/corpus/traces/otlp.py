@@ -112,8 +112,9 @@ def read_otlp(path: str | Path) -> tuple[list[Trace], int]:
                     )  # fmt: skip
                     resources.setdefault(trace_id, resource)
     traces, skipped = [], 0
-    for trace_id, spans in by_trace.items():
-        found = _trace(path, trace_id, sorted(spans, key=lambda s: s.start), resources[trace_id])
+    for trace_id, trace_spans in by_trace.items():
+        ordered = sorted(trace_spans, key=lambda s: s.start)
+        found = _trace(path, trace_id, ordered, resources[trace_id])
         if found is None:
             skipped += 1
         else:

@@ -139,7 +139,7 @@ def sample(
         by_slice.setdefault(home, []).append((trace, (home,) if tags else ()))
     counts = allocate({s: len(v) for s, v in by_slice.items()}, have, need, n)
     rng = np.random.default_rng(seed)
-    chosen = []
+    chosen: list[tuple[Trace, tuple[str, ...]]] = []
     for name in sorted(by_slice):
         pool = by_slice[name]
         picks = sorted(rng.choice(len(pool), size=counts.get(name, 0), replace=False).tolist())

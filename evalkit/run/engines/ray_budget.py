@@ -35,7 +35,8 @@ from evalkit.run.engines.budget import BudgetLimits, RateBudget, acquire_remote,
 from evalkit.run.providers import api_key_for
 
 if TYPE_CHECKING:
-    import ray as ray_module
+    # Ray is imported lazily and handed around as a module object (a module is not a type).
+    from types import ModuleType as ray_module
 
 NAMESPACE = "evalkit"
 #: How long a worker keeps asking a budget actor that is unavailable (restarting, recreated).

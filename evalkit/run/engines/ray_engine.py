@@ -82,7 +82,8 @@ from evalkit.store import Store, new_run_id
 from evalkit.store.parts import PartsRoot
 
 if TYPE_CHECKING:
-    import ray as ray_module
+    # Ray is imported lazily and handed around as a module object (a module is not a type).
+    from types import ModuleType as ray_module
 
     from evalkit.store.shared import SharedStore
 

@@ -129,7 +129,7 @@ def bounded_stream_type(base: type) -> type:
     """A subclass of ``base`` (an httpx ``AsyncByteStream``) yielding a raw stream's bytes
     decoded by a :class:`BoundedBody`, which raises past the cap."""
 
-    class BoundedStream(base):  # type: ignore[misc, valid-type]
+    class BoundedStream(base):
         def __init__(self, raw: Any, body: BoundedBody) -> None:
             self._raw, self._body = raw, body
 

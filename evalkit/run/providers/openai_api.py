@@ -190,7 +190,7 @@ class OpenAIProvider:
                 headers={"Accept-Encoding": ACCEPT_ENCODING},
             )
             self._lean = _lean_routing(url, self._api_key)
-        headers, proxy, tunnel_headers = self._lean
+        headers, proxy, tunnel_headers = self._lean or _lean_routing(url, self._api_key)
         try:
             async with self._session.post(
                 url,
@@ -335,8 +335,8 @@ def _field(value: Any, where: str, kind: type, expected: str) -> Any:
 def _optional(value: Any, where: str, kind: type) -> Any:
     if value is None or isinstance(value, kind):
         return value
-    expected = {str: "a string", list: "a list", dict: "an object"}[kind]
-    raise _Malformed(f"{where} is {_kind(value)}, expected {expected} or null")
+    names: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
+    raise _Malformed(f"{where} is {_kind(value)}, expected {names[kind]} or null")
 
 
 def _tokens(value: Any, where: str) -> int:

@@ -53,6 +53,7 @@ from evalkit.store.shared.tables import (
     TABLES,
     Appended,
     append_new,
+    arrow_frame,
     load_table,
     open_catalog,
     scan,
@@ -161,9 +162,7 @@ def pa_concat(*tables: pa.Table) -> pa.Table:
     is found as base and as candidate)."""
     import polars as pl
 
-    frame = pl.concat([pl.from_arrow(t) for t in tables])  # type: ignore[misc]
-    assert isinstance(frame, pl.DataFrame)
-    return frame.unique(maintain_order=True).to_arrow()
+    return pl.concat([arrow_frame(t) for t in tables]).unique(maintain_order=True).to_arrow()
 
 
 class SharedStoreUnreachable(StoreError):
@@ -336,13 +335,11 @@ class SharedStore:
     @_unreachable_is_one_line
     def runs(self) -> pl.DataFrame:
         """Every published run (``runs`` rows), oldest first."""
-        import polars as pl
 
         table = self._table("runs")
         if table is None or table.current_snapshot() is None:
-            return pl.from_arrow(TABLES["runs"].arrow.empty_table())  # type: ignore[return-value]
-        rows = pl.from_arrow(table.scan().to_arrow())
-        return rows.sort("created_at")  # type: ignore[union-attr]
+            return arrow_frame(TABLES["runs"].arrow.empty_table())
+        return arrow_frame(table.scan().to_arrow()).sort("created_at")
 
     @_unreachable_is_one_line
     def run_ids(self, candidates: Iterable[str]) -> set[str]:
@@ -374,10 +371,9 @@ class SharedStore:
     def baselines(self, suite: str) -> pl.DataFrame:
         """Every promotion of ``suite``, newest first (``suite, tier, run_id, who, reason,
         promoted_at, policy``)."""
-        import polars as pl
 
-        rows = pl.from_arrow(self._read("baselines", "suite", [suite]))
-        return rows.sort("promoted_at", descending=True)  # type: ignore[union-attr]
+        rows = arrow_frame(self._read("baselines", "suite", [suite]))
+        return rows.sort("promoted_at", descending=True)
 
     def current_baseline(self, suite: str, tier: str | None = None) -> str | None:
         """The run of the newest *trusted* promotion of ``suite`` (``tier``; None: the full

@@ -35,8 +35,10 @@ from evalkit.errors import StoreError
 from evalkit.store.schema import known_tables
 
 if TYPE_CHECKING:
+    import polars as pl
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
 
     from evalkit.store.shared.uri import StoreURI
@@ -101,6 +103,16 @@ class SharedTable:
         import pyarrow as pa
 
         return pa.schema([(c, _arrow_type(t)) for c, t in self.columns.items()])
+
+
+def arrow_frame(table: pa.Table) -> pl.DataFrame:
+    """``table`` as a Polars frame (``pl.from_arrow`` is typed frame-or-series; a table is a
+    frame)."""
+    import polars as pl
+
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _arrow_type(duckdb_type: str) -> pa.DataType:
@@ -233,6 +245,14 @@ def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
     )
 
 
+def _in_filter(column: str, values: set[Any]) -> BooleanExpression:
+    """The scan filter ``column IN values``."""
+    from pyiceberg.expressions import In
+
+    # In(term, literals) as pyiceberg documents it; its pydantic fields type it keyword-only.
+    return In(column, values)  # type: ignore[call-arg, arg-type]
+
+
 def existing_keys(table: Table, spec: SharedTable, keys: list[tuple[Any, ...]]) -> set[tuple]:
     """Which of ``keys`` ``table`` holds (read on its current snapshot).
 
@@ -243,7 +263,6 @@ def existing_keys(table: Table, spec: SharedTable, keys: list[tuple[Any, ...]]) 
     """
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyiceberg.expressions import In
 
     if not keys or table.current_snapshot() is None:
         return set()
@@ -251,7 +270,7 @@ def existing_keys(table: Table, spec: SharedTable, keys: list[tuple[Any, ...]]) 
     if not first:
         return set()
     if len(first) <= IN_FILTER_MAX:
-        found = table.scan(row_filter=In(spec.key[0], first), selected_fields=spec.key)
+        found = table.scan(row_filter=_in_filter(spec.key[0], first), selected_fields=spec.key)
         return set(_keys(found.to_arrow(), spec.key))
     whole = table.scan(selected_fields=spec.key).to_arrow()
     wanted = pa.array(sorted(first), whole.schema.field(spec.key[0]).type)
@@ -264,12 +283,11 @@ def scan(table: Table, column: str, values: set[str]) -> pa.Table:
     table read and matched in Arrow, as :func:`existing_keys` does)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyiceberg.expressions import In
 
     if not values or table.current_snapshot() is None:
         return table.schema().as_arrow().empty_table()
     if len(values) <= IN_FILTER_MAX:
-        return table.scan(row_filter=In(column, values)).to_arrow()
+        return table.scan(row_filter=_in_filter(column, values)).to_arrow()
     whole = table.scan().to_arrow()
     wanted = pa.array(sorted(values), whole.schema.field(column).type)
     return whole.filter(pc.is_in(whole.column(column), value_set=wanted))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from evalkit.provenance import Writer, current_writer, trusted_rules, why_untrusted
+from evalkit.store.shared.tables import arrow_frame
 
 if TYPE_CHECKING:
     import polars as pl
@@ -98,14 +99,12 @@ def pulled_exams(
     Raises:
         UnverifiedRun: an exam's rows are not what its push sealed.
     """
-    import polars as pl
 
     from evalkit.store.shared.verify import verify_exams
 
     runs = promotions["run_id"].unique().to_list()
     exams = exams_of(read("exams", "run_id", runs), promotions.to_arrow())
     files = read("exam_files", "exam_id", exams.column("exam_id").to_pylist())
-    found = pl.from_arrow(exams), pl.from_arrow(files)
-    assert isinstance(found[0], pl.DataFrame) and isinstance(found[1], pl.DataFrame)
+    found = arrow_frame(exams), arrow_frame(files)
     verify_exams(*found)
     return found

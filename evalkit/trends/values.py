@@ -161,7 +161,8 @@ class History:
 
     def _with_changes(self) -> list[tuple[HistoryPoint, bool]]:
         """Each point with whether its served model differs from the previous point's."""
-        out, before = [], {}
+        out: list[tuple[HistoryPoint, bool]] = []
+        before: dict[str, str | None] = {}
         for p in self.points:
             prev = before.get(p.series)
             out.append((p, prev is not None and p.served_model != prev))
@@ -169,13 +170,13 @@ class History:
         return out
 
 
-_FRAME_SCHEMA = {
+_FRAME_SCHEMA: dict[str, Any] = {
     "series": pl.String, "run_id": pl.String, "label": pl.String,
     "at": pl.Datetime("us", "UTC"), "tag": pl.String, "cases": pl.Int64, "decided": pl.Int64,
     "passed": pl.Int64, "errored": pl.Int64, "unstable": pl.Int64, "rate": pl.Float64,
     "lo": pl.Float64, "hi": pl.Float64, "served_model": pl.String, "model_changed": pl.Boolean,
 }  # fmt: skip
-_RUNS_SCHEMA = {
+_RUNS_SCHEMA: dict[str, Any] = {
     "series": pl.String, "run_id": pl.String, "label": pl.String,
     "at": pl.Datetime("us", "UTC"), "cases": pl.Int64, "unstable": pl.Int64, "flaky": pl.Int64,
     "mean_latency_ms": pl.Float64, "mean_cost_usd": pl.Float64,

@@ -15,10 +15,10 @@ from synthetic_runs import MANIFEST, C, make_run, write_store
 from evalkit.cli import main
 from evalkit.compare.verdicts import verdicts
 from evalkit.errors import StoreError
-from evalkit.history.analysis import SERVED_MODEL_CHANGE, UNSTABLE_GROWING, history
 from evalkit.stats.intervals import wilson_interval
 from evalkit.store import open_store
 from evalkit.store.history_queries import tag_counts
+from evalkit.trends.analysis import SERVED_MODEL_CHANGE, UNSTABLE_GROWING, history
 
 #: Failing billing cases per run, and unstable (replays "pf": a tie, so failing) cases per run.
 BILLING_FAILS = [0, 1, 1, 2, 3, 2]
@@ -130,8 +130,8 @@ def test_a_stationary_series_warns_at_most_at_the_stated_rate() -> None:
     about half the time."""
     import numpy as np
 
-    from evalkit.history.analysis import latest_window, unstable_trend
     from evalkit.stats.trend import mann_kendall
+    from evalkit.trends.analysis import latest_window, unstable_trend
 
     rng = np.random.default_rng(45)
     reps, runs, window, alpha, horizon = 400, 30, 10, 0.05, 30

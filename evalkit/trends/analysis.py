@@ -37,16 +37,16 @@ import polars as pl
 
 from evalkit.compare.decision import Finding
 from evalkit.errors import StoreError
-from evalkit.history.values import (
+from evalkit.stats.intervals import wilson_interval
+from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
+from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
+from evalkit.trends.values import (
     CorpusReuse,
     History,
     HistoryPoint,
     TagRate,
     UnstableTrend,
 )
-from evalkit.stats.intervals import wilson_interval
-from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
-from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
 
 if TYPE_CHECKING:
     from evalkit.store import Store
