@@ -46,14 +46,15 @@ def test_files(revision: str | None) -> dict[str, str]:
         ["git", "ls-tree", "-r", "--name-only", revision, "tests"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    return {
-        name: subprocess.run(
-            ["git", "show", f"{revision}:{name}"],
-            cwd=REPO, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        for name in names
-        if name.endswith(".py")
-    }
+    return {name: _show(revision, name) for name in names if name.endswith(".py")}
+
+
+def _show(revision: str, name: str) -> str:
+    """The text of ``name`` at ``revision``."""
+    done = subprocess.run(
+        ["git", "show", f"{revision}:{name}"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    return done.stdout
 
 
 def count(files: dict[str, str]) -> dict[str, int]:
