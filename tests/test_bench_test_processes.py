@@ -31,7 +31,7 @@ SAMPLE = (
     "\n"
     '    RAY(address="local")\n'
 )
-SPELT = {"SUB": "subprocess", "EXE": "sys.executable", "POPEN": "Popen",
+SPELT = {"SUB": "subprocess", "EXE": "sys." + "executable", "POPEN": "Popen",
          "NOTEBOOK": "execute_notebook", "RAY": "ray.init"}  # fmt: skip
 
 
@@ -43,7 +43,7 @@ def _spelt(text: str) -> str:
 
 def test_each_line_counts_once_under_its_first_kind() -> None:
     figures = bench.count({"tests/test_x.py": _spelt(SAMPLE), "tests/test_empty.py": "\n\n"})
-    assert figures["subprocess"] == 2  # `subprocess.run([sys.executable ...` once; Popen
+    assert figures["subprocess"] == 2  # the run naming the interpreter counts once; Popen
     assert figures["notebook kernel"] == 1 and figures["ray"] == 1
     assert figures["starts a process"] == 4  # the import line starts nothing
     assert figures["in-process CLI"] == 2
