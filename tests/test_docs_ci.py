@@ -84,11 +84,7 @@ def _ci_checkout(
     script = script.replace("--port 18080 ", f"--port {port} ")
     work = tmp_path / "checkout"
     if init:
-        from evalkit.cli.init import init_project
-
-        init_project(work)
-        config = work / "evalkit.yaml"
-        config.write_text(config.read_text() + INIT_JUDGE)
+        make_project(work, config=INIT_JUDGE)
     else:
         make_project(work / "corpus", demo=True)
     env = user_env(tmp_path) | PR_JOB | {"RUNNER_TEMP": str(tmp_path)}
