@@ -93,6 +93,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     retire.add_argument("--who", help="who retires them")
     retire.set_defaults(handler=_cmd_retire)
 
+    seal = cases_sub.add_parser(
+        "seal",
+        help="rotate the held-out sealed slice: seal a reproducible share of the cases (moving "
+        "case YAML to sealed/ and back)",
+    )
+    seal.add_argument("--config", default=None, help="suite config (default: found as for run)")
+    seal.add_argument("--share", required=True, help="share of the cases to seal: 10%% or 0.1")
+    seal.add_argument("--seed", type=int, required=True, help="which sample: same seed, same cases")
+    seal.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
+    seal.set_defaults(handler=_cmd_seal)
+
     coverage = cases_sub.add_parser(
         "coverage",
         help="saturated cases other cases cover (same tags and scorers, passing in the last "
@@ -118,17 +129,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "for a large corpus; 1: this process alone)",
     )
     index.set_defaults(handler=_cmd_index)
-
-    seal = cases_sub.add_parser(
-        "seal",
-        help="rotate the held-out sealed slice: seal a reproducible share of the cases (moving "
-        "case YAML to sealed/ and back)",
-    )
-    seal.add_argument("--config", default=None, help="suite config (default: found as for run)")
-    seal.add_argument("--share", required=True, help="share of the cases to seal: 10%% or 0.1")
-    seal.add_argument("--seed", type=int, required=True, help="which sample: same seed, same cases")
-    seal.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
-    seal.set_defaults(handler=_cmd_seal)
 
 
 def _cmd_review(args: argparse.Namespace) -> int:

@@ -253,8 +253,8 @@ def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
     first (which configuration, which corpus, how it went), each on its own line.
 
     Examples:
-        >>> manifest = {"suite": "s", "model": {"id": "m"}, "corpus": {"hash": "ab" * 8,
-        ...             "n_cases": 3}, "selection": {"tier": "smoke"}}
+        >>> manifest = {"suite": "s", "model": {"id": "m"}, "prompt": {"version": "v2"},
+        ...             "corpus": {"hash": "ab" * 8, "n_cases": 3}, "selection": {"tier": "smoke"}}
         >>> row = {"run_id": "r1", "label": "base", "status": "complete", "created_at": "t0",
         ...        "finished_at": "t1", "config_hash": "cd" * 8,
         ...        "summary": '{"passed": 2, "failed": 1}'}
@@ -263,12 +263,14 @@ def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
         run r1 (base): complete
           suite: s, tier smoke
           model: m
+          prompt: v2
           corpus: 3 cases, hash abababababab
           config: cdcdcdcdcdcd
           created: t0, finished: t1
           pass rate: 66.7%
     """
     model = manifest.get("model") or {}
+    prompt = manifest.get("prompt") or {}
     corpus = manifest.get("corpus") or {}
     tier = (manifest.get("selection") or {}).get("tier")
     snapshot = model.get("snapshot")
@@ -277,11 +279,27 @@ def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
         f"run {row['run_id']} ({row['label']}): {row['status']}",
         f"  suite: {manifest.get('suite', '–')}" + (f", tier {tier}" if tier else ""),
         f"  model: {model.get('id', '–')}{served}",
+        *([f"  prompt: {prompt['version']}"] if prompt.get("version") else []),
         f"  corpus: {corpus.get('n_cases', '–')} cases, hash {str(corpus.get('hash', ''))[:12]}",
         f"  config: {str(row['config_hash'])[:12]}",
-        f"  created: {row['created_at']}, finished: {row['finished_at'] or '–'}",
+        f"  created: {_when(row['created_at'])}, finished: {_when(row['finished_at'])}",
         f"  pass rate: {_pass_rate(row['summary'])}",
     ]
+
+
+def _when(value: Any) -> str:
+    """A stored time to the second, in UTC (``–`` for none).
+
+    Examples:
+        >>> _when(dt.datetime(2026, 12, 7, 8, 24, 7, 703373, tzinfo=dt.UTC)), _when(None)
+        ('2026-12-07 08:24:07 UTC', '–')
+    """
+    if value is None:
+        return "–"
+    if isinstance(value, dt.datetime):
+        value = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value)
 
 
 def _json_or_empty(text: str | None) -> dict[str, Any]:
