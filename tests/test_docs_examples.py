@@ -98,7 +98,7 @@ def test_the_tour_runs_as_written(tour: tuple[Path, str]) -> None:
 def test_your_own_project_runs_a_python_function(tmp_path: Path) -> None:
     out = _session("getting-started/your-project.md", "project", tmp_path)
     assert re.search(r"stub run \S+: 4 cases", out), out[-3000:]
-    assert "stub" in out.split("stub run", 1)[1]  # `evalkit runs` lists it
+    assert "stub" in out.split("stub run", 1)[1]  # `evalkit runs list` lists it
 
 
 def test_growing_the_corpus_runs_as_written(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 
+import polars as pl
 import pytest
 from synthetic_runs import seed000_runs, write_store
 
@@ -63,6 +64,11 @@ def test_evalkit_gate_decides_once_and_the_notebook_reports_that_decision(
     executed = (tmp_path / "cand-run" / "gate.ipynb").read_text()
     assert "load_decided_pair" in executed and "decided.pickle" in executed
     assert not any(p.name.startswith("evalkit-gate-") for p in (tmp_path / "cand-run").iterdir())
+    with evalkit.open_store(db) as opened:  # the one decision is logged once, for history
+        logged = opened.gate_log().filter(pl.col("command") == "gate")
+    assert logged.select("base_run_id", "cand_run_id", "status").rows() == [
+        ("base-run", "cand-run", "BLOCKED")
+    ]
 
 
 def test_the_notebook_alone_decides_itself_and_decides_the_same(store, tmp_path, monkeypatch):

@@ -368,6 +368,8 @@ def test_history_notebook_executes(tmp_path):
     import duckdb
     from synthetic_runs import MANIFEST, C, make_run
 
+    from evalkit.store.gate_log import GateRecord
+
     manifest = MANIFEST | {"gate_policy": {"critical_tags": ["billing", "refunds"]}}
     runs = [
         make_run(f"run-{k}", [C(f"billing-{i}", "pp", ["billing"]) for i in range(8)]
@@ -386,6 +388,8 @@ def test_history_notebook_executes(tmp_path):
     ) as store:  # outputs edited by hand: their recorded usage follows
         for run_id in ("run-4", "run-5"):
             store.record_history(run_id)
+        for cand in ("run-4", "run-5"):  # two gate decisions against run-0: its reuse
+            store.log_gate(GateRecord("gate", "run-0", cand, "BLOCKED", n_paired=16))
     params = {
         "DB_PATH": str(db),
         "BY": "label",
@@ -395,7 +399,11 @@ def test_history_notebook_executes(tmp_path):
     nb, ename, message = execute_notebook("history.ipynb", tmp_path / "history.ipynb", params)
     assert ename is None, message
     text = nb.read_text()
-    assert "6 points by label; critical tags: billing, refunds" in text
+    assert "6 points by label; critical tags: billing, refunds; pass rate per case" in text
+    assert "Gate decisions per baseline and exam" in text
+    reuse = next(o for c in json.loads(text)["cells"] if c.get("id") == "history-reuse"
+                 for o in c["outputs"])  # fmt: skip
+    assert re.search(r">run-0<.*?>2<", "".join(reuse["data"]["text/html"]), re.S)
     assert "billing: pass rate" in text and "refunds: pass rate" in text
     assert "warn: unstable cases are growing in nightly" in text
     assert "served model changed in nightly: demo-model -> demo-model-0806 at run-4" in text

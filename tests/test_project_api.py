@@ -102,7 +102,9 @@ def test_a_notebook_runs_compares_and_gates_with_only_import_evalkit(
     for cell, label in ((nb.cells[2], "baseline"), (nb.cells[3], "candidate")):
         plain = next(o for o in cell.outputs if o.output_type == "execute_result")
         summary = plain["data"]["text/plain"]
-        assert re.match(rf"{label} run \S+: 5 cases, 5 outputs — passed \d, failed \d", summary)
+        assert re.match(rf"{label} run \S+: 5 cases, 5 outputs — outputs passed \d, failed \d",
+                        summary)  # fmt: skip
+        assert re.search(r"\n  pass rate \d+\.\d% \(per case\): \d of 5 cases passed", summary)
         assert f"stored in {project / 'data' / 'evalkit.duckdb'}" in summary
         assert "pass rate" in plain["data"]["text/html"]
         bar = _text(cell)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         comparison, decision = decide_pair(store, args)
         report = dataclasses.replace(build_report(comparison, decision), command="compare")
+    log_decision(
+        args, "compare", comparison.base.run_id, comparison.cand.run_id, decision.to_dict()
+    )
     render_terminal(report)
     if args.transfer:
         print_transfer(comparison, decision)
@@ -86,6 +90,18 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             Path(path).write_text(render(report), encoding="utf-8")
             print(f"wrote {path}")
     return 0
+
+
+def log_decision(
+    args: argparse.Namespace, command: str, base: str, cand: str, decision: dict
+) -> None:
+    """Append the decision to the store's gate log (`evalkit.compare.decision_log`); when the
+    store cannot be written the decision stands and a note on stderr says so."""
+    from evalkit.compare.decision_log import log_decision as append
+
+    note = append(args.db, command, base, cand, decision, wait_s=args.wait)
+    if note:
+        print(f"evalkit: note: {note}", file=sys.stderr)
 
 
 def print_transfer(comparison: Comparison, decision: GateDecision) -> None:

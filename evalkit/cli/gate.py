@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evalkit.cli.compare import decide_pair, gate_config
+from evalkit.cli.compare import decide_pair, gate_config, log_decision
 from evalkit.cli.options import pair_args, pair_refs
 from evalkit.cli.reask import add_reask_args, maybe_reask
 from evalkit.cli.rebaseline import add_rebaseline_args, maybe_rebaseline
@@ -52,6 +52,8 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if run.exit_code == 2:
         raise EvalkitError(run.error or "the gate could not run")
+    if run.decision is not None:
+        log_decision(args, "gate", base, cand, run.decision)
     from evalkit.report.formatting import inert  # model text never drives the terminal
 
     decision = run.decision or {}

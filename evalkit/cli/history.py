@@ -105,12 +105,20 @@ def render_table(result: History) -> str:
             else "no complete run"
         )
         return f"history: {hint}"
+    from evalkit.run.summary import rate_basis
+
     tags = ["ALL"] + [t for t in ((result.tag,) if result.tag else result.critical_tags) if t]
-    lines: list[str] = []
+    lines = [
+        f"pass rate ({result.rate_basis}) [Wilson {result.level:.0%} interval] n=decided cases; "
+        "the rate `evalkit run` and `evalkit runs list` state"
+    ]
     before: dict[str, str | None] = {}
     for point in result.points:
         if point.series not in before:
-            lines.append(f"{'' if not lines else chr(10)}{result.by} {point.series}:")
+            replays = {p.replays for p in result.points if p.series == point.series}
+            mixed = len({p.replays for p in result.points}) > 1 and len(replays) == 1
+            basis = f" (pass rate {rate_basis(replays.pop())})" if mixed else ""
+            lines.append(f"\n{result.by} {point.series}{basis}:")
             lines.append(
                 "  when              run                       "
                 + "".join(f"{t[:30]:<34}" for t in tags)
@@ -130,11 +138,34 @@ def render_table(result: History) -> str:
         )
     for finding in result.findings:
         lines.append(f"{finding.severity}: {finding.message}")
-    for reuse in result.reuse[:5]:
-        cases = "" if reuse.n_cases is None else f" ({reuse.n_cases} cases)"
-        lines.append(
-            f"corpus {reuse.corpus_hash[:12]}{cases}: consulted by {reuse.runs} run(s), "
-            f"{reuse.sealed_runs} with the sealed slice — each is one more look at the same "
-            "cases; re-sample or open the sealed slice on a schedule"
-        )
+    lines += reuse_lines(result)
     return "\n".join(lines)
+
+
+def reuse_lines(result: History, limit: int = 5) -> list[str]:
+    """Per baseline and pinned exam, the gate decisions taken against it (most recent first).
+
+    Examples:
+        >>> from evalkit.trends.values import GateReuse, History
+        >>> r = GateReuse("base-1", "e1", "c0ffee", 40, 2, 1, 0, None, None)
+        >>> print(reuse_lines(History("baseline", None, (), (), (), 0.05, 0.95, (r,)))[1])
+          base-1 (exam e1, corpus c0ffee, 40 cases): 2 gate decisions (1 stopped), 0 with ...
+    """
+    if not result.reuse:
+        return []
+    lines = [
+        "\nadaptive reuse — gate decisions taken against each baseline's exam (each one more "
+        "look at the same cases; rotate the sealed slice and re-sample on a schedule):"
+    ]
+    for r in result.reuse[:limit]:
+        about = [f"exam {r.exam_id[:12]}" if r.exam_id else "no pinned exam"]
+        about += [f"corpus {r.corpus_hash[:12]}"] if r.corpus_hash else []
+        about += [f"{r.n_cases} cases"] if r.n_cases is not None else []
+        decisions = f"{r.gates} gate decision{'' if r.gates == 1 else 's'}"
+        if r.gates:
+            decisions += f" ({r.stopped} stopped), {r.sealed_gates} with the sealed slice"
+            decisions += f", last {str(r.last_at)[:16]}" if r.last_at else ""
+        lines.append(f"  {r.base_run_id} ({', '.join(about)}): {decisions}")
+    if len(result.reuse) > limit:
+        lines.append(f"  … and {len(result.reuse) - limit} more (--format json lists them all)")
+    return lines

@@ -16,12 +16,15 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.cli.options import DEFAULT_CONFIG, db_arg, suite_args
 from evalkit.cli.run import print_run_summary, require_store
 from evalkit.cli.shard import DEFAULT_PARTS
 from evalkit.errors import EvalkitError
+
+if TYPE_CHECKING:
+    from evalkit.store.history_queries import CaseCounts
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -122,11 +125,20 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from evalkit.store import open_store
+    from evalkit.store.history_queries import case_counts
 
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         runs = store.runs()
+        counted = case_counts(store, runs["run_id"].to_list())
     if args.json:
-        print(json.dumps(runs.to_dicts(), indent=2, default=str))
+        from evalkit.run.summary import rate_basis
+
+        rows = []
+        for row in runs.to_dicts():
+            counts, replays = counted.get(row["run_id"]), _replays(row["manifest"])
+            rows.append(row | {"pass_rate": counts.rate if counts else None,
+                               "pass_rate_basis": rate_basis(replays)})  # fmt: skip
+        print(json.dumps(rows, indent=2, default=str))
         return 0
 
     if not sys.stdout.isatty():  # piped: one full row per line, nothing clipped
@@ -137,7 +149,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 )
             )
         return 0
-    table = Table("run_id", "label", "suite", "status", "pass rate", "age", "config")
+    table = Table("run_id", "label", "suite", "status", "pass rate (per case)", "age", "config")
     now = dt.datetime.now(dt.UTC)
     for row in runs.iter_rows(named=True):
         table.add_row(
@@ -145,7 +157,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             row["label"],
             _suite(row["manifest"]),
             row["status"],
-            _pass_rate(row["summary"]),
+            _pass_rate(counted.get(row["run_id"]), row["manifest"]),
             _age(now, row["created_at"]),
             row["config_hash"][:12],
         )
@@ -161,23 +173,33 @@ def _suite(manifest: str | None) -> str:
         return ""
 
 
-def _pass_rate(summary: str | None) -> str:
-    """The stored summary's pass rate of scored outputs, with the errors beside it.
+def _replays(manifest: str | None) -> int:
+    """The replays per case a run's manifest records (1 when it records none)."""
+    try:
+        return int(json.loads(manifest or "{}").get("replays") or 1)
+    except (ValueError, TypeError, AttributeError):
+        return 1
+
+
+def _pass_rate(counts: CaseCounts | None, manifest: str | None) -> str:
+    """A run's pass rate per case (`evalkit.run.summary`: each case the majority of its
+    replays, as ``evalkit run`` and ``evalkit history`` state it), the replays it is the
+    majority of, and the cases without a verdict.
 
     Examples:
-        >>> _pass_rate('{"passed": 9, "failed": 3, "errored": 1}')
-        '75.0% (+1 errored)'
-        >>> _pass_rate(None)
-        '–'
+        >>> from evalkit.store.history_queries import CaseCounts
+        >>> _pass_rate(CaseCounts("r", 13, 12, 9, 1, 0), '{"replays": 3}')
+        '75.0% (majority of 3; +1 errored)'
+        >>> _pass_rate(CaseCounts("r", 12, 12, 9, 0, 0), '{}'), _pass_rate(None, None)
+        ('75.0%', '–')
     """
-    try:
-        counts = json.loads(summary or "null") or {}
-        passed, failed = int(counts["passed"]), int(counts["failed"])
-    except (ValueError, KeyError, TypeError):
+    if counts is None:
         return "–"
-    errored = int(counts.get("errored") or 0)
-    rate = f"{passed / (passed + failed):.1%}" if passed + failed else "–"
-    return rate + (f" (+{errored} errored)" if errored else "")
+    replays = _replays(manifest)
+    notes = [f"majority of {replays}"] if replays > 1 else []
+    notes += [f"+{counts.errored} errored"] if counts.errored else []
+    rate = "–" if counts.rate is None else f"{counts.rate:.1%}"
+    return rate + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _age(now: dt.datetime, created: Any) -> str:
@@ -232,23 +254,27 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from evalkit.store import open_store
 
     require_store(args.db)
+    from evalkit.store.history_queries import case_counts
+
     with open_store(args.db, read_only=True, wait_s=args.wait) as store:
         run_id = store.resolve_run(args.run)
         rows = store.runs().filter(run_id=run_id).to_dicts()
+        counts = case_counts(store, [run_id]).get(run_id)
     if not rows:  # resolved a moment ago: only a store changed underneath gets here
         raise EvalkitError(f"{args.db}: no run {args.run!r}")
     row = rows[0]
     manifest = _json_or_empty(row["manifest"])
     if args.json:
         row["manifest"], row["summary"] = manifest, _json_or_empty(row["summary"])
+        row["pass_rate"] = counts.rate if counts else None
         print(json.dumps(row, indent=2, default=str))
         return 0
-    for line in show_lines(row, manifest):
+    for line in show_lines(row, manifest, _pass_rate(counts, row["manifest"])):
         print(line)
     return 0
 
 
-def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
+def show_lines(row: dict[str, Any], manifest: dict[str, Any], pass_rate: str) -> list[str]:
     """What ``evalkit runs show`` prints of one stored run: the facts a reader looks for
     first (which configuration, which corpus, how it went), each on its own line.
 
@@ -256,9 +282,8 @@ def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
         >>> manifest = {"suite": "s", "model": {"id": "m"}, "prompt": {"version": "v2"},
         ...             "corpus": {"hash": "ab" * 8, "n_cases": 3}, "selection": {"tier": "smoke"}}
         >>> row = {"run_id": "r1", "label": "base", "status": "complete", "created_at": "t0",
-        ...        "finished_at": "t1", "config_hash": "cd" * 8,
-        ...        "summary": '{"passed": 2, "failed": 1}'}
-        >>> for line in show_lines(row, manifest):
+        ...        "finished_at": "t1", "config_hash": "cd" * 8}
+        >>> for line in show_lines(row, manifest, "66.7%"):
         ...     print(line)
         run r1 (base): complete
           suite: s, tier smoke
@@ -267,7 +292,7 @@ def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
           corpus: 3 cases, hash abababababab
           config: cdcdcdcdcdcd
           created: t0, finished: t1
-          pass rate: 66.7%
+          pass rate (per case): 66.7%
     """
     model = manifest.get("model") or {}
     prompt = manifest.get("prompt") or {}
@@ -283,7 +308,7 @@ def show_lines(row: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
         f"  corpus: {corpus.get('n_cases', '–')} cases, hash {str(corpus.get('hash', ''))[:12]}",
         f"  config: {str(row['config_hash'])[:12]}",
         f"  created: {_when(row['created_at'])}, finished: {_when(row['finished_at'])}",
-        f"  pass rate: {_pass_rate(row['summary'])}",
+        f"  pass rate (per case): {pass_rate}",
     ]
 
 

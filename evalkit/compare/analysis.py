@@ -28,6 +28,7 @@ from evalkit.judges.gating import (
     ungated_scores,
 )
 from evalkit.renderers import html_for
+from evalkit.store.history_queries import CaseCounts, case_counts
 
 if TYPE_CHECKING:
     from evalkit.store import Store
@@ -44,8 +45,11 @@ class RunData:
     cases: pl.DataFrame
     outputs: pl.DataFrame
     scores: pl.DataFrame
-    # The run's stored summary (``evalkit run``'s counts): its own pass rate, over all its checks.
+    # The run's stored summary (``evalkit run``'s counts of outputs, cost, ...).
     summary: dict[str, Any] = field(default_factory=dict)
+    # Its cases as `evalkit run` and `evalkit history` count them: its own pass rate, per case
+    # over all its checks (`evalkit.store.history_queries.case_counts`).
+    case_counts: CaseCounts | None = None
 
     @property
     def config_hash(self) -> str | None:
@@ -238,7 +242,14 @@ def load_run(store: Store, ref: str) -> RunData:
         manifest["scorer_files"] = json.loads(recorded)
         manifest["rescoring"] = {"scoring_id": scoring_id, "harness": scoring["harness"][0]}
     return RunData(
-        run_id, label, manifest, store.cases(run_id), outputs, scores, dict(stored or {})
+        run_id,
+        label,
+        manifest,
+        store.cases(run_id),
+        outputs,
+        scores,
+        dict(stored or {}),
+        case_counts(store, [run_id]).get(run_id),
     )
 
 

@@ -190,7 +190,8 @@ def judge_on_exam(
     output_frame = pl.concat(outputs, how="diagonal_relaxed")
     manifest = {**cand.manifest, "scorer_files": dict(pinned_files)}
     manifest.pop("rescoring", None)
-    exam_cand = RunData(cand.run_id, cand.label, manifest, cases, output_frame, score_frame)
+    exam_cand = RunData(cand.run_id, cand.label, manifest, cases, output_frame, score_frame,
+                        cand.summary, cand.case_counts)  # its own run's figures  # fmt: skip
     parts = {"rescored": tuple(rescore), "answered": tuple(from_exam), "missing": tuple(missing)}
     return exam_cand, parts
 

@@ -29,7 +29,7 @@ from evalkit.errors import ConfigError
 from evalkit.project.labels import Labels
 from evalkit.project.loop import run_sync
 from evalkit.project.results import ComparisonResult, RunResult
-from evalkit.run.summary import pass_rate
+from evalkit.run.summary import rate_basis
 
 if TYPE_CHECKING:
     import polars as pl
@@ -175,24 +175,36 @@ class Project:
     # reading ---------------------------------------------------------------------------------
 
     def runs(self) -> pl.DataFrame:
-        """The stored runs, oldest first: id, label, suite, status, pass rate (passed over
-        scored outputs, as ``evalkit run`` and ``evalkit runs list`` state it), errors, config."""
+        """The stored runs, oldest first: id, label, suite, status, ``pass_rate`` (per case,
+        each case the majority of its ``replays``: the rate ``evalkit run``, ``evalkit runs list``
+        and ``evalkit history`` state, `evalkit.run.summary`), ``rate_basis`` (what it
+        counts, in words), the cases passed, decided, unstable and errored, outputs, config."""
         import polars as pl
+
+        from evalkit.store.history_queries import case_counts
 
         with self.store() as store:
             runs = store.runs()
+            counted = case_counts(store, runs["run_id"].to_list())
         rows = []
         for row in runs.iter_rows(named=True):
             counts = json.loads(row["summary"] or "null") or {}
             manifest = json.loads(row["manifest"] or "null") or {}
-            passed, failed = int(counts.get("passed") or 0), int(counts.get("failed") or 0)
+            cases = counted.get(row["run_id"])
+            replays = int(manifest.get("replays") or 1)
             rows.append({
                 "run_id": row["run_id"], "label": row["label"], "suite": manifest.get("suite"),
                 "status": row["status"], "created_at": row["created_at"],
-                "outputs": counts.get("outputs"), "pass_rate": pass_rate(passed, failed),
-                "errored": counts.get("errored"), "config_hash": row["config_hash"][:12],
+                "pass_rate": cases.rate if cases else None, "rate_basis": rate_basis(replays),
+                "replays": replays, "cases": cases.cases if cases else None,
+                "decided": cases.decided if cases else None,
+                "passed": cases.passed if cases else None,
+                "unstable": cases.unstable if cases else None,
+                "errored": cases.errored if cases else None,
+                "outputs": counts.get("outputs"), "config_hash": row["config_hash"][:12],
             })  # fmt: skip
-        schema = {"outputs": pl.Int64, "pass_rate": pl.Float64, "errored": pl.Int64}
+        ints = ("replays", "cases", "decided", "passed", "unstable", "errored", "outputs")
+        schema = {"pass_rate": pl.Float64} | dict.fromkeys(ints, pl.Int64)
         return pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None)
 
     def history(self, by: str = "baseline", **options: Any) -> History:
@@ -219,7 +231,7 @@ class Project:
         from evalkit.report.build import build_report
 
         comparison, decision = self._gate_pair(
-            baseline, candidate, allow_diff, tier, allow_incomplete
+            baseline, candidate, allow_diff, tier, allow_incomplete, "project.compare"
         )
         report = replace(build_report(comparison, decision), command="compare")
         return ComparisonResult(comparison, decision, report)
@@ -236,20 +248,30 @@ class Project:
         """The decision ``evalkit gate BASELINE CANDIDATE`` makes, without its notebook:
         ``.status`` (PASSED, BLOCKED, UNVERIFIED, PASSED WITH OVERRIDE), ``.blocked``,
         ``.findings``, ``.exit_code``."""
-        return self._gate_pair(baseline, candidate, allow_diff, tier, allow_incomplete)[1]
+        return self._gate_pair(
+            baseline, candidate, allow_diff, tier, allow_incomplete, "project.gate"
+        )[1]
 
     def _gate_pair(
         self, baseline: RunRef | None, candidate: RunRef, allow_diff: Sequence[str],
-        tier: str | None, allow_incomplete: bool,
+        tier: str | None, allow_incomplete: bool, command: str,
     ) -> tuple[Any, GateDecision]:  # fmt: skip
+        """The pair's decision, appended to the store's gate log (`evalkit.compare.decision_log`:
+        a note on stderr when the store cannot be written; the decision stands)."""
+        from evalkit.compare.decision_log import log_decision
         from evalkit.compare.pin import gate_pair
 
         with self.store() as store:
-            return gate_pair(
+            comparison, decision = gate_pair(
                 store, run_ref(baseline) if baseline is not None else None, run_ref(candidate),
                 str(self.config) if self.config else None, list(allow_diff), tier=tier,
                 allow_incomplete=allow_incomplete, db=str(self.db),
             )  # fmt: skip
+        base, cand = comparison.base.run_id, comparison.cand.run_id
+        note = log_decision(str(self.db), command, base, cand, decision.to_dict())
+        if note:
+            print(f"evalkit: note: {note}", file=sys.stderr)
+        return comparison, decision
 
 
 def run_ref(run: RunRef) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from evalkit.run.summary import BOLD, RED, YELLOW, pass_rate, summary_lines
+from evalkit.run.summary import BOLD, RED, YELLOW, summary_lines
 
 if TYPE_CHECKING:
     from evalkit.compare.analysis import Comparison
@@ -48,8 +48,9 @@ class RunResult:
 
     @property
     def pass_rate(self) -> float | None:
-        """Passed over scored outputs (`evalkit.run.summary.pass_rate`); None if none."""
-        return pass_rate(self.summary.passed, self.summary.failed)
+        """Passed cases over decided ones, each case the majority of its replays (the rate
+        ``evalkit history`` and the gate count: `evalkit.run.summary`); None if none."""
+        return self.summary.pass_rate
 
     @property
     def complete(self) -> bool:

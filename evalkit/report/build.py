@@ -33,7 +33,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evalkit.compare.analysis import Comparison
+from evalkit.compare.analysis import Comparison, RunData
 from evalkit.compare.decision import GateDecision
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
@@ -122,8 +122,8 @@ class Report:
     # The level of the slice and critical-tag intervals (the gate's `GatePolicy.interval_level`:
     # 98% at alpha 0.01), which their headers state.
     level: float = 0.95
-    # Each run's own pass rate (`evalkit.run.summary.pass_rate`: passed over scored outputs,
-    # every check counted), as `evalkit run`, `evalkit runs list` and `evalkit.Project` state it.
+    # Each run's own pass rate, per case over all its checks (`evalkit.run.summary`), as
+    # `evalkit run`, `evalkit runs list`, `evalkit history` and `evalkit.Project` state it.
     run_rates: tuple[float | None, float | None] = (None, None)
 
     def rates_line(self) -> str | None:
@@ -131,15 +131,20 @@ class Report:
 
         Examples:
             >>> report.rates_line()                                        # doctest: +SKIP
-            'pass rate of each run (all its checks, as `evalkit run` stated it): baseline 77.8%
-            → candidate 84.6%; the slice table counts the checks that gate (judges without a
+            'pass rate of each run (per case, majority of 3 replays; all its checks, as
+            `evalkit run` states it): baseline 77.8% → candidate 84.6%; the slice table counts
+            only the checks that gate, on the cases both runs hold (judges without a
             calibration record are reported, not gated)'
         """
         if self.run_rates == (None, None):
             return None
+        from evalkit.run.summary import rate_basis
+
         base, cand = (fmt_pct(r) if r is not None else "–" for r in self.run_rates)
+        bases = {rate_basis(n) for n in self.replays}
+        basis = bases.pop() if len(bases) == 1 else "per case, majority of its replays"
         line = (
-            f"pass rate of each run (all its checks, as `evalkit run` stated it): "
+            f"pass rate of each run ({basis}; all its checks, as `evalkit run` states it): "
             f"{self.base_label} {base} → {self.cand_label} {cand}"
         )
         everything = self.slices.filter(pl.col("slice") == "ALL")
@@ -149,8 +154,8 @@ class Report:
             for r, s in zip(self.run_rates, shown, strict=True)
         ):
             line += (
-                "; the slice table counts only the checks that gate, one verdict per case "
-                "(judges without a calibration record are reported, not gated)"
+                "; the slice table counts only the checks that gate, on the cases both runs "
+                "hold (judges without a calibration record are reported, not gated)"
             )
         return line
 
@@ -410,18 +415,13 @@ def build_report(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
         ),
         **_replay_fields(cmp, decision), level=level,
-        run_rates=(_run_rate(cmp.base.summary), _run_rate(cmp.cand.summary)),
+        run_rates=(_run_rate(cmp.base), _run_rate(cmp.cand)),
     )  # fmt: skip
 
 
-def _run_rate(summary: dict[str, Any]) -> float | None:
-    """The stored summary's pass rate (`evalkit.run.summary.pass_rate`), None without one."""
-    from evalkit.run.summary import pass_rate
-
-    try:
-        return pass_rate(int(summary["passed"]), int(summary["failed"]))
-    except (KeyError, TypeError, ValueError):
-        return None
+def _run_rate(run: RunData) -> float | None:
+    """The run's own pass rate, per case (`evalkit.run.summary`), None when not counted."""
+    return run.case_counts.rate if run.case_counts is not None else None
 
 
 def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, Any]:

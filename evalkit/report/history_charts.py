@@ -68,7 +68,7 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
         ...     0.001, 15.0, 1.0, (("m-0513", 10),), "m", ())
         >>> spec = pass_rate_history(History("label", None, (point,), (), (), 0.05, 0.95))
         >>> [panel["title"] for panel in spec.to_dict()["vconcat"]]
-        ['ALL: pass rate (Wilson 95% band)']
+        ['ALL: pass rate (per case; Wilson 95% band)']
 
         One point: a day's axis around it, not a millisecond's.
 
@@ -82,7 +82,7 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
             title="Pass rate over runs: no runs in this history"
         )
     wanted = list(tags or history.critical_tags or ["ALL"])
-    level = f"{history.level:.0%}"
+    level, basis = f"{history.level:.0%}", history.rate_basis
     panels = []
     for tag in wanted:
         rows = frame.filter(pl.col("tag") == tag).drop_nulls("rate")
@@ -99,7 +99,9 @@ def pass_rate_history(history: History, tags: Sequence[str] | None = None) -> VC
         panel = LayerChart(layer=[band, line, _changes(frame)])
         panels.append(
             panel.properties(
-                title=f"{tag}: pass rate (Wilson {level} band)", width=_WIDTH, height=160
+                title=f"{tag}: pass rate ({basis}; Wilson {level} band)",
+                width=_WIDTH,
+                height=160,
             )
         )
     return VConcatChart(vconcat=panels, spacing=20)

@@ -34,7 +34,13 @@ from typing import Any
 from evalkit.errors import StoreError
 from evalkit.run.caveats import result_warnings
 from evalkit.run.replicas import ReplicaCounts
-from evalkit.run.summary import ErrorCause, RunSummary, SessionCounts, summarize
+from evalkit.run.summary import (
+    ErrorCause,
+    RunSummary,
+    SessionCounts,
+    summarize,
+    with_case_counts,
+)
 from evalkit.store import Store
 from evalkit.store.merge import MergeResult, merge_parts
 from evalkit.store.part_checks import cases_problem
@@ -61,7 +67,7 @@ def merge_run(
     if not result.changed and session is None:
         status = "running" if in_progress else ("complete" if result.complete else "incomplete")
         if store.run_status(run_id) == status and (kept := stored_summary(store, run_id)):
-            return MergedRun(result, kept)
+            return MergedRun(result, with_case_counts(store, kept))
     manifest = store.manifest(run_id)
     if not in_progress and result.complete:
         union = store.records("SELECT case_id, case_hash FROM cases WHERE run_id = ?", [run_id])
@@ -92,13 +98,13 @@ def merge_run(
             if w not in before
         ),
     ]
-    summary = replace(summary, warnings=tuple(warnings))
+    summary = replace(summary, warnings=tuple(warnings), replays=int(manifest.get("replays") or 1))
     if not in_progress:
         store.set_warnings(run_id, warnings)
     # complete by the run's real (case, replay) keys, not by a count of rows (see MergeResult)
     status = "running" if in_progress else ("complete" if result.complete else "incomplete")
     store.finish_run(run_id, status, summary.to_dict())
-    return MergedRun(result, summary)
+    return MergedRun(result, with_case_counts(store, summary))
 
 
 def stored_summary(store: Store, run_id: str) -> RunSummary | None:
@@ -115,6 +121,7 @@ def stored_summary(store: Store, run_id: str) -> RunSummary | None:
         data["error_causes"] = tuple(ErrorCause(**c) for c in data.get("error_causes") or ())
         data["replicas"] = tuple(ReplicaCounts(**r) for r in data.get("replicas") or ())
         data["warnings"] = tuple(data.get("warnings") or ())
+        data["case_counts"] = None  # counted again: a rescore may have changed them
         return RunSummary(**data)
     except (TypeError, ValueError):
         return None

@@ -41,7 +41,13 @@ from evalkit.run.preflight import check_endpoints
 from evalkit.run.progress import Progress
 from evalkit.run.providers import make_provider
 from evalkit.run.replicas import replica_counts
-from evalkit.run.summary import RunSummary, SessionCounts, summarize, summarize_written
+from evalkit.run.summary import (
+    RunSummary,
+    SessionCounts,
+    summarize,
+    summarize_written,
+    with_case_counts,
+)
 from evalkit.run.timeline import mark
 from evalkit.run.writer import BatchWriter
 from evalkit.scorers.judge_client import JudgeClient
@@ -245,9 +251,10 @@ async def run_suite_async(
             session=session,
         )
     warnings = [*before, *result_warnings(summary.outputs, summary.cached_outputs, expected)]
-    summary = replace(summary, warnings=tuple(warnings))
+    summary = replace(summary, warnings=tuple(warnings), replays=config.replays)
     status = "complete" if summary.complete else "incomplete"
     store.finish_run(run_id, status, summary.to_dict(), warnings=warnings)
+    summary = with_case_counts(store, summary)  # a complete run's, as its finish recorded them
     mark("summary")
     return summary
 

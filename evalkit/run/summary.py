@@ -7,6 +7,13 @@ Counters of this process (requests, retries, cache hits, wall time, and what eac
 what was spent now and what was served from the response cache (outputs that came from cache
 keep the latency, tokens and cost they had when first produced).
 
+A run's **pass rate** is per case, as the gate and ``evalkit history`` count it: each case's
+replays collapse to one verdict by majority (ties fail; a case decides only when more than half
+of its replays were decided), and the rate is passed cases over decided ones
+(`evalkit.store.history_queries.case_counts`). With replays, a per-output rate would differ
+(a case passing 2 of 3 replays is one pass, not two thirds), so every place that shows a run's
+pass rate shows this one and says so (:func:`rate_basis`). The output counts stay beside it.
+
 Examples:
     >>> ErrorCause("HTTP 400: Invalid model name", 35).render()
     '35 × HTTP 400: Invalid model name'
@@ -20,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalkit.run.replicas import ReplicaCounts
 from evalkit.store import Store, initial_scoring_id
+from evalkit.store.history_queries import CaseCounts, case_counts
 
 if TYPE_CHECKING:
     from evalkit.run.writer import WrittenCounts
@@ -80,6 +88,15 @@ class RunSummary:
     error_causes: tuple[ErrorCause, ...] = ()
     warnings: tuple[str, ...] = ()
     replicas: tuple[ReplicaCounts, ...] = ()  # this session, when system.base_urls names them
+    replays: int = 1  # per case, as configured
+    # The cases as `evalkit history` counts them (`with_case_counts`): the run's pass rate.
+    case_counts: CaseCounts | None = None
+
+    @property
+    def pass_rate(self) -> float | None:
+        """Passed cases over decided ones, each case the majority of its replays (see the
+        module docstring); None when no case was decided or the cases were not counted."""
+        return self.case_counts.rate if self.case_counts is not None else None
 
     @property
     def all_errored(self) -> bool:
@@ -213,16 +230,44 @@ def error_causes(store: Store, run_id: str, top: int = TOP_CAUSES) -> tuple[Erro
 BOLD, YELLOW, RED = "1", "33", "31"
 
 
-def pass_rate(passed: int, failed: int) -> float | None:
-    """A run's pass rate: passed over scored outputs (errored ones have no verdict and are
-    counted beside it), the one figure ``evalkit run``, ``evalkit runs list`` and
-    ``evalkit.Project`` show; None when nothing was scored.
+def with_case_counts(store: Store, summary: RunSummary) -> RunSummary:
+    """``summary`` with its run's :class:`CaseCounts` (recorded by ``finish_run`` for a
+    complete run, else counted): call it once the run's finish is recorded."""
+    from dataclasses import replace
+
+    return replace(summary, case_counts=case_counts(store, [summary.run_id]).get(summary.run_id))
+
+
+def rate_basis(replays: int | None) -> str:
+    """What a run's pass rate counts, as every table and line that shows one labels it.
 
     Examples:
-        >>> pass_rate(9, 3), pass_rate(0, 0)
-        (0.75, None)
+        >>> rate_basis(1), rate_basis(3)
+        ('per case', 'per case, majority of 3 replays')
     """
-    return passed / (passed + failed) if passed + failed else None
+    n = replays or 1
+    return "per case" if n <= 1 else f"per case, majority of {n} replays"
+
+
+def rate_text(counts: CaseCounts | None, replays: int | None) -> str:
+    """A run's pass rate with its basis and what it counts, the one wording of it.
+
+    Examples:
+        >>> rate_text(CaseCounts("r", 16, 16, 10, 0, 2), 3)
+        'pass rate 62.5% (per case, majority of 3 replays): 10 of 16 cases passed, 2 unstable'
+        >>> rate_text(None, 1)
+        'pass rate n/a (per case)'
+    """
+    basis = rate_basis(replays)
+    if counts is None or counts.rate is None:
+        return f"pass rate n/a ({basis})" + (
+            f": none of {counts.cases} cases decided" if counts is not None else ""
+        )
+    text = f"pass rate {counts.rate:.1%} ({basis}): "
+    text += f"{counts.passed} of {counts.decided} cases passed"
+    if counts.errored:
+        text += f", {counts.errored} without a verdict (errored)"
+    return text + (f", {counts.unstable} unstable" if counts.unstable else "")
 
 
 def summary_lines(
@@ -230,14 +275,13 @@ def summary_lines(
 ) -> list[str]:
     """The run summary as ``evalkit run`` prints it, line by line (``paint(text, style)``
     colours a word on a terminal; by default the text as it is)."""
-    rate = pass_rate(summary.passed, summary.failed)
     # an unlabelled run (label "run") or a merged run (label = id) reads "run ID", not "run run ID"
     named = "" if summary.label in ("run", summary.run_id, "") else f"{paint(summary.label, BOLD)} "
     lines = [
         f"{named}run {summary.run_id}: {summary.cases} cases, "
-        f"{summary.outputs} outputs — passed {summary.passed}, failed {summary.failed}, "
-        f"errors {summary.errored} (pass rate {'n/a' if rate is None else f'{rate:.1%}'} "
-        "of scored outputs)",
+        f"{summary.outputs} outputs — outputs passed {summary.passed}, failed "
+        f"{summary.failed}, errors {summary.errored}",
+        f"  {rate_text(summary.case_counts, summary.replays)}",
         f"  this session: requests {summary.requests} (retries {summary.retries}), cache hits "
         f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}"
         + (f", errors asked again {summary.retried_errors}" if summary.retried_errors else "")

@@ -53,6 +53,7 @@ from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
+from evalkit.store.gate_log import GateLog
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.schema import (
@@ -194,7 +195,7 @@ def _serialized(
     return locked
 
 
-class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords):
+class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(

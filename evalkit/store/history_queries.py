@@ -20,9 +20,10 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evalkit.store.history_sql import ALL, LATEST, SELECTED, TAG_COUNTS, USAGE
+from evalkit.store.history_sql import ALL, ALL_COUNTS, LATEST, SELECTED, TAG_COUNTS, USAGE
 
 if TYPE_CHECKING:
     import polars as pl
@@ -53,6 +54,46 @@ def tag_counts(store: Store, run_ids: Sequence[str], tag: str | None = None) -> 
     fresh = count_tags(store, rest, tag) if rest else stored.clear()
     frame = pl.concat([stored, fresh.cast(stored.schema)]) if stored.height else fresh
     return frame.sort("run_id", "tag")
+
+
+@dataclass(frozen=True)
+class CaseCounts:
+    """One run's cases as `evalkit history` counts them (its ``ALL`` row, newest scoring): the
+    cases, those decided (more than half their replays decided), passed by majority of their
+    replays (ties fail), undecided (``errored``) and ``unstable``; ``rate`` = passed / decided.
+
+    Examples:
+        >>> CaseCounts("r1", 16, 15, 9, 1, 2).rate
+        0.6
+    """
+
+    run_id: str
+    cases: int
+    decided: int
+    passed: int
+    errored: int
+    unstable: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.decided if self.decided else None
+
+
+def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:
+    """Each run's :class:`CaseCounts`, the one pass rate of a run that ``evalkit run``,
+    ``evalkit runs list``, ``evalkit history`` and ``evalkit.Project`` show: what the run recorded
+    when it finished (``ALL`` of :func:`tag_counts`) where it did, else counted from its
+    outputs. Without Polars (the run path reads it). A run with no cases has no entry."""
+    wanted = list(dict.fromkeys(run_ids))
+    rows = []
+    if wanted and store.has_table("history_counts"):
+        rows = store.records(_STORED_COUNTS + " WHERE h.tag = ?", [wanted, ALL])
+    counted = {r["run_id"] for r in rows}
+    rest = [r for r in wanted if r not in counted]
+    if rest:
+        rows += store.records(ALL_COUNTS, [rest])
+    numbers = ("cases", "decided", "passed", "errored", "unstable")
+    return {r["run_id"]: CaseCounts(r["run_id"], *(int(r[n]) for n in numbers)) for r in rows}
 
 
 def count_tags(store: Store, run_ids: Sequence[str], tag: str | None = None) -> pl.DataFrame:

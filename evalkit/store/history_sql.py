@@ -73,6 +73,8 @@ FROM (SELECT run_id, '{ALL}' AS tag, n_pass, n_fail, ok FROM verdicts
 GROUP BY run_id, tag ORDER BY run_id, tag
 """
 
+#: The ``ALL`` rows of :data:`TAG_COUNTS` alone: each run's counts over every case (no tags).
+ALL_COUNTS = TAG_COUNTS.format(where="", tag_where="WHERE false")
 
 USAGE = f"""
 WITH {SELECTED}

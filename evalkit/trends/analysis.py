@@ -4,9 +4,10 @@ the unstable and flaky cases, cost, latency and the served model moved.
 A point is one run. ``by="baseline"`` follows the promotions of each suite (and tier) in the
 order they were made; ``by="label"`` follows the complete runs of each label (``nightly``, ...)
 in the order they were created. Each series is a line of points; ``last`` keeps the newest N of
-each. Pass rates are over decided cases (errored ones are counted apart) with Wilson intervals,
-which hold at the small n of a tag. Every count is made in the store
-(`evalkit.store.history_queries`), so a long history reads no outputs into Python.
+each. Pass rates are per case, each case the majority of its replays (the rate ``evalkit run``
+and ``evalkit runs list`` state: `evalkit.run.summary`), over decided cases (errored ones are
+counted apart), with Wilson intervals, which hold at the small n of a tag. Every count is made
+in the store (`evalkit.store.history_queries`), so a long history reads no outputs into Python.
 
 "Unstable cases are growing" is a warning finding with a stated false-alarm rate: a series is
 cut into non-overlapping windows of ``trend_runs`` points from its first run (runs 1-10,
@@ -20,6 +21,9 @@ run instead fired within 30 runs with probability 0.52. The warning stays on the
 complete window until the next one completes. The share, not the count, so that a corpus
 growing over months does not read as instability growing. A change of the served model between
 two points of a series is an info finding (the chart marks it).
+
+``History.reuse`` counts, per baseline and pinned exam, the gate decisions taken against it
+(`evalkit.trends.reuse`): the looks at the same cases that erode a holdout.
 
 Examples:
     >>> h = history(open_store("data/evalkit.duckdb"), by="label", last=10)  # doctest: +SKIP
@@ -40,8 +44,9 @@ from evalkit.errors import StoreError
 from evalkit.stats.intervals import wilson_interval
 from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
 from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
+from evalkit.trends.reuse import gate_reuse
 from evalkit.trends.values import (
-    CorpusReuse,
+    GateReuse,
     History,
     HistoryPoint,
     TagRate,
@@ -58,7 +63,7 @@ TREND_RUNS = 10
 TREND_HORIZON = 30
 UNSTABLE_GROWING = "history:unstable_growing"
 SERVED_MODEL_CHANGE = "history:served_model_change"
-__all__ = ["CorpusReuse", "History", "HistoryPoint", "TagRate", "UnstableTrend", "history"]
+__all__ = ["GateReuse", "History", "HistoryPoint", "TagRate", "UnstableTrend", "history"]
 
 
 def history(
@@ -113,39 +118,7 @@ def history(
     window_alpha = alpha * trend_runs / horizon
     trends = _trends(points, positions, tag or ALL, trend_runs)
     findings = _findings(points, trends, window_alpha, tag, (alpha, horizon))
-    return History(by, tag, points, trends, findings, alpha, level, corpus_reuse(store.runs()))
-
-
-def corpus_reuse(runs: pl.DataFrame) -> tuple[CorpusReuse, ...]:
-    """Per corpus version (the manifest's corpus hash), the complete runs against it and how
-    many ran the sealed slice: seed 003's rot concern, every run another look at a holdout.
-    Newest version first.
-
-    Examples:
-        >>> import datetime as dt
-        >>> m = '{"corpus": {"hash": "abc", "n_cases": 40}, "selection": {"sealed": true}}'
-        >>> runs = pl.DataFrame({"status": ["complete"] * 2, "manifest": [m, m.replace("true",
-        ...     "false")], "created_at": [dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 2)]})
-        >>> r = corpus_reuse(runs)[0]
-        >>> r.corpus_hash, r.runs, r.sealed_runs
-        ('abc', 2, 1)
-    """
-    found: dict[str, dict[str, Any]] = {}
-    done = runs.filter(pl.col("status") == "complete").sort("created_at")
-    for manifest, at in done.select("manifest", "created_at").iter_rows():
-        m = json.loads(manifest) if manifest else {}
-        corpus = m.get("corpus") or {}
-        key = corpus.get("hash")
-        if not key:
-            continue
-        entry = found.setdefault(key, {"n": corpus.get("n_cases"), "runs": 0, "sealed": 0,
-                                       "first": at, "last": at})  # fmt: skip
-        entry["runs"] += 1
-        entry["sealed"] += bool((m.get("selection") or {}).get("sealed"))
-        entry["last"] = at
-    rows = [CorpusReuse(k, v["n"], v["runs"], v["sealed"], v["first"], v["last"])
-            for k, v in found.items()]  # fmt: skip
-    return tuple(sorted(rows, key=lambda r: (r.last_at is None, r.last_at), reverse=True))
+    return History(by, tag, points, trends, findings, alpha, level, gate_reuse(store))
 
 
 def _chosen_runs(store: Store, by: By, last: int | None, label: str | None) -> pl.DataFrame:
@@ -235,6 +208,7 @@ def _point(
         mean_steps=_mean(usage.get("steps", 0), outputs),
         served_models=tuple(models), snapshot=(manifest.get("model") or {}).get("snapshot"),
         critical_tags=tuple(critical), promoted_by=row["promoted_by"],
+        replays=int(manifest.get("replays") or 1),
     )  # fmt: skip
 
 

@@ -24,7 +24,8 @@ from evalkit.store.history_queries import ALL
 @dataclass(frozen=True)
 class TagRate:
     """A tag's cases in one run: ``rate`` = passed / decided with its Wilson interval
-    (``None`` when no case was decided); ``unstable`` cases had disagreeing replays."""
+    (``None`` when no case was decided), per case — each case the majority of its replays, the
+    run's one pass rate (`evalkit.run.summary`); ``unstable`` cases had disagreeing replays."""
 
     tag: str
     cases: int
@@ -59,6 +60,7 @@ class HistoryPoint:
     snapshot: str | None  # the configured system.snapshot
     critical_tags: tuple[str, ...]
     promoted_by: str | None = None
+    replays: int = 1  # per case: each rate counts a case once, the majority of its replays
 
     @property
     def served_model(self) -> str | None:
@@ -85,15 +87,20 @@ class UnstableTrend:
 
 
 @dataclass(frozen=True)
-class CorpusReuse:
-    """How often one corpus version was consulted: complete runs against it (each a look at the
-    same cases, the adaptive reuse that overfits a holdout), how many of them also ran the sealed
-    slice, and when it was first and last run."""
+class GateReuse:
+    """How often one baseline's pinned exam was consulted: the gate decisions logged against
+    it (`evalkit.store.gate_log`; ``evalkit gate``, ``evalkit compare``, ``Project.gate`` and
+    ``.compare``), each one more look at the same cases — the adaptive reuse that erodes a
+    holdout — how many of them stopped the candidate and how many ran the sealed slice. A
+    promoted baseline no decision was logged against has ``gates`` 0."""
 
-    corpus_hash: str
+    base_run_id: str
+    exam_id: str | None  # the baseline's pinned exam (None: promoted without one)
+    corpus_hash: str | None  # the baseline's corpus version
     n_cases: int | None
-    runs: int
-    sealed_runs: int
+    gates: int
+    stopped: int  # BLOCKED or UNVERIFIED
+    sealed_gates: int  # decisions on a candidate that ran the sealed slice
     first_at: dt.datetime | None
     last_at: dt.datetime | None
 
@@ -110,7 +117,23 @@ class History:
     findings: tuple[Finding, ...]
     alpha: float
     level: float
-    reuse: tuple[CorpusReuse, ...] = ()
+    reuse: tuple[GateReuse, ...] = ()
+
+    @property
+    def rate_basis(self) -> str:
+        """What its pass rates count, in words (`evalkit.run.summary.rate_basis`): per case,
+        the majority of the runs' replays.
+
+        Examples:
+            >>> History("label", None, (), (), (), 0.05, 0.95).rate_basis
+            'per case'
+        """
+        from evalkit.run.summary import rate_basis
+
+        replays = {p.replays for p in self.points}
+        if len(replays) > 1:
+            return "per case, majority of its replays"
+        return rate_basis(replays.pop() if replays else 1)
 
     @property
     def critical_tags(self) -> tuple[str, ...]:
@@ -131,14 +154,16 @@ class History:
         return pl.DataFrame(rows, schema=_FRAME_SCHEMA)
 
     def runs_frame(self) -> pl.DataFrame:
-        """One row per point: ``series, run_id, label, at, cases, unstable, flaky,
-        mean_latency_ms, mean_cost_usd, mean_total_tokens, mean_steps, cached, served_model,
-        model_changed``."""
+        """One row per point: ``series, run_id, label, at, pass_rate`` (per case, each the
+        majority of its ``replays``: the run's one pass rate), ``replays, cases, unstable,
+        flaky, mean_latency_ms, mean_cost_usd, mean_total_tokens, mean_steps, cached,
+        served_model, model_changed``."""
         rows = []
         for p, changed in self._with_changes():
             everything = p.rate(ALL)
             rows.append({
                 "series": p.series, "run_id": p.run_id, "label": p.label, "at": p.at,
+                "pass_rate": everything.rate if everything else None, "replays": p.replays,
                 "cases": everything.cases if everything else 0, "unstable": p.unstable,
                 "flaky": p.flaky, "mean_latency_ms": p.mean_latency_ms,
                 "mean_cost_usd": p.mean_cost_usd, "mean_total_tokens": p.mean_total_tokens,
@@ -146,6 +171,16 @@ class History:
                 "served_model": p.served_model, "model_changed": changed,
             })  # fmt: skip
         return pl.DataFrame(rows, schema=_RUNS_SCHEMA)
+
+    def reuse_frame(self) -> pl.DataFrame:
+        """One row per baseline and pinned exam (`GateReuse`): the gate decisions taken
+        against it, most recently consulted first.
+
+        Examples:
+            >>> History("label", None, (), (), (), 0.05, 0.95).reuse_frame().columns[:5]
+            ['base_run_id', 'exam_id', 'corpus_hash', 'n_cases', 'gates']
+        """
+        return pl.DataFrame([asdict(r) for r in self.reuse], schema=_REUSE_SCHEMA)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the points, trends and findings (``evalkit history --format json``)."""
@@ -178,10 +213,17 @@ _FRAME_SCHEMA: dict[str, Any] = {
 }  # fmt: skip
 _RUNS_SCHEMA: dict[str, Any] = {
     "series": pl.String, "run_id": pl.String, "label": pl.String,
-    "at": pl.Datetime("us", "UTC"), "cases": pl.Int64, "unstable": pl.Int64, "flaky": pl.Int64,
+    "at": pl.Datetime("us", "UTC"), "pass_rate": pl.Float64, "replays": pl.Int64,
+    "cases": pl.Int64, "unstable": pl.Int64, "flaky": pl.Int64,
     "mean_latency_ms": pl.Float64, "mean_cost_usd": pl.Float64,
     "mean_total_tokens": pl.Float64, "mean_steps": pl.Float64, "cached": pl.Int64,
     "served_model": pl.String, "model_changed": pl.Boolean,
+}  # fmt: skip
+
+_REUSE_SCHEMA: dict[str, Any] = {
+    "base_run_id": pl.String, "exam_id": pl.String, "corpus_hash": pl.String,
+    "n_cases": pl.Int64, "gates": pl.Int64, "stopped": pl.Int64, "sealed_gates": pl.Int64,
+    "first_at": pl.Datetime("us", "UTC"), "last_at": pl.Datetime("us", "UTC"),
 }  # fmt: skip
 
 

@@ -66,7 +66,7 @@ def test_runs_in_a_terminal_is_a_table_with_status_pass_rate_and_age(
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # a terminal gets colours
     header = next(line for line in out.splitlines() if "run_id" in line)
     assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
-        "run_id", "label", "suite", "status", "pass rate", "age", "config",
+        "run_id", "label", "suite", "status", "pass rate (per case)", "age", "config",
     ]  # fmt: skip
     row = next(line for line in out.splitlines() if " base " in line)
     assert "complete" in row and "%" in row and (" s " in row or " min " in row)

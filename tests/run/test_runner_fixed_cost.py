@@ -126,13 +126,16 @@ def test_no_request_before_the_run_is_recorded_and_the_summary_is_counted(
     # The run and all its cases were in the store before the first request went out.
     assert events[:2] == ["recorded", "first request"]
     assert provider.recorded_at_first == ("running", CASES)
-    # The summary came from the writer's counts: no query read the outputs back ...
-    assert queried == []
+    # The summary came from the writer's counts: no query read the outputs back; the one
+    # query reads the per-case counts the run's finish recorded (its pass rate) ...
+    assert len(queried) == 1 and "FROM history_counts" in queried[0]
+    assert "outputs" not in queried[0] and "scores" not in queried[0]
+    assert summary.case_counts is not None and summary.case_counts.cases == CASES
     # ... and says what the store's query says about the same rows.
     assert (summary.passed, summary.failed, summary.errored) == (15, 30, 15)
     assert summary.error_causes == stored.error_causes
     mine, theirs = dataclasses.asdict(summary), dataclasses.asdict(stored)
-    for nested in ("warnings", "error_causes", "replicas"):
+    for nested in ("warnings", "error_causes", "replicas", "case_counts"):
         mine.pop(nested), theirs.pop(nested)
     assert mine == pytest.approx(theirs)
     assert [(c.cause, c.count) for c in summary.error_causes] == [("HTTP 400: boom", 15)]

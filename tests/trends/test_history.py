@@ -277,8 +277,8 @@ def test_charts_have_a_panel_per_critical_tag_and_mark_the_model_change(tmp_path
     spec = pass_rate_history(result).to_dict()
     titles = [panel["title"] for panel in spec["vconcat"]]
     assert titles == [
-        "billing: pass rate (Wilson 95% band)",
-        "refunds: pass rate (Wilson 95% band)",
+        "billing: pass rate (per case; Wilson 95% band)",
+        "refunds: pass rate (per case; Wilson 95% band)",
     ]
     marked = [
         row["run_id"]
