@@ -70,9 +70,9 @@ _EXPORTS = {
     "slice_overview": "evalkit.report.charts",
     "flip_counts": "evalkit.report.charts",
     "pass_rate_by_slice": "evalkit.report.charts",
-    "flake_rate_by_slice": "evalkit.report.charts",
+    "flake_rate_by_slice": "evalkit.report.gate_charts",
     "min_detectable_drop": "evalkit.report.charts",
-    "gate_operating_characteristics": "evalkit.report.charts",
+    "gate_operating_characteristics": "evalkit.report.gate_charts",
     "pass_rate_history": "evalkit.report.history_charts",
     "unstable_history": "evalkit.report.history_charts",
     "confusion_heatmap": "evalkit.report.judge_charts",
@@ -257,15 +257,14 @@ if TYPE_CHECKING:
     from evalkit.report.build import Report, build_report
     from evalkit.report.build import to_json as report_json
     from evalkit.report.charts import (
-        flake_rate_by_slice,
         flip_counts,
-        gate_operating_characteristics,
         min_detectable_drop,
         pass_rate_by_slice,
         save_chart,
         slice_forest,
         slice_overview,
     )
+    from evalkit.report.gate_charts import flake_rate_by_slice, gate_operating_characteristics
     from evalkit.report.history_charts import pass_rate_history, unstable_history
     from evalkit.report.html import fragment as report_fragment
     from evalkit.report.html import to_html as report_html

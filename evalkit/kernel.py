@@ -7,9 +7,9 @@ the notebook imported.
 its loop has stopped, what is still alive is frozen (`gc.freeze`) before the exit handlers run.
 IPython's exit-time reset collects every generation, and so does the interpreter as it
 finalizes; over the modules and objects of a gate notebook (Altair, Polars, great_tables,
-scipy, evalkit: several hundred thousand objects) that came to ~0.45 s of CPU of a gate's
-kernel, 2.92 -> 2.48 s with the freeze (``evalkit gate`` on the demo store, medians of 7
-alternating with the launcher without it), to free what the end of the process frees anyway.
+scipy, evalkit: several hundred thousand objects) that was a sizeable part of a gate kernel's
+CPU (`python bench/bench_gate_phases.py` shows the kernel's share), to free what the end of the
+process frees anyway.
 Nothing a cell computed changes: papermill, in the process that started the kernel, has the
 executed notebook before it asks the kernel to shut down.
 

@@ -76,9 +76,8 @@ class _ThisPython(AsyncKernelManager):
 
         The notebooks' numbers are scalars and short vectors: no BLAS call of theirs is worth a
         thread. But the OpenBLAS that scipy loads starts one thread per core, which spins
-        before it sleeps: ~0.2 s of CPU per kernel (one `evalkit gate` on the demo store, CLI
-        and kernel: 4.99 -> 4.66 s of CPU, medians of 6 alternating, 2 cores), taken from
-        whatever else the machine runs.
+        before it sleeps: CPU taken from whatever else the machine runs, on every gate
+        (`python bench/bench_gate_cost.py` measures a gate's whole process tree).
         """
         env = dict(kw.pop("env", None) or os.environ)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -245,8 +244,8 @@ def execute_notebook(
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         # request_save_on_cell_execute=False: papermill writes the notebook once, when it ends
-        # or fails, instead of before and after every cell (24 writes of a gate notebook whose
-        # charts make it ~0.6 MB: JSON encoding and schema validation, ~0.4 s of CPU per gate)
+        # or fails, instead of before and after every cell (each write JSON-encodes and
+        # validates the whole notebook, charts included: CPU every gate paid for nothing)
         pm.execute_notebook(
             str(notebook_path(name)), str(output), parameters=parameters, kernel_name="python3",
             kernel_manager_class=_ThisPython, cwd=str(output.parent), progress_bar=False,
@@ -269,8 +268,8 @@ class _ReportExporter(HTMLExporter):
 
     That pass only adds accessibility attributes: ``alt`` on images, which `_IMG_WITHOUT_ALT`
     adds here, and ``tabindex`` on the cells of the ``lab`` template, which a report (the
-    ``basic`` template, outputs only) has none of. On a gate page of inline SVG charts
-    (~0.2 MB) it cost ~0.5 s of CPU, as much as the rest of the export. The filters are
+    ``basic`` template, outputs only) has none of. On a gate page of inline SVG charts it
+    cost as much CPU as the rest of the export. The filters are
     registered as `HTMLExporter.from_notebook_node` registers them (nbconvert 7).
     """
 

@@ -7,6 +7,7 @@ inside functions and under ``TYPE_CHECKING``), so a lazy import cannot hide a ci
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,9 +93,9 @@ def _parse(path: Path, source: str) -> ast.Module:
         return ast.parse(source, filename=str(path))
 
 
-#: (source, module) -> its imports. The tests here build the graph nine times, of the package or
-#: of a copy with one line added; parsing its 188 files each time was most of the file's CPU
-#: (`pytest tests/test_architecture.py`: 3.5 s, 0.9 s with each distinct source parsed once).
+#: (source, module) -> its imports. The tests here build the graph several times, of the
+#: package or of a copy with one line added; parsing every file each time was most of the
+#: file's CPU, so each distinct source is parsed once.
 _IMPORTS: dict[tuple[str, str], tuple[tuple[str, str | None], ...]] = {}
 
 
@@ -295,3 +296,93 @@ def test_the_decision_importing_presentation_is_caught(tmp_path: Path) -> None:
     assert "evalkit.compare.gate -> evalkit.report.tables" in presentation_imports(
         import_graph(root)
     )
+
+
+# -- module size: a module over MAX_MODULE_LINES says why it stays one module ----------------
+
+MAX_MODULE_LINES = 600
+#: The docstring line a longer module carries: ``Over 600 lines: <why it is one module>``.
+_SIZE_REASON = re.compile(rf"^Over {MAX_MODULE_LINES} lines: *(?P<reason>.*)$", re.MULTILINE)
+#: A reason that points at a split to come is a to-do, not a reason.
+_TODO = re.compile(r"\bissue \d+|\bTODO\b|seam to split|\buntil\b", re.IGNORECASE)
+
+
+def oversized_modules(root: Path = PACKAGE, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """``path: n lines, ...`` for each module under ``root`` longer than ``limit`` lines whose
+    docstring has no ``Over 600 lines: <reason>`` line (or only a to-do there)."""
+    bad = []
+    for path in sorted(module_names(root).values()):
+        source = path.read_text()
+        lines = len(source.splitlines())
+        if lines <= limit:
+            continue
+        found = _SIZE_REASON.search(ast.get_docstring(_parse(path, source)) or "")
+        reason = found["reason"].strip() if found else ""
+        if len(reason.split()) >= 3 and not _TODO.search(reason):
+            continue
+        problem = f"its reason {reason!r} is a to-do" if reason else "its docstring gives no reason"
+        bad.append(
+            f"{path.relative_to(root.parent)}: {lines} lines and {problem}; split it along its "
+            f"seams, or add a docstring line 'Over {limit} lines: <why it stays one module>'"
+        )
+    return bad
+
+
+def test_a_module_over_600_lines_says_why() -> None:
+    assert oversized_modules() == []
+
+
+@pytest.mark.parametrize(
+    ("docstring", "caught"),
+    [
+        ("A long module.", True),
+        (f"A long module.\n\nOver {MAX_MODULE_LINES} lines: (issue 47)", True),
+        (
+            f"A long module.\n\nOver {MAX_MODULE_LINES} lines: one until the move, a seam to split",
+            True,
+        ),
+        (
+            f"A long module.\n\nOver {MAX_MODULE_LINES} lines: one parser's states share a table",
+            False,
+        ),
+    ],
+)
+def test_the_size_rule_catches_a_long_module_without_a_reason(
+    tmp_path: Path, docstring: str, caught: bool
+) -> None:
+    root = tmp_path / "evalkit"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    body = "".join(f"x{i} = {i}\n" for i in range(MAX_MODULE_LINES))
+    (root / "short.py").write_text(body)  # exactly at the limit: fine without a reason
+    (root / "long.py").write_text(f'"""{docstring}"""\n' + body)
+    found = oversized_modules(root)
+    assert [line.split(":")[0] for line in found] == (["evalkit/long.py"] if caught else [])
+
+
+# -- CONTRIBUTING.md draws LAYERS by hand -----------------------------------------------------
+
+
+def drawn_layers(text: str) -> tuple[tuple[str, ...], ...]:
+    """The stages as the ``text`` block under "The layering rule" draws them: the ground floor
+    on its first line, then ``→ stage → stage ...``."""
+    section = text.split("## The layering rule", 1)[1]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    ground, chain = block.strip().split("\n", 1)
+    floor = tuple(ground.split("(ground floor)")[0].split())
+    return (floor, *((stage.strip(),) for stage in chain.split("→") if stage.strip()))
+
+
+def test_contributing_draws_the_layers_the_test_enforces() -> None:
+    drawn = drawn_layers((PACKAGE.parent / "CONTRIBUTING.md").read_text())
+    assert drawn == LAYERS, (
+        "CONTRIBUTING.md's layering picture differs from LAYERS in tests/test_architecture.py: "
+        "redraw it from LAYERS (the ground floor on the first line, then → each stage)"
+    )
+
+
+def test_a_stage_missing_from_the_drawing_is_caught() -> None:
+    text = (
+        "## The layering rule\n\n```text\nversion errors   (ground floor)\n  → store → cli\n```\n"
+    )
+    assert drawn_layers(text) == (("version", "errors"), ("store",), ("cli",)) != LAYERS

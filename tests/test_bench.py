@@ -309,3 +309,13 @@ def test_agent_bench_serves_every_tool_step_and_scores_every_replay(tmp_path: Pa
             assert 0 < run["loop_wall_s"] <= run["wall_s"]
             assert run["loop_lag_max_ms"] >= run["loop_lag_mean_ms"] >= 0
             assert run["server_lag_max_ms"] >= run["server_lag_mean_ms"] >= 0
+
+
+def test_memory_bench_runs_every_stage_and_each_stores_the_whole_run(tmp_path: Path) -> None:
+    n = 300
+    (f,) = _run("bench_memory", ["--sizes", str(n), "--chunk", "120"], tmp_path)
+    assert f["outputs"] == n
+    for stage in ("push", "pull", "merge", "gate"):
+        assert f[stage]["code"] == 0 and f[stage]["peak_mib"] > 0 and f[stage]["cpu_s"] > 0
+    assert f["pull"]["outputs"] == n  # the pulled store holds the candidate's every output
+    assert f["merge"]["outputs"] == n  # the merged parts (3 chunks) are the whole run

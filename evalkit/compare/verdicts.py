@@ -174,7 +174,7 @@ def verdicts(
     per_case = (
         replay_verdicts(outputs, scores)
         .lazy()
-        .group_by("run_id", "case_id")  # ~100k groups: hashing their strings is cheap
+        .group_by("run_id", "case_id")  # one group a case: hashing their strings is cheap
         .agg(
             pl.len().alias("n_replays"),
             pl.col("passed").sum().cast(pl.Int64).alias("n_pass"),

@@ -5,9 +5,6 @@ exact bytes, else loads the file whole as :func:`~evalkit.corpus.cases.load_corp
 writes its entry; :meth:`CorpusFacts.load` then builds the cases asked for from the text of
 their items alone.
 
-Over 600 lines: the index-backed scan and its parse-the-file fallback share the facts
-record; the fallback is the seam to split out (issue 47).
-
 Examples:
     >>> from evalkit.corpus.cases import load_corpus
     >>> facts = scan_corpus("corpus")                        # doctest: +SKIP
@@ -20,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
-import re
 import sys
 import threading
 from collections.abc import Generator, Iterable, Sequence
@@ -39,6 +35,7 @@ from evalkit.corpus.case_index import (
     IndexMismatch,
     ScorerFacts,
     index_directory,
+    loader_modules,
     reader_fingerprint,
 )
 from evalkit.corpus.case_scorers import PendingScorers, ScorerBinder
@@ -55,13 +52,9 @@ from evalkit.corpus.cases import (
     _relative,
 )
 from evalkit.corpus.messages import template_vars
-from evalkit.corpus.yaml_input import (
-    YAMLInputError,
-    find_yaml_files,
-    parse_yaml,
-    paused_gc,
-    self_contained,
-)
+from evalkit.corpus.yaml_chunks import item_spans
+from evalkit.corpus.yaml_files import find_yaml_files
+from evalkit.corpus.yaml_input import YAMLInputError, parse_yaml, paused_gc
 from evalkit.errors import CorpusError
 from evalkit.scorers import SCORERS
 
@@ -271,24 +264,16 @@ def refresh_index(
 
 def _reader_fingerprint() -> str:
     """What an index entry must have been written under (see :func:`reader_fingerprint`): this
-    loader's modules and its limits as set now (module settings a user may change)."""
-    modules = ("evalkit.corpus.cases", __name__, "evalkit.corpus.case_spec",
-               "evalkit.corpus.case_scorers", "evalkit.corpus.yaml_input",
-               "evalkit.corpus.messages", "evalkit.records",
-               "evalkit.corpus.case_index")  # fmt: skip
+    loader's modules (found from its imports: :func:`loader_modules`) and its limits as set
+    now (module settings a user may change)."""
     yaml_limits = sys.modules["evalkit.corpus.yaml_input"]
     limits = (_cases.MAX_CASE_FILE_BYTES, _cases.MAX_CASES_PER_FILE, yaml_limits.MAX_YAML_NODES,
               yaml_limits.MAX_YAML_DEPTH)  # fmt: skip
-    return reader_fingerprint((Path(str(sys.modules[m].__file__)) for m in modules), limits)
+    return reader_fingerprint(loader_modules(__name__), limits)
 
 
 class _SliceRefused(Exception):
     """Cases parsed one by one did not read as the entry says: load the file whole."""
-
-
-#: A column-0 ``-`` opening an item of the root list (after a line break), as list_chunks cuts.
-_ITEM_START = re.compile(r"\n-(?=[ \r\n]|\Z)")
-_FIRST_ITEM = re.compile(r"-(?=[ \r\n]|\Z)")
 
 
 class _FactsBuilder:
@@ -412,7 +397,8 @@ class _FactsBuilder:
         self, rel: str, sealed: bool, data: bytes, cases: list[Case], sliceable: bool
     ) -> FileFacts:
         text = data.decode("utf-8")
-        spans = _item_spans(text, cases) if sliceable else None
+        lines = [int(case.source.rpartition(":")[2]) for case in cases] if sliceable else []
+        spans = item_spans(text, lines) if sliceable else None
         facts = tuple(
             CaseFacts(
                 id=case.id,
@@ -584,33 +570,3 @@ def _fact_keys(facts: Sequence[CaseFacts]) -> list[tuple[Any, ...]]:
     return [
         (*_case_key(f), f.var_names, tuple((s.name, s.files) for s in f.scorers)) for f in facts
     ]
-
-
-def _item_spans(text: str, cases: Sequence[Case]) -> list[tuple[int, int, int]] | None:
-    """Each case's item as (start, end, first line) in ``text``, or None when the items cannot
-    be parsed one by one as the whole file reads (what :func:`list_chunks` refuses to cut: an
-    anchor or directive, a document marker, a tab, other line breaks than ``\\n`` and
-    ``\\r\\n``) or the cuts are not one per case, each holding its case's line."""
-    if (
-        not self_contained(text)
-        or "\t" in text
-        or text.startswith(("---", "..."))
-        or "\n---" in text
-        or "\n..." in text
-        or any(mark in text for mark in ("\x85", "\u2028", "\u2029"))
-        or text.count("\r") != text.count("\r\n")
-    ):
-        return None
-    starts = [0] if _FIRST_ITEM.match(text) else []
-    starts += [match.start() + 1 for match in _ITEM_START.finditer(text)]
-    if len(starts) != len(cases):
-        return None
-    spans, line, previous = [], 1, 0
-    for case, start, end in zip(cases, starts, [*starts[1:], len(text)], strict=True):
-        line += text.count("\n", previous, start)
-        previous = start
-        case_line = int(case.source.rpartition(":")[2])
-        if not line <= case_line <= line + text.count("\n", start, end):
-            return None
-        spans.append((start, end, line))
-    return spans

@@ -34,6 +34,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -134,6 +135,81 @@ class IndexCounts:
     files_parsed: int = 0  # case files parsed whole
     files_in_workers: int = 0  # of those, parsed in worker processes (a parallel cold scan)
     cases_built: int = 0  # cases built from their files (whole or one by one)
+
+
+#: The evalkit package's directory: a module name resolves to a file under it.
+_PACKAGE = Path(__file__).resolve().parents[1]
+#: An ``import evalkit...`` or ``from evalkit... import ...`` at any indentation (a function's
+#: imports run when it does); a ``from`` import's names may be modules of that package.
+_EVALKIT_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(evalkit(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)"
+    r"|import[ \t]+(evalkit(?:\.\w+)*))",
+    re.MULTILINE,
+)
+#: Never followed: the scorer registry is fingerprinted by what it registers (names, tiers,
+#: signatures), and the root package is the lazy public facade over every stage.
+_NOT_FOLLOWED = ("evalkit.scorers",)
+
+
+@functools.cache
+def loader_modules(start: str) -> tuple[Path, ...]:
+    """The source files of module ``start`` and of every evalkit module it imports,
+    transitively (leaving out the scorer registry and the root package), sorted.
+
+    Read from the source text, not by importing, so the list follows the code: a module split
+    in two or a new helper the loader imports is in the fingerprint without a list to edit.
+
+    Examples:
+        >>> names = [p.stem for p in loader_modules("evalkit.corpus.case_facts")]
+        >>> {"case_facts", "cases", "case_index", "yaml_input", "records"} <= set(names)
+        True
+        >>> any(p.parent.name == "scorers" for p in loader_modules("evalkit.corpus.case_facts"))
+        False
+    """
+    found: dict[str, Path] = {}
+    pending = [start]
+    while pending:
+        name = pending.pop()
+        path = _module_path(name)
+        if name in found or path is None or _not_followed(name):
+            continue
+        found[name] = path
+        for match in _EVALKIT_IMPORT.finditer(path.read_text(encoding="utf-8")):
+            package, names, plain = match.groups()
+            if plain:
+                pending.append(plain)
+                continue
+            for imported in re.sub(r"#[^\n]*", "", names).strip("() \n").split(","):
+                word = imported.split()[0] if imported.split() else ""
+                submodule = f"{package}.{word}"
+                pending.append(submodule if word and _module_path(submodule) else package)
+    return tuple(found[name] for name in sorted(found))
+
+
+def _module_path(name: str) -> Path | None:
+    """The source file of evalkit module ``name`` (a package's ``__init__.py``), or None."""
+    return _package_modules().get(name)
+
+
+@functools.cache
+def _package_modules() -> dict[str, Path]:
+    """``evalkit.a.b`` -> its source file, for every module of the package: one walk of its
+    directories, where asking the file system name by name costs a call per imported name."""
+    modules = {}
+    for folder, folders, files in os.walk(_PACKAGE):
+        folders[:] = [name for name in folders if name != "__pycache__"]
+        package = ["evalkit", *Path(folder).relative_to(_PACKAGE).parts]
+        for file in files:
+            if file.endswith(".py"):
+                parts = package if file == "__init__.py" else [*package, file[:-3]]
+                modules[".".join(parts)] = Path(folder, file)
+    return modules
+
+
+def _not_followed(name: str) -> bool:
+    return name == "evalkit" or any(
+        name == prefix or name.startswith(prefix + ".") for prefix in _NOT_FOLLOWED
+    )
 
 
 def reader_fingerprint(module_files: Iterable[Path], limits: Sequence[int]) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalkit.corpus.yaml_input import node_line
+from evalkit.corpus.yaml_nodes import node_line
 
 
 class _Strict(BaseModel):

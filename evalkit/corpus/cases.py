@@ -1,11 +1,9 @@
 """Cases: the YAML corpus, its validation, and the canonical case hash.
 
-Over 600 lines: the case model, loading and the canonical hash live together; loading
-(with its per-file errors) is the seam to split out (issue 47).
-
 A case is data, not code. Every problem in a case file is reported as one line naming the file,
 the line and the case id (``cases/billing.yaml:12: case refund-017: unknown scorer 'contans'
-(did you mean 'contains'?)``), and the whole corpus is validated before anything runs.
+(did you mean 'contains'?)``), and the whole corpus is validated before anything runs. An
+``expect`` list's short forms and its own refusals are :mod:`~evalkit.corpus.expect_forms`'s.
 
 Examples:
     >>> corpus = load_corpus("corpus")                       # doctest: +SKIP
@@ -15,9 +13,7 @@ Examples:
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import inspect
 import json
 import re
 from collections import Counter
@@ -34,18 +30,13 @@ from evalkit.corpus.case_index import (
 )
 from evalkit.corpus.case_scorers import DeferredScorers, PendingScorers, ScorerBinder, SharedExpect
 from evalkit.corpus.case_spec import CaseSpec, describe_validation
+from evalkit.corpus.expect_forms import check_expect, expand_short_forms, quoted, suggest
 from evalkit.corpus.messages import template_vars
-from evalkit.corpus.yaml_input import (
-    ChunkRefused,
-    ListChunk,
-    YAMLInputError,
-    find_yaml_files,
-    list_chunks,
+from evalkit.corpus.yaml_chunks import ChunkRefused, ListChunk, list_chunks
+from evalkit.corpus.yaml_files import find_yaml_files, parse_yaml_text, read_yaml_text
+from evalkit.corpus.yaml_input import YAMLInputError, paused_gc
+from evalkit.corpus.yaml_nodes import (
     mapping_value,
-    node_line,
-    parse_yaml_text,
-    paused_gc,
-    read_yaml_text,
     self_contained,
     sequence_items,
     sequence_key,
@@ -53,20 +44,20 @@ from evalkit.corpus.yaml_input import (
 from evalkit.errors import CorpusError
 from evalkit.records import canonical_json
 from evalkit.scorers import SCORERS, Scorer
-from evalkit.scorers.registry import factory_signature
 
 CASE_GLOBS = ("*.yaml", "*.yml")
-#: Refused before parsing (a 50 MB flat list grows to gigabytes in a YAML loader); a module
-#: setting, like the YAML limits: ``evalkit.corpus.cases.MAX_CASE_FILE_BYTES = 64 << 20``.
+#: Refused before parsing (a YAML loader holds many times a file's size in nodes, so a large
+#: flat list would exhaust memory before any limit on its nodes is reached); a module setting,
+#: like the YAML limits: ``evalkit.corpus.cases.MAX_CASE_FILE_BYTES = 64 << 20``.
 MAX_CASE_FILE_BYTES = 20 << 20
 MAX_CASES_PER_FILE = 100_000
 #: A longer case file is parsed this many cases at a time, so only one chunk's YAML nodes are
-#: alive (~17 KB per case: a whole 10,000-case file's peaked at 168 MiB); a module setting.
+#: alive (a node graph is many times its case's size; `bench/bench_corpus_memory.py` prints
+#: what a loaded case holds); a module setting.
 CASE_CHUNK_ITEMS = 256
 MIN_CRITICAL_CASES = 8
 #: How many problems ``evalkit cases lint`` reports in one pass.
 MAX_LINT_ERRORS = 50
-_EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers list` shows the scorers)"
 
 
 # --- the loaded case -------------------------------------------------------------------------
@@ -469,12 +460,6 @@ class _Place:
     source: str | None  # the file's text, when an expect list's text is its key (see above)
 
 
-def _quoted(value: Any) -> str:
-    """``repr`` of a name for an error message, clipped to stay readable."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _shown_id(value: Any) -> str:
     """A case id as error messages show it: one line, at most 80 characters."""
     text = " ".join(str(value).split()) or repr(value)
@@ -499,13 +484,13 @@ def _build_case(raw: Any, node: Any, line: int, index: int, place: _Place) -> Ca
         given = known.specs  # validated already: pydantic takes a validated entry as it is
     else:
         known = None
-        given = _expand_short_forms(given, rel, node, case_id)
+        given = expand_short_forms(given, rel, node, case_id)
     try:
         spec = CaseSpec.model_validate({**raw, "expect": given})
     except ValidationError as exc:
         first = exc.errors()[0]
         if first["loc"][:1] == ("expect",) or first["type"] == "extra_forbidden":
-            _check_expect(raw, node, rel, line, case_id)  # its own message, if it is that
+            check_expect(raw, node, rel, line, case_id)  # its own message, if it is that
         message, key_line = describe_validation(exc, node, line)
         raise CorpusError(message, path=rel, line=key_line, case_id=case_id) from None
     lines = _entry_lines(expect_node, len(spec.expect), line)
@@ -544,9 +529,9 @@ def _share_expect(
     hashed, its canonical JSON."""
     for entry, entry_line in zip(spec.expect, lines, strict=True):
         if entry.scorer not in SCORERS:
-            hint = _suggest(entry.scorer, SCORERS)
+            hint = suggest(entry.scorer, SCORERS)
             raise CorpusError(
-                f"unknown scorer {_quoted(entry.scorer)}{hint}",
+                f"unknown scorer {quoted(entry.scorer)}{hint}",
                 path=place.rel,
                 line=entry_line,
                 case_id=case_id,
@@ -562,90 +547,6 @@ def _entry_lines(expect_node: Any, count: int, line: int) -> tuple[int, ...]:
     ``expect`` comes from a merge key)."""
     items = sequence_items(expect_node)
     return tuple(items[i].start_mark.line + 1 if i < len(items) else line for i in range(count))
-
-
-def _check_expect(raw: dict[str, Any], node: Any, rel: str, line: int, case_id: str) -> None:
-    """A missing, misspelled or empty ``expect`` gets its own message (a case without one
-    checks nothing)."""
-    expect = raw.get("expect")
-    if "expect" not in raw:
-        unknown = [str(k) for k in raw if k not in CaseSpec.model_fields]
-        typo = difflib.get_close_matches("expect", unknown, n=1, cutoff=0.6)
-        if typo:
-            raise CorpusError(
-                f"{typo[0]!r} is not a field: did you mean 'expect'? Rename it; expect lists "
-                "the properties the reply must have",
-                path=rel,
-                line=node_line(node, [typo[0]]) or line,
-                case_id=case_id,
-            )
-        raise CorpusError(
-            f"no expect: a case must say what the reply must have, {_EXPECT_EXAMPLE}",
-            path=rel,
-            line=line,
-            case_id=case_id,
-        )
-    if expect is None or expect == []:
-        raise CorpusError(
-            f"expect is empty: list at least one scorer, {_EXPECT_EXAMPLE}",
-            path=rel,
-            line=node_line(node, ["expect"]) or line,
-            case_id=case_id,
-        )
-
-
-def _expand_short_forms(expect: Any, rel: str, node: Any, case_id: str) -> Any:
-    """``- contains: refund`` → ``{scorer: contains, args: {text: refund}}``."""
-    if not isinstance(expect, list):
-        return expect
-    expanded = []
-    for position, entry in enumerate(expect):
-        if isinstance(entry, str):
-            entry = {entry: {}}
-        if isinstance(entry, dict) and "scorer" not in entry and len(entry) == 1:
-            name, value = next(iter(entry.items()))
-            definition = SCORERS.get(name)
-            if definition is None:
-                line = _seq_item_line(node, "expect", position)
-                hint = _suggest(str(name), SCORERS)
-                raise CorpusError(
-                    f"unknown scorer {_quoted(name)}{hint}", path=rel, line=line, case_id=case_id
-                )
-            if isinstance(value, dict) and (
-                definition.primary is None or _accepts_all(definition.factory, value)
-            ):
-                entry = {"scorer": name, "args": value}
-            elif value is None:
-                entry = {"scorer": name}
-            elif definition.primary is None:
-                line = _seq_item_line(node, "expect", position)
-                raise CorpusError(
-                    f"scorer {name!r} has no short form; write {{scorer: {name}, args: {{...}}}}",
-                    path=rel,
-                    line=line,
-                    case_id=case_id,
-                )
-            else:
-                entry = {"scorer": name, "args": {definition.primary: value}}
-        expanded.append(entry)
-    return expanded
-
-
-def _accepts_all(factory: Any, keys: Iterable[str]) -> bool:
-    """Whether every key is an argument of the factory (any key, if it takes ``**kwargs``)."""
-    params = factory_signature(factory).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return True
-    return set(keys) <= set(params)
-
-
-def _seq_item_line(node: Any, key: str, position: int) -> int | None:
-    return node_line(node, [key, position])
-
-
-def _suggest(name: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from evalkit.corpus.cases import CASE_GLOBS, Corpus, load_corpus
 from evalkit.corpus.scorer_modules import MODULE_PREFIX
-from evalkit.corpus.yaml_input import find_yaml_files
+from evalkit.corpus.yaml_files import find_yaml_files
 from evalkit.errors import CorpusError
 from evalkit.scorers.registry import SCORERS
 

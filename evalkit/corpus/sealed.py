@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evalkit.corpus.cases import CASE_GLOBS, MAX_CASE_FILE_BYTES
-from evalkit.corpus.yaml_input import find_yaml_files, read_yaml_file
+from evalkit.corpus.yaml_files import find_yaml_files, read_yaml_file
 from evalkit.errors import ConfigError, CorpusError
 
 LIVE, SEALED = "cases", "sealed"

@@ -33,7 +33,8 @@ from pydantic import (
 from evalkit.corpus.config_files import DEFAULT_CONFIG, resolve_config
 from evalkit.corpus.scorer_modules import import_scorer_modules
 from evalkit.corpus.selection import TierConfig
-from evalkit.corpus.yaml_input import YAMLInputError, node_line, parse_yaml
+from evalkit.corpus.yaml_input import YAMLInputError, parse_yaml
+from evalkit.corpus.yaml_nodes import node_line
 from evalkit.errors import ConfigError
 from evalkit.redact import strip_userinfo
 
@@ -143,11 +144,10 @@ class SystemConfig(_Strict):
     # should simply answer; calls without a fixture then fail as unexpected).
     offer_tools: Literal["with_fixtures", "always"] = "with_fixtures"
     # How requests go out. "auto" (the default): the lean aiohttp transport for a named
-    # OpenAI-compatible base_url (measured: 0.96x a bare AsyncOpenAI loop's wall at c=32 vs the
-    # official client's 1.16x, 0.19-0.36x vs 0.82-1.03x at c=256, half the CPU, 20 MiB and 0.4 s
-    # less start-up: bench/bench_process.py), the
-    # official client for the OpenAI API itself (no base_url, or api.openai.com), which also
-    # honours OPENAI_BASE_URL and the organization/project headers.
+    # OpenAI-compatible base_url, whose per-request work is a fraction of the official
+    # client's (docs/performance.md, "Asking the model"), and the official client for the
+    # OpenAI API itself (no base_url, or api.openai.com), which also honours OPENAI_BASE_URL
+    # and the organization/project headers.
     transport: Literal["auto", "openai", "lean"] = "auto"
     # What the cache key and config hash know of the system beyond the request: the code
     # (python: the function's module, plus these globs relative to the config's directory), a
@@ -531,7 +531,7 @@ def _suggest_key(loc: list[str]) -> str:
     for name, key in candidates:
         matcher = difflib.SequenceMatcher(None, loc[-1], name)
         # the lengths' bound first, as difflib.get_close_matches does: ratio() alone walks the
-        # whole unknown key once per candidate (20 s of CPU for a 1 MB key)
+        # whole unknown key once per candidate, quadratic in a pasted-in megabyte key
         if matcher.real_quick_ratio() >= 0.6 and (ratio := matcher.ratio()) >= 0.6:
             close.append((ratio, key))
     if close:

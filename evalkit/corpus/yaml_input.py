@@ -1,9 +1,8 @@
 """Reading YAML evalkit did not write: one document, plain data, bounded, no silent overwrites.
 
-Over 600 lines: the bounded whole-document loader and the case-by-case chunked reader
-share the node budget; the chunked reader is the seam to split out (issue 47).
-
-Used for case files and the suite config alike. Before any Python object is built the node graph
+Used for case files and the suite config alike; files on disk are read by
+:mod:`~evalkit.corpus.yaml_files`, and lines are found in the node graph by
+:mod:`~evalkit.corpus.yaml_nodes`. Before any Python object is built the node graph
 is checked: a recursive alias, nesting deeper than ``MAX_YAML_DEPTH``, more than
 ``MAX_YAML_NODES`` nodes (while composing, and again once aliases are expanded: a "billion
 laughs" bomb) and a key given twice in one mapping (YAML would keep the last one silently) are
@@ -13,34 +12,30 @@ Speed: a document is parsed by libyaml (PyYAML's C loader, which gives the same 
 marks) with the garbage collector paused; only a document the fast path refuses, or one holding
 what libyaml reads more leniently than PyYAML (tabs, a '?' in unquoted text inside brackets),
 is parsed again by the pure-Python loader, so every refusal is the Python loader's, with its
-message and line. About 12x faster than the pure-Python loader, and linear in the document's
-size (the collector, walking everything built so far, made loading quadratic).
+message and line. Loading is linear in the document's size (the collector, walking everything
+built so far, made it quadratic).
 
-Memory: libyaml's node graph takes ~17 KB per case; a long case list is parsed a few hundred
-items at a time (:func:`list_chunks`), so only one chunk's graph is alive, with the whole
-document's results and refusals. Such a list is bounded per item, not as a whole: each item
-(a case) holds at most ``MAX_YAML_NODES`` nodes, and the file's size is bounded by its reader
-(bytes, items), checked before parsing; a document read whole (the suite config, a case file
-with anchors, tabs or document markers) holds at most ``MAX_YAML_NODES`` nodes in all.
+Memory: a long case list is parsed a few hundred items at a time
+(:func:`evalkit.corpus.yaml_chunks.list_chunks`, over this module's fast path), so only one
+chunk's node graph is alive, with the whole document's results and refusals. Such a list is
+bounded per item, not as a whole: each item (a case) holds at most ``MAX_YAML_NODES`` nodes, and
+the file's size is bounded by its reader (bytes, items), checked before parsing; a document read
+whole (the suite config, a case file with anchors, tabs or document markers) holds at most
+``MAX_YAML_NODES`` nodes in all.
 """
 
 from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from evalkit.errors import CorpusError
-
 #: Limits on one YAML document read whole, counted after alias expansion (what a loader really
-#: walks); on each item of a long block list read chunk by chunk (:func:`list_chunks`).
+#: walks); on each item of a long block list read chunk by chunk (`yaml_chunks.list_chunks`).
 MAX_YAML_NODES = 1_000_000
 MAX_YAML_DEPTH = 64
 
@@ -219,149 +214,6 @@ def _parse_fast(text: str) -> tuple[Any, Any] | None:
         return loader.construct_document(node), node
     except (yaml.YAMLError, YAMLInputError, RecursionError, ValueError, OverflowError):
         return None
-    finally:
-        loader.dispose()
-
-
-@dataclass(frozen=True, slots=True)
-class ListChunk:
-    """A run of items of a document's root list, parsed on their own (:func:`list_chunks`)."""
-
-    items: list[Any]  # the items as parse_yaml builds them
-    nodes: list[yaml.Node]  # their nodes, with the whole document's lines and columns
-    text: str  # the text the nodes' indices point into: the chunk led by newlines
-    size: int  # at least the number of nodes composed, the chunk's own root list counted
-
-
-class ChunkRefused(Exception):
-    """A chunk :func:`list_chunks` cannot vouch for: parse the whole document instead, whose
-    result (or refusal) is the reference."""
-
-
-#: A line opening an item of a root block sequence (column 0) after the first line: a pattern
-#: starting with a literal, which the regex engine finds at memory speed (``^`` in multiline
-#: mode would be tried at every character).
-_ROOT_ITEM = re.compile(r"\n-(?=[ \r\n]|\Z)")
-_DOCUMENT_MARKERS = ("---", "...")
-#: Line breaks libyaml counts that ``str.count("\n")`` does not (NEL, LS, PS).
-_OTHER_BREAKS = ("\x85", "\u2028", "\u2029")
-
-
-def list_chunks(text: str, max_items: int, chunk_items: int) -> Iterator[ListChunk] | None:
-    """A document that is one long block list, parsed ``chunk_items`` items at a time; None
-    when the document is not one :func:`parse_yaml` would read the same way chunk by chunk.
-
-    Why: libyaml's node graph of a case file is ~17 KB per case, and the whole file's graph
-    was alive while its cases were built (168 MiB for 10,000 cases). Chunk by chunk only one
-    chunk's graph is.
-
-    Each chunk is the text from one column-0 ``-`` line to another, led by as many newlines as
-    there are lines before it, so its marks (line, column) are the whole document's and a
-    node's source text is ``chunk.text[start.index:end.index]``. Yields a :class:`ListChunk`
-    each. Taken only where that is sound: the fast path's preconditions (libyaml, no
-    tab, no control character), no anchor or directive (each chunk reads from its own text, as
-    :func:`self_contained` says), no document marker, ``\n`` line breaks (``\r\n`` too), no
-    path resolver registered, more than ``chunk_items`` and at most ``max_items`` items. The
-    whole text is not checked first: each chunk is its own syntax check and node count, and a
-    chunk that fails either is refused (below), so the whole-document parse reports what is
-    wrong exactly as it does for any document. The depth holds from the same root level, keys
-    within their mapping (no mapping spans two items); the node limit holds for each item (a
-    chunk's items have no alias: its count bounds each item's, walked only when it is over):
-    one long list is not one document held in memory, and the caller bounds its size. Valid
-    chunks make a valid document: each ends on a line break with every quote, bracket and
-    block scalar closed, and the next starts a root item at column 0, as the document reads
-    it (a chunk cut elsewhere fails to parse).
-
-    Raises (from the iterator, before yielding the chunk):
-        ChunkRefused: a chunk that is not a block list of the items it was cut at, one that
-            libyaml cannot parse, or one
-            that the fast path leaves to the Python loader (a key given twice, too deep, a
-            tag, an alias, a value the constructor refuses): the caller discards what it
-            built and parses the whole document.
-        YAMLInputError: an item of more than ``MAX_YAML_NODES`` nodes, at its line.
-    """
-    if (
-        _CLoader is None
-        or _Composer.yaml_path_resolvers  # the loader then counts nothing (see _parse_chunk)
-        or _lenient(text)
-        or yaml.reader.Reader.NON_PRINTABLE.search(text)
-        or not self_contained(text)
-        or text.startswith(_DOCUMENT_MARKERS)
-        or any(f"\n{marker}" in text for marker in _DOCUMENT_MARKERS)
-        or any(line_break in text for line_break in _OTHER_BREAKS)
-        or text.count("\r") != text.count("\r\n")
-    ):
-        return None
-    starts = [0] if _ROOT_ITEM.match(f"\n{text[:2]}") else []
-    starts += [match.start() + 1 for match in _ROOT_ITEM.finditer(text)]
-    if not chunk_items < len(starts) <= max_items:
-        return None
-    return _chunks(text, starts, chunk_items)
-
-
-def _chunks(text: str, starts: list[int], chunk_items: int) -> Iterator[ListChunk]:
-    cuts = [0, *starts[chunk_items::chunk_items], len(text)]  # the first keeps leading comments
-    lines = 0
-    for number, (begin, end) in enumerate(pairwise(cuts)):
-        items = len(starts[number * chunk_items : (number + 1) * chunk_items])
-        chunk = _parse_chunk("\n" * lines + text[begin:end], items)
-        if chunk.size - 1 > MAX_YAML_NODES:  # an upper bound of the largest item's count
-            _check_item_sizes(chunk.nodes)
-        yield chunk
-        del chunk  # one chunk's nodes alive while the next parses
-        lines += text.count("\n", begin, end)
-
-
-def _check_item_sizes(items: Sequence[yaml.Node]) -> None:
-    """Refuse the first item of more than ``MAX_YAML_NODES`` nodes (a tree: no alias).
-
-    Raises:
-        YAMLInputError: that item, at its first line.
-    """
-    for item in items:
-        nodes, stack = 0, [item]
-        while stack:
-            node = stack.pop()
-            nodes += 1
-            if type(node) is yaml.SequenceNode:
-                stack += node.value
-            elif type(node) is yaml.MappingNode:
-                stack += [part for pair in node.value for part in pair]
-        if nodes > MAX_YAML_NODES:
-            raise YAMLInputError(
-                f"this item has more than {MAX_YAML_NODES:,} values (the limit for one case); "
-                "split it or share less",
-                item.start_mark.line + 1,
-            )
-
-
-def _parse_chunk(chunk_text: str, items: int) -> ListChunk:
-    """One chunk's items, item nodes, text and size (see :func:`list_chunks`).
-
-    The size bounds the nodes from above without a pass of its own: the loader counts the
-    nodes it resolves a tag for (:func:`_tag_resolver`), which is every node but an alias (none
-    here: no anchor) and one whose tag is written, and a written tag starts with a '!'.
-
-    Raises:
-        ChunkRefused: not YAML, not a column-0 block list of ``items`` items, or left to PyYAML.
-    """
-    loader = _loader(chunk_text)
-    try:
-        if not hasattr(loader, "composed"):  # a path resolver registered since list_chunks
-            raise ChunkRefused
-        node = loader.get_single_node()
-        size = loader.composed() + chunk_text.count("!")
-        if (
-            type(node) is not yaml.SequenceNode
-            or node.tag != _SEQ
-            or node.flow_style
-            or node.start_mark.column != 0
-            or len(node.value) != items
-        ):
-            raise ChunkRefused
-        return ListChunk(_build_tree(node, loader, 1, False), node.value, chunk_text, size)
-    except (yaml.YAMLError, _Fallback, RecursionError, ValueError, OverflowError) as exc:
-        raise ChunkRefused from exc
     finally:
         loader.dispose()
 
@@ -696,145 +548,3 @@ def _fast_reads(text: str) -> bool:
         and not _lenient(text)
         and not yaml.reader.Reader.NON_PRINTABLE.search(text)
     )
-
-
-# --- files ---------------------------------------------------------------------------------------
-
-
-def read_yaml_file(path: Path, rel: str, max_bytes: int) -> tuple[Any, Any]:
-    """``parse_yaml`` of a file, refused before reading when larger than ``max_bytes``.
-
-    Raises:
-        CorpusError: ``rel:line: what is wrong``, one line.
-    """
-    return parse_yaml_text(read_yaml_text(path, rel, max_bytes), rel)
-
-
-def read_yaml_text(path: Path, rel: str, max_bytes: int) -> str:
-    """A YAML file's text, refused before reading when larger than ``max_bytes``.
-
-    Raises:
-        CorpusError: ``rel: what is wrong`` (too large, not UTF-8, unreadable), one line.
-    """
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise CorpusError(
-                f"file is {size / (1 << 20):.1f} MB, more than the {max_bytes / (1 << 20):g} MB "
-                "limit; split it into several files",
-                path=rel,
-            )
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=rel) from None
-    except OSError as exc:
-        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=rel) from None
-
-
-def parse_yaml_text(text: str, rel: str) -> tuple[Any, Any]:
-    """``parse_yaml`` of the text of the file ``rel``.
-
-    Raises:
-        CorpusError: ``rel:line: what is wrong``, one line.
-    """
-    try:
-        return parse_yaml(text)
-    except YAMLInputError as exc:
-        raise CorpusError(exc.problem, path=rel, line=exc.line, column=exc.column) from None
-
-
-def find_yaml_files(directory: Path, root: Path, globs: Sequence[str]) -> list[Path]:
-    """Files matching ``globs`` under ``directory``, following symlinks that stay inside
-    ``root``; a symlink (to a file or a directory) that leaves it is refused, never loaded or
-    skipped silently.
-
-    Raises:
-        CorpusError: the first symlink leaving ``root``.
-    """
-    if not directory.is_dir():
-        return []
-    found: list[Path] = []
-    visited: set[Path] = set()
-    pending = [directory]
-    while pending:
-        current = pending.pop()
-        real = current.resolve()
-        if real in visited:  # a link cycle, or a folder linked twice
-            continue
-        visited.add(real)
-        for entry in sorted(current.iterdir()):
-            if entry.is_symlink():
-                target = entry.resolve()
-                if not target.is_relative_to(root):
-                    kind = "directory" if target.is_dir() else "file"
-                    raise CorpusError(
-                        f"symlinked {kind} leaves the corpus root (-> {target}); copy it in "
-                        "or link to something inside the root",
-                        path=_relative(entry, root),
-                    )
-            if entry.is_dir():
-                pending.append(entry)
-            elif entry.is_file() and any(entry.match(glob) for glob in globs):
-                found.append(entry)
-    return sorted(found)
-
-
-def node_line(node: Any, loc: Sequence[Any]) -> int | None:
-    """Line of the deepest YAML node reachable along ``loc`` (keys or list indices)."""
-    line = None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next(((k, v) for k, v in node.value if k.value == part), None)
-            if match is None:
-                return line
-            line = match[0].start_mark.line + 1
-            node = match[1]
-        elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
-        ):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
-
-
-def mapping_value(node: Any, key: str) -> Any:
-    """The value node of ``key`` in a mapping node (the first, as :func:`node_line` finds it),
-    or None."""
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            if k.value == key:
-                return v
-    return None
-
-
-def sequence_items(node: Any) -> list[Any]:
-    """The item nodes of a sequence node (none for anything else)."""
-    return node.value if isinstance(node, yaml.SequenceNode) else []
-
-
-def self_contained(text: str) -> bool:
-    """Whether every node of the document reads from its own text alone: no anchor (so no
-    alias, whose value is written elsewhere) and no directive (a %TAG handle is defined at the
-    top). Conservative: an '&' or a line starting with '%' inside a string counts too."""
-    return "&" not in text and not text.startswith("%") and "\n%" not in text
-
-
-def sequence_key(node: Any, text: str | None) -> tuple[int, str] | None:
-    """A sequence node's column and source text in ``text`` (None: no text, or not a
-    sequence). In a :func:`self_contained` document, nodes with equal keys read as equal
-    values: a block node's reading depends on its text and the columns in it, which its
-    start column fixes (the text before it on its first line is not part of it); a flow
-    node's on its text alone."""
-    if text is None or not isinstance(node, yaml.SequenceNode):
-        return None
-    start, end = node.start_mark, node.end_mark
-    return start.column, text[start.index : end.index]
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)

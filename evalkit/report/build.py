@@ -1,11 +1,9 @@
 r"""The comparison report: flips first, the aggregate last; the terminal and JSON renderings.
 
-Over 600 lines: building the `Report` and its terminal/JSON renderers are one module until
-presentation moves to ``evalkit/report/`` (issue 47).
-
-`build_report` gathers everything shown about a pair of runs into a `Report`; the renderers are
-plain functions of it: `render_terminal` / `to_text` and `to_json` here, `evalkit.report.html`
-(the page), `evalkit.report.markdown` (the pull-request comment), `evalkit.report.junit`.
+`build_report` gathers everything shown about a pair of runs into a `Report` (each flipped
+case's evidence from `evalkit.report.case_details`); the renderers are plain functions of it:
+`render_terminal` / `to_text` and `to_json` here, `evalkit.report.html` (the page),
+`evalkit.report.markdown` (the pull-request comment), `evalkit.report.junit`.
 
 Text that came from a model, a corpus or a scorer reaches a terminal only through `inert`:
 escape sequences (``ESC[2J``, ``ESC]0;title``, a fake green "gate PASSED") are shown, never
@@ -40,7 +38,14 @@ from evalkit.compare.pass_rules import replay_table
 from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
 from evalkit.compare.usage_deltas import grew_most, usage_deltas, usage_tail
-from evalkit.compare.verdicts import replay_verdicts, usage_means, verdicts
+from evalkit.compare.verdicts import usage_means
+from evalkit.report.case_details import (
+    CaseDetail,
+    ScorerNote,
+    case_details,
+    failure_reasons,
+    trajectories,
+)
 from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, inert
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
@@ -49,31 +54,6 @@ _USAGE_COLS = ("metric", "baseline", "candidate", "change")
 #: Each gate status and its colour; any other status string renders in the last one.
 STATUS_COLORS = {"PASSED": "green", "BLOCKED": "red", "UNVERIFIED": "dark_orange",
                  "PASSED WITH OVERRIDE": "yellow", "COMPARE": "blue"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ScorerNote:
-    """What one scorer (or the runner) said about the replay shown; ``passed`` None = errored."""
-
-    scorer: str
-    passed: bool | None
-    score: float | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class CaseDetail:
-    """A flipped case: its input, both outputs and each scorer's reason on each side."""
-
-    case_id: str
-    tags: tuple[str, ...]
-    criticality: str
-    blocking: bool
-    input: str
-    base_output: str | None
-    cand_output: str | None
-    base_notes: tuple[ScorerNote, ...]
-    cand_notes: tuple[ScorerNote, ...]
 
 
 @dataclass(frozen=True)
@@ -268,89 +248,6 @@ class Report:
         return self.decision.blocking() if self.decision else ()
 
 
-def _input_text(raw: str | None) -> str:
-    try:
-        data = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        return raw or ""
-    if isinstance(data, dict) and data.get("messages"):
-        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in data["messages"])
-    return json.dumps(data.get("vars", data) if isinstance(data, dict) else data, sort_keys=True)
-
-
-def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
-    """Per case: the text of the first replay that agrees with the verdict, and its notes (a
-    rebaselined case's baseline side is the rebaseline run's)."""
-    run, v = (cmp.base, cmp.base_verdicts) if side == "base" else (cmp.cand, cmp.cand_verdicts)
-    if side == "base" and cmp.rebaseline is not None:
-        again = set(cmp.paired.filter(pl.col("origin") == "rebaselined")["case_id"])
-        rb = cmp.rebaseline
-        rv = verdicts(rb.outputs, rb.scores, rb.cases)
-        return _shown_run(run, v, [i for i in ids if i not in again]) | _shown_run(
-            rb, rv, [i for i in ids if i in again]
-        )
-    return _shown_run(run, v, ids)
-
-
-def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
-    if not ids or not run.scores.columns:
-        return {}
-    mine = pl.col("case_id").is_in(ids)
-    out = run.outputs.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
-    sc = run.scores.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
-    agrees = (pl.col("passed") == pl.col("verdict")) | pl.col("verdict").is_null()
-    pick = (
-        replay_verdicts(out, sc)
-        .join(v.select("case_id", pl.col("passed").alias("verdict")), on="case_id")
-        .filter(agrees)
-        .group_by("case_id")
-        .agg(pl.col("replay").min())
-    )
-    text = pl.coalesce("text", pl.format("[provider error] {}", "error")).alias("text")
-    notes: dict[str, list[ScorerNote]] = {}
-    for r in out.join(pick, on=["case_id", "replay"]).iter_rows(named=True):
-        if r["fail_reason"]:
-            notes[r["case_id"]] = [ScorerNote("runner", False, None, r["fail_reason"])]
-    for r in sc.join(pick, on=["case_id", "replay"]).sort("scorer_index").iter_rows(named=True):
-        passed = None if r["error"] else r["passed"]
-        note = ScorerNote(r["scorer"], passed, r["score"], r["reason"] or "")
-        notes.setdefault(r["case_id"], []).append(note)
-    texts = out.join(pick, on=["case_id", "replay"]).select("case_id", text).iter_rows()
-    return {case: (t, tuple(notes.get(case, ()))) for case, t in texts}
-
-
-def _details(cmp: Comparison, frame: pl.DataFrame, blocking: set[str]) -> tuple[CaseDetail, ...]:
-    ids = frame["case_id"].to_list()
-    inputs = dict(
-        cmp.cand.cases.filter(pl.col("case_id").is_in(ids)).select("case_id", "input").rows()
-    )
-    base, cand = _shown(cmp, "base", ids), _shown(cmp, "cand", ids)
-    out = []
-    for case, tags, crit in frame.select("case_id", "tags", "criticality").iter_rows():
-        b_text, b_notes = base.get(case, (None, ()))
-        c_text, c_notes = cand.get(case, (None, ()))
-        text = _input_text(inputs.get(case))
-        about = (tuple(tags or ()), crit, case in blocking, text)
-        out.append(CaseDetail(case, *about, b_text, c_text, b_notes, c_notes))
-    return tuple(out)
-
-
-def _reasons(run: Any, ids: list[str]) -> dict[str, str]:
-    """Per case: what failed it in ``run`` (failing or undecided scorers, the runner, the
-    provider), each distinct reason once, in scorer order."""
-    mine = pl.col("case_id").is_in(ids)
-    failing = mine & ((pl.col("passed") == False) | pl.col("error").fill_null(False))  # noqa: E712
-    scored = run.scores.filter(failing).sort("case_id", "replay", "scorer_index")
-    said = [scored.select("case_id", pl.format("{}: {}", "scorer", pl.col("reason").fill_null("")))]
-    out = run.outputs.filter(mine)
-    for col, fmt in (("error", "provider error: {}"), ("fail_reason", "runner: {}")):
-        if col in out.columns:
-            said.append(out.select("case_id", pl.format(fmt, col)))
-    rows = pl.concat([f.rename({f.columns[1]: "why"}) for f in said]).drop_nulls()
-    grouped = rows.unique(maintain_order=True).group_by("case_id", maintain_order=True)
-    return dict(grouped.agg(pl.col("why").str.join("; ")).iter_rows())
-
-
 def _leaves(a: Any, b: Any, path: str) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         return [
@@ -393,8 +290,8 @@ def build_report(
     base_use, cand_use = usage_means(cmp.base_verdicts), usage_means(cmp.cand_verdicts)
     return Report(
         cmp.base.run_id, cmp.cand.run_id, cmp.base.label, cmp.cand.label, decision,
-        _details(cmp, broken.head(max_details), blocking),
-        _details(cmp, fixed.head(max_details), blocking), broken.height, fixed.height,
+        case_details(cmp, broken.head(max_details), blocking),
+        case_details(cmp, fixed.head(max_details), blocking), broken.height, fixed.height,
         slices(live, iters, seed, level), slices(p.filter(held), iters, seed, level),
         p.select("case_id", "tags", "criticality", "sealed", "base", "cand", "base_error",
                  "cand_error"),
@@ -403,7 +300,7 @@ def build_report(
         tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
         cmp.changes, {k: (base_use[k], cand_use[k]) for k in base_use}, cmp.manifest_diff,
         str((cmp.cand.manifest or {}).get("suite") or "evalkit"),
-        _reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
+        failure_reasons(cmp.cand, p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()),
         _manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
         usage_deltas=usage_deltas(
@@ -411,7 +308,7 @@ def build_report(
             level=decision.policy.interval_level() if decision else 0.95,
         ),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
-        grew_most=_trajectories(
+        grew_most=trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
         ),
         **_replay_fields(cmp, decision), level=level,
@@ -432,29 +329,6 @@ def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, 
     k = min(replays)
     table = replay_table(cmp.base_verdicts, cmp.cand_verdicts, k) if k > 1 else None
     return {"replays": replays, "pass_rule": rule, "replay_slices": table}
-
-
-def _trajectories(
-    cmp: Comparison, cases: list[tuple[str, float, float]]
-) -> tuple[tuple[str, float, float, str, str], ...]:
-    """The grown cases with each side's tool calls (names, in order), replay 0."""
-
-    def calls(outputs: pl.DataFrame, case_id: str) -> str:
-        row = outputs.filter((pl.col("case_id") == case_id) & (pl.col("replay") == 0))
-        if row.is_empty() or "tool_calls" not in row.columns:
-            return ""
-        try:
-            made = json.loads(row["tool_calls"][0] or "[]")
-        except (TypeError, ValueError):
-            return ""
-        names = [str((c.get("function") or {}).get("name") or c.get("name") or "?") for c in made
-                 if isinstance(c, dict)]  # fmt: skip
-        return " → ".join(names) or "(no tool calls)"
-
-    return tuple(
-        (case, b, c, calls(cmp.base.outputs, case), calls(cmp.cand.outputs, case))
-        for case, b, c in cases
-    )
 
 
 def _original_ids(live: pl.DataFrame) -> list[str]:

@@ -1,7 +1,7 @@
 """Fail fast on a dead endpoint: before the first case, is anything listening there?
 
 A wrong ``base_url`` used to cost every case its full retry schedule (connection refused is
-retried: 105 requests and ~30 s for 21 cases) before an all-errored summary. One TCP connection
+retried) before an all-errored summary. One TCP connection
 per endpoint, at most ``timeout_s`` each, answers the question first: when no endpoint of the
 system accepts one, the run stops before anything is recorded, with the cause and the fix. It
 sends no request (nothing is asked, nothing is paid), and it stands aside where it could be

@@ -34,8 +34,8 @@ class Progress:
     otherwise.
 
     Completions are counted in plain ints and handed to rich at most every ``UPDATE_S`` seconds
-    (it redraws 4 times a second anyway): a rich update per completion cost about 2% of a
-    CPU-bound run.
+    (it redraws 4 times a second anyway): a rich update per completion was a visible share of
+    a CPU-bound run.
     """
 
     UPDATE_S = 0.2

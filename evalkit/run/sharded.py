@@ -3,7 +3,7 @@ of a Ray task. Nothing here opens DuckDB.
 
 A shard records the run's manifest and its share of the cases under the parts root, then
 runs its chunks one after another through the runner's own loop
-(:func:`evalkit.run.runner.execute_work`), each into a :class:`PartSink` that writes the
+(:func:`evalkit.run.execution.execute_work`), each into a :class:`PartSink` that writes the
 chunk's parts when the chunk is done. Work already in committed parts is skipped, so re-running
 a killed shard with the same ``--run-id`` repeats at most the chunk it was in; ``evalkit
 merge`` then puts everything into the store.

@@ -70,7 +70,7 @@ class WrittenCounts:
     cost_cached_usd: float = 0.0
     latency_ms: float = 0.0  # summed: the mean is latency_ms / outputs
     # Outputs of replay 0: the run's distinct cases, since a fresh run asks every case's
-    # replay 0 (a set of the ids would hold ~40 B a case)
+    # replay 0 (a count, not a set of the ids, which would grow with the corpus)
     first_replays: int = 0
     # cause -> outputs, with the store's wording and the store's redaction of key-shaped text
     error_causes: Counter[str] = field(default_factory=Counter)

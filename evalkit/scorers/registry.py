@@ -282,7 +282,8 @@ def factory_signature(factory: Callable[..., ScoreFn]) -> inspect.Signature:
 
 #: Bound built-in deterministic scorers without file arguments, shared by every case that
 #: names the same scorer with the same arguments: a corpus repeats a few ``expect`` entries
-#: over thousands of cases, and each bound copy cost a signature check and ~1 KiB per case.
+#: over thousands of cases, and a bound copy per case would repeat its signature check and
+#: hold its own arguments.
 _SHARED: dict[tuple[ScorerDef, str], Scorer] = {}
 _SHARED_MAX = 4096
 

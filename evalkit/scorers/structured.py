@@ -180,10 +180,10 @@ def numeric_close(
 
 
 def _jsonschema() -> ModuleType:
-    """jsonschema, imported when a ``json_schema`` scorer is first bound (~20 ms, ~3 MiB that a
-    corpus without one never pays).
+    """jsonschema, imported when a ``json_schema`` scorer is first bound (an import a corpus
+    without one never pays).
 
-    jsonschema imports the optional rfc3987_syntax (a Lark grammar built at import: 2-5 s here)
+    jsonschema imports the optional rfc3987_syntax (a Lark grammar built at import, seconds)
     only to check the "iri" format, which this scorer never asserts (formats are annotations,
     see json_schema). Marking it unavailable keeps every `evalkit` command and notebook kernel
     fast.

@@ -16,9 +16,9 @@ global numpy RNG is never used. One module per concept:
 - `evalkit.stats.agreement`: `cohen_kappa(_ci)`, `krippendorff_alpha`, `fleiss_kappa`.
 
 Every name is re-exported here: ``from evalkit import stats; stats.mcnemar_exact(4, 0)``. The
-submodules load on first use (scipy.special takes ~0.2 s and scipy.optimize ~0.1 s more), so a
+submodules load on first use (scipy.special and scipy.optimize are slow imports), so a
 command that only needs ``exact_min_flips`` (``evalkit run``'s policy check) never loads scipy.
-None of them loads scipy.stats (~0.2 s more): `evalkit.stats._dist` computes the few
+None of them loads scipy.stats (slower still): `evalkit.stats._dist` computes the few
 distribution functions they use from scipy.special, exactly where counts allow.
 
 >>> from evalkit.stats import mcnemar_exact, paired_diff_interval

@@ -13,10 +13,12 @@ Alternative = Literal["greater", "less", "two-sided"]
 Sides = Literal["one-sided", "two-sided"]
 Seed = int | np.random.Generator
 Array = npt.ArrayLike
-CHUNK_ELEMS = 1 << 22  # resampled values held at once (~32 MB of float64)
-#: Case indices drawn at once by the index bootstrap: 4 MB of int32, reused by the allocator
-#: chunk after chunk (at 1 << 22 each chunk was mapped and unmapped, a third of the time in
-#: page faults) and kept in cache while gathered.
+#: Resampled values held at once: bounds a bootstrap's memory whatever the number of resamples
+#: and cases, in chunks large enough that numpy's per-call cost is spread thin.
+CHUNK_ELEMS = 1 << 22
+#: Case indices drawn at once by the index bootstrap: small enough that the allocator reuses
+#: the same block chunk after chunk (a block as large as CHUNK_ELEMS was mapped and unmapped
+#: each time, and the page faults dominated) and that it stays in cache while gathered.
 INDEX_CHUNK_ELEMS = 1 << 20
 
 

@@ -1,9 +1,8 @@
 """The distribution functions the statistics use, from `scipy.special` rather than `scipy.stats`.
 
-Importing `scipy.stats` costs ~0.2 s of CPU and ~30 MiB of memory on top of `scipy.special` and
-`scipy.optimize` (its hundred distributions and their docstrings; 108 MiB resident against 76),
-which every gate, ``evalkit compare`` and notebook kernel paid for a few quantiles and binomial
-tails. Here:
+Importing `scipy.stats` costs CPU and memory well beyond `scipy.special` and `scipy.optimize`
+(its hundred distributions and their docstrings), which every gate, ``evalkit compare`` and
+notebook kernel paid for a few quantiles and binomial tails. Here:
 
 - the normal, t and beta functions are the `scipy.special` calls that `scipy.stats` itself makes
   (`ndtr`, `ndtri`, `stdtr`, `stdtrit`, `betainccinv`), and for the beta quantile `betaincinv`,

@@ -2,7 +2,7 @@
 
 DuckDB scans a Polars frame by converting it with pyarrow, but an object exposing nothing except
 ``__arrow_c_stream__`` it reads itself, with no pyarrow at all: writing to the store never
-imports pyarrow (an optional extra, ~170 MB; ~20 ms at start-up).
+imports pyarrow (an optional extra, and a large import for a short run).
 
 Examples:
     >>> import duckdb, polars as pl

@@ -1,4 +1,5 @@
-"""Managing the response cache: what it holds, how often runs were served from it, and pruning.
+"""The response cache: getting and putting responses, what it holds, how often runs were
+served from it, and pruning.
 
 The cache is a table of (key, response, created_at); a key is a hash of everything that shaped
 the request (`evalkit.run.cache.cache_key`), so it names no suite. What a suite got from the
@@ -9,8 +10,13 @@ run outputs and scores are never touched, so every report stays as it was.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+
+from evalkit.store.schema import CACHE_COLUMNS, Columns
+from evalkit.store.scrub import scrub_json
+from evalkit.store.transaction import serialized
 
 if TYPE_CHECKING:
     import duckdb
@@ -28,6 +34,36 @@ class CacheRecords:
 
     _frame: Callable[..., pl.DataFrame]
     _transaction: Callable[..., Any]
+    _insert: Callable[[str, Columns, dict[str, str]], None]
+    _lock: threading.RLock
+
+    # -- keyed by provider, model, rendered request, sampling and replay index --------------
+
+    @serialized
+    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        rows = self._con.execute(
+            "SELECT c.cache_key, c.response FROM response_cache c "
+            "JOIN (SELECT UNNEST(?::VARCHAR[]) AS cache_key) w USING (cache_key)",
+            [wanted],
+        ).fetchall()
+        return dict(rows)
+
+    @serialized
+    def cache_put(self, entries: dict[str, str]) -> None:
+        if not entries:
+            return
+        rows: Columns = {
+            "cache_key": list(entries),
+            "response": [scrub_json(v) for v in entries.values()],
+            "created_at": [dt.datetime.now(dt.UTC)] * len(entries),
+        }
+        with self._transaction():
+            self._insert("response_cache", rows, CACHE_COLUMNS)
+
+    # -- managing the cache -----------------------------------------------------------------
 
     def cache_stats(self) -> dict[str, Any]:
         """Entries, their total size in bytes, the oldest and newest entry. (``strlen`` counts a

@@ -1,15 +1,19 @@
 """The DuckDB store: schema, batched writes, and read helpers that return Polars frames.
 
-It is one class over one connection and one writer lock, so its core reads and writes stay
-together here (~500 lines); the judges' tables, the people's decisions and the secret scrubbing
-live in :mod:`~evalkit.store.judgments`, :mod:`~evalkit.store.decisions` and
-:mod:`~evalkit.store.scrub`.
+It is one class over one connection and one writer lock: opening, the lifecycle and a run's
+writes stay here; the methods of the other tables are mixed in from their own modules: reading
+runs (:mod:`~evalkit.store.reads`), rows copied in (:mod:`~evalkit.store.row_import`), flake
+lists (:mod:`~evalkit.store.flakes`), the response cache (:mod:`~evalkit.store.cache_records`),
+the judges' tables (:mod:`~evalkit.store.judgments`), the people's decisions
+(:mod:`~evalkit.store.decisions`), pinned exams (:mod:`~evalkit.store.exams`) and the gate log
+(:mod:`~evalkit.store.gate_log`). Transactions are :mod:`~evalkit.store.transaction`'s; secret
+scrubbing is :mod:`~evalkit.store.scrub`'s.
 
 Only this module writes SQL. Writes are batched (one insert per table per flush, inside one
 transaction), so a crash loses at most the batch in flight and never leaves half a batch behind.
 A run's batches are plain column lists, inserted as one ``UNNEST`` of list parameters per table,
-so ``evalkit run`` never imports Polars (about 35 MiB and 0.1 s); frames (rescoring, merging,
-imports) go in through their Arrow C stream, and reads return Polars frames except
+so ``evalkit run`` never imports Polars (a large import for a short run); frames (rescoring,
+merging, imports) go in through their Arrow C stream, and reads return Polars frames except
 :meth:`Store.records`, which returns plain rows for the run path.
 
 One writer, many readers: a writing store holds an exclusive lock on ``<db>.lock`` for its whole
@@ -35,12 +39,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import difflib
 import functools
 import json
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -50,14 +53,17 @@ import duckdb
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.store.arrow_stream import ArrowStream
+from evalkit.store.batches import BatchIO
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
+from evalkit.store.flakes import FlakeRecords
 from evalkit.store.gate_log import GateLog
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
+from evalkit.store.reads import RunReads
+from evalkit.store.row_import import RowImports
 from evalkit.store.schema import (
-    CACHE_COLUMNS,
     CASE_COLUMNS,
     DDL,
     HISTORY_DDL,
@@ -68,11 +74,11 @@ from evalkit.store.schema import (
     case_columns,
     initial_scoring_id,
 )
-from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
+from evalkit.store.scrub import scrub_outputs, scrub_scores
+from evalkit.store.transaction import Transaction, serialized
 
 if TYPE_CHECKING:
     import polars as pl
-    import pyarrow as pa
 
 DEFAULT_DB = Path("data/evalkit.duckdb")
 #: A read-only open retries this long at least: a running writer holds the file only while it
@@ -181,21 +187,17 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _serialized(
-    method: Callable[Concatenate[Store, _P], _R],
-) -> Callable[Concatenate[Store, _P], _R]:
-    """Run ``method`` holding the store's lock: the runner writes batches from a worker thread
-    (so the event loop keeps serving requests) while the loop may read the response cache."""
-
-    @functools.wraps(method)
-    def locked(self: Store, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return locked
-
-
-class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog):
+class Store(
+    RunReads,
+    RowImports,
+    FlakeRecords,
+    DecisionRecords,
+    JudgmentRecords,
+    CacheRecords,
+    ExamRecords,
+    GateLog,
+    BatchIO,
+):
     """A DuckDB-backed results store. Use :func:`open_store` to get one."""
 
     def __init__(
@@ -209,15 +211,15 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
         self._conn: duckdb.DuckDBPyConnection | None = con
         self.read_only = read_only
         self._writer_lock = writer_lock
-        self._lock = threading.RLock()  # see _serialized
+        self._lock = threading.RLock()  # see serialized
         self._read_wait_s = READ_RETRY_S  # a read-only store's retry on each reopen
         self._calls = 0  # public calls in progress (a read-only store lets go at zero)
         self._opened = 0  # times the file was opened (tests count it)
         con.execute("SET TimeZone = 'UTC'")
         if not read_only:
-            # One transaction, not a commit per statement: a new store's ~30 statements cost
-            # ~8 ms so, ~70 ms one by one (each commit writes and syncs the WAL). The history
-            # tables too, so a run's finish (record_history) creates none.
+            # One transaction, not a commit per statement: each commit writes and syncs the
+            # WAL, so creating a new store's tables one by one cost several times as much. The
+            # history tables too, so a run's finish (record_history) creates none.
             with self._transaction():
                 con.execute(DDL + HISTORY_DDL)
 
@@ -231,7 +233,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
         assert self._conn is not None
         return self._conn
 
-    @_serialized
+    @serialized
     def release(self) -> None:
         """Close the DuckDB file but keep the writer lock: readers may open it until the next
         use of this store reopens it. Cheap to call when already released.
@@ -249,7 +251,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
                     con.execute("PRAGMA disable_checkpoint_on_shutdown")
             con.close()
 
-    @_serialized
+    @serialized
     def reopen(self, wait_s: float = 0.0) -> bool:
         """Reopen a released store; False when readers still hold the file after ``wait_s``
         (``wait_s`` 0: one try, for a caller that can try again later)."""
@@ -266,7 +268,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
         self._opened += 1
         return True
 
-    @_serialized
+    @serialized
     def close(self) -> None:
         """Close the store (a writer checkpoints its WAL into the file) and let go of the lock."""
         if self._conn is None and not self.read_only and self._wal().exists():
@@ -309,8 +311,8 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
                     redact_known(json.dumps(manifest)),
                 ],
             )
-            # In slices: the column lists of 100k cases at once, and DuckDB's copy of them,
-            # were the peak of a whole run's memory (+260 MiB over the corpus itself).
+            # In slices: the column lists of a whole large corpus at once, and DuckDB's copy
+            # of them, were the peak of a whole run's memory.
             for start in range(0, len(cases), CASE_ROWS_PER_INSERT):
                 chunk = cases[start : start + CASE_ROWS_PER_INSERT]
                 self._insert("cases", case_columns(run_id, chunk), CASE_COLUMNS)
@@ -321,7 +323,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
             )
         return run_id
 
-    @_serialized
+    @serialized
     def write_results(
         self, outputs: Columns | pl.DataFrame, scores: Columns | pl.DataFrame
     ) -> None:
@@ -467,342 +469,6 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
             )
         return int(count)
 
-    def save_flakes(self, config_hash: str, flakes: pl.DataFrame) -> None:
-        """Store one flake measurement (columns case_id, tags, runs, flips, flake_rate, and
-        case_hash: the hash of each case version measured; NULL when the frame has none)."""
-        import polars as pl
-
-        from evalkit.provenance import current_writer
-
-        case_hash = pl.col("case_hash") if "case_hash" in flakes.columns else pl.lit(None)
-        written_by = current_writer().to_json()
-        frame = flakes.select(
-            pl.lit(config_hash).alias("config_hash"),
-            pl.lit(_now()).dt.cast_time_unit("us").alias("measured_at"),
-            "case_id",
-            pl.col("tags").cast(pl.List(pl.String)),
-            pl.col("runs").cast(pl.Int32),
-            pl.col("flips").cast(pl.Int32),
-            pl.col("flake_rate").cast(pl.Float64),
-            case_hash.cast(pl.String).alias("case_hash"),
-            pl.lit(written_by, pl.String).alias("written_by"),
-        )
-        with self._transaction():
-            self._append("flakes", frame)
-
-    @_serialized
-    def import_rows(
-        self,
-        tables: Mapping[str, pa.Table | pl.DataFrame],
-        *,
-        replace_on: Mapping[str, Sequence[str]] | None = None,
-    ) -> dict[str, int]:
-        """Insert whole rows into evalkit's tables, every table in one transaction (all land
-        or none): rows copied from another store, as ``evalkit pull`` brings them from the
-        team's shared store. Rows go in as given (the caller leaves out those the store
-        holds already); returns how many went into each table.
-
-        Each frame (Polars or Arrow) has exactly its table's columns, in any order; values
-        are cast to the column types as an insert casts them. With ``replace_on[table]``
-        (column names), stored rows equal to an imported row on those columns (nulls equal)
-        are deleted first, in the same transaction: a newer copy replaces the older one.
-
-        Raises:
-            StoreError: a read-only store; an unknown table; a frame with a missing or an
-                extra column, or ``replace_on`` naming a column the table lacks; a value its
-                column's type refuses. Nothing is written then.
-
-        Examples:
-            >>> import tempfile, polars as pl
-            >>> tmp = tempfile.TemporaryDirectory()
-            >>> store = open_store(f"{tmp.name}/s.duckdb", write=True)
-            >>> rows = pl.DataFrame({"cache_key": ["k1"], "response": ["{}"],
-            ...                      "created_at": [dt.datetime.now(dt.UTC)]})
-            >>> store.import_rows({"response_cache": rows})
-            {'response_cache': 1}
-            >>> store.import_rows({"response_cache": rows.drop("created_at")})
-            Traceback (most recent call last):
-            ...
-            evalkit.errors.StoreError: ...: missing column created_at (the table has ...)
-            >>> store.close(); tmp.cleanup()
-        """
-        import polars as pl
-
-        from evalkit.store.schema import known_tables
-
-        if self.read_only:
-            raise StoreError(f"{self.path}: opened read-only; cannot import rows")
-        known = known_tables()
-        replace_on = dict(replace_on or {})
-        frames: dict[str, pl.DataFrame] = {}
-        for name, given in tables.items():
-            if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise StoreError(f"{self.path}: cannot import into {name!r}: no such table{hint}")
-            columns = {**known[name][0], **known[name][1]}
-            frame = given if isinstance(given, pl.DataFrame) else pl.from_arrow(given)
-            assert isinstance(frame, pl.DataFrame)
-            missing = [c for c in columns if c not in frame.columns]
-            extra = [c for c in frame.columns if c not in columns]
-            unknown_key = [c for c in replace_on.get(name, ()) if c not in columns]
-            for what, names in (("missing", missing), ("extra", extra),
-                                ("replace_on names no", unknown_key)):  # fmt: skip
-                if names:
-                    plural = "s" if len(names) > 1 else ""
-                    raise StoreError(
-                        f"{self.path}: cannot import into {name}: {what} column{plural} "
-                        f"{', '.join(names)} (the table has {', '.join(columns)})"
-                    )
-            frames[name] = frame.select(list(columns))
-        unexpected = sorted(set(replace_on) - set(frames))
-        if unexpected:
-            raise StoreError(f"{self.path}: replace_on names {unexpected[0]}, not imported")
-        imported: dict[str, int] = {}
-        try:
-            with self._transaction():
-                for name, frame in frames.items():
-                    imported[name] = frame.height
-                    if not frame.height:
-                        continue
-                    if replace_on.get(name):
-                        self._delete_matching(name, frame, replace_on[name])
-                    self._append(name, frame)
-        except duckdb.Error as exc:  # a value its column refuses: rolled back whole
-            raise StoreError(
-                f"{self.path}: cannot import rows: {str(exc).splitlines()[0]}"
-            ) from None
-        return imported
-
-    def _delete_matching(self, table: str, frame: pl.DataFrame, on: Sequence[str]) -> None:
-        """Delete ``table``'s rows equal to a row of ``frame`` on columns ``on`` (nulls
-        equal), inside the caller's transaction."""
-        name = f"_import_{table}"
-        self._con.register(name, ArrowStream(frame.select(list(on)).unique()))
-        try:
-            same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM n.{c}" for c in on)
-            self._con.execute(
-                f"DELETE FROM {table} t WHERE EXISTS (SELECT 1 FROM {name} n WHERE {same})"
-            )
-        finally:
-            self._con.unregister(name)
-
-    # -- cache (keyed by provider, model, rendered request, sampling and replay index) --------
-
-    @_serialized
-    def cache_get(self, keys: Iterable[str]) -> dict[str, str]:
-        wanted = list(dict.fromkeys(keys))
-        if not wanted:
-            return {}
-        rows = self._con.execute(
-            "SELECT c.cache_key, c.response FROM response_cache c "
-            "JOIN (SELECT UNNEST(?::VARCHAR[]) AS cache_key) w USING (cache_key)",
-            [wanted],
-        ).fetchall()
-        return dict(rows)
-
-    @_serialized
-    def cache_put(self, entries: dict[str, str]) -> None:
-        if not entries:
-            return
-        rows: Columns = {
-            "cache_key": list(entries),
-            "response": [scrub_json(v) for v in entries.values()],
-            "created_at": [_now()] * len(entries),
-        }
-        with self._transaction():
-            self._insert("response_cache", rows, CACHE_COLUMNS)
-
-    # -- reads ------------------------------------------------------------------------------
-
-    def runs(self) -> pl.DataFrame:
-        return self._frame(
-            "SELECT run_id, label, created_at, finished_at, config_hash, status, manifest, summary "
-            "FROM runs ORDER BY created_at"
-        )
-
-    def resolve_run(self, ref: str) -> str:
-        """A run id from an id, a unique id prefix, a label that names one run, or
-        ``label@latest`` (the newest run with that label). A label that several runs carry
-        resolves to its one *complete* run when exactly one is complete: a run that failed or
-        was killed does not capture the label of the run it was meant to replace.
-
-        Raises:
-            StoreError: no such run, or a label or prefix that names several runs (listed).
-        """
-        label, latest = (ref[: -len("@latest")], True) if ref.endswith("@latest") else (ref, False)
-        exact = self._con.execute("SELECT run_id FROM runs WHERE run_id = ?", [ref]).fetchall()
-        if exact:
-            return exact[0][0]
-        rows = self._con.execute(
-            "SELECT run_id, created_at, status FROM runs WHERE label = ? ORDER BY created_at DESC",
-            [label],
-        ).fetchall()
-        complete = [r for r in rows if r[2] == "complete"]
-        if len(rows) > 1 and not latest and len(complete) == 1:
-            return complete[0][0]
-        if len(rows) > 1 and not latest:
-            listed = ", ".join(f"{r[0]} ({str(r[1])[:19]})" for r in rows[:5])
-            more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
-            raise StoreError(
-                f"label {label!r} names {len(rows)} runs: {listed}{more}; pass a run id, or "
-                f"{label}@latest for the newest"
-            )
-        if not rows:
-            rows = self._con.execute(
-                "SELECT run_id FROM runs WHERE run_id LIKE ? ORDER BY created_at DESC", [f"{ref}%"]
-            ).fetchall()
-            if len(rows) > 1:
-                raise StoreError(f"run {ref!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
-        if not rows:
-            labels = [
-                r[0]
-                for r in self._con.execute(
-                    "SELECT DISTINCT label FROM runs ORDER BY label"
-                ).fetchall()
-            ]
-            hint = difflib.get_close_matches(label, labels, n=1)
-            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-            known = f"; labels: {', '.join(labels[:20])}" if labels else "; the store has no runs"
-            raise StoreError(f"{self.path}: no run with id or label {ref!r}{suggestion}{known}")
-        return rows[0][0]
-
-    def manifest(self, run_id: str) -> dict[str, Any]:
-        rows = self._con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchall()
-        if not rows:
-            raise StoreError(f"{self.path}: no run {run_id!r}")
-        return json.loads(rows[0][0])
-
-    def run_status(self, run_id: str) -> str:
-        rows = self._con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()
-        if not rows:
-            raise StoreError(f"{self.path}: no run {run_id!r}")
-        return rows[0][0]
-
-    def cases(self, run_id: str) -> pl.DataFrame:
-        """The cases a run executed. After a rescore against edited expectations, ``case_hash``
-        is the hash the newest scoring scored against (the stored outputs are unchanged).
-        ``run_id`` may be a label (`resolve_run`), as for every per-run frame."""
-        run_id = self.resolve_run(run_id)
-        scoring_id = self.latest_scoring(run_id)
-        return self._frame(
-            "SELECT c.* REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) FROM cases c "
-            "LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
-            "WHERE c.run_id = ? ORDER BY c.case_id",
-            [scoring_id, run_id],
-        )
-
-    def outputs(self, run_id: str, *, ordered: bool = True) -> pl.DataFrame:
-        """A run's outputs by (case_id, replay); ``ordered=False``: in the order they were
-        written, skipping a sort that costs more than the read at a million rows (the
-        analysis groups them itself). ``run_id`` may be a label: an unknown one is an error,
-        never an empty frame."""
-        run_id = self.resolve_run(run_id)
-        order = " ORDER BY case_id, replay" if ordered else ""
-        return self._frame(f"SELECT * FROM outputs WHERE run_id = ?{order}", [run_id])
-
-    def scores(
-        self, run_id: str, scoring_id: str | None = None, *, ordered: bool = True
-    ) -> pl.DataFrame:
-        """Long scores of a run: the newest scoring unless ``scoring_id`` is given, by
-        (case_id, replay, scorer_index); ``ordered=False``: in the order they were written."""
-        run_id = self.resolve_run(run_id)
-        scoring_id = scoring_id or self.latest_scoring(run_id)
-        order = " ORDER BY case_id, replay, scorer_index" if ordered else ""
-        return self._frame(
-            f"SELECT * FROM scores WHERE run_id = ? AND scoring_id = ?{order}",
-            [run_id, scoring_id],
-        )
-
-    def latest_scoring(self, run_id: str) -> str:
-        rows = self._con.execute(
-            "SELECT scoring_id FROM scorings WHERE run_id = ? ORDER BY created_at DESC, scoring_id "
-            "DESC LIMIT 1",
-            [run_id],
-        ).fetchall()
-        return rows[0][0] if rows else initial_scoring_id(run_id)
-
-    def scorings(self, run_id: str) -> pl.DataFrame:
-        return self._frame("SELECT * FROM scorings WHERE run_id = ? ORDER BY created_at", [run_id])
-
-    def completed(self, run_id: str) -> set[tuple[str, int]]:
-        """(case_id, replay) pairs already stored for a run (what --resume skips)."""
-        rows = self._con.execute(
-            "SELECT case_id, replay FROM outputs WHERE run_id = ?", [run_id]
-        ).fetchall()
-        return {(c, int(r)) for c, r in rows}
-
-    def latest_flakes(self, config_hash: str) -> pl.DataFrame:
-        """The newest flake measurement of a configuration (``case_hash`` NULL where it was
-        measured before evalkit recorded one)."""
-        return self._frame(
-            f"SELECT case_id, tags, runs, flips, flake_rate, measured_at, {self._flake_hash()} "
-            "FROM flakes WHERE config_hash = ? AND measured_at = (SELECT max(measured_at) "
-            "FROM flakes WHERE config_hash = ?) ORDER BY case_id",
-            [config_hash, config_hash],
-        )
-
-    def flake_measurements(self, config_hashes: Sequence[str]) -> pl.DataFrame:
-        """Every stored flake row of these configurations, newest first, with columns
-        ``config_hash, measured_at, case_id, case_hash, runs, flips, flake_rate, written_by``
-        (``case_hash`` NULL where it was measured before evalkit recorded one; ``written_by``,
-        `evalkit.provenance.Writer` JSON, NULL where it was measured before evalkit recorded
-        who measured it)."""
-        written_by = (
-            "written_by"
-            if self._has_column("flakes", "written_by")
-            else "CAST(NULL AS VARCHAR) AS written_by"
-        )
-        return self._frame(
-            f"SELECT config_hash, measured_at, case_id, {self._flake_hash()}, runs, flips, "
-            f"flake_rate, {written_by} FROM flakes "
-            "WHERE config_hash IN (SELECT UNNEST(?::VARCHAR[])) "
-            "ORDER BY measured_at DESC, config_hash, case_id",
-            [list(config_hashes)],
-        )
-
-    def _flake_hash(self) -> str:
-        """The flakes' ``case_hash`` column, or NULL in an older store opened read-only."""
-        if self._has_column("flakes", "case_hash"):
-            return "case_hash"
-        return "CAST(NULL AS VARCHAR) AS case_hash"
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
-        """Run a read-only SQL query and return a Polars frame (for notebooks)."""
-        return self._frame(sql, list(params))
-
-    def records(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Run a read-only SQL query and return its rows as dicts, without Polars (the run
-        path's summary uses it).
-
-        Examples:
-            >>> store.records("SELECT count(*) AS n FROM runs")  # doctest: +SKIP
-            [{'n': 2}]
-        """
-        result = self._con.execute(sql, list(params))
-        names = [column[0] for column in result.description]
-        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
-
-    def _has_column(self, table: str, column: str) -> bool:
-        """False for a store created before the column existed and opened read-only."""
-        rows = self._con.execute(
-            "SELECT count(*) FROM information_schema.columns WHERE table_name = ? "
-            "AND column_name = ?",
-            [table, column],
-        ).fetchall()
-        return bool(rows[0][0])
-
-    def has_table(self, name: str) -> bool:
-        """Whether the store has table ``name`` (a store of an older evalkit may lack one)."""
-        return self._has_table(name)
-
-    def _has_table(self, name: str) -> bool:
-        """False for a store created before the table existed and opened read-only."""
-        rows = self._con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-        ).fetchall()
-        return bool(rows[0][0])
-
     # -- internals --------------------------------------------------------------------------
 
     def _frame(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
@@ -813,7 +479,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
 
     def _insert(self, table: str, rows: Columns, types: dict[str, str]) -> None:
         """Insert column lists: one list parameter per column, unnested side by side (DuckDB
-        converts each list in C; ``executemany`` would bind row by row, ~50x slower).
+        converts each list in C; ``executemany`` would bind row by row, in Python).
 
         Every column of ``types`` must be present, all of the same length.
         """
@@ -831,7 +497,7 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
     def _append(self, table: str, frame: pl.DataFrame) -> None:
         name = f"_batch_{table}"
         # Through the Arrow C stream, not ``frame.to_arrow()``: DuckDB reads the capsule
-        # itself, so writing never imports pyarrow (~40 MiB and ~20 ms at start-up).
+        # itself, so writing never imports pyarrow (a large import for a short run).
         self._con.register(name, ArrowStream(frame))
         try:
             columns = ", ".join(frame.columns)
@@ -839,13 +505,13 @@ class Store(DecisionRecords, JudgmentRecords, CacheRecords, ExamRecords, GateLog
         finally:
             self._con.unregister(name)
 
-    def _transaction(self) -> _Transaction:
+    def _transaction(self) -> Transaction:
         if self.read_only:  # DuckDB's own refusal does not say how to open for writing
             raise StoreError(
                 f"{self.path}: this store was opened for reading; to write, open it with "
                 "open_store(path, write=True)"
             )
-        return _Transaction(self._con, self.path)
+        return Transaction(self._con, self.path)
 
 
 _LIFECYCLE = frozenset({"release", "reopen", "close"})
@@ -884,60 +550,3 @@ def _wrap_public_methods(cls: type[Store]) -> None:
 
 
 _wrap_public_methods(Store)
-
-
-#: What DuckDB says when the file system refused a write (it raises an ``IOException``, or a
-#: ``TransactionException`` when the refused write was the commit's own WAL append).
-_IO_WORDS = (
-    "No space left on device",
-    "Disk quota exceeded",
-    "Read-only file system",
-    "Input/output error",
-    "Could not write file",
-)
-
-
-def _is_io_failure(exc: BaseException) -> bool:
-    """An error of the file system under the store (disk full, read-only, I/O), not of SQL."""
-    if isinstance(exc, OSError | duckdb.IOException):
-        return True
-    return isinstance(exc, duckdb.Error) and any(word in str(exc) for word in _IO_WORDS)
-
-
-def io_reason(exc: BaseException) -> str:
-    """The cause of a refused write in one line: ``disk full (No space left on device)``.
-
-    Examples:
-        >>> io_reason(OSError(28, "No space left on device"))
-        'disk full (No space left on device (ENOSPC))'
-    """
-    text = os_reason(exc) if isinstance(exc, OSError) else str(exc).strip().splitlines()[0]
-    if "No space left on device" in text or "Disk quota exceeded" in text:
-        return f"disk full ({text.split(': ')[-1] if not isinstance(exc, OSError) else text})"
-    return text
-
-
-class _Transaction:
-    """One transaction; an OS error writing the file (disk full, read-only) becomes a one-line
-    StoreError naming it, with the transaction rolled back."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path) -> None:
-        self._con = con
-        self._path = path
-
-    def __enter__(self) -> None:
-        self._con.execute("BEGIN TRANSACTION")
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, *rest: object) -> None:
-        if exc is None:
-            try:
-                self._con.execute("COMMIT")
-                return
-            except (duckdb.Error, OSError) as failed:
-                if not _is_io_failure(failed):
-                    raise
-                exc = failed
-        with contextlib.suppress(duckdb.Error):  # a failed COMMIT has rolled back already
-            self._con.execute("ROLLBACK")
-        if exc is not None and _is_io_failure(exc):
-            raise StoreError(f"{self._path}: cannot write the store: {io_reason(exc)}") from None

@@ -1,8 +1,8 @@
 """The store's tables: the DuckDB DDL, each written table's columns with their DuckDB types, and
 the same as Polars schemas (``OUTPUT_SCHEMA`` ...) for the frames that read or write them.
 
-The column types are plain strings so the run path can write without importing Polars (about
-35 MiB and 0.1 s of start-up); the Polars schemas are built from them on first use.
+The column types are plain strings so the run path can write without importing Polars (a
+large import for a short run); the Polars schemas are built from them on first use.
 
 Examples:
     >>> OUTPUT_COLUMNS["replay"]

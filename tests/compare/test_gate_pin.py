@@ -9,7 +9,8 @@ from synthetic_runs import C, make_run
 
 from evalkit.compare.analysis import compare
 from evalkit.compare.decision import Override, PairContext
-from evalkit.compare.gate import _side_errors, decide
+from evalkit.compare.evidence import side_errors
+from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
 from evalkit.report.build import build_report
 
@@ -18,7 +19,7 @@ BILLING = GatePolicy(critical_tags=("billing",))
 
 def _gate(base, cand, policy=BILLING, rebaseline=None, **context):
     cmp = compare(base, cand, rebaseline=rebaseline)
-    ctx = PairContext(base.run_id, cand.run_id, cmp.delta, _side_errors(base, cmp.paired),
+    ctx = PairContext(base.run_id, cand.run_id, cmp.delta, side_errors(base, cmp.paired),
                       cmp.rebaseline_blocker, **context)  # fmt: skip
     return cmp, decide(cmp.paired, policy, corpus=cand.cases, context=ctx)
 

@@ -23,7 +23,7 @@ from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
 from evalkit.notebooks import _ThisPython, to_report_html
-from evalkit.report import charts, html, judge_charts
+from evalkit.report import charts, gate_charts, html, judge_charts
 from evalkit.report.build import build_report
 
 VL = "application/vnd.vegalite.v5+json"  # what JupyterLab 4 renders with its own Vega
@@ -119,8 +119,8 @@ def _every_chart(seed000) -> dict[str, alt.TopLevelMixin]:
         "slice_overview": charts.slice_overview(s, 0.02, ["billing"], paired=p),
         "pass_rate_by_slice": charts.pass_rate_by_slice(s),
         "min_detectable_drop": charts.min_detectable_drop(_power()),
-        "flake_rate_by_slice": charts.flake_rate_by_slice(flakes),
-        "gate_operating_characteristics": charts.gate_operating_characteristics(oc),
+        "flake_rate_by_slice": gate_charts.flake_rate_by_slice(flakes),
+        "gate_operating_characteristics": gate_charts.gate_operating_characteristics(oc),
         "confusion_heatmap": judge_charts.confusion_heatmap(conf),
         "agreement_by_slice": judge_charts.agreement_by_slice(agree),
         "order_consistency": judge_charts.order_consistency(orders),

@@ -402,3 +402,63 @@ def test_an_entry_that_cannot_be_renamed_leaves_no_temporary_file(
     facts = scan_corpus(root, index_dir=index)
     assert (facts.counts.files_parsed, facts.counts.entries_written) == (3, 0)
     assert sorted(p.name for p in index.iterdir()) == [".gitignore"]
+
+
+def _ast_closure(start: str) -> set[str]:
+    """The evalkit modules ``start`` imports, transitively, as :mod:`ast` reads the imports
+    (the architecture test's reading): the reference the index's text scan must agree with."""
+    import ast
+
+    package = REPO / "evalkit"
+
+    def source(name: str) -> Path | None:
+        base = package.joinpath(*name.split(".")[1:])
+        return next(
+            (p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None
+        )
+
+    seen: set[str] = set()
+    pending = [start]
+    while pending:
+        name = pending.pop()
+        path = source(name)
+        if name in seen or path is None or name == "evalkit" or name.startswith("evalkit.scorers"):
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                pending += [a.name for a in node.names if a.name.startswith("evalkit")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("evalkit"):
+                base = node.module or ""
+                pending += [
+                    f"{base}.{a.name}" if source(f"{base}.{a.name}") else base for a in node.names
+                ]
+    return {str(source(name)) for name in seen}
+
+
+def test_the_reader_fingerprint_covers_every_module_the_loader_imports() -> None:
+    """The loader's modules are found from its imports, not listed by hand: splitting a
+    module (or importing a new one) cannot leave its source out of the fingerprint."""
+    from evalkit.corpus.case_index import loader_modules
+
+    found = {str(p) for p in loader_modules("evalkit.corpus.case_facts")}
+    assert found == _ast_closure("evalkit.corpus.case_facts")
+    assert {"cases.py", "yaml_input.py", "records.py"} <= {Path(p).name for p in found}
+
+
+def test_an_edited_loader_module_makes_every_entry_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source of each module the loader imports is part of the reader fingerprint."""
+    from evalkit.corpus import case_facts, case_index
+
+    root = _generated(tmp_path / "gen")
+    index = tmp_path / "index"
+    scan_corpus(root, index_dir=index)
+    modules = case_index.loader_modules("evalkit.corpus.case_facts")
+    edited = tmp_path / "case_spec.py"
+    edited.write_text(next(p for p in modules if p.name == "case_spec.py").read_text() + "\n#\n")
+    changed = tuple(edited if p.name == "case_spec.py" else p for p in modules)
+    monkeypatch.setattr(case_facts, "loader_modules", lambda start: changed)
+    facts = scan_corpus(root, index_dir=index)
+    assert (facts.counts.entries_refused, facts.counts.files_parsed) == (3, 3)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from test_chunked_parse import _both
 from test_shared_expect import _corpus
 
-from evalkit.corpus import cases, yaml_input
+from evalkit.corpus import cases, yaml_chunks, yaml_input
 
 pytestmark = pytest.mark.skipif(yaml_input._CLoader is None, reason="PyYAML without libyaml")
 
@@ -183,13 +183,13 @@ def test_a_node_limit_crossed_across_chunks_holds_per_case(
 def item_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The item count of each chunk whose items were counted one by one."""
     seen: list[int] = []
-    real = yaml_input._check_item_sizes
+    real = yaml_chunks._check_item_sizes
 
     def counting(items: Any) -> None:
         seen.append(len(items))
         real(items)
 
-    monkeypatch.setattr(yaml_input, "_check_item_sizes", counting)
+    monkeypatch.setattr(yaml_chunks, "_check_item_sizes", counting)
     return seen
 
 

@@ -17,7 +17,7 @@ import pytest
 from test_hostile_input import HOSTILE_CASE_FILES
 from test_shared_expect import _corpus, _outcome, _random_file
 
-from evalkit.corpus import cases, yaml_input
+from evalkit.corpus import cases, yaml_chunks, yaml_input
 from evalkit.corpus.cases import load_cases_file, load_corpus
 
 WHOLE = 10**9  # chunks larger than any file: the whole-file parse
@@ -27,13 +27,13 @@ WHOLE = 10**9  # chunks larger than any file: the whole-file parse
 def chunk_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The item count of every chunk parsed (a chunk refused counts too)."""
     seen: list[int] = []
-    real = yaml_input._parse_chunk
+    real = yaml_chunks._parse_chunk
 
     def counting(chunk_text: str, items: int) -> Any:
         seen.append(items)
         return real(chunk_text, items)
 
-    monkeypatch.setattr(yaml_input, "_parse_chunk", counting)
+    monkeypatch.setattr(yaml_chunks, "_parse_chunk", counting)
     return seen
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import evalkit.run.runner as runner
+import evalkit.run.execution as execution
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
 from evalkit.run.runner import RunOptions, run_suite
@@ -70,14 +70,14 @@ def agent_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def keys(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every cache key the runner computes, in order."""
     computed: list[str] = []
-    real = runner.cache_key
+    real = execution.cache_key
 
     def counting(identity, request, replay):  # type: ignore[no-untyped-def]
         key = real(identity, request, replay)
         computed.append(key)
         return key
 
-    monkeypatch.setattr(runner, "cache_key", counting)
+    monkeypatch.setattr(execution, "cache_key", counting)
     return computed
 
 

@@ -121,13 +121,13 @@ N_CASES = 240
 # `evalkit run` itself, with a smaller batch so the count bound shows in a small run.
 _RUN = f"""
 import sys
-from evalkit.run import runner, writer
+from evalkit.run import execution, writer
 
 class _Small(writer.BatchWriter):
     def __init__(self, store, flush_rows, interval_s):
         super().__init__(store, {FLUSH_ROWS}, interval_s)
 
-runner.BatchWriter = _Small
+execution.BatchWriter = _Small
 from evalkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -59,10 +59,10 @@ from pathlib import Path
 
 import duckdb
 
-from evalkit.store import db
+from evalkit.store import transaction
 
 _full = Path(os.environ["MNT"]) / "full"
-_exit = db._Transaction.__exit__
+_exit = transaction.Transaction.__exit__
 
 
 def _refused(self, exc_type, exc, tb):
@@ -75,7 +75,7 @@ def _refused(self, exc_type, exc, tb):
     return _exit(self, exc_type, exc, tb)
 
 
-db._Transaction.__exit__ = _refused
+transaction.Transaction.__exit__ = _refused
 """
 
 

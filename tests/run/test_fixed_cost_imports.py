@@ -116,3 +116,14 @@ def test_the_prefetched_module_is_the_one_the_transport_imports() -> None:
     import aiohttp  # noqa: F401  (imported already: nothing to prefetch)
 
     assert prefetch_transport(loopback) is None
+
+
+def test_every_module_the_run_path_must_not_import_exists() -> None:
+    """NOT_ON_THE_RUN_PATH is kept by hand: a module renamed or split away would never be in
+    sys.modules, and the tests above would pass without watching anything."""
+    import importlib.util
+
+    gone = [name for name in NOT_ON_THE_RUN_PATH if importlib.util.find_spec(name) is None]
+    assert gone == [], (
+        f"NOT_ON_THE_RUN_PATH names modules that do not exist: {gone}; write their new names"
+    )

@@ -129,3 +129,35 @@ def test_the_readme_ray_start_lines_make_two_loopback_nodes_that_run_a_suite(
     outputs, distinct, _, _ = exactly_once(driver / "data" / "evalkit.duckdb", "on-loopback")
     assert outputs == distinct == 16
     assert not (tmp_path / "nodes" / "data").exists()  # nothing written where the nodes began
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "guides" / "distributed.md"
+
+
+def _docs_block() -> list[str]:
+    """The guide's two-node block, its lines joined where they continue (``\\``)."""
+    text = DOCS.read_text(encoding="utf-8")
+    block = text.split("## Two nodes on one Linux machine", 1)[1].split("```bash\n", 1)[1]
+    block = block.split("```", 1)[0].replace("\\\n", " ")
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_guide_block_is_what_the_cluster_test_runs() -> None:
+    """The two ``ray start`` lines are the fixture's (its port and temp dir aside), the run
+    names the endpoint as ``demo_args`` does, and the stop names the cluster's temp dir, never
+    a bare ``ray stop`` (which stops every Ray process of the user)."""
+    import shlex
+
+    lines = _docs_block()
+    starts = [shlex.split(line) for line in lines if line.startswith("ray start")]
+    head = "--head --node-ip-address=127.0.0.2 --port=6390 --num-cpus=1 --include-dashboard=false"
+    assert starts[0] == ["ray", "start", *head.split(), "--temp-dir=$RAY_TMP"]
+    assert starts[1] == ["ray", "start", "--address=127.0.0.2:6390",
+                         "--node-ip-address=127.0.0.2", "--num-cpus=1"]  # fmt: skip
+    (run,) = [shlex.split(line) for line in lines if line.startswith("evalkit run")]
+    for option in ("system.base_url=$EVALKIT_DEMO_URL", "judge.base_url=$EVALKIT_DEMO_URL"):
+        assert run[run.index(option) - 1] == "--set"
+    assert "--engine" in run and run[run.index("--address") + 1] == "127.0.0.2:6390"
+    assert not any(line.startswith("ray stop") for line in lines)
+    assert any("$RAY_TMP" in line and "ray start" not in line and "mktemp" not in line
+               for line in lines)  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import Suite, load_suite
 from evalkit.records import ChatRequest, Completion
-from evalkit.run import runner
+from evalkit.run import execution
 from evalkit.run.runner import PendingWork, RunOptions, RunStart, run_suite
 from evalkit.run.summary import summarize
 from evalkit.store import Store, open_store
@@ -175,7 +175,7 @@ def test_first_requests_are_built_as_workers_take_them(
     cases = CASES
     suite = _suite(tmp_path / "corpus", cases)
     corpus = load_corpus(suite.root)
-    monkeypatch.setattr(runner, "ChatRequest", _CountedRequest)
+    monkeypatch.setattr(execution, "ChatRequest", _CountedRequest)
     monkeypatch.setattr(_CountedRequest, "live", 0)  # whatever an earlier, failed run left
     with open_store(tmp_path / "e.duckdb", write=True) as store:
         provider = _Provider(store, [], count_live=True)

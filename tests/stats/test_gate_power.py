@@ -12,8 +12,9 @@ import pytest
 from scipy import stats as sps
 
 from evalkit import stats
-from evalkit.compare.gate import _sizing, decide
+from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
+from evalkit.compare.tiers import sizing
 from evalkit.stats import gate_power as module
 
 
@@ -78,7 +79,7 @@ def test_the_old_sizing_was_optimistic_and_the_new_one_is_not() -> None:
     # the gate's "needs ≈ N" (Connor) had exact power under 0.80; the gate's sizing now reaches it
     connor = stats.required_n_paired(0.02, 0.02, 0.05, 0.8, "one-sided")
     assert stats.exact_power_paired(connor, 0.02, 0.02) < 0.8
-    _, _, need, _ = _sizing(50, 0, 0, GatePolicy())
+    _, _, need, _ = sizing(50, 0, 0, GatePolicy())
     assert stats.exact_power_paired(need, 0.02, 0.02) >= 0.8
 
 

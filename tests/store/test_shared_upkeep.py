@@ -63,3 +63,25 @@ def test_a_table_under_the_bounds_is_left_as_it_is(tmp_path: Path) -> None:
     table = load_table(open_catalog(parse_store_uri(uri)), TABLES["outputs"], create=False)
     done = compaction.maintain_table(table, TABLES["outputs"])
     assert (done.expired_snapshots, done.compacted, done.failure) == (0, None, None)
+
+
+def test_a_run_table_past_the_row_bound_is_not_read_whole_but_its_snapshots_expire(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction reads its table into memory: a run table past COMPACT_MAX_ROWS keeps its
+    data files (one a batch of each push) and is never read whole; the cache still is."""
+    monkeypatch.setattr(compaction, "KEEP_SNAPSHOTS", 2)
+    monkeypatch.setattr(compaction, "COMPACT_AT_FILES", 2)
+    monkeypatch.setattr(compaction, "COMPACT_MAX_ROWS", 30)
+    runs = [make_run(f"r{i}", [C(f"c{j:02d}", "p", ["t"]) for j in range(20)]) for i in range(3)]
+    write_store(tmp_path / "a.duckdb", runs)
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}?warehouse={tmp_path / 'warehouse'}"
+    shared = open_shared_store(uri)
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        for run in runs:
+            shared.push_run(store, run.run_id, batch_rows=10)  # two data files a run
+    table = load_table(open_catalog(parse_store_uri(uri)), TABLES["outputs"], create=False)
+    assert data_files(table) == 6  # 60 rows past the bound of 30: left as pushed
+    assert len(table.metadata.snapshots) <= 2
+    runs_table = load_table(open_catalog(parse_store_uri(uri)), TABLES["runs"], create=False)
+    assert data_files(runs_table) <= 2 + 1  # 3 rows: under the bound, compacted as before

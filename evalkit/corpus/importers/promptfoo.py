@@ -34,7 +34,8 @@ from typing import Any
 from evalkit.corpus.importers.draft_cases import DraftCase, ImportResult, content_hash, slug
 from evalkit.corpus.json_input import MAX_DOCUMENT_BYTES, json_lines
 from evalkit.corpus.messages import render_template
-from evalkit.corpus.yaml_input import YAMLInputError, parse_yaml, read_yaml_file
+from evalkit.corpus.yaml_files import read_yaml_file
+from evalkit.corpus.yaml_input import YAMLInputError, parse_yaml
 from evalkit.errors import CorpusError
 
 _TEXT = {"contains": False, "icontains": True}

@@ -38,8 +38,8 @@ def prefetch_transport(system: SystemConfig) -> threading.Thread | None:
     """Start importing the system's HTTP client in a thread; the thread, or None when there
     is nothing to import (a python system, or the module is imported already).
 
-    The import (aiohttp: ~0.15 s of a short run) would otherwise start at the first request,
-    after the corpus is loaded and the run recorded; begun here it runs while the main
+    The import (aiohttp: much of a short run's start-up) would otherwise start at the first
+    request, after the corpus is loaded and the run recorded; begun here it runs while the main
     thread waits on the store's writes and syncs (DuckDB releases the GIL), and the first
     request's own ``import`` waits on the module's import lock until it is complete. Nothing is
     sent: only modules are imported. A failure is left to that ``import`` to report.

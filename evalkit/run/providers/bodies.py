@@ -4,8 +4,9 @@ Both transports of :mod:`evalkit.run.providers.openai_api` hand the raw bytes th
 a :class:`BoundedBody` (:func:`read_bounded` for the lean transport's aiohttp responses,
 :func:`bounded_stream_type` for the official client's httpx streams) and inflate nothing
 themselves. It inflates ``gzip`` and ``deflate`` (the
-only encodings evalkit asks for, :data:`ACCEPT_ENCODING`) with zlib's ``max_length``, so a 3 MB
-gzip bomb stops after the cap's worth of output instead of inflating to 768 MiB first, and an
+only encodings evalkit asks for, :data:`ACCEPT_ENCODING`) with zlib's ``max_length``, so a gzip
+bomb stops after the cap's worth of output instead of inflating to hundreds of times its size
+first, and an
 endless chunked body stops after the cap's worth of wire. Past the cap, the body is that case's
 stored error (never retried: the server would send the same body again, and never cached).
 

@@ -60,13 +60,12 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 #: A publish that leaves the response cache with more data files than this compacts it. A
-#: 100-key lookup reads every file: 71 / 237 / 594 ms wall (51 / 187 / 720 ms CPU) at 16 / 64
-#: / 200 files, 13-35 ms once compacted (bench/bench_shared_store.py --only compact, 100
-#: entries a commit, load 4.7-5.3; 2,978 ms at 1,000 files, load 7.6). Compacting 64 files
-#: took 0.72 s wall, 0.33 s CPU (7,900 rows): once every ~64 publishes that is ~5 ms CPU a
-#: publish, beside the 34-44 ms CPU of the publish's own commit. A lower bound compacts more
-#: often for little gain (16 files: lookups already ~70 ms) and each compaction leaves one
-#: more copy of the cache in the warehouse (old files are not deleted: module docstring).
+#: lookup reads every file, so its cost grows with their number, and a compacted cache reads
+#: as fast as a fresh one; spread over the publishes between two compactions, a compaction
+#: costs a small part of a publish's own commit (`python bench/bench_shared_store.py --only
+#: compact` prints both). A lower bound compacts more often for little gain, and each
+#: compaction leaves one more copy of the cache in the warehouse (old files are not deleted:
+#: module docstring).
 COMPACT_AT_FILES = 64
 #: The table property pyiceberg reads for its own commit retries: a compaction refuses to run
 #: on a table that lets pyiceberg rebase a commit (a rebased overwrite would delete the files
@@ -218,7 +217,7 @@ def expire_older_snapshots(table: Table, attempts: int = 5) -> int:
         if not old:
             return 0
         # by timestamp, not by_ids: pyiceberg 0.12's by_id deep-copies the table's metadata
-        # for each id (19 of a 26 s compaction of 300 files, profiled); older_than reads it
+        # for each id, which made expiring most of a compaction's time; older_than reads it
         # once. Up to the current snapshot's millisecond: the current one is protected.
         cutoff = dt.datetime.fromtimestamp((current.timestamp_ms + 1) / 1000, dt.UTC)
         try:
@@ -246,6 +245,10 @@ def _forbid_rebase(table: Table) -> None:
 #: commit rewrites the table's metadata whole, one entry per snapshot, and every reader loads
 #: it): a table keeps at most this many, the current one always (a module setting).
 KEEP_SNAPSHOTS = 8
+#: Rows past which a run table is not rewritten whole after a push: a compaction reads the
+#: table into memory, and a run pushed in batches is already in data files of a batch each
+#: (its snapshots are still expired). A module setting, read at each push.
+COMPACT_MAX_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,7 @@ def maintain_table(
     try:
         table = table.refresh()
         compacted = None
-        if data_files(table) > compact_above:
+        if data_files(table) > compact_above and _compactable(table, spec):
             rows = None if spec.name == "response_cache" else _every_row
             compacted = compact_table(
                 table, spec, above=compact_above, attempts=attempts, keep_rows=rows
@@ -295,6 +298,17 @@ def maintain_table(
         return Maintained(spec.name, expired, compacted)
     except Exception as exc:  # the push committed: maintenance never undoes or fails it
         return Maintained(spec.name, 0, None, f"{type(exc).__name__}: {exc}"[:300])
+
+
+def _compactable(table: Table, spec: SharedTable) -> bool:
+    """Whether a compaction may read ``table`` whole: the response cache always (it is
+    compacted by key), a run table while it holds at most :data:`COMPACT_MAX_ROWS` rows."""
+    if spec.name == "response_cache":
+        return True
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+    rows = summary.additional_properties.get("total-records") if summary is not None else None
+    return rows is None or int(rows) <= COMPACT_MAX_ROWS
 
 
 def _every_row(rows: pa.Table) -> pa.Table:

@@ -9,42 +9,71 @@ in one transaction).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from evalkit.store.shared.tables import TABLES
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import polars as pl
     import pyarrow as pa
 
     from evalkit.store.db import Store
 
 
+#: Which of a run's rows each local table publishes (``$1``: the run id); the run's own rows
+#: (``run_id = $1``) where a table is not named.
+_WHERE = {
+    "scoring_cases": "scoring_id IN (SELECT scoring_id FROM scorings WHERE run_id = $1)",
+    "flakes": "config_hash = (SELECT config_hash FROM runs WHERE run_id = $1)",
+    # the run's first requests, and what it cached while it ran (later tool-loop steps)
+    "response_cache": "cache_key IN (SELECT request_hash FROM outputs WHERE run_id = $1) "
+    "OR created_at BETWEEN (SELECT created_at FROM runs WHERE run_id = $1) AND "
+    "(SELECT coalesce(finished_at, now()) FROM runs WHERE run_id = $1)",
+    "overrides": "cand_run_id = $1 OR base_run_id = $1",
+    "exam_files": "exam_id IN (SELECT exam_id FROM exams WHERE run_id = $1)",
+    # the labels of the run's outputs (by the sha256 of their text, as labelling names
+    # them) and those of its cases that name no output
+    "human_labels": "(output_hash IS NULL AND case_id IN "
+    "(SELECT case_id FROM cases WHERE run_id = $1)) OR EXISTS (SELECT 1 FROM outputs o "
+    "WHERE o.run_id = $1 AND o.case_id = human_labels.case_id "
+    "AND sha256(o.text) = human_labels.output_hash)",
+}
+
+
 def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
     """The rows of ``run_id`` in local table ``name`` that a push publishes, as Arrow with
     every shared column (an older store's missing columns as nulls)."""
-    import pyarrow as pa
-
     spec = TABLES[name]
     if not local.has_table(name):  # an older store: nothing of this table to publish
         return spec.arrow.empty_table()
-    where = {
-        "scoring_cases": "scoring_id IN (SELECT scoring_id FROM scorings WHERE run_id = $1)",
-        "flakes": "config_hash = (SELECT config_hash FROM runs WHERE run_id = $1)",
-        # the run's first requests, and what it cached while it ran (later tool-loop steps)
-        "response_cache": "cache_key IN (SELECT request_hash FROM outputs WHERE run_id = $1) "
-        "OR created_at BETWEEN (SELECT created_at FROM runs WHERE run_id = $1) AND "
-        "(SELECT coalesce(finished_at, now()) FROM runs WHERE run_id = $1)",
-        "overrides": "cand_run_id = $1 OR base_run_id = $1",
-        "exam_files": "exam_id IN (SELECT exam_id FROM exams WHERE run_id = $1)",
-        # the labels of the run's outputs (by the sha256 of their text, as labelling names
-        # them) and those of its cases that name no output
-        "human_labels": "(output_hash IS NULL AND case_id IN "
-        "(SELECT case_id FROM cases WHERE run_id = $1)) OR EXISTS (SELECT 1 FROM outputs o "
-        "WHERE o.run_id = $1 AND o.case_id = human_labels.case_id "
-        "AND sha256(o.text) = human_labels.output_hash)",
-    }.get(name, "run_id = $1")
+    where = _WHERE.get(name, "run_id = $1")
     frame = local.query(f"SELECT * FROM {name} WHERE {where}", [run_id]).to_arrow()
+    return conformed(frame, name)
+
+
+def local_batches(
+    local: Store, name: str, run_id: str, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """:func:`local_rows` as record batches of at most ``batch_rows`` rows, read as they
+    are asked for (none from a store without the table)."""
+    if not local.has_table(name):
+        return
+    where = _WHERE.get(name, "run_id = $1")
+    sql = f"SELECT * FROM {name} WHERE {where}"
+    for batch in local.record_batches(sql, [run_id], batch_rows=batch_rows):
+        yield from conformed(batch, name).to_batches()
+
+
+def conformed(rows: pa.Table | pa.RecordBatch, name: str) -> pa.Table:
+    """``rows`` with exactly shared table ``name``'s columns and types (a column the rows
+    lack as nulls)."""
+    import pyarrow as pa
+
+    spec = TABLES[name]
+    frame = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
     for column in spec.columns:
         if column not in frame.column_names:
             frame = frame.append_column(
@@ -53,9 +82,17 @@ def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
     return frame.select(list(spec.columns)).cast(spec.arrow)
 
 
-def insert_missing(local: Store, frames: dict[str, pl.DataFrame]) -> dict[str, int]:
+def insert_missing(
+    local: Store,
+    frames: dict[str, pl.DataFrame],
+    *,
+    staged: Path | None = None,
+    groups: Mapping[str, str] | None = None,
+) -> dict[str, int]:
     """Insert each frame's rows whose key ``local`` lacks (of human labels, the newer ones),
-    all in one local transaction (:meth:`Store.import_rows`); returns rows added per table.
+    and the rows staged in DuckDB file ``staged`` (table -> its group column in ``groups``:
+    a group the local store holds is skipped), all in one local transaction; returns rows
+    added per table.
 
     The keys ``local`` holds are read first, then the rows it lacks go in together: a
     writing store holds its writer lock for its whole life, so nothing lands in between.
@@ -66,7 +103,10 @@ def insert_missing(local: Store, frames: dict[str, pl.DataFrame]) -> dict[str, i
             _newest_labels(local, frame) if name == "human_labels" else _absent(local, name, frame)
         )
     labels = {"human_labels": _LABEL_IDENTITY} if "human_labels" in new else None
-    return local.import_rows(new, replace_on=labels)
+    if staged is None:
+        return local.import_rows(new, replace_on=labels)
+    added = local.import_staged(staged, dict(groups or {}), new, replace_on=labels)
+    return {name: added[name] for name in TABLES if name in added}
 
 
 def _absent(local: Store, name: str, frame: pl.DataFrame) -> pl.DataFrame:

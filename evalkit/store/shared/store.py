@@ -34,11 +34,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from evalkit.errors import StoreError
 from evalkit.provenance import current_writer
+from evalkit.store.batches import BATCH_ROWS
 from evalkit.store.shared.compaction import (
     COMPACT_AT_FILES,
     Compacted,
@@ -47,11 +48,13 @@ from evalkit.store.shared.compaction import (
     first_published,
     maintain_table,
 )
-from evalkit.store.shared.local_rows import insert_missing, local_rows
+from evalkit.store.shared.local_rows import local_batches, local_rows
+from evalkit.store.shared.pulling import STREAMED, copy_run, stage_run
+from evalkit.store.shared.seals import SealBuilder
+from evalkit.store.shared.staging import RunStage
 from evalkit.store.shared.tables import (
-    SHARED_ONLY,
     TABLES,
-    Appended,
+    append_batches,
     append_new,
     arrow_frame,
     load_table,
@@ -62,12 +65,11 @@ from evalkit.store.shared.tables import (
 from evalkit.store.shared.trust_rows import (
     exams_of,
     publishable,
-    pulled_exams,
     trusted_promotions,
     untrusted_push,
 )
 from evalkit.store.shared.uri import StoreURI, parse_store_uri
-from evalkit.store.shared.verify import sealed, verify_promotions, verify_run
+from evalkit.store.shared.verify import SEAL_GROUP, sealed, verify_promotions
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -100,15 +102,15 @@ PUSH_ORDER = (
     "exams",
     "baselines",
 )
-#: Entries per commit when a run publishes its new response-cache entries. A commit costs a
-#: fixed 130-190 ms wall, 34-44 ms CPU (a data file, a manifest, the table's metadata, the
-#: catalog row) beside 5-6 us CPU an entry, and each adds a data file every later lookup
-#: reads (bench/bench_shared_store.py --only publish, at load 11): one commit carries an
-#: ordinary run whole, and this bounds a big run's batch in memory (~10 MB of Arrow).
+#: Entries per commit when a run publishes its new response-cache entries. A commit's fixed
+#: cost (a data file, a manifest, the table's metadata, the catalog row) is far above an
+#: entry's, and each commit adds a data file every later lookup reads (`python
+#: bench/bench_shared_store.py --only publish` prints both): one commit carries an ordinary run
+#: whole, and this bounds a big run's batch in memory.
 CACHE_BATCH_ROWS = 20_000
 #: Tries of the compaction a publish makes past COMPACT_AT_FILES: one that keeps losing to
 #: other publishes gives up (said in the publish's line) rather than hold the run's end for
-#: the ~25 s of MAX_ATTEMPTS, since each of those publishes will try it again.
+#: all of MAX_ATTEMPTS' backoff, since each of those publishes will try it again.
 AUTO_ATTEMPTS = 3
 #: What a pull copies (the response cache is read through instead: :meth:`cache_get`).
 PULL_TABLES = tuple(t for t in PUSH_ORDER if t != "response_cache")
@@ -122,6 +124,10 @@ class Pushed:
     run_id: str
     added: dict[str, int]
     conflicts: int
+    #: Data files each of a run's large tables went in as (one per batch appended).
+    batches: dict[str, int] = field(default_factory=dict)
+    #: The most rows the push held at once, of a run's large tables: one batch's.
+    largest_batch: int = 0
 
     @property
     def rows(self) -> int:
@@ -155,14 +161,6 @@ class Pulled:
     @property
     def rows(self) -> int:
         return sum(self.added.values())
-
-
-def pa_concat(*tables: pa.Table) -> pa.Table:
-    """Rows of ``tables`` (one schema), each row once (an override of a run against itself
-    is found as base and as candidate)."""
-    import polars as pl
-
-    return pl.concat([arrow_frame(t) for t in tables]).unique(maintain_order=True).to_arrow()
 
 
 class SharedStoreUnreachable(StoreError):
@@ -223,6 +221,8 @@ class SharedStore:
         #: :class:`evalkit.run.shared_cache.SharedCacheStore` when a lookup failed), or None; push,
         #: pull and promotions do not read it: they raise on any failure.
         self.lost: str | None = None
+        #: The most rows the last pull held at once of a run's large tables (one batch's).
+        self.largest_batch = 0
 
     def _table(self, name: str, *, create: bool = False) -> Table | None:
         table = self._tables.get(name)
@@ -245,7 +245,9 @@ class SharedStore:
     # -- push -------------------------------------------------------------------------------
 
     @_unreachable_is_one_line
-    def push_run(self, local: Store, ref: str, *, cache: bool = True) -> Pushed:
+    def push_run(
+        self, local: Store, ref: str, *, cache: bool = True, batch_rows: int = BATCH_ROWS
+    ) -> Pushed:
         """Publish run ``ref`` of ``local`` (its rows, flakes of its configuration, its
         response cache entries unless not ``cache``, its promotions with their pinned exams);
         rows already shared are skipped. (``evalkit push`` publishes the cache entries through
@@ -267,27 +269,64 @@ class SharedStore:
                 f"`evalkit run --resume {run_id}`)"
             )
         added: dict[str, int] = {}
-        conflicts = 0
+        batches: dict[str, int] = {}
+        largest = conflicts = 0
         context = current_writer()
-        pushed: dict[str, pa.Table] = {}
         # the promotions this push may publish, and so the exams pinned with them (trust_rows)
         promotions = publishable("baselines", local_rows(local, "baselines", run_id), context)
         exams = exams_of(local_rows(local, "exams", run_id), promotions)
+        small: dict[str, pa.Table] = {}
         for name in PUSH_ORDER:
-            if name == "response_cache" and not cache:
+            if name in STREAMED or (name == "response_cache" and not cache):
                 continue
             rows = publishable(name, local_rows(local, name, run_id), context)  # trust_rows
             if name in ("exams", "exam_files"):
                 wanted = pa.array(exams["exam_id"].to_pylist(), pa.string())
                 rows = rows.filter(pc.is_in(rows["exam_id"], value_set=wanted))
-            rows = pushed[name] = sealed(name, rows, pushed)
+            small[name] = rows
+        groups = {
+            "cases": {run_id}, "outputs": {run_id},
+            "scores": set(small["scorings"].column("scoring_id").to_pylist()),
+            "scoring_cases": set(small["scorings"].column("scoring_id").to_pylist()),
+        }  # fmt: skip
+        seals, counts = self._seal_streamed(local, run_id, batch_rows)
+        with SealBuilder(SEAL_GROUP["exam_files"]) as files:
+            files.add(small["exam_files"])
+            seals["exam_files"] = files.seals()
+        for name in PUSH_ORDER:
+            if name == "response_cache" and not cache:
+                continue
             table = self._table(name, create=True)
             assert table is not None
-            result: Appended = append_new(table, TABLES[name], rows)
+            if name in STREAMED:
+                result = append_batches(
+                    table, TABLES[name],
+                    lambda name=name: local_batches(local, name, run_id, batch_rows),  # type: ignore[misc]
+                    groups[name], counts[name],
+                )  # fmt: skip
+                batches[name] = result.batches
+                largest = max(largest, result.largest_batch)
+            else:
+                result = append_new(table, TABLES[name], sealed(name, small[name], seals))
             added[name] = result.added
             conflicts += result.conflicts
             maintain_table(table, TABLES[name])  # compaction.py: compact, expire old snapshots
-        return Pushed(run_id, added, conflicts)
+        return Pushed(run_id, added, conflicts, batches, largest)
+
+    @staticmethod
+    def _seal_streamed(
+        local: Store, run_id: str, batch_rows: int
+    ) -> tuple[dict[str, dict[Any, dict[str, Any]]], dict[str, int]]:
+        """The seals of the run's rows of each :data:`STREAMED` table (per group: the run,
+        each scoring) and their row counts, read batch by batch."""
+        seals: dict[str, dict[Any, dict[str, Any]]] = {}
+        counts: dict[str, int] = {}
+        for name in STREAMED:
+            with SealBuilder(SEAL_GROUP[name]) as builder:
+                for batch in local_batches(local, name, run_id, batch_rows):
+                    builder.add(batch)
+                seals[name], counts[name] = builder.seals(), builder.rows
+        return seals, counts
 
     @_unreachable_is_one_line
     def promote(
@@ -313,7 +352,8 @@ class SharedStore:
             raise StoreError(f"{self.uri.shown}: refusing to promote: {why}")
         if run_id not in self.run_ids([run_id]):
             raise StoreError(f"{self.uri.shown}: run {run_id} is not pushed; push it first")
-        self._run_frames(run_id)  # a promotion names a verified run: raises when it is not
+        with RunStage() as stage:  # a promotion names a verified run: raises when it is not
+            stage_run(self, run_id, stage)
         row = {
             "suite": suite,
             "run_id": run_id,
@@ -517,77 +557,5 @@ class SharedStore:
             verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
         else:
             run_id = self.resolve_run(ref)
-        return Pulled(run_id, self._copy(local, run_id, suite), suite)
-
-    def _run_frames(self, run_id: str) -> dict[str, pl.DataFrame]:
-        """The shared rows of run ``run_id`` (``runs`` to ``scoring_cases``), verified as one
-        unit (:func:`verify_run`)."""
-        import polars as pl
-
-        frames: dict[str, pl.DataFrame] = {}
-        for name in ("runs", "cases", "outputs", "scorings", "scores"):
-            frames[name] = pl.from_arrow(self._read(name, "run_id", [run_id]))  # type: ignore[assignment]
-        ids = frames["scorings"]["scoring_id"].to_list()
-        frames["scoring_cases"] = pl.from_arrow(self._read("scoring_cases", "scoring_id", ids))  # type: ignore[assignment]
-        verify_run(run_id, frames)
-        return frames
-
-    def _copy(self, local: Store, run_id: str, suite: str | None) -> dict[str, int]:
-        import polars as pl
-
-        frames = self._run_frames(run_id)
-        config_hashes = frames["runs"]["config_hash"].to_list()
-        for name in PULL_TABLES:
-            if name in frames or name in ("exams", "exam_files"):
-                continue  # exams: those of the trusted promotions, read below
-            if name == "overrides":
-                rows = pa_concat(
-                    self._read(name, "cand_run_id", [run_id]),
-                    self._read(name, "base_run_id", [run_id]),
-                )
-            elif name == "human_labels":
-                rows = self._labels_of(frames["cases"], frames["outputs"])
-            elif name == "flakes":
-                rows = self._read(name, "config_hash", config_hashes)
-            elif name == "baselines":
-                rows = (
-                    self._read(name, "suite", [suite])
-                    if suite
-                    else self._read(name, "run_id", [run_id])
-                )
-            else:
-                rows = self._read(name, "run_id", [run_id])
-            frames[name] = pl.from_arrow(rows)  # type: ignore[assignment]
-        promotions = frames["baselines"]
-        verify_promotions(promotions, self.run_ids(promotions["run_id"].to_list()))
-        trusted = trusted_promotions(promotions.filter(promotions["run_id"] == run_id))
-        frames["exams"], frames["exam_files"] = pulled_exams(self._read, trusted)
-        for name, columns in SHARED_ONLY.items():
-            if name in frames:
-                frames[name] = frames[name].drop(list(columns))
-        return insert_missing(local, {name: frames[name] for name in PULL_TABLES})
-
-    def _labels_of(self, cases: pl.DataFrame, outputs: pl.DataFrame) -> pa.Table:
-        """The shared human labels of a run: those of its outputs' texts (``output_hash``)
-        and those of its cases that name no output."""
-        import polars as pl
-
-        from evalkit.store.shared.local_rows import text_hashes
-
-        spec = TABLES["human_labels"]
-        table = self._table("human_labels")
-        if table is None or table.current_snapshot() is None:
-            return spec.arrow.empty_table()
-        # labels are made by hand (thousands, not millions): one scan, filtered here, rather
-        # than a filter naming every case id of the run
-        found = pl.from_arrow(table.scan().to_arrow().select(list(spec.columns)).cast(spec.arrow))
-        assert isinstance(found, pl.DataFrame)
-        found = found.filter(pl.col("case_id").is_in(cases["case_id"].to_list()))
-        if not found.height:  # no label of the run's cases: no output text hashed
-            return found.to_arrow()
-        labelled = outputs.filter(pl.col("case_id").is_in(found["case_id"].to_list()))
-        kept = found.filter(
-            pl.col("output_hash").is_null()
-            | pl.col("output_hash").is_in(list(text_hashes(labelled)))
-        )
-        return kept.to_arrow()
+        added = copy_run(self, local, run_id, suite, PULL_TABLES)
+        return Pulled(run_id, added, suite)

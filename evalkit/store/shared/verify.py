@@ -99,26 +99,43 @@ def seal_of(tables: Mapping[str, pa.Table]) -> str:
     return json.dumps({name: table_seal(rows) for name, rows in tables.items()}, sort_keys=True)
 
 
-def sealed(name: str, rows: pa.Table, pushed: Mapping[str, pa.Table]) -> pa.Table:
-    """``rows`` of table ``name`` to push, with the seal of the tables they publish
-    (``pushed``: the run's rows of those tables) where ``name`` is a sealing table."""
+#: The column naming the rows a sealing table's row seals, per sealing table and per sealed one.
+SEAL_GROUP = {
+    "runs": "run_id", "cases": "run_id", "outputs": "run_id",
+    "scorings": "scoring_id", "scores": "scoring_id", "scoring_cases": "scoring_id",
+    "exams": "exam_id", "exam_files": "exam_id",
+}  # fmt: skip
+
+
+def sealed(
+    name: str, rows: pa.Table, seals: Mapping[str, Mapping[Any, Mapping[str, Any]]]
+) -> pa.Table:
+    """``rows`` of table ``name`` to push, each with the seal of the rows it publishes where
+    ``name`` is a sealing table (``seals``: per sealed table, the seal of each group of its
+    rows, keyed by :data:`SEAL_GROUP`'s column: :class:`~evalkit.store.shared.seals.SealBuilder`).
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> runs = pa.table({"run_id": ["r1"], "published": pa.nulls(1, pa.string())})
+        >>> cases = pa.table({"run_id": ["r1"], "case_id": ["a"]})
+        >>> made = sealed("runs", runs, {"cases": {"r1": table_seal(cases)}, "outputs": {}})
+        >>> json.loads(made["published"][0].as_py())["cases"] == table_seal(cases)
+        True
+    """
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from evalkit.store.shared.seals import empty_seal
 
     if name not in SEALED_BY or not rows.num_rows:
         return rows
-    if name == "runs":
-        seals = [seal_of({t: pushed[t] for t in SEALED_BY[name]})] * rows.num_rows
-    else:  # scorings, exams: each row seals its own scoring's (exam's) rows
-        column = {"scorings": "scoring_id", "exams": "exam_id"}[name]
-        seals = [
-            seal_of(
-                {t: pushed[t].filter(pc.equal(pushed[t][column], key)) for t in SEALED_BY[name]}
-            )
-            for key in rows.column(column).to_pylist()
-        ]
-    index = rows.schema.get_field_index("published")
-    return rows.set_column(index, "published", pa.array(seals, pa.string()))
+    texts = [
+        json.dumps(
+            {t: dict(seals[t].get(key) or empty_seal()) for t in SEALED_BY[name]}, sort_keys=True
+        )
+        for key in rows.column(SEAL_GROUP[name]).to_pylist()
+    ]
+    index = rows.schema.get_field_index(SEAL_COLUMN)
+    return rows.set_column(index, SEAL_COLUMN, pa.array(texts, pa.string()))
 
 
 def verify_run(run_id: str, frames: Mapping[str, pl.DataFrame]) -> None:

@@ -1,0 +1,266 @@
+"""Peak memory and time of ``evalkit push``, ``pull``, ``merge`` and the gate's decision at
+10k, 100k and 1M outputs, side by side: what each stage holds as a run grows.
+
+Per size N, two synthetic runs (baseline and candidate, N one-turn cases, one replay, two
+scorers, ~300-byte answers) are written straight into a DuckDB store with SQL (no run, no
+model), and the candidate's rows once more as Parquet parts (chunks of ``--chunk`` cases) of a
+third run id. Each stage is then its own ``evalkit`` process, whose peak RSS and CPU are read
+from the kernel (``wait4``):
+
+``push``   ``evalkit push CAND`` into an empty shared store (SQLite catalog, directory
+           warehouse);
+``pull``   ``evalkit pull CAND`` from it into a fresh local store;
+``merge``  ``evalkit runs merge`` of the parts into a fresh local store;
+``gate``   ``evalkit compare BASE CAND``: the gate's decision (``gate_pair``: both runs read,
+           verdicts, pairing, every tier) and the terminal report, without the notebook.
+
+Figures are printed (and written with ``--json``), never asserted; ``peak/100k`` reads each
+stage's peak RSS against the 100k one (the target: 1M within 1.5x of 100k).
+
+Usage:
+    .venv/bin/python bench/bench_memory.py --sizes 10000 100000
+    .venv/bin/python bench/bench_memory.py --sizes 10000 100000 1000000 --json memory.json
+    .venv/bin/python bench/bench_memory.py --sizes 2000 --stages push pull
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+STAGES = ("push", "pull", "merge", "gate")
+#: One answer's text: about the length of a support reply.
+ANSWER = "Thanks for reaching out: your refund was issued and should arrive within five days. " * 3
+
+_CASES = """
+SELECT '{run}' AS run_id, printf('case-%07d', i) AS case_id, printf('h%d', i) AS case_hash,
+       ['general', 'slice-' || (i % 7)] AS tags, 'normal' AS criticality, false AS sealed,
+       printf('{{"messages": [{{"role": "user", "content": "question %d"}}]}}', i) AS input,
+       '{{}}' AS provenance, 'cases/bench.yaml:' || (i + 1) AS source, NULL AS case_group
+FROM range({start}, {stop}) t(i)
+"""
+_OUTPUTS = """
+SELECT '{run}' AS run_id, printf('case-%07d', i) AS case_id, 0::INTEGER AS replay,
+       '{answer}' || i AS text, '[]' AS tool_calls, 1::INTEGER AS steps, NULL AS error,
+       NULL AS fail_reason, (100 + i % 50)::DOUBLE AS latency_ms, 10::BIGINT AS prompt_tokens,
+       5::BIGINT AS completion_tokens, 0.001::DOUBLE AS cost_usd, false AS cached,
+       printf('{run}-k%d', i) AS request_hash, 'demo-model' AS model,
+       TIMESTAMPTZ '2026-12-07 06:00:00+00' AS created_at
+FROM range({start}, {stop}) t(i)
+"""
+# scorer b fails one case in {fail_every} (the candidate's differ: flips to pair)
+_SCORES = """
+SELECT '{run}' AS run_id, '{run}/s0' AS scoring_id, printf('case-%07d', i) AS case_id,
+       0::INTEGER AS replay, s.scorer, s.idx::INTEGER AS scorer_index, 0::INTEGER AS tier,
+       CASE WHEN s.idx = 1 AND i % {fail_every} = 0 THEN 0.0 ELSE 1.0 END::DOUBLE AS score,
+       NOT (s.idx = 1 AND i % {fail_every} = 0) AS passed, false AS error, 'ok' AS reason,
+       NULL AS details
+FROM range({start}, {stop}) t(i), (VALUES ('contains', 0), ('max_words', 1)) s(scorer, idx)
+"""
+
+
+def _sql(template: str, run: str, start: int, stop: int, fail_every: int = 0) -> str:
+    return template.format(
+        run=run, start=start, stop=stop, answer=ANSWER, fail_every=fail_every or 1
+    )
+
+
+def _manifest(run_id: str, n: int, digest: str) -> dict[str, Any]:
+    return {
+        "suite": "bench-memory",
+        "config_hash": "cfg-bench-memory",
+        "run": {"run_id": run_id, "label": run_id},
+        "replays": 1,
+        "corpus": {"hash": digest, "n_cases": n},
+        "model": {"id": "demo-model", "snapshot": "demo-model"},
+    }
+
+
+def _digest(con: Any, run: str, n: int) -> str:
+    from evalkit.store.part_checks import corpus_digest
+
+    rows = con.execute(_sql(_CASES, run, 0, n)).fetchall()
+    return corpus_digest((r[1], r[2]) for r in rows)
+
+
+def write_runs(folder: Path, n: int) -> tuple[Path, str, str]:
+    """A store holding a complete baseline and candidate run of ``n`` cases each; returns the
+    store and the two run ids."""
+    import duckdb
+
+    from evalkit.store import open_store
+
+    db = folder / "local.duckdb"
+    base, cand = "bench-base", "bench-cand"
+    with open_store(db, write=True) as store:
+        for run_id in (base, cand):
+            store.create_run(_manifest(run_id, n, "unused"), [])
+    con = duckdb.connect(str(db))
+    con.execute("SET TimeZone = 'UTC'")
+    for run_id, fail_every in ((base, 10), (cand, 9)):
+        con.execute(f"INSERT INTO cases BY NAME {_sql(_CASES, run_id, 0, n)}")
+        con.execute(f"INSERT INTO outputs BY NAME {_sql(_OUTPUTS, run_id, 0, n)}")
+        con.execute(f"INSERT INTO scores BY NAME {_sql(_SCORES, run_id, 0, n, fail_every)}")
+        digest = _digest(con, run_id, n)
+        manifest = json.dumps(_manifest(run_id, n, digest))
+        summary = json.dumps({"cases": n, "outputs": n})
+        con.execute(
+            "UPDATE runs SET status = 'complete', finished_at = now(), manifest = ?, "
+            "summary = ? WHERE run_id = ?",
+            [manifest, summary, run_id],
+        )
+    con.close()
+    return db, base, cand
+
+
+def write_parts(folder: Path, n: int, chunk: int) -> tuple[Path, str]:
+    """The candidate's rows as the parts of a sharded run (``bench-merge``)."""
+    import duckdb
+
+    from evalkit.store.parts import PartsRoot
+
+    run_id = "bench-merge"
+    root = PartsRoot(folder / "parts")
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    manifest = _manifest(run_id, n, _digest(con, run_id, n))
+    root.write_manifest(run_id, "bench", manifest)
+    root.write_part(
+        run_id, "cases", "bench", con.sql(_sql(_CASES, run_id, 0, n)).to_arrow_table(), 1
+    )
+    empty_cache = "SELECT ''::VARCHAR AS cache_key, ''::VARCHAR AS response LIMIT 0"
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        chunk_id = f"c{start // chunk:06d}"
+        tables = {
+            "cache": empty_cache,
+            "scores": _sql(_SCORES, run_id, start, stop, 9),
+            "outputs": _sql(_OUTPUTS, run_id, start, stop),
+        }
+        for table, sql in tables.items():  # outputs last: the chunk's commit
+            root.write_part(run_id, table, chunk_id, con.sql(sql).to_arrow_table(), 1)
+    con.close()
+    return folder / "parts", run_id
+
+
+#: Runs a command as a child and prints its exit code, CPU and peak RSS as JSON: ``wait4``
+#: reads one child's own figures (``communicate`` would reap it first).
+_WRAPPER = """
+import json, os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = proc.stderr.read()
+_, status, usage = os.wait4(proc.pid, 0)
+print(json.dumps({"code": os.waitstatus_to_exitcode(status),
+                  "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024,
+                  "stderr": err.decode(errors="replace")[-600:]}))
+"""
+
+
+def run_stage(command: Sequence[str], cwd: Path) -> dict[str, Any]:
+    """One stage's process: wall and CPU seconds, peak RSS in MiB, exit code."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    wall = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, *command],
+        cwd=cwd, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    figures = json.loads(done.stdout)
+    figures["wall_s"] = time.perf_counter() - wall
+    if figures["code"] != 0:
+        raise RuntimeError(f"{list(command)[:5]} exited {figures['code']}: {figures['stderr']}")
+    return figures
+
+
+def bench_size(folder: Path, n: int, stages: Sequence[str], chunk: int) -> dict[str, Any]:
+    """Every stage of ``stages`` at ``n`` outputs per run."""
+    evalkit = [sys.executable, "-m", "evalkit.cli"]
+    db, base, cand = write_runs(folder, n)
+    store = f"sqlite:///{folder}/catalog.db?warehouse={folder}/warehouse"
+    figures: dict[str, Any] = {"outputs": n}
+    if "push" in stages or "pull" in stages:
+        figures["push"] = run_stage([*evalkit, "push", cand, "--db", str(db), "--store", store],
+                                    folder)  # fmt: skip
+    if "pull" in stages:
+        pulled = folder / "pulled.duckdb"
+        figures["pull"] = run_stage(
+            [*evalkit, "pull", cand, "--db", str(pulled), "--store", store], folder
+        )
+        figures["pull"]["outputs"] = _count(pulled, "outputs", cand)
+    if "merge" in stages:
+        parts, run_id = write_parts(folder, n, chunk)
+        merged = folder / "merged.duckdb"
+        figures["merge"] = run_stage(
+            [*evalkit, "runs", "merge", run_id, "--parts", str(parts), "--db", str(merged)], folder
+        )
+        figures["merge"]["outputs"] = _count(merged, "outputs", run_id)
+    if "gate" in stages:
+        figures["gate"] = run_stage([*evalkit, "compare", base, cand, "--db", str(db)], folder)
+    return figures
+
+
+def _count(db: Path, table: str, run_id: str) -> int:
+    """Rows of ``run_id`` in ``table`` of store ``db``: what a stage stored."""
+    from evalkit.store import open_store
+
+    with open_store(db) as store:
+        rows = store.records(f"SELECT count(*) AS n FROM {table} WHERE run_id = ?", [run_id])
+    return int(rows[0]["n"])
+
+
+def report(results: list[dict[str, Any]], stages: Sequence[str]) -> str:
+    """The figures as a table: one row per stage and size."""
+    by_size = {r["outputs"]: r for r in results}
+    ref = by_size.get(100_000)
+    lines = [
+        f"{'stage':<7}{'outputs':>10}{'wall s':>9}{'CPU s':>9}{'peak MiB':>10}"
+        f"{'CPU us/out':>12}{'peak/100k':>11}"
+    ]
+    for stage in stages:
+        for result in results:
+            fig = result.get(stage)
+            if fig is None:
+                continue
+            n = result["outputs"]
+            ratio = (
+                f"{fig['peak_mib'] / ref[stage]['peak_mib']:.2f}" if ref and stage in ref else ""
+            )
+            lines.append(
+                f"{stage:<7}{n:>10,}{fig['wall_s']:>9.1f}{fig['cpu_s']:>9.1f}"
+                f"{fig['peak_mib']:>10.0f}{fig['cpu_s'] / n * 1e6:>12.1f}{ratio:>11}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure each stage at each size; print the table (and write ``--json``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--chunk", type=int, default=2_000, help="cases per merged part")
+    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    args = parser.parse_args(argv)
+    results = []
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory(prefix="evalkit-bench-memory-") as tmp:
+            results.append(bench_size(Path(tmp), n, args.stages, args.chunk))
+        print(report(results[-1:], args.stages), flush=True)
+    print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(report(results, args.stages))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

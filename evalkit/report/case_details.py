@@ -1,0 +1,152 @@
+"""The evidence the report shows for each flipped case, gathered from the stored runs: its
+input, the output of the replay that agrees with each side's verdict, and what each scorer (or
+the runner, or the provider) said; and the tool calls of the cases whose trajectories grew.
+
+Examples:
+    >>> ScorerNote("contains", False, 0.0, "no 'refund' in the reply").passed
+    False
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from evalkit.compare.analysis import Comparison
+from evalkit.compare.verdicts import replay_verdicts, verdicts
+
+
+@dataclass(frozen=True)
+class ScorerNote:
+    """What one scorer (or the runner) said about the replay shown; ``passed`` None = errored."""
+
+    scorer: str
+    passed: bool | None
+    score: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class CaseDetail:
+    """A flipped case: its input, both outputs and each scorer's reason on each side."""
+
+    case_id: str
+    tags: tuple[str, ...]
+    criticality: str
+    blocking: bool
+    input: str
+    base_output: str | None
+    cand_output: str | None
+    base_notes: tuple[ScorerNote, ...]
+    cand_notes: tuple[ScorerNote, ...]
+
+
+def _input_text(raw: str | None) -> str:
+    try:
+        data = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return raw or ""
+    if isinstance(data, dict) and data.get("messages"):
+        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in data["messages"])
+    return json.dumps(data.get("vars", data) if isinstance(data, dict) else data, sort_keys=True)
+
+
+def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
+    """Per case: the text of the first replay that agrees with the verdict, and its notes (a
+    rebaselined case's baseline side is the rebaseline run's)."""
+    run, v = (cmp.base, cmp.base_verdicts) if side == "base" else (cmp.cand, cmp.cand_verdicts)
+    if side == "base" and cmp.rebaseline is not None:
+        again = set(cmp.paired.filter(pl.col("origin") == "rebaselined")["case_id"])
+        rb = cmp.rebaseline
+        rv = verdicts(rb.outputs, rb.scores, rb.cases)
+        return _shown_run(run, v, [i for i in ids if i not in again]) | _shown_run(
+            rb, rv, [i for i in ids if i in again]
+        )
+    return _shown_run(run, v, ids)
+
+
+def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
+    if not ids or not run.scores.columns:
+        return {}
+    mine = pl.col("case_id").is_in(ids)
+    out = run.outputs.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
+    sc = run.scores.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
+    agrees = (pl.col("passed") == pl.col("verdict")) | pl.col("verdict").is_null()
+    pick = (
+        replay_verdicts(out, sc)
+        .join(v.select("case_id", pl.col("passed").alias("verdict")), on="case_id")
+        .filter(agrees)
+        .group_by("case_id")
+        .agg(pl.col("replay").min())
+    )
+    text = pl.coalesce("text", pl.format("[provider error] {}", "error")).alias("text")
+    notes: dict[str, list[ScorerNote]] = {}
+    for r in out.join(pick, on=["case_id", "replay"]).iter_rows(named=True):
+        if r["fail_reason"]:
+            notes[r["case_id"]] = [ScorerNote("runner", False, None, r["fail_reason"])]
+    for r in sc.join(pick, on=["case_id", "replay"]).sort("scorer_index").iter_rows(named=True):
+        passed = None if r["error"] else r["passed"]
+        note = ScorerNote(r["scorer"], passed, r["score"], r["reason"] or "")
+        notes.setdefault(r["case_id"], []).append(note)
+    texts = out.join(pick, on=["case_id", "replay"]).select("case_id", text).iter_rows()
+    return {case: (t, tuple(notes.get(case, ()))) for case, t in texts}
+
+
+def case_details(
+    cmp: Comparison, frame: pl.DataFrame, blocking: set[str]
+) -> tuple[CaseDetail, ...]:
+    ids = frame["case_id"].to_list()
+    inputs = dict(
+        cmp.cand.cases.filter(pl.col("case_id").is_in(ids)).select("case_id", "input").rows()
+    )
+    base, cand = _shown(cmp, "base", ids), _shown(cmp, "cand", ids)
+    out = []
+    for case, tags, crit in frame.select("case_id", "tags", "criticality").iter_rows():
+        b_text, b_notes = base.get(case, (None, ()))
+        c_text, c_notes = cand.get(case, (None, ()))
+        text = _input_text(inputs.get(case))
+        about = (tuple(tags or ()), crit, case in blocking, text)
+        out.append(CaseDetail(case, *about, b_text, c_text, b_notes, c_notes))
+    return tuple(out)
+
+
+def failure_reasons(run: Any, ids: list[str]) -> dict[str, str]:
+    """Per case: what failed it in ``run`` (failing or undecided scorers, the runner, the
+    provider), each distinct reason once, in scorer order."""
+    mine = pl.col("case_id").is_in(ids)
+    failing = mine & ((pl.col("passed") == False) | pl.col("error").fill_null(False))  # noqa: E712
+    scored = run.scores.filter(failing).sort("case_id", "replay", "scorer_index")
+    said = [scored.select("case_id", pl.format("{}: {}", "scorer", pl.col("reason").fill_null("")))]
+    out = run.outputs.filter(mine)
+    for col, fmt in (("error", "provider error: {}"), ("fail_reason", "runner: {}")):
+        if col in out.columns:
+            said.append(out.select("case_id", pl.format(fmt, col)))
+    rows = pl.concat([f.rename({f.columns[1]: "why"}) for f in said]).drop_nulls()
+    grouped = rows.unique(maintain_order=True).group_by("case_id", maintain_order=True)
+    return dict(grouped.agg(pl.col("why").str.join("; ")).iter_rows())
+
+
+def trajectories(
+    cmp: Comparison, cases: list[tuple[str, float, float]]
+) -> tuple[tuple[str, float, float, str, str], ...]:
+    """The grown cases with each side's tool calls (names, in order), replay 0."""
+
+    def calls(outputs: pl.DataFrame, case_id: str) -> str:
+        row = outputs.filter((pl.col("case_id") == case_id) & (pl.col("replay") == 0))
+        if row.is_empty() or "tool_calls" not in row.columns:
+            return ""
+        try:
+            made = json.loads(row["tool_calls"][0] or "[]")
+        except (TypeError, ValueError):
+            return ""
+        names = [str((c.get("function") or {}).get("name") or c.get("name") or "?") for c in made
+                 if isinstance(c, dict)]  # fmt: skip
+        return " → ".join(names) or "(no tool calls)"
+
+    return tuple(
+        (case, b, c, calls(cmp.base.outputs, case), calls(cmp.cand.outputs, case))
+        for case, b, c in cases
+    )

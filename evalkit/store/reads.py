@@ -1,0 +1,187 @@
+"""Reading a run back: the runs, a run reference resolved, and a run's manifest, cases, outputs,
+scores and scorings as Polars frames (mixed into :class:`evalkit.store.Store`).
+
+Every per-run frame takes a run id or a label (:meth:`RunReads.resolve_run`); an unknown one
+is an error naming the labels the store has, never an empty frame.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalkit.errors import StoreError
+from evalkit.store.schema import initial_scoring_id
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+
+class RunReads:
+    """Store methods that read runs (mixed into :class:`evalkit.store.Store`)."""
+
+    # Provided by Store.
+    path: Path
+    if TYPE_CHECKING:  # read-only: Store's property
+
+        @property
+        def _con(self) -> duckdb.DuckDBPyConnection: ...
+
+    _frame: Callable[..., pl.DataFrame]
+
+    def runs(self) -> pl.DataFrame:
+        return self._frame(
+            "SELECT run_id, label, created_at, finished_at, config_hash, status, manifest, summary "
+            "FROM runs ORDER BY created_at"
+        )
+
+    def resolve_run(self, ref: str) -> str:
+        """A run id from an id, a unique id prefix, a label that names one run, or
+        ``label@latest`` (the newest run with that label). A label that several runs carry
+        resolves to its one *complete* run when exactly one is complete: a run that failed or
+        was killed does not capture the label of the run it was meant to replace.
+
+        Raises:
+            StoreError: no such run, or a label or prefix that names several runs (listed).
+        """
+        label, latest = (ref[: -len("@latest")], True) if ref.endswith("@latest") else (ref, False)
+        exact = self._con.execute("SELECT run_id FROM runs WHERE run_id = ?", [ref]).fetchall()
+        if exact:
+            return exact[0][0]
+        rows = self._con.execute(
+            "SELECT run_id, created_at, status FROM runs WHERE label = ? ORDER BY created_at DESC",
+            [label],
+        ).fetchall()
+        complete = [r for r in rows if r[2] == "complete"]
+        if len(rows) > 1 and not latest and len(complete) == 1:
+            return complete[0][0]
+        if len(rows) > 1 and not latest:
+            listed = ", ".join(f"{r[0]} ({str(r[1])[:19]})" for r in rows[:5])
+            more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+            raise StoreError(
+                f"label {label!r} names {len(rows)} runs: {listed}{more}; pass a run id, or "
+                f"{label}@latest for the newest"
+            )
+        if not rows:
+            rows = self._con.execute(
+                "SELECT run_id FROM runs WHERE run_id LIKE ? ORDER BY created_at DESC", [f"{ref}%"]
+            ).fetchall()
+            if len(rows) > 1:
+                raise StoreError(f"run {ref!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
+        if not rows:
+            labels = [
+                r[0]
+                for r in self._con.execute(
+                    "SELECT DISTINCT label FROM runs ORDER BY label"
+                ).fetchall()
+            ]
+            hint = difflib.get_close_matches(label, labels, n=1)
+            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+            known = f"; labels: {', '.join(labels[:20])}" if labels else "; the store has no runs"
+            raise StoreError(f"{self.path}: no run with id or label {ref!r}{suggestion}{known}")
+        return rows[0][0]
+
+    def manifest(self, run_id: str) -> dict[str, Any]:
+        rows = self._con.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        if not rows:
+            raise StoreError(f"{self.path}: no run {run_id!r}")
+        return json.loads(rows[0][0])
+
+    def run_status(self, run_id: str) -> str:
+        rows = self._con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        if not rows:
+            raise StoreError(f"{self.path}: no run {run_id!r}")
+        return rows[0][0]
+
+    def cases(self, run_id: str) -> pl.DataFrame:
+        """The cases a run executed. After a rescore against edited expectations, ``case_hash``
+        is the hash the newest scoring scored against (the stored outputs are unchanged).
+        ``run_id`` may be a label (`resolve_run`), as for every per-run frame."""
+        run_id = self.resolve_run(run_id)
+        scoring_id = self.latest_scoring(run_id)
+        return self._frame(
+            "SELECT c.* REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) FROM cases c "
+            "LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
+            "WHERE c.run_id = ? ORDER BY c.case_id",
+            [scoring_id, run_id],
+        )
+
+    def outputs(self, run_id: str, *, ordered: bool = True) -> pl.DataFrame:
+        """A run's outputs by (case_id, replay); ``ordered=False``: in the order they were
+        written, skipping a sort that costs more than the read at a million rows (the
+        analysis groups them itself). ``run_id`` may be a label: an unknown one is an error,
+        never an empty frame."""
+        run_id = self.resolve_run(run_id)
+        order = " ORDER BY case_id, replay" if ordered else ""
+        return self._frame(f"SELECT * FROM outputs WHERE run_id = ?{order}", [run_id])
+
+    def scores(
+        self, run_id: str, scoring_id: str | None = None, *, ordered: bool = True
+    ) -> pl.DataFrame:
+        """Long scores of a run: the newest scoring unless ``scoring_id`` is given, by
+        (case_id, replay, scorer_index); ``ordered=False``: in the order they were written."""
+        run_id = self.resolve_run(run_id)
+        scoring_id = scoring_id or self.latest_scoring(run_id)
+        order = " ORDER BY case_id, replay, scorer_index" if ordered else ""
+        return self._frame(
+            f"SELECT * FROM scores WHERE run_id = ? AND scoring_id = ?{order}",
+            [run_id, scoring_id],
+        )
+
+    def latest_scoring(self, run_id: str) -> str:
+        rows = self._con.execute(
+            "SELECT scoring_id FROM scorings WHERE run_id = ? ORDER BY created_at DESC, scoring_id "
+            "DESC LIMIT 1",
+            [run_id],
+        ).fetchall()
+        return rows[0][0] if rows else initial_scoring_id(run_id)
+
+    def scorings(self, run_id: str) -> pl.DataFrame:
+        return self._frame("SELECT * FROM scorings WHERE run_id = ? ORDER BY created_at", [run_id])
+
+    def completed(self, run_id: str) -> set[tuple[str, int]]:
+        """(case_id, replay) pairs already stored for a run (what --resume skips)."""
+        rows = self._con.execute(
+            "SELECT case_id, replay FROM outputs WHERE run_id = ?", [run_id]
+        ).fetchall()
+        return {(c, int(r)) for c, r in rows}
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
+        """Run a read-only SQL query and return a Polars frame (for notebooks)."""
+        return self._frame(sql, list(params))
+
+    def records(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run a read-only SQL query and return its rows as dicts, without Polars (the run
+        path's summary uses it).
+
+        Examples:
+            >>> store.records("SELECT count(*) AS n FROM runs")  # doctest: +SKIP
+            [{'n': 2}]
+        """
+        result = self._con.execute(sql, list(params))
+        names = [column[0] for column in result.description]
+        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+    def _has_column(self, table: str, column: str) -> bool:
+        """False for a store created before the column existed and opened read-only."""
+        rows = self._con.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = ? "
+            "AND column_name = ?",
+            [table, column],
+        ).fetchall()
+        return bool(rows[0][0])
+
+    def has_table(self, name: str) -> bool:
+        """Whether the store has table ``name`` (a store of an older evalkit may lack one)."""
+        return self._has_table(name)
+
+    def _has_table(self, name: str) -> bool:
+        """False for a store created before the table existed and opened read-only."""
+        rows = self._con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        ).fetchall()
+        return bool(rows[0][0])
