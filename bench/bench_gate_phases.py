@@ -11,23 +11,29 @@ The gate process (:data:`GATE`) times its own phases by wrapping evalkit's funct
 - **CLI start**: the gate process's CPU until the ``gate`` handler starts (interpreter,
   imports, argument parsing);
 - **decision**: `evalkit.notebooks._Decider`, the one `gate_pair` (in a thread of the CLI
-  while the kernel starts; its own thread's CPU);
+  while the kernel starts; its own thread's CPU), and the report built from it, which the
+  kernel receives with the decision;
 - **kernel start**: the kernel's CPU until IPython runs its startup files (interpreter,
   ipykernel);
-- **decision again**: `gate_pair` in the kernel (none since the CLI hands its decision over:
-  run the script with an older checkout on ``PYTHONPATH`` for the figures before);
-- **notebook**: the rest of the kernel's CPU (evalkit's imports, the report, the tables);
-- **charts**: in the kernel, the charts saved as files and the chart shown as an output;
+- **decision again**: `gate_pair` in the kernel (none since the CLI hands its decision over);
+- **notebook**: the rest of the kernel's CPU (evalkit's imports, the report's HTML, tables);
+- **charts**: in the kernel, the charts saved as files and the chart shown as an output (its
+  Vega-Lite spec and static image);
 - **files**: in the kernel, ``report.json``, ``junit.xml`` and ``gate.md`` rendered;
 - **HTML**: the report page rendered from the executed notebook (`to_report_html`);
 - **CLI other**: what remains of the CLI process (papermill, reading and writing notebooks).
 
 CPU is the figure to read on a shared machine (wall time there is mostly waiting for a core);
 the load average is printed beside it. No asserts: the targets are read off the figures.
+``--before CHECKOUT`` (a plain copy of an older tree, e.g. ``git archive``'d main) measures its
+compare and gate in the same rounds, alternating with this checkout's: the figures before and
+after side by side, under the same load. Run it with bytecode compiled, as a user's venv has
+it (``python -m compileall -q evalkit .venv/lib`` and the checkout's ``evalkit``).
 
 Usage:
     .venv/bin/python bench/bench_gate_phases.py
     .venv/bin/python bench/bench_gate_phases.py --rounds 5 --json gate_phases.json
+    .venv/bin/python bench/bench_gate_phases.py --before /tmp/evalkit-main --rounds 3
 """
 
 from __future__ import annotations
@@ -96,17 +102,39 @@ def _timed(name, module, attr):
             slot["cpu"] += time.process_time() - cpu
     setattr(module, attr, wrapper)
 
-import evalkit.report.charts as _charts
-import evalkit.report.junit as _junit
-import evalkit.report.markdown as _markdown
-import evalkit.compare.pin as _pin
-import evalkit.report.build as _report
-_timed("decision", _pin, "gate_pair")
-_timed("charts", _charts, "save_chart")
-_timed("charts", _charts, "to_mimebundle")
-_timed("files", _report, "to_json")
-_timed("files", _junit, "to_junit")
-_timed("files", _markdown, "to_markdown")
+# Each module is wrapped as it is first imported, so the bench itself imports nothing the
+# notebook would not (a kernel that no longer needs a module never loads it here either).
+import importlib.abc, importlib.machinery, sys
+_WANTED = {
+    "evalkit.compare.pin": [("decision", "gate_pair")],
+    "evalkit.report.charts": [("charts", "save_chart"), ("charts", "to_mimebundle")],
+    "evalkit.report.svg": [("charts", "save_slice_charts")],
+    "evalkit.compare.charts": [("charts", "save_chart"), ("charts", "to_mimebundle")],
+    "evalkit.report.build": [("files", "to_json")],
+    "evalkit.compare.report": [("files", "to_json")],
+    "evalkit.report.junit": [("files", "to_junit")],
+    "evalkit.compare.junit": [("files", "to_junit")],
+    "evalkit.report.markdown": [("files", "to_markdown")],
+    "evalkit.compare.markdown": [("files", "to_markdown")],
+}
+
+class _WrapOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in _WANTED:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+        def exec_module(module):
+            run(module)
+            for phase, attr in _WANTED[name]:
+                if hasattr(module, attr):
+                    _timed(phase, module, attr)
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _WrapOnImport())
 
 @atexit.register
 def _write():
@@ -132,24 +160,34 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_compare(pair: list[str], folder: Path) -> dict[str, Any]:
+def _env(checkout: Path | None) -> dict[str, str]:
+    """This environment, with ``checkout``'s evalkit first on the path (its kernel's too)."""
+    if checkout is None:
+        return dict(os.environ)
+    path = [str(checkout), os.environ.get("PYTHONPATH", "")]
+    return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def one_compare(pair: list[str], folder: Path, checkout: Path | None = None) -> dict[str, Any]:
     """CPU and wall seconds of one ``evalkit compare`` process, and its exit code."""
     cpu, wall = _children_cpu(), time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "evalkit.cli", "compare", *pair],
-        cwd=folder, capture_output=True, text=True, timeout=900,
+        cwd=folder, capture_output=True, text=True, timeout=900, env=_env(checkout),
     )  # fmt: skip
     return {"cpu": _children_cpu() - cpu, "wall": time.perf_counter() - wall,
             "code": done.returncode}  # fmt: skip
 
 
-def one_gate(pair: list[str], folder: Path) -> dict[str, Any]:
+def one_gate(pair: list[str], folder: Path, checkout: Path | None = None) -> dict[str, Any]:
     """CPU and wall seconds of one ``evalkit gate`` process tree, phase by phase."""
     ipython = folder / "ipython"
     (ipython / "profile_default" / "startup").mkdir(parents=True, exist_ok=True)
     (ipython / "profile_default" / "startup" / "00-bench.py").write_text(KERNEL_STARTUP)
     gate_file, kernel_file = folder / "gate_phases.json", folder / "kernel_phases.json"
-    env = os.environ | {"IPYTHONDIR": str(ipython), "BENCH_KERNEL_PHASES": str(kernel_file)}
+    env = _env(checkout) | {"IPYTHONDIR": str(ipython), "BENCH_KERNEL_PHASES": str(kernel_file)}
+    gate_file.unlink(missing_ok=True)
+    kernel_file.unlink(missing_ok=True)
     args = ["gate", *pair, "--out", str(folder / "reports")]
     cpu, wall = _children_cpu(), time.perf_counter()
     done = subprocess.run(
@@ -187,8 +225,11 @@ def measure(
     db: Path | None,
     config: Path | None,
     runs: tuple[str, str] = ("baseline", "candidate"),
+    before: Path | None = None,
 ) -> dict[str, Any]:
-    """``evalkit compare`` and ``evalkit gate`` alternating ``rounds`` times; medians."""
+    """``evalkit compare`` and ``evalkit gate`` alternating ``rounds`` times; medians. With
+    ``before`` (an older checkout of evalkit), that checkout's compare and gate alternate with
+    these in the same rounds, under the same load, in ``result["before"]``."""
     with tempfile.TemporaryDirectory(prefix="bench-gate-phases-") as tmp:
         folder = Path(tmp)
         store = db or demo_store(folder)
@@ -196,16 +237,26 @@ def measure(
         if config or CONFIG.is_file():
             pair += ["--config", str(config or CONFIG)]
         load = [os.getloadavg()[0]]
-        compares, gates = [], []
+        checkouts = [None] if before is None else [None, before]
+        samples: dict[Any, dict[str, list]] = {c: {"compare": [], "gate": []} for c in checkouts}
         for i in range(rounds):
-            order = (one_compare, one_gate) if i % 2 == 0 else (one_gate, one_compare)
-            for run in order:
-                (compares if run is one_compare else gates).append(run(pair, folder))
+            steps = [(c, kind) for c in checkouts for kind in ("compare", "gate")]
+            for checkout, kind in steps if i % 2 == 0 else steps[::-1]:
+                run = one_compare if kind == "compare" else one_gate
+                samples[checkout][kind].append(run(pair, folder, checkout))
         load.append(os.getloadavg()[0])
+    result = _summary(samples[None]["compare"], samples[None]["gate"])
+    result |= {"rounds": rounds, "load_1min": load, "cores": os.cpu_count()}
+    if before is not None:
+        result["before"] = _summary(samples[before]["compare"], samples[before]["gate"])
+        result["before"]["checkout"] = str(before)
+    return result
+
+
+def _summary(compares: list[dict[str, Any]], gates: list[dict[str, Any]]) -> dict[str, Any]:
     median = statistics.median
     phases = {name: median(g["phases"][name] for g in gates) for name in gates[0]["phases"]}
     result = {
-        "rounds": rounds, "load_1min": load, "cores": os.cpu_count(),
         "compare": {"cpu": median(c["cpu"] for c in compares),
                     "wall": median(c["wall"] for c in compares),
                     "codes": sorted({c["code"] for c in compares})},
@@ -218,23 +269,32 @@ def measure(
 
 
 def report(result: dict[str, Any]) -> str:
-    """The figures as a table: the gate's phases, then compare and gate side by side."""
-    gate, compare = result["gate"], result["compare"]
+    """The figures as a table: the gate's phases, then compare and gate side by side (and the
+    older checkout's beside them, when measured)."""
+    columns = [("this checkout", result)]
+    if "before" in result:
+        columns.insert(0, ("before", result["before"]))
     lines = [
         f"evalkit gate vs evalkit compare, medians of {result['rounds']} each, "
         f"load {result['load_1min'][0]:.1f} -> {result['load_1min'][1]:.1f} "
         f"on {result['cores']} cores",
-        "",
-        f"{'gate phase':<14}{'CPU s':>8}",
     ]
-    lines += [f"{name:<14}{cpu:>8.2f}" for name, cpu in gate["phases"].items()]
-    lines += [
-        "",
-        f"{'command':<16}{'CPU s':>8}{'wall s':>8}  exit",
-        f"{'evalkit compare':<16}{compare['cpu']:>8.2f}{compare['wall']:>8.2f}  {compare['codes']}",
-        f"{'evalkit gate':<16}{gate['cpu']:>8.2f}{gate['wall']:>8.2f}  {gate['codes']}",
-        f"gate / compare CPU: {result['cpu_ratio']:.2f}x",
-    ]
+    if "before" in result:
+        lines.append(f"before: {result['before']['checkout']} (same rounds, alternating)")
+    w = 24  # the name column
+
+    def row(name: str, cells: list[str]) -> str:
+        return f"{name:<{w}}" + "".join(f"{c:>15}" for c in cells)
+
+    lines += ["", row("gate phase, CPU s", [n for n, _ in columns])]
+    for name in result["gate"]["phases"]:
+        lines.append(row(name, [f"{r['gate']['phases'].get(name, 0.0):.2f}" for _, r in columns]))
+    lines += ["", row("command", [n for n, _ in columns])]
+    for kind in ("compare", "gate"):
+        lines.append(row(f"evalkit {kind} CPU s", [f"{r[kind]['cpu']:.2f}" for _, r in columns]))
+        lines.append(row(f"evalkit {kind} wall s", [f"{r[kind]['wall']:.2f}" for _, r in columns]))
+        lines.append(row("  exit codes", [str(r[kind]["codes"]) for _, r in columns]))
+    lines.append(row("gate / compare CPU:", [f"{r['cpu_ratio']:.2f}x" for _, r in columns]))
     return "\n".join(lines)
 
 
@@ -246,10 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     parser.add_argument("--baseline", default="baseline", help="with --db: the baseline run")
     parser.add_argument("--candidate", default="candidate", help="with --db: the candidate run")
+    parser.add_argument(
+        "--before", type=Path, metavar="CHECKOUT",
+        help="also measure this older checkout of evalkit (its package first on PYTHONPATH), "
+        "alternating in the same rounds: before and after under the same load",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     db = args.db.resolve() if args.db else None
     config = args.config.resolve() if args.config else None
-    result = measure(args.rounds, db, config, (args.baseline, args.candidate))
+    before = args.before.resolve() if args.before else None
+    result = measure(args.rounds, db, config, (args.baseline, args.candidate), before)
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -52,6 +52,8 @@ _EXPORTS = {
     "ComparisonResult": "evalkit.project.results",
     "gate_pair": "evalkit.compare.pin",
     "load_decided_pair": "evalkit.compare.handoff",
+    "load_decided_report": "evalkit.report.decided",
+    "save_slice_charts": "evalkit.report.svg",
     "GateBlocked": "evalkit.compare.decision",
     "Comparison": "evalkit.compare.analysis",
     "Report": "evalkit.report.build",
@@ -159,6 +161,7 @@ __all__ = [
     "load_comparison",
     "load_corpus",
     "load_decided_pair",
+    "load_decided_report",
     "load_llmbar",
     "load_pandalm",
     "load_policy",
@@ -185,6 +188,7 @@ __all__ = [
     "run_suite",
     "run_verdicts",
     "save_chart",
+    "save_slice_charts",
     "scorer",
     "slice_agreement",
     "slice_forest",
@@ -264,6 +268,7 @@ if TYPE_CHECKING:
         slice_forest,
         slice_overview,
     )
+    from evalkit.report.decided import load_decided_report
     from evalkit.report.gate_charts import flake_rate_by_slice, gate_operating_characteristics
     from evalkit.report.history_charts import pass_rate_history, unstable_history
     from evalkit.report.html import fragment as report_fragment
@@ -275,6 +280,7 @@ if TYPE_CHECKING:
     )
     from evalkit.report.junit import to_junit as report_junit
     from evalkit.report.markdown import to_markdown as report_markdown
+    from evalkit.report.svg import save_slice_charts
     from evalkit.report.tables import slice_table
     from evalkit.run.runner import RunOptions, RunSummary, run_suite
     from evalkit.scorers.registry import build_scorer, check, scorer

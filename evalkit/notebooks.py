@@ -32,6 +32,9 @@ kernel's working directory when Jupyter opens it):
 from __future__ import annotations
 
 import ast
+import base64
+import html
+import importlib
 import json
 import os
 import re
@@ -42,21 +45,48 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import nbformat
-import papermill as pm
 from jupyter_client.manager import AsyncKernelManager
-from nbconvert import HTMLExporter
-from nbconvert.exporters.templateexporter import TemplateExporter
-from nbconvert.filters.highlight import Highlight2HTML
-from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+from nbformat.v4.rwbase import rejoin_lines
 
 from evalkit.compare.comparability import check_comparable
 from evalkit.compare.handoff import decided_pair_folder, write_decided_pair
 from evalkit.compare.policy import load_policy
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.store import open_store
+
+#: What papermill imports for reading and writing notebooks on S3 (boto3) and HDFS (pyarrow.fs)
+#: when they are installed (evalkit's own extras install them): evalkit hands it local paths.
+_PAPERMILL_UNUSED = ("papermill.s3", "pyarrow.fs")
+
+
+def _import_papermill() -> ModuleType:
+    """papermill, imported as if its S3 and HDFS handlers' libraries were missing.
+
+    papermill imports every I/O handler whose library is installed, at its own import: boto3
+    and pyarrow (with numpy) for a gate that only ever reads and writes local files. Hidden
+    while papermill imports (None in ``sys.modules``: papermill then keeps its stand-in that
+    names the missing extra), and visible again at once: a module already imported stays, and
+    ``import pyarrow.fs`` works as before for everything else.
+    """
+    hidden = [name for name in _PAPERMILL_UNUSED if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        return importlib.import_module("papermill")
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
+
+
+if TYPE_CHECKING:
+    import papermill as pm
+else:
+    pm = _import_papermill()
 
 #: Exception names (raised inside the notebook) that mean a usage or config problem: exit 2.
 USAGE_ERRORS = {"ConfigError", "ComparabilityError", "StoreError", "CorpusError", "EvalkitError"}
@@ -77,11 +107,33 @@ class _ThisPython(AsyncKernelManager):
         The notebooks' numbers are scalars and short vectors: no BLAS call of theirs is worth a
         thread. But the OpenBLAS that scipy loads starts one thread per core, which spins
         before it sleeps: CPU taken from whatever else the machine runs, on every gate
-        (`python bench/bench_gate_cost.py` measures a gate's whole process tree).
+        (`python bench/bench_gate_phases.py` measures a gate's whole process tree).
         """
         env = dict(kw.pop("env", None) or os.environ)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         await super().start_kernel(env=env, **kw)
+
+    async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        """Shut the kernel down without the SIGINT jupyter_client sends it first.
+
+        papermill shuts the kernel down once it has every output (or after nbclient itself
+        interrupted a cell that timed out), so the interrupt stops nothing; landing while the
+        kernel handles its last message, it printed ``KeyboardInterrupt caught in kernel`` on
+        the gate's stderr. A kernel still busy does not answer the shutdown request and is
+        killed after jupyter_client's usual wait, as before.
+        """
+        self._shutting_down_quietly = True
+        try:
+            await super()._async_shutdown_kernel(now=now, restart=restart)
+        finally:
+            self._shutting_down_quietly = False
+
+    shutdown_kernel = _async_shutdown_kernel
+
+    async def _async_interrupt_kernel(self) -> None:
+        if getattr(self, "_shutting_down_quietly", False):
+            return
+        await super()._async_interrupt_kernel()
 
 
 @dataclass(frozen=True)
@@ -256,55 +308,16 @@ def execute_notebook(
     return output, None, None
 
 
-#: An ``<img`` tag without an ``alt`` attribute (nbconvert writes one per image output).
-_IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
-#: What nbconvert's own export gives such an image.
-_NO_ALT = "No description has been provided for this image"
-
-
-class _ReportExporter(HTMLExporter):
-    """nbconvert's HTML export (its template, preprocessors and filters) without the pass that
-    parses the finished page with BeautifulSoup and writes it out again.
-
-    That pass only adds accessibility attributes: ``alt`` on images, which `_IMG_WITHOUT_ALT`
-    adds here, and ``tabindex`` on the cells of the ``lab`` template, which a report (the
-    ``basic`` template, outputs only) has none of. On a gate page of inline SVG charts it
-    cost as much CPU as the rest of the export. The filters are
-    registered as `HTMLExporter.from_notebook_node` registers them (nbconvert 7).
-    """
-
-    def from_notebook_node(  # type: ignore[override]
-        self, nb: nbformat.NotebookNode, resources: dict[str, Any] | None = None, **kw: Any
-    ) -> tuple[str, dict[str, Any]]:
-        langinfo = nb.metadata.get("language_info", {})
-        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
-        resources = self._init_resources(resources)
-        highlight = self.filters.get(
-            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)
-        )
-        data_type = WidgetsDataTypeFilter(
-            notebook_metadata=self._nb_metadata, parent=self, resources=resources
-        )
-        self.register_filter("highlight_code", highlight)
-        self.register_filter("filter_data_type", data_type)
-        body, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-        return _IMG_WITHOUT_ALT.sub(f'<img alt="{_NO_ALT}"', body), resources
-
-
 #: Cells a report never shows: papermill's exception banner and anchor, the notebook's own intro.
 HIDDEN_TAGS = {"papermill-error-cell-tag", "notebook-only"}
-
-
-#: How a report page renders a notebook: nbconvert's ``basic`` template, outputs only.
-REPORT_EXPORT = {"template_name": "basic", "exclude_input": True, "exclude_input_prompt": True,
-                 "exclude_output_prompt": True}  # fmt: skip
 
 
 def report_cells(notebook: Path) -> nbformat.NotebookNode:
     """The executed notebook as its report shows it: without the cells tagged `HIDDEN_TAGS`
     and the traceback of the ``GateBlocked`` the last cell raises on purpose (any other error
-    stays visible: it is a bug, not a verdict)."""
-    nb = nbformat.read(notebook, as_version=4)
+    stays visible: it is a bug, not a verdict). Read as papermill wrote it (validated then),
+    its multi-line strings joined as `nbformat.read` joins them, not validated again."""
+    nb = rejoin_lines(nbformat.from_dict(json.loads(notebook.read_text(encoding="utf-8"))))
     nb.cells = [c for c in nb.cells if not HIDDEN_TAGS & set(c.metadata.get("tags", []))]
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -315,19 +328,79 @@ def report_cells(notebook: Path) -> nbformat.NotebookNode:
 def to_report_html(notebook: Path, title: str = "evalkit gate") -> Path:
     """Render an executed notebook as a report page, ``<same name>.html`` next to it.
 
-    Outputs only (no code, no prompts; `REPORT_EXPORT`) of its `report_cells`, in the page
-    style of `evalkit.report.html`.
+    The page is the outputs of its `report_cells`, in order (`output_html`), in the page style
+    of `evalkit.report.html`: no code, no prompts, no markdown cells. Every output the gate
+    notebook shows is markup evalkit made (HTML fragments, SVG charts), so nbconvert's
+    templates, code highlighting, Markdown and sanitizing passes would add nothing to it; they
+    render only the notebook of a gate that failed (`to_html`).
     """
     from evalkit.report.html import page
 
-    body, _ = _ReportExporter(**REPORT_EXPORT).from_notebook_node(report_cells(notebook))
+    body = "".join(
+        output_html(output)
+        for cell in report_cells(notebook).cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
     html_path = notebook.with_suffix(".html")
     html_path.write_text(page(body, title), encoding="utf-8")
     return html_path
 
 
+#: What an image gets as alternative text when its output has no text of its own.
+_NO_ALT = "No description has been provided for this image"
+#: A terminal colour or style sequence (tracebacks carry them).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def output_html(output: Mapping[str, Any]) -> str:
+    """One notebook output as a report shows it, in nbconvert's order of preference: HTML as
+    it is, then an SVG or PNG image (a data URL in an ``<img>``, which runs no script; its
+    ``text/plain`` as alternative text), then text; streams and errors as escaped text.
+
+    Examples:
+        >>> output_html({"output_type": "stream", "name": "stderr", "text": "<b>warn</b>"})
+        '<pre class="output stream-stderr">&lt;b&gt;warn&lt;/b&gt;</pre>'
+        >>> shown = output_html({"output_type": "display_data", "metadata": {},
+        ...                      "data": {"image/svg+xml": "<svg/>", "text/plain": "<chart>"}})
+        >>> shown.startswith('<div class="output"><img alt="&lt;chart&gt;"'), "PHN2Zy8+" in shown
+        (True, True)
+    """
+    kind = output.get("output_type")
+    if kind == "stream":
+        name = re.sub(r"[^a-z]", "", str(output.get("name", "")))
+        return f'<pre class="output stream-{name}">{_escaped(output.get("text", ""))}</pre>'
+    if kind == "error":
+        traceback = _ANSI.sub("", "\n".join(output.get("traceback", [])))
+        return f'<pre class="output error">{_escaped(traceback)}</pre>'
+    data = output.get("data", {})
+    if "text/html" in data:
+        return f'<div class="output">{_joined(data["text/html"])}</div>'
+    alt = _escaped(_joined(data.get("text/plain", "")) or _NO_ALT)
+    if "image/svg+xml" in data:
+        svg = base64.b64encode(_joined(data["image/svg+xml"]).encode("utf-8")).decode("ascii")
+        return f'<div class="output"><img alt="{alt}" src="data:image/svg+xml;base64,{svg}"></div>'
+    if "image/png" in data:
+        png = "".join(_joined(data["image/png"]).split())
+        return f'<div class="output"><img alt="{alt}" src="data:image/png;base64,{png}"></div>'
+    if "text/plain" in data:
+        return f'<pre class="output">{_escaped(data["text/plain"])}</pre>'
+    return ""
+
+
+def _joined(text: str | list[str]) -> str:
+    """A notebook's multi-line string, stored as one string or as a list of lines."""
+    return text if isinstance(text, str) else "".join(text)
+
+
+def _escaped(text: str | list[str]) -> str:
+    return html.escape(_joined(text), quote=True)
+
+
 def to_html(notebook: Path) -> Path:
     """Render an executed notebook to ``<same name>.html`` next to it (nbconvert, with code)."""
+    from nbconvert import HTMLExporter  # only for a gate notebook that failed
+
     body, _ = HTMLExporter().from_filename(str(notebook))
     html_path = notebook.with_suffix(".html")
     html_path.write_text(body, encoding="utf-8")
@@ -352,9 +425,10 @@ def preflight(
 
 
 class _Decider(threading.Thread):
-    """The gate's one decision (`evalkit.compare.pin.gate_pair`, on the notebook's parameters),
-    written for the notebook (`evalkit.compare.handoff`); a usage or config error is handed
-    over for the notebook to raise, any other error (a bug) is kept in ``bug`` as well."""
+    """The gate's one decision (`evalkit.compare.pin.gate_pair`, on the notebook's parameters)
+    and its report, written for the notebook (`evalkit.compare.handoff`); a usage or config
+    error is handed over for the notebook to raise, any other error (a bug) is kept in ``bug``
+    as well."""
 
     def __init__(self, params: dict[str, Any]) -> None:
         super().__init__(name="evalkit-gate-decision", daemon=True)
@@ -363,6 +437,7 @@ class _Decider(threading.Thread):
 
     def run(self) -> None:
         from evalkit.compare.pin import gate_pair
+        from evalkit.report.build import build_report
 
         p = self.params
         try:
@@ -371,7 +446,9 @@ class _Decider(threading.Thread):
                     store, p["BASELINE"], p["CANDIDATE"], p["CONFIG"] or None, p["ALLOW_DIFF"],
                     tier=p["TIER"] or None, allow_incomplete=p["ALLOW_INCOMPLETE"],
                 )  # fmt: skip
-            write_decided_pair(p["DECIDED"], comparison, decision)
+            # the report too: the kernel then loads neither the statistics nor the store
+            report = build_report(comparison, decision)
+            write_decided_pair(p["DECIDED"], comparison, decision, report=report)
         except EvalkitError as exc:
             write_decided_pair(p["DECIDED"], error=exc)
         except BaseException as exc:  # raised again in the caller's thread
@@ -393,12 +470,12 @@ def execute_gate(
     """Execute the gate notebook into ``<out_dir>/<candidate>/`` (`report_dir`).
 
     The decision is taken once, here (`_Decider`, in a thread while papermill starts the
-    kernel), and handed to the notebook through its ``DECIDED`` parameter
-    (`evalkit.compare.handoff`); the notebook reports it without deciding again.
+    kernel), and handed to the notebook with the report built from it through its ``DECIDED``
+    parameter (`evalkit.compare.handoff`); the notebook reports it without deciding again.
 
     Writes ``gate.ipynb`` (the executed notebook, kept as the artefact), ``gate.html`` (its
     outputs as a report page: `to_report_html`) and the notebook's artefacts (``decision.json``,
-    ``report.json``, ``junit.xml``, ``gate.md``, charts as SVG and PNG). Usage and config
+    ``report.json``, ``junit.xml``, ``gate.md``, the slice charts as SVG). Usage and config
     errors found by `preflight` return exit code 2 before any kernel starts (no notebook is
     written then). Other exceptions
     raised in the notebook (bugs, not verdicts) propagate as `papermill.PapermillExecutionError`

@@ -14,7 +14,6 @@ REPO = Path(__file__).resolve().parents[1]
 NOT_RUN_BY_A_TEST = frozenset(
     {
         "bench_corpus_memory",
-        "bench_gate_cost",
         "bench_judge_rivals",
         "bench_large_import",
         "bench_pr_gate",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import subprocess
+import sys
 
 import polars as pl
 import pytest
@@ -62,7 +64,9 @@ def test_evalkit_gate_decides_once_and_the_notebook_reports_that_decision(
     written = json.loads((tmp_path / "cand-run" / "decision.json").read_text())
     assert written == _as_json(taken[0]) and written["status"] == "BLOCKED"
     executed = (tmp_path / "cand-run" / "gate.ipynb").read_text()
-    assert "load_decided_pair" in executed and "decided.pickle" in executed
+    assert "load_decided_report" in executed and "decided.pickle" in executed
+    # run by the CLI, nobody clicks its chart: the static SVG alone, no Vega-Lite spec built
+    assert "image/svg+xml" in executed and "application/vnd.vegalite" not in executed
     assert not any(p.name.startswith("evalkit-gate-") for p in (tmp_path / "cand-run").iterdir())
     with evalkit.open_store(db) as opened:  # the one decision is logged once, for history
         logged = opened.gate_log().filter(pl.col("command") == "gate")
@@ -80,6 +84,7 @@ def test_the_notebook_alone_decides_itself_and_decides_the_same(store, tmp_path,
     _, ename, _ = execute_notebook("gate.ipynb", out / "gate.ipynb", params)
 
     assert ename == "GateBlocked"
+    assert "application/vnd.vegalite" in (out / "gate.ipynb").read_text()  # opened: interactive
     kernel_pid = counter.read_text().split()
     assert len(kernel_pid) == 1 and kernel_pid != [str(os.getpid())]  # the kernel decided
     with evalkit.open_store(store / "evalkit.duckdb") as opened:
@@ -95,6 +100,52 @@ def test_a_decided_pair_round_trips_with_its_frames(store, tmp_path):
     assert _as_json(got_decision) == _as_json(decision)
     assert got_comparison.paired.equals(comparison.paired)
     assert not path.with_name("decided.pickle.part").exists()
+
+
+def test_the_handed_over_report_is_the_one_the_notebook_would_build(store, tmp_path):
+    """`evalkit gate` hands over the report it built: the notebook shows the same report it
+    would have built from the pair (and builds it itself from a file without one)."""
+    with evalkit.open_store(store / "evalkit.duckdb") as opened:
+        comparison, decision = pin.gate_pair(opened, "base", "cand", str(store / "evalkit.yaml"))
+    built = evalkit.build_report(comparison, decision)
+    with_report = write_decided_pair(tmp_path / "a.pickle", comparison, decision, report=built)
+    without = write_decided_pair(tmp_path / "b.pickle", comparison, decision)
+    for path in (with_report, without):
+        got = evalkit.load_decided_report(path, wait_s=0)
+        assert evalkit.report_json(got) == evalkit.report_json(built)
+        assert _as_json(got.decision) == _as_json(decision)
+
+
+#: What the kernel of `evalkit gate` needs for none of its cells, given the report.
+KERNEL_NEVER = {"scipy", "duckdb", "numpy", "yaml", "altair", "vl_convert", "papermill"}
+PROBE = """
+import json, sys
+import evalkit
+report = evalkit.load_decided_report(sys.argv[1], wait_s=0)
+for sections in (["decision"], ["broken", "fixed"], ["slices"], ["suite", "budgets", "manifest"],
+                 ["aggregate"]):
+    fragment = evalkit.report_fragment(report, sections, interactive=False)
+    for part in fragment.parts:
+        part if isinstance(part, str) else part._repr_mimebundle_()
+evalkit.save_slice_charts(report, sys.argv[2])
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+def test_the_gate_kernel_reports_without_statistics_store_or_chart_engine(store, tmp_path):
+    """The notebook's cells, on a handed-over report, in a fresh interpreter: no scipy, DuckDB,
+    numpy, YAML, Altair or vl-convert is imported (the CLI already paid for them)."""
+    with evalkit.open_store(store / "evalkit.duckdb") as opened:
+        comparison, decision = pin.gate_pair(opened, "base", "cand", str(store / "evalkit.yaml"))
+    report = evalkit.build_report(comparison, decision)
+    path = write_decided_pair(tmp_path / "d.pickle", comparison, decision, report=report)
+    done = subprocess.run([sys.executable, "-c", PROBE, str(path), str(tmp_path / "charts")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "polars" in loaded and "great_tables" in loaded  # the probe saw the imports
+    assert loaded & KERNEL_NEVER == set()
+    assert (tmp_path / "charts" / "slice_forest.svg").is_file()
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,6 @@ from evalkit.judges.display import fmt_kappa
 from evalkit.notebooks import (
     FILLED_NOTE,
     PROJECT_NOTEBOOKS,
-    REPORT_EXPORT,
     TEMPLATES,
     _fill_source,
     _ThisPython,
@@ -138,6 +137,31 @@ def test_the_kernel_gets_one_blas_thread_unless_the_environment_names_a_number(m
     assert launched[0]["EVALKIT_SEEN_BY_THE_KERNEL"] == "yes"  # the rest of the environment too
 
 
+def test_the_kernel_is_shut_down_without_an_interrupt_but_still_interrupted_otherwise(
+    monkeypatch,
+):
+    """jupyter_client sends SIGINT before every shutdown; papermill has every output by then,
+    and the interrupt only printed "KeyboardInterrupt caught in kernel" when it landed mid
+    message. An interrupt outside shutdown (nbclient's, for a cell that timed out) still goes."""
+    sent: list[str] = []
+
+    async def interrupt(self):
+        sent.append("SIGINT")
+
+    async def quietly(self, *args, **kwargs):
+        sent.append("shutdown step")
+
+    monkeypatch.setattr(AsyncKernelManager, "has_kernel", property(lambda self: True))
+    monkeypatch.setattr(AsyncKernelManager, "_async_interrupt_kernel", interrupt)
+    for step in ("_async_request_shutdown", "_async_finish_shutdown", "_async_cleanup_resources"):
+        monkeypatch.setattr(AsyncKernelManager, step, quietly)
+    manager = _ThisPython(kernel_name="python3")
+    asyncio.run(manager.shutdown_kernel())
+    assert sent == ["shutdown step"] * 3  # requested, waited for, cleaned up: no SIGINT
+    asyncio.run(manager._async_interrupt_kernel())  # outside a shutdown
+    assert sent[-1] == "SIGINT"
+
+
 def _good_candidate(base: RunData) -> RunData:
     """The baseline with ten failing general cases fixed and nothing broken, from another
     prompt (a run of the same configuration as ``cand-bad`` would be its sibling, and a blocked
@@ -182,28 +206,34 @@ def test_gate_passes_with_exit_0_and_writes_the_html_report(gate_env):
     # in view, not folded; the text a reader sees (the page keeps evalkit's "&#x27;" for "'")
     shown = html.unescape(page[: page.index('id="broken"')].split("<details")[0])
     assert "Not gated here: " in shown and "critical tag 'billing' is underpowered" in shown
-    for artefact in ("report.json", "junit.xml", "gate.md", "slice_forest.svg", "slice_forest.png"):
+    for artefact in ("report.json", "junit.xml", "gate.md", "slice_forest.svg"):
         assert (out / artefact).is_file(), artefact
-    _assert_what_nbconvert_writes(run.notebook_path, page)
+    for chart in ("slice_forest", "flip_counts", "pass_rate_by_slice"):  # evalkit's own SVG
+        drawn = ET.parse(out / f"{chart}.svg").getroot()
+        assert drawn.tag.endswith("svg") and drawn.findall(".//{*}g[@class='mark']"), chart
+    _assert_what_nbconvert_shows(run.notebook_path, page)
 
 
-def _assert_what_nbconvert_writes(notebook: Path, page: str) -> None:
-    """The report's body is nbconvert's own export of the notebook, element by element, with
-    its attributes (the images' alt text too) and text: `_ReportExporter` leaves out only the
-    pass that parses and rewrites the page (an nbconvert upgrade that changes more shows here)."""
+def _assert_what_nbconvert_shows(notebook: Path, page: str) -> None:
+    """The report's body shows what nbconvert's own outputs-only export of the notebook shows:
+    the same text, in the same order, and the same images (`to_report_html` writes its own
+    markup around the outputs; an output it drops or garbles shows here)."""
 
-    def elements(markup: str) -> list[tuple[str, list[tuple[str, str]], str | None]]:
+    def seen(markup: str) -> tuple[str, list[str]]:
         soup = BeautifulSoup(markup, features="html.parser")
-        return [(e.name, sorted((k, str(v)) for k, v in e.attrs.items()), e.string)
-                for e in soup.find_all(True)]  # fmt: skip
+        return " ".join(soup.get_text(" ").split()), [i["src"] for i in soup.find_all("img")]
 
-    theirs, _ = HTMLExporter(**REPORT_EXPORT).from_notebook_node(report_cells(notebook))
+    export = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
+                          exclude_output_prompt=True)  # fmt: skip
+    theirs, _ = export.from_notebook_node(report_cells(notebook))
     ours = page[page.index("<main>") + len("<main>") : page.rindex("</main>")]
-    assert "<img" in ours and elements(ours) == elements(theirs)
+    assert "<img" in ours and seen(ours) == seen(theirs)
 
 
 def _assert_a_report(page: str, status: str) -> None:
     """gate.html reads as a report: decision first, no code, banner or traceback, inline SVG."""
+    body = page[page.index("<main>") + len("<main>") :]
+    assert body.startswith('<div class="output"><section id="decision">')  # nothing before it
     assert page.index(f"evalkit gate: {status}") < page.index('id="broken"')
     if 'id="case-' in page:
         assert page.index(f"evalkit gate: {status}") < page.index('id="case-')

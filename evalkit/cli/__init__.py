@@ -173,6 +173,9 @@ def _main(args_list: list[str]) -> int:
         from evalkit.demo.server import main as serve
 
         return serve(args_list[2:]) or 0
+    if args_list == ["--version"]:  # what argparse would print, without building every parser
+        print(f"evalkit {__version__}")
+        return 0
     parser = _parser(_command_in(args_list))
     args = parser.parse_args(args_list)
     mark("parsed")

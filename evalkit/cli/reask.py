@@ -13,7 +13,7 @@ from evalkit.errors import EvalkitError
 
 
 def add_reask_args(parser: argparse.ArgumentParser) -> None:
-    from evalkit.compare.reask import REASKS
+    from evalkit.compare.reask_rule import REASKS  # the rule alone: --help loads no frames
 
     parser.add_argument(
         "--reask-flakes", type=int, default=REASKS, metavar="K",

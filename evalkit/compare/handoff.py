@@ -3,8 +3,11 @@
 ``evalkit gate`` computes the comparison and decision (`evalkit.compare.pin.gate_pair`) in a
 thread while papermill starts the notebook's kernel, and writes them with `write_decided_pair`
 into a file the notebook's ``DECIDED`` parameter names; the notebook's decision cell reads it
-with `load_decided_pair` instead of deciding again. Without ``DECIDED`` (the notebook opened
-in Jupyter, or run by papermill alone) the notebook calls `gate_pair` itself.
+with `load_decided_pair` instead of deciding again. The CLI builds the report from them too and
+hands it over in the same file (`evalkit.report.decided.load_decided_report` reads it), so the
+kernel neither decides nor recomputes the report's slices and intervals. Without ``DECIDED``
+(the notebook opened in Jupyter, or run by papermill alone) the notebook calls `gate_pair`
+itself.
 
 The file is a pickle: the comparison holds Polars frames and frozen records that JSON would
 have to rebuild field by field. It is written only by the process that started the kernel,
@@ -29,6 +32,7 @@ import os
 import pickle
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +44,7 @@ if TYPE_CHECKING:
     from evalkit.compare.decision import GateDecision
 
 #: Marks the file as this module's, in this format.
-_FORMAT = "evalkit-decided-pair/1"
+_FORMAT = "evalkit-decided-pair/2"
 
 
 def decided_pair_folder() -> Path:
@@ -53,15 +57,18 @@ def write_decided_pair(
     comparison: Comparison | None = None,
     decision: GateDecision | None = None,
     *,
+    report: object | None = None,
     error: EvalkitError | None = None,
 ) -> Path:
     """Write the decided pair (or the error that stopped it) to ``path``, atomically: the file
-    appears whole or not at all, so a reader waiting for it never reads half of it."""
+    appears whole or not at all, so a reader waiting for it never reads half of it. ``report``
+    is the report built from them (`evalkit.report.build.Report`), handed over as it is."""
     path = Path(path)
     if error is not None:
         payload: dict[str, Any] = {"format": _FORMAT, "error": (type(error).__name__, str(error))}
-    else:
-        payload = {"format": _FORMAT, "comparison": comparison, "decision": decision}
+    else:  # each pickled apart: a reader unpickles (and imports the modules of) what it asks for
+        parts = {"comparison": comparison, "decision": decision, "report": report}
+        payload = {"format": _FORMAT, "parts": {k: _pickled(v) for k, v in parts.items()}}
     part = path.with_name(path.name + ".part")
     part.write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
     os.replace(part, path)
@@ -77,6 +84,21 @@ def load_decided_pair(path: str | Path, wait_s: float = 600) -> tuple[Comparison
         EvalkitError: the decision failed in the CLI (raised again as its own class), or the
             file never came.
     """
+    got = read_decided(path, ("comparison", "decision"), wait_s)
+    return got["comparison"], got["decision"]
+
+
+def _pickled(value: object) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def read_decided(
+    path: str | Path, parts: Sequence[str] = ("comparison", "decision", "report"),
+    wait_s: float = 600,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``parts`` ``evalkit gate`` handed over in ``path`` (of ``comparison``, ``decision``
+    and ``report``; None where it built none), waiting as `load_decided_pair` does; a decision
+    that failed is raised again as its own class. Only the parts asked for are unpickled."""
     path = Path(path)
     deadline = time.monotonic() + wait_s
     while not path.is_file():
@@ -100,4 +122,4 @@ def load_decided_pair(path: str | Path, wait_s: float = 600) -> tuple[Comparison
         exc = cls.__new__(cls)
         Exception.__init__(exc, message)  # the message as the CLI rendered it, unchanged
         raise exc
-    return payload["comparison"], payload["decision"]
+    return {name: pickle.loads(payload["parts"][name]) for name in parts}

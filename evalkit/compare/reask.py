@@ -10,11 +10,7 @@ trusted flake list would excuse, with the response cache bypassed, as runs label
 those runs, of the candidate's configuration and case version, number at least :data:`REASKS`
 and failed the case at most the listed flake rate of the time.
 
-Examples:
-    >>> excused(reasks=5, fails=1, flake_rate=0.4)
-    True
-    >>> excused(reasks=5, fails=3, flake_rate=0.4), excused(reasks=0, fails=0, flake_rate=0.4)
-    (False, False)
+The rule itself (`excused`, `REASKS`) lives in `evalkit.compare.reask_rule`.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from evalkit.compare.decision import Finding
+from evalkit.compare.reask_rule import LABEL_PREFIX, REASKS, excused
 from evalkit.compare.verdicts import verdicts
 
 if TYPE_CHECKING:
@@ -31,15 +28,15 @@ if TYPE_CHECKING:
     from evalkit.corpus.suite import Suite
     from evalkit.store import Store
 
-#: Re-asks of each excused case the gate needs (and ``--reask-flakes`` makes by default).
-REASKS = 5
-#: Label prefix of the re-ask runs: ``reask:<candidate run id>``.
-LABEL_PREFIX = "reask:"
-
-
-def excused(reasks: int, fails: int, flake_rate: float, needed: int = REASKS) -> bool:
-    """Whether ``fails`` of ``reasks`` re-asks stay within the listed ``flake_rate``."""
-    return reasks >= needed and fails <= flake_rate * reasks + 1e-9
+__all__ = [
+    "LABEL_PREFIX",
+    "REASKS",
+    "excused",
+    "failing_must_pass",
+    "reask_evidence",
+    "reask_findings",
+    "reask_flakes",
+]
 
 
 def reask_evidence(store: Store, cand: RunData) -> pl.DataFrame:

@@ -22,7 +22,7 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from rich.console import Console
@@ -31,7 +31,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evalkit.compare.analysis import Comparison, RunData
 from evalkit.compare.decision import GateDecision
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
@@ -47,6 +46,9 @@ from evalkit.report.case_details import (
     trajectories,
 )
 from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, inert
+
+if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus models
+    from evalkit.compare.analysis import Comparison, RunData
 
 SECTIONS = ("summary", "broken", "fixed", "decision", "slices", "suite", "aggregate")
 _SYMBOL = {True: "✓", False: "✗", None: "?"}
@@ -118,7 +120,7 @@ class Report:
         """
         if self.run_rates == (None, None):
             return None
-        from evalkit.run.summary import rate_basis
+        from evalkit.run.rate_basis import rate_basis  # the words alone: no store
 
         base, cand = (fmt_pct(r) if r is not None else "–" for r in self.run_rates)
         bases = {rate_basis(n) for n in self.replays}

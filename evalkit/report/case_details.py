@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.compare.analysis import Comparison
 from evalkit.compare.verdicts import replay_verdicts, verdicts
+
+if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus or store
+    from evalkit.compare.analysis import Comparison
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,13 @@ consulted. Save with :func:`save_chart` (SVG, and PNG at 2×); embed with :func:
 Colours are Okabe–Ito (colour-blind safe); every chart has a title, axis titles with units and a
 legend.
 
+The slice charts the gate draws (`slice_forest`, `flip_counts`, `pass_rate_by_slice`,
+`slice_overview`) carry their static image written directly (`evalkit.report.svg`), so saving,
+embedding or showing them starts no JavaScript engine: their display is the Vega-Lite spec and
+that SVG (no PNG: every viewer that shows a notebook's images shows SVG). A copy Altair makes of
+such a chart (``.properties(...)``, ``+``, ``.encode(...)``) or an attribute set on it draws
+with vl-convert again, since the static image no longer shows it.
+
 Examples:
     >>> chart = Chart(pl.DataFrame({"n": [1, 2]})).mark_bar().encode(x="n:Q")
     >>> sorted(chart._repr_mimebundle_())
@@ -20,11 +27,21 @@ from __future__ import annotations
 import base64
 import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import altair as alt
 import polars as pl
+
+from evalkit.report.chart_rows import AGGREGATE as _AGG
+from evalkit.report.chart_rows import BASELINE, BROKEN, FIXED, NEUTRAL
+from evalkit.report.chart_rows import axis_limit as _limit
+from evalkit.report.chart_rows import count_ticks as _count_ticks
+from evalkit.report.chart_rows import labelled as _labelled
+from evalkit.report.chart_rows import slice_rows as _slice_rows
+from evalkit.report.chart_rows import with_ids as _with_ids
+from evalkit.report.svg import flips_svg, forest_svg, pass_rates_svg, stacked_svg
 
 #: The Vega-Lite mimetype JupyterLab 4 renders with its bundled Vega (rank above the images).
 #: Altair 6 labels its specs Vega-Lite 6 (``application/vnd.vegalite.v6.json``), which Lab does
@@ -36,21 +53,55 @@ _VL5_SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 
 def to_mimebundle(chart: alt.TopLevelMixin) -> dict[str, Any]:
     """What Jupyter stores for a chart: its Vega-Lite spec (interactive where Vega runs), an SVG
-    and a PNG (static, for nbconvert, GitHub and untrusted viewers) and a one-line text.
+    and a PNG (static, for nbconvert, GitHub and untrusted viewers) and a one-line text; a
+    chart with its own static SVG (`static_svg`) stores that SVG and no PNG.
 
     The PNG is drawn at 1×: it is only the last resort (a viewer with neither Vega nor SVG), and
     at 2× its base64 would be most of the notebook's size.
     """
+    spec = chart.to_dict()
+    text = f"<evalkit chart: {_title(spec) or 'untitled'}>"
+    if (static := static_svg(chart)) is not None:
+        return {VEGALITE_MIMETYPE: spec | {"$schema": _VL5_SCHEMA}, "image/svg+xml": static,
+                "text/plain": text}  # fmt: skip
     import vl_convert
 
-    spec = chart.to_dict()
     svg = _svg(spec)
     return {
         VEGALITE_MIMETYPE: spec | {"$schema": _VL5_SCHEMA},
         "image/svg+xml": svg,
         "image/png": base64.b64encode(vl_convert.svg_to_png(svg)).decode("ascii"),
-        "text/plain": f"<evalkit chart: {_title(spec) or 'untitled'}>",
+        "text/plain": text,
     }
+
+
+def static_svg(chart: alt.TopLevelMixin) -> str | None:
+    """The SVG the chart's maker wrote directly (`evalkit.report.svg`), if it has one and is
+    still as made: None for any other chart, a copy, or a chart whose attributes were set since.
+
+    Examples:
+        >>> from evalkit.compare.slices import slices
+        >>> p = pl.DataFrame({"case_id": ["a"], "tags": [["x"]], "base": [True],
+        ...     "cand": [False], "base_error": [False], "cand_error": [False]})
+        >>> chart = pass_rate_by_slice(slices(p))
+        >>> static_svg(chart).startswith("<svg"), static_svg(chart.properties(width=300))
+        (True, None)
+    """
+    made = chart.__dict__.get("_evalkit_static")
+    if made is None:
+        return None
+    draw, kwds = made
+    now = chart._kwds
+    if now.keys() != kwds.keys() or any(now[k] is not v for k, v in kwds.items()):
+        return None
+    return draw()
+
+
+def _with_static(chart: Any, draw: Callable[[], str]) -> Any:
+    """``chart``, carrying ``draw`` (called once, when first needed) as its static image."""
+    drawn = functools.cache(draw)
+    object.__setattr__(chart, "_evalkit_static", (drawn, dict(chart._kwds)))  # not a chart field
+    return chart
 
 
 def _svg(spec: dict[str, Any]) -> str:
@@ -111,101 +162,25 @@ class HConcatChart(_Shown, alt.HConcatChart):
 
 
 def save_chart(chart: alt.TopLevelMixin, path_stem: str | Path, png: bool = True) -> list[Path]:
-    """Write ``<stem>.svg`` (and ``<stem>.png`` at 2×, when ``png``), both rendered offline by
-    vl-convert (an Altair ``.html`` would load Vega from a CDN); return the written paths."""
-    import vl_convert
-
+    """Write ``<stem>.svg`` (and ``<stem>.png`` at 2×, when ``png``), both drawn offline: the
+    chart's own static SVG where it has one (`static_svg`), else vl-convert's (an Altair
+    ``.html`` would load Vega from a CDN); the PNG is that SVG rasterized. Returns the paths."""
     stem = Path(path_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    svg = _svg(chart.to_dict())
+    svg = to_svg(chart)
     written = [stem.with_suffix(".svg")]
     written[0].write_text(svg, encoding="utf-8")
     if png:
+        import vl_convert  # its SVG rasterizer (resvg); no JavaScript runs for this
+
         written.append(stem.with_suffix(".png"))
         written[1].write_bytes(vl_convert.svg_to_png(svg, scale=2.0))
     return written
 
 
-# --- paired comparison charts (slices frame from `evalkit.compare.slices.slices`) ---
-
-#: Okabe–Ito colours: distinguishable with every common colour-vision deficiency.
-BROKEN, FIXED, NEUTRAL, BASELINE, CANDIDATE = "#D55E00", "#0072B2", "#7f7f7f", "#E69F00", "#56B4E9"
-_AGG = "ALL (aggregate)"
-
-
 #: The selection parameter on the forest plot's slices: a click picks a slice (a double click
 #: clears it); in `slice_overview` the flips below show only the picked slice's.
 PICK = "picked_slice"
-_SHOWN_IDS = 12  # case ids a tooltip lists before "… +k more"
-
-
-def _slice_rows(slices: pl.DataFrame) -> pl.DataFrame:
-    return slices.filter(pl.col("n") > 0).with_columns(
-        pl.when(pl.col("slice") == "ALL").then(pl.lit(_AGG)).otherwise("slice").alias("slice")
-    )
-
-
-def _listed(ids: list[str]) -> str:
-    more = f" … +{len(ids) - _SHOWN_IDS} more" if len(ids) > _SHOWN_IDS else ""
-    return ", ".join(ids[:_SHOWN_IDS]) + more if ids else "none"
-
-
-def _case_ids(paired: pl.DataFrame | None) -> pl.DataFrame:
-    """Per slice (the aggregate as ``ALL (aggregate)``): its broken and fixed case ids as
-    tooltip text, counted as `evalkit.compare.slices.slices` counts them (an errored side is
-    no flip). Without ``paired``, no rows: `_with_ids` then says how to get them."""
-    schema = {"slice": pl.String, "broken_ids": pl.String, "fixed_ids": pl.String}
-    if paired is None:
-        return pl.DataFrame(schema=schema)
-    ok = ~(pl.col("base_error").fill_null(False) | pl.col("cand_error").fill_null(False))
-    b, c = pl.col("base").fill_null(False), pl.col("cand").fill_null(False)
-    rows = paired.filter(ok & (b != c)).select(
-        "case_id", pl.col("tags").cast(pl.List(pl.String)).alias("slice"), (b & ~c).alias("broke")
-    )
-    long = pl.concat(
-        [rows.explode("slice").drop_nulls("slice"), rows.with_columns(slice=pl.lit(_AGG))]
-    ).sort("case_id")
-    per = long.group_by("slice").agg(
-        pl.col("case_id").filter("broke").alias("broken"),
-        pl.col("case_id").filter(~pl.col("broke")).alias("fixed"),
-    )
-    listed = [(r["slice"], _listed(r["broken"]), _listed(r["fixed"])) for r in per.to_dicts()]
-    return pl.DataFrame(listed, schema=schema, orient="row")
-
-
-def _with_ids(rows: pl.DataFrame, paired: pl.DataFrame | None) -> pl.DataFrame:
-    missing = "none" if paired is not None else "(pass paired= to list them)"
-    return rows.join(_case_ids(paired), on="slice", how="left").with_columns(
-        pl.col("broken_ids", "fixed_ids").fill_null(missing)
-    )
-
-
-def _labelled(data: pl.DataFrame, critical: tuple[str, ...]) -> pl.DataFrame:
-    """Adds ``label`` ("★ billing (n=100)"), ``critical`` and ``order`` (critical tags first in
-    their policy order, then the other slices, the aggregate last)."""
-    crit = pl.col("slice").is_in(list(critical))
-    rank = pl.col("slice").replace_strict(
-        {t: i for i, t in enumerate(critical)}, default=len(critical), return_dtype=pl.Int64
-    )
-    star = pl.when(crit).then(pl.lit("★ ")).otherwise(pl.lit(""))
-    return (
-        data.with_columns(
-            crit.alias("critical"),
-            pl.format("{}{} (n={})", star, "slice", "n").alias("label"),
-            pl.when(pl.col("slice") == _AGG).then(len(critical) + 1).otherwise(rank).alias("_g"),
-        )
-        .sort("_g", "slice")
-        .with_row_index("order")
-        .drop("_g")
-    )
-
-
-def _limit(data: pl.DataFrame, tolerance: float) -> float:
-    """Half-width of the forest plot's axis: wide enough for most intervals and the tolerance,
-    so one huge interval does not squash the rest (it is clipped with an arrow)."""
-    ends = pl.concat([data["diff_lo"].abs(), data["diff_hi"].abs()]).drop_nulls()
-    q = float(ends.quantile(0.8) or 0.0) if ends.len() else 0.0
-    return min(1.0, max(0.1, 2.5 * tolerance, (q * 1.15 * 20 // 1 + 1) / 20))
 
 
 def _pick() -> alt.Parameter:
@@ -231,7 +206,10 @@ def slice_forest(
         >>> from evalkit.compare.slices import slices
         >>> chart = slice_forest(slices(paired), 0.02, ["billing"])  # doctest: +SKIP
     """
-    return _forest(slices, tolerance, critical, method, paired, _pick())
+    chart = _forest(slices, tolerance, critical, method, paired, _pick())
+    return _with_static(
+        chart, functools.partial(forest_svg, slices, tolerance, critical, method, paired)
+    )
 
 
 def _forest(
@@ -339,9 +317,9 @@ def flip_counts(
     """Diverging bars per slice: broken cases (pass → fail) to the left, fixed (fail → pass) to
     the right; the aggregate is its own panel below, so its size does not set the scale. Given
     the ``paired`` frame, each bar's tooltip lists its case ids."""
-    return VConcatChart(vconcat=_flip_panels(slices, critical, paired)).resolve_scale(
-        x="independent"
-    )
+    chart = VConcatChart(vconcat=_flip_panels(slices, critical, paired))
+    chart = chart.resolve_scale(x="independent")
+    return _with_static(chart, functools.partial(flips_svg, slices, critical, paired))
 
 
 def _flip_panels(
@@ -409,18 +387,6 @@ def _flip_panels(
     return parts
 
 
-def _count_ticks(top: int) -> list[int]:
-    """Whole-number ticks within ``-top`` to ``top``, about five a side, evenly spaced.
-
-    Examples:
-        >>> _count_ticks(1), _count_ticks(17)
-        ([-1, 0, 1], [-16, -12, -8, -4, 0, 4, 8, 12, 16])
-    """
-    step = max(1, -(-top // 5))
-    side = list(range(step, top + 1, step))
-    return [-v for v in reversed(side)] + [0] + side
-
-
 def slice_overview(
     slices: pl.DataFrame,
     tolerance: float | None = 0.02,
@@ -442,9 +408,15 @@ def slice_overview(
     """
     pick = _pick()
     forest = _forest(slices, tolerance, critical, method, paired, pick)
-    return VConcatChart(
+    chart = VConcatChart(
         vconcat=[forest, *_flip_panels(slices, critical, paired, pick)], spacing=24
     ).resolve_scale(x="independent", y="independent", color="independent")
+
+    def draw() -> str:
+        forest = forest_svg(slices, tolerance, critical, method, paired)
+        return stacked_svg(forest, flips_svg(slices, critical, paired))
+
+    return _with_static(chart, draw)
 
 
 def pass_rate_by_slice(slices: pl.DataFrame) -> LayerChart:
@@ -493,7 +465,8 @@ def pass_rate_by_slice(slices: pl.DataFrame) -> LayerChart:
     )
     height = max(30 * len(order), 80)
     chart = LayerChart(layer=[bars, points])
-    return chart.properties(title="Pass rate by slice", width=620, height=height)
+    chart = chart.properties(title="Pass rate by slice", width=620, height=height)
+    return _with_static(chart, functools.partial(pass_rates_svg, slices))
 
 
 def min_detectable_drop(power: pl.DataFrame) -> Chart:
@@ -525,5 +498,7 @@ def min_detectable_drop(power: pl.DataFrame) -> Chart:
 
 
 def to_svg(chart: alt.TopLevelMixin) -> str:
-    """Render a chart to an SVG string offline (vl-convert), for self-contained HTML reports."""
-    return _svg(chart.to_dict())
+    """A chart as an SVG string drawn offline, for self-contained HTML reports: its own static
+    SVG (`static_svg`), else vl-convert's."""
+    static = static_svg(chart)
+    return static if static is not None else _svg(chart.to_dict())

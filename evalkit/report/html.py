@@ -4,11 +4,13 @@ From the top: the decision and its reasons (each stopping finding on one line: t
 statistic, cases), the broken cases (blocking tiers first: input, both outputs, each scorer's
 reason, long text folded), the fixed cases, the slices (table, forest plot, flips), suite health,
 budgets and cost, the manifests' differences, and the aggregate last. Charts are inline SVG
-(vl-convert), tables great_tables: the page loads nothing from the network.
+(written directly, `evalkit.report.svg`), tables great_tables: the page loads nothing from the
+network.
 
 `section` renders one part; `fragment` several, as a value that renders itself in Jupyter (the
 gate notebook shows the report through it: its charts as their own outputs, interactive
-Vega-Lite with static images, `evalkit.report.charts.to_mimebundle`); `page` wraps a body in
+Vega-Lite with static images, `evalkit.report.charts.to_mimebundle`, or the static SVG alone
+where nobody clicks: ``interactive=False``); `page` wraps a body in
 the page's head and styles. A flipped case is `case_card`, the same markup in the notebook,
 ``gate.html`` and ``compare --html``; it carries its own scoped styles (`CARD_CSS`), so it looks
 the same in JupyterLab, whose page has none of the report's.
@@ -318,14 +320,19 @@ def _fixed(r: Report) -> str:
 
 
 def _figure(chart: object) -> str:
+    from evalkit.report.svg import StaticChart
+
+    if isinstance(chart, StaticChart):
+        return f"<figure>{chart.svg}</figure>"
     from evalkit.report import charts
 
     return f"<figure>{charts.to_svg(chart)}</figure>"
 
 
-def _slices(r: Report, charts: bool) -> list[object]:
+def _slices(r: Report, charts: bool, vega: bool = True) -> list[object]:
     """The slices section: its tables, then the linked forest plot and flips (a chart, shown as
-    a figure on a page and as its own output in a notebook)."""
+    a figure on a page and as its own output in a notebook: with ``vega``, the interactive
+    Altair chart, else its static SVG alone)."""
     from evalkit.report import tables  # great_tables: not for `page` alone
 
     out: list[object] = ['<section id="slices"><h2>Slices</h2>']
@@ -334,16 +341,15 @@ def _slices(r: Report, charts: bool) -> list[object]:
         out.append(tables.critical_table(crit, level=r.level).as_raw_html())
     out.append(tables.slice_table(r.slices, r.critical_tags, level=r.level).as_raw_html())
     if charts and r.slices.filter(pl.col("n") > 0).height:
-        from evalkit.report import charts as ch
+        from evalkit.report.svg import slice_chart_inputs, slice_overview_svg
 
-        tol = r.decision.policy.tolerance if r.decision else 0.02
-        level = r.level
-        from evalkit.compare.slices import interval_name
+        c = slice_chart_inputs(r)
+        if vega:
+            from evalkit.report import charts as ch  # Altair
 
-        methods = r.slices["interval_method"].drop_nulls().unique().to_list()
-        method = f"{100 * level:.4g}% {', '.join(interval_name(m) for m in methods) or 'interval'}"
-        live = r.paired.filter(~pl.col("sealed").fill_null(False))  # the slices' cases
-        out.append(ch.slice_overview(r.slices, tol, r.critical_tags, method, paired=live))
+            out.append(ch.slice_overview(c.slices, c.tolerance, c.critical, c.method, c.paired))
+        else:
+            out.append(slice_overview_svg(c))
     out.append(_scorers(r))
     out.append(_replays(r))
     return [*out, "</section>"]
@@ -490,10 +496,12 @@ def _aggregate(r: Report) -> str:
     )
 
 
-def _parts(report: Report, name: str, charts: bool, max_cases: int) -> list[object]:
+def _parts(
+    report: Report, name: str, charts: bool, max_cases: int, vega: bool = False
+) -> list[object]:
     r = report
     if name == "slices":
-        return _slices(r, charts)
+        return _slices(r, charts, vega)
     render = {
         "decision": lambda: _decision(r), "broken": lambda: _broken(r, max_cases),
         "fixed": lambda: _fixed(r), "suite": lambda: _suite(r), "budgets": lambda: _budgets(r),
@@ -508,10 +516,19 @@ def section(report: Report, name: str, charts: bool = True, max_cases: int = 50)
 
 
 def fragment(
-    report: Report, sections: Sequence[str] = SECTIONS, charts: bool = True, max_cases: int = 50
+    report: Report,
+    sections: Sequence[str] = SECTIONS,
+    charts: bool = True,
+    max_cases: int = 50,
+    interactive: bool = True,
 ) -> Fragment:
-    """Several sections, as a value Jupyter renders (what the gate notebook displays)."""
-    parts = (p for s in sections for p in _parts(report, s, charts, max_cases))
+    """Several sections, as a value Jupyter renders (what the gate notebook displays).
+
+    ``interactive``: the slices' chart as Altair's Vega-Lite (click a slice) beside its static
+    SVG; False: the SVG alone, no Altair chart built (a notebook run where nobody clicks, as
+    ``evalkit gate`` runs its notebook).
+    """
+    parts = (p for s in sections for p in _parts(report, s, charts, max_cases, interactive))
     return Fragment(tuple(parts))
 
 
@@ -530,5 +547,6 @@ def page(body: str, title: str) -> str:
 
 
 def to_html(report: Report, charts: bool = True, max_cases: int = 50) -> str:
-    """The whole report as one self-contained page (``compare --html``; ``gate.html``)."""
-    return page(fragment(report, SECTIONS, charts, max_cases).html, title(report))
+    """The whole report as one self-contained page (``compare --html``; ``gate.html``): its
+    charts as static SVG, drawn without Altair."""
+    return page(fragment(report, SECTIONS, charts, max_cases, False).html, title(report))

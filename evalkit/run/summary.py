@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from evalkit.run.rate_basis import rate_basis
 from evalkit.run.replicas import ReplicaCounts
 from evalkit.store import Store, initial_scoring_id
 from evalkit.store.history_queries import CaseCounts, case_counts
@@ -236,17 +237,6 @@ def with_case_counts(store: Store, summary: RunSummary) -> RunSummary:
     from dataclasses import replace
 
     return replace(summary, case_counts=case_counts(store, [summary.run_id]).get(summary.run_id))
-
-
-def rate_basis(replays: int | None) -> str:
-    """What a run's pass rate counts, as every table and line that shows one labels it.
-
-    Examples:
-        >>> rate_basis(1), rate_basis(3)
-        ('per case', 'per case, majority of 3 replays')
-    """
-    n = replays or 1
-    return "per case" if n <= 1 else f"per case, majority of {n} replays"
 
 
 def rate_text(counts: CaseCounts | None, replays: int | None) -> str:
