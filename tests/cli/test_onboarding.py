@@ -81,8 +81,10 @@ def test_scaffold_covers_the_main_scorers() -> None:
 
 
 def test_version_scorers_and_help(capsys) -> None:
-    with pytest.raises(SystemExit) as stop:
-        main(["--version"])
+    assert main(["--version"]) == 0  # printed without building the parser
+    assert capsys.readouterr().out == f"evalkit {__version__}\n"
+    with pytest.raises(SystemExit) as stop:  # argparse's own, after another option
+        main(["--version", "--help"])
     assert stop.value.code == 0 and capsys.readouterr().out == f"evalkit {__version__}\n"
     assert main(["scorers", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
