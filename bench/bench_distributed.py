@@ -7,7 +7,7 @@ the demo simulator on loopback with a fixed latency and no noise. Three figures:
 ``ray``     ``run_on_ray`` on a local 2-node cluster (1 CPU each, so 2 workers; loopback, no
             dashboard), parts on local disk, merged by the driver every 10 s and at the end:
             wall time (cluster start-up shown apart), requests the server saw.
-``merge``   ``evalkit merge`` of the Ray run's parts into another fresh store, twice: the
+``merge``   ``evalkit runs merge`` of the Ray run's parts into another fresh store, twice: the
             first merge (every part) and the second (nothing new), each timed, each per part
             and per row (then three re-merges that find nothing new: their median).
 

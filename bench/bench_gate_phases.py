@@ -69,14 +69,14 @@ def timed(name, owner, attr, clock):
             phases[name] = {"cpu": clock() - cpu, "wall": time.perf_counter() - wall}
     setattr(owner, attr, wrapper)
 
-from evalkit.cli import gating, main
+from evalkit.cli import gate, main
 from evalkit import notebooks
 
-real_gate = gating._cmd_gate
+real_gate = gate._cmd_gate
 def entered(*a, **k):
     phases["cli_start"] = {"cpu": time.process_time(), "wall": time.time() - started}
     return real_gate(*a, **k)
-gating._cmd_gate = entered
+gate._cmd_gate = entered
 if hasattr(notebooks, "_Decider"):  # before the handoff, the kernel decided
     timed("decision", notebooks._Decider, "run", time.thread_time)
 timed("html", notebooks, "to_report_html", time.thread_time)

@@ -11,7 +11,7 @@ request arrived. Measured, as fresh processes from bench_process's spawner (wall
   ``json.loads`` of the verdict; a semaphore of c for system calls and another of c for judge
   calls, which is evalkit's own bound (``concurrency`` bounds the system's requests; judge
   calls are bounded by the worker pool of 2c);
-* ``evalkit rescore`` of the stored run with the judge unchanged: judge calls served from the
+* ``evalkit runs rescore`` of the stored run with the judge unchanged: judge calls served from the
   response cache (target 0 requests at the server); then with ``judge.snapshot`` changed,
   which is part of the cache key, so every verdict is asked again (N judge requests).
 
@@ -219,14 +219,16 @@ def _evalkit(server: Server, config: Path, db: Path, verb: list[str], *sets: str
 
 
 def run_evalkit(server: Server, config: Path, db: Path, concurrency: int) -> dict[str, Any]:
-    """``evalkit run`` into a fresh store, then ``evalkit rescore`` of that run."""
+    """``evalkit run`` into a fresh store, then ``evalkit runs rescore`` of that run."""
     db.unlink(missing_ok=True)
     verb = ["run", "--no-progress", "--label", "bench", "--concurrency", str(concurrency)]
     row = _evalkit(server, config, db, verb) | _stored(db)
-    rescore = _evalkit(server, config, db, ["rescore", "bench"])
+    rescore = _evalkit(server, config, db, ["runs", "rescore", "bench"])
     row["rescore"] = rescore | {"judge_scores_after": _stored(db)["scores"]}
     # a judge pinned to another snapshot is another cache key: every verdict asked again
-    changed = _evalkit(server, config, db, ["rescore", "bench"], "judge.snapshot=bench-judge-v2")
+    changed = _evalkit(
+        server, config, db, ["runs", "rescore", "bench"], "judge.snapshot=bench-judge-v2"
+    )
     row["rescore_changed_judge"] = changed
     db.unlink(missing_ok=True)
     return row

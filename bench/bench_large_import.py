@@ -1,4 +1,5 @@
-"""A large import, end to end: ``evalkit import jsonl`` of N one-turn rows, the files it writes
+"""A large import, end to end: ``evalkit cases import jsonl`` of N one-turn rows, the files it
+writes
 (each at most ``WRITTEN_FILE_CASES`` cases), ``load_corpus``, ``evalkit cases review`` of every
 case, and ``evalkit cases lint`` (0 once reviewed). Prints wall seconds per stage and per
 1,000 cases, so the growth from one size to the next is visible.
@@ -45,7 +46,7 @@ def run(n: int) -> dict[str, float]:
         maps = ["--map", "input=question", "--map", "expect.contains=answer", "--map", "id=id"]
         times: dict[str, float] = {}
         started = time.perf_counter()
-        assert _quiet(["import", "jsonl", str(rows), *maps, "--config", config]) == 0
+        assert _quiet(["cases", "import", "jsonl", str(rows), *maps, "--config", config]) == 0
         times["import"] = time.perf_counter() - started
         times["files"] = len(list((root / "cases").glob("*.yaml")))
         started = time.perf_counter()

@@ -10,7 +10,7 @@ from the kernel (``wait4``):
 ``push``   ``evalkit push CAND`` into an empty shared store (SQLite catalog, directory
            warehouse);
 ``pull``   ``evalkit pull CAND`` from it into a fresh local store;
-``merge``  ``evalkit merge`` of the parts into a fresh local store;
+``merge``  ``evalkit runs merge`` of the parts into a fresh local store;
 ``gate``   ``evalkit compare BASE CAND``: the gate's decision (``gate_pair``: both runs read,
            verdicts, pairing, every tier) and the terminal report, without the notebook.
 
@@ -201,7 +201,7 @@ def bench_size(folder: Path, n: int, stages: Sequence[str], chunk: int) -> dict[
         parts, run_id = write_parts(folder, n, chunk)
         merged = folder / "merged.duckdb"
         figures["merge"] = run_stage(
-            [*evalkit, "merge", run_id, "--parts", str(parts), "--db", str(merged)], folder
+            [*evalkit, "runs", "merge", run_id, "--parts", str(parts), "--db", str(merged)], folder
         )
         figures["merge"]["outputs"] = _count(merged, "outputs", run_id)
     if "gate" in stages:

@@ -84,15 +84,15 @@ def _cell(text: object) -> str:
 #: Meanings for the few options whose parser gives no ``help=``, by their first option string
 #: (or a positional's name) after the command; keys must be real options (a test checks).
 OPTION_MEANINGS: dict[str, str] = {
-    "evalkit flakes --no-progress": "no progress bar",
+    "evalkit flakes measure --no-progress": "no progress bar",
     "evalkit demo run --no-progress": "no progress bar",
     "evalkit demo run --db": "the DuckDB store the demo's runs go to",
     "evalkit demo run --out": "where the gate's report goes",
-    "evalkit judge-pairs --set": "override an evalkit.yaml key for this command (repeatable)",
-    "evalkit import jsonl file": "the JSON Lines file to import",
-    "evalkit import csv file": "the CSV file to import",
-    "evalkit import promptfoo file": "the promptfoo config (promptfooconfig.yaml)",
-    "evalkit import inspect file": "the Inspect AI log, .eval or .json",
+    "evalkit judges pairs --set": "override an evalkit.yaml key for this command (repeatable)",
+    "evalkit cases import jsonl file": "the JSON Lines file to import",
+    "evalkit cases import csv file": "the CSV file to import",
+    "evalkit cases import promptfoo file": "the promptfoo config (promptfooconfig.yaml)",
+    "evalkit cases import inspect file": "the Inspect AI log, .eval or .json",
 }
 
 
@@ -163,7 +163,28 @@ def render_cli() -> str:
             out += ["| option | default | meaning |", "|---|---|---|"]
             out += [f"| {_cell(a)} | {_cell(b)} | {_cell(c)} |" for a, b, c in rows]
             out.append("")
-    return "\n".join(out)
+    return "\n".join(out + _old_spellings())
+
+
+def _old_spellings() -> list[str]:
+    """The table of old spellings (``evalkit.cli.aliases``): they still work, print their new
+    spelling on stderr, and have no section of their own."""
+    from evalkit.cli.aliases import OLD_SPELLINGS
+
+    out = [
+        "## Old spellings",
+        "",
+        "Before commands were grouped as nouns with verbs, some had other names. Those still",
+        "work and print their new spelling on stderr; use the new one in scripts.",
+        "",
+        "| old | new |",
+        "|---|---|",
+    ]
+    for spelling in OLD_SPELLINGS:
+        old = " ".join(("evalkit", *spelling.old))
+        bare = " (no verb)" if spelling.unless else ""
+        out.append(f"| `{old}`{bare} | `{' '.join(('evalkit', *spelling.new))}` |")
+    return [*out, ""]
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,7 +553,7 @@ CASE_MEANINGS: dict[str, str] = {
     "and `text`; they fill `{{documents}}`.",
     "expect": "The properties a good answer has: scorers, cheapest first; the case passes when "
     "every one passes.",
-    "expect[].scorer": "The scorer's name (`evalkit scorers` lists them).",
+    "expect[].scorer": "The scorer's name (`evalkit scorers list` shows them).",
     "expect[].args": "The scorer's arguments; the short form `NAME: value` fills its main one.",
     "notes": "Free text for reviewers (an import keeps the observed answer here).",
     "group": "Cases from one incident, document or conversation: their slice's interval "

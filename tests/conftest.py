@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from projects import Project, make_project
 
 from evalkit.demo.server import DemoServer, start_demo_server
 from evalkit.judges import llmbar as llmbar_set
@@ -115,7 +116,7 @@ SLOWEST_FILES = (
     "tests/test_architecture.py",
     "tests/run/test_secrets.py",
     "tests/test_self_contained.py",
-    "tests/test_cli_onboarding.py",
+    "tests/cli/test_onboarding.py",
     "tests/store/test_parts.py",
 )
 
@@ -193,6 +194,45 @@ def demo_server_factory() -> Iterator[Callable[..., DemoServer]]:
     yield make
     for server in servers:
         server.stop()
+
+
+# --- projects --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def project_factory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Callable[..., Project]:
+    """``project_factory(name="proj", server=True, api_key=None, chdir=False, **options)``: a
+    project under ``tmp_path`` (`projects.make_project`, whose keywords it takes).
+
+    ``server=True`` points it at the session's `demo_server` (started only then); ``api_key``
+    sets ``OPENAI_API_KEY`` for the test, None removes it (the simulator needs none);
+    ``chdir`` makes the project's folder the working directory. What the scaffold and its runs
+    printed is read away, so a test's ``capsys`` holds its own commands' output alone.
+    """
+
+    def make(
+        name: str = "proj",
+        *,
+        server: bool | DemoServer = False,
+        api_key: str | None = None,
+        chdir: bool = False,
+        **options: Any,
+    ) -> Project:
+        if api_key is None:
+            monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        else:
+            monkeypatch.setenv("OPENAI_API_KEY", api_key)
+        if server is True:
+            server = request.getfixturevalue("demo_server")
+        project = make_project(tmp_path / name, server=server or None, **options)
+        if chdir:
+            monkeypatch.chdir(project.root)
+        request.getfixturevalue("capsys").readouterr()
+        return project
+
+    return make
 
 
 # --- published judge-agreement data (shipped in data/) ----------------------------------------

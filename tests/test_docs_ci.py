@@ -5,18 +5,16 @@ policy. (Apart from ``tests/test_docs_examples.py`` so the workers share these s
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 from docs_support import REPO, WORKFLOW, blocks, free_port, page, run_bash, user_env
+from projects import make_project
 
 
 def test_the_ci_example_is_the_file_and_references_what_exists() -> None:
@@ -86,13 +84,9 @@ def _ci_checkout(
     script = script.replace("--port 18080 ", f"--port {port} ")
     work = tmp_path / "checkout"
     if init:
-        from evalkit.cli.init import init_project
-
-        init_project(work)
-        config = work / "evalkit.yaml"
-        config.write_text(config.read_text() + INIT_JUDGE)
+        make_project(work, config=INIT_JUDGE)
     else:
-        shutil.copytree(REPO / "corpus", work / "corpus")
+        make_project(work / "corpus", demo=True)
     env = user_env(tmp_path) | PR_JOB | {"RUNNER_TEMP": str(tmp_path)}
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
     for command in (
@@ -178,17 +172,13 @@ def test_the_ci_example_with_a_team_store_runs_only_the_candidate(tmp_path: Path
     assert result.returncode == 0, out[-4000:]
     assert "PASSED" in (tmp_path / "gate.md").read_text().splitlines()[0]
     job_db = str(tmp_path / "evalkit.duckdb")  # the job's own store ($DB)
-    runs = subprocess.run(
-        [sys.executable, "-m", "evalkit.cli", "runs", "--json", "--db", job_db],
-        cwd=work, env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    labels = sorted(run["label"] for run in json.loads(runs.stdout))
-    assert labels == ["candidate", "nightly"]  # the pulled baseline and the one run of the job
-    assert not (tmp_path / "base").exists()  # the base branch was never checked out
     from evalkit.store import open_store
 
-    with open_store(job_db, read_only=True) as local:  # main's exam came with its promotion
-        assert local.exam(local.resolve_run("nightly")) is not None
+    with open_store(job_db, read_only=True) as local:
+        labels = sorted(local.runs()["label"].to_list())
+        assert labels == ["candidate", "nightly"]  # the pulled baseline and the job's one run
+        assert local.exam(local.resolve_run("nightly")) is not None  # main's exam came along
+    assert not (tmp_path / "base").exists()  # the base branch was never checked out
     from evalkit.store.shared import open_shared_store
 
     assert open_shared_store(store).runs()["label"].to_list() == ["nightly"]  # only read

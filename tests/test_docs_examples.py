@@ -28,6 +28,7 @@ from docs_support import (
     sessions,
     user_env,
 )
+from projects import make_project
 
 #: Every marked session of the docs, and the test below that runs it (a new one needs a test).
 SESSIONS = {
@@ -41,7 +42,7 @@ SESSIONS = {
 def _checkout(tmp: Path) -> Path:
     """A user's checkout: the demo corpus and the trace fixture, committed (the corpus guide
     reviews its own edits with git diff)."""
-    shutil.copytree(REPO / "corpus", tmp / "corpus", ignore=shutil.ignore_patterns(".evalkit"))
+    make_project(tmp / "corpus", demo=True)
     shutil.copytree(REPO / "tests" / "fixtures" / "traces", tmp / "tests" / "fixtures" / "traces")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], cwd=tmp, check=True)
@@ -97,7 +98,7 @@ def test_the_tour_runs_as_written(tour: tuple[Path, str]) -> None:
 def test_your_own_project_runs_a_python_function(tmp_path: Path) -> None:
     out = _session("getting-started/your-project.md", "project", tmp_path)
     assert re.search(r"stub run \S+: 4 cases", out), out[-3000:]
-    assert "stub" in out.split("stub run", 1)[1]  # `evalkit runs` lists it
+    assert "stub" in out.split("stub run", 1)[1]  # `evalkit runs list` lists it
 
 
 def test_growing_the_corpus_runs_as_written(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_the_site_builds_strict_with_the_generated_reference(tmp_path: Path) -> 
     assert "expect[].scorer" in cases and "provenance.reviewer" in cases
     ci = (site / "getting-started" / "ci" / "index.html").read_text()
     assert "evalkit gate candidate --rebaseline" in ci  # the workflow file, included
-    assert "evalkit merge" in ci  # and the nightly one
+    assert "evalkit runs merge" in ci  # and the nightly one
     for name in pages():  # every page is in the site (a page left out of nav warns in strict)
         stem = name.removesuffix(".md").removesuffix("index")
         assert (site / stem / "index.html").is_file(), name

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from docs_support import free_port, run_bash, user_env
+from projects import make_project
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "examples" / "github-actions" / "evalkit-nightly.yml"
@@ -43,8 +44,8 @@ def test_the_nightly_is_scheduled_and_never_promotes_by_itself() -> None:
     assert on["schedule"][0]["cron"] and "promote" in on["workflow_dispatch"]["inputs"]
     shard = _script("shard", "evalkit run")
     assert "--sealed" in shard and "--no-cache" in shard and "--set replays=" in shard
-    nightly = _script("nightly", "evalkit merge")
-    assert "evalkit flakes" in nightly and "evalkit gate" in nightly
+    nightly = _script("nightly", "evalkit runs merge")
+    assert "evalkit flakes measure" in nightly and "evalkit gate" in nightly
     runs = [s.get("run", "") for job in flow["jobs"] for s in _steps(job)]
     assert sum("baseline promote" in run for run in runs) == 1  # only the dispatched job's
     promote = flow["jobs"]["promote"]
@@ -92,7 +93,9 @@ def test_every_shard_restores_the_index_the_index_job_warms() -> None:
     assert upload["with"]["path"] == "data/parts/" and download["with"]["path"] == "data/parts"
     assert re.fullmatch(download["with"]["pattern"].replace("*", ".*"), upload["with"]["name"])
     assert download["with"]["merge-multiple"] is True  # one parts root, as the merge reads it
-    assert 'evalkit merge "$RUN_ID" --parts data/parts' in _script("nightly", "evalkit merge")
+    assert 'evalkit runs merge "$RUN_ID" --parts data/parts' in _script(
+        "nightly", "evalkit runs merge"
+    )
 
 
 def test_the_workflows_commands_take_those_flags() -> None:
@@ -105,7 +108,7 @@ def test_the_workflows_commands_take_those_flags() -> None:
     lines = [line for script in scripts for line in script.replace("\\\n", " ").splitlines()]
     commands = [line.split("evalkit ", 1)[1] for line in lines if re.search(
         r"^\s*(\w+=\$\(|if |eval \"\$\()?evalkit ", line)]  # fmt: skip
-    assert {c.split()[0] for c in commands} >= {"cases", "run", "merge", "flakes", "gate"}
+    assert {c.split()[0] for c in commands} >= {"cases", "run", "runs", "flakes", "gate"}
     for command in commands:
         words = shlex.split(re.split(r"\s[|>]|;|\)", command)[0])
         words = [w if not w.startswith("$") else "1" for w in words if w not in ("$SUITE", "$URL")]
@@ -134,7 +137,7 @@ def _night(work: Path, env: dict[str, str], port: int, night: int) -> list[tuple
         line = next(x for x in got.stdout.splitlines() if "in this shard's share" in x)
         words = line.split()
         built.append((int(words[0]), int(words[words.index("cases", 6) - 1])))
-    script = _script("nightly", "evalkit merge").replace("--port 18080", f"--port {port}")
+    script = _script("nightly", "evalkit runs merge").replace("--port 18080", f"--port {port}")
     summary = str(work.parent / f"s{night}.md")
     merged = run_bash(script, work, env | {"RUN_ID": run_id, "GITHUB_STEP_SUMMARY": summary})
     assert merged.returncode == 0, (merged.stdout + merged.stderr)[-3000:]
@@ -144,7 +147,7 @@ def _night(work: Path, env: dict[str, str], port: int, night: int) -> list[tuple
 @pytest.mark.timeout(600)
 def test_two_nights_with_a_promotion_between(tmp_path: Path) -> None:
     work = tmp_path / "checkout"
-    shutil.copytree(REPO / "corpus", work / "corpus", ignore=shutil.ignore_patterns(".evalkit"))
+    make_project(work / "corpus", demo=True)
     shutil.copytree(REPO / "notebooks", work / "notebooks")
     env = user_env(tmp_path) | {"RUNNER_TEMP": str(tmp_path), "REPLAYS": "2", "FLAKE_RUNS": "2"}
     port = free_port()  # the workflow's fixed port may be taken here: another, every job

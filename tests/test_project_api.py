@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from projects import make_project
 
 import evalkit
 from evalkit.cli import main
@@ -63,11 +64,8 @@ def project(demo_server: DemoServer, tmp_path_factory: pytest.TempPathFactory) -
 
 def _init_project(root: Path, demo_server: DemoServer) -> Path:
     """`evalkit init` at ``root``, on the demo simulator, with the red-team case and v2."""
-    assert main(["init", str(root)]) == 0
-    config = root / "evalkit.yaml"
-    config.write_text(config.read_text().replace("http://127.0.0.1:8765/v1", demo_server.base_url))
-    cases = root / "cases" / "support.yaml"
-    cases.write_text(cases.read_text() + RED_TEAM_CASE)
+    project = make_project(root, server=demo_server, url_in_config=True)
+    project.add_cases("support.yaml", (project.cases / "support.yaml").read_text() + RED_TEAM_CASE)
     shutil.copy(REPO / "corpus" / "prompts" / "v2.md", root / "prompts" / "v2.md")
     return root
 

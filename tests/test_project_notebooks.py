@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import nbformat
 import papermill as pm
 import pytest
+from projects import make_project
 
 import evalkit
 from evalkit.cli import main
@@ -93,20 +94,18 @@ def project(demo_server: DemoServer, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("own") / "proj"
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("OPENAI_API_KEY", raising=False)
-        assert main(["init", str(root)]) == 0
-        config = root / "evalkit.yaml"
-        text = config.read_text().replace("http://127.0.0.1:8765/v1", demo_server.base_url)
-        config.write_text(text + JUDGE_CONFIG.format(url=demo_server.base_url))
+        judge_config = JUDGE_CONFIG.format(url=demo_server.base_url)
+        made = make_project(root, server=demo_server, url_in_config=True, config=judge_config,
+                            db=root / "data" / "evalkit.duckdb")  # fmt: skip
+        config, db, args = made.config, made.db, made.args
         (root / "rubrics").mkdir()
         (root / "rubrics" / "tone.md").write_text(RUBRIC)
-        cases = root / "cases" / "support.yaml"
+        cases = made.cases / "support.yaml"
         judge = "    - {scorer: judge, args: {rubric: rubrics/tone.md, min_score: 3}}"
         cases.write_text(re.sub(r"(?m)^(  expect:.*)$", rf"\1\n{judge}", cases.read_text()))
-        db = root / "data" / "evalkit.duckdb"
-        args = ["--config", str(config), "--db", str(db)]
         for label in ("baseline", "candidate"):
-            assert main(["run", "--label", label, "--no-progress", *args]) == 0
-        assert main(["flakes", "--runs", "2", "--no-progress", *args]) == 0
+            assert made.run(label) == 0
+        assert main(["flakes", "measure", "--runs", "2", "--no-progress", *args]) == 0
         (root / "labels.csv").write_text(LABELS)
         labels = ["labels", "import", str(root / "labels.csv"), "--db", str(db)]
         assert main([*labels, "--run", "baseline"]) == 0

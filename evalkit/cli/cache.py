@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from evalkit.cli.options import db_arg
-from evalkit.cli.sharing import shared_store_of, store_args
+from evalkit.cli.push_pull import shared_store_of, store_args
 from evalkit.errors import EvalkitError
 
 

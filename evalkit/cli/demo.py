@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evalkit.cli.running import print_run_summary
+from evalkit.cli.run import print_run_summary
 
 #: The checkout evalkit runs from: the demo's notebooks and labels live there.
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def _cmd_demo_run(args: argparse.Namespace) -> int:
     print(
         "judged cases use a SIMULATED judge (demo-judge-1), reported, not gated, until "
         f"calibrated: evalkit labels import {REPO / 'data' / 'labels' / 'demo_reply_tone.csv'} "
-        f"--db {result.db_path} --run baseline && evalkit calibrate --run baseline "
+        f"--db {result.db_path} --run baseline && evalkit judges calibrate --run baseline "
         f"--db {result.db_path}"
     )
     return 0

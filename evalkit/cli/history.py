@@ -110,7 +110,7 @@ def render_table(result: History) -> str:
     tags = ["ALL"] + [t for t in ((result.tag,) if result.tag else result.critical_tags) if t]
     lines = [
         f"pass rate ({result.rate_basis}) [Wilson {result.level:.0%} interval] n=decided cases; "
-        "the rate `evalkit run` and `evalkit runs` state"
+        "the rate `evalkit run` and `evalkit runs list` state"
     ]
     before: dict[str, str | None] = {}
     for point in result.points:

@@ -73,7 +73,7 @@ Rules:
 
 CASES = """\
 # Cases: one list per file. Each case is a frozen input plus the properties a good answer has.
-# `evalkit cases lint` checks them all; `evalkit scorers` lists every scorer and its arguments.
+# `evalkit cases lint` checks them all; `evalkit scorers list` shows every scorer and its arguments.
 - id: billing-double-charge-001         # stable and unique across the corpus
   tags: [billing]                       # slices: each tag gets its own paired comparison
   criticality: must_pass                # a frozen incident: any failure blocks the gate

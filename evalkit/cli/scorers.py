@@ -1,4 +1,5 @@
-"""``evalkit scorers``: every registered scorer with its arguments, defaults and a description."""
+"""``evalkit scorers list``: every registered scorer with its arguments, defaults and a
+description."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ _TIERS = {0: "deterministic", 1: "executable", 2: "similarity", 3: "judge"}
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    scorers = sub.add_parser("scorers", help="list every scorer, its arguments and defaults")
-    scorers.add_argument("--json", action="store_true", help="print a JSON list instead")
-    scorers.add_argument(
+    scorers = sub.add_parser("scorers", help="the scorers a case's expect: can name")
+    scorers_sub = scorers.add_subparsers(dest="scorers_command")
+    scorers.set_defaults(handler=lambda _args: scorers.print_help() or 2)
+    listing = scorers_sub.add_parser("list", help="list every scorer, its arguments and defaults")
+    listing.add_argument("--json", action="store_true", help="print a JSON list instead")
+    listing.add_argument(
         "--config",
         default=None,
         help="suite config whose scorers: modules are listed too "
         "(default: ./evalkit.yaml, else corpus/evalkit.yaml, when present)",
     )
-    scorers.set_defaults(handler=_cmd_scorers)
+    listing.set_defaults(handler=_cmd_scorers)
 
 
 def describe_scorers() -> list[dict[str, Any]]:

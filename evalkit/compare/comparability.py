@@ -107,7 +107,7 @@ def _suite_refusal(base: RunManifest, cand: RunManifest, differing: Sequence[str
     return (
         f"refusing to compare: the runs are of different suites "
         f"({base.suite} → {cand.suite}{also}): compare two runs of one suite "
-        "(`evalkit runs` lists each run's suite); if the suite was only renamed, declare "
+        "(`evalkit runs list` shows each run's suite); if the suite was only renamed, declare "
         "--allow-diff suite"
     )
 

@@ -74,7 +74,7 @@ def measure_flakes(
         EvalkitError: fewer than 2 runs, or one of the runs failed.
     """
     if runs < 2:
-        raise EvalkitError("evalkit flakes needs --runs 2 or more to see anything move")
+        raise EvalkitError("evalkit flakes measure needs --runs 2 or more to see anything move")
     started: list[str] = []
     summaries: list[RunSummary] = []
     for i in range(runs):
@@ -91,7 +91,7 @@ def measure_flakes(
             done = ", ".join(s.run_id for s in summaries) or "none"
             raise EvalkitError(
                 f"flakes: run {i + 1} of {runs} ({failed}) failed and is marked failed: {exc}; "
-                f"completed runs: {done}; no flake list was stored — rerun evalkit flakes"
+                f"completed runs: {done}; no flake list was stored — rerun evalkit flakes measure"
             ) from exc
     hashes = {s.config_hash for s in summaries}
     if len(hashes) != 1:  # cannot happen unless the config changed mid-measurement

@@ -154,7 +154,7 @@ def _scorer(name: Any, expected: Any, rel: str, line: int, case_id: str) -> dict
         "schema_check": "an inline schema: save it under schemas/ and name the file",
         "llm_judge": "write the rubric to rubrics/NAME.md and use {scorer: judge, args: "
         "{rubric: rubrics/NAME.md}}",
-    }.get(str(name), "no evalkit scorer matches; write expect: by hand (`evalkit scorers`)")
+    }.get(str(name), "no evalkit scorer matches; write expect: by hand (`evalkit scorers list`)")
     raise CorpusError(
         f"cannot convert scorer {name!r} with expected {type(expected).__name__}: {what}",
         path=rel,

@@ -22,7 +22,7 @@ from evalkit.errors import CorpusError
 from evalkit.scorers import SCORERS
 from evalkit.scorers.registry import factory_signature
 
-_EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers` lists the scorers)"
+_EXPECT_EXAMPLE = "e.g. expect: [{contains: refund}] (`evalkit scorers list` shows the scorers)"
 
 
 def quoted(value: Any) -> str:

@@ -248,9 +248,7 @@ def apply_rotation(root: str | Path, rotation: Rotation) -> None:
 
 def _header(rel: str) -> str:
     if rel.startswith(f"{SEALED}/"):
-        return (
-            "# Sealed slice (evalkit sealed rotate): reported, never gated; runs with --sealed.\n"
-        )
+        return "# Sealed slice (evalkit cases seal): reported, never gated; runs with --sealed.\n"
     return ""
 
 

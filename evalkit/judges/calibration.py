@@ -4,7 +4,7 @@
 and computes, through :mod:`evalkit.judges.agreement`: raw agreement, Cohen's kappa with an
 interval, the quadratic-weighted kappa (score levels are ordinal), Krippendorff's alpha across
 all raters (the humans, and the judge as one more rater), per-class precision/recall/F1, the
-confusion matrix, length bias and, when ``evalkit judge-pairs`` has run with the same judge and
+confusion matrix, length bias and, when ``evalkit judges pairs`` has run with the same judge and
 rubric, position consistency. The result is stored as a :class:`Calibration` record.
 
 Joining: human labels match judged outputs (case id +

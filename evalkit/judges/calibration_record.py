@@ -118,7 +118,7 @@ class Calibration:
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationResult:
-    """Everything ``evalkit calibrate`` computed; ``record`` is what was stored."""
+    """Everything ``evalkit judges calibrate`` computed; ``record`` is what was stored."""
 
     record: Calibration
     summary: agreement.AgreementSummary
@@ -152,7 +152,7 @@ class CalibrationResult:
             + (
                 f"{r.position_consistency:.1%} over {r.figures.get('n_pairwise')} pairs"
                 if r.position_consistency is not None
-                else "n/a (run `evalkit judge-pairs` with this judge and rubric)"
+                else "n/a (run `evalkit judges pairs` with this judge and rubric)"
             ),
         ]
         cls = s.report
@@ -213,7 +213,7 @@ class CalibrationResult:
                 "position consistency",
                 f"{pct(r.position_consistency)} over {pairs} pairs"
                 if r.position_consistency is not None
-                else "n/a (run `evalkit judge-pairs` with this judge and rubric)",
+                else "n/a (run `evalkit judges pairs` with this judge and rubric)",
             ),
         ]
 

@@ -6,7 +6,7 @@ Each label goes to the store at once through ``store.save_human_labels``, pinned
 hash and keyed by rater and scorer, with the store opened only for that write: two people can
 label the same sample from two kernels without seeing or replacing each other's labels, and a
 notebook or a run can read the file between labels. Opening a session again resumes at the
-rater's first unlabelled item. ``evalkit calibrate`` reads these labels as it reads imported
+rater's first unlabelled item. ``evalkit judges calibrate`` reads these labels as it reads imported
 ones.
 
 Blind: a session shows the case's input, the output and the rubric; it never reads the judge's

@@ -103,7 +103,7 @@ def card_html(session: LabellingSession) -> str:
     if item is None:
         return head + (
             f"<p>All {progress.total} outputs are labelled and stored. Press Back to change "
-            "one, or calibrate: <code>evalkit calibrate --run "
+            "one, or calibrate: <code>evalkit judges calibrate --run "
             f"{html.escape(session.sample.run_id)}</code></p>"
         )
     mine = session.label_of(item)

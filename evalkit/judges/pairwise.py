@@ -1,6 +1,6 @@
 """Pairwise judging of two runs: every paired case's outputs, judged in both orders.
 
-``evalkit judge-pairs BASE CAND --rubric PATH`` asks the suite's judge, for each case present and
+``evalkit judges pairs BASE CAND --rubric PATH`` asks the suite's judge, for each case present and
 unedited in both runs (same case hash, replay 0, both outputs present), which output better
 satisfies the rubric: once with the baseline shown first (order a,b), once with the candidate
 first (b,a). Each verdict is mapped back to the original numbering (1 = baseline better,

@@ -177,7 +177,7 @@ class Project:
 
     def runs(self) -> pl.DataFrame:
         """The stored runs, oldest first: id, label, suite, status, ``pass_rate`` (per case,
-        each case the majority of its ``replays``: the rate ``evalkit run``, ``evalkit runs``
+        each case the majority of its ``replays``: the rate ``evalkit run``, ``evalkit runs list``
         and ``evalkit history`` state, `evalkit.run.summary`), ``rate_basis`` (what it
         counts, in words), the cases passed, decided, unstable and errored, outputs, config."""
         import polars as pl

@@ -105,7 +105,7 @@ class Report:
     # 98% at alpha 0.01), which their headers state.
     level: float = 0.95
     # Each run's own pass rate, per case over all its checks (`evalkit.run.summary`), as
-    # `evalkit run`, `evalkit runs`, `evalkit history` and `evalkit.Project` state it.
+    # `evalkit run`, `evalkit runs list`, `evalkit history` and `evalkit.Project` state it.
     run_rates: tuple[float | None, float | None] = (None, None)
 
     def rates_line(self) -> str | None:

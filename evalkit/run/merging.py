@@ -1,4 +1,4 @@
-"""``evalkit merge``: a run's Parquet parts into the store, then the run's status and summary.
+"""``evalkit runs merge``: a run's Parquet parts into the store, then the run's status and summary.
 
 The store does the inserting (:func:`evalkit.store.merge.merge_parts`, under its writer lock);
 this adds what the run layer knows: the summary a local run would have, read back from the

@@ -450,7 +450,7 @@ def publish_stored_cache(
     """Publish the response-cache entries of stored run ``run_id`` to the shared store at
     ``uri``, in one commit: every entry its outputs or its tool loops cached, those the shared
     cache holds already skipped (a shard that published its own leaves nothing to add but the
-    read of its keys). For a run merged from parts: a Ray run's driver, ``evalkit merge`` of a
+    read of its keys). For a run merged from parts: a Ray run's driver, ``evalkit runs merge`` of a
     shard matrix (whose shards may have lost the store and published nothing). None with the
     run's cache off or the store unreachable (warned). Never raises: a failed commit is one
     warning (``evalkit push RUN`` publishes later).

@@ -143,7 +143,7 @@ def no_unexpected_calls(allowed: list[str] | None = None) -> ScoreFn:
     case's fixtures cover (by name, and by normalized arguments for keyed fixtures).
 
     The runner already fails a case whose call no fixture covers; this scorer states the same
-    property explicitly, and checks stored trajectories on ``evalkit rescore``. Score is the
+    property explicitly, and checks stored trajectories on ``evalkit runs rescore``. Score is the
     fraction of calls that were expected.
     """
     _want("no_unexpected_calls", "allowed", allowed, (list, type(None)), "a list of tool names")

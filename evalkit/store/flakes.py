@@ -1,6 +1,6 @@
 """The measured flake lists: each measurement of which cases change verdict when nothing
-changed, per configuration (mixed into :class:`evalkit.store.Store`; `evalkit flakes` measures,
-the gate reads them).
+changed, per configuration (mixed into :class:`evalkit.store.Store`; `evalkit flakes measure`
+writes them, the gate reads them).
 """
 
 from __future__ import annotations

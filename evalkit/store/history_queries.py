@@ -81,7 +81,7 @@ class CaseCounts:
 
 def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:
     """Each run's :class:`CaseCounts`, the one pass rate of a run that ``evalkit run``,
-    ``evalkit runs``, ``evalkit history`` and ``evalkit.Project`` show: what the run recorded
+    ``evalkit runs list``, ``evalkit history`` and ``evalkit.Project`` show: what the run recorded
     when it finished (``ALL`` of :func:`tag_counts`) where it did, else counted from its
     outputs. Without Polars (the run path reads it). A run with no cases has no entry."""
     wanted = list(dict.fromkeys(run_ids))

@@ -190,8 +190,8 @@ def _open_lock_file(db_path: Path, key: str) -> tuple[int, bool]:
         except OSError as exc:
             raise StoreError(
                 f"{db_path}: cannot write the store: {os_reason(exc)} opening its lock file "
-                f"{key}; use a --db in a directory you can write (reading works: `evalkit runs`, "
-                "notebooks)"
+                f"{key}; use a --db in a directory you can write (reading works: "
+                "`evalkit runs list`, notebooks)"
             ) from None
 
 

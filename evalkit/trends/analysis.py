@@ -5,7 +5,7 @@ A point is one run. ``by="baseline"`` follows the promotions of each suite (and 
 order they were made; ``by="label"`` follows the complete runs of each label (``nightly``, ...)
 in the order they were created. Each series is a line of points; ``last`` keeps the newest N of
 each. Pass rates are per case, each case the majority of its replays (the rate ``evalkit run``
-and ``evalkit runs`` state: `evalkit.run.summary`), over decided cases (errored ones are
+and ``evalkit runs list`` state: `evalkit.run.summary`), over decided cases (errored ones are
 counted apart), with Wilson intervals, which hold at the small n of a tag. Every count is made
 in the store (`evalkit.store.history_queries`), so a long history reads no outputs into Python.
 

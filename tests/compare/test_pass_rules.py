@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 from pathlib import Path
 
 import polars as pl
 import pytest
+from projects import make_project
 from synthetic_runs import MANIFEST, C, make_run, write_store
 
 from evalkit.compare.analysis import compare
@@ -218,7 +218,7 @@ def test_a_changed_pass_rule_is_a_looser_policy_until_promoted() -> None:
 
 def test_the_config_spells_rules_under_replays_and_the_manifest_pins_them(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", corpus)
+    make_project(corpus, demo=True)
     config = corpus / "evalkit.yaml"
     text = config.read_text()
     default = load_suite(config)

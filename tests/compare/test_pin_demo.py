@@ -6,10 +6,10 @@ PASSES every time (the false-block direction)."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.compare.pin import gate_pair
@@ -36,7 +36,7 @@ def _reword(root: Path, ids: set[str]) -> int:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, demo_server: DemoServer):
     tmp = tmp_path_factory.mktemp("pin")
-    shutil.copytree(REPO / "corpus", tmp / "corpus")
+    make_project(tmp / "corpus", demo=True)
     url = demo_server.base_url
     sets = ["--set", f"system.base_url={url}", "--set", f"judge.base_url={url}"]
     return tmp, str(tmp / "e.duckdb"), str(tmp / "corpus" / "evalkit.yaml"), sets
@@ -153,9 +153,9 @@ def test_five_identical_reruns_through_the_ci_flow_pass_every_time(
     one store with the demo's noise on (nothing cached), passes every time."""
     from types import SimpleNamespace
 
-    from evalkit.cli.rebaselining import maybe_rebaseline
+    from evalkit.cli.rebaseline import maybe_rebaseline
 
-    shutil.copytree(REPO / "corpus", tmp_path / "corpus")
+    make_project(tmp_path / "corpus", demo=True)
     db, config = str(tmp_path / "e.duckdb"), str(tmp_path / "corpus" / "evalkit.yaml")
     url = demo_server.base_url
     sets = ["--set", f"system.base_url={url}", "--set", f"judge.base_url={url}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from projects import make_project
 
 from evalkit.cli import main
 
@@ -13,10 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _suite(tmp_path: Path, **changes: object) -> Path:
     """A copy of the demo suite with its evalkit.yaml changed."""
-    import shutil
 
     root = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     config = yaml.safe_load((root / "evalkit.yaml").read_text())
     config.update(changes)
     (root / "evalkit.yaml").write_text(yaml.safe_dump(config))

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from projects import make_project
 from scipy import stats as sps
 from synthetic_runs import C, make_run
 
@@ -122,10 +123,9 @@ def test_evalkit_plan_prints_each_critical_tags_mde_without_a_model_call(
 def test_plan_states_a_judges_calibration_state(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    import shutil
 
     corpus = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", corpus)
+    make_project(corpus, demo=True)
     cfg = corpus / "evalkit.yaml"
     old, new = "critical_tags: [billing, injection, policy]", "critical_tags: [billing, orders]"
     cfg.write_text(cfg.read_text().replace(old, new))

@@ -77,11 +77,11 @@ def test_a_missing_misspelled_or_empty_expect_gets_its_own_message(tmp_path: Pat
     )
     assert _error(tmp_path, head) == (
         "cases/a.yaml:1: case refund-1: no expect: a case must say what the reply must have, "
-        "e.g. expect: [{contains: refund}] (`evalkit scorers` lists the scorers)"
+        "e.g. expect: [{contains: refund}] (`evalkit scorers list` shows the scorers)"
     )
     assert _error(tmp_path, head + "  expect: []\n") == (
         "cases/a.yaml:3: case refund-1: expect is empty: list at least one scorer, e.g. expect: "
-        "[{contains: refund}] (`evalkit scorers` lists the scorers)"
+        "[{contains: refund}] (`evalkit scorers list` shows the scorers)"
     )
 
 

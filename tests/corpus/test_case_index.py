@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from projects import make_project
 
 from evalkit.corpus.case_facts import load_chosen, scan_corpus
 from evalkit.corpus.case_index import CaseIndex
@@ -28,7 +29,7 @@ DEMO = REPO / "corpus"
 def demo(tmp_path: Path) -> Path:
     """A copy of the demo suite (its files are edited by some tests)."""
     root = tmp_path / "corpus"
-    shutil.copytree(DEMO, root, ignore=shutil.ignore_patterns(".evalkit"))
+    make_project(root, demo=True)
     return root
 
 

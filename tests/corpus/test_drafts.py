@@ -4,7 +4,6 @@ reviewer and a date, and ``evalkit cases convert`` rewrites the seed article's s
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +13,6 @@ import yaml
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.drafts import draft_errors, refuse_drafts
-from evalkit.demo.server import DemoServer
 from evalkit.errors import CorpusError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -43,18 +41,11 @@ DRAFTS = """\
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server: DemoServer, capsys):
+def project(project_factory):
     """An ``evalkit init`` project with two draft cases in cases/sampled.yaml."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    (tmp_path / "proj" / "cases" / "sampled.yaml").write_text(DRAFTS)
-    config = str(tmp_path / "proj" / "evalkit.yaml")
-    run = [
-        "run", "--no-progress", "--config", config, "--db", str(tmp_path / "e.duckdb"),
-        "--set", f"system.base_url={demo_server.base_url}",
-    ]  # fmt: skip
-    capsys.readouterr()
-    return SimpleNamespace(root=tmp_path / "proj", config=config, run=run)
+    made = project_factory(server=True, cases={"sampled.yaml": DRAFTS})
+    run = ["run", "--no-progress", *made.args]
+    return SimpleNamespace(root=made.root, config=str(made.config), run=run)
 
 
 def test_lint_and_run_refuse_drafts_until_reviewed(project, capsys) -> None:
@@ -69,7 +60,7 @@ def test_lint_and_run_refuse_drafts_until_reviewed(project, capsys) -> None:
     err = capsys.readouterr().err
     assert "case trace-a1: is a draft" in err and "1 more drafts" in err
     assert not Path(project.run[5]).exists()  # no store, no run: nothing was asked
-    flakes = ["flakes", "--runs", "2", "--no-progress", *project.run[2:]]
+    flakes = ["flakes", "measure", "--runs", "2", "--no-progress", *project.run[2:]]
     assert main(flakes) == 2  # the flake list gates too
     assert "case trace-a1: is a draft" in capsys.readouterr().err
 
@@ -140,11 +131,10 @@ def test_require_provenance_refuses_blocking_cases_without_reviewer(project, cap
     assert "policy.require_provenance" in capsys.readouterr().err
 
 
-def test_the_demo_corpus_meets_its_own_provenance_policy(tmp_path: Path, capsys) -> None:
-    corpus = Path(__file__).resolve().parents[2] / "corpus"
-    shutil.copytree(corpus, tmp_path / "corpus")
-    config = tmp_path / "corpus" / "evalkit.yaml"
-    config.write_text(config.read_text() + "policy: {require_provenance: [must_pass, critical]}\n")
+def test_the_demo_corpus_meets_its_own_provenance_policy(project_factory, capsys) -> None:
+    demo = project_factory("corpus", demo=True)
+    demo.add_config("policy: {require_provenance: [must_pass, critical]}\n")
+    config = demo.config
     code = main(["cases", "lint", "--config", str(config)])
     assert code == 0, capsys.readouterr().err
     assert yaml.safe_load(config.read_text())["policy"]["require_provenance"] == [

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from projects import make_project
 
 from evalkit.corpus.cases import load_cases_file
 from evalkit.corpus.fixture_files import CaseEdit, rewrite_case_file, rewrite_text
@@ -154,7 +154,7 @@ def test_the_file_keeps_crlf_line_endings_and_reloads_with_only_the_edited_case_
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     path = root / "cases" / "agents.yaml"
     path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
     before = {c.id: c for c in load_cases_file(path, root)}

@@ -1,6 +1,6 @@
-"""``evalkit import``: real files of each format (tests/fixtures/importers/README.md says which
-tool wrote each) become draft cases that validate, count what they could not map, keep their ids
-across imports, never overwrite without ``--force``, and run against the demo simulator."""
+"""``evalkit cases import``: real files of each format (tests/fixtures/importers/README.md says
+which tool wrote each) become draft cases that validate, count what they could not map, keep their
+ids across imports, never overwrite without ``--force``, and run against the demo simulator."""
 
 from __future__ import annotations
 
@@ -39,21 +39,14 @@ JUDGE = """judge:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> SimpleNamespace:
+def project(project_factory) -> SimpleNamespace:
     """An ``evalkit init`` project with a (demo) judge configured and no cases of its own."""
-    monkeypatch.setenv("OPENAI_API_KEY", "unused")
-    root = tmp_path / "proj"
-    assert main(["init", str(root)]) == 0
-    for path in (root / "cases").iterdir():
-        path.unlink()
-    config = root / "evalkit.yaml"
-    config.write_text(config.read_text() + JUDGE)
-    capsys.readouterr()
-    return SimpleNamespace(root=root, config=str(config), cases=root / "cases")
+    made = project_factory(api_key="unused", keep_cases=False, config=JUDGE)
+    return SimpleNamespace(root=made.root, config=str(made.config), cases=made.cases)
 
 
 def _import(project: SimpleNamespace, *args: str) -> int:
-    return main(["import", *args, "--config", project.config])
+    return main(["cases", "import", *args, "--config", project.config])
 
 
 def _cases(root: Path) -> dict:
@@ -199,7 +192,7 @@ def _maps() -> list[str]:
 def test_bad_input_is_one_line_naming_file_and_line(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [\n')
-    assert main(["import", "jsonl", str(bad), "--out", str(tmp_path / "cases")]) == 2
+    assert main(["cases", "import", "jsonl", str(bad), "--out", str(tmp_path / "cases")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"evalkit: error: {bad}:2: invalid JSON") and err.count("\n") == 1
     with pytest.raises(ConfigError, match="'contans' is not a scorer"):
@@ -284,6 +277,7 @@ def test_a_row_without_its_input_names_the_file_and_line(tmp_path: Path, capsys)
     rows = tmp_path / "rows.csv"
     rows.write_text("question,answer\nhello,hi\n,lost\n")
     argv = [
+        "cases",
         "import",
         "csv",
         str(rows),
@@ -297,7 +291,7 @@ def test_a_row_without_its_input_names_the_file_and_line(tmp_path: Path, capsys)
         f"evalkit: error: {rows}:3: no value for input field 'question'\n"
     )
     assert not (tmp_path / "cases").exists()  # nothing written
-    assert main(["import"]) == 2
+    assert main(["cases", "import"]) == 2
     assert "jsonl" in capsys.readouterr().out
 
 
@@ -379,12 +373,15 @@ def test_promptfoo_refuses_files_outside_the_config_folder(
     config = folder / "promptfooconfig.yaml"
     config.write_text(config_text.replace("{outside}", str(outside)))
     out = tmp_path / "cases"
-    assert main(["import", "promptfoo", str(config), "--out", str(out)]) == 2
+    assert main(["cases", "import", "promptfoo", str(config), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{config}:" in err and named in err and "outside the config's folder" in err
     assert not out.exists()
-    assert main(["import", "promptfoo", str(config), "--out", str(out), "--allow-outside"]) == 0
+    assert (
+        main(["cases", "import", "promptfoo", str(config), "--out", str(out), "--allow-outside"])
+        == 0
+    )
     assert "SECRET-TOKEN" in "".join(p.read_text() for p in out.parent.rglob("*.*") if p.is_file())
 
 

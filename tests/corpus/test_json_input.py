@@ -1,4 +1,4 @@
-"""Hostile files for ``evalkit import`` and ``evalkit traces sample``, driven through the CLI:
+"""Hostile files for ``evalkit cases import`` and ``evalkit traces sample``, driven through the CLI:
 each ends in one refusal line naming the file (and line), exit 2 and nothing written, and the
 large ones are measured from outside the process: peak RSS under 500 MB.
 
@@ -88,10 +88,8 @@ def _refused(code: int, err: str, path: Path, out: Path, words: str) -> None:
 
 
 @pytest.fixture
-def project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    capsys.readouterr()
-    return tmp_path / "proj" / "evalkit.yaml"
+def project(project_factory) -> Path:
+    return project_factory().config
 
 
 # --------------------------------------------------------------------------- bounded memory
@@ -107,7 +105,7 @@ def test_an_eval_log_is_bounded_by_its_total_decompressed_size(tmp_path: Path) -
     log, out = tmp_path / "bomb.eval", tmp_path / "cases"
     log.write_bytes(_zip(members, method=93))
     assert log.stat().st_size < 4 << 20
-    code, err, peak = _measured(["import", "inspect", str(log), "--out", str(out)])
+    code, err, peak = _measured(["cases", "import", "inspect", str(log), "--out", str(out)])
     assert peak < PEAK_LIMIT_MB, f"peak RSS {peak:.0f} MB"
     _refused(code, err, log, out, f"decompresses to more than {MAX_TOTAL_BYTES >> 20} MiB")
 
@@ -120,7 +118,9 @@ def test_a_promptfoo_alias_bomb_is_refused_before_it_grows(tmp_path: Path) -> No
         "\n".join(levels) + "\nprompts: ['{{q}}']\n"
         "tests: [{vars: {q: *a8}, assert: [{type: contains, value: x}]}]\n"
     )
-    code, err, peak = _measured(["import", "promptfoo", str(config), "--out", str(out)], 60)
+    code, err, peak = _measured(
+        ["cases", "import", "promptfoo", str(config), "--out", str(out)], 60
+    )
     assert peak < PEAK_LIMIT_MB, f"peak RSS {peak:.0f} MB"
     _refused(code, err, config, out, "values")
 
@@ -131,7 +131,7 @@ def test_a_jsonl_line_longer_than_a_document_is_refused_unread(tmp_path: Path) -
     with rows.open("w") as handle:
         handle.write(json.dumps(good) + "\n")
         handle.write(json.dumps({**good, "question": "q" * (MAX_DOCUMENT_BYTES + 1)}) + "\n")
-    args = ["import", "jsonl", str(rows), "--map", "input=question", "--map",
+    args = ["cases", "import", "jsonl", str(rows), "--map", "input=question", "--map",
             "expect.contains=answer", "--out", str(out)]  # fmt: skip
     code, err, peak = _measured(args)
     assert peak < PEAK_LIMIT_MB, f"peak RSS {peak:.0f} MB"
@@ -244,7 +244,7 @@ def test_a_malformed_import_is_one_line_exit_2_and_nothing_written(
 ) -> None:
     make, command, words = MALFORMED_IMPORTS[name]
     path, out = make(tmp_path), tmp_path / "cases"
-    assert main(["import", command[0], str(path), *command[1:], "--out", str(out)]) == 2
+    assert main(["cases", "import", command[0], str(path), *command[1:], "--out", str(out)]) == 2
     _refused(2, capsys.readouterr().err, path, out, words)
 
 

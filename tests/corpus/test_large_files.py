@@ -18,15 +18,10 @@ from evalkit.errors import CorpusError
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> SimpleNamespace:
+def project(project_factory) -> SimpleNamespace:
     """An ``evalkit init`` project without cases of its own."""
-    monkeypatch.setenv("OPENAI_API_KEY", "unused")
-    root = tmp_path / "proj"
-    assert main(["init", str(root)]) == 0
-    for path in (root / "cases").iterdir():
-        path.unlink()
-    capsys.readouterr()
-    return SimpleNamespace(root=root, config=str(root / "evalkit.yaml"), cases=root / "cases")
+    made = project_factory(api_key="unused", keep_cases=False)
+    return SimpleNamespace(root=made.root, config=str(made.config), cases=made.cases)
 
 
 def _rows(path: Path, n: int) -> Path:
@@ -39,7 +34,7 @@ def _rows(path: Path, n: int) -> Path:
 
 def _import(project: SimpleNamespace, rows: Path, *more: str) -> int:
     maps = ["--map", "input=question", "--map", "expect.contains=answer", "--map", "id=id"]
-    return main(["import", "jsonl", str(rows), *maps, "--config", project.config, *more])
+    return main(["cases", "import", "jsonl", str(rows), *maps, "--config", project.config, *more])
 
 
 def test_an_import_past_the_node_limit_is_written_in_bounded_files_that_lint_after_review(

@@ -3,7 +3,6 @@ lists saturated cases that others cover as the candidates."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import polars as pl
@@ -11,7 +10,6 @@ import pytest
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
-from evalkit.demo.server import DemoServer
 from evalkit.store import open_store
 
 MISC = """\
@@ -43,19 +41,12 @@ MISC = """\
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server: DemoServer, capsys):
+def project(project_factory) -> SimpleNamespace:
     """An ``evalkit init`` project with four more cases, run twice against the demo."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    root = tmp_path / "proj"
-    (root / "cases" / "misc.yaml").write_text(MISC)
-    config = ["--config", str(root / "evalkit.yaml")]
-    db = ["--db", str(tmp_path / "e.duckdb")]
-    run = ["run", "--no-progress", *config, *db, f"--set=system.base_url={demo_server.base_url}"]
-    assert main([*run, "--label", "one"]) == 0
-    assert main([*run, "--label", "two"]) == 0
-    capsys.readouterr()
-    return SimpleNamespace(root=root, config=config, db=db, run=run)
+    made = project_factory(server=True, cases={"misc.yaml": MISC}, runs=["one", "two"])
+    config, db = ["--config", str(made.config)], ["--db", str(made.db)]
+    run = ["run", "--no-progress", *made.args]
+    return SimpleNamespace(root=made.root, config=config, db=db, run=run)
 
 
 def test_coverage_lists_saturated_cases_others_cover(project, capsys) -> None:

@@ -1,5 +1,5 @@
 """``scorers: [myproject.checks]`` in evalkit.yaml: your own scorers, registered with the public
-decorator, usable in cases, listed by ``evalkit scorers``, hashed into the manifest."""
+decorator, usable in cases, listed by ``evalkit scorers list``, hashed into the manifest."""
 
 from __future__ import annotations
 
@@ -88,13 +88,13 @@ def test_a_custom_scorer_module_is_loaded_used_listed_and_hashed(
     assert manifest.scorer_files == {f"module:{package}.checks": hashlib.sha256(source).hexdigest()}
     polite = scores.filter(scores["scorer"] == "polite")
     assert polite["reason"].to_list() == ["'please' said"]
-    # listed by `evalkit scorers` (the config is found as ./evalkit.yaml), with its module
-    assert main(["scorers", "--json"]) == 0
+    # listed by `evalkit scorers list` (the config is found as ./evalkit.yaml), with its module
+    assert main(["scorers", "list", "--json"]) == 0
     listed = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
     assert listed["polite"]["module"] == f"{package}.checks"
     assert listed["polite"]["args"] == [{"name": "word", "required": False, "default": "please"}]
     assert listed["polite"]["description"] == "Pass when the reply says the polite word."
-    assert main(["scorers"]) == 0
+    assert main(["scorers", "list"]) == 0
     assert f"from {package}.checks" in capsys.readouterr().out
 
 

@@ -1,15 +1,15 @@
-"""The sealed slice rotates (issue 24 item 4): ``evalkit sealed rotate --share S --seed N``
+"""The sealed slice rotates (issue 24 item 4): ``evalkit cases seal --share S --seed N``
 seals the same cases for the same seed whatever was sealed before, moves case YAML text between
 cases/ and sealed/ without changing it, never seals must_pass cases or drafts, and refuses a
 rotation that would leave a critical tag too small to gate."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     root = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     return root
 
 
@@ -54,7 +54,7 @@ def test_the_same_seed_seals_the_same_cases_whatever_was_sealed_before(tmp_path:
     firsts = []
     for name, before in (("a", None), ("b", 4), ("c", 11)):
         root = tmp_path / name
-        shutil.copytree(REPO / "corpus", root)
+        make_project(root, demo=True)
         if before is not None:
             _rotate(root, 0.2, before)  # another seed first: a different starting point
         _rotate(root, 0.1, 3)
@@ -123,15 +123,15 @@ def test_the_command_rotates_dry_runs_and_refuses_a_share_that_starves_a_critica
 ) -> None:
     config = str(corpus / "evalkit.yaml")
     before = _texts(corpus), _sealed_ids(corpus)
-    assert main(["sealed", "rotate", "--config", config, "--share", "10%", "--seed", "3",
+    assert main(["cases", "seal", "--config", config, "--share", "10%", "--seed", "3",
                  "--dry-run"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "seed 3, share 10%: " in out and "dry run: nothing moved" in out
     assert (_texts(corpus), _sealed_ids(corpus)) == before
-    assert main(["sealed", "rotate", "--config", config, "--share", "60%", "--seed", "3"]) == 2
+    assert main(["cases", "seal", "--config", config, "--share", "60%", "--seed", "3"]) == 2
     assert "critical tag" in capsys.readouterr().err
     assert (_texts(corpus), _sealed_ids(corpus)) == before  # refused: nothing moved
-    assert main(["sealed", "rotate", "--config", config, "--share", "10%", "--seed", "3"]) == 0
+    assert main(["cases", "seal", "--config", config, "--share", "10%", "--seed", "3"]) == 0
     assert _sealed_ids(corpus) == set(
         plan_rotation(corpus, load_corpus(corpus, sealed=True).cases, 0.1, 3).sealed
     )

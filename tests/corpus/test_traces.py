@@ -5,12 +5,12 @@ lint refuses the drafts → review → lint, run against the demo and gate."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
+from projects import make_project
 
 from evalkit import redact
 from evalkit.cli import main
@@ -141,7 +141,7 @@ def test_scrubbing_and_tool_fixtures_of_a_draft(monkeypatch: pytest.MonkeyPatch)
 def test_sample_lint_review_run_and_gate_the_drafts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server: DemoServer, capsys
 ) -> None:
-    shutil.copytree(REPO / "corpus", tmp_path / "corpus")
+    make_project(tmp_path / "corpus", demo=True)
     monkeypatch.chdir(tmp_path)
     config = ["--config", "corpus/evalkit.yaml"]
     args = ["traces", "sample", str(OTLP), "--n", "10", "--by", "app.intent", *config]

@@ -88,7 +88,7 @@ def _latest(db: Path) -> dict[str, Any]:
 
 def _calibrate(db: Path, labels: Path, run: str) -> dict[str, Any]:
     assert main(["labels", "import", str(labels), "--db", str(db), "--run", run]) == 0
-    code = main(["calibrate", "--run", run, "--db", str(db), "--rubric", str(RUBRIC)])
+    code = main(["judges", "calibrate", "--run", run, "--db", str(db), "--rubric", str(RUBRIC)])
     assert code == 0
     return _latest(db)
 
@@ -156,18 +156,22 @@ def test_calibrated_kappa_equals_cohen_kappa_on_the_joined_pairs(
 
 
 def test_calibrate_errors_exit_2(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["calibrate", "--run", "baseline", "--db", str(demo_db), "--scorer", "tone"])
+    code = main(
+        ["judges", "calibrate", "--run", "baseline", "--db", str(demo_db), "--scorer", "tone"]
+    )
     assert code == 2 and "has no 'tone' judge scores" in capsys.readouterr().err
-    code = main(["calibrate", "--run", "baseline", "--db", str(demo_db), "--rubric", "nope.md"])
+    code = main(
+        ["judges", "calibrate", "--run", "baseline", "--db", str(demo_db), "--rubric", "nope.md"]
+    )
     assert code == 2 and "--rubric nope.md: no such file" in capsys.readouterr().err
-    code = main(["calibrate", "--run", "nope", "--db", str(demo_db)])
+    code = main(["judges", "calibrate", "--run", "nope", "--db", str(demo_db)])
     assert code == 2 and "no run with id or label 'nope'" in capsys.readouterr().err
 
 
 def test_judge_pairs_asks_twice_per_pair_and_records_position_consistency(
     demo_db: Path, demo_server: DemoServer
 ) -> None:
-    args = ["judge-pairs", "baseline", "candidate", "--rubric", "rubrics/reply_tone.md"]
+    args = ["judges", "pairs", "baseline", "candidate", "--rubric", "rubrics/reply_tone.md"]
     args += ["--config", str(CONFIG), "--db", str(demo_db)]
     args += ["--set", f"judge.base_url={demo_server.base_url}"]
     demo_server.reset_stats()
@@ -200,7 +204,7 @@ def test_judge_pairs_asks_twice_per_pair_and_records_position_consistency(
     assert (
         main(["labels", "import", str(DEMO_LABELS), "--db", str(demo_db), "--run", "baseline"]) == 0
     )
-    assert main(["calibrate", "--run", "baseline", "--db", str(demo_db)]) == 0
+    assert main(["judges", "calibrate", "--run", "baseline", "--db", str(demo_db)]) == 0
     assert _latest(demo_db)["position_consistency"] == pytest.approx(consistency)
 
 

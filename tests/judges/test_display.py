@@ -66,7 +66,7 @@ def test_a_calibration_result_renders_its_figures_formatted() -> None:
     text = _text(page)
     assert f"{r.kappa:.2f} [{r.kappa_lo:.2f}, {r.kappa_hi:.2f}]" in text
     assert f"{s.accuracy:.1%} [{s.accuracy_lo:.1%}, {s.accuracy_hi:.1%}]" in text
-    assert f"{s.report.macro_f1:.1%}" in text and "n/a (run `evalkit judge-pairs`" in text
+    assert f"{s.report.macro_f1:.1%}" in text and "n/a (run `evalkit judges pairs`" in text
     assert "judge demo-judge-1" in text and "scorer judge, run r" in text
     for i, label in enumerate(s.report.labels):  # per class: precision as a percentage
         assert f"{s.report.precision[i]:.1%}" in text and f"judge {label}" in text

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from projects import make_project
 
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture()
 def corpus_copy(tmp_path: Path) -> Path:
     root = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     return root
 
 

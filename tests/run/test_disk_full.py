@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cli import main
 from evalkit.run.runner import RunOptions
 
 REPLAYS = 300
@@ -93,11 +92,8 @@ def _namespaces_work(tmp_path: Path) -> bool:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    capsys.readouterr()
-    return tmp_path / "proj"
+def project(project_factory) -> Path:
+    return project_factory().root
 
 
 def test_a_disk_that_fills_mid_run_keeps_what_was_stored_and_the_run_resumes(

@@ -15,8 +15,8 @@ import evalkit, evalkit.cli
 from evalkit.cli import _parser
 _parser().parse_args(["run", "--engine", "ray", "--shard", "1/2"])
 import evalkit.run.sharded, evalkit.run.merging, evalkit.run.engines, evalkit.run.engines.budget
-import evalkit.store.merge, evalkit.store.parts, evalkit.run.replicas, evalkit.cli.merging
-import evalkit.run.engines.ray_engine, evalkit.cli.sharding
+import evalkit.store.merge, evalkit.store.parts, evalkit.run.replicas, evalkit.cli.runs
+import evalkit.run.engines.ray_engine, evalkit.cli.shard
 loaded = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
 assert not loaded, loaded
 print("ok")

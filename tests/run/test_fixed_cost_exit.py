@@ -78,7 +78,7 @@ def test_a_refused_run_and_other_commands_shut_down_as_before(tmp_path: Path) ->
     assert refused.returncode == 2
     assert "unknown scorer 'contans'" in refused.stderr
     assert "interpreter shutdown" in refused.stderr
-    listed = _evalkit("scorers", "--json")
+    listed = _evalkit("scorers", "list", "--json")
     assert listed.returncode == 0 and "interpreter shutdown" in listed.stderr
 
 

@@ -3,7 +3,7 @@ its replays (as the gate and `evalkit history` count), labelled so.
 
 A Python system answers each case's three replays from a fixed pattern, so the per-output and
 per-case rates differ by construction: 7 of 12 outputs pass (58.3 %), 3 of 4 cases (75 %).
-The run summary, `evalkit runs`, `evalkit history` and `evalkit.Project` must all say 75 %.
+The run summary, `evalkit runs list`, `evalkit history` and `evalkit.Project` must all say 75 %.
 """
 
 from __future__ import annotations
@@ -90,13 +90,13 @@ def test_summary_runs_history_and_project_state_one_per_case_rate(
 
     db = str(project.db)
     # evalkit runs: JSON, and the table a terminal gets
-    assert main(["runs", "--db", db, "--json"]) == 0
+    assert main(["runs", "list", "--db", db, "--json"]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
     assert listed["pass_rate"] == per_case
     assert listed["pass_rate_basis"] == "per case, majority of 3 replays"
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     monkeypatch.setenv("COLUMNS", "200")
-    assert main(["runs", "--db", db]) == 0
+    assert main(["runs", "list", "--db", db]) == 0
     table = capsys.readouterr().out
     assert "pass rate (per case)" in table and "75.0% (majority of 3)" in table
     monkeypatch.undo()
@@ -121,12 +121,12 @@ def test_summary_runs_history_and_project_state_one_per_case_rate(
 def test_a_rescore_moves_every_rate_together(
     project: Project, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """After the outputs are scored again under a stricter check, `evalkit runs`, the
+    """After the outputs are scored again under a stricter check, `evalkit runs list`, the
     Project and history read the newest scoring alike (none keeps the run's first figure)."""
     result = project.run(label="r3", replays=3, cache=False, concurrency=1, progress=False)
     cases = project.root / "cases" / "a.yaml"
     cases.write_text(cases.read_text().replace("contains: answer", "contains: the answer!"))
-    assert main(["rescore", result.run_id, "--db", str(project.db), "--config",
+    assert main(["runs", "rescore", result.run_id, "--db", str(project.db), "--config",
                  str(project.config)]) == 0  # fmt: skip
     capsys.readouterr()
     assert project.runs().row(0, named=True)["pass_rate"] == 0.0

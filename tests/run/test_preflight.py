@@ -4,7 +4,6 @@ endpoint), names the cause and the fix; a live one, a proxy or one live replica 
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import pytest
 
@@ -20,13 +19,10 @@ def _dead_url() -> str:
 
 
 def test_a_refused_endpoint_stops_the_run_before_anything_is_recorded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    project_factory, capsys
 ) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    db = tmp_path / "e.duckdb"
-    args = ["--config", str(tmp_path / "proj" / "evalkit.yaml"), "--db", str(db)]
-    capsys.readouterr()
+    project = project_factory()
+    db, args = project.db, project.args
     code = main(["run", "--label", "base", "--no-progress", *args,
                  "--set", f"system.base_url={_dead_url()}"])  # fmt: skip
     err = capsys.readouterr().err

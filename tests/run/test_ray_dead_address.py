@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cli import main
 from evalkit.run.engines.ray_engine import CONNECT_TIMEOUT_S
 
 #: Only a safety net for a hung test: far above the connect limit on any machine.
@@ -23,11 +22,8 @@ SAFETY_NET_S = 600
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    capsys.readouterr()
-    return tmp_path / "proj"
+def project(project_factory) -> Path:
+    return project_factory().root
 
 
 def _free_port() -> int:

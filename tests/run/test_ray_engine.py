@@ -30,6 +30,7 @@ from distributed_support import (
     run_local,
     stored,
 )
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.demo.server import DemoServer, start_demo_server
@@ -135,7 +136,7 @@ def test_a_ray_run_equals_a_local_and_a_sharded_run(
     for k in (1, 2, 3):
         args = demo_args(noisy_server, "--prompt", CANDIDATE_PROMPT, "--shard", f"{k}/3")
         assert main(["run", *args, "--run-id", "cand-sharded", "--parts", parts, "--no-cache"]) == 0
-    assert main(["merge", "cand-sharded", "--parts", parts, "--db", str(db)]) == 0
+    assert main(["runs", "merge", "cand-sharded", "--parts", parts, "--db", str(db)]) == 0
     noisy_server.reset_stats()
     args = demo_args(noisy_server, "--prompt", CANDIDATE_PROMPT, "--engine", "ray")
     ray_args = ["--address", ray_cluster.address, "--parts", parts, "--chunk-size", "8"]
@@ -276,7 +277,7 @@ def test_a_chunk_task_asks_the_teams_shared_cache(
         parts, db = str(tmp_path / "job-1"), str(tmp_path / "job-1.duckdb")
         args = demo_args(server, "--shard", "1/1", "--run-id", "job-1", "--parts", parts)
         assert main(["run", *args]) == 0
-        assert main(["merge", "job-1", "--parts", parts, "--db", db]) == 0
+        assert main(["runs", "merge", "job-1", "--parts", parts, "--db", db]) == 0
         assert main(["push", "job-1", "--db", db, "--store", uri]) == 0
         overrides = (
             f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}",
@@ -489,7 +490,7 @@ def test_a_node_removed_mid_run_loses_and_duplicates_nothing(
     assert "error" not in outcome, outcome.get("error")
     assert outcome["summary"].outputs == 91 and outcome["summary"].complete
     for _ in range(2):
-        assert main(["merge", "lost-node", "--parts", str(root.base), "--db", str(db)]) == 0
+        assert main(["runs", "merge", "lost-node", "--parts", str(root.base), "--db", str(db)]) == 0
     outputs, distinct, scores, distinct_scores = exactly_once(db, "lost-node")
     assert outputs == distinct == 91 and scores == distinct_scores
     # Only the chunks in flight on the lost node are asked again. None may be, when the node
@@ -522,7 +523,7 @@ def test_a_killed_driver_resumes_and_merges_each_case_once(
         assert "resuming run" in resumed.stderr
         counts = server.stats()["by_content"]
     for _ in range(2):
-        assert main(["merge", run_id, "--parts", str(parts), "--db", str(db)]) == 0
+        assert main(["runs", "merge", run_id, "--parts", str(parts), "--db", str(db)]) == 0
     outputs, distinct, scores, distinct_scores = exactly_once(db, run_id)
     assert outputs == distinct == 91 and scores == distinct_scores
     asked_twice = sum(n - 1 for n in counts.values() if n > 1)
@@ -570,7 +571,6 @@ def test_duplicate_requests_within_a_run_are_asked_on_ray_as_locally(
     after each: a Ray run asks all four, as a local run does (neither answers a run's own
     duplicates from the cache). Before, each later chunk's prefetch found what the first had
     merged: 1 request and 3 cache hits on Ray, 4 requests locally."""
-    import shutil
 
     from evalkit.corpus.cases import load_corpus
     from evalkit.corpus.suite import load_suite
@@ -579,7 +579,7 @@ def test_duplicate_requests_within_a_run_are_asked_on_ray_as_locally(
     from evalkit.store import open_store
 
     corpus_dir = tmp_path / "corpus"
-    shutil.copytree(Path(CONFIG).parent, corpus_dir)
+    make_project(corpus_dir, demo=True)
     (corpus_dir / "cases" / "dup.yaml").write_text(
         "".join(_DUPLICATES.format(n=n) for n in range(4))
     )

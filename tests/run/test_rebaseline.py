@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import polars as pl
 import pytest
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -69,7 +70,7 @@ def pr(tmp_path_factory: pytest.TempPathFactory, demo_server: DemoServer) -> dic
     store as it is then is kept as ``pristine`` for tests that need it untouched."""
     tmp = tmp_path_factory.mktemp("pr")
     root = tmp / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     config, db = root / "evalkit.yaml", tmp / "e.duckdb"
     sets = [f"system.base_url={demo_server.base_url}", f"judge.base_url={demo_server.base_url}"]
     base = _run(config, db, "base", sets)

@@ -30,7 +30,7 @@ import pytest
 from aiohttp import web
 
 from evalkit.cli import main
-from evalkit.cli.running import print_run_summary
+from evalkit.cli.run import print_run_summary
 from evalkit.corpus.cases import Corpus, load_corpus
 from evalkit.corpus.messages import render_messages
 from evalkit.corpus.suite import Suite, load_suite

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from projects import make_project
 
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
@@ -26,7 +26,7 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     tmp_path: Path, demo_server: DemoServer
 ) -> None:
     root = tmp_path / "corpus"
-    shutil.copytree(REPO / "corpus", root)
+    make_project(root, demo=True)
     db = tmp_path / "e.duckdb"
     overrides = [
         f"system.base_url={demo_server.base_url}",
@@ -46,7 +46,9 @@ def test_rescore_makes_no_requests_and_picks_up_a_changed_argument(
     billing.write_text(billing.read_text().replace(OLD, NEW, 1))
     demo_server.reset_stats()
     sets = [arg for item in overrides for arg in ("--set", item)]
-    code = main(["rescore", "base", "--config", str(root / "evalkit.yaml"), "--db", str(db), *sets])
+    code = main(
+        ["runs", "rescore", "base", "--config", str(root / "evalkit.yaml"), "--db", str(db), *sets]
+    )
     assert code == 0
     assert demo_server.stats()["requests"] == 0
 

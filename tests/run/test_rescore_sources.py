@@ -85,7 +85,7 @@ def test_a_lenient_rescore_of_the_candidate_is_refused_unless_declared(
     _run("base")
     _run("cand")
     module.write_text(LENIENT)
-    assert main(["rescore", "cand"]) == 0
+    assert main(["runs", "rescore", "cand"]) == 0
     with open_store("data/evalkit.duckdb", read_only=True) as store:
         cand = store.resolve_run("cand")
         scoring = store.scorings(cand).row(-1, named=True)
@@ -126,14 +126,14 @@ def test_an_unchanged_rescore_still_compares_and_both_rescored_alike_compare(
     config, module = project
     _run("base")
     _run("cand")
-    assert main(["rescore", "cand"]) == 0  # nothing changed: the same sources
+    assert main(["runs", "rescore", "cand"]) == 0  # nothing changed: the same sources
     with open_store("data/evalkit.duckdb", read_only=True) as store:
         comparison, decision = gate_pair(store, "base", "cand", str(config))
         assert comparison.manifest_diff == ()
         assert decision.status == "BLOCKED"  # the must_pass case still fails, as it did
     module.write_text(LENIENT)
-    assert main(["rescore", "base"]) == 0
-    assert main(["rescore", "cand"]) == 0
+    assert main(["runs", "rescore", "base"]) == 0
+    assert main(["runs", "rescore", "cand"]) == 0
     with open_store("data/evalkit.duckdb", read_only=True) as store:
         comparison, _ = gate_pair(store, "base", "cand", str(config))
         assert comparison.manifest_diff == ()  # scored alike: comparable

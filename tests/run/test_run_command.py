@@ -215,7 +215,7 @@ def test_rescore_and_resume_refuse_a_path_with_no_store(
 ) -> None:
     missing = tmp_path / "typo.duckdb"
     config = str(REPO / "corpus" / "evalkit.yaml")
-    assert main(["rescore", "base", "--config", config, "--db", str(missing)]) == 2
+    assert main(["runs", "rescore", "base", "--config", config, "--db", str(missing)]) == 2
     assert "no evalkit store here" in capsys.readouterr().err
     assert main(["run", "--config", config, "--db", str(missing), "--resume", "x"]) == 2
     assert not missing.exists() and not list(tmp_path.iterdir())

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: Modules a plain run must not load; ``openai`` too when the lean transport is used.
 HEAVY = (
     "polars", "pyarrow", "numpy", "scipy", "pandas", "altair", "jupyter_client", "nbformat",
-    "papermill", "openai", "rich", "evalkit.cli.gating", "evalkit.cli.notebook",
+    "papermill", "openai", "rich", "evalkit.cli.gate", "evalkit.cli.notebook",
     "evalkit.cli.demo", "evalkit.compare.analysis",
 )  # fmt: skip
 

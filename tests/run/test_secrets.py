@@ -297,7 +297,7 @@ def test_a_password_in_base_url_is_printed_stored_and_reported_nowhere(
             ["run", *common, "--label", "fleet", "--set", fleet, "--set", "system.max_retries=2"],
             ["run", *common, "--shard", "1/1", "--run-id", "sharded", "--label", "sharded",
              "--parts", work / "parts"],
-            ["merge", "sharded", "--parts", work / "parts", "--db", work / "e.duckdb"],
+            ["runs", "merge", "sharded", "--parts", work / "parts", "--db", work / "e.duckdb"],
             ["compare", "plain", "sharded", "--db", work / "e.duckdb", "--config", config,
              "--json", work / "r.json", "--html", work / "r.html", "--junit", work / "r.xml",
              "--markdown", work / "r.md"],
@@ -338,7 +338,7 @@ def test_errors_and_resume_commands_quoting_a_url_print_no_password(
     an interrupted run) shows the URL without its userinfo."""
     import argparse
 
-    from evalkit.cli.running import resume_command
+    from evalkit.cli.run import resume_command
 
     item = f"system.base_urls=http://user:{URL_SECRET}@127.0.0.1:9/v1"  # a list, given a string
     capfd.readouterr()

@@ -1,4 +1,4 @@
-"""``evalkit run --shard K/N`` + ``evalkit merge`` (evalkit.run.sharded, evalkit.run.merging):
+"""``evalkit run --shard K/N`` + ``evalkit runs merge`` (evalkit.run.sharded, evalkit.run.merging):
 the same outputs, scores and gate decision as one local run; a killed shard run again stores
 every (case, replay) exactly once; replicas share the load. No Ray here."""
 
@@ -51,7 +51,7 @@ def test_three_shards_and_a_merge_equal_one_local_run(
         common = ["--run-id", "cand-sharded", "--parts", parts, "--label", "cand-sharded"]
         assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
     for _ in range(2):  # the merge, twice: the second adds nothing
-        assert main(["merge", "cand-sharded", "--parts", parts, "--db", str(db)]) == 0
+        assert main(["runs", "merge", "cand-sharded", "--parts", parts, "--db", str(db)]) == 0
     local_outputs, local_scores = stored(db, local)
     shard_outputs, shard_scores = stored(db, "cand-sharded")
     assert local_outputs.height == 91 and local_outputs.equals(shard_outputs)
@@ -108,7 +108,7 @@ def test_a_killed_shard_run_again_stores_each_case_once(tmp_path: Path) -> None:
         counts = server.stats()["by_content"]
         db = tmp_path / "k.duckdb"
         for _ in range(2):
-            assert main(["merge", "killed", "--parts", str(parts), "--db", str(db)]) == 0
+            assert main(["runs", "merge", "killed", "--parts", str(parts), "--db", str(db)]) == 0
     outputs, distinct, scores, distinct_scores = exactly_once(db, "killed")
     assert outputs == distinct == 91 and scores == distinct_scores
     asked_twice = sum(n - 1 for n in counts.values() if n > 1)
@@ -134,7 +134,7 @@ def test_a_shards_second_job_asks_nothing_the_first_asked(
                          "--chunk-size", "20"]) == 0  # fmt: skip
             asked = int(server.stats()["requests"])
             db = str(tmp_path / run_id / "store.duckdb")
-            assert main(["merge", run_id, "--parts", parts, "--db", db]) == 0
+            assert main(["runs", "merge", run_id, "--parts", parts, "--db", db]) == 0
             return asked
 
         capsys.readouterr()
@@ -212,7 +212,10 @@ def test_a_shard_run_again_sets_bad_parts_aside_and_redoes_their_chunks(
     assert any("ghost-1.parquet" in line and "ghost-1" in line for line in aside), aside
     assert "in 2 chunks" in captured.out  # only the two chunks with a bad part ran again
     assert len(root.parts("bad", "cases")) == 1  # its cases part stood: not written again
-    assert main(["merge", "bad", "--parts", str(parts), "--db", str(tmp_path / "b.duckdb")]) == 0
+    assert (
+        main(["runs", "merge", "bad", "--parts", str(parts), "--db", str(tmp_path / "b.duckdb")])
+        == 0
+    )
     outputs, distinct, scores, distinct_scores = exactly_once(tmp_path / "b.duckdb", "bad")
     assert outputs == distinct == 16 and scores == distinct_scores > 0
     with open_store(tmp_path / "b.duckdb", read_only=True) as store:
@@ -330,7 +333,7 @@ def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
     root = PartsRoot(parts)
     heights = [root.read_frame(p).height for p in root.parts("indexed", "cases")]
     assert sorted(heights) == sorted(share for share, _ in built) and max(heights) < 91
-    assert main(["merge", "indexed", "--parts", parts, "--db", str(db)]) == 0
+    assert main(["runs", "merge", "indexed", "--parts", parts, "--db", str(db)]) == 0
     local_outputs, local_scores = stored(db, local)
     shard_outputs, shard_scores = stored(db, "indexed")
     assert local_outputs.height == 91 and local_outputs.equals(shard_outputs)
@@ -366,7 +369,9 @@ def test_the_merge_takes_a_share_only_as_recorded_and_checks_the_union(
         .alias("case_hash")
     ).write_parquet(part.path)  # fmt: skip
     capsys.readouterr()
-    assert main(["merge", "pair", "--parts", str(edited), "--db", str(tmp_path / "e.db")]) == 2
+    assert (
+        main(["runs", "merge", "pair", "--parts", str(edited), "--db", str(tmp_path / "e.db")]) == 2
+    )
     assert "nor one of its 2 shards' shares" in capsys.readouterr().err
     for path in (unioned / "runs" / "pair" / "manifest").glob(
         "*.json"
@@ -374,9 +379,14 @@ def test_the_merge_takes_a_share_only_as_recorded_and_checks_the_union(
         manifest = json.loads(path.read_text())
         manifest["corpus"]["hash"] = "1" * 64
         path.write_text(json.dumps(manifest))
-    assert main(["merge", "pair", "--parts", str(unioned), "--db", str(tmp_path / "u.db")]) == 2
+    assert (
+        main(["runs", "merge", "pair", "--parts", str(unioned), "--db", str(tmp_path / "u.db")])
+        == 2
+    )
     assert "shares do not add up" in capsys.readouterr().err
-    assert main(["merge", "pair", "--parts", str(parts), "--db", str(tmp_path / "p.db")]) == 0
+    assert (
+        main(["runs", "merge", "pair", "--parts", str(parts), "--db", str(tmp_path / "p.db")]) == 0
+    )
 
 
 def test_the_shards_of_one_run_are_cut_alike(
@@ -399,7 +409,7 @@ def test_a_shard_reads_the_corpus_through_the_index(
 
     from distributed_support import CONFIG
 
-    from evalkit.cli.sharding import load_run_corpus
+    from evalkit.cli.shard import load_run_corpus
     from evalkit.corpus.case_facts import CorpusFacts
     from evalkit.corpus.cases import Corpus
     from evalkit.corpus.selection import Selection

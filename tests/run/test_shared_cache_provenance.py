@@ -79,16 +79,13 @@ def _serve(port: int, owner: str) -> Iterator[_Server]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+def project(project_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ``evalkit init`` project whose config names a shared store; the cwd is its parent."""
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    config = tmp_path / "proj" / "evalkit.yaml"
     shared = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}"
-    config.write_text(config.read_text() + f"\nstore: {{shared: '{shared}'}}\n")
+    made = project_factory(config=f"\nstore: {{shared: '{shared}'}}\n")
     monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    return config
+    return made.config
 
 
 def _run(project: Path, db: Path, port: int) -> int:

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from process_guard import pids_with
 
-from evalkit.cli import main
 from evalkit.corpus import manifest
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.manifest import build_manifest
@@ -291,16 +290,15 @@ def test_a_filter_that_cannot_be_loaded_fails_closed(monkeypatch: pytest.MonkeyP
     assert result.message.startswith("cannot load the seccomp filter: "), result.message
 
 
-def test_the_manifest_says_which_mechanisms_held(tmp_path: Path) -> None:
-    assert main(["init", str(tmp_path / "project")]) == 0
-    project = tmp_path / "project"
-    (project / "cases" / "code.yaml").write_text(
+def test_the_manifest_says_which_mechanisms_held(project_factory) -> None:
+    code_case = (
         "- id: code-add-001\n  tags: [code]\n"
         "  provenance: {reviewer: you, date: 2026-01-15, source: test}\n"
         "  input: {vars: {message: write add}}\n"
         "  expect:\n    - {scorer: python_tests, args: {tests_inline: 'def test_a(): pass'}}\n"
     )
-    suite = load_suite(project / "evalkit.yaml")
+    project = project_factory("project", cases={"code.yaml": code_case})
+    suite = load_suite(project.config)
     recorded = build_manifest(suite, load_corpus(suite.root), run_id="r", label="l", selection={})
     kind = sandbox_budget.mechanism()
     assert recorded.sandbox["isolation"] == sandbox.ISOLATED
@@ -308,7 +306,7 @@ def test_the_manifest_says_which_mechanisms_held(tmp_path: Path) -> None:
     assert kind is not None and recorded.sandbox["budget"]["processes"].startswith(
         kind if kind != sandbox_budget.UID else "rlimit"
     )
-    (project / "cases" / "code.yaml").unlink()
+    (project.cases / "code.yaml").unlink()
     plain = build_manifest(suite, load_corpus(suite.root), run_id="r", label="l", selection={})
     assert plain.sandbox is None and "sandbox" not in plain.to_dict()  # only suites running code
     assert recorded.config_hash != "" and "sandbox" not in manifest.COMPARABLE_FIELDS

@@ -69,8 +69,8 @@ def test_a_duckdb_file_of_another_schema_is_refused_and_left_as_it_was(
     con.close()
     before, listing = _sha256(db), sorted(p.name for p in tmp_path.iterdir())
     commands = [
-        ["runs", "--db", str(db)],  # reads
-        ["merge", "any-run", "--parts", str(tmp_path / "parts"), "--db", str(db)],  # writes
+        ["runs", "list", "--db", str(db)],  # reads
+        ["runs", "merge", "any-run", "--parts", str(tmp_path / "parts"), "--db", str(db)],  # writes
     ]
     for command in commands:
         capsys.readouterr()
@@ -157,8 +157,10 @@ def test_a_store_on_a_read_only_file_system_is_one_line_naming_the_path(tmp_path
     before = _sha256(store)
     parts = str(tmp_path / "parts")
     targets = [store, directory / "new.duckdb", directory / "sub" / "new.duckdb"]
-    writes = {path: ["merge", "r", "--parts", parts, "--db", str(path)] for path in targets}
-    outcome = _in_read_only_mount(directory, [*writes.values(), ["runs", "--db", str(store)]])
+    writes = {path: ["runs", "merge", "r", "--parts", parts, "--db", str(path)] for path in targets}
+    outcome = _in_read_only_mount(
+        directory, [*writes.values(), ["runs", "list", "--db", str(store)]]
+    )
     assert outcome["probe"] == errno.EROFS  # the mount really is read-only, even for root
     *refused, (read_code, read_err) = outcome["results"]
     for path, (code, err) in zip(writes, refused, strict=True):

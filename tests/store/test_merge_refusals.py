@@ -1,4 +1,4 @@
-"""`evalkit merge` trusts no part (evalkit.store.merge, evalkit.store.parts): a forged,
+"""`evalkit runs merge` trusts no part (evalkit.store.merge, evalkit.store.parts): a forged,
 ghost, truncated, random or wrongly typed part is refused in one line naming its file, exit 2,
 and the store's rows are exactly what they were; only real (case, replay) keys complete a run."""
 
@@ -87,7 +87,7 @@ def merged(tmp_path: Path) -> tuple[PartsRoot, Path]:
     _record(root, RUN, RUN_CASES)
     root.write_chunk(RUN, "first", *_frames(RUN, RUN_CASES[:20]), {"k": '{"x": 1}'})
     for run_id in (VICTIM, RUN):
-        assert main(["merge", run_id, "--parts", str(root.location), "--db", str(db)]) == 0
+        assert main(["runs", "merge", run_id, "--parts", str(root.location), "--db", str(db)]) == 0
     return root, db
 
 
@@ -177,7 +177,7 @@ def test_a_bad_part_is_refused_in_one_line_and_nothing_is_merged(
     bad = make_bad_part(root)
     before = _snapshot(db)
     capsys.readouterr()
-    assert main(["merge", RUN, "--parts", str(root.location), "--db", str(db)]) == 2
+    assert main(["runs", "merge", RUN, "--parts", str(root.location), "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("evalkit: error: "), err
     assert f"{bad}: " in err and "refused" in err, err
@@ -189,7 +189,7 @@ def test_a_bad_part_is_refused_in_one_line_and_nothing_is_merged(
     bad.unlink()  # the part removed: the rest merges
     if make_bad_part is _ghost_cases_part:
         _part_path(root, "outputs", "ghost").unlink()
-    assert main(["merge", RUN, "--parts", str(root.location), "--db", str(db)]) == 0
+    assert main(["runs", "merge", RUN, "--parts", str(root.location), "--db", str(db)]) == 0
     with open_store(db, read_only=True) as store:
         assert {(c, 0) for c in RUN_CASES[38:]} <= store.completed(RUN)
         assert {c for c, _ in store.completed(RUN)} <= set(RUN_CASES)
@@ -204,7 +204,7 @@ def test_a_manifest_that_is_not_json_is_refused_by_name(
     manifest.write_text('{"config_hash": ')
     before = _snapshot(db)
     capsys.readouterr()
-    assert main(["merge", RUN, "--parts", str(root.location), "--db", str(db)]) == 2
+    assert main(["runs", "merge", RUN, "--parts", str(root.location), "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{manifest}: manifest refused" in err, err
     assert _snapshot(db) == before

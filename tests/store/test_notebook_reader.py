@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import evalkit
 from evalkit.cli import main
-from evalkit.demo.server import DemoServer
 from evalkit.errors import StoreError
 from evalkit.store import open_store
 
@@ -38,17 +36,13 @@ sys.stdin.read()
 
 
 @pytest.fixture
-def project(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server: DemoServer, capsys
-) -> Iterator[list[str]]:
-    """An `evalkit init` project with a baseline run stored; yields the --set for the demo."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    monkeypatch.chdir(tmp_path / "proj")
-    url = [f"--set=system.base_url={demo_server.base_url}"]
-    assert main(["run", "--label", "baseline", "--no-progress", *url]) == 0
+def project(project_factory, capsys) -> list[str]:
+    """An `evalkit init` project (the cwd) with a baseline run stored in its default store;
+    the --set for the demo."""
+    made = project_factory(server=True, chdir=True)
+    assert made.cli("run", "--label", "baseline", "--no-progress", *made.sets) == 0
     capsys.readouterr()
-    yield url
+    return made.sets
 
 
 def _start(script: str, db: Path) -> subprocess.Popen[str]:

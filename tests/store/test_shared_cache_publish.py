@@ -72,14 +72,12 @@ def _cache_rows(uri: str) -> pl.DataFrame:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
-    """An ``evalkit init`` project (6 cases, the demo model); its config gets a shared store
-    per test (:func:`_share`)."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
+def project(project_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ``evalkit init`` project (the demo model); its config gets a shared store per test
+    (:func:`_share`); the cwd is its parent."""
+    made = project_factory()
     monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    return tmp_path / "proj" / "evalkit.yaml"
+    return made.config
 
 
 def _share(config: Path, uri: str | None) -> Path:
@@ -477,15 +475,15 @@ def test_a_merge_publishes_once_what_a_shard_that_lost_the_store_could_not(
     assert 0 < by_shards < asked  # the second shard published nothing
     db = str(tmp_path / "merged.duckdb")
     capsys.readouterr()
-    assert main(["merge", "matrix", "--parts", parts, "--db", db]) == 0  # no store named
+    assert main(["runs", "merge", "matrix", "--parts", parts, "--db", db]) == 0  # no store named
     assert "published" not in capsys.readouterr().err and _cache_rows(uri).height == by_shards
-    assert main(["merge", "matrix", "--parts", parts, "--db", db, "--store", uri]) == 0
+    assert main(["runs", "merge", "matrix", "--parts", parts, "--db", db, "--store", uri]) == 0
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "published" in x]
     assert line.startswith(f"evalkit: published {asked - by_shards} new response-cache entries")
     assert line.endswith(f"; {by_shards} there already)") and "(1 commit," in line
     rows = _cache_rows(uri)
     assert rows.height == asked and not rows["cache_key"].is_duplicated().any()
-    assert main(["merge", "matrix", "--parts", parts, "--db", db, "--store", uri]) == 0
+    assert main(["runs", "merge", "matrix", "--parts", parts, "--db", db, "--store", uri]) == 0
     (again,) = [x for x in capsys.readouterr().err.splitlines() if "published" in x]
     assert again.startswith("evalkit: published 0 new response-cache entries")
     assert _cache_rows(uri).height == asked

@@ -365,16 +365,12 @@ def test_the_store_flag_wins_over_the_config(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Path:
-    """An ``evalkit init`` project whose config names a shared store."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
-    config = tmp_path / "proj" / "evalkit.yaml"
+def project(project_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ``evalkit init`` project whose config names a shared store; the cwd is its parent."""
     shared = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}"
-    config.write_text(config.read_text() + f"\nstore: {{shared: '{shared}'}}\n")
+    made = project_factory(config=f"\nstore: {{shared: '{shared}'}}\n")
     monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    return config
+    return made.config
 
 
 def test_a_second_job_asks_nothing_the_first_asked(project: Path, demo_server, tmp_path) -> None:
@@ -397,14 +393,12 @@ def test_a_second_job_asks_nothing_the_first_asked(project: Path, demo_server, t
 
 
 def test_a_run_names_the_shared_store_with_the_store_flag(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server, capsys
+    project_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server, capsys
 ) -> None:
     """`evalkit run --store URI` (a config without `store:`): the first job publishes what it
     asked, a second job in a fresh store asks nothing; a password in the flag is refused."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
+    config = str(project_factory().config)
     monkeypatch.chdir(tmp_path)  # the job's directory: the store's relative path is under it
-    config = str(tmp_path / "proj" / "evalkit.yaml")
 
     def job(db: str, *store: str) -> int:
         demo_server.reset_stats()

@@ -1,4 +1,4 @@
-"""``evalkit import jsonl|csv``: rows become cases through a column mapping.
+"""``evalkit cases import jsonl|csv``: rows become cases through a column mapping.
 
 ``--map TARGET=FIELD`` says which field of a row fills what: ``input`` (the user message),
 ``vars.NAME`` (a template variable), ``expect.SCORER`` (the scorer's main argument, e.g.

@@ -201,7 +201,7 @@ def write_case_files(
     removed = []
     for stale in later_parts(path, len(runs)):
         with stale.open(encoding="utf-8", errors="replace") as handle:
-            if not handle.readline().startswith(_HEADER_START):
+            if not handle.readline().startswith((_HEADER_START, _OLD_HEADER_START)):
                 continue  # not an import's file: left alone
         stale.unlink()
         removed.append(stale)
@@ -234,7 +234,9 @@ def render_cases(records: list[dict], result: ImportResult, today: dt.date) -> s
     return _header(result, today, "") + "\n".join(_dump_case(record) for record in records)
 
 
-_HEADER_START = "# Imported by `evalkit import "
+_HEADER_START = "# Imported by `evalkit cases import "
+#: How files written before ``import`` moved under ``cases`` begin: still an import's own file.
+_OLD_HEADER_START = "# Imported by `evalkit import "
 
 
 def _header(result: ImportResult, today: dt.date, part: str) -> str:

@@ -1,4 +1,4 @@
-"""``evalkit import inspect LOG``: the samples of an Inspect AI eval log as draft cases.
+"""``evalkit cases import inspect LOG``: the samples of an Inspect AI eval log as draft cases.
 
 Both log forms are read without Inspect: ``.eval`` (a zip of ``header.json`` and
 ``samples/*.json``; recent Inspect compresses its members with zstd, read with ``zstandard``) and

@@ -1,4 +1,5 @@
-"""``evalkit import promptfoo CONFIG``: a ``promptfooconfig.yaml`` and its tests as draft cases.
+"""``evalkit cases import promptfoo CONFIG``: a ``promptfooconfig.yaml`` and its tests as draft
+cases.
 
 Tests come inline or from ``file://`` lists (YAML, JSON or JSONL, globs allowed), each merged
 over ``defaultTest`` (its ``vars`` and ``assert``). A test's vars become the case's
@@ -40,7 +41,7 @@ from evalkit.errors import CorpusError
 _TEXT = {"contains": False, "icontains": True}
 REFUSED = {
     "javascript": "refused: evalkit runs no JavaScript from a case; write the check as a scorer "
-    "(evalkit scorers lists them) or a scorer module",
+    "(`evalkit scorers list` shows them) or a scorer module",
     "python": "refused: evalkit runs no inline Python from a case; write the check as a scorer "
     "module (scorers: in evalkit.yaml)",
 }
@@ -256,7 +257,7 @@ def _tests(tests: Any, folder: _Folder):
             if path.suffix not in (".yaml", ".yml", ".json", ".jsonl"):
                 raise CorpusError(
                     "only YAML, JSON and JSONL tests files are read; convert this one, or "
-                    "import it with `evalkit import csv FILE --map ...`",
+                    "import it with `evalkit cases import csv FILE --map ...`",
                     path=path,
                 )
             loaded = _load(path)

@@ -1,20 +1,19 @@
-"""CLI basics: ``runs --json`` and full ids when piped, the exact ``--resume`` command after
-Ctrl-C, an unknown tag with a did-you-mean and the list."""
+"""CLI basics: ``runs list --json`` and full ids when piped, ``runs show``, the exact
+``--resume`` command after Ctrl-C, an unknown tag with a did-you-mean and the list."""
 
 from __future__ import annotations
 
 import json
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from projects import Project
 
 from evalkit.cli import main
-from evalkit.demo.server import DemoServer
 from evalkit.run import runner
 from evalkit.store import open_store
 
@@ -22,30 +21,40 @@ EVALKIT = str(Path(sys.executable).parent / "evalkit")
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_server: DemoServer, capsys):
-    """An ``evalkit init`` project run once against the demo server; the cwd is elsewhere."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["init", str(tmp_path / "proj")]) == 0
+def project(project_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """An ``evalkit init`` project run once (``base``) against the demo server; the cwd is
+    elsewhere."""
+    made = project_factory(server=True, runs=["base"])
     monkeypatch.chdir(tmp_path)
-    args = [
-        "--config", str(tmp_path / "proj" / "evalkit.yaml"),
-        "--db", str(tmp_path / "e.duckdb"),
-        "--set", f"system.base_url={demo_server.base_url}",
-    ]  # fmt: skip
-    assert main(["run", "--label", "base", "--no-progress", *args]) == 0
-    capsys.readouterr()
-    return SimpleNamespace(args=args, db=tmp_path / "e.duckdb")
+    return made
 
 
 def test_runs_json_and_full_ids_when_piped(project, capsys) -> None:
-    assert main(["runs", "--db", str(project.db), "--json"]) == 0
+    assert main(["runs", "list", "--db", str(project.db), "--json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)
     assert run["label"] == "base" and run["status"] == "complete" and len(run["config_hash"]) == 64
-    piped = subprocess.run(
-        [EVALKIT, "runs", "--db", str(project.db)], capture_output=True, text=True, check=True
-    )
-    assert piped.stdout.split("\t")[:2] == [run["run_id"], "base"]  # full id, no table
-    assert run["config_hash"] in piped.stdout
+    assert main(["runs", "list", "--db", str(project.db)]) == 0  # stdout is no terminal here
+    piped = capsys.readouterr().out
+    assert piped.split("\t")[:2] == [run["run_id"], "base"]  # full id, no table
+    assert run["config_hash"] in piped
+
+
+def test_runs_show_names_the_configuration_the_corpus_and_the_outcome(project, capsys) -> None:
+    assert main(["runs", "list", "--db", str(project.db), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert main(["runs", "show", "base", "--db", str(project.db), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run_id"] == listed["run_id"] and shown["config_hash"] == listed["config_hash"]
+    manifest = shown["manifest"]  # the stored manifest, as an object, not a string
+    assert manifest["suite"] == "my-assistant" and manifest["corpus"]["n_cases"] == 4
+    assert main(["runs", "show", listed["run_id"][:8], "--db", str(project.db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"run {listed['run_id']} (base): complete"
+    assert "  suite: my-assistant" in lines and f"  model: {manifest['model']['id']}" in lines
+    assert shown["pass_rate"] == listed["pass_rate"]  # one figure, as `runs list` gives it
+    assert f"  pass rate (per case): {listed['pass_rate']:.1%}" in lines
+    assert main(["runs", "show", "nope", "--db", str(project.db)]) == 2
+    assert capsys.readouterr().err.startswith("evalkit: error: ")
 
 
 def test_runs_in_a_terminal_is_a_table_with_status_pass_rate_and_age(
@@ -53,7 +62,7 @@ def test_runs_in_a_terminal_is_a_table_with_status_pass_rate_and_age(
 ) -> None:
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     monkeypatch.setenv("COLUMNS", "160")
-    assert main(["runs", "--db", str(project.db)]) == 0
+    assert main(["runs", "list", "--db", str(project.db)]) == 0
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # a terminal gets colours
     header = next(line for line in out.splitlines() if "run_id" in line)
     assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
@@ -66,7 +75,7 @@ def test_runs_in_a_terminal_is_a_table_with_status_pass_rate_and_age(
 def test_ctrl_c_prints_the_exact_resume_command(
     project, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    assert main(["runs", "--db", str(project.db), "--json"]) == 0
+    assert main(["runs", "list", "--db", str(project.db), "--json"]) == 0
     run_id = json.loads(capsys.readouterr().out)[0]["run_id"]
 
     def interrupted(suite, corpus, store, options):

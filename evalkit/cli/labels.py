@@ -1,15 +1,16 @@
-"""``evalkit labels export``, ``labels import``, ``calibrate`` and ``judge-pairs``."""
+"""``evalkit labels export`` (a blind labelling sheet) and ``labels import`` (people's labels,
+what ``evalkit judges calibrate`` measures a judge against)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from evalkit.cli.options import DEFAULT_CONFIG, db_arg, find_config
-from evalkit.errors import EvalkitError
+from evalkit.cli.options import db_arg, find_config
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add this group's subcommands to ``evalkit``."""
     labels = sub.add_parser("labels", help="human labels for judge calibration")
     labels_sub = labels.add_subparsers(dest="labels_command")
     imp = labels_sub.add_parser(
@@ -45,31 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "its folder (default: ./evalkit.yaml, else corpus/evalkit.yaml)",
     )  # fmt: skip
     export.set_defaults(handler=_cmd_labels_export)
-
-    calibrate = sub.add_parser(
-        "calibrate", help="judge-human agreement of a run's judge; stores a calibration record"
-    )
-    db_arg(calibrate)
-    calibrate.add_argument("--run", required=True, help="run id or label")
-    calibrate.add_argument("--scorer", default="judge", help="the judge scorer (default: judge)")
-    calibrate.add_argument("--rubric", help="rubric file (needed if the run used several)")
-    calibrate.add_argument("--level", type=float, default=0.95, help="interval level")
-    calibrate.add_argument(
-        "--binary", action="store_true", help="compare pass/fail instead of score levels"
-    )
-    calibrate.set_defaults(handler=_cmd_calibrate)
-
-    pairs = sub.add_parser(
-        "judge-pairs", help="judge each paired case of two runs in both orders (position bias)"
-    )
-    db_arg(pairs)
-    pairs.add_argument("baseline", help="baseline run id or label")
-    pairs.add_argument("candidate", help="candidate run id or label")
-    pairs.add_argument("--rubric", required=True, help="rubric file (or relative to the corpus)")
-    pairs.add_argument("--config", default=DEFAULT_CONFIG, help="suite config (its judge:)")
-    pairs.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
-    pairs.add_argument("--no-cache", action="store_true", help="ask the judge again")
-    pairs.set_defaults(handler=_cmd_judge_pairs)
+    labels.set_defaults(handler=lambda _args: labels.print_help() or 2)
 
 
 def _cmd_labels_import(args: argparse.Namespace) -> int:
@@ -108,40 +85,4 @@ def _cmd_labels_export(args: argparse.Namespace) -> int:
         print(f"note: {len(sample.items)} items; calibration wants 100 or more labels")
     who = "" if args.rater else "rater and "
     print(f"fill in {who}label, then: evalkit labels import {out} --run {sample.run_id}")
-    return 0
-
-
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from evalkit.judges.calibration import calibrate
-    from evalkit.store import open_store
-
-    if not 0 < args.level < 1:
-        raise EvalkitError(f"--level {args.level}: expected a fraction such as 0.95")
-    rubric = Path(args.rubric) if args.rubric else None
-    if rubric is not None and not rubric.is_file():
-        raise EvalkitError(f"--rubric {rubric}: no such file")
-    with open_store(args.db, wait_s=args.wait, write=True) as store:
-        result = calibrate(
-            store, args.run, scorer=args.scorer, rubric=rubric, binary=args.binary, level=args.level
-        )
-    Console(highlight=False, soft_wrap=True).print(result)
-    print(f"calibration record stored in {args.db}")
-    return 0
-
-
-def _cmd_judge_pairs(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from evalkit.corpus.suite import load_suite
-    from evalkit.judges.pairwise import judge_pairs
-    from evalkit.store import open_store
-
-    suite = load_suite(args.config, overrides=args.overrides)
-    with open_store(args.db, wait_s=args.wait, write=True) as store:
-        result = judge_pairs(
-            store, suite, args.baseline, args.candidate, args.rubric, use_cache=not args.no_cache
-        )
-    Console(highlight=False, soft_wrap=True).print(result)
     return 0

@@ -1,4 +1,4 @@
-"""A new user's first commands: ``evalkit init`` to a gated project, ``evalkit scorers``,
+"""A new user's first commands: ``evalkit init`` to a gated project, ``evalkit scorers list``,
 ``--version``, defaults in ``--help``, a quiet broken pipe, config discovery, ``demo serve
 --detach``, and the loopback placeholder key said out loud."""
 
@@ -81,10 +81,12 @@ def test_scaffold_covers_the_main_scorers() -> None:
 
 
 def test_version_scorers_and_help(capsys) -> None:
-    with pytest.raises(SystemExit) as stop:
-        main(["--version"])
+    assert main(["--version"]) == 0  # printed without building the parser
+    assert capsys.readouterr().out == f"evalkit {__version__}\n"
+    with pytest.raises(SystemExit) as stop:  # argparse's own, after another option
+        main(["--version", "--help"])
     assert stop.value.code == 0 and capsys.readouterr().out == f"evalkit {__version__}\n"
-    assert main(["scorers", "--json"]) == 0
+    assert main(["scorers", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert {e["name"] for e in listed} == set(SCORERS)
     one_of = next(e for e in listed if e["name"] == "one_of")
@@ -92,7 +94,7 @@ def test_version_scorers_and_help(capsys) -> None:
     assert one_of["description"].startswith("Pass when") and one_of["tier"] == "deterministic"
     judge = next(e for e in listed if e["name"] == "judge")
     assert judge["tier"] == "judge" and any(a.get("file") for a in judge["args"])
-    assert main(["scorers"]) == 0
+    assert main(["scorers", "list"]) == 0
     assert "json_fields" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["run", "--help"])
@@ -120,7 +122,7 @@ def test_config_discovery_prefers_dot_evalkit_yaml(tmp_path: Path, monkeypatch, 
 def test_broken_pipe_exits_quietly() -> None:
     result = subprocess.run(
         # `true` exits without reading: every write evalkit makes hits a closed pipe
-        ["bash", "-c", f"set -o pipefail; {EVALKIT} scorers --json | true"],
+        ["bash", "-c", f"set -o pipefail; {EVALKIT} scorers list --json | true"],
         capture_output=True,
         text=True,
         timeout=60,

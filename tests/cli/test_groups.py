@@ -9,7 +9,7 @@ from pathlib import Path
 
 import evalkit.cli as cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_command_maps_to_the_group_that_registers_it() -> None:
@@ -36,7 +36,7 @@ def test_a_command_loads_its_own_group_alone() -> None:
         [sys.executable, "-c", _GROUPS_LOADED, "run", "--db", "x.duckdb"],
         capture_output=True, text=True, cwd=REPO, check=True, timeout=60,
     )  # fmt: skip
-    assert json.loads(done.stdout) == {"command": "run", "loaded": ["running"]}
+    assert json.loads(done.stdout) == {"command": "run", "loaded": ["run"]}
 
 
 def test_an_unknown_or_optional_first_word_builds_the_whole_parser() -> None:
@@ -44,3 +44,20 @@ def test_an_unknown_or_optional_first_word_builds_the_whole_parser() -> None:
     assert cli._command_in(["rn"]) is None  # argparse's own error names the choices
     assert cli._command_in([]) is None
     assert cli._command_in(["run", "--tag", "x"]) == "run"
+
+
+#: The modules of evalkit/cli/ that register no command: the parser's options and the helpers
+#: a command's module calls.
+SUPPORT_MODULES = {"__init__", "__main__", "aliases", "options", "reask", "rebaseline", "serve",
+                   "shard"}  # fmt: skip
+
+
+def test_each_module_of_the_cli_is_a_command_group_named_after_its_command() -> None:
+    modules = {path.stem for path in (REPO / "evalkit" / "cli").glob("*.py")}
+    groups = modules - SUPPORT_MODULES
+    assert groups == set(cli.COMMAND_GROUPS), (
+        "a module of evalkit/cli/ that registers commands is a COMMAND_GROUPS entry named after "
+        f"its command; a helper is listed in SUPPORT_MODULES: {groups ^ set(cli.COMMAND_GROUPS)}"
+    )
+    for group in groups - {"push_pull"}:  # push and pull share one module
+        assert group in cli.COMMAND_GROUP and cli.COMMAND_GROUP[group] == group, group

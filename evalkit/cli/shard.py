@@ -1,5 +1,5 @@
 """Beyond one machine: ``evalkit run --shard K/N`` (CI matrices) and ``evalkit run --engine
-ray``; ``evalkit merge`` (:mod:`evalkit.cli.merging`) then puts the parts into the store.
+ray``; ``evalkit runs merge`` (:mod:`evalkit.cli.runs`) then puts the parts into the store.
 
 A shard reads the corpus through its case index (:func:`load_run_corpus`): the facts of every
 case from the index, and only its own share's cases built (a warm index makes a shard of N
@@ -201,7 +201,7 @@ def _shard(
         print(f"  {summary.rate_note}", flush=True)
     print(
         f"  parts under {root.run_dir(summary.run_id)}; when every shard is done: "
-        f"evalkit merge {summary.run_id} --parts {strip_userinfo(args.parts)} --db {args.db}",
+        f"evalkit runs merge {summary.run_id} --parts {strip_userinfo(args.parts)} --db {args.db}",
         flush=True,
     )
     return 0
