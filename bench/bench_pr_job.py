@@ -45,8 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 GATE = r"""
 import json, sys, time
 out_file, args = sys.argv[1], sys.argv[2:]
-from evalkit.cli import gating, main
-real = gating.maybe_rebaseline
+from evalkit.cli import gate, main
+real = gate.maybe_rebaseline
 seen = {}
 def timed(*a, **k):
     wall, cpu = time.perf_counter(), time.thread_time()
@@ -54,7 +54,7 @@ def timed(*a, **k):
         return real(*a, **k)
     finally:
         seen["rebaseline"] = {"wall": time.perf_counter() - wall, "cpu": time.thread_time() - cpu}
-gating.maybe_rebaseline = timed
+gate.maybe_rebaseline = timed
 code = main(args)
 with open(out_file, "w") as f:
     json.dump({"code": code, **seen}, f)
@@ -111,6 +111,8 @@ def evalkit(args: list[str], corpus: Path, db: Path, url: str, out: Path) -> dic
         raise SystemExit(f"{' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}")
     step: dict[str, Any] = {"wall": wall, "cpu": cpu, "code": done.returncode}
     if args[0] == "gate":
+        if not phases.exists():  # the wrapper itself failed (exit 1 like a blocked gate)
+            raise SystemExit(f"{' '.join(args)}: no phases written\n{done.stderr[-3000:]}")
         step["rebaseline"] = json.loads(phases.read_text()).get("rebaseline")
         step["decision"] = next((s for s in done.stdout.splitlines() if s.startswith("gate ")), "")
         step["rebaselined"] = [s for s in done.stderr.splitlines() if "rebaselin" in s]
