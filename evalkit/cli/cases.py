@@ -14,7 +14,7 @@ from evalkit.cli.options import db_arg, find_config, suite_args
 from evalkit.errors import ConfigError
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     cases = sub.add_parser("cases", help="the corpus: lint, import, review, retire, seal, index")
     cases_sub = cases.add_subparsers(dest="cases_command")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from evalkit.store import Store
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     compare = sub.add_parser("compare", help="paired comparison report of two runs")
     pair_args(compare)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 _SHOWN = 120
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     fixtures = sub.add_parser(
         "fixtures", help="record tool fixtures from a live run, check them against the live tools"

@@ -8,7 +8,7 @@ import argparse
 from evalkit.cli.options import db_arg, suite_args
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     flakes = sub.add_parser("flakes", help="the measured flake list: the gate's noise floor")
     flakes_sub = flakes.add_subparsers(dest="flakes_command")

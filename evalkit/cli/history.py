@@ -22,7 +22,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     parser = sub.add_parser(
         "history",

@@ -9,7 +9,7 @@ from pathlib import Path
 from evalkit.cli.options import db_arg, find_config
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     labels = sub.add_parser("labels", help="human labels for judge calibration")
     labels_sub = labels.add_subparsers(dest="labels_command")

@@ -23,7 +23,7 @@ def _share(text: str) -> float:
     return value
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     parser = sub.add_parser(
         "plan",

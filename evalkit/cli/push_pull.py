@@ -24,7 +24,7 @@ _STORE_HELP = (
 )
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     push = sub.add_parser("push", help="publish a complete run to the team's shared store")
     push.add_argument("run", help="run id, or a label naming one run (label@latest)")

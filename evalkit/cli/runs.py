@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from evalkit.store.history_queries import CaseCounts
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     runs = sub.add_parser("runs", help="the stored runs: list, show one, rescore, merge parts")
     runs_sub = runs.add_subparsers(dest="runs_command")

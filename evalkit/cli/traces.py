@@ -7,7 +7,7 @@ import argparse
 from evalkit.cli.options import suite_args
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add this group's subcommands to ``evalkit``."""
     traces = sub.add_parser("traces", help="production traces as draft cases")
     traces_sub = traces.add_subparsers(dest="traces_command")
