@@ -128,7 +128,7 @@ def _pin_exam(
     pinned = exam_files(loaded.root, corpus, loaded.config.scorers)
     modules = sorted(  # a custom scorer module must be the source the run scored with
         p for p, content in pinned.items()
-        if p in recorded and recorded[p] != hashlib.sha256(content).hexdigest()
+        if p in recorded_files and recorded_files[p] != hashlib.sha256(content).hexdigest()
     )  # fmt: skip
     if modules:
         return (

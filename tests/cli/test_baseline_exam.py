@@ -1,0 +1,47 @@
+"""`evalkit baseline promote` pins the exam only when the custom scorer modules on disk are the
+source the run scored with (issue 42)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from evalkit.scorers.registry import SCORERS
+
+MODULE = '''
+from evalkit.scorers.registry import check, scorer
+
+
+@scorer("{name}")
+def {name}():
+    """Pass when the reply is not empty."""
+    def score(output, case):
+        return check(bool(output.text), "{verdict}")
+    return score
+'''
+
+
+@pytest.fixture
+def registry():
+    before = dict(SCORERS)
+    yield
+    SCORERS.clear()
+    SCORERS.update(before)
+
+
+def test_a_scorer_module_edited_since_the_run_pins_no_exam(project_factory, registry, capsys):
+    name = f"ekcli_{uuid.uuid4().hex[:12]}"
+    project = project_factory(server=True, config=f"scorers: [{name}]\n")
+    module = project.root / f"{name}.py"
+    module.write_text(MODULE.format(name=name, verdict="not empty"))
+    assert project.run("v1") == 0
+    module.write_text(MODULE.format(name=name, verdict="edited"))  # the checkout moved on
+    capsys.readouterr()
+
+    assert project.cli("baseline", "promote", "v1", "--db", project.db,
+                       "--config", project.config, "--who", "ana", "--reason", "first") == 0  # fmt: skip
+
+    out = capsys.readouterr().out
+    assert f"no exam pinned: the scorer modules at {project.root}" in out, out
+    assert f"module:{name}" in out, out
