@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evalkit.cli.options import db_arg
 from evalkit.errors import ConfigError
@@ -57,6 +57,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
         require_complete(store, run_id, "promoted", db=args.db)
         suite, tier = manifest.suite or "", run_tier(store, run_id)
         _refuse_partial(run_id, manifest.selection)
+        policy: dict[str, Any] | None
         if args.policy:
             policy, pinned = _config_policy(args.config, suite), f"{args.config} (--policy)"
         else:
@@ -167,7 +168,7 @@ def _refuse_errored(store: Store, run_id: str, max_error_rate: float) -> None:
         )
 
 
-def _config_policy(config: str, suite: str) -> dict:
+def _config_policy(config: str, suite: str) -> dict[str, Any]:
     """The policy of a suite config, refused when the config is another suite's."""
     from evalkit.corpus.manifest import gate_policy
     from evalkit.corpus.suite import load_suite

@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING
 from evalkit.cli.options import DEFAULT_DB, find_config
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from evalkit.compare.plan import JudgeState
+    from evalkit.compare.policy import GatePolicy
+    from evalkit.corpus.cases import Case
     from evalkit.corpus.suite import Suite
 
 
@@ -66,7 +70,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _judges(suite: Suite, cases: list, policy: object, db: str) -> dict[str, list[JudgeState]]:
+def _judges(
+    suite: Suite, cases: Sequence[Case], policy: GatePolicy, db: str
+) -> dict[str, list[JudgeState]]:
     """Per critical tag, the judge checks of its cases and whether a calibration record lets
     them gate (the latest record for the judge model and rubric, as `judge_gating` reads)."""
     from evalkit.compare.plan import JudgeState
@@ -75,7 +81,7 @@ def _judges(suite: Suite, cases: list, policy: object, db: str) -> dict[str, lis
     calibrations = _calibrations(db)
     model = suite.config.judge.model if suite.config.judge else None
     out: dict[str, list[JudgeState]] = {}
-    for tag in policy.critical_tags:  # type: ignore[attr-defined]
+    for tag in policy.critical_tags:
         seen: dict[str, JudgeState] = {}
         for case in cases:
             if tag not in case.tags:

@@ -39,10 +39,16 @@ LIVE, SEALED = "cases", "sealed"
 
 
 class _CaseLike(Protocol):  # what sampling reads of evalkit.corpus.cases.Case
-    id: str
-    tags: Sequence[str]
-    criticality: str
-    review: Any
+    # Read-only properties: a frozen Case's tuple of tags then matches Sequence[str] (a plain
+    # attribute would be settable, so invariant).
+    @property
+    def id(self) -> str: ...
+    @property
+    def tags(self) -> Sequence[str]: ...
+    @property
+    def criticality(self) -> str: ...
+    @property
+    def review(self) -> Any: ...
 
 
 def parse_share(text: str | float) -> float:
