@@ -57,7 +57,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from evalkit.project.planning import plan_run
         from evalkit.run.providers import prefetch_transport
         from evalkit.run.runner import RunOptions, RunStart, run_suite
-        from evalkit.run.shared_cache import publish_new_cache, with_shared_cache
+        from evalkit.run.shared_cache import as_store, publish_new_cache, with_shared_cache
         from evalkit.store import open_store
 
     mark("imports")
@@ -120,11 +120,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     if shard.wanted(args):  # one shard into parts, or chunks on Ray
         return shard.run_distributed(args, suite, corpus, options, print_run_summary)
+    from evalkit.corpus.cases import Corpus
+
+    assert isinstance(corpus, Corpus)  # without --shard or Ray, load_run_corpus loads cases
     try:
         with open_store(args.db, wait_s=args.wait, write=True) as store:
             mark("store")
             cache_store = with_shared_cache(store, suite)
-            summary = publish_new_cache(cache_store, run_suite(suite, corpus, cache_store, options))
+            summary = publish_new_cache(
+                cache_store, run_suite(suite, corpus, as_store(cache_store), options)
+            )
     except KeyboardInterrupt:
         if started:
             run_id = started[0].run_id

@@ -216,5 +216,5 @@ def _reselect(args: argparse.Namespace, suite: Suite, options: RunOptions) -> Co
     stored = options.selection
     selection = Selection.from_manifest(stored)
     corpus = selection.apply(load_run_corpus(args, suite, selection))
-    refuse_drafts(corpus.cases, suite.config.kind)  # type: ignore[arg-type]  # facts read alike
+    refuse_drafts(corpus.cases, suite.config.kind)
     return corpus  # type: ignore[return-value]

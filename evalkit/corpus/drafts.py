@@ -20,7 +20,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from evalkit.corpus.cases import Case
 from evalkit.errors import CorpusError
@@ -29,17 +29,37 @@ from evalkit.errors import CorpusError
 PROVENANCE_KINDS = ("must_pass", "critical")
 
 
-def _error(case: Case, message: str) -> CorpusError:
+class CaseSummary(Protocol):
+    """What the draft check and tag counts read of a case: a loaded
+    :class:`~evalkit.corpus.cases.Case` and a :class:`~evalkit.corpus.case_index.CaseFacts`
+    read the same (read-only properties, so a frozen record's tuple of tags fits)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tags(self) -> Sequence[str]: ...
+    @property
+    def review(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def sealed(self) -> bool: ...
+
+
+CaseT = TypeVar("CaseT", bound=CaseSummary)
+
+
+def _error(case: CaseSummary, message: str) -> CorpusError:
     path, _, line = case.source.rpartition(":")
     return CorpusError(message, path=path, line=int(line), case_id=case.id)
 
 
-def gated(cases: Iterable[Case], kind: str = "fixtures") -> list[Case]:
+def gated(cases: Iterable[CaseT], kind: str = "fixtures") -> list[CaseT]:
     """The cases a gate may judge: none in a ``kind: live`` suite, else the unsealed ones."""
     return [] if kind == "live" else [c for c in cases if not c.sealed]
 
 
-def draft_errors(cases: Iterable[Case], kind: str = "fixtures") -> list[CorpusError]:
+def draft_errors(cases: Iterable[CaseSummary], kind: str = "fixtures") -> list[CorpusError]:
     """One error per draft among the gated ``cases``, each saying how to review it."""
     return [
         _error(
@@ -52,7 +72,7 @@ def draft_errors(cases: Iterable[Case], kind: str = "fixtures") -> list[CorpusEr
     ]
 
 
-def refuse_drafts(cases: Sequence[Case], kind: str = "fixtures") -> None:
+def refuse_drafts(cases: Sequence[CaseSummary], kind: str = "fixtures") -> None:
     """Raise the first draft's error (with how many more there are) if a gated case is a draft.
 
     Raises:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,6 +61,12 @@ class Selection:
     skip_scorers: tuple[str, ...] = ()
     sealed: bool = False
 
+    # Overloads rather than CorpusT alone: mypy maps a ``Corpus | CorpusFacts`` argument through
+    # overloads one member at a time, never through a constrained TypeVar.
+    @overload
+    def apply(self, corpus: Corpus) -> Corpus: ...
+    @overload
+    def apply(self, corpus: CorpusFacts) -> CorpusFacts: ...
     def apply(self, corpus: CorpusT) -> CorpusT:
         """The selected cases, each without the skipped scorers; cases left unscored drop out.
         On :class:`CorpusFacts` the same choice is made from the facts (nothing is built)."""

@@ -21,7 +21,8 @@ from evalkit.errors import EvalkitError
 
 if TYPE_CHECKING:
     from evalkit.corpus.case_facts import CorpusFacts
-    from evalkit.corpus.cases import Case, Corpus
+    from evalkit.corpus.cases import Corpus
+    from evalkit.corpus.drafts import CaseSummary
     from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import Suite
 
@@ -92,7 +93,7 @@ def plan_run(
     return RunPlan(suite, corpus, selection, tuple(warnings))
 
 
-def check_tags(cases: Sequence[Case], wanted: Sequence[str]) -> None:
+def check_tags(cases: Sequence[CaseSummary], wanted: Sequence[str]) -> None:
     """An unknown tag to select or exclude is an error with a did-you-mean and the tags there
     are."""
     known = sorted({tag for case in cases for tag in case.tags})
@@ -103,13 +104,13 @@ def check_tags(cases: Sequence[Case], wanted: Sequence[str]) -> None:
             raise EvalkitError(f"unknown tag {tag!r}{hint}; tags: {', '.join(known) or 'none'}")
 
 
-def tag_counts(cases: Sequence[Case]) -> dict[str, int]:
+def tag_counts(cases: Sequence[CaseSummary]) -> dict[str, int]:
     """Cases per tag, sealed cases left out (they never gate)."""
     return dict(Counter(tag for case in cases if not case.sealed for tag in case.tags))
 
 
 def policy_warnings(
-    suite: Suite, corpus_counts: dict[str, int], selected: Sequence[Case] | None = None
+    suite: Suite, corpus_counts: dict[str, int], selected: Sequence[CaseSummary] | None = None
 ) -> list[str]:
     """The gate policy checks (``check_policy``): raise on a bad policy, return warnings."""
     from evalkit.compare.policy import check_policy

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from evalkit.corpus.suite import Suite
 from evalkit.run_manifest import RunManifest
@@ -573,6 +573,13 @@ def with_shared_cache(
         return SharedCacheStore(store, None, where=parse_shown(uri, source), cause=opened,
                                 warn=warn)  # fmt: skip
     return SharedCacheStore(store, opened, warn=warn, probe=endpoint_probe(suite))
+
+
+def as_store(store: Store | SharedCacheStore) -> Store:
+    """What :func:`with_shared_cache` gave, as the :class:`Store` a run writes to: a
+    :class:`SharedCacheStore` over a local Store answers the cache calls itself and forwards
+    every other one to that Store (``__getattr__``), which its class cannot declare."""
+    return cast(Store, store)  # a forwarding proxy: mypy cannot see __getattr__ as a Store
 
 
 def endpoint_probe(suite: Suite) -> Callable[[], dict[str, Any] | None]:
