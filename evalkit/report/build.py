@@ -458,30 +458,31 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
                "warn": "[yellow]warn[/]", "info": "info"}  # fmt: skip
         found = [(sev.get(f.severity, _m(f.severity)), f.tier, _m(f.message)) for f in d.findings]
         out: list[Any] = [_table("Gate findings", ("", "tier", "finding"), found)]
-        color = {"regressed": "red", "underpowered": "yellow", "no evidence of regression": "green"}
-        rows = [(_m(s.tag), f"[{color.get(s.state, 'white')}]{s.state}[/]", s.n, s.broken, s.fixed,
+        hue = {"regressed": "red", "underpowered": "yellow", "no evidence of regression": "green"}
+        crit = [(_m(s.tag), f"[{hue.get(s.state, 'white')}]{s.state}[/]", s.n, s.broken, s.fixed,
                  fmt_p(s.p_value), _pts(s.diff, s.lo, s.hi),
                  s.required_n if s.state == "underpowered" else "–")
                 for s in d.critical]  # fmt: skip
         diff = f"difference [{ci_label(d.policy.interval_level())}]"
-        cols = ("tag", "state", "n", "broken", "fixed", "p", diff, "needs n")
-        return out + ([_table("Critical tags", cols, rows)] if rows else [])
+        tag_cols = ("tag", "state", "n", "broken", "fixed", "p", diff, "needs n")
+        return out + ([_table("Critical tags", tag_cols, crit)] if crit else [])
     if name == "slices":
         out = [_slice_table(r.slices, "Slices (* critical)", r.critical_tags, r.level)]
         if r.sealed.height:
             sealed_title = "Sealed slices (reported, never gated)"
             out.append(_slice_table(r.sealed, sealed_title, (), r.level))
-        if rows := r.scorer_rows():
-            cols = ("scorer", "kind", "n", "baseline", "candidate", "broken", "fixed", "p")
-            out.append(_table("Per scorer (reported, not gated by itself)", cols, [
+        if scorers := r.scorer_rows():
+            scorer_cols = ("scorer", "kind", "n", "baseline", "candidate", "broken", "fixed", "p")
+            out.append(_table("Per scorer (reported, not gated by itself)", scorer_cols, [
                 (_m(x["scorer"]), x["kind"], x["n"], _pct(x["base_pass"]), _pct(x["cand_pass"]),
-                 x["broken"], x["fixed"], fmt_p(x["p_broken"])) for x in rows
+                 x["broken"], x["fixed"], fmt_p(x["p_broken"])) for x in scorers
             ]))  # fmt: skip
         if (t := r.replay_slices) is not None and t.height:
-            cols = ("slice", "k", "cases", "baseline pass@k", "baseline pass^k",
-                    "candidate pass@k", "candidate pass^k")  # fmt: skip
-            rows = [(_m(x[0]), *x[1:3], *map(_pct, x[3:])) for x in t.iter_rows()]
-            out.append(_table(f"Replays: pass@k and pass^k (k = {t['k'][0]})", cols, rows))
+            replay_cols = ("slice", "k", "cases", "baseline pass@k", "baseline pass^k",
+                           "candidate pass@k", "candidate pass^k")  # fmt: skip
+            replay_rows = [(_m(x[0]), *x[1:3], *map(_pct, x[3:])) for x in t.iter_rows()]
+            title = f"Replays: pass@k and pass^k (k = {t['k'][0]})"
+            out.append(_table(title, replay_cols, replay_rows))
         return out
     if name == "suite":
         changes = [f"{c} ({k})" for c, k in r.changes.select("case_id", "change").iter_rows()]
@@ -510,12 +511,12 @@ def _growth_tables(r: Report) -> list[Any]:
         cols = ("slice", "metric", "n", "change of the total [interval]", "grew", "shrank")
         out.append(_table("Paired growth against the baseline (totals)", cols, rows))
     if r.tokens_grew_most:
-        rows = [(_m(c), f"{b:g} → {a:g}", f"{s:.0%}") for c, b, a, s in r.tokens_grew_most]
-        out.append(_table("Tokens grew most", ("case", "tokens", "share of the growth"), rows))
+        grew = [(_m(c), f"{b:g} → {a:g}", f"{s:.0%}") for c, b, a, s in r.tokens_grew_most]
+        out.append(_table("Tokens grew most", ("case", "tokens", "share of the growth"), grew))
     if r.grew_most:
-        rows = [(_m(c), f"{b:g} → {a:g}", _m(bc), _m(ac)) for c, b, a, bc, ac in r.grew_most]
-        cols = ("case", "steps", "baseline tool calls", "candidate tool calls")
-        out.append(_table("Steps grew most", cols, rows))
+        step_rows = [(_m(c), f"{b:g} → {a:g}", _m(bc), _m(ac)) for c, b, a, bc, ac in r.grew_most]
+        step_cols = ("case", "steps", "baseline tool calls", "candidate tool calls")
+        out.append(_table("Steps grew most", step_cols, step_rows))
     return out
 
 
