@@ -29,7 +29,7 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import altair as alt
 import polars as pl
@@ -91,7 +91,7 @@ def static_svg(chart: alt.TopLevelMixin) -> str | None:
     if made is None:
         return None
     draw, kwds = made
-    now = chart._kwds
+    now: dict[str, Any] = chart.__dict__["_kwds"]  # SchemaBase sets it untyped (__setattr__)
     if now.keys() != kwds.keys() or any(now[k] is not v for k, v in kwds.items()):
         return None
     return draw()
@@ -212,6 +212,13 @@ def slice_forest(
     )
 
 
+class _Reference(TypedDict):  # a labelled vertical line of the forest plot
+    x: float
+    what: str
+    align: Literal["left", "right"]
+    dx: float
+
+
 def _forest(
     slices: pl.DataFrame,
     tolerance: float | None,
@@ -287,7 +294,7 @@ def _forest(
         .mark_point(shape="triangle-right", filled=True, size=90)
         .encode(x=alt.datum(lim), color=color)
     )
-    refs = [{"x": 0.0, "what": "no change", "align": "left", "dx": 3}]
+    refs: list[_Reference] = [{"x": 0.0, "what": "no change", "align": "left", "dx": 3}]
     if tol:
         refs.append({"x": -tol, "what": f"−tolerance ({100 * tol:.0f} pts)", "align": "right",
                      "dx": -3})  # fmt: skip
@@ -361,7 +368,7 @@ def _flip_panels(
 
     def panel(data: pl.DataFrame, title: str, pick: alt.Parameter | None) -> alt.LayerChart:
         order = data.sort("order")["label"].unique(maintain_order=True).to_list()
-        top = max(int(data["count"].max() or 0), 1)
+        top = max(int(data.select(pl.col("count").max()).item() or 0), 1)
         y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
         x = alt.X(
             "cases:Q",

@@ -325,8 +325,11 @@ def _figure(chart: object) -> str:
 
     if isinstance(chart, StaticChart):
         return f"<figure>{chart.svg}</figure>"
+    import altair as alt
+
     from evalkit.report import charts
 
+    assert isinstance(chart, alt.TopLevelMixin)  # a Fragment's parts are HTML, then charts
     return f"<figure>{charts.to_svg(chart)}</figure>"
 
 

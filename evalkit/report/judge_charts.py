@@ -36,7 +36,7 @@ def confusion_heatmap(
         color=alt.Color("n:Q", scale=alt.Scale(scheme="blues"), title="items"),
         tooltip=["human:N", "judge:N", "n:Q"],
     )
-    top = max(int(data["n"].max() or 0), 1)
+    top = max(int(data.select(pl.col("n").max()).item() or 0), 1)
     text = base.mark_text(fontSize=13).encode(
         text="n:Q",
         color=alt.condition(alt.datum.n > top / 2, alt.value("white"), alt.value("black")),
