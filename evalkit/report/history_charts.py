@@ -41,7 +41,7 @@ def _x(frame: pl.DataFrame | None = None) -> alt.X:
     return alt.X("at:T", title=title, scale=alt.Scale(domain=domain), axis=axis)
 
 
-def _changes(frame: pl.DataFrame) -> LayerChart:
+def _changes(frame: pl.DataFrame) -> alt.LayerChart:
     """Dashed rules at the runs where the served model changed, with the new model's name."""
     changed = frame.filter(pl.col("model_changed")).unique(["series", "run_id"])
     rule = alt.Chart(changed).mark_rule(color=BROKEN, strokeDash=[4, 3], strokeWidth=1.5)
@@ -49,7 +49,7 @@ def _changes(frame: pl.DataFrame) -> LayerChart:
     rule = rule.encode(x=x, tooltip=["series", "run_id", "served_model"])
     text = alt.Chart(changed).mark_text(align="left", dx=3, dy=-4, color=BROKEN, fontSize=10)
     layered = alt.layer(rule, text.encode(x=x, y=alt.value(0), text="served_model:N"))
-    assert isinstance(layered, LayerChart)  # alt.layer facets only when given facet arguments
+    assert isinstance(layered, alt.LayerChart)  # alt.layer facets only when given facet arguments
     return layered
 
 
