@@ -105,12 +105,12 @@ def start_up_imports() -> Iterator[None]:
     """Import a command's modules with the cycle collector off, then freeze what they made.
 
     Importing ``evalkit run``'s modules (pydantic and its models, DuckDB, the runner) allocates
-    ~50,000 objects, and the collector ran about ten times over them: ~0.03 s of CPU of a
-    20-case run. Modules and classes live to the end of the process, so what the imports
-    leave is frozen out of the collector's reach (``gc.freeze``, as for a server that forks)
-    and the collector is on again for the command's own work. The few cycles the imports left
-    as garbage (~2,000 objects, ~1 MiB) stay until exit. Only for the command line's own
-    process: a caller of :func:`main` keeps its collector as it was.
+    tens of thousands of objects, and the collector ran over them again and again for nothing:
+    modules and classes live to the end of the process. So what the imports leave is frozen
+    out of the collector's reach (``gc.freeze``, as for a server that forks) and the collector
+    is on again for the command's own work; the few cycles the imports left as garbage stay
+    until exit. ``bench/bench_process.py timeline`` shows what it saves a short run. Only for
+    the command line's own process: a caller of :func:`main` keeps its collector as it was.
     """
     import gc
 
@@ -149,8 +149,8 @@ def _end_process(code: int) -> None:
 def _skip_final_collection() -> None:
     """Leave every object to the interpreter's exit as it is, uncollected.
 
-    At exit the interpreter runs the cycle collector over every object still alive (the
-    modules of a run: about 0.1 s of a 20-case ``evalkit run``, measured with
+    At exit the interpreter runs the cycle collector over every object still alive (all the
+    modules of a run, a visible share of a short run's fixed cost in
     ``bench/bench_process.py timeline``); nothing a command leaves behind needs it (stores are
     closed, files flushed), so the objects are frozen out of its reach. Only for the command
     line: a caller of :func:`main` in a longer-lived process keeps its collector whole.

@@ -52,7 +52,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from evalkit.cli import start_up_imports
 
-    with start_up_imports():  # the collector off while they load: ~0.03 s of a short run
+    with start_up_imports():  # the collector off while they load: a short run's fixed cost
         from evalkit.compare.policy import check_policy  # noqa: F401  (the corpus step's)
         from evalkit.project.planning import plan_run
         from evalkit.run.providers import prefetch_transport
