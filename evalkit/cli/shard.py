@@ -78,10 +78,10 @@ def load_run_corpus(
     from evalkit.corpus.case_facts import scan_corpus
     from evalkit.corpus.cases import load_corpus
 
-    common = {"sealed": selection.sealed, "user_template": suite.config.system.user_template}
+    sealed, template = selection.sealed, suite.config.system.user_template
     if getattr(args, "shard", None) or getattr(args, "engine", "local") == "ray":
-        return scan_corpus(suite.root, **common)  # type: ignore[arg-type]
-    return load_corpus(suite.root, defer_scorers=True, **common)  # type: ignore[arg-type]
+        return scan_corpus(suite.root, sealed=sealed, user_template=template)
+    return load_corpus(suite.root, defer_scorers=True, sealed=sealed, user_template=template)
 
 
 def run_distributed(
@@ -210,6 +210,7 @@ def _shard(
 def _reselect(args: argparse.Namespace, suite: Suite, options: RunOptions) -> CorpusFacts:
     """The shard's selected facts read again (after a stale index entry was made again), with
     the draft check made again on them."""
+    from evalkit.corpus.case_facts import CorpusFacts
     from evalkit.corpus.drafts import refuse_drafts
     from evalkit.corpus.selection import Selection
 
@@ -217,4 +218,5 @@ def _reselect(args: argparse.Namespace, suite: Suite, options: RunOptions) -> Co
     selection = Selection.from_manifest(stored)
     corpus = selection.apply(load_run_corpus(args, suite, selection))
     refuse_drafts(corpus.cases, suite.config.kind)
-    return corpus  # type: ignore[return-value]
+    assert isinstance(corpus, CorpusFacts)  # a shard's corpus is read through the case index
+    return corpus
