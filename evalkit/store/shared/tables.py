@@ -210,6 +210,20 @@ def load_table(catalog: SqlCatalog, table: SharedTable, *, create: bool) -> Tabl
     return found
 
 
+def _conflicted(exc: Exception) -> bool:
+    """Whether a failed commit lost to another writer (and is worth trying again)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    return isinstance(exc, CommitFailedException) or is_busy(exc)
+
+
+def _kept_conflicting(spec: SharedTable) -> StoreError:
+    return StoreError(
+        f"shared table {spec.name}: {MAX_ATTEMPTS} commits in a row conflicted with other "
+        "writers; push again"
+    )
+
+
 def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
     """Append the rows of ``rows`` whose key ``table`` lacks, in one commit; on a concurrent
     commit, re-read the keys and try again. Returns what was added.
@@ -217,8 +231,6 @@ def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
     Raises:
         StoreError: the commit kept conflicting for :data:`MAX_ATTEMPTS` tries.
     """
-    from pyiceberg.exceptions import CommitFailedException
-
     rows = rows.select(list(spec.columns)).cast(spec.arrow)
     wanted = _keys(rows, spec.key)
     conflicts = 0
@@ -237,20 +249,13 @@ def append_new(table: Table, spec: SharedTable, rows: pa.Table) -> Appended:
                 present=len(wanted) - len(fresh),
                 conflicts=conflicts,
             )
-        except CommitFailedException:
-            conflicts += 1
-            backoff(attempt)
-            table = table.refresh()
         except Exception as exc:
-            if not is_busy(exc):
+            if not _conflicted(exc):
                 raise
             conflicts += 1
             backoff(attempt)
             table = table.refresh()
-    raise StoreError(
-        f"shared table {spec.name}: {MAX_ATTEMPTS} commits in a row conflicted with other "
-        "writers; push again"
-    )
+    raise _kept_conflicting(spec)
 
 
 def append_batches(
@@ -271,7 +276,6 @@ def append_batches(
     """
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyiceberg.exceptions import CommitFailedException
 
     column = spec.key[0]
     conflicts = 0
@@ -298,18 +302,13 @@ def append_batches(
                 batches=count,
                 largest_batch=largest,
             )
-        except CommitFailedException:
-            conflicts += 1
         except Exception as exc:
-            if not is_busy(exc):
+            if not _conflicted(exc):
                 raise
             conflicts += 1
         backoff(attempt)
         table = table.refresh()
-    raise StoreError(
-        f"shared table {spec.name}: {MAX_ATTEMPTS} commits in a row conflicted with other "
-        "writers; push again"
-    )
+    raise _kept_conflicting(spec)
 
 
 def scan_batches(table: Table, column: str, values: set[str]) -> Iterator[pa.RecordBatch]:
