@@ -303,7 +303,12 @@ def test_agent_bench_serves_every_tool_step_and_scores_every_replay(tmp_path: Pa
         assert bare["served"] == 4 * cases and bare["tool_calls"] == 3 * cases
         assert bare["outputs"] == cases
         assert r["agent_vs_bare"] == pytest.approx(r["agent"]["wall_s"] / bare["wall_s"])
-        for side in ("bare", "agent", "single", "replays"):  # both processes were probed
+        # so did the bare AsyncOpenAI loop, the reference a user would write
+        openai = r["openai"]
+        assert openai["served"] == 4 * cases and openai["tool_calls"] == 3 * cases
+        assert openai["outputs"] == cases
+        assert r["agent_vs_openai"] == pytest.approx(r["agent"]["wall_s"] / openai["wall_s"])
+        for side in ("bare", "openai", "agent", "single", "replays"):  # both processes probed
             run = r[side]
             assert run["server_cpu_s"] > 0 and 0 < run["loop_cpu_s"] <= run["cpu_s"]
             assert 0 < run["loop_wall_s"] <= run["wall_s"]
