@@ -222,7 +222,7 @@ async def main():
     probe = LoopProbe()
     probe.reset()
     slots = asyncio.Semaphore(concurrency)
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=60)
 
     async def one(i):
         messages = [{"role": "user", "content": f"Refund the double charge on {i}."}]

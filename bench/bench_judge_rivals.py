@@ -211,7 +211,7 @@ write_cache = sys.argv[4] == "write"  # DeepEval's default: True
 system = {bench_judge.SYSTEM_PROMPT!r}
 
 async def answers():
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=60)
     calls = asyncio.Semaphore(concurrency)
 
     async def one(i):

@@ -100,7 +100,7 @@ system = {SYSTEM_PROMPT!r}
 sampling = {SAMPLING!r}
 
 async def main():
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=60)
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(i):
