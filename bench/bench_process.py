@@ -597,6 +597,7 @@ def bench_curve(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 entry[f"median_ratio_{t}"] = _median(rows, f"ratio_{t}")
             by_size[str(n)] = entry
             _progress(n, entry, ["bare", *args.transport], "median_wall_s", " s")
+            _progress(n, entry, ["bare", *args.transport], "median_cpu_s", " s CPU")
     for side in ["bare", *args.transport]:
         _per_case_ratios(by_size, f"wall_ms_per_case_{side}")
         _per_case_ratios(by_size, f"cpu_ms_per_case_{side}")
