@@ -9,6 +9,8 @@ tests/cli/test_onboarding.py; these check the decisions ``main`` makes without s
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import gc
 import sys
 from pathlib import Path
@@ -18,7 +20,11 @@ import pytest
 from projects import Project
 
 import evalkit.cli as cli
+from evalkit.cli.options import pair_refs
+from evalkit.cli.shard import run_exit_code
 from evalkit.errors import ConfigError
+from evalkit.run.summary import RunSummary
+from evalkit.store import open_store
 from evalkit.version import __version__
 
 
@@ -139,3 +145,62 @@ def test_start_up_imports_freeze_only_in_the_command_lines_own_process(
     with cli.start_up_imports():
         assert not gc.isenabled()
     assert gc.isenabled() and frozen == [True]
+
+
+# --- what the commands share: run references, a run's exit code, the simulator's flags -------
+
+
+def _summary(outputs: int, errored: int, expected: int) -> RunSummary:
+    zero = dict.fromkeys(
+        ("cases", "passed", "failed", "cache_hits", "requests", "retries", "resumed_skipped",
+         "prompt_tokens", "completion_tokens"), 0,
+    )  # fmt: skip
+    return RunSummary(run_id="r1", label="l", config_hash="h", outputs=outputs, errored=errored,
+                      expected_outputs=expected, wall_s=0.0, cost_usd=0.0, mean_latency_ms=0.0,
+                      **zero)  # fmt: skip
+
+
+def test_a_runs_exit_code_is_1_for_half_a_run_or_one_that_verified_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_exit_code(_summary(outputs=4, errored=3, expected=4)) == 0
+    assert capsys.readouterr().err == ""
+    assert run_exit_code(_summary(outputs=4, errored=4, expected=4)) == 1  # every one errored
+    assert capsys.readouterr().err == ""
+    assert run_exit_code(_summary(outputs=3, errored=0, expected=4)) == 1
+    assert capsys.readouterr().err == "evalkit: run r1 is incomplete: 3 of 4 outputs stored\n"
+
+
+def test_run_references_are_a_candidate_or_a_baseline_and_a_candidate() -> None:
+    assert pair_refs(argparse.Namespace(runs=["cand"])) == (None, "cand")
+    assert pair_refs(argparse.Namespace(runs=["base", "cand"])) == ("base", "cand")
+    with pytest.raises(ConfigError, match="expected \\[BASELINE\\] CANDIDATE, got 3"):
+        pair_refs(argparse.Namespace(runs=["a", "b", "c"]))
+
+
+def test_compare_with_three_runs_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "e.duckdb"
+    open_store(db, write=True).close()
+    assert cli.main(["compare", "a", "b", "c", "--db", str(db)]) == 2
+    assert capsys.readouterr().err == (
+        "evalkit: error: expected [BASELINE] CANDIDATE, got 3 run references\n"
+    )
+
+
+def test_demo_serve_refuses_a_non_loopback_host_before_it_listens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(asyncio, "run", _never)
+    assert cli.main(["demo", "serve", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "evalkit: error: the simulator binds loopback only, not 0.0.0.0\n"
+    )
+    with pytest.raises(SystemExit) as usage:  # its own flags, handed over untouched
+        cli.main(["demo", "serve", "--error-rate", "1.5"])
+    assert usage.value.code == 2 and "is not a fraction in [0, 1]" in capsys.readouterr().err
+
+
+def _never(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the simulator started serving")
