@@ -418,8 +418,10 @@ class _ThreadServer(DemoServer):
             started = _start_site(args.host, args.port, _options(args))
             server._runner, url = asyncio.run_coroutine_threadsafe(started, loop).result(timeout)
             server.base_url, server.root_url = url, url.removesuffix("/v1")
-        except BaseException:
+        except BaseException as exc:
             server.stop()
+            if isinstance(exc, TimeoutError):
+                raise RuntimeError(f"demo simulator did not listen within {timeout:g} s") from None
             raise
         return server
 
