@@ -121,7 +121,9 @@ def ray_cluster() -> Iterator[_Cluster]:
 
 @pytest.fixture(scope="module")
 def noisy_server() -> Iterator[DemoServer]:
-    with start_demo_server(noise=True, in_thread=True) as server:
+    """A process of its own: it lives through the module, the rate-window tests included,
+    whose arrival times must not depend on what else this process runs."""
+    with start_demo_server(noise=True) as server:
         yield server
 
 
