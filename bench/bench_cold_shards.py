@@ -14,6 +14,8 @@ peak RSS. Four ways, each on a fresh index directory but ``warm``:
 ``alone``    one cold shard (the others not running: separate machines, nothing shared)
 ``together`` the N shards at once on one index directory: each file read for the index once
              between them
+``together_kept`` the N shards at once, each reading as before (every case built and kept),
+             each on an index of its own (what nothing shared between them costs)
 ``warm``     one shard on the index ``together`` made
 
 Figures are printed, never asserted; on a shared 2-core machine the N processes of
@@ -41,7 +43,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))  # runnable from a checkout without installing
 sys.path.insert(0, str(BENCH))
 
-WAYS = ("kept", "alone", "together", "warm")
+WAYS = ("kept", "alone", "together", "together_kept", "warm")
 
 
 def one_shard(config: Path, index: Path, go: Path, k: int, n: int, kept: bool) -> dict[str, Any]:
@@ -91,9 +93,10 @@ def _shards(
     """Shards ``ks`` of ``n`` in processes of their own, released together; their figures."""
     go = index.with_name(f"{way}.go")
     go.unlink(missing_ok=True)
-    command = [sys.executable, __file__, "--one", str(config), str(index), str(go)]
+    command = [sys.executable, __file__, "--one", str(config)]
     procs = [
-        subprocess.Popen([*command, str(k), str(n), "kept" if kept else "index_only"],
+        subprocess.Popen([*command, str(index.with_name(f"{index.name}-{k}") if kept else index),
+                          str(go), str(k), str(n), "kept" if kept else "index_only"],
                          stdout=subprocess.PIPE, text=True)
         for k in ks
     ]  # fmt: skip
@@ -108,17 +111,20 @@ def _shards(
     return found
 
 
-def cold_figures(cases: int, shards: int, per_file: int) -> dict[str, Any]:
+def cold_figures(
+    cases: int, shards: int, per_file: int, ways: Sequence[str] = WAYS
+) -> dict[str, Any]:
     """Each way's shards' figures (``together``: all N; the others: shard 1 of N)."""
     from bench_distributed import write_corpus
 
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-cold-") as tmp:
         config = write_corpus(Path(tmp) / "corpus", cases, 8, per_file)
         figures: dict[str, Any] = {"cases": cases, "shards": shards, "per_file": per_file}
-        for way in WAYS:
+        for way in [w for w in WAYS if w in ways]:
             index = Path(tmp) / ("index-together" if way == "warm" else f"index-{way}")
-            ks = range(1, shards + 1) if way == "together" else [1]
-            figures[way] = _shards(config, index, way, ks, shards, kept=way == "kept")
+            ks = range(1, shards + 1) if way.startswith("together") else [1]
+            kept = way.endswith("kept")
+            figures[way] = _shards(config, index, way, ks, shards, kept=kept)
     return figures
 
 
@@ -127,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--per-file", type=int, default=1000, help="cases per case file")
+    parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     parser.add_argument("--one", nargs=6, help=argparse.SUPPRESS)  # a shard's own process
     args = parser.parse_args(argv)
@@ -135,20 +142,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         got = one_shard(Path(config), Path(index), Path(go), int(k), int(n), how == "kept")
         print(json.dumps(got), flush=True)
         return 0
-    figures = cold_figures(args.cases, args.shards, args.per_file)
+    figures = cold_figures(args.cases, args.shards, args.per_file, args.ways)
     files = -(-args.cases // args.per_file)
     print(f"{args.cases} cases in {files} files, --shard K/{args.shards} with no index prepared: "
           "seconds to the first request, cases read for the index / built, peak RSS")  # fmt: skip
-    for way in WAYS:
+    for way in [w for w in WAYS if w in figures]:
         for k, fig in enumerate(figures[way], start=1):
-            who = f"{way} {k}/{args.shards}" if way == "together" else way
+            who = f"{way} {k}/{args.shards}" if way.startswith("together") else way
             print(f"  {who:14}: {fig['first_s']:7.2f} s (corpus read {fig['read_s']:.2f} s), "
                   f"{fig['indexed']:>7} indexed, {fig['built']:>7} built, share "
                   f"{fig['share']}, {fig['files_parsed']} files read, "
                   f"{fig['rss_mib']} MiB")  # fmt: skip
-    together = figures["together"]
-    print(f"  together: {sum(f['indexed'] for f in together)} cases indexed in all, the slowest "
-          f"shard's first request at {max(f['first_s'] for f in together):.2f} s")  # fmt: skip
+    for way in ("together", "together_kept"):
+        if way in figures:
+            got = figures[way]
+            print(f"  {way}: {sum(f['indexed'] + f['built'] for f in got)} cases read in all, "
+                  f"the slowest shard's first request at "
+                  f"{max(f['first_s'] for f in got):.2f} s")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0

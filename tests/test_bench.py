@@ -333,3 +333,4 @@ def test_cold_shards_count_what_each_shard_read_and_built(tmp_path: Path) -> Non
     assert sum(s["files_parsed"] for s in together) == 8
     assert [s["built"] for s in together] == [s["share"] for s in together] == [50] * 4
     assert (warm["built"], warm["indexed"], warm["files_parsed"]) == (50, 0, 0)
+    assert [(s["built"], s["files_parsed"]) for s in f["together_kept"]] == [(200, 8)] * 4
