@@ -402,8 +402,9 @@ def claim_each(index: CaseIndex, rels: Sequence[str], make: Callable[[int], T]) 
 
     Examples:
         >>> import tempfile
-        >>> index = CaseIndex(Path(tempfile.mkdtemp()), "fingerprint")
-        >>> claim_each(index, ["a.yaml", "b.yaml"], lambda i: i * 10)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     index = CaseIndex(Path(folder), "fingerprint")
+        ...     claim_each(index, ["a.yaml", "b.yaml"], lambda i: i * 10)
         {0: 0, 1: 10}
     """
     made: dict[int, T] = {}
