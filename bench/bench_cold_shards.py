@@ -16,7 +16,7 @@ peak RSS. Five ways, each on a fresh index directory but ``warm``:
              between them
 ``together_kept`` the N shards at once, each reading as before (every case built and kept),
              each on an index of its own (what nothing shared between them costs)
-``warm``     one shard on the index ``together`` made
+``warm``     one shard on the index ``together`` made (or ``alone``, without ``together``)
 
 Figures are printed, never asserted; on a shared 2-core machine the N processes of
 ``together`` share two cores, so its seconds say what one machine gives, not a cluster.
@@ -121,7 +121,8 @@ def cold_figures(
         config = write_corpus(Path(tmp) / "corpus", cases, 8, per_file)
         figures: dict[str, Any] = {"cases": cases, "shards": shards, "per_file": per_file}
         for way in [w for w in WAYS if w in ways]:
-            index = Path(tmp) / ("index-together" if way == "warm" else f"index-{way}")
+            made = "together" if "together" in figures else "alone"  # warm: an index made
+            index = Path(tmp) / (f"index-{made}" if way == "warm" else f"index-{way}")
             ks = range(1, shards + 1) if way.startswith("together") else [1]
             kept = way.endswith("kept")
             figures[way] = _shards(config, index, way, ks, shards, kept=kept)
