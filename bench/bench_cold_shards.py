@@ -5,8 +5,8 @@ The corpus is ``bench_distributed.py``'s (N one-turn cases, ``--per-file`` to a 
 Each shard runs in a process of its own, started with the others and released together (a
 file appears), and reads the corpus as ``evalkit run --shard K/N`` does
 (``scan_corpus(index_only=True)``) before ``run_shard`` with its chunks stood in for (no model
-call). It reports the seconds from its release to its first chunk (where its first request
-would go), the cases it read to make the case index, the cases it built, its share and its
+call). It reports the seconds (wall and this process's CPU) from its release to its first
+chunk (where its first request would go), the cases it read to make the case index, the cases it built, its share and its
 peak RSS. Five ways, each on a fresh index directory but ``warm``:
 
 ``kept``     one shard reading as a cold shard did before: every case built and kept
@@ -59,7 +59,8 @@ def one_shard(config: Path, index: Path, go: Path, k: int, n: int, kept: bool) -
     first: list[float] = []
 
     async def no_chunk(*_: Any, **__: Any) -> sharded.ChunkResult:
-        first.append(first[0] if first else time.perf_counter())
+        if not first:
+            first.extend((time.perf_counter(), time.process_time()))
         return sharded.ChunkResult(
             chunk_id="stood-in", attempt=1, outputs=0, requests=0, retries=0, cache_hits=0
         )
@@ -68,7 +69,7 @@ def one_shard(config: Path, index: Path, go: Path, k: int, n: int, kept: bool) -
     sharded.run_chunk = no_chunk  # type: ignore[assignment]
     while not go.exists():
         time.sleep(0.002)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     facts = scan_corpus(config.parent, index_dir=index, index_only=not kept)
     read_s = time.perf_counter() - started
     summary = sharded.run_shard(
@@ -78,6 +79,7 @@ def one_shard(config: Path, index: Path, go: Path, k: int, n: int, kept: bool) -
     counts = facts.counts
     return {
         "first_s": round((first[0] if first else time.perf_counter()) - started, 2),
+        "first_cpu_s": round((first[1] if first else time.process_time()) - cpu, 2),
         "read_s": round(read_s, 2),
         "indexed": counts.cases_indexed,
         "built": counts.cases_built,
@@ -150,7 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for way in [w for w in WAYS if w in figures]:
         for k, fig in enumerate(figures[way], start=1):
             who = f"{way} {k}/{args.shards}" if way.startswith("together") else way
-            print(f"  {who:14}: {fig['first_s']:7.2f} s (corpus read {fig['read_s']:.2f} s), "
+            print(f"  {who:14}: {fig['first_s']:7.2f} s, CPU {fig['first_cpu_s']:.2f} s (corpus "
+                  f"read {fig['read_s']:.2f} s), "
                   f"{fig['indexed']:>7} indexed, {fig['built']:>7} built, share "
                   f"{fig['share']}, {fig['files_parsed']} files read, "
                   f"{fig['rss_mib']} MiB")  # fmt: skip
