@@ -6,8 +6,8 @@ Each shard runs in a process of its own, started with the others and released to
 file appears), and reads the corpus as ``evalkit run --shard K/N`` does
 (``scan_corpus(index_only=True)``) before ``run_shard`` with its chunks stood in for (no model
 call). It reports the seconds (wall and this process's CPU) from its release to its first
-chunk (where its first request would go), the cases it read to make the case index, the cases it built, its share and its
-peak RSS. Five ways, each on a fresh index directory but ``warm``:
+chunk (where its first request would go), the cases it read to make the case index, the cases
+it built, its share and its peak RSS. Five ways, each on a fresh index directory but ``warm``:
 
 ``kept``     one shard reading as a cold shard did before: every case built and kept
              (``scan_corpus`` without ``index_only``)
