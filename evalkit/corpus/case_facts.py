@@ -150,12 +150,10 @@ def scan_corpus(
     the one this process would write, byte for byte, and is read back from there (a file a
     worker loaded has its cases built again from their items' text by :meth:`CorpusFacts.load`).
 
-    ``index_only``: a file without a usable entry is loaded only to make its entry (counted
-    as ``cases_indexed``), its cases not kept: :meth:`CorpusFacts.load` builds those asked
-    for from their items, so a cold ``--shard K/N`` or Ray driver holds and builds only its
-    share. Each such file is loaded under its claim (:func:`~evalkit.corpus.case_index.claim_each`):
-    scans of one index directory at the same time load each file once between them, and read
-    the entries the others wrote (``workers`` is then not used).
+    ``index_only``: a file without a usable entry is loaded only to make its entry (its cases
+    counted as ``cases_indexed``, not kept; a cold shard then builds just its share), under its
+    claim (:func:`~evalkit.corpus.case_index.claim_each`; ``workers`` not used): scans of one
+    index directory at once load each file once between them.
 
     Raises:
         CorpusError: the first problem, as :func:`load_corpus` (``max_errors=1``) reports it.
@@ -353,8 +351,7 @@ class _FactsBuilder:
         return None, data
 
     def _claimed(self, path: Path, rel: str, sealed: bool) -> FileFacts:
-        """Under the file's claim: its entry, when another process made it meanwhile, else
-        the file loaded to make it (its cases not kept)."""
+        """Under the file's claim: the entry another process made meanwhile, else made here."""
         refused = self.counts.entries_refused  # a stale entry counts once, at the first read
         entry, data = self._entry(path, rel, sealed)
         self.counts.entries_refused = refused
@@ -402,9 +399,8 @@ class _FactsBuilder:
         self, path: Path, rel: str, sealed: bool, data: bytes | None, sliceable: bool = True,
         keep: bool = True,
     ) -> FileFacts:  # fmt: skip
-        """The file loaded as load_corpus loads it (scorers deferred), its cases kept (unless
-        not ``keep``: then only counted as indexed) and its entry written (when its bytes did
-        not change under the load)."""
+        """The file loaded as load_corpus loads it (scorers deferred), its cases kept (or, not
+        ``keep``, counted as indexed), its entry written (if its bytes held during the load)."""
         cases = _load_file(
             path, self.root, sealed=sealed, binder=self.binder, shared=self.shared, defer=True
         )
