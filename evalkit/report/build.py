@@ -32,11 +32,12 @@ from rich.table import Table
 from rich.text import Text
 
 from evalkit.compare.decision import GateDecision
+from evalkit.compare.gate import usage_table
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
 from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
-from evalkit.compare.usage_deltas import grew_most, usage_deltas, usage_tail
+from evalkit.compare.usage_deltas import grew_most, usage_tail
 from evalkit.compare.verdicts import usage_means
 from evalkit.report.case_details import (
     CaseDetail,
@@ -291,8 +292,6 @@ def build_report(
     ok = ~pl.col("base_error") & ~pl.col("cand_error")
     base_use, cand_use = usage_means(cmp.base_verdicts), usage_means(cmp.cand_verdicts)
     failing = p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()
-    critical = decision.policy.critical_tags if decision else ()
-    interval = decision.policy.interval_level() if decision else 0.95
     return Report(
         base_run_id=cmp.base.run_id,
         cand_run_id=cmp.cand.run_id,
@@ -318,7 +317,7 @@ def build_report(
         cand_reasons=failure_reasons(cmp.cand, failing),
         manifest_changes=_manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
-        usage_deltas=usage_deltas(live, critical, level=interval),
+        usage_deltas=usage_table(live, decision.policy if decision else None),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
@@ -522,21 +521,23 @@ def _growth_tables(r: Report) -> list[Any]:
 
 def growth_text(row: Mapping[str, Any]) -> str:
     """One usage-delta row's change as shown: "×1.90 [1.41, 2.44]" (ratio of totals), the mean
-    difference when the baseline total is 0, or "+0.20 s [+0.1, +0.3]" per case.
+    difference when the baseline total is 0, or "+0.20 s [+0.1, +0.3]" per case; "(t)" after a
+    row no budget reads (a t interval, not the paired bootstrap).
 
     Examples:
         >>> growth_text({"kind": "ratio", "base_total": 10.0, "estimate": 1.9, "lo": 1.4,
         ...              "hi": 2.4, "mean_diff": 0.9, "diff_lo": 0.4, "diff_hi": 1.4})
         '×1.90 [1.40, 2.40]; mean +0.9 per case [+0.4, +1.4]'
     """
+    t = " (t)" if row.get("interval") == "t" else ""
     diff = f"mean {row['mean_diff']:+.3g} per case [{row['diff_lo']:+.3g}, {row['diff_hi']:+.3g}]"
     if row["kind"] != "ratio":
         what = "median" if row["kind"] == "median seconds" else "mean"
         bounds = "" if row["lo"] is None else f" [{row['lo']:+.2f}, {row['hi']:+.2f}]"
-        return f"{what} {row['estimate']:+.2f} s per case{bounds}"
+        return f"{what} {row['estimate']:+.2f} s per case{bounds}{t}"
     if row["base_total"] == 0:
-        return f"from a total of 0; {diff}"
-    return f"×{row['estimate']:.2f} [{row['lo']:.2f}, {row['hi']:.2f}]; {diff}"
+        return f"from a total of 0; {diff}{t}"
+    return f"×{row['estimate']:.2f} [{row['lo']:.2f}, {row['hi']:.2f}]; {diff}{t}"
 
 
 def render_terminal(
