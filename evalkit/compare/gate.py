@@ -78,8 +78,8 @@ def usage_table(
     critical tag and ALL, the paired bootstrap (the gate's seed, at most 4,000 resamples) on
     the ``gate.relative_budgets`` metrics of the critical tags, the t interval on the rest.
     The report shows this table, so its budgeted rows are the gate's."""
-    if policy is None:
-        return usage_deltas(paired, (), metrics)
+    if policy is None:  # no gate: no budget, every row (ALL alone) a t interval
+        return usage_deltas(paired, (), metrics, bootstrap=())
     return usage_deltas(
         paired, policy.critical_tags, metrics, policy.interval_level(),
         min(policy.bootstrap_iters, 4_000), policy.bootstrap_seed,

@@ -507,7 +507,7 @@ def _growth_tables(r: Report) -> list[Any]:
     if changed:
         rows = [(_m(x["slice"]), x["metric"], x["n"], growth_text(x), x["grew"], x["shrank"])
                 for x in changed]  # fmt: skip
-        cols = ("slice", "metric", "n", "change of the total [interval]", "grew", "shrank")
+        cols = ("slice", "metric", "n", "change [bootstrap; (t): t, no budget]", "grew", "shrank")
         out.append(_table("Paired growth against the baseline (totals)", cols, rows))
     if r.tokens_grew_most:
         grew = [(_m(c), f"{b:g} → {a:g}", f"{s:.0%}") for c, b, a, s in r.tokens_grew_most]
