@@ -200,7 +200,7 @@ def _pass_rate(counts: CaseCounts | None, manifest: str | None) -> str:
         >>> from evalkit.store.history_queries import CaseCounts
         >>> counts = dict(run_id="r", cases=13, decided=12, passed=9, errored=1, unstable=0)
         >>> _pass_rate(CaseCounts(**counts), '{"replays": 3}')
-        '75.0% (majority of 3; +1 errored)'
+        '75.0% (majority of 3 replays; +1 errored)'
         >>> all_decided = {**counts, "cases": 12, "errored": 0}
         >>> _pass_rate(CaseCounts(**all_decided), '{}'), _pass_rate(None, None)
         ('75.0%', '–')
@@ -208,7 +208,7 @@ def _pass_rate(counts: CaseCounts | None, manifest: str | None) -> str:
     if counts is None:
         return "–"
     replays = _replays(manifest)
-    notes = [counts.pass_rules.basis(replays).removesuffix(" replays")] if replays > 1 else []
+    notes = [counts.pass_rules.basis(replays)] if replays > 1 else []
     notes += [f"+{counts.errored} errored"] if counts.errored else []
     rate = "–" if counts.rate is None else f"{counts.rate:.1%}"
     return rate + (f" ({'; '.join(notes)})" if notes else "")

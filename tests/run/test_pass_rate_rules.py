@@ -115,7 +115,7 @@ def test_every_surface_states_the_rules_rate_which_is_the_gates_count(
     assert (listed["pass_rate"], listed["pass_rate_basis"]) == (rate, basis)
     assert main(["runs", "show", run_id, "--db", db]) == 0
     shown = capsys.readouterr().out
-    assert f"{rate:.1%} ({basis.removeprefix('per case, ').removesuffix(' replays')})" in shown
+    assert f"{rate:.1%} ({basis.removeprefix('per case, ')})" in shown
     assert main(["history", "--db", db, "--by", "label"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith(f"pass rate ({basis})")
