@@ -95,7 +95,9 @@ def test_every_surface_states_the_rules_rate_which_is_the_gates_count(
     verdicts = cmp.cand_verdicts
     assert int(verdicts["passed"].fill_null(False).sum()) == passed
     assert int((~verdicts["error"]).sum()) == 5
-    assert build_report(cmp).run_rates == (rate, rate)
+    report = build_report(cmp)
+    assert report.run_rates == (rate, rate) and report.rate_bases == (basis, basis)
+    assert f"pass rate of each run ({basis};" in (report.rates_line() or "")
 
     # the run summary and the result a notebook holds
     assert result.pass_rate == rate
