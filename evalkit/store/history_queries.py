@@ -7,9 +7,9 @@ The verdicts are counted inside DuckDB, never fetched: a history of 1,000 runs o
 `evalkit.compare.verdicts` exactly (a test checks): a (case, replay) is *errored* when the
 provider failed, a scorer errored or could not decide, or nothing scored it; else it *fails*
 when the runner set ``fail_reason`` or a scorer failed; a case decides only when more than
-half of its replays were decided, then passes by majority over them (ties fail), and is
-*unstable* when they disagree. Each run is read in its newest
-scoring (a rescore replaces what a run's verdicts were).
+half of its replays were decided, then passes under the run's replay pass rules (its
+manifest's; majority by default, ties fail), and is *unstable* when they disagree. Each run is
+read in its newest scoring (a rescore replaces what a run's verdicts were).
 
 Examples:
     >>> rows = tag_counts(store, ["nightly-41", "nightly-42"])  # doctest: +SKIP
