@@ -301,19 +301,21 @@ def _through_the_index(monkeypatch: pytest.MonkeyPatch, index: Path) -> None:
     monkeypatch.setenv("EVALKIT_CASE_INDEX", str(index))
 
 
-def _built(out: str) -> tuple[int, int]:
-    """(cases in the share, cases built) from a shard's summary."""
+def _built(out: str) -> tuple[int, int, int]:
+    """(cases in the share, cases built, cases read to make the index) from a shard's summary."""
     line = next(line for line in out.splitlines() if "in this shard's share" in line)
     words = line.split()
-    return int(words[0]), int(words[words.index("cases", 6) - 1])
+    indexed = int(words[words.index("read") - 1]) if "read" in words else 0
+    return int(words[0]), int(words[words.index("cases", 6) - 1]), indexed
 
 
 def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
     noisy_server: DemoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """A warm index: each shard builds only its share's cases and writes a cases part of those
-    alone; merged, the run is the local run (outputs, scores, cases, gate decision)."""
+    """No index prepared: the first shard makes it (every case read once, none kept), the
+    others find it warm; each shard builds only its share's cases and writes a cases part of
+    those alone; merged, the run is the local run (outputs, scores, cases, gate decision)."""
     db = tmp_path / "i.duckdb"
     base = run_local(noisy_server, db, "base")
     local = run_local(noisy_server, db, "cand-local", "--prompt", CANDIDATE_PROMPT)
@@ -328,11 +330,11 @@ def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
             common = ["--run-id", "indexed", "--parts", parts, "--label", "indexed"]
             assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
             built.append(_built(capsys.readouterr().out))
-    assert built[0][1] == 91  # a cold index: the corpus read whole once, its entries written
-    assert all(share == made < 91 for share, made in built[1:])  # warm: the share alone
+    assert [indexed for *_, indexed in built] == [91, 0, 0]  # the index made once, cold
+    assert all(share == made < 91 for share, made, _ in built)  # the share alone, cold or warm
     root = PartsRoot(parts)
     heights = [root.read_frame(p).height for p in root.parts("indexed", "cases")]
-    assert sorted(heights) == sorted(share for share, _ in built) and max(heights) < 91
+    assert sorted(heights) == sorted(share for share, *_ in built) and max(heights) < 91
     assert main(["runs", "merge", "indexed", "--parts", parts, "--db", str(db)]) == 0
     local_outputs, local_scores = stored(db, local)
     shard_outputs, shard_scores = stored(db, "indexed")
@@ -424,3 +426,4 @@ def test_a_shard_reads_the_corpus_through_the_index(
     assert isinstance(cold, CorpusFacts) and isinstance(warm, CorpusFacts)
     assert isinstance(whole, Corpus) and warm.hash == whole.hash
     assert cold.counts.files_parsed == warm.counts.entries_used > 0 == warm.counts.files_parsed
+    assert cold.counts.cases_indexed == len(whole.cases) and cold.counts.cases_built == 0
