@@ -53,9 +53,10 @@ def trusted_index_directory(root: Path, given: str | Path | None = None) -> Path
         private = Path(tempfile.mkdtemp(prefix="evalkit-case-index-"))
         atexit.register(shutil.rmtree, private, ignore_errors=True)
         _PRIVATE[key] = private
+        shown = _shown(key)
         print(
-            f"evalkit: case index under {_shown(key)} {why}; not trusted, rebuilt privately "
-            f"in {private}",
+            f"evalkit: case index under {shown} {why}; not trusted, rebuilt privately in "
+            f"{private} (removed at exit; `git rm -r {shown}`, a cache, to use one again)",
             file=sys.stderr,
             flush=True,
         )

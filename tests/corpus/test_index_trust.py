@@ -86,7 +86,10 @@ def test_a_forged_entry_git_tracks_is_not_read(
     assert lines[0].startswith(
         "evalkit: case index under corpus/.evalkit/case-index is tracked by git (1 files, e.g. "
     )
-    assert lines[0].endswith(f"; not trusted, rebuilt privately in {private}")
+    assert lines[0].endswith(
+        f"; not trusted, rebuilt privately in {private} (removed at exit; "
+        "`git rm -r corpus/.evalkit/case-index`, a cache, to use one again)"
+    )
 
     again = scan_corpus(root, index_only=True)  # the same private directory, warm now
     assert again.builder is not None and again.builder.index.directory == private
