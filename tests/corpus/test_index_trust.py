@@ -157,3 +157,15 @@ def test_a_repository_git_cannot_list_is_not_trusted(
     assert (facts.counts.entries_used, facts.counts.files_parsed) == (0, 3)
     err = capsys.readouterr().err
     assert "could not be checked with git ls-files" in err and "not trusted" in err
+
+
+def test_a_project_evalkit_init_writes_ignores_the_case_index(tmp_path: Path) -> None:
+    """Before any scan made the directory (and its own ``.gitignore``): the project's ignores."""
+    from evalkit.cli.init import project_files
+
+    for rel, text in project_files().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    _git(tmp_path, "init", "-q")
+    entry = ".evalkit/case-index/0123.json"
+    assert _git(tmp_path, "check-ignore", "--no-index", entry).strip() == entry
