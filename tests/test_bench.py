@@ -350,3 +350,18 @@ def test_sandbox_bench_runs_both_modes_alternately(tmp_path: Path) -> None:
     f = _run("bench_sandbox", ["--runs", "2"], tmp_path)
     assert f["runs"] == 2
     assert f["ratio"] == pytest.approx(f["isolated_s"] / f["unsafe_local_s"])
+
+
+def test_cold_shards_count_what_each_shard_read_and_built(tmp_path: Path) -> None:
+    """``bench_cold_shards``: a shard reading as before builds every case; a cold one builds
+    its share alone; shards started together index every case once in all."""
+    f = _run("bench_cold_shards", ["--cases", "200", "--shards", "4", "--per-file", "25"], tmp_path)
+    (kept,), (alone,), (warm,) = f["kept"], f["alone"], f["warm"]
+    assert (kept["built"], kept["indexed"]) == (200, 0)
+    assert (alone["built"], alone["indexed"], alone["files_parsed"]) == (50, 200, 8)
+    together = f["together"]
+    assert len(together) == 4 and sum(s["indexed"] for s in together) == 200
+    assert sum(s["files_parsed"] for s in together) == 8
+    assert [s["built"] for s in together] == [s["share"] for s in together] == [50] * 4
+    assert (warm["built"], warm["indexed"], warm["files_parsed"]) == (50, 0, 0)
+    assert [(s["built"], s["files_parsed"]) for s in f["together_kept"]] == [(200, 8)] * 4
