@@ -153,7 +153,8 @@ def open_store(
                 "with write=True to create one)"
             )
         con = connect_duckdb(db_path, True, max(wait_s, READ_RETRY_S))
-        store = Store(db_path, evalkit_store(con, db_path, read_only=True), True)
+        evalkit_store(con, db_path, read_only=True)
+        store = Store(db_path, con, True)
         store._read_wait_s = max(wait_s, READ_RETRY_S)
         store.release()  # held only during each call from here on
         return store
@@ -168,13 +169,13 @@ def open_store(
     try:
         existed = db_path.exists()  # under the writer lock: no evalkit writer makes it now
         con = connect_duckdb(db_path, False, max(wait_s, READ_RETRY_S))
-        if existed:  # a file DuckDB just created has no tables to check
-            con = evalkit_store(con, db_path, read_only=False)
+        # a file DuckDB just created has no tables to check, and needs every one made
+        current = evalkit_store(con, db_path, read_only=False) if existed else False
     except BaseException:
         lock.release(discard=True)  # a file refused: leave its directory as it was
         raise
     try:
-        return Store(db_path, con, False, lock)
+        return Store(db_path, con, False, lock, schema_current=current)
     except BaseException:
         lock.release()
         raise
@@ -207,6 +208,8 @@ class Store(
         con: duckdb.DuckDBPyConnection,
         read_only: bool,
         writer_lock: WriterLock | None = None,
+        *,
+        schema_current: bool = False,
     ) -> None:
         self.path = path
         self._conn: duckdb.DuckDBPyConnection | None = con
@@ -217,7 +220,7 @@ class Store(
         self._calls = 0  # public calls in progress (a read-only store lets go at zero)
         self._opened = 0  # times the file was opened (tests count it)
         con.execute("SET TimeZone = 'UTC'")
-        if not read_only:
+        if not read_only and not schema_current:  # current: every table and column is there
             # One transaction, not a commit per statement: each commit writes and syncs the
             # WAL, so creating a new store's tables one by one cost several times as much. The
             # history tables too, so a run's finish (record_history) creates none.
