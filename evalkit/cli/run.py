@@ -54,6 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     with start_up_imports():  # the collector off while they load: a short run's fixed cost
         from evalkit.compare.policy import check_policy  # noqa: F401  (the corpus step's)
+        from evalkit.corpus.manifest import prefetch_host_facts
         from evalkit.project.planning import plan_run
         from evalkit.run.providers import prefetch_transport
         from evalkit.run.runner import RunOptions, RunStart, run_suite
@@ -79,6 +80,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def load(suite: Suite, selection: Selection) -> Corpus | CorpusFacts:
         prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
+        prefetch_host_facts(suite.root)  # git and package versions for the manifest, read beside
         # --shard: the corpus's facts through the case index, only the shard's share built;
         # otherwise every case, scorers built for the selected ones only (selection.apply)
         return shard.load_run_corpus(args, suite, selection)
