@@ -80,7 +80,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def load(suite: Suite, selection: Selection) -> Corpus | CorpusFacts:
         prefetch_transport(suite.config.system)  # imported while the corpus loads, nothing sent
-        prefetch_host_facts(suite.root)  # git and package versions for the manifest, read beside
         # --shard: the corpus's facts through the case index, only the shard's share built;
         # otherwise every case, scorers built for the selected ones only (selection.apply)
         return shard.load_run_corpus(args, suite, selection)
@@ -91,6 +90,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     suite, corpus, selection, policy = plan.suite, plan.corpus, plan.selection, plan.warnings
     mark("corpus")
+    # git and the package versions the manifest records, read while the store opens (after the
+    # corpus load: a thread alive during it would keep a sharded scan to one process)
+    prefetch_host_facts(suite.root)
     started: list[RunStart] = []
 
     def announce(start: RunStart) -> None:  # before any model call, on a terminal or not

@@ -260,9 +260,9 @@ def prefetch_host_facts(where: Path) -> None:
 
     Two ``git`` processes and the installed packages' metadata: mostly waiting on other
     processes and on files, which ``evalkit run`` otherwise did in turn once the store was
-    open, just before the run is recorded. Begun while the corpus loads, they run beside it;
-    the manifest of a suite in ``where`` takes the answers (once), and any other build asks
-    as before. Nothing is written and nothing is sent.
+    open, just before the run is recorded. Begun once the corpus is loaded, they run while the
+    store opens; the manifest of a suite in ``where`` takes the answers (once), and any other
+    build asks as before. Nothing is written and nothing is sent.
     """
     probe = _HostProbe(Path(where))
     probe.start()

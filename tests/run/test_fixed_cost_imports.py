@@ -23,6 +23,7 @@ NOT_ON_THE_RUN_PATH = (
     "evalkit.scorers.similarity", "rapidfuzz", "evalkit.scorers.executable",
     "evalkit.scorers.sandbox", "evalkit.scorers.judge", "evalkit.scorers.trajectory",
     "regex",  # the regex engine: imported by the first regex scorer built, not before
+    "multiprocessing",  # only a corpus scan in several processes (evalkit.corpus.case_facts)
 )  # fmt: skip
 
 #: Runs ``evalkit run`` in this interpreter and reports the modules loaded and which thread

@@ -1,6 +1,6 @@
 """What a run's manifest records of the machine (the git commit and dirtiness of the suite's
-folder, the client library versions): ``evalkit run`` reads it in a thread while the corpus
-loads, and records the same as a run started from Python, which reads it when the manifest is
+folder, the client library versions): ``evalkit run`` reads it in a thread while the store
+opens, and records the same as a run started from Python, which reads it when the manifest is
 built. Which thread ran ``git`` is watched, not timed."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _latest_run(project: Project) -> evalkit.RunManifest:
         return store.manifest(run_id)
 
 
-def test_the_command_line_reads_the_git_state_beside_the_corpus(
+def test_the_command_line_reads_the_git_state_while_the_store_opens(
     project_factory: Callable[..., Project], git_threads: list[str]
 ) -> None:
     project = project_factory(server=True)
