@@ -60,6 +60,7 @@ from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
 from evalkit.store.flakes import FlakeRecords
 from evalkit.store.gate_log import GateLog
+from evalkit.store.history_queries import CaseCounts
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.reads import RunReads
@@ -405,20 +406,28 @@ class Store(
         summary: dict[str, Any],
         *,
         warnings: Sequence[str] | None = None,
-    ) -> None:
+    ) -> CaseCounts | None:
         """Record a run's status and summary; with ``warnings``, also replace its manifest's
         (:meth:`set_warnings`) in the same statement. A complete run's history counts are
         recorded in the same transaction (one commit); when they cannot be (derived data),
-        the finish is recorded alone."""
+        the finish is recorded alone.
+
+        Returns:
+            The run's :class:`~evalkit.store.history_queries.CaseCounts` as its history
+            recorded them (what ``case_counts`` would read back), or None when none were
+            recorded (a run not complete, or one whose counts could not be recorded).
+        """
         if status == "complete":
             try:
                 with self._transaction():
                     self._record_finish(run_id, status, summary, warnings)
-                    self._record_history(run_id)
-                return
+                    recorded = self._record_history(run_id)
             except (duckdb.Error, StoreError):
                 pass  # rolled back whole: record the finish without the history counts
+            else:
+                return None if recorded is None else CaseCounts(run_id=run_id, **recorded)
         self._record_finish(run_id, status, summary, warnings)
+        return None
 
     def _record_finish(
         self,
@@ -448,10 +457,10 @@ class Store(
         with contextlib.suppress(duckdb.Error, StoreError), self._transaction():
             self._record_history(run_id)
 
-    def _record_history(self, run_id: str) -> None:
+    def _record_history(self, run_id: str) -> dict[str, int] | None:
         from evalkit.store.history_sql import record_history
 
-        record_history(self._con, run_id, self.latest_scoring(run_id))
+        return record_history(self._con, run_id, self.latest_scoring(run_id))
 
     def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
         """Replace the ``warnings`` of a run's manifest (the config hash does not cover them)."""

@@ -89,17 +89,30 @@ GROUP BY o.run_id, o.model ORDER BY o.run_id, outputs DESC, o.model
 """
 
 
-def record_history(con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str) -> None:
+#: What :func:`record_history` returns of the ``ALL`` row it records.
+COUNT_NAMES = ("cases", "decided", "passed", "errored", "unstable")
+
+
+def record_history(
+    con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str
+) -> dict[str, int] | None:
     """Record a finished run's counts (every tag) and usage, for ``scoring_id``, replacing
     what it recorded before: what :func:`tag_counts` and :func:`usage_by_model` read instead of
-    counting the run again. Plain DuckDB (no Polars): it runs at the end of a lean run."""
+    counting the run again. Plain DuckDB (no Polars): it runs at the end of a lean run.
+
+    Returns:
+        The counts of its ``ALL`` row as recorded (:data:`COUNT_NAMES`), so the run's own
+        summary need not read them back; None for a run without cases.
+    """
     con.execute(HISTORY_DDL)
     counts = TAG_COUNTS.format(where="", tag_where="")
     con.execute("DELETE FROM history_counts WHERE run_id = ?", [run_id])
-    con.execute(
+    recorded = con.execute(
         f"INSERT INTO history_counts SELECT run_id, ? AS scoring_id, tag, cases, decided, passed, "
-        f"errored, unstable FROM ({counts})",
+        f"errored, unstable FROM ({counts}) RETURNING tag, {', '.join(COUNT_NAMES)}",
         [scoring_id, [run_id]],
-    )
+    ).fetchall()
     con.execute("DELETE FROM history_usage WHERE run_id = ?", [run_id])
     con.execute(f"INSERT INTO history_usage {USAGE}", [[run_id]])
+    every = [row[1:] for row in recorded if row[0] == ALL]
+    return dict(zip(COUNT_NAMES, map(int, every[0]), strict=True)) if every else None
