@@ -60,7 +60,7 @@ from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
 from evalkit.store.flakes import FlakeRecords
 from evalkit.store.gate_log import GateLog
-from evalkit.store.history_queries import CaseCounts
+from evalkit.store.history_sql import CaseCounts
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.reads import RunReads
@@ -413,7 +413,7 @@ class Store(
         the finish is recorded alone.
 
         Returns:
-            The run's :class:`~evalkit.store.history_queries.CaseCounts` as its history
+            The run's :class:`~evalkit.store.history_sql.CaseCounts` as its history
             recorded them (what ``case_counts`` would read back), or None when none were
             recorded (a run not complete, or one whose counts could not be recorded).
         """
@@ -425,7 +425,7 @@ class Store(
             except (duckdb.Error, StoreError):
                 pass  # rolled back whole: record the finish without the history counts
             else:
-                return None if recorded is None else CaseCounts(run_id=run_id, **recorded)
+                return recorded
         self._record_finish(run_id, status, summary, warnings)
         return None
 
@@ -457,7 +457,7 @@ class Store(
         with contextlib.suppress(duckdb.Error, StoreError), self._transaction():
             self._record_history(run_id)
 
-    def _record_history(self, run_id: str) -> dict[str, int] | None:
+    def _record_history(self, run_id: str) -> CaseCounts | None:
         from evalkit.store.history_sql import record_history
 
         return record_history(self._con, run_id, self.latest_scoring(run_id))

@@ -20,10 +20,17 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evalkit.store.history_sql import ALL, ALL_COUNTS, LATEST, SELECTED, TAG_COUNTS, USAGE
+from evalkit.store.history_sql import (
+    ALL,
+    ALL_COUNTS,
+    LATEST,
+    SELECTED,
+    TAG_COUNTS,
+    USAGE,
+    CaseCounts,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -54,29 +61,6 @@ def tag_counts(store: Store, run_ids: Sequence[str], tag: str | None = None) -> 
     fresh = count_tags(store, rest, tag) if rest else stored.clear()
     frame = pl.concat([stored, fresh.cast(stored.schema)]) if stored.height else fresh
     return frame.sort("run_id", "tag")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CaseCounts:
-    """One run's cases as `evalkit history` counts them (its ``ALL`` row, newest scoring): the
-    cases, those decided (more than half their replays decided), passed by majority of their
-    replays (ties fail), undecided (``errored``) and ``unstable``; ``rate`` = passed / decided.
-
-    Examples:
-        >>> CaseCounts(run_id="r1", cases=16, decided=15, passed=9, errored=1, unstable=2).rate
-        0.6
-    """
-
-    run_id: str
-    cases: int
-    decided: int
-    passed: int
-    errored: int
-    unstable: int
-
-    @property
-    def rate(self) -> float | None:
-        return self.passed / self.decided if self.decided else None
 
 
 def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:

@@ -6,6 +6,7 @@ when a run finishes (:func:`record_history`, called by ``Store.finish_run`` and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -89,30 +90,55 @@ GROUP BY o.run_id, o.model ORDER BY o.run_id, outputs DESC, o.model
 """
 
 
-#: What :func:`record_history` returns of the ``ALL`` row it records.
-COUNT_NAMES = ("cases", "decided", "passed", "errored", "unstable")
+@dataclass(frozen=True, kw_only=True)
+class CaseCounts:
+    """One run's cases as `evalkit history` counts them (its ``ALL`` row, newest scoring): the
+    cases, those decided (more than half their replays decided), passed by majority of their
+    replays (ties fail), undecided (``errored``) and ``unstable``; ``rate`` = passed / decided.
+
+    Examples:
+        >>> CaseCounts(run_id="r1", cases=16, decided=15, passed=9, errored=1, unstable=2).rate
+        0.6
+    """
+
+    run_id: str
+    cases: int
+    decided: int
+    passed: int
+    errored: int
+    unstable: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.decided if self.decided else None
+
+
+#: The counts of a :class:`CaseCounts`, in the order :func:`record_history` returns them.
+_COUNTED = ("cases", "decided", "passed", "errored", "unstable")
 
 
 def record_history(
     con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str
-) -> dict[str, int] | None:
+) -> CaseCounts | None:
     """Record a finished run's counts (every tag) and usage, for ``scoring_id``, replacing
     what it recorded before: what :func:`tag_counts` and :func:`usage_by_model` read instead of
     counting the run again. Plain DuckDB (no Polars): it runs at the end of a lean run.
 
     Returns:
-        The counts of its ``ALL`` row as recorded (:data:`COUNT_NAMES`), so the run's own
-        summary need not read them back; None for a run without cases.
+        The counts of its ``ALL`` row as recorded, so the run's own summary need not read
+        them back; None for a run without cases.
     """
     con.execute(HISTORY_DDL)
     counts = TAG_COUNTS.format(where="", tag_where="")
     con.execute("DELETE FROM history_counts WHERE run_id = ?", [run_id])
     recorded = con.execute(
         f"INSERT INTO history_counts SELECT run_id, ? AS scoring_id, tag, cases, decided, passed, "
-        f"errored, unstable FROM ({counts}) RETURNING tag, {', '.join(COUNT_NAMES)}",
+        f"errored, unstable FROM ({counts}) RETURNING tag, {', '.join(_COUNTED)}",
         [scoring_id, [run_id]],
     ).fetchall()
     con.execute("DELETE FROM history_usage WHERE run_id = ?", [run_id])
     con.execute(f"INSERT INTO history_usage {USAGE}", [[run_id]])
     every = [row[1:] for row in recorded if row[0] == ALL]
-    return dict(zip(COUNT_NAMES, map(int, every[0]), strict=True)) if every else None
+    if not every:
+        return None
+    return CaseCounts(run_id=run_id, **dict(zip(_COUNTED, map(int, every[0]), strict=True)))
