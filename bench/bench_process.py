@@ -688,6 +688,9 @@ def bench_timeline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                         "phases": phase_seconds(other["marks"], PHASES)
                     }
                     row["against_gap_s"] = other["wall_s"] - floor["wall_s"]
+                    # paired by round: this checkout minus the other (negative: this one costs less)
+                    row["vs_against_wall_s"] = ours["wall_s"] - other["wall_s"]
+                    row["vs_against_cpu_s"] = ours["cpu_s"] - other["cpu_s"]
                 rows.append(row)
             entry: dict[str, Any] = {"cases": n, "rounds": rows}
             for side in sides:
@@ -697,9 +700,8 @@ def bench_timeline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     phase: statistics.median(r[side]["phases"][phase] for r in rows)
                     for phase in rows[0][side]["phases"]
                 }
-            for key in ("gap_s", "ratio_floor", "ratio_bare") + (
-                ("against_gap_s",) * bool(against)
-            ):
+            paired = ("against_gap_s", "vs_against_wall_s", "vs_against_cpu_s")
+            for key in ("gap_s", "ratio_floor", "ratio_bare") + (paired if against else ()):
                 entry[f"median_{key}"] = _median(rows, key)
             by_size[str(n)] = entry
     return {
@@ -805,7 +807,9 @@ def _print(mode: str, f: dict[str, Any]) -> None:
                 print(
                     f"  {'':>7}  against {f['against']}: evalkit {e['median_wall_s_against']:.3f}"
                     f" s, gap to the floor {e['median_against_gap_s']:+.3f} s, CPU "
-                    f"{e['median_cpu_s_against']:.3f} s"
+                    f"{e['median_cpu_s_against']:.3f} s; this checkout minus it, paired by "
+                    f"round: wall {e['median_vs_against_wall_s']:+.3f} s, CPU "
+                    f"{e['median_vs_against_cpu_s']:+.3f} s (medians)"
                 )
             for side in ("evalkit", "against", "floor", "bare"):
                 if f"median_phases_{side}" not in e:

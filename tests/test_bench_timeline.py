@@ -88,3 +88,10 @@ def test_against_runs_the_other_checkouts_evalkit_in_the_same_rounds(
     assert entry["median_against_gap_s"] == pytest.approx(
         row["against"]["wall_s"] - row["floor"]["wall_s"]
     )
+    # the before-and-after figures are paired by round: this checkout's minus the other's
+    assert entry["median_vs_against_cpu_s"] == pytest.approx(
+        row["evalkit"]["cpu_s"] - row["against"]["cpu_s"]
+    )
+    assert entry["median_vs_against_wall_s"] == pytest.approx(
+        row["evalkit"]["wall_s"] - row["against"]["wall_s"]
+    )
