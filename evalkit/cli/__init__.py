@@ -77,8 +77,9 @@ COMMAND_GROUP = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global _own_process
+    global _own_process, _teardown_skippable
     _own_process = argv is None  # the process's own command line, not a caller's process
+    _teardown_skippable = False  # each command says so anew: not an earlier call's run in here
     try:
         code = _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:

@@ -134,6 +134,9 @@ CREATE TABLE IF NOT EXISTS history_counts (
     run_id VARCHAR, scoring_id VARCHAR, tag VARCHAR, cases BIGINT, decided BIGINT,
     passed BIGINT, errored BIGINT, unstable BIGINT
 );
+CREATE TABLE IF NOT EXISTS history_rules (
+    run_id VARCHAR, scoring_id VARCHAR, pass_rules VARCHAR
+);
 CREATE TABLE IF NOT EXISTS history_usage (
     run_id VARCHAR, model VARCHAR, outputs BIGINT, cached BIGINT, timed BIGINT,
     latency_ms DOUBLE, cost_usd DOUBLE, total_tokens BIGINT, steps BIGINT
