@@ -33,7 +33,6 @@ from evalkit.corpus.case_index import (
     IndexMismatch,
     ScorerFacts,
     claim_each,
-    index_directory,
     loader_modules,
     reader_fingerprint,
 )
@@ -50,6 +49,7 @@ from evalkit.corpus.cases import (
     _Place,
     _relative,
 )
+from evalkit.corpus.index_trust import trusted_index_directory
 from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_chunks import item_spans
 from evalkit.corpus.yaml_files import find_yaml_files
@@ -159,7 +159,7 @@ def scan_corpus(
     root_path = Path(root).resolve()
     if not root_path.is_dir():
         raise CorpusError("corpus root is not a directory", path=root)
-    directory = index_directory(root_path, index_dir)
+    directory = trusted_index_directory(root_path, index_dir)
     builder = _FactsBuilder(root_path, CaseIndex(directory, _reader_fingerprint()), index_only)
     needed = template_vars(user_template) - {"documents"} if user_template is not None else set()
     facts: list[CaseFacts] = []

@@ -23,7 +23,9 @@ Entries live in ``<corpus root>/.evalkit/case-index/`` (or ``$EVALKIT_CASE_INDEX
 keeps a matrix's index warm), one JSON file per case file (named by the digest of its path,
 replaced when the file changes, so the directory never grows past the corpus), written
 atomically (a temporary file, then a rename); the directory ignores itself for git (a
-``.gitignore`` of ``*``, as ``.pytest_cache`` does).
+``.gitignore`` of ``*``, as ``.pytest_cache`` does). An entry's list of cases is not derived
+again from its file, so a directory git tracks a file in (entries committed by a pull request)
+is never read: :mod:`evalkit.corpus.index_trust` gives the scan a private one instead.
 
 Processes that find no usable entry for a file at the same time (the cold shards of one CI
 matrix started together on one machine or a shared directory) make it once between them: each
