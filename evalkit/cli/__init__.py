@@ -101,6 +101,10 @@ _teardown_skippable = False
 _own_process = False
 
 
+#: pydantic's switch for its plugins ("__all__": none; a comma list: not those).
+_PYDANTIC_PLUGINS_OFF = "PYDANTIC_DISABLE_PLUGINS"
+
+
 @contextlib.contextmanager
 def start_up_imports() -> Iterator[None]:
     """Import a command's modules with the cycle collector off, then freeze what they made;
@@ -144,10 +148,6 @@ def start_up_imports() -> Iterator[None]:
         if collector:
             gc.freeze()
             gc.enable()
-
-
-#: pydantic's switch for its plugins ("__all__": none; a comma list: not those).
-_PYDANTIC_PLUGINS_OFF = "PYDANTIC_DISABLE_PLUGINS"
 
 
 def skip_teardown() -> None:
