@@ -15,12 +15,10 @@ Examples:
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import sys
 import threading
 from collections.abc import Generator, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -316,6 +314,9 @@ class _FactsBuilder:
         processes = _processes(workers, [len(read[i][1] or b"") for i in cold])
         pool, pending = None, {}
         if processes > 1:
+            import multiprocessing  # here: a run that scans in one process never imports it
+            from concurrent.futures import ProcessPoolExecutor
+
             pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
             index = (self.index.directory, self.index.fingerprint)
             pending = {i: pool.submit(_load_apart, self.root, index, *files[i], read[i][1])
@@ -540,6 +541,8 @@ def _processes(workers: int | None, sizes: Sequence[int]) -> int:
         if sum(sizes) < PARALLEL_MIN_BYTES:
             return 1
         workers = _usable_cores()
+    import multiprocessing
+
     if (
         workers < 2
         or "fork" not in multiprocessing.get_all_start_methods()

@@ -20,7 +20,6 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from evalkit.replay_rules import PassRules
@@ -32,6 +31,7 @@ from evalkit.store.history_sql import (
     SELECTED,
     TAG_COUNTS,
     USAGE,
+    CaseCounts,
     manifest_rules,
     stored_rules,
 )
@@ -65,33 +65,6 @@ def tag_counts(store: Store, run_ids: Sequence[str], tag: str | None = None) -> 
     fresh = count_tags(store, rest, tag) if rest else stored.clear()
     frame = pl.concat([stored, fresh.cast(stored.schema)]) if stored.height else fresh
     return frame.sort("run_id", "tag")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CaseCounts:
-    """One run's cases as `evalkit history` counts them (its ``ALL`` row, newest scoring): the
-    cases, those decided (more than half their replays decided), passed under the run's replay
-    pass rules (``pass_rules``; majority by default, ties fail), undecided (``errored``) and
-    ``unstable``; ``rate`` = passed / decided.
-
-    Examples:
-        >>> CaseCounts(run_id="r1", cases=16, decided=15, passed=9, errored=1, unstable=2).rate
-        0.6
-    """
-
-    run_id: str
-    cases: int
-    decided: int
-    passed: int
-    errored: int
-    unstable: int
-    # the replay pass rules the counts follow: the run's own (its manifest's), majority for a
-    # run whose counts were recorded before the rules were (`history_sql.record_history`)
-    pass_rules: PassRules = field(default_factory=PassRules)
-
-    @property
-    def rate(self) -> float | None:
-        return self.passed / self.decided if self.decided else None
 
 
 def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -96,21 +97,59 @@ GROUP BY o.run_id, o.model ORDER BY o.run_id, outputs DESC, o.model
 """
 
 
-def record_history(con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str) -> None:
+@dataclass(frozen=True, kw_only=True)
+class CaseCounts:
+    """One run's cases as `evalkit history` counts them (its ``ALL`` row, newest scoring): the
+    cases, those decided (more than half their replays decided), passed under the run's replay
+    pass rules (``pass_rules``; majority by default, ties fail), undecided (``errored``) and
+    ``unstable``; ``rate`` = passed / decided.
+
+    Examples:
+        >>> CaseCounts(run_id="r1", cases=16, decided=15, passed=9, errored=1, unstable=2).rate
+        0.6
+    """
+
+    run_id: str
+    cases: int
+    decided: int
+    passed: int
+    errored: int
+    unstable: int
+    # the replay pass rules the counts follow: the run's own (its manifest's), majority for a
+    # run whose counts were recorded before the rules were (`history_sql.record_history`)
+    pass_rules: PassRules = field(default_factory=PassRules)
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.decided if self.decided else None
+
+
+#: The counts of a :class:`CaseCounts`, in the order :func:`record_history` returns them.
+_COUNTED = ("cases", "decided", "passed", "errored", "unstable")
+
+
+def record_history(
+    con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str
+) -> CaseCounts | None:
     """Record a finished run's counts (every tag) and usage, for ``scoring_id``, replacing
     what it recorded before: what :func:`tag_counts` and :func:`usage_by_model` read instead of
     counting the run again. The counts follow the replay pass rules the run's manifest pinned
     (`run_rules`), recorded beside them in ``history_rules`` (a run recorded before had none:
-    its counts are by majority). Plain DuckDB (no Polars): it runs at the end of a lean run."""
+    its counts are by majority). Plain DuckDB (no Polars): it runs at the end of a lean run.
+
+    Returns:
+        The counts of its ``ALL`` row as recorded (with those rules), so the run's own summary
+        need not read them back; None for a run without cases.
+    """
     con.execute(HISTORY_DDL)
     rules = run_rules(con, [run_id]).get(run_id, PassRules())
     counts = TAG_COUNTS.format(where="", tag_where="", passes=rules.sql("tags", "case_id"))
     con.execute("DELETE FROM history_counts WHERE run_id = ?", [run_id])
-    con.execute(
+    recorded = con.execute(
         f"INSERT INTO history_counts SELECT run_id, ? AS scoring_id, tag, cases, decided, passed, "
-        f"errored, unstable FROM ({counts})",
+        f"errored, unstable FROM ({counts}) RETURNING tag, {', '.join(_COUNTED)}",
         [scoring_id, [run_id]],
-    )
+    ).fetchall()
     con.execute("DELETE FROM history_rules WHERE run_id = ?", [run_id])
     con.execute(
         "INSERT INTO history_rules VALUES (?, ?, ?)",
@@ -118,6 +157,11 @@ def record_history(con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str)
     )
     con.execute("DELETE FROM history_usage WHERE run_id = ?", [run_id])
     con.execute(f"INSERT INTO history_usage {USAGE}", [[run_id]])
+    every = [row[1:] for row in recorded if row[0] == ALL]
+    if not every:
+        return None
+    numbers = dict(zip(_COUNTED, map(int, every[0]), strict=True))
+    return CaseCounts(run_id=run_id, pass_rules=rules, **numbers)
 
 
 #: Each selected run's manifest: where its replay pass rules are pinned.
