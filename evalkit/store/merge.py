@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ import polars as pl
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.run_manifest import RunManifest
+from evalkit.store.batches import STAGE_MEMORY
 from evalkit.store.db import Store
 from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, corpus_problem
 from evalkit.store.parts import PartInfo, PartsRoot
@@ -49,8 +50,12 @@ from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 if TYPE_CHECKING:
     import duckdb
 
-#: Output parts merged per transaction.
+#: At most this many output parts are merged per transaction ...
 BATCH_PARTS = 64
+#: ... and parts are added to a batch only while it holds fewer output rows than this: what a
+#: merge holds at once is one batch (of at most this many rows plus one part), however large
+#: the run.
+BATCH_ROWS = 50_000
 #: The merge's watermark, two rows of ``merged_parts`` beside the parts' names (no part is
 #: named so: part names are ``<table>/<chunk>-<attempt>``): the run's stored real keys after
 #: the last merge, and its rows in ``outputs`` then. A merge with no new part and the same
@@ -110,6 +115,15 @@ class _Merger:
         self._has_table: Callable[[str], bool] = store._has_table
 
     def merge(self, root: PartsRoot, run_id: str) -> MergeResult:
+        # DuckDB's buffer pool keeps the blocks a merge writes up to its limit (most of the
+        # machine's memory by default): held lower, it writes them out instead
+        self._con.execute(f"SET memory_limit = '{STAGE_MEMORY}'")
+        try:
+            return self._merge(root, run_id)
+        finally:
+            self._con.execute("RESET memory_limit")
+
+    def _merge(self, root: PartsRoot, run_id: str) -> MergeResult:
         manifest, stored_run = self._manifest(root, run_id)
         merged = self._merged(run_id)
         replays = manifest.replays
@@ -135,7 +149,10 @@ class _Merger:
                 cases_added=0,
             )
         side = self._side_parts(root, run_id, pending)
-        mentioned = _case_ids_of(root, [*pending, *side["scores"].values()])
+        # the stored cases are looked up by the ids the pending rows name, and only when the
+        # store has the run: a new run's cases all come from its parts
+        named = [*pending, *side["scores"].values()]
+        mentioned = _case_ids_of(root, named) if stored_run else set()
         cases, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
         for part in pending:  # all of them before anything is written
             attempt = (part.chunk_id, part.attempt)
@@ -149,10 +166,12 @@ class _Merger:
                 if cases.height:
                     self._append("cases", cases.select(list(CASE_SCHEMA)))
                 self._append("merged_parts", case_records)
+        cases_added = cases.height
+        del cases  # stored: the batches below hold only their own rows
         added = scores_added = cache_added = duplicates = 0
-        for start in range(0, len(pending), BATCH_PARTS):
-            batch = pending[start : start + BATCH_PARTS]
-            outputs = scrub_outputs(_read_tagged(root, batch, OUTPUT_SCHEMA))
+        for batch, read in _output_batches(root, pending):
+            outputs = scrub_outputs(read)
+            del read
             first = outputs.sort("_order", maintain_order=True).unique(
                 ["case_id", "replay"], keep="first", maintain_order=True
             )
@@ -204,7 +223,7 @@ class _Merger:
         # valid watermark grows by the winners; only without one are the real keys counted
         real = (
             watermark + added
-            if watermark is not None and not cases.height
+            if watermark is not None and not cases_added
             else self._real_keys(run_id, replays)
         )
         self._set_watermark(run_id, real)
@@ -220,7 +239,7 @@ class _Merger:
             expected=expected,
             config_hash=manifest.config_hash,
             label=manifest.run.label,
-            cases_added=cases.height,
+            cases_added=cases_added,
         )
 
     def _stored_of(self, run_id: str, keys: pl.DataFrame) -> pl.DataFrame:
@@ -345,10 +364,13 @@ class _Merger:
         cases = pl.concat([pl.DataFrame(schema=CASE_SCHEMA), *frames]).unique(
             "case_id", keep="first", maintain_order=True
         )
-        new_ids = set(cases["case_id"].to_list())
-        stored = self._stored_cases(run_id, mentioned | new_ids) if stored_run else set()
+        new_ids = cases["case_id"]  # a Series: a million ids as Python strings would not be
+        if not stored_run:
+            return cases, RunKeys(run_id, new_ids, replays)
+        stored = self._stored_cases(run_id, mentioned | set(new_ids.to_list()))
         new = cases.filter(~pl.col("case_id").is_in(list(stored)))
-        return new, RunKeys(run_id, frozenset(stored | new_ids), replays)
+        known = pl.concat([pl.Series("case_id", sorted(stored), pl.String), new_ids]).unique()
+        return new, RunKeys(run_id, known, replays)
 
     def _stored_cases(self, run_id: str, case_ids: set[str]) -> set[str]:
         """Which of ``case_ids`` the stored run has."""
@@ -452,6 +474,27 @@ def _read_tagged(
     if not frames:
         return pl.DataFrame(schema={**schema, "_order": pl.Int64})
     return pl.concat(frames, how="vertical")
+
+
+def _output_batches(
+    root: PartsRoot, parts: Sequence[PartInfo]
+) -> Iterator[tuple[list[PartInfo], pl.DataFrame]]:
+    """``parts`` in order, a batch at a time: (its parts, their outputs rows tagged as
+    :func:`_read_tagged` tags them); a batch takes parts while it holds fewer than
+    :data:`BATCH_ROWS` rows (and fewer than :data:`BATCH_PARTS` parts), one part at least."""
+    batch: list[PartInfo] = []
+    frames: list[pl.DataFrame] = []
+    rows = 0
+    for part in parts:
+        frame = root.read_frame(part).with_columns(pl.lit(len(batch), pl.Int64).alias("_order"))
+        batch.append(part)
+        frames.append(frame)
+        rows += frame.height
+        if rows >= BATCH_ROWS or len(batch) >= BATCH_PARTS:
+            yield batch, pl.concat(frames, how="vertical")
+            batch, frames, rows = [], [], 0
+    if batch:
+        yield batch, pl.concat(frames, how="vertical")
 
 
 def _case_ids_of(root: PartsRoot, parts: Sequence[PartInfo]) -> set[str]:
