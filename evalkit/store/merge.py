@@ -42,9 +42,15 @@ from evalkit.redact import redact_known
 from evalkit.run_manifest import RunManifest
 from evalkit.store.batches import STAGE_MEMORY
 from evalkit.store.db import Store
-from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, corpus_problem
-from evalkit.store.parts import PartInfo, PartsRoot
-from evalkit.store.schema import MERGED_PARTS_DDL, OUTPUT_SCHEMA, SCORE_SCHEMA, initial_scoring_id
+from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, digest_problem
+from evalkit.store.parts import ROW_GROUP_ROWS, PartInfo, PartsRoot
+from evalkit.store.schema import (
+    MERGED_PARTS_DDL,
+    OUTPUT_SCHEMA,
+    SCORE_SCHEMA,
+    initial_scoring_id,
+    sorted_corpus_digest,
+)
 from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
 if TYPE_CHECKING:
@@ -121,7 +127,10 @@ class _Merger:
         try:
             return self._merge(root, run_id)
         finally:
-            self._con.execute("RESET memory_limit")
+            self._con.execute(
+                "DROP TABLE IF EXISTS _merge_cases; DROP TABLE IF EXISTS _merge_new; "
+                "RESET memory_limit"
+            )
 
     def _merge(self, root: PartsRoot, run_id: str) -> MergeResult:
         manifest, stored_run = self._manifest(root, run_id)
@@ -153,21 +162,19 @@ class _Merger:
         # store has the run: a new run's cases all come from its parts
         named = [*pending, *side["scores"].values()]
         mentioned = _case_ids_of(root, named) if stored_run else set()
-        cases, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
+        cases_added, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
         for part in pending:  # all of them before anything is written
             attempt = (part.chunk_id, part.attempt)
             root.check_attempt(part, side["scores"].get(attempt), side["cache"].get(attempt), keys)
         self._con.execute(MERGED_PARTS_DDL)
         case_records = _records(run_id, [(p.name, -1) for p in new_cases])
         if not stored_run:
-            self._record_run(run_id, manifest, cases, case_records)
+            self._record_run(run_id, manifest, cases_added, case_records)
         elif new_cases:
             with self._transaction():
-                if cases.height:
-                    self._append("cases", cases.select(list(CASE_SCHEMA)))
+                if cases_added:
+                    self._insert_new_cases()
                 self._append("merged_parts", case_records)
-        cases_added = cases.height
-        del cases  # stored: the batches below hold only their own rows
         added = scores_added = cache_added = duplicates = 0
         for batch, read in _output_batches(root, pending):
             outputs = scrub_outputs(read)
@@ -342,35 +349,88 @@ class _Merger:
         stored_run: bool,
         parts: Sequence[PartInfo],
         mentioned: set[str],
-    ) -> tuple[pl.DataFrame, RunKeys]:
-        """The cases the not yet merged cases ``parts`` add to the store (each checked to be
-        the run's corpus, first written wins), and the keys the pending rows must have: the
-        run's case ids among ``mentioned`` (the case ids of the pending parts) and the new
-        cases. Only those ids are looked up in the store, never the run's whole case list."""
+    ) -> tuple[int, RunKeys]:
+        """Stage the cases the not yet merged cases ``parts`` add to the store in the temporary
+        table ``_merge_new`` (each part checked to be the run's corpus or one of its shares,
+        first written wins); returns how many, and the keys the pending rows must have: the
+        run's case ids among ``mentioned`` (the case ids of the pending parts) and the parts'
+        cases. Only those ids are looked up in the store, never the run's whole case list.
+
+        A part goes through DuckDB a batch at a time (``_merge_cases``, spilled to disk past
+        the merge's memory limit): its ids are counted and hashed there, in order, as a stream;
+        its rows never come into Python whole."""
         replays = manifest.replays
         if not parts and not stored_run:
             raise StoreError(
                 f"{root}: run {run_id} has no cases part (expected under "
                 f"{root.run_dir(run_id)}/parts/cases/): run one of its shards again"
             )
-        frames = []
-        for part in parts:
-            frame = root.read_frame(part)
-            problem = RunKeys(run_id, frozenset(), replays).refusal("cases", frame)
-            problem = problem or corpus_problem(frame, manifest.corpus)
+        columns = ", ".join(CASE_SCHEMA)
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _merge_cases AS SELECT {columns}, 0::INTEGER AS "
+            "_part, 0::BIGINT AS _row FROM cases LIMIT 0"
+        )
+        run_only = RunKeys(run_id, frozenset(), replays)
+        for index, part in enumerate(parts):
+            rows = 0
+            for frame in root.read_batches(part, ROW_GROUP_ROWS):
+                problem = run_only.refusal("cases", frame)
+                if problem:
+                    raise root.refused(part, problem)
+                self._append(
+                    "_merge_cases",
+                    frame.with_columns(
+                        pl.lit(index, pl.Int32).alias("_part"),
+                        pl.int_range(rows, rows + frame.height, dtype=pl.Int64).alias("_row"),
+                    ),
+                )
+                rows += frame.height
+            problem = self._staged_corpus_problem(index, manifest.corpus)
             if problem:
                 raise root.refused(part, problem)
-            frames.append(frame)
-        cases = pl.concat([pl.DataFrame(schema=CASE_SCHEMA), *frames]).unique(
-            "case_id", keep="first", maintain_order=True
+        # first written wins among the parts, and a case the run has already wins over both
+        not_stored = "WHERE case_id NOT IN (SELECT case_id FROM cases WHERE run_id = ?) "
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT {columns} FROM _merge_cases "
+            f"{not_stored if stored_run else ''}QUALIFY row_number() OVER (PARTITION BY case_id "
+            "ORDER BY _part, _row) = 1 ORDER BY _part, _row",
+            [run_id] if stored_run else [],
         )
-        new_ids = cases["case_id"]  # a Series: a million ids as Python strings would not be
+        ((added,),) = self._con.execute("SELECT count(*) FROM _merge_new").fetchall()
+        new_ids = self._frame_of(
+            "SELECT DISTINCT case_id FROM _merge_cases", [], {"case_id": pl.String()}
+        )["case_id"]  # a Series: a million ids as Python strings would not be bounded
         if not stored_run:
-            return cases, RunKeys(run_id, new_ids, replays)
-        stored = self._stored_cases(run_id, mentioned | set(new_ids.to_list()))
-        new = cases.filter(~pl.col("case_id").is_in(list(stored)))
+            return int(added), RunKeys(run_id, new_ids, replays)
+        stored = self._stored_cases(run_id, mentioned)
         known = pl.concat([pl.Series("case_id", sorted(stored), pl.String), new_ids]).unique()
-        return new, RunKeys(run_id, known, replays)
+        return int(added), RunKeys(run_id, known, replays)
+
+    def _staged_corpus_problem(self, index: int, corpus: Any) -> str | None:
+        """`corpus_problem` of the staged part ``index``: its ids counted, and hashed in
+        ascending order a record batch at a time."""
+        ((count, distinct),) = self._con.execute(
+            "SELECT count(*), count(DISTINCT case_id) FROM _merge_cases WHERE _part = ?", [index]
+        ).fetchall()
+        if count != distinct:
+            return "a case id appears twice"
+        reader = self._con.sql(
+            "SELECT case_id, case_hash FROM _merge_cases WHERE _part = ? "
+            "ORDER BY case_id, case_hash",
+            params=[index],
+        ).to_arrow_reader(BATCH_ROWS)
+        pairs = (
+            pair
+            for batch in reader
+            for pair in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        )
+        digest, _ = sorted_corpus_digest(pairs)
+        return digest_problem(digest, int(count), corpus)
+
+    def _insert_new_cases(self) -> None:
+        """The cases :meth:`_cases` staged, into the store (inside the caller's transaction)."""
+        columns = ", ".join(CASE_SCHEMA)
+        self._con.execute(f"INSERT INTO cases ({columns}) SELECT {columns} FROM _merge_new")
 
     def _stored_cases(self, run_id: str, case_ids: set[str]) -> set[str]:
         """Which of ``case_ids`` the stored run has."""
@@ -384,7 +444,7 @@ class _Merger:
         return {row[0] for row in rows}
 
     def _record_run(
-        self, run_id: str, manifest: RunManifest, cases: pl.DataFrame, merged: pl.DataFrame
+        self, run_id: str, manifest: RunManifest, cases_added: int, merged: pl.DataFrame
     ) -> None:
         """The run, its own scoring, its cases and the cases parts they came from (``merged``),
         in one transaction."""
@@ -404,8 +464,8 @@ class _Merger:
                 "VALUES (?, ?, ?, 'run')",
                 [initial_scoring_id(run_id), run_id, _now()],
             )
-            if cases.height:
-                self._append("cases", cases.select(list(CASE_SCHEMA)))
+            if cases_added:
+                self._insert_new_cases()
             self._append("merged_parts", merged)
 
     def _merged(self, run_id: str) -> dict[str, int]:

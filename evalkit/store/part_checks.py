@@ -153,14 +153,20 @@ def corpus_problem(cases: pl.DataFrame, corpus: CorpusInfo) -> str | None:
     if cases["case_id"].n_unique() != cases.height:
         return "a case id appears twice"
     digest = corpus_digest(zip(cases["case_id"], cases["case_hash"], strict=True))
-    if cases.height == corpus.n_cases and digest == corpus.hash:
+    return digest_problem(digest, cases.height, corpus)
+
+
+def digest_problem(digest: str, count: int, corpus: CorpusInfo) -> str | None:
+    """:func:`corpus_problem` of a cases part of ``count`` distinct case ids whose
+    :func:`corpus_digest` is ``digest`` (a merge that hashed them as a stream)."""
+    if count == corpus.n_cases and digest == corpus.hash:
         return None
     shares = _shares(corpus.shares)
-    if (digest, cases.height) in shares:
+    if (digest, count) in shares:
         return None
     of_shares = f" nor one of its {len(shares)} shards' shares" if shares else ""
     return (
-        f"its {cases.height} cases (hash {digest[:12]}) are not the run's corpus "
+        f"its {count} cases (hash {digest[:12]}) are not the run's corpus "
         f"({corpus.n_cases} cases, hash {str(corpus.hash)[:12]}){of_shares}"
     )
 
