@@ -52,9 +52,10 @@ class RunData:
     # Its cases as `evalkit run` and `evalkit history` count them: its own pass rate, per case
     # over all its checks (`evalkit.store.history_queries.case_counts`).
     case_counts: CaseCounts | None = None
-    # The read-only store holding the outputs' `DETAIL_COLUMNS` when ``outputs`` was read
-    # without them (`load_run(thin=True)`: the gate's); `output_details` reads them per case.
-    details: Any = field(default=None, repr=False, compare=False)
+    # The store file holding the outputs' `DETAIL_COLUMNS` when ``outputs`` was read without
+    # them (`load_run(thin=True)`: the gate's); `output_details` reads them per case. A path,
+    # not the store: the comparison is handed to the gate's notebook kernel as a pickle.
+    details_db: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "manifest", as_manifest(self.manifest))
@@ -255,10 +256,12 @@ def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
         >>> output_details(run, ["b"])["text"].to_list()
         ['no']
     """
-    if run.details is None or all(c in run.outputs.columns for c in DETAIL_COLUMNS):
+    if run.details_db is None or all(c in run.outputs.columns for c in DETAIL_COLUMNS):
         return run.outputs.filter(pl.col("case_id").is_in(list(case_ids)))
-    store: Store = run.details
-    return store.outputs(run.run_id, ordered=False, case_ids=list(case_ids))
+    from evalkit.store import open_store
+
+    with open_store(run.details_db, read_only=True) as store:
+        return store.outputs(run.run_id, ordered=False, case_ids=list(case_ids))
 
 
 def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
@@ -302,7 +305,7 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         scores=scores,
         summary=dict(stored or {}),
         case_counts=case_counts(store, [run_id]).get(run_id),
-        details=store if thin else None,
+        details_db=str(store.path) if thin else None,
     )
 
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.compare.analysis import output_details
 from evalkit.compare.verdicts import replay_verdicts, verdicts
 
 if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus or store
@@ -74,6 +73,9 @@ def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | 
 def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
     if not ids or not run.scores.columns:
         return {}
+    from evalkit.compare.analysis import output_details  # not at import: a report read back
+    # from a file (the gate notebook's kernel) needs no store
+
     mine = pl.col("case_id").is_in(ids)
     out = output_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
     sc = run.scores.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
@@ -159,6 +161,8 @@ def trajectories(
         names = [str((c.get("function") or {}).get("name") or c.get("name") or "?") for c in made
                  if isinstance(c, dict)]  # fmt: skip
         return " → ".join(names) or "(no tool calls)"
+
+    from evalkit.compare.analysis import output_details
 
     ids = [case for case, _, _ in cases]
     base, cand = output_details(cmp.base, ids), output_details(cmp.cand, ids)
