@@ -19,6 +19,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -40,11 +41,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing
 
 from evalkit.compare.analysis import load_comparison  # noqa: E402
-from evalkit.compare.gate import decide  # noqa: E402
+from evalkit.compare.gate import decide, usage_table  # noqa: E402
 from evalkit.compare.paired import flips  # noqa: E402
 from evalkit.compare.policy import GatePolicy  # noqa: E402
 from evalkit.compare.slices import slices  # noqa: E402
-from evalkit.compare.usage_deltas import usage_deltas  # noqa: E402
 from evalkit.corpus.cases import Case  # noqa: E402
 from evalkit.store import (  # noqa: E402
     OUTPUT_SCHEMA,
@@ -64,6 +64,7 @@ EDIT_EVERY = 1000  # case ids with i % EDIT_EVERY == 7 are edited in the candida
 MUST_PASS_EVERY = 500
 DOWN_EVERY = 5000  # case ids with i % DOWN_EVERY == 11 error on every replay
 DISORDER = 256  # completion order: how far a row may move from its case order
+BUDGETS = (("latency_s", 0.5), ("total_tokens", 1.25))  # relative budgets, the 2nd growth phase
 
 
 @dataclass(frozen=True)
@@ -324,8 +325,11 @@ def run(n_cases: int, replays: int, batch: int, keep: Path | None = None) -> dic
                 table = slices(comparison.paired)
             with phase(timings, "gate"):
                 decision = decide(comparison.paired, policy, corpus=comparison.cand.cases)
-            with phase(timings, "paired_growth"):  # gate.relative_budgets' paired comparison
-                growth = usage_deltas(comparison.paired, policy.critical_tags)
+            with phase(timings, "paired_growth"):  # the report's table: no budget, t intervals
+                growth = usage_table(comparison.paired, policy)
+            budgeted = dataclasses.replace(policy, relative_budgets=BUDGETS)
+            with phase(timings, "paired_growth_budgeted"):  # the budgeted rows bootstrapped
+                growth_budgeted = usage_table(comparison.paired, budgeted)
             outputs = comparison.base.outputs.height + comparison.cand.outputs.height
             score_rows = comparison.base.scores.height + comparison.cand.scores.height
     want = expected(n_cases, (b_counts[0], b_counts[1]), (c_counts[0], c_counts[1]))
@@ -355,6 +359,8 @@ def run(n_cases: int, replays: int, batch: int, keep: Path | None = None) -> dic
         analysis_s=analysis_s,
         growth_rows=growth.height,
         growth_share=timings["paired_growth"]["s"] / analysis_s,
+        growth_budgeted_share=timings["paired_growth_budgeted"]["s"] / analysis_s,
+        growth_bootstrapped=int((growth_budgeted["interval"] == "paired bootstrap").sum()),
         analysis_peak_rss_mib=max(timings[p]["peak_rss_mib"] for p in timings if p != "ingest"),
         ru_maxrss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
@@ -373,8 +379,8 @@ def _print(f: dict[str, Any]) -> None:
         f"batches of {s['batch']} cases); generating the frames {f['generate_s']:.2f} s; "
         f"peak RSS {p['ingest']['peak_rss_mib']:.0f} MiB"
     )
-    for name in ("load_and_compare", "slices", "gate", "paired_growth"):
-        print(f"  {name:17} {p[name]['s']:6.2f} s   peak RSS {p[name]['peak_rss_mib']:6.0f} MiB")
+    for name in ("load_and_compare", "slices", "gate", "paired_growth", "paired_growth_budgeted"):
+        print(f"  {name:22} {p[name]['s']:6.2f} s   peak RSS {p[name]['peak_rss_mib']:6.0f} MiB")
     print(
         f"analysis (verdicts + paired frame + {f['slices']} slices + gate): "
         f"{f['analysis_s']:.2f} s; peak RSS {f['analysis_peak_rss_mib']:.0f} MiB "
@@ -382,7 +388,9 @@ def _print(f: dict[str, Any]) -> None:
     )
     print(
         f"paired cost/latency/steps growth ({f['growth_rows']} slice x metric rows): "
-        f"{f['growth_share']:.1%} of the analysis time"
+        f"{f['growth_share']:.1%} of the analysis time with no relative budget (t intervals); "
+        f"{f['growth_budgeted_share']:.1%} with {dict(BUDGETS)} on the critical tags "
+        f"({f['growth_bootstrapped']} rows bootstrapped)"
     )
     a = f["all_slice"]
     print(

@@ -15,14 +15,14 @@ the demo simulator on loopback with a fixed latency and no noise. Three figures:
             its first request, by :func:`run_shard` itself with its chunks stood in for: the
             corpus read, the manifest, the units ordered, the cases part written. Three ways,
             in one process, alternated: today's (``load_corpus`` of the whole corpus), through
-            the case index cold (every file parsed once, entries written) and warm (entries
-            read, only the share's cases built); and what warms the index for a CI matrix,
-            ``evalkit cases index`` (:func:`refresh_index`) on a fresh index, in this process
-            alone and with one worker process per core (when there are several files:
-            ``--per-file``), with the CPU seconds of this process and of the workers (on a
-            busy machine the kernel's autogroups share one session's CPU among all its
-            processes, so only the CPU figures say what free cores would give); seconds, the
-            ratios and ``uptime``'s load.
+            the case index cold (every file parsed once, entries written, then only the
+            share's cases built) and warm (entries read, only the share's cases built); and
+            what warms the index for a CI matrix, ``evalkit cases index``
+            (:func:`refresh_index`) on a fresh index, in this process alone and with one
+            worker process per core (when there are several files: ``--per-file``), with the
+            CPU seconds of this process and of the workers (on a busy machine the kernel's
+            autogroups share one session's CPU among all its processes, so only the CPU
+            figures say what free cores would give); seconds, the ratios and ``uptime``'s load.
 
 On a 2-core machine the two Ray workers, the driver and the simulator share the same two
 cores, so this measures the engine's overhead, not a speed-up; on a cluster each worker has
@@ -157,7 +157,7 @@ def _shard_cost(config: Path, how: str, index: Path, run: int) -> dict[str, Any]
     if how == "whole":
         corpus: Any = load_corpus(config.parent, defer_scorers=True)
     else:
-        corpus = scan_corpus(config.parent, index_dir=index)
+        corpus = scan_corpus(config.parent, index_dir=index, index_only=True)  # as a shard
     read_s = time.perf_counter() - started
     real, sharded.run_chunk = sharded.run_chunk, no_chunk  # type: ignore[assignment]
     try:

@@ -46,7 +46,8 @@ the same invocation; ratios are medians over ``--rounds``.
     phase is the time between two marks (:data:`PHASES`: startup, parse, imports, corpus,
     store_open, run_record, first_request, first_answer, answers, last_batch, summary, close,
     print, exit). The gap to the floor is evalkit's wall minus the floor's, per round. Target:
-    <= 0.35 s at 20 cases.
+    <= 0.35 s at 20 cases. ``--against CHECKOUT`` also runs that tree's ``evalkit run`` in
+    each round (first in every other round): before and after a change in one invocation.
 
 Correctness is checked, not assumed: the server's request counter must equal N for every run
 (bare or evalkit), and the store must hold N outputs and 2N score rows, all passed.
@@ -60,6 +61,7 @@ Usage:
     .venv/bin/python bench/bench_process.py rss
     .venv/bin/python bench/bench_process.py curve --sizes 1000 10000 100000 --rounds 1
     .venv/bin/python bench/bench_process.py timeline --sizes 20 1000 --rounds 3
+    .venv/bin/python bench/bench_process.py timeline --sizes 20 --against /tmp/evalkit-before
     .venv/bin/python bench/bench_process.py whole --cases 40 --rounds 1 --json out.json
 """
 
@@ -356,9 +358,11 @@ def run_evalkit(
     concurrency: int,
     transport: str | None,
     timeline: bool = False,
+    checkout: Path | None = None,
 ) -> dict[str, Any]:
     """``evalkit run`` in its own process into a fresh store; counts what it stored.
-    ``timeline``: with ``EVALKIT_TIMELINE=1``, so its phase marks are in ``marks``."""
+    ``timeline``: with ``EVALKIT_TIMELINE=1``, so its phase marks are in ``marks``;
+    ``checkout``: the evalkit of that tree (another commit's) rather than this one's."""
     db.unlink(missing_ok=True)
     command = [
         sys.executable, "-m", "evalkit.cli", "run", "--config", str(config), "--db", str(db),
@@ -368,7 +372,10 @@ def run_evalkit(
     if transport is not None:  # None: whatever the default is
         command += ["--set", f"system.transport={transport}"]
     server.reset_stats()
-    proc = measure(command, env={"EVALKIT_TIMELINE": "1"} if timeline else None)
+    env = {"EVALKIT_TIMELINE": "1"} if timeline else {}
+    if checkout is not None:  # -m puts the working directory first on sys.path: run there
+        env["PYTHONPATH"] = str(checkout)
+    proc = measure(command, cwd=checkout, env=env)
     served = _served(server)
     counts = _stored(db)
     db.unlink(missing_ok=True)
@@ -645,42 +652,65 @@ def phase_seconds(
 
 def bench_timeline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Phases of ``evalkit run`` (``EVALKIT_TIMELINE=1``) beside the floor and the bare loop,
-    alternately, per size; the gap to the floor is evalkit's wall minus the floor's."""
+    alternately, per size; the gap to the floor is evalkit's wall minus the floor's. With
+    ``--against`` another checkout's ``evalkit run`` too, in each round (before and after a
+    change in one invocation, side ``against``)."""
     sizes = args.sizes or [20, 1000]
     conc = args.concurrency or 32
     transport = args.transport[0]
+    against = Path(args.against).resolve() if args.against else None
+    sides = ("floor", "bare", "evalkit") + (("against",) if against else ())
     by_size: dict[str, Any] = {}
     with start_demo_server(noise=False, latency_ms=args.latency_ms) as server:
         run_floor(server, min(sizes), conc)  # warm-up: page cache, first sockets
         for n in sizes:
             config = write_corpus(root / f"corpus-{n}", n, conc)
             rows = []
-            for _ in range(args.rounds):
+            for number in range(args.rounds):
                 floor, bare = run_floor(server, n, conc), run_bare(server, n, conc)
-                ours = run_evalkit(server, config, root / "t.duckdb", conc, _t(transport), True)
-                rows.append(
-                    {
-                        "floor": _drop_stdout(floor) | {"phases": _loop_phases(floor)},
-                        "bare": _drop_stdout(bare) | {"phases": _loop_phases(bare)},
-                        "evalkit": _drop_stdout(ours)
-                        | {"phases": phase_seconds(ours["marks"], PHASES)},
-                        "gap_s": ours["wall_s"] - floor["wall_s"],
-                        "ratio_floor": ours["wall_s"] / floor["wall_s"],
-                        "ratio_bare": ours["wall_s"] / bare["wall_s"],
+                db = root / "t.duckdb"
+                if against is not None and number % 2 == 1:  # who goes first alternates
+                    other = run_evalkit(server, config, db, conc, _t(transport), True, against)
+                ours = run_evalkit(server, config, db, conc, _t(transport), True)
+                if against is not None and number % 2 == 0:
+                    other = run_evalkit(server, config, db, conc, _t(transport), True, against)
+                row = {
+                    "floor": _drop_stdout(floor) | {"phases": _loop_phases(floor)},
+                    "bare": _drop_stdout(bare) | {"phases": _loop_phases(bare)},
+                    "evalkit": _drop_stdout(ours)
+                    | {"phases": phase_seconds(ours["marks"], PHASES)},
+                    "gap_s": ours["wall_s"] - floor["wall_s"],
+                    "ratio_floor": ours["wall_s"] / floor["wall_s"],
+                    "ratio_bare": ours["wall_s"] / bare["wall_s"],
+                }
+                if against is not None:
+                    row["against"] = _drop_stdout(other) | {
+                        "phases": phase_seconds(other["marks"], PHASES)
                     }
-                )
+                    row["against_gap_s"] = other["wall_s"] - floor["wall_s"]
+                    # paired by round: this checkout minus the other (negative: this one costs less)
+                    row["vs_against_wall_s"] = ours["wall_s"] - other["wall_s"]
+                    row["vs_against_cpu_s"] = ours["cpu_s"] - other["cpu_s"]
+                rows.append(row)
             entry: dict[str, Any] = {"cases": n, "rounds": rows}
-            for side in ("floor", "bare", "evalkit"):
+            for side in sides:
                 entry[f"median_wall_s_{side}"] = statistics.median(r[side]["wall_s"] for r in rows)
                 entry[f"median_cpu_s_{side}"] = statistics.median(r[side]["cpu_s"] for r in rows)
                 entry[f"median_phases_{side}"] = {
                     phase: statistics.median(r[side]["phases"][phase] for r in rows)
                     for phase in rows[0][side]["phases"]
                 }
-            for key in ("gap_s", "ratio_floor", "ratio_bare"):
+            paired = ("against_gap_s", "vs_against_wall_s", "vs_against_cpu_s")
+            for key in ("gap_s", "ratio_floor", "ratio_bare") + (paired if against else ()):
                 entry[f"median_{key}"] = _median(rows, key)
             by_size[str(n)] = entry
-    return {"sizes": sizes, "concurrency": conc, "transport": transport, "by_size": by_size}
+    return {
+        "sizes": sizes,
+        "concurrency": conc,
+        "transport": transport,
+        "against": str(against or ""),
+        "by_size": by_size,
+    }
 
 
 def _loop_phases(row: dict[str, Any]) -> dict[str, float]:
@@ -773,7 +803,17 @@ def _print(mode: str, f: dict[str, Any]) -> None:
                 f"CPU evalkit {e['median_cpu_s_evalkit']:.3f} s, floor "
                 f"{e['median_cpu_s_floor']:.3f} s, bare {e['median_cpu_s_bare']:.3f} s"
             )
-            for side in ("evalkit", "floor", "bare"):
+            if f.get("against"):
+                print(
+                    f"  {'':>7}  against {f['against']}: evalkit {e['median_wall_s_against']:.3f}"
+                    f" s, gap to the floor {e['median_against_gap_s']:+.3f} s, CPU "
+                    f"{e['median_cpu_s_against']:.3f} s; this checkout minus it, paired by "
+                    f"round: wall {e['median_vs_against_wall_s']:+.3f} s, CPU "
+                    f"{e['median_vs_against_cpu_s']:+.3f} s (medians)"
+                )
+            for side in ("evalkit", "against", "floor", "bare"):
+                if f"median_phases_{side}" not in e:
+                    continue
                 phases = e[f"median_phases_{side}"]
                 print(f"    {side:8} " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
     else:
@@ -828,7 +868,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--against",
         metavar="CHECKOUT",
-        help="corpus: also load with the evalkit of this checkout, in the same rounds",
+        help="corpus: also load with the evalkit of this checkout, in the same rounds; "
+        "timeline: also run its evalkit run, in each round",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)

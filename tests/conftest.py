@@ -183,11 +183,15 @@ def demo_server() -> Iterator[DemoServer]:
 
 @pytest.fixture
 def demo_server_factory() -> Iterator[Callable[..., DemoServer]]:
-    """Start simulators with custom options (``start_demo_server`` keywords); all stopped after."""
+    """Start simulators with custom options (``start_demo_server`` keywords); all stopped after.
+
+    Each on a thread of the test's process unless ``in_thread=False``: a process of its own
+    costs a second of start-up and adds nothing to a test of what talks to it.
+    """
     servers: list[DemoServer] = []
 
-    def make(**options: Any) -> DemoServer:
-        server = start_demo_server(**options)
+    def make(*, in_thread: bool = True, **options: Any) -> DemoServer:
+        server = start_demo_server(in_thread=in_thread, **options)
         servers.append(server)
         return server
 

@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "redact",
         "records",
         "run_manifest",
+        "replay_rules",
         "provenance",
         "fixtures",
         "retries",
@@ -51,6 +52,7 @@ STORE_MAY_IMPORT = {
     "redact",
     "records",
     "run_manifest",
+    "replay_rules",
     "provenance",
     "store",
 }

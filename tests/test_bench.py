@@ -319,3 +319,18 @@ def test_memory_bench_runs_every_stage_and_each_stores_the_whole_run(tmp_path: P
         assert f[stage]["code"] == 0 and f[stage]["peak_mib"] > 0 and f[stage]["cpu_s"] > 0
     assert f["pull"]["outputs"] == n  # the pulled store holds the candidate's every output
     assert f["merge"]["outputs"] == n  # the merged parts (3 chunks) are the whole run
+
+
+def test_cold_shards_count_what_each_shard_read_and_built(tmp_path: Path) -> None:
+    """``bench_cold_shards``: a shard reading as before builds every case; a cold one builds
+    its share alone; shards started together index every case once in all."""
+    f = _run("bench_cold_shards", ["--cases", "200", "--shards", "4", "--per-file", "25"], tmp_path)
+    (kept,), (alone,), (warm,) = f["kept"], f["alone"], f["warm"]
+    assert (kept["built"], kept["indexed"]) == (200, 0)
+    assert (alone["built"], alone["indexed"], alone["files_parsed"]) == (50, 200, 8)
+    together = f["together"]
+    assert len(together) == 4 and sum(s["indexed"] for s in together) == 200
+    assert sum(s["files_parsed"] for s in together) == 8
+    assert [s["built"] for s in together] == [s["share"] for s in together] == [50] * 4
+    assert (warm["built"], warm["indexed"], warm["files_parsed"]) == (50, 0, 0)
+    assert [(s["built"], s["files_parsed"]) for s in f["together_kept"]] == [(200, 8)] * 4

@@ -77,8 +77,9 @@ COMMAND_GROUP = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global _own_process
+    global _own_process, _teardown_skippable
     _own_process = argv is None  # the process's own command line, not a caller's process
+    _teardown_skippable = False  # each command says so anew: not an earlier call's run in here
     try:
         code = _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
@@ -100,29 +101,53 @@ _teardown_skippable = False
 _own_process = False
 
 
+#: pydantic's switch for its plugins ("__all__": none; a comma list: not those).
+_PYDANTIC_PLUGINS_OFF = "PYDANTIC_DISABLE_PLUGINS"
+
+
 @contextlib.contextmanager
 def start_up_imports() -> Iterator[None]:
-    """Import a command's modules with the cycle collector off, then freeze what they made.
+    """Import a command's modules with the cycle collector off, then freeze what they made;
+    and build evalkit's own pydantic models without pydantic's plugins.
 
     Importing ``evalkit run``'s modules (pydantic and its models, DuckDB, the runner) allocates
     tens of thousands of objects, and the collector ran over them again and again for nothing:
     modules and classes live to the end of the process. So what the imports leave is frozen
     out of the collector's reach (``gc.freeze``, as for a server that forks) and the collector
     is on again for the command's own work; the few cycles the imports left as garbage stay
-    until exit. ``bench/bench_process.py timeline`` shows what it saves a short run. Only for
-    the command line's own process: a caller of :func:`main` keeps its collector as it was.
+    until exit. ``bench/bench_process.py timeline`` shows what it saves a short run.
+
+    The first pydantic model built in a process looks for plugins (validation observers
+    registered under the ``pydantic`` entry point group) by reading the metadata of every
+    installed distribution, hundreds in a venv with Ray and Jupyter. evalkit's own models
+    (the suite config, the corpus, the gate policy: all built at import) have no use for one,
+    so they are built with ``PYDANTIC_DISABLE_PLUGINS`` set, pydantic's documented switch; it
+    is put back as it was once the imports are done, so a model of the user's (a python
+    system, a custom scorer, imported later) still meets every installed plugin.
+
+    Only for the command line's own process: a caller of :func:`main` keeps its collector and
+    its pydantic plugins as they were.
     """
     import gc
 
-    if not _own_process or not gc.isenabled():
+    if not _own_process:
         yield
         return
-    gc.disable()
+    collector = gc.isenabled()
+    plugins = os.environ.get(_PYDANTIC_PLUGINS_OFF)
+    os.environ[_PYDANTIC_PLUGINS_OFF] = "__all__"
+    if collector:
+        gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
-        gc.enable()
+        if plugins is None:
+            os.environ.pop(_PYDANTIC_PLUGINS_OFF, None)
+        else:
+            os.environ[_PYDANTIC_PLUGINS_OFF] = plugins
+        if collector:
+            gc.freeze()
+            gc.enable()
 
 
 def skip_teardown() -> None:

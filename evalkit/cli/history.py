@@ -105,7 +105,6 @@ def render_table(result: History) -> str:
             else "no complete run"
         )
         return f"history: {hint}"
-    from evalkit.run.summary import rate_basis
 
     tags = ["ALL"] + [t for t in ((result.tag,) if result.tag else result.critical_tags) if t]
     lines = [
@@ -115,9 +114,9 @@ def render_table(result: History) -> str:
     before: dict[str, str | None] = {}
     for point in result.points:
         if point.series not in before:
-            replays = {p.replays for p in result.points if p.series == point.series}
-            mixed = len({p.replays for p in result.points}) > 1 and len(replays) == 1
-            basis = f" (pass rate {rate_basis(replays.pop())})" if mixed else ""
+            bases = {p.rate_basis for p in result.points if p.series == point.series}
+            mixed = len({p.rate_basis for p in result.points}) > 1 and len(bases) == 1
+            basis = f" (pass rate {bases.pop()})" if mixed else ""
             lines.append(f"\n{result.by} {point.series}{basis}:")
             lines.append(
                 "  when              run                       "

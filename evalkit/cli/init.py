@@ -167,6 +167,8 @@ def answer(messages, **context):
 GITIGNORE = """\
 data/*.duckdb*
 reports/
+# the case index: a cache each machine makes; an entry git tracks is never read
+.evalkit/
 """
 
 

@@ -54,6 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     with start_up_imports():  # the collector off while they load: a short run's fixed cost
         from evalkit.compare.policy import check_policy  # noqa: F401  (the corpus step's)
+        from evalkit.corpus.manifest import prefetch_host_facts
         from evalkit.project.planning import plan_run
         from evalkit.run.providers import prefetch_transport
         from evalkit.run.runner import RunOptions, RunStart, run_suite
@@ -89,6 +90,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     suite, corpus, selection, policy = plan.suite, plan.corpus, plan.selection, plan.warnings
     mark("corpus")
+    # git and the package versions the manifest records, read while the store opens (after the
+    # corpus load: a thread alive during it would keep a sharded scan to one process)
+    prefetch_host_facts(suite.root)
     started: list[RunStart] = []
 
     def announce(start: RunStart) -> None:  # before any model call, on a terminal or not

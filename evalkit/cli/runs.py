@@ -138,7 +138,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for row in runs.to_dicts():
             counts, replays = counted.get(row["run_id"]), _replays(row["manifest"])
             rows.append(row | {"pass_rate": counts.rate if counts else None,
-                               "pass_rate_basis": rate_basis(replays)})  # fmt: skip
+                               "pass_rate_basis": rate_basis(
+                                   replays, counts.pass_rules if counts else None)})  # fmt: skip
         print(json.dumps(rows, indent=2, default=str))
         return 0
 
@@ -191,15 +192,15 @@ def _replays(manifest: str | None) -> int:
 
 
 def _pass_rate(counts: CaseCounts | None, manifest: str | None) -> str:
-    """A run's pass rate per case (`evalkit.run.summary`: each case the majority of its
-    replays, as ``evalkit run`` and ``evalkit history`` state it), the replays it is the
-    majority of, and the cases without a verdict.
+    """A run's pass rate per case (`evalkit.run.summary`: each case's verdict over its replays
+    under the run's pass rule, majority by default, as ``evalkit run`` and ``evalkit history``
+    state it), the rule and replays, and the cases without a verdict.
 
     Examples:
         >>> from evalkit.store.history_queries import CaseCounts
         >>> counts = dict(run_id="r", cases=13, decided=12, passed=9, errored=1, unstable=0)
         >>> _pass_rate(CaseCounts(**counts), '{"replays": 3}')
-        '75.0% (majority of 3; +1 errored)'
+        '75.0% (majority of 3 replays; +1 errored)'
         >>> all_decided = {**counts, "cases": 12, "errored": 0}
         >>> _pass_rate(CaseCounts(**all_decided), '{}'), _pass_rate(None, None)
         ('75.0%', '–')
@@ -207,7 +208,7 @@ def _pass_rate(counts: CaseCounts | None, manifest: str | None) -> str:
     if counts is None:
         return "–"
     replays = _replays(manifest)
-    notes = [f"majority of {replays}"] if replays > 1 else []
+    notes = [counts.pass_rules.basis(replays)] if replays > 1 else []
     notes += [f"+{counts.errored} errored"] if counts.errored else []
     rate = "–" if counts.rate is None else f"{counts.rate:.1%}"
     return rate + (f" ({'; '.join(notes)})" if notes else "")

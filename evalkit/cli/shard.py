@@ -4,7 +4,10 @@ ray``; ``evalkit runs merge`` (:mod:`evalkit.cli.runs`) then puts the parts into
 A shard reads the corpus through its case index (:func:`load_run_corpus`): the facts of every
 case from the index, and only its own share's cases built (a warm index makes a shard of N
 cost about 1/N of the corpus's building). The index lives under the corpus root in
-``.evalkit/case-index/``; a CI matrix keeps it warm by caching that directory between jobs."""
+``.evalkit/case-index/`` (or ``$EVALKIT_CASE_INDEX``); a cold shard makes the entries it lacks
+there, each case file once between the shards started together on that directory, and keeps
+none of their cases; a CI matrix keeps it warm by caching that directory between jobs. A
+directory git tracks a file in is never read (:mod:`evalkit.corpus.index_trust`)."""
 
 from __future__ import annotations
 
@@ -80,7 +83,9 @@ def load_run_corpus(
 
     sealed, template = selection.sealed, suite.config.system.user_template
     if getattr(args, "shard", None) or getattr(args, "engine", "local") == "ray":
-        return scan_corpus(suite.root, sealed=sealed, user_template=template)
+        # index_only: a cold index is made (once between shards started together), the
+        # cases not kept: this process builds only the share it runs
+        return scan_corpus(suite.root, sealed=sealed, user_template=template, index_only=True)
     return load_corpus(suite.root, defer_scorers=True, sealed=sealed, user_template=template)
 
 
@@ -189,7 +194,8 @@ def _shard(
     )
     print(
         f"  {summary.cases} of the run's {summary.corpus_cases} cases in this shard's share; "
-        f"{summary.built} cases built from their files",
+        f"{summary.built} cases built from their files"
+        + (f"; {summary.indexed} read to make the case index" if summary.indexed else ""),
         flush=True,
     )
     if summary.shared_hits:

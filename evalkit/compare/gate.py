@@ -63,12 +63,28 @@ from evalkit.compare.tiers import (
     must_pass_findings,
     other_findings,
 )
-from evalkit.compare.usage_deltas import exceeds, usage_deltas
+from evalkit.compare.usage_deltas import METRICS, exceeds, usage_deltas
 from evalkit.compare.verdicts import usage_means
 
 if TYPE_CHECKING:
     from evalkit.compare.analysis import Comparison
     from evalkit.store import Store
+
+
+def usage_table(
+    paired: pl.DataFrame, policy: GatePolicy | None, metrics: Sequence[str] = tuple(METRICS)
+) -> pl.DataFrame:
+    """The paired usage deltas as the gate reads them (`evalkit.compare.usage_deltas`): per
+    critical tag and ALL, the paired bootstrap (the gate's seed, at most 4,000 resamples) on
+    the ``gate.relative_budgets`` metrics of the critical tags, the t interval on the rest.
+    The report shows this table, so its budgeted rows are the gate's."""
+    if policy is None:  # no gate: no budget, every row (ALL alone) a t interval
+        return usage_deltas(paired, (), metrics, bootstrap=())
+    return usage_deltas(
+        paired, policy.critical_tags, metrics, policy.interval_level(),
+        min(policy.bootstrap_iters, 4_000), policy.bootstrap_seed,
+        bootstrap=[metric for metric, _ in policy.relative_budgets],
+    )  # fmt: skip
 
 
 def _relative_findings(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding]:
@@ -79,10 +95,7 @@ def _relative_findings(paired: pl.DataFrame, policy: GatePolicy) -> list[Finding
     if not policy.relative_budgets or not policy.critical_tags:
         return []
     limits = dict(policy.relative_budgets)
-    table = usage_deltas(
-        paired, policy.critical_tags, list(limits), policy.interval_level(),
-        min(policy.bootstrap_iters, 4_000), policy.bootstrap_seed,
-    )  # fmt: skip
+    table = usage_table(paired, policy, list(limits))
     found = []
     level = f"{policy.interval_level():.0%}"
     for row in table.filter(pl.col("slice") != "ALL").iter_rows(named=True):

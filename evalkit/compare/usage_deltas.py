@@ -9,7 +9,11 @@ the total, so per slice and metric, over the cases with evidence on both sides
 * ``total_tokens``, ``cost_usd`` and ``steps`` (agent steps: model turns with tool calls): the
   **ratio of totals** sum(cand) / sum(base), and the **mean per-case difference** (the scale
   for counts such as steps and tool calls; the only one when the baseline total is 0), each
-  with a **paired bootstrap interval over cases** (seeded, at the gate's interval level).
+  with a **paired bootstrap interval over cases** (seeded, at the gate's interval level) on
+  the rows a budget decides (``bootstrap``: the budgeted metrics of the critical tags; one
+  draw of resamples per slice serves all its metrics), and the **t interval** (the delta
+  method for the ratio, `evalkit.stats.totals.paired_totals_t`) on the rows only shown, the
+  ALL row among them; ``interval`` names which.
   Cases whose baseline is 0 are kept: 0 -> 3 steps is growth, not a case to drop. A tail of
   cases that grew a lot moves the total, whatever the median does;
 * ``latency_s``: the mean per-case difference in seconds (cand − base), with the same interval;
@@ -48,6 +52,8 @@ from evalkit import stats
 if TYPE_CHECKING:  # arrays come from the frames; a report read back from a file needs no numpy
     import numpy as np
 
+    from evalkit.stats.totals import TotalsResult
+
 #: Relative budget name -> (paired column, how it compares: "ratio" or "seconds").
 METRICS: dict[str, tuple[str, str]] = {
     "total_tokens": ("total_tokens", "ratio"),
@@ -62,7 +68,7 @@ _SCHEMA = {
     "estimate": pl.Float64, "lo": pl.Float64, "hi": pl.Float64, "mean_diff": pl.Float64,
     "diff_lo": pl.Float64, "diff_hi": pl.Float64, "base_total": pl.Float64,
     "cand_total": pl.Float64, "zero_base": pl.Int64, "grew": pl.Int64, "shrank": pl.Int64,
-    "p_grew": pl.Float64,
+    "p_grew": pl.Float64, "interval": pl.String,
 }  # fmt: skip
 
 
@@ -73,11 +79,14 @@ def usage_deltas(
     level: float = 0.95,
     iters: int = 2_000,
     seed: int = 0,
+    bootstrap: Sequence[str] | None = None,
 ) -> pl.DataFrame:
     """One row per (slice, metric) for ``tags`` and ``ALL``: ``estimate`` (the ratio of totals;
     seconds per case for the latencies) with ``[lo, hi]``, ``mean_diff`` with ``[diff_lo,
-    diff_hi]``, both totals, the cases with a zero baseline, the cases that grew and shrank and
-    the sign test's p. ``iters`` and ``seed``: the paired bootstrap's."""
+    diff_hi]``, both totals, the cases with a zero baseline, the cases that grew and shrank, the
+    sign test's p and the ``interval``'s method. ``iters`` and ``seed``: the paired bootstrap's,
+    run for the ``bootstrap`` metrics of ``tags`` (the budgeted ones: ``gate.relative_budgets``
+    never reads ALL); every other row gets the t interval. ``None``: every row, ALL too."""
     ok = ~pl.col("base_error") & ~pl.col("cand_error")
     if "sealed" in paired.columns:
         ok = ok & ~pl.col("sealed").fill_null(False)
@@ -85,12 +94,55 @@ def usage_deltas(
     rows = []
     for name in [*tags, "ALL"]:
         part = live if name == "ALL" else live.filter(pl.col("tags").list.contains(name))
-        for metric in metrics:
-            column, kind = METRICS[metric]
-            row = _one(part, column, kind, level, iters, seed)
-            if row is not None:
-                rows.append({"slice": name, "metric": metric, "kind": kind, **row})
+        if bootstrap is None:
+            boot = set(metrics)
+        else:
+            boot = set() if name == "ALL" else set(bootstrap) & set(metrics)
+        rows += [{"slice": name, **row} for row in _slice(part, metrics, boot, level, iters, seed)]
     return pl.DataFrame(rows, schema=_SCHEMA) if rows else pl.DataFrame(schema=_SCHEMA)
+
+
+def _slice(
+    part: pl.DataFrame, metrics: Sequence[str], boot: set[str], level: float, iters: int,
+    seed: int,
+) -> list[dict[str, object]]:  # fmt: skip
+    """The rows of one slice: each column's usage read once, and one draw of resamples for
+    every bootstrapped column (a column is bootstrapped when any of its metrics is)."""
+    from evalkit.stats.totals import paired_totals_many, paired_totals_t
+
+    values = {}
+    for metric in metrics:
+        column, _ = METRICS[metric]
+        if column not in values and (pair := _values(part, column)) is not None:
+            values[column] = pair
+    booted = sorted({METRICS[m][0] for m in boot} & set(values))
+    drawn = paired_totals_many([values[c] for c in booted], iters, level, seed)
+    totals = dict(zip(booted, drawn, strict=True))
+    rows: list[dict[str, object]] = []
+    for metric in metrics:
+        column, kind = METRICS[metric]
+        if column not in values:
+            continue
+        base, cand = values[column]
+        if column not in totals:
+            totals[column] = paired_totals_t(base, cand, level)
+        rows.append({"metric": metric, "kind": kind, **_row(base, cand, kind, totals[column])})
+    return rows
+
+
+def _values(part: pl.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """One column's paired usage (seconds for the latencies), or None with < 2 cases."""
+    base_col, cand_col = f"base_{column}", f"cand_{column}"
+    if base_col not in part.columns or cand_col not in part.columns:
+        return None
+    both = part.select(pl.col(base_col).cast(pl.Float64), pl.col(cand_col).cast(pl.Float64))
+    both = both.drop_nulls()
+    base, cand = both[base_col].to_numpy(), both[cand_col].to_numpy()
+    if base.size < 2:
+        return None
+    if column == "latency_ms":
+        base, cand = base / 1000.0, cand / 1000.0  # milliseconds stored, seconds budgeted
+    return base, cand
 
 
 def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float | None, float | None]:
@@ -116,33 +168,23 @@ def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float | No
     return float(ordered[j]), float(ordered[n - 1 - j])
 
 
-def _one(
-    part: pl.DataFrame, column: str, kind: str, level: float, iters: int, seed: int
-) -> dict[str, float | int | None] | None:
-    base_col, cand_col = f"base_{column}", f"cand_{column}"
-    if base_col not in part.columns or cand_col not in part.columns:
-        return None
-    both = part.select(pl.col(base_col).cast(pl.Float64), pl.col(cand_col).cast(pl.Float64))
-    both = both.drop_nulls()
-    base, cand = both[base_col].to_numpy(), both[cand_col].to_numpy()
-    if base.size < 2:
-        return None
-    if kind != "ratio":
-        base, cand = base / 1000.0, cand / 1000.0  # milliseconds stored, seconds budgeted
+def _row(
+    base: np.ndarray, cand: np.ndarray, kind: str, totals: TotalsResult
+) -> dict[str, float | int | str | None]:
     grew, shrank = int((cand > base).sum()), int((cand < base).sum())
-    totals = stats.paired_totals(base, cand, iters, level, seed)
-    row: dict[str, float | int | None] = {
+    row: dict[str, float | int | str | None] = {
         "n": int(base.size), "estimate": totals.ratio, "lo": totals.lo, "hi": totals.hi,
         "mean_diff": totals.diff, "diff_lo": totals.diff_lo, "diff_hi": totals.diff_hi,
         "base_total": totals.base_total, "cand_total": totals.cand_total,
         "zero_base": totals.zero_base, "grew": grew, "shrank": shrank,
-        "p_grew": stats.mcnemar_exact(grew, shrank),
+        "p_grew": stats.mcnemar_exact(grew, shrank), "interval": totals.method,
     }  # fmt: skip
     if kind == "seconds":
         row |= {"estimate": totals.diff, "lo": totals.diff_lo, "hi": totals.diff_hi}
     elif kind == "median seconds":
-        lo, hi = median_interval(cand - base, level)
-        row |= {"estimate": float(statistics.median((cand - base).tolist())), "lo": lo, "hi": hi}
+        lo, hi = median_interval(cand - base, level=totals.level)
+        row |= {"estimate": float(statistics.median((cand - base).tolist())), "lo": lo, "hi": hi,
+                "interval": "order statistics"}  # fmt: skip
     return row
 
 

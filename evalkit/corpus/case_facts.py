@@ -15,12 +15,10 @@ Examples:
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import sys
 import threading
 from collections.abc import Generator, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +32,7 @@ from evalkit.corpus.case_index import (
     IndexCounts,
     IndexMismatch,
     ScorerFacts,
-    index_directory,
+    claim_each,
     loader_modules,
     reader_fingerprint,
 )
@@ -51,6 +49,7 @@ from evalkit.corpus.cases import (
     _Place,
     _relative,
 )
+from evalkit.corpus.index_trust import trusted_index_directory
 from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_chunks import item_spans
 from evalkit.corpus.yaml_files import find_yaml_files
@@ -132,6 +131,7 @@ def scan_corpus(
     user_template: str | None = None,
     index_dir: str | Path | None = None,
     workers: int | None = 1,
+    index_only: bool = False,
 ) -> CorpusFacts:
     """Every case's facts: a file's from its entry in the case index when the entry is of the
     file's exact bytes (:mod:`evalkit.corpus.case_index`), else from the file loaded whole
@@ -148,14 +148,19 @@ def scan_corpus(
     the one this process would write, byte for byte, and is read back from there (a file a
     worker loaded has its cases built again from their items' text by :meth:`CorpusFacts.load`).
 
+    ``index_only``: a file without a usable entry is loaded only to make its entry (its cases
+    counted as ``cases_indexed``, not kept; a cold shard then builds just its share), under its
+    claim (:func:`~evalkit.corpus.case_index.claim_each`; ``workers`` not used): scans of one
+    index directory at once load each file once between them.
+
     Raises:
         CorpusError: the first problem, as :func:`load_corpus` (``max_errors=1``) reports it.
     """
     root_path = Path(root).resolve()
     if not root_path.is_dir():
         raise CorpusError("corpus root is not a directory", path=root)
-    directory = index_directory(root_path, index_dir)
-    builder = _FactsBuilder(root_path, CaseIndex(directory, _reader_fingerprint()))
+    directory = trusted_index_directory(root_path, index_dir)
+    builder = _FactsBuilder(root_path, CaseIndex(directory, _reader_fingerprint()), index_only)
     needed = template_vars(user_template) - {"documents"} if user_template is not None else set()
     facts: list[CaseFacts] = []
     seen: dict[str, str] = {}
@@ -281,9 +286,10 @@ class _FactsBuilder:
     for :meth:`build`), and the building of the cases a caller asks for, one by one, from the
     text of their items (each checked against its facts)."""
 
-    def __init__(self, root: Path, index: CaseIndex) -> None:
+    def __init__(self, root: Path, index: CaseIndex, index_only: bool = False) -> None:
         self.root = root
         self.index = index
+        self.index_only = index_only
         self.counts = index.counts
         self.binder = ScorerBinder(root)
         self.shared = _LoadShared()
@@ -300,9 +306,17 @@ class _FactsBuilder:
         serial scan raises. Close the iterator to stop the workers."""
         read = [self._entry(path, rel, sealed) for path, rel, sealed in files]
         cold = [i for i, (entry, _) in enumerate(read) if entry is None]
+        if self.index_only and cold:  # each made under its claim, here or by another scan
+            claimed = claim_each(self.index, [files[i][1] for i in cold],
+                                 lambda n: self._claimed(*files[cold[n]]))  # fmt: skip
+            made = dict(zip(cold, claimed.values(), strict=True))
+            read, cold = [(made.get(i, e), data) for i, (e, data) in enumerate(read)], []
         processes = _processes(workers, [len(read[i][1] or b"") for i in cold])
         pool, pending = None, {}
         if processes > 1:
+            import multiprocessing  # here: a run that scans in one process never imports it
+            from concurrent.futures import ProcessPoolExecutor
+
             pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
             index = (self.index.directory, self.index.fingerprint)
             pending = {i: pool.submit(_load_apart, self.root, index, *files[i], read[i][1])
@@ -311,7 +325,7 @@ class _FactsBuilder:
             for i, (path, rel, sealed) in enumerate(files):
                 entry, data = read[i]
                 if entry is not None:
-                    self.counts.entries_used += 1
+                    self.counts.entries_used += rel not in self.files  # not one made here
                     self.files[rel] = entry
                 elif i in pending:
                     entry = self._taken(pending.pop(i).result(), path, rel, sealed, data)
@@ -336,6 +350,13 @@ class _FactsBuilder:
         if entry is not None and self._files_hashed(entry):
             return entry, data
         return None, data
+
+    def _claimed(self, path: Path, rel: str, sealed: bool) -> FileFacts:
+        """Under the file's claim: the entry another process made meanwhile, else made here."""
+        refused = self.counts.entries_refused  # a stale entry counts once, at the first read
+        entry, data = self._entry(path, rel, sealed)
+        self.counts.entries_refused = refused
+        return entry or self._load_whole(path, rel, sealed, data, keep=False)
 
     def _taken(
         self, result: _Apart, path: Path, rel: str, sealed: bool, data: bytes | None
@@ -376,21 +397,25 @@ class _FactsBuilder:
         return True
 
     def _load_whole(
-        self, path: Path, rel: str, sealed: bool, data: bytes | None, sliceable: bool = True
-    ) -> FileFacts:
-        """The file loaded as load_corpus loads it (scorers deferred), its cases kept and its
-        entry written (when its bytes did not change under the load)."""
+        self, path: Path, rel: str, sealed: bool, data: bytes | None, sliceable: bool = True,
+        keep: bool = True,
+    ) -> FileFacts:  # fmt: skip
+        """The file loaded as load_corpus loads it (scorers deferred), its cases kept (or, not
+        ``keep``, counted as indexed), its entry written (if its bytes held during the load)."""
         cases = _load_file(
             path, self.root, sealed=sealed, binder=self.binder, shared=self.shared, defer=True
         )
         self.counts.files_parsed += 1
-        self.counts.cases_built += len(cases)
         after = path.read_bytes()
         facts = self._facts_of(rel, sealed, after, cases, sliceable)
         if data is None or data == after:
             self.index.write(facts)
         self.files[rel] = facts
-        self.whole[rel] = {case.id: case for case in cases}
+        if keep:
+            self.counts.cases_built += len(cases)
+            self.whole[rel] = {case.id: case for case in cases}
+        else:
+            self.counts.cases_indexed += len(cases)
         return facts
 
     def _facts_of(
@@ -516,6 +541,8 @@ def _processes(workers: int | None, sizes: Sequence[int]) -> int:
         if sum(sizes) < PARALLEL_MIN_BYTES:
             return 1
         workers = _usable_cores()
+    import multiprocessing
+
     if (
         workers < 2
         or "fork" not in multiprocessing.get_all_start_methods()

@@ -23,7 +23,17 @@ Entries live in ``<corpus root>/.evalkit/case-index/`` (or ``$EVALKIT_CASE_INDEX
 keeps a matrix's index warm), one JSON file per case file (named by the digest of its path,
 replaced when the file changes, so the directory never grows past the corpus), written
 atomically (a temporary file, then a rename); the directory ignores itself for git (a
-``.gitignore`` of ``*``, as ``.pytest_cache`` does).
+``.gitignore`` of ``*``, as ``.pytest_cache`` does). An entry's list of cases is not derived
+again from its file, so a directory git tracks a file in (entries committed by a pull request)
+is never read: :mod:`evalkit.corpus.index_trust` gives the scan a private one instead.
+
+Processes that find no usable entry for a file at the same time (the cold shards of one CI
+matrix started together on one machine or a shared directory) make it once between them: each
+takes the file's claim (:meth:`CaseIndex.claim`, an ``flock`` on ``<entry>.lock``) before
+making its entry, and one that finds the claim held makes the next file instead, then reads
+the entries the others wrote (:func:`claim_each`). A claim only saves work: whoever holds it,
+an entry is trusted by the checks above alone, and a claim not free within
+:data:`CLAIM_WAIT_S` (or not to be had: no ``fcntl``, a read-only directory) is done without.
 
 Examples:
     >>> facts = ScorerFacts("json_schema", ("schemas/reply.json",), {"schemas/reply.json": "ab"})
@@ -40,11 +50,12 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evalkit.scorers import SCORERS
 from evalkit.scorers.registry import factory_signature
@@ -56,6 +67,9 @@ INDEX_FORMAT = 1
 INDEX_DIR = Path(".evalkit") / "case-index"
 #: Another directory for one corpus's entries (a CI cache, a test's temporary directory).
 INDEX_ENV = "EVALKIT_CASE_INDEX"
+#: How long a scan waits for a file's claim held by another process before making the entry
+#: itself (the work done twice, the entry the same); a module setting.
+CLAIM_WAIT_S = 600.0
 
 
 def index_directory(root: Path, given: str | Path | None = None) -> Path:
@@ -134,7 +148,9 @@ class IndexCounts:
     entries_written: int = 0
     files_parsed: int = 0  # case files parsed whole
     files_in_workers: int = 0  # of those, parsed in worker processes (a parallel cold scan)
-    cases_built: int = 0  # cases built from their files (whole or one by one)
+    cases_built: int = 0  # cases built from their files (whole or one by one) and kept
+    cases_indexed: int = 0  # cases built only to make their file's entry, not kept
+    claims_waited: int = 0  # files whose claim another process held when first asked
 
 
 #: The evalkit package's directory: a module name resolves to a file under it.
@@ -291,20 +307,43 @@ class CaseIndex:
         self.counts.entries_written += 1
 
     def prune(self, rels: Iterable[str]) -> int:
-        """Remove the entries of files other than ``rels`` (files gone from the corpus); how
-        many. Only names an entry has are touched (a temporary file is a writer's)."""
-        keep = {self.entry_path(rel).name for rel in rels}
+        """Remove the entries (and claim files) of files other than ``rels`` (files gone from
+        the corpus); how many entries. Only names an entry or a claim has are touched (a
+        temporary file is a writer's)."""
+        keep = {self.entry_path(rel).stem for rel in rels}
         try:
             found = [p for p in self.directory.iterdir() if _ENTRY_NAME.fullmatch(p.name)]
         except OSError:
             return 0
         removed = 0
         for path in found:
-            if path.name not in keep:
+            if path.stem not in keep:
                 with contextlib.suppress(OSError):
                     path.unlink()
-                    removed += 1
+                    removed += path.suffix == ".json"
         return removed
+
+    @contextlib.contextmanager
+    def claim(self, rel: str, *, wait: bool) -> Iterator[bool]:
+        """Hold the claim on ``rel``'s entry while the block runs (True). Without ``wait``,
+        False at once when another process holds it; with ``wait``, True once it is free or
+        after :data:`CLAIM_WAIT_S` (then held by no one here: the caller makes the entry as
+        if there were no claims). True, holding nothing, where no claim can be taken."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: every process makes its own entries
+            yield True
+            return
+        try:
+            self._prepare()
+            fd = os.open(self.entry_path(rel).with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # a directory that cannot be written: no entries will be either
+            yield True
+            return
+        try:
+            yield _flock(fd, fcntl, CLAIM_WAIT_S if wait else 0.0)
+        finally:
+            os.close(fd)  # closing the descriptor drops the flock (a dead process's too)
 
     def _prepare(self) -> None:
         """The directory, holding a ``.gitignore`` of ``*`` (git then sees nothing in it)."""
@@ -333,6 +372,56 @@ class CaseIndex:
             return _decode_cases(entry, rel, sha256, sealed)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):
             return None
+
+
+def _flock(fd: int, fcntl: Any, wait_s: float) -> bool:
+    """Whether an exclusive ``flock`` on ``fd`` was taken within ``wait_s`` (0: at once);
+    True also when locks are not supported there (nothing to wait for)."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if not wait_s:
+                return False
+            if time.monotonic() >= deadline:
+                return True  # held too long: make the entry anyway (it is the same entry)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        except OSError:  # a file system without locks
+            return True
+
+
+T = TypeVar("T")
+
+
+def claim_each(index: CaseIndex, rels: Sequence[str], make: Callable[[int], T]) -> dict[int, T]:
+    """``make(i)`` for each of ``rels`` (by position), each under its file's claim: first the
+    files no other process is making, in order, then the others as their claims come free
+    (``make`` then finds their entries written). A problem ``make`` raises stops it there.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     index = CaseIndex(Path(folder), "fingerprint")
+        ...     claim_each(index, ["a.yaml", "b.yaml"], lambda i: i * 10)
+        {0: 0, 1: 10}
+    """
+    made: dict[int, T] = {}
+    waiting = []
+    for i, rel in enumerate(rels):
+        with index.claim(rel, wait=False) as held:
+            if held:
+                made[i] = make(i)
+            else:
+                waiting.append(i)
+    index.counts.claims_waited += len(waiting)
+    for i in waiting:
+        with index.claim(rels[i], wait=True):
+            made[i] = make(i)
+    return dict(sorted(made.items()))
 
 
 def _encode(facts: FileFacts, fingerprint: str) -> dict[str, Any]:
@@ -418,7 +507,7 @@ def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) ->
 
 _COLUMNS = ("id", "hash", "tags", "criticality", "review", "line", "vars", "scorers", "span")
 _HEX = re.compile(r"[0-9a-f]*")
-_ENTRY_NAME = re.compile(r"[0-9a-f]{40}\.json")
+_ENTRY_NAME = re.compile(r"[0-9a-f]{40}\.(json|lock)")
 
 
 def _indices(values: list[Any], size: int) -> bool:

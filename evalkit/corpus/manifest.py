@@ -15,6 +15,7 @@ import datetime as dt
 import hashlib
 import platform
 import subprocess
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ def build_manifest(
     )
     judge = suite.config.judge
     endpoint = system.effective_endpoint()  # what make_provider connects to and the cache keys on
+    git, clients = _host_facts(suite.root)
     manifest: dict[str, Any] = {
         "version": MANIFEST_VERSION,
         "suite": suite.config.suite,
@@ -117,7 +119,7 @@ def build_manifest(
         "rerun": rerun_config(suite),
         "selection": selection,
         "requests": {**request_settings(suite), "base_url_from": endpoint.source},
-        "client": _client_versions(),
+        "client": clients,
         "run": {
             "run_id": run_id,
             "label": label,
@@ -127,7 +129,7 @@ def build_manifest(
             # Where the suite was loaded from (recorded, not hashed): a promotion pins the
             # corpus found there as the exam (evalkit.corpus.pinned, issue 42).
             "config": str(Path(suite.path).resolve()),
-            **_git_state(suite.root),
+            **git,
         },
     }
     if any(scorer.name == "python_tests" for case in corpus.cases for scorer in case.scorers):
@@ -252,7 +254,56 @@ def manifest_diff(a: RunManifest | dict[str, Any], b: RunManifest | dict[str, An
     ]
 
 
-def _client_versions() -> dict[str, str]:
+def prefetch_host_facts(where: Path) -> None:
+    """Start reading, in a thread, what :func:`build_manifest` records of the machine: the git
+    commit and dirtiness of ``where`` (the suite's folder) and the client library versions.
+
+    Two ``git`` processes and the installed packages' metadata: mostly waiting on other
+    processes and on files, which ``evalkit run`` otherwise did in turn once the store was
+    open, just before the run is recorded. Begun once the corpus is loaded, they run while the
+    store opens; the manifest of a suite in ``where`` takes the answers (once), and any other
+    build asks as before. Nothing is written and nothing is sent.
+    """
+    probe = _HostProbe(Path(where))
+    probe.start()
+    with _probes_lock:  # a probe left by a run refused earlier in this process is replaced
+        _probes[probe.where] = probe
+
+
+class _HostProbe(threading.Thread):
+    """:func:`prefetch_host_facts`'s thread: the answers, once it has finished."""
+
+    def __init__(self, where: Path) -> None:
+        # Not a daemon: a run refused meanwhile exits once git has answered (at most its
+        # timeout), never with a child process left to nobody.
+        super().__init__(name="evalkit-host-facts")
+        self.where = where
+        self.git: dict[str, Any] | None = None
+        self.clients: dict[str, str] | None = None
+
+    def run(self) -> None:
+        self.git = _read_git_state(self.where)
+        self.clients = _read_client_versions()
+
+
+#: Probes started by prefetch_host_facts and not taken yet, by the folder they read.
+_probes: dict[Path, _HostProbe] = {}
+_probes_lock = threading.Lock()
+
+
+def _host_facts(where: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The git state of ``where`` and the client versions: a prefetch's answers when one was
+    started for ``where`` (waiting for it to finish), else read now."""
+    with _probes_lock:
+        probe = _probes.pop(Path(where), None)
+    if probe is not None:
+        probe.join()
+        if probe.git is not None and probe.clients is not None:
+            return probe.git, probe.clients
+    return _read_git_state(where), _read_client_versions()
+
+
+def _read_client_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for package in ("openai", "duckdb", "polars", "httpx", "aiohttp"):
         try:
@@ -262,7 +313,7 @@ def _client_versions() -> dict[str, str]:
     return versions
 
 
-def _git_state(where: Path) -> dict[str, Any]:
+def _read_git_state(where: Path) -> dict[str, Any]:
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5

@@ -167,19 +167,28 @@ def create_app(options: ServerOptions) -> Any:
     return app
 
 
-async def _serve(host: str, port: int, options: ServerOptions) -> None:
+async def _start_site(host: str, port: int, options: ServerOptions) -> tuple[Any, str]:
+    """The simulator listening on ``host:port`` (0: a free port): its aiohttp runner and its
+    ``/v1`` base URL."""
     from aiohttp import web
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    runner = web.AppRunner(create_app(options), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        create_app(options), access_log=None, handle_signals=False, shutdown_timeout=0.5
+    )
     await runner.setup()
-    await web.SockSite(runner, sock, backlog=4096, shutdown_timeout=0.5).start()
+    await web.SockSite(runner, sock, backlog=4096).start()
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    print(f"{READY_PREFIX}http://{shown}:{bound}/v1", flush=True)
+    return runner, f"http://{shown}:{bound}/v1"
+
+
+async def _serve(host: str, port: int, options: ServerOptions) -> None:
+    runner, base_url = await _start_site(host, port, options)
+    print(f"{READY_PREFIX}{base_url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -229,6 +238,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _options(args: argparse.Namespace) -> ServerOptions:
+    return ServerOptions(
+        seed=args.seed,
+        noise=args.noise,
+        latency_ms=args.latency_ms,
+        error_rate=args.error_rate,
+        timeout_rate=args.timeout_rate,
+        timeout_s=args.timeout_s,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the simulator server until SIGINT/SIGTERM; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -237,14 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"evalkit: error: the simulator binds loopback only, not {args.host}", file=sys.stderr
         )
         return 2
-    options = ServerOptions(
-        seed=args.seed,
-        noise=args.noise,
-        latency_ms=args.latency_ms,
-        error_rate=args.error_rate,
-        timeout_rate=args.timeout_rate,
-        timeout_s=args.timeout_s,
-    )
+    options = _options(args)
     if args.exit_on_stdin_eof:
         threading.Thread(target=_exit_when_stdin_closes, daemon=True).start()
     try:
@@ -340,30 +353,31 @@ def start_demo_server(
     timeout_rate: float = 0.0,
     extra_args: Sequence[str] = (),
     startup_timeout: float = 20.0,
+    in_thread: bool = False,
 ) -> DemoServer:
     """Start the simulator in a subprocess on a free loopback port and wait until it answers.
 
     The subprocess exits when this process closes its stdin (even if this process is killed),
-    and every server still running at interpreter exit is stopped.
+    and every server still running at interpreter exit is stopped. ``in_thread`` serves it on
+    a thread of this process instead (its own event loop; no process started), for a caller
+    that does not need it apart: it then shares this process's CPU and GIL with the caller.
 
     Raises:
         RuntimeError: the server did not report its port or answer ``/health`` in time.
     """
-    package_dir = str(Path(__file__).resolve().parents[1])
-    command = [
-        sys.executable,
-        "-c",
-        _LAUNCH,
-        package_dir,
+    flags = [
         "--port=0",
         f"--seed={seed}",
         "--noise" if noise else "--no-noise",
         f"--latency-ms={latency_ms}",
         f"--error-rate={error_rate}",
         f"--timeout-rate={timeout_rate}",
-        "--exit-on-stdin-eof",
         *extra_args,
     ]
+    if in_thread:
+        return _ThreadServer.start(flags, startup_timeout)
+    package_dir = str(Path(__file__).resolve().parents[1])
+    command = [sys.executable, "-c", _LAUNCH, package_dir, "--exit-on-stdin-eof", *flags]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     server = DemoServer(process, "")
     try:
@@ -379,6 +393,59 @@ def start_demo_server(
         server.stop()
         raise
     return server
+
+
+class _ThreadServer(DemoServer):
+    """The simulator on a thread of this process, with its own event loop: a `DemoServer`
+    without a ``process``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+        # not DemoServer's: there is no process to hold
+        self.base_url = self.root_url = ""
+        self._loop, self._thread, self._runner = loop, thread, None
+        _LIVE.add(self)
+
+    @classmethod
+    def start(cls, flags: Sequence[str], timeout: float) -> _ThreadServer:
+        args = _parser().parse_args(flags)
+        if args.host not in LOOPBACK:
+            raise RuntimeError(f"demo simulator did not start: {args.host} is not loopback")
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="evalkit-demo", daemon=True)
+        thread.start()
+        server = cls(loop, thread)
+        try:
+            started = _start_site(args.host, args.port, _options(args))
+            server._runner, url = asyncio.run_coroutine_threadsafe(started, loop).result(timeout)
+            server.base_url, server.root_url = url, url.removesuffix("/v1")
+        except BaseException as exc:
+            server.stop()
+            if isinstance(exc, TimeoutError):
+                raise RuntimeError(f"demo simulator did not listen within {timeout:g} s") from None
+            raise
+        return server
+
+    def __repr__(self) -> str:
+        return f"DemoServer({self.base_url!r}, thread={self._thread.name})"
+
+    @property
+    def running(self) -> bool:
+        """Whether its thread still serves."""
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close the site, then stop and close the loop. Idempotent."""
+        loop = self._loop
+        if not loop.is_closed():
+            if self._runner is not None:
+                cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop)
+                with contextlib.suppress(Exception):
+                    cleanup.result(timeout)
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(timeout)
+            if not self._thread.is_alive():
+                loop.close()
+        _LIVE.discard(self)
 
 
 def _read_line(process: subprocess.Popen[str], timeout: float) -> str:

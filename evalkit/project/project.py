@@ -177,9 +177,10 @@ class Project:
 
     def runs(self) -> pl.DataFrame:
         """The stored runs, oldest first: id, label, suite, status, ``pass_rate`` (per case,
-        each case the majority of its ``replays``: the rate ``evalkit run``, ``evalkit runs list``
-        and ``evalkit history`` state, `evalkit.run.summary`), ``rate_basis`` (what it
-        counts, in words), the cases passed, decided, unstable and errored, outputs, config."""
+        each case's verdict over its ``replays`` under the run's pass rule, majority by
+        default: the rate ``evalkit run``, ``evalkit runs list`` and ``evalkit history``
+        state, `evalkit.run.summary`), ``rate_basis`` (what it counts, in words), the cases
+        passed, decided, unstable and errored, outputs, config."""
         import polars as pl
 
         from evalkit.store.history_queries import case_counts
@@ -196,7 +197,8 @@ class Project:
             rows.append({
                 "run_id": row["run_id"], "label": row["label"], "suite": manifest.suite,
                 "status": row["status"], "created_at": row["created_at"],
-                "pass_rate": cases.rate if cases else None, "rate_basis": rate_basis(replays),
+                "pass_rate": cases.rate if cases else None,
+                "rate_basis": rate_basis(replays, cases.pass_rules if cases else None),
                 "replays": replays, "cases": cases.cases if cases else None,
                 "decided": cases.decided if cases else None,
                 "passed": cases.passed if cases else None,

@@ -48,7 +48,7 @@ class RunResult:
 
     @property
     def pass_rate(self) -> float | None:
-        """Passed cases over decided ones, each case the majority of its replays (the rate
+        """Passed cases over decided ones, each case's replays under the run's pass rule (the rate
         ``evalkit history`` and the gate count: `evalkit.run.summary`); None if none."""
         return self.summary.pass_rate
 

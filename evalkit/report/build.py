@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,11 +32,12 @@ from rich.table import Table
 from rich.text import Text
 
 from evalkit.compare.decision import GateDecision
+from evalkit.compare.gate import usage_table
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
 from evalkit.compare.scorer_flips import scorer_flips
 from evalkit.compare.slices import slices
-from evalkit.compare.usage_deltas import grew_most, usage_deltas, usage_tail
+from evalkit.compare.usage_deltas import grew_most, usage_tail
 from evalkit.compare.verdicts import usage_means
 from evalkit.report.case_details import (
     CaseDetail,
@@ -45,7 +46,7 @@ from evalkit.report.case_details import (
     failure_reasons,
     trajectories,
 )
-from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, inert
+from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, growth_text, inert
 
 if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus models
     from evalkit.compare.analysis import Comparison, RunData
@@ -107,6 +108,8 @@ class Report:
     # Each run's own pass rate, per case over all its checks (`evalkit.run.summary`), as
     # `evalkit run`, `evalkit runs list`, `evalkit history` and `evalkit.Project` state it.
     run_rates: tuple[float | None, float | None] = (None, None)
+    # What each of them counts (`evalkit.run.rate_basis`: the run's replay pass rule), or "".
+    rate_bases: tuple[str, str] = ("", "")
 
     def rates_line(self) -> str | None:
         """Each run's own pass rate, and why the slice table's may differ; None if unknown.
@@ -123,8 +126,11 @@ class Report:
         from evalkit.run.rate_basis import rate_basis  # the words alone: no store
 
         base, cand = (fmt_pct(r) if r is not None else "–" for r in self.run_rates)
-        bases = {rate_basis(n) for n in self.replays}
-        basis = bases.pop() if len(bases) == 1 else "per case, majority of its replays"
+        bases = (
+            set(self.rate_bases) if all(self.rate_bases) else {rate_basis(n) for n in self.replays}
+        )
+        mixed = "majority" if all("majority" in b or b == "per case" for b in bases) else "its rule"
+        basis = bases.pop() if len(bases) == 1 else f"per case, {mixed} of its replays"
         line = (
             f"pass rate of each run ({basis}; all its checks, as `evalkit run` states it): "
             f"{self.base_label} {base} → {self.cand_label} {cand}"
@@ -291,8 +297,6 @@ def build_report(
     ok = ~pl.col("base_error") & ~pl.col("cand_error")
     base_use, cand_use = usage_means(cmp.base_verdicts), usage_means(cmp.cand_verdicts)
     failing = p.filter(~pl.col("cand").fill_null(False))["case_id"].to_list()
-    critical = decision.policy.critical_tags if decision else ()
-    interval = decision.policy.interval_level() if decision else 0.95
     return Report(
         base_run_id=cmp.base.run_id,
         cand_run_id=cmp.cand.run_id,
@@ -318,7 +322,7 @@ def build_report(
         cand_reasons=failure_reasons(cmp.cand, failing),
         manifest_changes=_manifest_changes(cmp),
         scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
-        usage_deltas=usage_deltas(live, critical, level=interval),
+        usage_deltas=usage_table(live, decision.policy if decision else None),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=trajectories(
             cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
@@ -326,12 +330,21 @@ def build_report(
         **_replay_fields(cmp, decision),
         level=level,
         run_rates=(_run_rate(cmp.base), _run_rate(cmp.cand)),
+        rate_bases=(_rate_basis(cmp.base), _rate_basis(cmp.cand)),
     )
 
 
 def _run_rate(run: RunData) -> float | None:
     """The run's own pass rate, per case (`evalkit.run.summary`), None when not counted."""
     return run.case_counts.rate if run.case_counts is not None else None
+
+
+def _rate_basis(run: RunData) -> str:
+    """What the run's own pass rate counts: per case, its replays under the run's rule."""
+    from evalkit.run.rate_basis import rate_basis
+
+    rules = run.case_counts.pass_rules if run.case_counts is not None else None
+    return rate_basis(run.manifest.replays, rules)
 
 
 def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, Any]:
@@ -508,7 +521,7 @@ def _growth_tables(r: Report) -> list[Any]:
     if changed:
         rows = [(_m(x["slice"]), x["metric"], x["n"], growth_text(x), x["grew"], x["shrank"])
                 for x in changed]  # fmt: skip
-        cols = ("slice", "metric", "n", "change of the total [interval]", "grew", "shrank")
+        cols = ("slice", "metric", "n", "change [bootstrap; (t): t, no budget]", "grew", "shrank")
         out.append(_table("Paired growth against the baseline (totals)", cols, rows))
     if r.tokens_grew_most:
         grew = [(_m(c), f"{b:g} → {a:g}", f"{s:.0%}") for c, b, a, s in r.tokens_grew_most]
@@ -518,25 +531,6 @@ def _growth_tables(r: Report) -> list[Any]:
         step_cols = ("case", "steps", "baseline tool calls", "candidate tool calls")
         out.append(_table("Steps grew most", step_cols, step_rows))
     return out
-
-
-def growth_text(row: Mapping[str, Any]) -> str:
-    """One usage-delta row's change as shown: "×1.90 [1.41, 2.44]" (ratio of totals), the mean
-    difference when the baseline total is 0, or "+0.20 s [+0.1, +0.3]" per case.
-
-    Examples:
-        >>> growth_text({"kind": "ratio", "base_total": 10.0, "estimate": 1.9, "lo": 1.4,
-        ...              "hi": 2.4, "mean_diff": 0.9, "diff_lo": 0.4, "diff_hi": 1.4})
-        '×1.90 [1.40, 2.40]; mean +0.9 per case [+0.4, +1.4]'
-    """
-    diff = f"mean {row['mean_diff']:+.3g} per case [{row['diff_lo']:+.3g}, {row['diff_hi']:+.3g}]"
-    if row["kind"] != "ratio":
-        what = "median" if row["kind"] == "median seconds" else "mean"
-        bounds = "" if row["lo"] is None else f" [{row['lo']:+.2f}, {row['hi']:+.2f}]"
-        return f"{what} {row['estimate']:+.2f} s per case{bounds}"
-    if row["base_total"] == 0:
-        return f"from a total of 0; {diff}"
-    return f"×{row['estimate']:.2f} [{row['lo']:.2f}, {row['hi']:.2f}]; {diff}"
 
 
 def render_terminal(

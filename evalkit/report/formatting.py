@@ -4,6 +4,8 @@ in points with their interval, p-values to 3 significant digits, control charact
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 # C0 and C1 control characters (tab and newline kept) and the bidirectional overrides.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -78,3 +80,24 @@ def ci_label(level: float) -> str:
         ('95% CI', '98% CI', '97.5% CI')
     """
     return f"{100 * level:.4g}% CI"
+
+
+def growth_text(row: Mapping[str, Any]) -> str:
+    """One usage-delta row's change as shown: "×1.90 [1.41, 2.44]" (ratio of totals), the mean
+    difference when the baseline total is 0, or "+0.20 s [+0.1, +0.3]" per case; "(t)" after a
+    row no budget reads (a t interval, not the paired bootstrap).
+
+    Examples:
+        >>> growth_text({"kind": "ratio", "base_total": 10.0, "estimate": 1.9, "lo": 1.4,
+        ...              "hi": 2.4, "mean_diff": 0.9, "diff_lo": 0.4, "diff_hi": 1.4})
+        '×1.90 [1.40, 2.40]; mean +0.9 per case [+0.4, +1.4]'
+    """
+    t = " (t)" if row.get("interval") == "t" else ""
+    diff = f"mean {row['mean_diff']:+.3g} per case [{row['diff_lo']:+.3g}, {row['diff_hi']:+.3g}]"
+    if row["kind"] != "ratio":
+        what = "median" if row["kind"] == "median seconds" else "mean"
+        bounds = "" if row["lo"] is None else f" [{row['lo']:+.2f}, {row['hi']:+.2f}]"
+        return f"{what} {row['estimate']:+.2f} s per case{bounds}{t}"
+    if row["base_total"] == 0:
+        return f"from a total of 0; {diff}{t}"
+    return f"×{row['estimate']:.2f} [{row['lo']:.2f}, {row['hi']:.2f}]; {diff}{t}"

@@ -410,8 +410,8 @@ def _growth(r: Report) -> str:
             for x in changed
         )
         head = "".join(f"<th>{c}</th>" for c in (
-            "slice", "metric", "n", "change of the total [paired bootstrap interval]", "grew",
-            "shrank"))  # fmt: skip
+            "slice", "metric", "n", "change of the total [paired bootstrap interval; (t): a t "
+            "interval, no budget on the row]", "grew", "shrank"))  # fmt: skip
         out += (
             "<h3>Paired growth against the baseline (totals)</h3>"
             f'<table class="reasons"><tr>{head}</tr>{body}</table>'

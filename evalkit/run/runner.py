@@ -213,8 +213,14 @@ async def run_suite_async(
     warnings = [*before, *result_warnings(summary.outputs, summary.cached_outputs, expected)]
     summary = replace(summary, warnings=tuple(warnings), replays=config.replays)
     status = "complete" if summary.complete else "incomplete"
-    store.finish_run(run_id, status, summary.to_dict(), warnings=warnings)
-    summary = with_case_counts(store, summary)  # a complete run's, as its finish recorded them
+    recorded = store.finish_run(run_id, status, summary.to_dict(), warnings=warnings)
+    # a complete run's case counts as its finish recorded them (no query reads them back);
+    # else counted from the stored rows
+    summary = (
+        replace(summary, case_counts=recorded)
+        if recorded is not None
+        else with_case_counts(store, summary)
+    )
     mark("summary")
     return summary
 

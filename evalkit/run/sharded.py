@@ -160,6 +160,7 @@ class ShardSummary:
     cases: int = 0  # the cases of this shard's share (built, and in its cases part)
     corpus_cases: int = 0  # the run's cases in all
     built: int = 0  # cases built from their files by this process (the whole corpus when loaded)
+    indexed: int = 0  # cases read only to make the case index's entries (none kept)
 
 
 def run_manifest(
@@ -372,6 +373,7 @@ def run_shard(
         cases=len(share),
         corpus_cases=len(corpus.cases),
         built=corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
+        indexed=corpus.counts.cases_indexed if isinstance(corpus, CorpusFacts) else 0,
     )
 
 

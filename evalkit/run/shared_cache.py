@@ -25,6 +25,7 @@ from evalkit.store import Store
 
 if TYPE_CHECKING:
     from evalkit.run.summary import RunSummary
+    from evalkit.store.history_queries import CaseCounts
     from evalkit.store.shared import SharedStore
 
 
@@ -276,10 +277,10 @@ class SharedCacheStore:
         summary: dict[str, Any],
         *,
         warnings: Sequence[str] | None = None,
-    ) -> None:
+    ) -> CaseCounts | None:
         """The local store's finish, with this wrapper's caveats (an unreachable store, the
         answers another machine's cache served) added to the run's manifest warnings and
-        what the shared cache served to its summary (``shared_cache``)."""
+        what the shared cache served to its summary (``shared_cache``); what it returns."""
         summary = {**summary, "shared_cache": self.provenance()}
         if self.foreign_hits:
             hosts = ", ".join(sorted(self.foreign_hosts))
@@ -293,7 +294,7 @@ class SharedCacheStore:
             if warnings is None:
                 warnings = list(self.local.manifest(run_id).warnings)
             warnings = [*warnings, *(c for c in self.caveats if c not in warnings)]
-        self.local.finish_run(run_id, status, summary, warnings=warnings)
+        return self.local.finish_run(run_id, status, summary, warnings=warnings)
 
     def _lose(self, caveat: str) -> None:
         """Stop asking the shared store (this wrapper, and later ones over the same store

@@ -8,8 +8,9 @@ what was spent now and what was served from the response cache (outputs that cam
 keep the latency, tokens and cost they had when first produced).
 
 A run's **pass rate** is per case, as the gate and ``evalkit history`` count it: each case's
-replays collapse to one verdict by majority (ties fail; a case decides only when more than half
-of its replays were decided), and the rate is passed cases over decided ones
+replays collapse to one verdict under the suite's replay pass rule (``replays: {pass_rule:
+...}``, pinned in the run's manifest: majority by default, ties fail; a case decides only when
+more than half of its replays were decided), and the rate is passed cases over decided ones
 (`evalkit.store.history_queries.case_counts`). With replays, a per-output rate would differ
 (a case passing 2 of 3 replays is one pass, not two thirds), so every place that shows a run's
 pass rate shows this one and says so (:func:`rate_basis`). The output counts stay beside it.
@@ -95,8 +96,9 @@ class RunSummary:
 
     @property
     def pass_rate(self) -> float | None:
-        """Passed cases over decided ones, each case the majority of its replays (see the
-        module docstring); None when no case was decided or the cases were not counted."""
+        """Passed cases over decided ones, each case's replays under the run's pass rule
+        (majority by default; see the module docstring); None when no case was decided or
+        the cases were not counted."""
         return self.case_counts.rate if self.case_counts is not None else None
 
     @property
@@ -249,7 +251,7 @@ def rate_text(counts: CaseCounts | None, replays: int | None) -> str:
         >>> rate_text(None, 1)
         'pass rate n/a (per case)'
     """
-    basis = rate_basis(replays)
+    basis = rate_basis(replays, counts.pass_rules if counts is not None else None)
     if counts is None or counts.rate is None:
         return f"pass rate n/a ({basis})" + (
             f": none of {counts.cases} cases decided" if counts is not None else ""

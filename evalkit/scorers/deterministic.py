@@ -22,8 +22,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import regex as _regex
-
 from evalkit.records import Output, Score
 from evalkit.scorers.registry import (
     ScoreFn,
@@ -232,6 +230,10 @@ def _compile(name: str, pattern: str, flags: str) -> Any:
     value = re.NOFLAG
     for letter in flags:
         value |= _REGEX_FLAGS[letter]
+    # here, not at the top: a corpus without regex scorers never imports the regex engine
+    # (its import compiles many patterns of its own, a share of a short run's start-up)
+    import regex as _regex
+
     try:
         re.compile(pattern, value)  # the syntax users write is re's; regex runs it (version 0)
         return _regex.compile(pattern, int(value) | _regex.VERSION0)

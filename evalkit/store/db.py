@@ -60,6 +60,7 @@ from evalkit.store.decisions import DecisionRecords
 from evalkit.store.exams import ExamRecords
 from evalkit.store.flakes import FlakeRecords
 from evalkit.store.gate_log import GateLog
+from evalkit.store.history_sql import CaseCounts
 from evalkit.store.judgments import JudgmentRecords
 from evalkit.store.lock import WriterLock, connect_duckdb, evalkit_store, os_reason
 from evalkit.store.reads import RunReads
@@ -153,7 +154,8 @@ def open_store(
                 "with write=True to create one)"
             )
         con = connect_duckdb(db_path, True, max(wait_s, READ_RETRY_S))
-        store = Store(db_path, evalkit_store(con, db_path, read_only=True), True)
+        evalkit_store(con, db_path, read_only=True)
+        store = Store(db_path, con, True)
         store._read_wait_s = max(wait_s, READ_RETRY_S)
         store.release()  # held only during each call from here on
         return store
@@ -168,13 +170,13 @@ def open_store(
     try:
         existed = db_path.exists()  # under the writer lock: no evalkit writer makes it now
         con = connect_duckdb(db_path, False, max(wait_s, READ_RETRY_S))
-        if existed:  # a file DuckDB just created has no tables to check
-            con = evalkit_store(con, db_path, read_only=False)
+        # a file DuckDB just created has no tables to check, and needs every one made
+        current = evalkit_store(con, db_path, read_only=False) if existed else False
     except BaseException:
         lock.release(discard=True)  # a file refused: leave its directory as it was
         raise
     try:
-        return Store(db_path, con, False, lock)
+        return Store(db_path, con, False, lock, schema_current=current)
     except BaseException:
         lock.release()
         raise
@@ -207,6 +209,8 @@ class Store(
         con: duckdb.DuckDBPyConnection,
         read_only: bool,
         writer_lock: WriterLock | None = None,
+        *,
+        schema_current: bool = False,
     ) -> None:
         self.path = path
         self._conn: duckdb.DuckDBPyConnection | None = con
@@ -217,7 +221,7 @@ class Store(
         self._calls = 0  # public calls in progress (a read-only store lets go at zero)
         self._opened = 0  # times the file was opened (tests count it)
         con.execute("SET TimeZone = 'UTC'")
-        if not read_only:
+        if not read_only and not schema_current:  # current: every table and column is there
             # One transaction, not a commit per statement: each commit writes and syncs the
             # WAL, so creating a new store's tables one by one cost several times as much. The
             # history tables too, so a run's finish (record_history) creates none.
@@ -402,20 +406,28 @@ class Store(
         summary: dict[str, Any],
         *,
         warnings: Sequence[str] | None = None,
-    ) -> None:
+    ) -> CaseCounts | None:
         """Record a run's status and summary; with ``warnings``, also replace its manifest's
         (:meth:`set_warnings`) in the same statement. A complete run's history counts are
         recorded in the same transaction (one commit); when they cannot be (derived data),
-        the finish is recorded alone."""
+        the finish is recorded alone.
+
+        Returns:
+            The run's :class:`~evalkit.store.history_sql.CaseCounts` as its history
+            recorded them (what ``case_counts`` would read back), or None when none were
+            recorded (a run not complete, or one whose counts could not be recorded).
+        """
         if status == "complete":
             try:
                 with self._transaction():
                     self._record_finish(run_id, status, summary, warnings)
-                    self._record_history(run_id)
-                return
+                    recorded = self._record_history(run_id)
             except (duckdb.Error, StoreError):
                 pass  # rolled back whole: record the finish without the history counts
+            else:
+                return recorded
         self._record_finish(run_id, status, summary, warnings)
+        return None
 
     def _record_finish(
         self,
@@ -445,10 +457,10 @@ class Store(
         with contextlib.suppress(duckdb.Error, StoreError), self._transaction():
             self._record_history(run_id)
 
-    def _record_history(self, run_id: str) -> None:
+    def _record_history(self, run_id: str) -> CaseCounts | None:
         from evalkit.store.history_sql import record_history
 
-        record_history(self._con, run_id, self.latest_scoring(run_id))
+        return record_history(self._con, run_id, self.latest_scoring(run_id))
 
     def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
         """Replace the ``warnings`` of a run's manifest (the config hash does not cover them)."""

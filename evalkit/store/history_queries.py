@@ -7,9 +7,9 @@ The verdicts are counted inside DuckDB, never fetched: a history of 1,000 runs o
 `evalkit.compare.verdicts` exactly (a test checks): a (case, replay) is *errored* when the
 provider failed, a scorer errored or could not decide, or nothing scored it; else it *fails*
 when the runner set ``fail_reason`` or a scorer failed; a case decides only when more than
-half of its replays were decided, then passes by majority over them (ties fail), and is
-*unstable* when they disagree. Each run is read in its newest
-scoring (a rescore replaces what a run's verdicts were).
+half of its replays were decided, then passes under the run's replay pass rules (its
+manifest's; majority by default, ties fail), and is *unstable* when they disagree. Each run is
+read in its newest scoring (a rescore replaces what a run's verdicts were).
 
 Examples:
     >>> rows = tag_counts(store, ["nightly-41", "nightly-42"])  # doctest: +SKIP
@@ -20,10 +20,21 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evalkit.store.history_sql import ALL, ALL_COUNTS, LATEST, SELECTED, TAG_COUNTS, USAGE
+from evalkit.replay_rules import PassRules
+from evalkit.store.history_sql import (
+    ALL,
+    ALL_COUNTS,
+    LATEST,
+    RUN_MANIFESTS,
+    SELECTED,
+    TAG_COUNTS,
+    USAGE,
+    CaseCounts,
+    manifest_rules,
+    stored_rules,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -56,29 +67,6 @@ def tag_counts(store: Store, run_ids: Sequence[str], tag: str | None = None) -> 
     return frame.sort("run_id", "tag")
 
 
-@dataclass(frozen=True, kw_only=True)
-class CaseCounts:
-    """One run's cases as `evalkit history` counts them (its ``ALL`` row, newest scoring): the
-    cases, those decided (more than half their replays decided), passed by majority of their
-    replays (ties fail), undecided (``errored``) and ``unstable``; ``rate`` = passed / decided.
-
-    Examples:
-        >>> CaseCounts(run_id="r1", cases=16, decided=15, passed=9, errored=1, unstable=2).rate
-        0.6
-    """
-
-    run_id: str
-    cases: int
-    decided: int
-    passed: int
-    errored: int
-    unstable: int
-
-    @property
-    def rate(self) -> float | None:
-        return self.passed / self.decided if self.decided else None
-
-
 def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:
     """Each run's :class:`CaseCounts`, the one pass rate of a run that ``evalkit run``,
     ``evalkit runs list``, ``evalkit history`` and ``evalkit.Project`` show: what the run recorded
@@ -87,26 +75,72 @@ def case_counts(store: Store, run_ids: Sequence[str]) -> dict[str, CaseCounts]:
     wanted = list(dict.fromkeys(run_ids))
     rows = []
     if wanted and store.has_table("history_counts"):
-        rows = store.records(_STORED_COUNTS + " WHERE h.tag = ?", [wanted, ALL])
+        rows = store.records(_with_rules(store) + " WHERE h.tag = ?", [wanted, ALL])
+        for r in rows:
+            r["pass_rules"] = stored_rules(r.get("pass_rules"))
     counted = {r["run_id"] for r in rows}
     rest = [r for r in wanted if r not in counted]
-    if rest:
-        rows += store.records(ALL_COUNTS, [rest])
+    for rules, runs in _by_rules(store, rest).items():
+        fresh = store.records(ALL_COUNTS.format(passes=rules.sql("tags", "case_id")), [runs])
+        rows += [r | {"pass_rules": rules} for r in fresh]
     numbers = ("cases", "decided", "passed", "errored", "unstable")
     return {
-        r["run_id"]: CaseCounts(run_id=r["run_id"], **{n: int(r[n]) for n in numbers}) for r in rows
+        r["run_id"]: CaseCounts(
+            run_id=r["run_id"], pass_rules=r["pass_rules"], **{n: int(r[n]) for n in numbers}
+        )
+        for r in rows
     }
+
+
+def counted_rules(store: Store, run_ids: Sequence[str]) -> dict[str, PassRules]:
+    """The replay pass rules each run's counts (`case_counts`, `tag_counts`) follow: those
+    recorded beside its counts (majority for counts recorded before the rules were), else its
+    manifest's, which a count from its outputs follows."""
+    wanted = list(dict.fromkeys(run_ids))
+    found: dict[str, PassRules] = {}
+    if wanted and store.has_table("history_counts"):
+        for r in store.records(_with_rules(store) + " WHERE h.tag = ?", [wanted, ALL]):
+            found[r["run_id"]] = stored_rules(r["pass_rules"])
+    for rules, runs in _by_rules(store, [r for r in wanted if r not in found]).items():
+        found |= dict.fromkeys(runs, rules)
+    return found
+
+
+def _by_rules(store: Store, run_ids: Sequence[str]) -> dict[PassRules, list[str]]:
+    """``run_ids`` grouped by the replay pass rules their manifests pinned (one count each)."""
+    groups: dict[PassRules, list[str]] = {}
+    if not run_ids:
+        return groups
+    found = {r["run_id"]: r["manifest"] for r in store.records(RUN_MANIFESTS, [list(run_ids)])}
+    for run_id in run_ids:
+        groups.setdefault(manifest_rules(found.get(run_id)), []).append(run_id)
+    return groups
+
+
+def _with_rules(store: Store) -> str:
+    """The recorded counts, with the rules recorded beside them where a store has them."""
+    return _STORED_WITH_RULES if store.has_table("history_rules") else _STORED_NO_RULES
 
 
 def count_tags(store: Store, run_ids: Sequence[str], tag: str | None = None) -> pl.DataFrame:
     """:func:`tag_counts` counted from the runs' outputs and scores (what is recorded)."""
-    if tag is None:
-        sql = TAG_COUNTS.format(where="", tag_where="")
-        params: list[object] = [list(run_ids)]
-    else:
-        sql = TAG_COUNTS.format(where="WHERE list_contains(c.tags, ?)", tag_where="WHERE tag = ?")
-        params = [list(run_ids), tag, tag]
-    return store.query(sql, params)
+    import polars as pl
+
+    frames = []
+    for rules, runs in (_by_rules(store, run_ids) or {PassRules(): []}).items():
+        passes = rules.sql("tags", "case_id")
+        if tag is None:
+            sql = TAG_COUNTS.format(where="", tag_where="", passes=passes)
+            params: list[object] = [runs]
+        else:
+            sql = TAG_COUNTS.format(
+                where="WHERE list_contains(c.tags, ?)", tag_where="WHERE tag = ?", passes=passes
+            )
+            params = [runs, tag, tag]
+        frames.append(store.query(sql, params))
+    if len(frames) == 1:
+        return frames[0]
+    return pl.concat([f.cast(frames[0].schema) for f in frames]).sort("run_id", "tag")
 
 
 _STORED_COUNTS = f"""
@@ -114,6 +148,15 @@ WITH {LATEST}
 SELECT h.run_id, h.tag, h.cases, h.decided, h.passed, h.errored, h.unstable
 FROM history_counts h JOIN latest l ON h.run_id = l.run_id AND h.scoring_id = l.scoring_id
 """
+
+_STORED_WITH_RULES = f"""
+WITH {LATEST}
+SELECT r.pass_rules, h.run_id, h.tag, h.cases, h.decided, h.passed, h.errored, h.unstable
+FROM history_counts h JOIN latest l ON h.run_id = l.run_id AND h.scoring_id = l.scoring_id
+LEFT JOIN history_rules r ON r.run_id = h.run_id AND r.scoring_id = h.scoring_id
+"""
+
+_STORED_NO_RULES = _STORED_COUNTS.replace("SELECT h.run_id", "SELECT NULL AS pass_rules, h.run_id")
 
 _COUNT_COLUMNS = ("run_id", "tag", "cases", "decided", "passed", "errored", "unstable")
 

@@ -17,7 +17,7 @@ import duckdb
 
 from evalkit.errors import StoreError
 from evalkit.redact import redact_secrets
-from evalkit.store.schema import known_tables
+from evalkit.store.schema import known_tables, writer_schema_current
 
 
 def connect_duckdb(db_path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
@@ -50,11 +50,14 @@ def connect_duckdb(db_path: Path, read_only: bool, wait_s: float) -> duckdb.Duck
             ) from None
 
 
-def evalkit_store(
-    con: duckdb.DuckDBPyConnection, db_path: Path, *, read_only: bool
-) -> duckdb.DuckDBPyConnection:
-    """``con`` when its file is an evalkit store (or, to write, a DuckDB file without tables);
-    else it is closed, having written nothing, and a StoreError names the file."""
+def evalkit_store(con: duckdb.DuckDBPyConnection, db_path: Path, *, read_only: bool) -> bool:
+    """Check that ``con``'s file is an evalkit store (or, to write, a DuckDB file without
+    tables); else it is closed, having written nothing, and a StoreError names the file.
+
+    Returns:
+        Whether its schema is current (:func:`~evalkit.store.schema.writer_schema_current`):
+        a store opened to write then skips its DDL, a transaction and a commit.
+    """
     found: dict[str, dict[str, str]] = {}
     for schema, table, column, data_type in con.execute(
         "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
@@ -69,7 +72,7 @@ def evalkit_store(
     else:
         advice = "evalkit leaves it as it is: pass another --db"
     if problem is None:
-        return con
+        return writer_schema_current(found)
     con.close()
     raise StoreError(f"{db_path}: not an evalkit store ({problem}); {advice}")
 

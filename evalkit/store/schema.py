@@ -134,6 +134,9 @@ CREATE TABLE IF NOT EXISTS history_counts (
     run_id VARCHAR, scoring_id VARCHAR, tag VARCHAR, cases BIGINT, decided BIGINT,
     passed BIGINT, errored BIGINT, unstable BIGINT
 );
+CREATE TABLE IF NOT EXISTS history_rules (
+    run_id VARCHAR, scoring_id VARCHAR, pass_rules VARCHAR
+);
 CREATE TABLE IF NOT EXISTS history_usage (
     run_id VARCHAR, model VARCHAR, outputs BIGINT, cached BIGINT, timed BIGINT,
     latency_ms DOUBLE, cost_usd DOUBLE, total_tokens BIGINT, steps BIGINT
@@ -164,6 +167,28 @@ def known_tables() -> dict[str, tuple[dict[str, str], dict[str, str]]]:
     for name, column, sql_type in _ALTER.findall(DDL):
         tables[name][1][column] = _TYPE_NAMES.get(sql_type, sql_type)
     return tables
+
+
+def writer_schema_current(found: dict[str, dict[str, str]]) -> bool:
+    """Whether tables ``found`` ({table: {column: type}}, as ``information_schema`` lists them)
+    already hold every table and column a store opened to write makes (``DDL`` and
+    ``HISTORY_DDL``, every ``ALTER`` included): then opening it to write runs no DDL.
+
+    Examples:
+        >>> full = {t: {**made, **added} for t, (made, added) in known_tables().items()}
+        >>> writer_schema_current(full)
+        True
+        >>> del full["cases"]["case_group"]  # a store from before that ALTER
+        >>> writer_schema_current(full)
+        False
+    """
+    tables = known_tables()
+    for name, _ in _CREATE.findall(DDL + HISTORY_DDL):
+        created, added = tables[name]
+        columns = found.get(name)
+        if columns is None or any(c not in columns for c in (*created, *added)):
+            return False
+    return True
 
 
 #: The cases a run executes (written once, when the run starts).

@@ -41,10 +41,18 @@ import polars as pl
 
 from evalkit.compare.decision import Finding
 from evalkit.errors import StoreError
+from evalkit.replay_rules import PassRules
+from evalkit.run.rate_basis import rate_basis
 from evalkit.run_manifest import RunManifest
 from evalkit.stats.intervals import wilson_interval
 from evalkit.stats.trend import TrendResult, mann_kendall, mann_kendall_permutation
-from evalkit.store.history_queries import ALL, flaky_counts, tag_counts, usage_by_model
+from evalkit.store.history_queries import (
+    ALL,
+    counted_rules,
+    flaky_counts,
+    tag_counts,
+    usage_by_model,
+)
 from evalkit.trends.reuse import gate_reuse
 from evalkit.trends.values import (
     GateReuse,
@@ -109,10 +117,17 @@ def history(
             f"{tag!r}; drop --tag or name a tag of the suite"
         )
     rates = _rates(counts, level)
+    rules = counted_rules(store, run_ids)
     usage = _usage(usage_by_model(store, run_ids))
     flaky = {r["run_id"]: r["flaky"] for r in flaky_counts(store, run_ids).iter_rows(named=True)}
     points = tuple(
-        _point(row, rates.get(row["run_id"], ()), usage.get(row["run_id"], {}), flaky)
+        _point(
+            row,
+            rates.get(row["run_id"], ()),
+            usage.get(row["run_id"], {}),
+            flaky,
+            rules.get(row["run_id"]),
+        )
         for row in chosen.iter_rows(named=True)
     )
     positions = dict(chosen.select("run_id", "pos").iter_rows())
@@ -212,6 +227,7 @@ def _point(
     rates: tuple[TagRate, ...],
     usage: Mapping[str, Any],
     flaky: Mapping[str, int],
+    rules: PassRules | None = None,
 ) -> HistoryPoint:
     manifest = RunManifest.from_stored(json.loads(row["manifest"]) if row["manifest"] else {})
     outputs = int(usage.get("outputs", 0))
@@ -227,7 +243,7 @@ def _point(
         mean_steps=_mean(usage.get("steps", 0), outputs),
         served_models=tuple(models), snapshot=manifest.model.snapshot if manifest.model else None,
         critical_tags=tuple(critical), promoted_by=row["promoted_by"],
-        replays=manifest.replays,
+        replays=manifest.replays, rate_basis=rate_basis(manifest.replays, rules),
     )  # fmt: skip
 
 

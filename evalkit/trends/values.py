@@ -61,7 +61,8 @@ class HistoryPoint:
     snapshot: str | None  # the configured system.snapshot
     critical_tags: tuple[str, ...]
     promoted_by: str | None = None
-    replays: int = 1  # per case: each rate counts a case once, the majority of its replays
+    replays: int = 1  # per case: each rate counts a case once, its replays under a pass rule
+    rate_basis: str = "per case"  # what its rates count (`evalkit.run.rate_basis`)
 
     @property
     def served_model(self) -> str | None:
@@ -123,7 +124,7 @@ class History:
     @property
     def rate_basis(self) -> str:
         """What its pass rates count, in words (`evalkit.run.summary.rate_basis`): per case,
-        the majority of the runs' replays.
+        each case's replays under its run's pass rule (majority by default).
 
         Examples:
             >>> History(by="label", tag=None, points=(), trends=(), findings=(), alpha=0.05,
@@ -132,10 +133,12 @@ class History:
         """
         from evalkit.run.summary import rate_basis
 
-        replays = {p.replays for p in self.points}
-        if len(replays) > 1:
+        bases = {p.rate_basis for p in self.points}
+        if len(bases) <= 1:
+            return bases.pop() if bases else rate_basis(1)
+        if all("majority" in b or b == "per case" for b in bases):
             return "per case, majority of its replays"
-        return rate_basis(replays.pop() if replays else 1)
+        return "per case, each run's pass rule over its replays"
 
     @property
     def critical_tags(self) -> tuple[str, ...]:

@@ -17,8 +17,6 @@ from evalkit.cli import main
 from evalkit.run import runner
 from evalkit.store import open_store
 
-EVALKIT = str(Path(sys.executable).parent / "evalkit")
-
 
 @pytest.fixture
 def project(project_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:

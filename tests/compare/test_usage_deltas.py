@@ -20,7 +20,7 @@ from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy, policy_changes
 from evalkit.compare.usage_deltas import usage_deltas, usage_tail
 from evalkit.errors import ConfigError
-from evalkit.report.build import build_report, to_text
+from evalkit.report.build import build_report, growth_text, to_text
 from evalkit.report.html import to_html
 
 CASES = [C(f"billing-{i:02d}", "p", ["billing"]) for i in range(20)]
@@ -186,4 +186,56 @@ def test_unchanged_usage_shows_no_growth_table():
     assert report.usage_deltas.height > 0 and report.changed_usage() == []
     assert "Paired growth" not in to_text(report, max_cases=3) and "Paired growth" not in to_html(
         report
+    )
+
+
+def test_only_the_budgeted_rows_of_critical_tags_are_bootstrapped_and_keep_their_values():
+    rng = np.random.default_rng(9)
+    n = 400
+    base = rng.gamma(2.0, 300.0, n).round()
+    frame = _frame(
+        n, base_total_tokens=base, cand_total_tokens=(base * rng.lognormal(0.2, 0.3, n)).round(),
+        base_steps=rng.poisson(2, n), cand_steps=rng.poisson(3, n),
+        base_latency_ms=rng.gamma(3, 300, n), cand_latency_ms=rng.gamma(3, 330, n),
+    ).with_columns(tags=pl.Series([["t"] if i % 2 else ["u"] for i in range(n)]))  # fmt: skip
+    every = usage_deltas(frame, ["t", "u"], iters=600, seed=4)  # all bootstrapped, as before
+    some = usage_deltas(frame, ["t", "u"], iters=600, seed=4, bootstrap=["steps", "latency_s"])
+    assert every.height == some.height == 12 and every["interval"].unique().sort().to_list() == [
+        "order statistics", "paired bootstrap"]  # fmt: skip
+    keyed = {(r["slice"], r["metric"]): r for r in every.iter_rows(named=True)}
+    for row in some.iter_rows(named=True):
+        boot = row["slice"] != "ALL" and row["metric"] in ("steps", "latency_s", "latency_p50_s")
+        if boot:  # a budgeted row: what every row got before, seed for seed
+            assert row == keyed[(row["slice"], row["metric"])]
+        elif row["metric"] != "latency_p50_s":
+            part = frame if row["slice"] == "ALL" else frame.filter(
+                pl.col("tags").list.contains(row["slice"]))  # fmt: skip
+            column = {"total_tokens": "total_tokens", "steps": "steps"}.get(row["metric"])
+            scale = 1.0 if column else 1000.0
+            b = part[f"base_{column or 'latency_ms'}"].to_numpy() / scale
+            c = part[f"cand_{column or 'latency_ms'}"].to_numpy() / scale
+            ci = scipy_stats.ttest_rel(c, b).confidence_interval()
+            assert row["interval"] == "t"
+            assert (row["diff_lo"], row["diff_hi"]) == pytest.approx((ci.low, ci.high))
+        expected = "order statistics" if row["metric"] == "latency_p50_s" else (
+            "paired bootstrap" if boot else "t")  # fmt: skip
+        assert row["interval"] == expected
+
+
+def test_the_report_shows_the_gates_budgeted_row_and_marks_the_t_rows():
+    base, cand = _pair()
+    cmp = compare(base, cand)
+    policy = GatePolicy(critical_tags=("billing", "general"), relative_budgets=(("steps", 1.5),))
+    decision = decide(cmp.paired, policy)
+    (finding,) = decision.blocking()
+    report = build_report(cmp, decision)
+    rows = {(r["slice"], r["metric"]): r for r in report.usage_deltas.iter_rows(named=True)}
+    shown = rows[("billing", "steps")]
+    assert shown["interval"] == "paired bootstrap"
+    assert {k: shown[k] for k in finding.statistic} == finding.statistic
+    assert rows[("ALL", "steps")]["interval"] == "t"
+    text = to_text(report, max_cases=3)
+    assert "(t)" in text  # ALL's steps grew too: shown with its t interval, marked
+    assert not growth_text(shown).endswith("(t)") and growth_text(rows[("ALL", "steps")]).endswith(
+        "(t)"
     )

@@ -450,8 +450,11 @@ def test_server_rejects_unknown_models_and_bad_bodies(demo_server: DemoServer) -
     assert caught.value.code == 400
 
 
-def test_error_rate_one_answers_429_or_500(demo_server_factory: Callable[..., DemoServer]) -> None:
-    server = demo_server_factory(error_rate=1.0, seed=1)
+@pytest.mark.parametrize("in_thread", [False, True], ids=["process", "thread"])
+def test_error_rate_one_answers_429_or_500(
+    demo_server_factory: Callable[..., DemoServer], in_thread: bool
+) -> None:
+    server = demo_server_factory(error_rate=1.0, seed=1, in_thread=in_thread)
     client = _client(server)
     kinds = set()
     for i in range(12):
@@ -489,18 +492,24 @@ def test_latency_ms_delays_each_request_without_serialising(
     assert time.perf_counter() - started < 5.0  # 16 x 1 s would be 16 s in series
 
 
-def test_timeout_rate_makes_requests_slow(demo_server_factory: Callable[..., DemoServer]) -> None:
-    server = demo_server_factory(timeout_rate=1.0, extra_args=["--timeout-s=2"])
+@pytest.mark.parametrize("in_thread", [False, True], ids=["process", "thread"])
+def test_timeout_rate_makes_requests_slow(
+    demo_server_factory: Callable[..., DemoServer], in_thread: bool
+) -> None:
+    server = demo_server_factory(
+        timeout_rate=1.0, extra_args=["--timeout-s=2"], in_thread=in_thread
+    )
     with pytest.raises(openai.APITimeoutError):
         _client(server, timeout=0.5).chat.completions.create(
             model=MODEL_ID, messages=convo(V1, "hi")
         )
 
 
+@pytest.mark.parametrize("in_thread", [False, True], ids=["process", "thread"])
 def test_server_noise_is_reproducible_and_independent_of_arrival_order(
-    demo_server_factory: Callable[..., DemoServer],
+    demo_server_factory: Callable[..., DemoServer], in_thread: bool
 ) -> None:
-    server = demo_server_factory(noise=True, seed=11)
+    server = demo_server_factory(noise=True, seed=11, in_thread=in_thread)
     client = _client(server)
     tickets = [BORDERLINE, "Your site froze while I was changing my email address."]
     assert all(is_borderline(convo(V1, t)) for t in tickets)
@@ -548,8 +557,31 @@ def test_start_failure_raises_and_leaves_no_process(monkeypatch: pytest.MonkeyPa
     assert len(started) == 1 and started[0].poll() is not None
 
 
-def test_stop_is_idempotent(demo_server_factory: Callable[..., DemoServer]) -> None:
-    server = demo_server_factory(noise=False)
+@pytest.mark.parametrize("in_thread", [False, True], ids=["process", "thread"])
+def test_stop_is_idempotent(
+    demo_server_factory: Callable[..., DemoServer], in_thread: bool
+) -> None:
+    server = demo_server_factory(noise=False, in_thread=in_thread)
+    assert server.running
     server.stop()
     server.stop()
     assert not server.running
+    with pytest.raises(urllib.error.URLError):  # its port no longer answers
+        urllib.request.urlopen(f"{server.root_url}/health", timeout=5)
+
+
+def test_a_thread_server_starts_no_process_and_refuses_what_the_process_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_process(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    threads = threading.active_count()
+    with pytest.raises(RuntimeError, match=r"did not start.*not loopback"):
+        start_demo_server(extra_args=["--host=0.0.0.0"], in_thread=True)
+    assert threading.active_count() == threads  # its thread did not outlive the refusal
+    with start_demo_server(noise=False, in_thread=True) as server:
+        assert server.running and not hasattr(server, "process")
+        assert server.stats() == {"requests": 0, "by_content": {}, "arrivals": []}
+    assert threading.active_count() == threads

@@ -17,10 +17,13 @@ from evalkit.run.providers import prefetch_transport, transport_module
 REPO = Path(__file__).resolve().parents[2]
 
 #: Modules a run of these cases must not import: the scorer registry loads a module when a
-#: case names one of its scorers (evalkit.scorers.registry.BUILTIN_MODULES).
+#: case names one of its scorers (evalkit.scorers.registry.BUILTIN_MODULES), and the regex
+#: engine is imported when a ``regex`` or ``forbidden_regex`` scorer is built.
 NOT_ON_THE_RUN_PATH = (
     "evalkit.scorers.similarity", "rapidfuzz", "evalkit.scorers.executable",
     "evalkit.scorers.sandbox", "evalkit.scorers.judge", "evalkit.scorers.trajectory",
+    "regex",  # the regex engine: imported by the first regex scorer built, not before
+    "multiprocessing",  # only a corpus scan in several processes (evalkit.corpus.case_facts)
 )  # fmt: skip
 
 #: Runs ``evalkit run`` in this interpreter and reports the modules loaded and which thread

@@ -98,7 +98,7 @@ def test_summary_runs_history_and_project_state_one_per_case_rate(
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["runs", "list", "--db", db]) == 0
     table = capsys.readouterr().out
-    assert "pass rate (per case)" in table and "75.0% (majority of 3)" in table
+    assert "pass rate (per case)" in table and "75.0% (majority of 3 replays)" in table
     monkeypatch.undo()
 
     # evalkit history: the header names the basis, the ALL cell is the same rate

@@ -118,7 +118,7 @@ def test_the_readme_ray_start_lines_make_two_loopback_nodes_that_run_a_suite(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert nodes.stdout.strip().splitlines()[-1] == f'[["{LOOPBACK}", true], ["{LOOPBACK}", true]]'
-    with start_demo_server(noise=False) as server:
+    with start_demo_server(noise=False, in_thread=True) as server:
         run = subprocess.run(
             [sys.executable, "-m", "evalkit.cli", "run", *demo_args(server, "--tier", "smoke"),
              "--engine", "ray", "--address", loopback_cluster, "--chunk-size", "4",

@@ -121,6 +121,8 @@ def ray_cluster() -> Iterator[_Cluster]:
 
 @pytest.fixture(scope="module")
 def noisy_server() -> Iterator[DemoServer]:
+    """A process of its own: it lives through the module, the rate-window tests included,
+    whose arrival times must not depend on what else this process runs."""
     with start_demo_server(noise=True) as server:
         yield server
 
@@ -237,7 +239,7 @@ def test_a_chunk_task_gets_its_cases_and_never_loads_the_corpus(
     from evalkit.run.sharded import record_run, run_manifest
     from evalkit.run.shards import make_chunks, order_units
 
-    with start_demo_server(noise=False) as server:
+    with start_demo_server(noise=False, in_thread=True) as server:
         overrides = (f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}")
         suite = load_suite(CONFIG, overrides=list(overrides))
         corpus = load_corpus(suite.root, user_template=suite.config.system.user_template)
@@ -273,7 +275,7 @@ def test_a_chunk_task_asks_the_teams_shared_cache(
     from evalkit.run.shards import make_chunks, order_units
 
     uri = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}?warehouse={tmp_path / 'team' / 'wh'}"
-    with start_demo_server(noise=False) as server:
+    with start_demo_server(noise=False, in_thread=True) as server:
         parts, db = str(tmp_path / "job-1"), str(tmp_path / "job-1.duckdb")
         args = demo_args(server, "--shard", "1/1", "--run-id", "job-1", "--parts", parts)
         assert main(["run", *args]) == 0
@@ -398,7 +400,7 @@ def test_a_relative_parts_run_stores_every_output_and_exits_zero(
     here = tmp_path / "driver"
     here.mkdir()
     monkeypatch.chdir(here)
-    with start_demo_server(noise=False) as server:
+    with start_demo_server(noise=False, in_thread=True) as server:
         args = [*demo_args(server, "--tier", "smoke"), "--engine", "ray", "--address",
                 ray_cluster.address, "--chunk-size", "8", "--db", "d.duckdb", "--no-progress",
                 "--label", "relative", "--run-id", "relative-parts"]  # fmt: skip
@@ -453,7 +455,7 @@ def test_a_node_removed_mid_run_loses_and_duplicates_nothing(
     ray_cluster: _Cluster, tmp_path: Path
 ) -> None:
     chunk, in_flight = 6, 2
-    with start_demo_server(noise=False, latency_ms=80) as server:
+    with start_demo_server(noise=False, latency_ms=80, in_thread=True) as server:
         from evalkit.corpus.cases import load_corpus
         from evalkit.corpus.suite import load_suite
         from evalkit.run.engines.ray_engine import RayOptions, SuiteSource, run_on_ray
@@ -501,10 +503,10 @@ def test_a_node_removed_mid_run_loses_and_duplicates_nothing(
 
 
 def test_a_killed_driver_resumes_and_merges_each_case_once(
-    ray_cluster: _Cluster, tmp_path: Path
+    ray_cluster: _Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     chunk = 6
-    with start_demo_server(noise=False, latency_ms=80) as server:
+    with start_demo_server(noise=False, latency_ms=80, in_thread=True) as server:
         db, parts = tmp_path / "d.duckdb", tmp_path / "parts"
         common = [*demo_args(server), "--engine", "ray", "--address", ray_cluster.address,
                   "--parts", str(parts), "--chunk-size", str(chunk), "--db", str(db),
@@ -515,12 +517,11 @@ def test_a_killed_driver_resumes_and_merges_each_case_once(
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(10)
         assert len(PartsRoot(parts).completed_keys(run_id)) < 91
-        resumed = subprocess.run(
-            [sys.executable, "-m", "evalkit.cli", "run", *common, "--resume", run_id],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
-        assert "resuming run" in resumed.stderr
+        capsys.readouterr()  # the resume needs no process of its own: this one drives it
+        resumed = main(["run", *common, "--resume", run_id])
+        err = capsys.readouterr().err
+        assert resumed == 0, err[-2000:]
+        assert "resuming run" in err
         counts = server.stats()["by_content"]
     for _ in range(2):
         assert main(["runs", "merge", run_id, "--parts", str(parts), "--db", str(db)]) == 0
@@ -584,7 +585,7 @@ def test_duplicate_requests_within_a_run_are_asked_on_ray_as_locally(
         "".join(_DUPLICATES.format(n=n) for n in range(4))
     )
     config = str(corpus_dir / "evalkit.yaml")
-    with start_demo_server(noise=False) as server:
+    with start_demo_server(noise=False, in_thread=True) as server:
         overrides = (f"system.base_url={server.base_url}", f"judge.base_url={server.base_url}")
         suite = load_suite(config, overrides=list(overrides))
         full = load_corpus(suite.root, user_template=suite.config.system.user_template)

@@ -29,12 +29,14 @@ def _manifest(run_id: str, facts) -> RunManifest:
     )
 
 
-def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1):
+def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1, cold: bool = False):
     root = _generated(tmp_path / "corpus", n=300)
     index = tmp_path / "index"
-    scan_corpus(root, index_dir=index)  # a warm index: what the driver plans from
-    facts = scan_corpus(root, index_dir=index)
+    if not cold:
+        scan_corpus(root, index_dir=index)  # a warm index: what the driver plans from
+    facts = scan_corpus(root, index_dir=index, index_only=True)  # as `evalkit run` reads it
     assert facts.counts.cases_built == 0
+    assert facts.counts.cases_indexed == (300 if cold else 0)  # cold: made, nothing kept
     monkeypatch.setattr(ray_plan, "SHARE_UNITS", 70 * replays)
     units = order_units((c.id for c in facts.cases), replays)
     manifest = _manifest("r1", facts)
@@ -43,11 +45,12 @@ def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1):
     return root, facts, units, manifest, count, parts
 
 
-@pytest.mark.parametrize("replays", [1, 3])
+@pytest.mark.parametrize(("replays", "cold"), [(1, False), (3, False), (1, True)])
 def test_the_driver_builds_one_share_at_a_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int, cold: bool
 ) -> None:
-    root, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch, replays)
+    """With the index warm or with none prepared (the driver makes it, keeping no case)."""
+    root, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch, replays, cold)
     assert count == 5 == stored_share_count(manifest)  # 300 cases, at most 70 a share
     feed = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=count)
     feed.record()

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import email.utils
+import importlib.util
 import io
 import json
 import os
@@ -46,6 +47,7 @@ from evalkit.store import Store, open_store
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "corpus" / "evalkit.yaml"
+BENCH_FAULTS = REPO / "bench" / "bench_faults.py"
 CAUSES = ("HTTP 429", "HTTP 500", "timeout after 1s")  # what the demo server injects
 
 
@@ -356,7 +358,11 @@ def _stored(db: Path) -> tuple[str, set[tuple[str, int]]] | None:
 
 
 def test_sigkill_mid_run_then_resume_equals_a_clean_run(
-    demo_server_factory: Callable[..., DemoServer], demo_server: DemoServer, tmp_path: Path
+    demo_server_factory: Callable[..., DemoServer],
+    demo_server: DemoServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Kill -9 a run mid-flight, ``--resume`` it: same rows as a clean run, no duplicates, and
     the server is never asked again for a (case, replay) that was stored before the kill.
@@ -409,16 +415,10 @@ def test_sigkill_mid_run_then_resume_equals_a_clean_run(
     with open_store(db, read_only=True) as store:
         assert store.run_status(run_id) == "running"
 
-    resumed = subprocess.run(
-        _cli(
-            *run, *sets_args, "--resume", run_id, "--concurrency=16", "--json", tmp_path / "s.json"
-        ),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert resumed.returncode == 0, resumed.stderr
+    # the resume itself needs no process of its own: the CLI's entry point, in this one
+    monkeypatch.chdir(tmp_path)
+    resume = [*run, *sets_args, "--resume", run_id, "--concurrency=16", "--json", "s.json"]
+    assert main([str(a) for a in resume]) == 0, capsys.readouterr().err
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["resumed_skipped"] == len(before)
     after = server.stats()["by_content"]
@@ -595,18 +595,20 @@ def test_stored_timestamps_are_utc(tmp_path: Path) -> None:
 # --- the fault benchmark ---------------------------------------------------------------------
 
 
-def test_bench_faults_figures_add_up(tmp_path: Path) -> None:
-    """``bench/bench_faults.py --cases 50`` runs standalone and its figures are consistent."""
+def test_bench_faults_figures_add_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bench/bench_faults.py --cases 50`` (its ``main``, in this process) prints and writes
+    figures that are consistent."""
+    spec = importlib.util.spec_from_file_location("evalkit_bench_faults", BENCH_FAULTS)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts the checkout first
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # where its dataclasses look themselves up
+    spec.loader.exec_module(bench)
     out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [sys.executable, REPO / "bench" / "bench_faults.py", "--cases", "50", "--json", out],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    assert f"cores: {os.cpu_count()}" in result.stdout
+    assert bench.main(["--cases", "50", "--json", str(out)]) == 0
+    assert f"cores: {os.cpu_count()}" in capsys.readouterr().out
     figures = json.loads(out.read_text())
     clean, faults = figures["clean"], figures["faults"]
     for run in (clean, faults):

@@ -1,5 +1,6 @@
 """What a run does around its requests: none before it is recorded, a summary counted by the
-writer (no query), and first requests built as the workers take them, never all at once."""
+writer and its case counts as its finish recorded them (no query), and first requests built as
+the workers take them, never all at once."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from evalkit.run import execution
 from evalkit.run.runner import PendingWork, RunOptions, RunStart, run_suite
 from evalkit.run.summary import summarize
 from evalkit.store import Store, open_store
+from evalkit.store.history_queries import case_counts
 
 CASES = 60
 
@@ -115,6 +117,7 @@ def test_no_request_before_the_run_is_recorded_and_the_summary_is_counted(
         provider = _Provider(store, events)
         summary = run_suite(suite, corpus, store, options, provider=provider)
         queried = list(counted_queries)
+        read_back = case_counts(store, [summary.run_id])[summary.run_id]
         stored = summarize(
             store,
             summary.run_id,
@@ -126,11 +129,10 @@ def test_no_request_before_the_run_is_recorded_and_the_summary_is_counted(
     # The run and all its cases were in the store before the first request went out.
     assert events[:2] == ["recorded", "first request"]
     assert provider.recorded_at_first == ("running", CASES)
-    # The summary came from the writer's counts: no query read the outputs back; the one
-    # query reads the per-case counts the run's finish recorded (its pass rate) ...
-    assert len(queried) == 1 and "FROM history_counts" in queried[0]
-    assert "outputs" not in queried[0] and "scores" not in queried[0]
-    assert summary.case_counts is not None and summary.case_counts.cases == CASES
+    # The summary came from the writer's counts and the per-case counts (its pass rate) from
+    # what the run's finish recorded: no query read anything back ...
+    assert queried == []
+    assert summary.case_counts == read_back and read_back.cases == CASES
     # ... and says what the store's query says about the same rows.
     assert (summary.passed, summary.failed, summary.errored) == (15, 30, 15)
     assert summary.error_causes == stored.error_causes

@@ -3,19 +3,15 @@
 A distinctive fake key goes into the variable the demo suite names (``api_key_env``); the demo is
 run, compared and gated through the CLI, and every byte evalkit produced — the DuckDB file (and
 every value in every table, since DuckDB compresses strings), manifests, summaries, reports,
-executed notebooks, stdout/stderr, the simulator's own output — is searched for it. Provider
-error bodies that echo the Authorization header are scrubbed before they are stored.
+executed notebooks, stdout/stderr (the simulator's own output with it) — is searched for it.
+Provider error bodies that echo the Authorization header are scrubbed before they are stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +23,7 @@ from evalkit import redact
 from evalkit.cli import main
 from evalkit.corpus.cases import load_corpus
 from evalkit.corpus.suite import load_suite
+from evalkit.demo.server import ServerOptions, create_app
 from evalkit.errors import ProviderError
 from evalkit.redact import redact_secrets, register_secret
 from evalkit.run.providers import make_provider
@@ -45,37 +42,20 @@ def _leaks(data: bytes | str) -> list[str]:
 
 
 @pytest.fixture()
-def server_with_logs(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """The demo simulator as a subprocess whose stdout and stderr go to files we can search."""
-    log = tmp_path / "server.log"
-    env = {**os.environ, "EVALKIT_DEMO_KEY": CANARY}
-    with log.open("w") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "evalkit.demo.server", "--port=0", "--no-noise"],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=tmp_path,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while "listening on " not in log.read_text():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        base_url = log.read_text().split("listening on ", 1)[1].split()[0]
-        yield base_url, log
-    finally:
-        process.terminate()
-        process.wait(10)
+def demo_url() -> Iterator[str]:
+    """The demo simulator's app on a thread of this process: what it prints lands in the same
+    captured stdout and stderr as the commands' output, which the test searches."""
+    with serving(create_app(ServerOptions(noise=False))) as base_url:
+        yield base_url
 
 
 def test_fake_key_appears_nowhere_after_run_compare_and_gate(
     tmp_path: Path,
-    server_with_logs: tuple[str, Path],
+    demo_url: str,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    base_url, server_log = server_with_logs
+    base_url = demo_url
     monkeypatch.setenv("EVALKIT_DEMO_KEY", CANARY)
     suite = load_suite(CONFIG, overrides=[f"system.base_url={base_url}"])
     assert suite.config.system.api_key_env == "EVALKIT_DEMO_KEY"
@@ -110,8 +90,7 @@ def test_fake_key_appears_nowhere_after_run_compare_and_gate(
         assert code in expected, (command[0], captured.err[-2000:])
         printed.append(captured.out + captured.err)
 
-    assert not _leaks("\n".join(printed)), "printed"
-    assert not _leaks(server_log.read_bytes()), "the simulator logged it"
+    assert not _leaks("\n".join(printed)), "printed (the simulator's output with it)"
     produced = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.suffix == ".ipynb" for p in produced), "the gate executed a notebook"
     assert any(p.suffix == ".html" for p in produced), "reports were written"

@@ -34,7 +34,7 @@ from evalkit.store.parts import PartsRoot
 @pytest.fixture(scope="module")
 def noisy_server() -> Iterator[DemoServer]:
     """The demo simulator with its seeded noise on (so runs could differ if they were wrong)."""
-    with start_demo_server(noise=True) as server:
+    with start_demo_server(noise=True, in_thread=True) as server:
         yield server
 
 
@@ -81,12 +81,14 @@ def test_a_shard_needs_a_run_id_and_the_same_configuration(
     assert "another configuration" in capsys.readouterr().err
 
 
-def test_a_killed_shard_run_again_stores_each_case_once(tmp_path: Path) -> None:
+def test_a_killed_shard_run_again_stores_each_case_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Kill a shard mid-run (SIGKILL), run it again with the same run id, merge twice: every
     (case, replay) is stored once, and the server was asked again only for the chunk that was
     in flight."""
     chunk = 10
-    with start_demo_server(noise=False, latency_ms=60) as server:
+    with start_demo_server(noise=False, latency_ms=60, in_thread=True) as server:
         parts = tmp_path / "parts"
         command = [
             sys.executable, "-m", "evalkit.cli", "run", *demo_args(server), "--shard", "1/1",
@@ -104,7 +106,8 @@ def test_a_killed_shard_run_again_stores_each_case_once(tmp_path: Path) -> None:
         done_before = len(root.completed_keys("killed"))
         assert 0 < done_before < 91
         first_requests = server.stats()["requests"]
-        subprocess.run(command, check=True, capture_output=True)
+        monkeypatch.chdir(tmp_path)  # run again in this process: the kill was the other's
+        assert main([str(word) for word in command[3:]]) == 0
         counts = server.stats()["by_content"]
         db = tmp_path / "k.duckdb"
         for _ in range(2):
@@ -124,7 +127,7 @@ def test_a_shards_second_job_asks_nothing_the_first_asked(
     chunks; the second asks the endpoint nothing the first asked, and its merged run is all
     served from the cache."""
     uri = f"sqlite:///{tmp_path / 'team' / 'catalog.db'}?warehouse={tmp_path / 'team' / 'wh'}"
-    with start_demo_server(noise=False) as server:
+    with start_demo_server(noise=False, in_thread=True) as server:
 
         def job(run_id: str) -> int:
             server.reset_stats()
@@ -164,7 +167,10 @@ def test_run_id_alone_is_refused(
 def test_replicas_share_the_requests_of_a_run(tmp_path: Path) -> None:
     """``system.base_urls``: two simulators serve one run, each taking part of the requests,
     and the outputs are those of a run against one of them."""
-    with start_demo_server(noise=False) as one, start_demo_server(noise=False) as two:
+    with (
+        start_demo_server(noise=False, in_thread=True) as one,
+        start_demo_server(noise=False, in_thread=True) as two,
+    ):
         db = tmp_path / "r.duckdb"
         single = run_local(one, db, "single", "--tier", "smoke")
         one.reset_stats()
@@ -301,19 +307,21 @@ def _through_the_index(monkeypatch: pytest.MonkeyPatch, index: Path) -> None:
     monkeypatch.setenv("EVALKIT_CASE_INDEX", str(index))
 
 
-def _built(out: str) -> tuple[int, int]:
-    """(cases in the share, cases built) from a shard's summary."""
+def _built(out: str) -> tuple[int, int, int]:
+    """(cases in the share, cases built, cases read to make the index) from a shard's summary."""
     line = next(line for line in out.splitlines() if "in this shard's share" in line)
     words = line.split()
-    return int(words[0]), int(words[words.index("cases", 6) - 1])
+    indexed = int(words[words.index("read") - 1]) if "read" in words else 0
+    return int(words[0]), int(words[words.index("cases", 6) - 1]), indexed
 
 
 def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
     noisy_server: DemoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """A warm index: each shard builds only its share's cases and writes a cases part of those
-    alone; merged, the run is the local run (outputs, scores, cases, gate decision)."""
+    """No index prepared: the first shard makes it (every case read once, none kept), the
+    others find it warm; each shard builds only its share's cases and writes a cases part of
+    those alone; merged, the run is the local run (outputs, scores, cases, gate decision)."""
     db = tmp_path / "i.duckdb"
     base = run_local(noisy_server, db, "base")
     local = run_local(noisy_server, db, "cand-local", "--prompt", CANDIDATE_PROMPT)
@@ -328,11 +336,11 @@ def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
             common = ["--run-id", "indexed", "--parts", parts, "--label", "indexed"]
             assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
             built.append(_built(capsys.readouterr().out))
-    assert built[0][1] == 91  # a cold index: the corpus read whole once, its entries written
-    assert all(share == made < 91 for share, made in built[1:])  # warm: the share alone
+    assert [indexed for *_, indexed in built] == [91, 0, 0]  # the index made once, cold
+    assert all(share == made < 91 for share, made, _ in built)  # the share alone, cold or warm
     root = PartsRoot(parts)
     heights = [root.read_frame(p).height for p in root.parts("indexed", "cases")]
-    assert sorted(heights) == sorted(share for share, _ in built) and max(heights) < 91
+    assert sorted(heights) == sorted(share for share, *_ in built) and max(heights) < 91
     assert main(["runs", "merge", "indexed", "--parts", parts, "--db", str(db)]) == 0
     local_outputs, local_scores = stored(db, local)
     shard_outputs, shard_scores = stored(db, "indexed")
@@ -424,3 +432,4 @@ def test_a_shard_reads_the_corpus_through_the_index(
     assert isinstance(cold, CorpusFacts) and isinstance(warm, CorpusFacts)
     assert isinstance(whole, Corpus) and warm.hash == whole.hash
     assert cold.counts.files_parsed == warm.counts.entries_used > 0 == warm.counts.files_parsed
+    assert cold.counts.cases_indexed == len(whole.cases) and cold.counts.cases_built == 0

@@ -1,5 +1,6 @@
 """Recording a run: the cases inserted in slices inside one transaction, the history tables
-made when the store is, and the warnings replaced in the run's finish."""
+made when the store is, the warnings replaced in the run's finish, and the case counts that
+finish recorded handed back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 
 from evalkit.store import open_store
 from evalkit.store.db import CASE_ROWS_PER_INSERT
+from evalkit.store.history_queries import case_counts
+from evalkit.store.schema import OUTPUT_COLUMNS, SCORE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,30 @@ def test_a_finish_whose_history_cannot_be_recorded_is_recorded_alone(
     monkeypatch.setattr(history_sql, "record_history", broken)
     with open_store(tmp_path / "e.duckdb", write=True) as store:
         store.create_run(_manifest("r1"), [_Case("c1")])
-        store.finish_run("r1", "complete", {"outputs": 1}, warnings=["w"])
+        assert store.finish_run("r1", "complete", {"outputs": 1}, warnings=["w"]) is None
     with duckdb.connect(str(tmp_path / "e.duckdb"), read_only=True) as con:
         status, manifest = con.execute("SELECT status, manifest FROM runs").fetchone()
         (usage,) = con.execute("SELECT count(*) FROM history_usage").fetchone()
     assert status == "complete" and json.loads(manifest)["warnings"] == ["w"]
     assert usage == 0  # the half-written history went with its transaction
+
+
+def test_a_complete_finish_returns_the_case_counts_it_recorded(tmp_path: Path) -> None:
+    """What the run's summary shows without reading them back: the counts ``case_counts``
+    reads; a finish that records none (a run not complete) returns None."""
+    with open_store(tmp_path / "e.duckdb", write=True) as store:
+        store.create_run(_manifest("r1"), [_Case("c1"), _Case("c2", tags=("t", "u"))])
+        outputs = {name: [None, None] for name in OUTPUT_COLUMNS}
+        outputs |= {"run_id": ["r1"] * 2, "case_id": ["c1", "c2"], "replay": [0, 0]}
+        scores = {name: [None] for name in SCORE_COLUMNS}
+        scores |= {"run_id": ["r1"], "scoring_id": ["r1/s0"], "case_id": ["c1"], "replay": [0]}
+        scores |= {"scorer": ["s"], "scorer_index": [0], "passed": [True], "error": [False]}
+        store.write_results(outputs, scores)
+        recorded = store.finish_run("r1", "complete", {"outputs": 2})
+        assert recorded == case_counts(store, ["r1"])["r1"]
+        assert (recorded.cases, recorded.decided, recorded.passed) == (2, 1, 1)
+        store.create_run(_manifest("r2"), [_Case("c1")])
+        assert store.finish_run("r2", "incomplete", {"outputs": 0}) is None
 
 
 def test_a_release_leaves_the_wal_for_readers_and_a_close_folds_it_in(tmp_path: Path) -> None:
