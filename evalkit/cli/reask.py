@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from evalkit.cli.options import find_config
 from evalkit.errors import EvalkitError
+
+if TYPE_CHECKING:
+    from evalkit.store import Store
 
 
 def add_reask_args(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +42,8 @@ def maybe_reask(args: argparse.Namespace, base_run_id: str, cand_run_id: str) ->
 
     try:
         with open_store(args.db, read_only=True, wait_s=args.wait) as store:
+            if not _measured_flaky(store, base_run_id):
+                return  # nothing could excuse a failure: no need to read the runs
             pin = trusted_pinned_policy(store, base_run_id)
             trust = Trust.here(trusted_rules(pin.policy))
             comparison = load_comparison(store, base_run_id, cand_run_id, args.allow_diff)
@@ -58,6 +64,16 @@ def maybe_reask(args: argparse.Namespace, base_run_id: str, cand_run_id: str) ->
     elif cases:
         _say(f"re-asked {len(cases)} failing must_pass case(s) a flake list excuses, {k} times "
              f"each, uncached: {', '.join(cases)}")  # fmt: skip
+
+
+def _measured_flaky(store: Store, base_run_id: str) -> bool:
+    """Whether any flake measurement of the baseline's configuration has a rate above 0: only
+    those may excuse a failure (`evalkit.compare.flakes.excusing_flakes`), so without one the
+    pair's runs are not read twice (the gate reads them once more to decide)."""
+    config_hash = store.manifest(base_run_id).config_hash
+    if not config_hash or not store.has_table("flakes"):
+        return False
+    return bool((store.flake_measurements([config_hash])["flake_rate"] > 0).any())
 
 
 def _say(line: str) -> None:

@@ -52,6 +52,10 @@ class RunData:
     # Its cases as `evalkit run` and `evalkit history` count them: its own pass rate, per case
     # over all its checks (`evalkit.store.history_queries.case_counts`).
     case_counts: CaseCounts | None = None
+    # The store file holding the outputs' `DETAIL_COLUMNS` when ``outputs`` was read without
+    # them (`load_run(thin=True)`: the gate's); `output_details` reads them per case. A path,
+    # not the store: the comparison is handed to the gate's notebook kernel as a pickle.
+    details_db: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "manifest", as_manifest(self.manifest))
@@ -235,8 +239,35 @@ def _ungated_judge_paired(
     )
 
 
-def load_run(store: Store, ref: str) -> RunData:
+#: Output columns no verdict, pairing or tier reads, only the report's shown cases: a thin
+#: load (the gate's) leaves them in the store, and `output_details` reads them for the cases
+#: shown (a million answers' text would be most of what a gate holds).
+DETAIL_COLUMNS = ("text", "tool_calls")
+
+
+def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
+    """``run``'s outputs of ``case_ids``, every column (the text and tool calls a thin load
+    left in the store read back for these cases alone), in the order ``run.outputs`` has them.
+
+    Examples:
+        >>> run = RunData(run_id="r", label="r", manifest={}, cases=pl.DataFrame(),
+        ...     outputs=pl.DataFrame({"case_id": ["a", "b"], "text": ["yes", "no"]}),
+        ...     scores=pl.DataFrame())
+        >>> output_details(run, ["b"])["text"].to_list()
+        ['no']
+    """
+    if run.details_db is None or all(c in run.outputs.columns for c in DETAIL_COLUMNS):
+        return run.outputs.filter(pl.col("case_id").is_in(list(case_ids)))
+    from evalkit.store import open_store
+
+    with open_store(run.details_db, read_only=True) as store:
+        return store.outputs(run.run_id, ordered=False, case_ids=list(case_ids))
+
+
+def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label.
+    ``thin`` (a read-only store only): the outputs without `DETAIL_COLUMNS`, read per case
+    through `output_details` (what the gate's decision holds stays bounded by its figures).
 
     When the newest scoring is a rescore that recorded its scorer sources, the manifest's
     ``scorer_files`` are those (what the scores were made with), the run's own are kept under
@@ -250,7 +281,10 @@ def load_run(store: Store, ref: str) -> RunData:
     label = runs["label"][0] if runs.height else ref
     stored = json.loads(runs["summary"][0] or "null") if runs.height else None
     # In storage order: verdicts group the rows themselves, faster than the store can sort them.
-    outputs, scores = store.outputs(run_id, ordered=False), store.scores(run_id, ordered=False)
+    thin = thin and store.read_only  # a writer's store is not reopened after it closes
+    without = DETAIL_COLUMNS if thin else ()
+    outputs = store.outputs(run_id, ordered=False, without=without)
+    scores = store.scores(run_id, ordered=False)
     manifest = store.manifest(run_id)
     scoring_id = store.latest_scoring(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
@@ -271,6 +305,7 @@ def load_run(store: Store, ref: str) -> RunData:
         scores=scores,
         summary=dict(stored or {}),
         case_counts=case_counts(store, [run_id]).get(run_id),
+        details_db=str(store.path) if thin else None,
     )
 
 
@@ -282,17 +317,20 @@ def load_comparison(
     judge_kappa_min: float = 0.6,
     judge_min_labels: int = 100,
     pass_rules: PassRules | None = None,
+    *,
+    thin: bool = False,
 ) -> Comparison:
     """`compare` two runs read from the store; judge checks gate only where the store holds a
     calibration record for that judge model, snapshot, prompt version and rubric on at least
     ``judge_min_labels`` items whose kappa interval's lower bound is ≥ ``judge_kappa_min``.
+    ``thin``: the runs as `load_run` reads them thin (the gate's).
 
     Examples:
         >>> cmp = load_comparison(open_store("x.duckdb"), "base", "cand")  # doctest: +SKIP
         >>> flips(cmp.paired).broken.height                              # doctest: +SKIP
         12
     """
-    base, cand = load_run(store, baseline), load_run(store, candidate)
+    base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
     # Judge rows only (not 3M score rows), each side's own: a judge check gates only when both
     # sides were judged by the same calibrated identity.
@@ -300,15 +338,17 @@ def load_comparison(
     gating = judge_gating(
         judged[0], calibrations, judge_kappa_min, judge_min_labels, candidate=judged[1]
     )
-    rebaseline = _rebaseline_run(store, base, cand)
+    rebaseline = _rebaseline_run(store, base, cand, thin)
     return compare(base, cand, allow_diff, gating, rebaseline, pass_rules)
 
 
-def _rebaseline_run(store: Store, base: RunData, cand: RunData) -> RunData | None:
+def _rebaseline_run(
+    store: Store, base: RunData, cand: RunData, thin: bool = False
+) -> RunData | None:
     """The newest complete run of the baseline's configuration on the candidate's added and
     edited cases (`evalkit gate --rebaseline`), if the store holds one."""
     from evalkit.run.rebaseline import delta_cases, find_rebaseline
 
     wanted = delta_cases(base.cases, cand.cases)
     run_id = find_rebaseline(store, base.run_id, wanted) if wanted else None
-    return load_run(store, run_id) if run_id else None
+    return load_run(store, run_id, thin=thin) if run_id else None

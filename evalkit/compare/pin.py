@@ -136,7 +136,10 @@ def _exam_or_plain_comparison(
 
     args = (allow_diff, policy.judge_kappa_min, policy.judge_min_labels, policy.pass_rules)
     on_exam = load_exam_comparison(store, base, cand, *args)
-    return on_exam if on_exam is not None else load_comparison(store, base, cand, *args)
+    if on_exam is not None:
+        return on_exam
+    # thin: the answers' text stays in the store (the report reads its shown cases' text)
+    return load_comparison(store, base, cand, *args, thin=True)
 
 
 def gate_pair(

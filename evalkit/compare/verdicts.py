@@ -38,6 +38,9 @@ CASE_META = ["case_hash", "tags", "criticality", "sealed"]
 USAGE_COLUMNS = [
     "latency_ms", "prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "steps",
 ]  # fmt: skip
+#: Cases `verdicts` decides at once: a million outputs' replay verdicts, joins and groups
+#: at once grew the process by several times their own size.
+VERDICT_CASES = 50_000
 #: Budget metrics, as named in ``evalkit.yaml`` ``budgets:``, and the verdict column behind each.
 BUDGET_METRICS = dict(
     mean_latency_ms="latency_ms", mean_total_tokens="total_tokens", mean_cost_usd="cost_usd"
@@ -163,6 +166,10 @@ def verdicts(
     decided replays disagree. With ``cases``, every case of the run appears (a case with no
     output is an error) and its ``case_hash, tags, criticality, sealed`` are attached.
 
+    A case's verdict reads only its own rows: past :data:`VERDICT_CASES` cases, they are
+    decided a range of case ids at a time, so what the grouping holds at once is bounded by
+    the range, not the run (the same figures, case by case).
+
     Examples:
         >>> out = pl.DataFrame({"run_id": ["r"] * 2, "case_id": ["a"] * 2, "replay": [0, 1],
         ...     "error": [None, None], "fail_reason": [None, None]})
@@ -171,6 +178,35 @@ def verdicts(
         >>> verdicts(out, sc).select("passed", "unstable", "n_pass", "n_fail").row(0)
         (False, True, 1, 1)
     """
+    ids = _case_ids(outputs, cases)
+    if ids.len() <= VERDICT_CASES:
+        # one chunk, however Polars' sort left it: a mean over the frame (budgets) sums it in
+        # one order, whether it was decided in one pass or in ranges
+        return _verdicts(outputs, scores, cases, rules).rechunk()
+    bounds = ids.gather_every(VERDICT_CASES).to_list()
+    parts = []
+    for i, low in enumerate(bounds):
+        share = pl.col("case_id") >= low
+        if i + 1 < len(bounds):
+            share = share & (pl.col("case_id") < bounds[i + 1])
+        mine = None if cases is None else cases.filter(share)
+        parts.append(_verdicts(outputs.filter(share), scores.filter(share), mine, rules))
+    return pl.concat(parts, how="vertical").sort("run_id", "case_id").rechunk()
+
+
+def _case_ids(outputs: pl.DataFrame, cases: pl.DataFrame | None) -> pl.Series:
+    """Every case id the verdicts will have, sorted (once each)."""
+    found = [outputs["case_id"]] + ([cases["case_id"]] if cases is not None else [])
+    return pl.concat(found).unique().sort()
+
+
+def _verdicts(
+    outputs: pl.DataFrame,
+    scores: pl.DataFrame,
+    cases: pl.DataFrame | None,
+    rules: PassRules | None,
+) -> pl.DataFrame:
+    """`verdicts` of one share of the cases (all of them, or one range of their ids)."""
     per_case = (
         replay_verdicts(outputs, scores)
         .lazy()

@@ -73,8 +73,11 @@ def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | 
 def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
     if not ids or not run.scores.columns:
         return {}
+    from evalkit.compare.analysis import output_details  # not at import: a report read back
+    # from a file (the gate notebook's kernel) needs no store
+
     mine = pl.col("case_id").is_in(ids)
-    out = run.outputs.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
+    out = output_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
     sc = run.scores.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
     agrees = (pl.col("passed") == pl.col("verdict")) | pl.col("verdict").is_null()
     pick = (
@@ -159,7 +162,8 @@ def trajectories(
                  if isinstance(c, dict)]  # fmt: skip
         return " → ".join(names) or "(no tool calls)"
 
-    return tuple(
-        (case, b, c, calls(cmp.base.outputs, case), calls(cmp.cand.outputs, case))
-        for case, b, c in cases
-    )
+    from evalkit.compare.analysis import output_details
+
+    ids = [case for case, _, _ in cases]
+    base, cand = output_details(cmp.base, ids), output_details(cmp.cand, ids)
+    return tuple((case, b, c, calls(base, case), calls(cand, case)) for case, b, c in cases)

@@ -28,6 +28,7 @@ Examples:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -70,8 +71,7 @@ def merge_run(
             return MergedRun(result, with_case_counts(store, kept))
     manifest = store.manifest(run_id)
     if not in_progress and result.complete:
-        union = store.records("SELECT case_id, case_hash FROM cases WHERE run_id = ?", [run_id])
-        problem = cases_problem(((r["case_id"], r["case_hash"]) for r in union), manifest.corpus)
+        problem = cases_problem(_stored_pairs(store, run_id), manifest.corpus, presorted=True)
         if problem:
             raise StoreError(
                 f"{root}: run {run_id}: {problem}; its shards' shares do not add up to it: run "
@@ -105,6 +105,14 @@ def merge_run(
     status = "running" if in_progress else ("complete" if result.complete else "incomplete")
     store.finish_run(run_id, status, summary.to_dict())
     return MergedRun(result, with_case_counts(store, summary))
+
+
+def _stored_pairs(store: Store, run_id: str) -> Iterator[tuple[str, str]]:
+    """The run's stored (case id, case hash) pairs in ascending order, a record batch at a
+    time (a million of them as Python dicts would not be bounded)."""
+    sql = "SELECT case_id, case_hash FROM cases WHERE run_id = ? ORDER BY case_id, case_hash"
+    for batch in store.record_batches(sql, [run_id]):
+        yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
 
 
 def stored_summary(store: Store, run_id: str) -> RunSummary | None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,17 +40,28 @@ import polars as pl
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.run_manifest import RunManifest
+from evalkit.store.batches import STAGE_MEMORY
 from evalkit.store.db import Store
-from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, corpus_problem
-from evalkit.store.parts import PartInfo, PartsRoot
-from evalkit.store.schema import MERGED_PARTS_DDL, OUTPUT_SCHEMA, SCORE_SCHEMA, initial_scoring_id
+from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, digest_problem
+from evalkit.store.parts import ROW_GROUP_ROWS, PartInfo, PartsRoot
+from evalkit.store.schema import (
+    MERGED_PARTS_DDL,
+    OUTPUT_SCHEMA,
+    SCORE_SCHEMA,
+    initial_scoring_id,
+    sorted_corpus_digest,
+)
 from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
 if TYPE_CHECKING:
     import duckdb
 
-#: Output parts merged per transaction.
+#: At most this many output parts are merged per transaction ...
 BATCH_PARTS = 64
+#: ... and parts are added to a batch only while it holds fewer output rows than this: what a
+#: merge holds at once is one batch (of at most this many rows plus one part), however large
+#: the run.
+BATCH_ROWS = 50_000
 #: The merge's watermark, two rows of ``merged_parts`` beside the parts' names (no part is
 #: named so: part names are ``<table>/<chunk>-<attempt>``): the run's stored real keys after
 #: the last merge, and its rows in ``outputs`` then. A merge with no new part and the same
@@ -110,6 +121,18 @@ class _Merger:
         self._has_table: Callable[[str], bool] = store._has_table
 
     def merge(self, root: PartsRoot, run_id: str) -> MergeResult:
+        # DuckDB's buffer pool keeps the blocks a merge writes up to its limit (most of the
+        # machine's memory by default): held lower, it writes them out instead
+        self._con.execute(f"SET memory_limit = '{STAGE_MEMORY}'")
+        try:
+            return self._merge(root, run_id)
+        finally:
+            self._con.execute(
+                "DROP TABLE IF EXISTS _merge_cases; DROP TABLE IF EXISTS _merge_new; "
+                "RESET memory_limit"
+            )
+
+    def _merge(self, root: PartsRoot, run_id: str) -> MergeResult:
         manifest, stored_run = self._manifest(root, run_id)
         merged = self._merged(run_id)
         replays = manifest.replays
@@ -135,24 +158,27 @@ class _Merger:
                 cases_added=0,
             )
         side = self._side_parts(root, run_id, pending)
-        mentioned = _case_ids_of(root, [*pending, *side["scores"].values()])
-        cases, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
+        # the stored cases are looked up by the ids the pending rows name, and only when the
+        # store has the run: a new run's cases all come from its parts
+        named = [*pending, *side["scores"].values()]
+        mentioned = _case_ids_of(root, named) if stored_run else set()
+        cases_added, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
         for part in pending:  # all of them before anything is written
             attempt = (part.chunk_id, part.attempt)
             root.check_attempt(part, side["scores"].get(attempt), side["cache"].get(attempt), keys)
         self._con.execute(MERGED_PARTS_DDL)
         case_records = _records(run_id, [(p.name, -1) for p in new_cases])
         if not stored_run:
-            self._record_run(run_id, manifest, cases, case_records)
+            self._record_run(run_id, manifest, cases_added, case_records)
         elif new_cases:
             with self._transaction():
-                if cases.height:
-                    self._append("cases", cases.select(list(CASE_SCHEMA)))
+                if cases_added:
+                    self._insert_new_cases()
                 self._append("merged_parts", case_records)
         added = scores_added = cache_added = duplicates = 0
-        for start in range(0, len(pending), BATCH_PARTS):
-            batch = pending[start : start + BATCH_PARTS]
-            outputs = scrub_outputs(_read_tagged(root, batch, OUTPUT_SCHEMA))
+        for batch, read in _output_batches(root, pending):
+            outputs = scrub_outputs(read)
+            del read
             first = outputs.sort("_order", maintain_order=True).unique(
                 ["case_id", "replay"], keep="first", maintain_order=True
             )
@@ -204,7 +230,7 @@ class _Merger:
         # valid watermark grows by the winners; only without one are the real keys counted
         real = (
             watermark + added
-            if watermark is not None and not cases.height
+            if watermark is not None and not cases_added
             else self._real_keys(run_id, replays)
         )
         self._set_watermark(run_id, real)
@@ -220,7 +246,7 @@ class _Merger:
             expected=expected,
             config_hash=manifest.config_hash,
             label=manifest.run.label,
-            cases_added=cases.height,
+            cases_added=cases_added,
         )
 
     def _stored_of(self, run_id: str, keys: pl.DataFrame) -> pl.DataFrame:
@@ -323,32 +349,88 @@ class _Merger:
         stored_run: bool,
         parts: Sequence[PartInfo],
         mentioned: set[str],
-    ) -> tuple[pl.DataFrame, RunKeys]:
-        """The cases the not yet merged cases ``parts`` add to the store (each checked to be
-        the run's corpus, first written wins), and the keys the pending rows must have: the
-        run's case ids among ``mentioned`` (the case ids of the pending parts) and the new
-        cases. Only those ids are looked up in the store, never the run's whole case list."""
+    ) -> tuple[int, RunKeys]:
+        """Stage the cases the not yet merged cases ``parts`` add to the store in the temporary
+        table ``_merge_new`` (each part checked to be the run's corpus or one of its shares,
+        first written wins); returns how many, and the keys the pending rows must have: the
+        run's case ids among ``mentioned`` (the case ids of the pending parts) and the parts'
+        cases. Only those ids are looked up in the store, never the run's whole case list.
+
+        A part goes through DuckDB a batch at a time (``_merge_cases``, spilled to disk past
+        the merge's memory limit): its ids are counted and hashed there, in order, as a stream;
+        its rows never come into Python whole."""
         replays = manifest.replays
         if not parts and not stored_run:
             raise StoreError(
                 f"{root}: run {run_id} has no cases part (expected under "
                 f"{root.run_dir(run_id)}/parts/cases/): run one of its shards again"
             )
-        frames = []
-        for part in parts:
-            frame = root.read_frame(part)
-            problem = RunKeys(run_id, frozenset(), replays).refusal("cases", frame)
-            problem = problem or corpus_problem(frame, manifest.corpus)
+        columns = ", ".join(CASE_SCHEMA)
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _merge_cases AS SELECT {columns}, 0::INTEGER AS "
+            "_part, 0::BIGINT AS _row FROM cases LIMIT 0"
+        )
+        run_only = RunKeys(run_id, frozenset(), replays)
+        for index, part in enumerate(parts):
+            rows = 0
+            for frame in root.read_batches(part, ROW_GROUP_ROWS):
+                problem = run_only.refusal("cases", frame)
+                if problem:
+                    raise root.refused(part, problem)
+                self._append(
+                    "_merge_cases",
+                    frame.with_columns(
+                        pl.lit(index, pl.Int32).alias("_part"),
+                        pl.int_range(rows, rows + frame.height, dtype=pl.Int64).alias("_row"),
+                    ),
+                )
+                rows += frame.height
+            problem = self._staged_corpus_problem(index, manifest.corpus)
             if problem:
                 raise root.refused(part, problem)
-            frames.append(frame)
-        cases = pl.concat([pl.DataFrame(schema=CASE_SCHEMA), *frames]).unique(
-            "case_id", keep="first", maintain_order=True
+        # first written wins among the parts, and a case the run has already wins over both
+        not_stored = "WHERE case_id NOT IN (SELECT case_id FROM cases WHERE run_id = ?) "
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT {columns} FROM _merge_cases "
+            f"{not_stored if stored_run else ''}QUALIFY row_number() OVER (PARTITION BY case_id "
+            "ORDER BY _part, _row) = 1 ORDER BY _part, _row",
+            [run_id] if stored_run else [],
         )
-        new_ids = set(cases["case_id"].to_list())
-        stored = self._stored_cases(run_id, mentioned | new_ids) if stored_run else set()
-        new = cases.filter(~pl.col("case_id").is_in(list(stored)))
-        return new, RunKeys(run_id, frozenset(stored | new_ids), replays)
+        ((added,),) = self._con.execute("SELECT count(*) FROM _merge_new").fetchall()
+        new_ids = self._frame_of(
+            "SELECT DISTINCT case_id FROM _merge_cases", [], {"case_id": pl.String()}
+        )["case_id"]  # a Series: a million ids as Python strings would not be bounded
+        if not stored_run:
+            return int(added), RunKeys(run_id, new_ids, replays)
+        stored = self._stored_cases(run_id, mentioned)
+        known = pl.concat([pl.Series("case_id", sorted(stored), pl.String), new_ids]).unique()
+        return int(added), RunKeys(run_id, known, replays)
+
+    def _staged_corpus_problem(self, index: int, corpus: Any) -> str | None:
+        """`corpus_problem` of the staged part ``index``: its ids counted, and hashed in
+        ascending order a record batch at a time."""
+        ((count, distinct),) = self._con.execute(
+            "SELECT count(*), count(DISTINCT case_id) FROM _merge_cases WHERE _part = ?", [index]
+        ).fetchall()
+        if count != distinct:
+            return "a case id appears twice"
+        reader = self._con.sql(
+            "SELECT case_id, case_hash FROM _merge_cases WHERE _part = ? "
+            "ORDER BY case_id, case_hash",
+            params=[index],
+        ).to_arrow_reader(BATCH_ROWS)
+        pairs = (
+            pair
+            for batch in reader
+            for pair in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        )
+        digest, _ = sorted_corpus_digest(pairs)
+        return digest_problem(digest, int(count), corpus)
+
+    def _insert_new_cases(self) -> None:
+        """The cases :meth:`_cases` staged, into the store (inside the caller's transaction)."""
+        columns = ", ".join(CASE_SCHEMA)
+        self._con.execute(f"INSERT INTO cases ({columns}) SELECT {columns} FROM _merge_new")
 
     def _stored_cases(self, run_id: str, case_ids: set[str]) -> set[str]:
         """Which of ``case_ids`` the stored run has."""
@@ -362,7 +444,7 @@ class _Merger:
         return {row[0] for row in rows}
 
     def _record_run(
-        self, run_id: str, manifest: RunManifest, cases: pl.DataFrame, merged: pl.DataFrame
+        self, run_id: str, manifest: RunManifest, cases_added: int, merged: pl.DataFrame
     ) -> None:
         """The run, its own scoring, its cases and the cases parts they came from (``merged``),
         in one transaction."""
@@ -382,8 +464,8 @@ class _Merger:
                 "VALUES (?, ?, ?, 'run')",
                 [initial_scoring_id(run_id), run_id, _now()],
             )
-            if cases.height:
-                self._append("cases", cases.select(list(CASE_SCHEMA)))
+            if cases_added:
+                self._insert_new_cases()
             self._append("merged_parts", merged)
 
     def _merged(self, run_id: str) -> dict[str, int]:
@@ -452,6 +534,27 @@ def _read_tagged(
     if not frames:
         return pl.DataFrame(schema={**schema, "_order": pl.Int64})
     return pl.concat(frames, how="vertical")
+
+
+def _output_batches(
+    root: PartsRoot, parts: Sequence[PartInfo]
+) -> Iterator[tuple[list[PartInfo], pl.DataFrame]]:
+    """``parts`` in order, a batch at a time: (its parts, their outputs rows tagged as
+    :func:`_read_tagged` tags them); a batch takes parts while it holds fewer than
+    :data:`BATCH_ROWS` rows (and fewer than :data:`BATCH_PARTS` parts), one part at least."""
+    batch: list[PartInfo] = []
+    frames: list[pl.DataFrame] = []
+    rows = 0
+    for part in parts:
+        frame = root.read_frame(part).with_columns(pl.lit(len(batch), pl.Int64).alias("_order"))
+        batch.append(part)
+        frames.append(frame)
+        rows += frame.height
+        if rows >= BATCH_ROWS or len(batch) >= BATCH_PARTS:
+            yield batch, pl.concat(frames, how="vertical")
+            batch, frames, rows = [], [], 0
+    if batch:
+        yield batch, pl.concat(frames, how="vertical")
 
 
 def _case_ids_of(root: PartsRoot, parts: Sequence[PartInfo]) -> set[str]:

@@ -26,6 +26,7 @@ from evalkit.store.schema import (
     corpus_digest,
     initial_scoring_id,
     polars_schema,
+    sorted_corpus_digest,
 )
 
 #: The case parts' columns: the store's ``cases`` table (``case_group`` included).
@@ -65,12 +66,14 @@ class RunKeys:
     """
 
     run_id: str
-    case_ids: frozenset[str]
+    #: A set, or a Series (a merge's million case ids stay in Polars, not Python strings).
+    case_ids: frozenset[str] | pl.Series
     replays: int
     _cases: pl.DataFrame = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:  # the case ids as a frame, to anti-join rows against
-        cases = pl.DataFrame({"case_id": list(self.case_ids)}, schema={"case_id": pl.String})
+        ids = self.case_ids if isinstance(self.case_ids, pl.Series) else list(self.case_ids)
+        cases = pl.DataFrame({"case_id": ids}, schema={"case_id": pl.String})
         object.__setattr__(self, "_cases", cases)
 
     def refusal(self, table: str, rows: pl.DataFrame) -> str | None:
@@ -150,22 +153,31 @@ def corpus_problem(cases: pl.DataFrame, corpus: CorpusInfo) -> str | None:
     if cases["case_id"].n_unique() != cases.height:
         return "a case id appears twice"
     digest = corpus_digest(zip(cases["case_id"], cases["case_hash"], strict=True))
-    if cases.height == corpus.n_cases and digest == corpus.hash:
+    return digest_problem(digest, cases.height, corpus)
+
+
+def digest_problem(digest: str, count: int, corpus: CorpusInfo) -> str | None:
+    """:func:`corpus_problem` of a cases part of ``count`` distinct case ids whose
+    :func:`corpus_digest` is ``digest`` (a merge that hashed them as a stream)."""
+    if count == corpus.n_cases and digest == corpus.hash:
         return None
     shares = _shares(corpus.shares)
-    if (digest, cases.height) in shares:
+    if (digest, count) in shares:
         return None
     of_shares = f" nor one of its {len(shares)} shards' shares" if shares else ""
     return (
-        f"its {cases.height} cases (hash {digest[:12]}) are not the run's corpus "
+        f"its {count} cases (hash {digest[:12]}) are not the run's corpus "
         f"({corpus.n_cases} cases, hash {str(corpus.hash)[:12]}){of_shares}"
     )
 
 
-def cases_problem(pairs: Iterable[tuple[str, str]], corpus: CorpusInfo) -> str | None:
+def cases_problem(
+    pairs: Iterable[tuple[str, str]], corpus: CorpusInfo, *, presorted: bool = False
+) -> str | None:
     """Why a run's cases, all of them (every share merged), are not the ``corpus`` its manifest
     hashed: the shares of a sharded run were each checked alone (:func:`corpus_problem`), their
-    union is checked here.
+    union is checked here. ``presorted``: the pairs come in ascending order and are read one at
+    a time, never held (`sorted_corpus_digest`; out of order raises ValueError).
 
     Examples:
         >>> corpus = CorpusInfo(hash=corpus_digest([("a", "h")]), n_cases=1)
@@ -174,14 +186,18 @@ def cases_problem(pairs: Iterable[tuple[str, str]], corpus: CorpusInfo) -> str |
         >>> cases_problem([("a", "h"), ("b", "g")], corpus)
         "the run's 2 cases (hash 0f011aee69e5) are not its corpus (1 cases, hash 83739922c227)"
     """
-    pairs = list(pairs)
-    digest = corpus_digest(pairs)
-    if len(pairs) == corpus.n_cases and digest == corpus.hash:
+    digest, count = sorted_corpus_digest(pairs) if presorted else _digest_counted(pairs)
+    if count == corpus.n_cases and digest == corpus.hash:
         return None
     return (
-        f"the run's {len(pairs)} cases (hash {digest[:12]}) are not its corpus "
+        f"the run's {count} cases (hash {digest[:12]}) are not its corpus "
         f"({corpus.n_cases} cases, hash {str(corpus.hash)[:12]})"
     )
+
+
+def _digest_counted(pairs: Iterable[tuple[str, str]]) -> tuple[str, int]:
+    held = sorted(pairs)
+    return corpus_digest(held), len(held)
 
 
 def _shares(shares: Any) -> set[tuple[str, int]]:

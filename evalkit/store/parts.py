@@ -33,7 +33,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,11 @@ TABLES = ("cases", *CHUNK_TABLES)
 _PART_NAME = re.compile(r"^(?P<chunk>.+)-(?P<attempt>\d+)\.parquet$")
 #: What reading a file that is not a Parquet part of ours can raise.
 _UNREADABLE = (pa.ArrowException, OSError, ValueError, pl.exceptions.PolarsError)
+
+
+#: Rows per Parquet row group of a part: a reader decodes a row group at a time, so a cases
+#: part of a million cases is read (:meth:`PartsRoot.read_batches`) in bounded memory.
+ROW_GROUP_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,7 @@ class PartsRoot:
             path = f"{directory}/{chunk_id}-{attempt}.parquet"
             if self.local:
                 temp = f"{directory}/.{chunk_id}-{attempt}.{secrets.token_hex(4)}.tmp"
-                pq.write_table(data, temp)
+                pq.write_table(data, temp, row_group_size=ROW_GROUP_ROWS)
                 try:
                     os.link(temp, path)  # fails if the name exists: parts are never overwritten
                 except FileExistsError:
@@ -168,7 +173,8 @@ class PartsRoot:
                 if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
                     attempt += 1
                     continue
-                pq.write_table(data, path, filesystem=self.fs)  # one object, whole or absent
+                # one object, whole or absent
+                pq.write_table(data, path, filesystem=self.fs, row_group_size=ROW_GROUP_ROWS)
             info = self.fs.get_file_info(path)
             if (known := self._attempts.get(run_id)) is not None:
                 known[chunk_id] = max(known.get(chunk_id, 0), attempt)
@@ -311,6 +317,48 @@ class PartsRoot:
         except _UNREADABLE as exc:
             raise self.refused(part, f"its data cannot be read ({first_line(exc)})") from None
         assert isinstance(frame, pl.DataFrame)
+        return self._conformed(part, frame, wanted)
+
+    def read_batches(self, part: PartInfo, batch_rows: int) -> Iterator[pl.DataFrame]:
+        """The rows of ``part`` as :meth:`read_frame` reads them, at most ``batch_rows`` at a
+        time (a cases part of a million cases is never held whole); refused, naming the file,
+        as :meth:`read_frame` refuses it, at the batch that fails."""
+        schema = PART_SCHEMAS[part.table]
+        try:
+            source = self.fs.open_input_file(part.path)
+        except _UNREADABLE as exc:
+            raise self.refused(part, f"not a readable Parquet file ({first_line(exc)})") from None
+        with source:
+            try:
+                file = pq.ParquetFile(source)
+                found = pl.from_arrow(file.schema_arrow.empty_table())
+            except _UNREADABLE as exc:
+                raise self.refused(
+                    part, f"not a readable Parquet file ({first_line(exc)})"
+                ) from None
+            assert isinstance(found, pl.DataFrame)
+            problem = schema_problem(part.table, found.schema)
+            if problem:
+                raise self.refused(part, problem)
+            wanted = list(schema)
+            present = [c for c in wanted if c in found.columns]
+            batches = file.iter_batches(batch_size=batch_rows, columns=present)
+            while True:
+                try:
+                    batch = next(batches, None)
+                    if batch is None:
+                        return
+                    frame = pl.from_arrow(batch)
+                except _UNREADABLE as exc:
+                    raise self.refused(
+                        part, f"its data cannot be read ({first_line(exc)})"
+                    ) from None
+                assert isinstance(frame, pl.DataFrame)
+                yield self._conformed(part, frame, wanted)
+
+    def _conformed(self, part: PartInfo, frame: pl.DataFrame, wanted: list[str]) -> pl.DataFrame:
+        """``frame`` as its table's ``wanted`` columns, refused when a key is null."""
+        schema = PART_SCHEMAS[part.table]
         frame = frame.select(
             (pl.col(c) if c in frame.columns else pl.lit(None)).cast(schema[c]).alias(c)
             for c in wanted

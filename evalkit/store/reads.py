@@ -116,14 +116,31 @@ class RunReads:
             [scoring_id, run_id],
         )
 
-    def outputs(self, run_id: str, *, ordered: bool = True) -> pl.DataFrame:
+    def outputs(
+        self,
+        run_id: str,
+        *,
+        ordered: bool = True,
+        without: Sequence[str] = (),
+        case_ids: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
         """A run's outputs by (case_id, replay); ``ordered=False``: in the order they were
         written, skipping a sort that costs more than the read at a million rows (the
-        analysis groups them itself). ``run_id`` may be a label: an unknown one is an error,
-        never an empty frame."""
+        analysis groups them itself). ``without``: columns left out (the gate leaves the
+        answers' text in the store); ``case_ids``: only these cases' rows. ``run_id`` may be
+        a label: an unknown one is an error, never an empty frame."""
         run_id = self.resolve_run(run_id)
         order = " ORDER BY case_id, replay" if ordered else ""
-        return self._frame(f"SELECT * FROM outputs WHERE run_id = ?{order}", [run_id])
+        known = {"text", "tool_calls", "request_hash", "model", "fail_reason", "error"}
+        if not set(without) <= known:  # named in SQL: only known column names
+            raise ValueError(f"unknown output columns {sorted(set(without) - known)}")
+        columns = f"* EXCLUDE ({', '.join(without)})" if without else "*"
+        params: list[Any] = [run_id]
+        where = ""
+        if case_ids is not None:
+            where = " AND case_id IN (SELECT UNNEST(?::VARCHAR[]))"
+            params.append(list(case_ids))
+        return self._frame(f"SELECT {columns} FROM outputs WHERE run_id = ?{where}{order}", params)
 
     def scores(
         self, run_id: str, scoring_id: str | None = None, *, ordered: bool = True

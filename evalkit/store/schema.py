@@ -245,10 +245,30 @@ def corpus_digest(cases: Iterable[tuple[str, str]]) -> str:
         >>> corpus_digest([("b", "h2"), ("a", "h1")]) == corpus_digest([("a", "h1"), ("b", "h2")])
         True
     """
+    return sorted_corpus_digest(sorted(cases))[0]
+
+
+def sorted_corpus_digest(cases: Iterable[tuple[str, str]]) -> tuple[str, int]:
+    """:func:`corpus_digest` of pairs given already sorted, read one at a time (a million
+    cases streamed from the store are never held), and how many there were.
+
+    Raises:
+        ValueError: the pairs are not in ascending order (the digest would differ).
+
+    Examples:
+        >>> pairs = [("a", "h1"), ("b", "h2")]
+        >>> sorted_corpus_digest(iter(pairs)) == (corpus_digest(pairs), 2)
+        True
+    """
     digest = hashlib.sha256()
-    for case_id, case_hash in sorted(cases):
-        digest.update(f"{case_id}\0{case_hash}\n".encode())
-    return digest.hexdigest()
+    last: tuple[str, str] | None = None
+    count = 0
+    for pair in cases:
+        if last is not None and pair < last:
+            raise ValueError(f"cases out of order: {pair[0]!r} after {last[0]!r}")
+        digest.update(f"{pair[0]}\0{pair[1]}\n".encode())
+        last, count = pair, count + 1
+    return digest.hexdigest(), count
 
 
 #: ``json.dumps(x, sort_keys=True)`` without building an encoder per call (a third faster).

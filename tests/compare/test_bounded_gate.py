@@ -1,0 +1,98 @@
+"""The gate holds a run's figures, not its answers (issue 48, item 4): it reads the outputs
+without their text (read back for the cases the report shows) and decides verdicts a range of
+case ids at a time. On a seeded pair with replays, slices and every kind of error, the
+decision, every frame it rests on and the report are the same as the whole-run path's."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from synthetic_runs import MANIFEST, C, make_run, write_store
+
+from evalkit.compare import pin, verdicts
+from evalkit.compare.analysis import DETAIL_COLUMNS, load_comparison
+from evalkit.report.build import build_report, to_json
+from evalkit.store import open_store
+
+TAGS = ("billing", "policy", "general")
+
+
+def _seeded_pair(seed: int = 48) -> tuple[list[C], list[C]]:
+    """240 cases of 3 replays: p pass, f scorer fail, r runner fail, e provider error,
+    s scorer undecided; the candidate breaks more billing cases than it fixes."""
+    rng = random.Random(seed)
+    base, cand = [], []
+    for i in range(240):
+        tag = TAGS[i % 3]
+        crit = "must_pass" if i % 40 == 0 else "normal"
+        weights = (80, 10, 4, 3, 3)
+        b = "".join(rng.choices("pfres", weights, k=3))
+        c = "".join(rng.choices("pfres", (60, 30, 4, 3, 3) if tag == "billing" else weights, k=3))
+        base.append(C(f"{tag}-{i:03d}", b, [tag, f"slice-{i % 5}"], crit))
+        cand.append(C(f"{tag}-{i:03d}", c, [tag, f"slice-{i % 5}"], crit))
+    return base, cand
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> tuple[Path, Path]:
+    manifest = {**MANIFEST, "replays": 3}
+    base_cases, cand_cases = _seeded_pair()
+    base = make_run("base-run", base_cases, manifest, "base")
+    cand = make_run("cand-run", cand_cases, manifest, "cand")
+    db = tmp_path / "e.duckdb"
+    write_store(db, [base, cand])
+    config = tmp_path / "evalkit.yaml"
+    lines = ["suite: demo", "system:", "  model: demo-model", "  base_url: http://127.0.0.1:9/v1"]
+    config.write_text("\n".join([*lines, "critical_tags: [billing]", ""]), encoding="utf-8")
+    return db, config
+
+
+def _decided(db: Path, config: Path):  # type: ignore[no-untyped-def]
+    with open_store(db, read_only=True) as store:
+        comparison, decision = pin.gate_pair(store, "base-run", "cand-run", str(config))
+        report = to_json(build_report(comparison, decision))
+    return comparison, decision, report
+
+
+def test_the_bounded_gate_decides_exactly_as_the_whole_run_path(
+    store_path: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, config = store_path
+    whole_cmp, whole, whole_report = _decided(db, config)  # a single pass: 240 < VERDICT_CASES
+    assert all(c in whole_cmp.cand.outputs.columns for c in DETAIL_COLUMNS) is False  # thin
+
+    def full(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return load_comparison(*args, **{**kwargs, "thin": False})
+
+    monkeypatch.setattr(pin, "load_comparison", full)
+    old_cmp, old, old_report = _decided(db, config)  # the whole-run path: every column, one pass
+    assert all(c in old_cmp.cand.outputs.columns for c in DETAIL_COLUMNS)
+    monkeypatch.undo()
+
+    monkeypatch.setattr(verdicts, "VERDICT_CASES", 17)  # 15 ranges of case ids
+    new_cmp, new, new_report = _decided(db, config)
+
+    assert old.status in ("BLOCKED", "UNVERIFIED")  # the seeded pair has something to decide
+    assert any(f.tier == 2 for f in old.findings)  # the critical tag was tested
+    for cmp, decision, report in ((whole_cmp, whole, whole_report), (new_cmp, new, new_report)):
+        assert decision.to_dict() == old.to_dict()
+        assert cmp.base_verdicts.equals(old_cmp.base_verdicts)
+        assert cmp.cand_verdicts.equals(old_cmp.cand_verdicts)
+        assert cmp.paired.equals(old_cmp.paired)
+        assert report == old_report  # the shown cases' answers read back per case
+    assert "says" in new_report  # the report does show answers' text (make_run's "... says p")
+
+
+def test_verdicts_in_ranges_of_case_ids_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    base_cases, _ = _seeded_pair(seed=7)
+    run = make_run("r", base_cases, {**MANIFEST, "replays": 3})
+    one = verdicts.verdicts(run.outputs, run.scores, run.cases)
+    monkeypatch.setattr(verdicts, "VERDICT_CASES", 10)
+    ranged = verdicts.verdicts(run.outputs, run.scores, run.cases)
+    assert ranged.equals(one) and ranged.height == 240
+    assert one["error"].sum() > 0 and one["unstable"].sum() > 0  # errors and disagreeing replays
+    without_cases = verdicts.verdicts(run.outputs, run.scores)
+    monkeypatch.setattr(verdicts, "VERDICT_CASES", 1_000_000)
+    assert without_cases.equals(verdicts.verdicts(run.outputs, run.scores))
