@@ -9,8 +9,8 @@ in one transaction).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evalkit.store.shared.tables import TABLES
 
@@ -52,6 +52,31 @@ def local_rows(local: Store, name: str, run_id: str) -> pa.Table:
     where = _WHERE.get(name, "run_id = $1")
     frame = local.query(f"SELECT * FROM {name} WHERE {where}", [run_id]).to_arrow()
     return conformed(frame, name)
+
+
+def seal_local(
+    local: Store, run_id: str, names: Sequence[str], groups: pa.Array, batch_rows: int
+) -> tuple[dict[str, dict[Any, dict[str, Any]]], dict[str, int]]:
+    """The seals of the rows of ``run_id`` in each of local tables ``names`` whose group (the
+    run for its cases and outputs, a scoring for its scores) is one of ``groups``, and their
+    row counts, read batch by batch; a table none of whose groups is named is not read."""
+    import pyarrow.compute as pc
+
+    from evalkit.store.shared.seals import SealBuilder
+    from evalkit.store.shared.verify import SEAL_GROUP
+
+    named = set(groups.to_pylist())
+    seals: dict[str, dict[Any, dict[str, Any]]] = {}
+    counts: dict[str, int] = {}
+    for name in names:
+        with SealBuilder(SEAL_GROUP[name]) as builder:
+            of_run = SEAL_GROUP[name] == "run_id"  # else grouped by the run's scorings
+            if (run_id in named) if of_run else bool(named - {run_id}):
+                for batch in local_batches(local, name, run_id, batch_rows):
+                    column = batch.column(SEAL_GROUP[name])
+                    builder.add(batch.filter(pc.is_in(column, groups)))
+            seals[name], counts[name] = builder.seals(), builder.rows
+    return seals, counts
 
 
 def local_batches(

@@ -48,7 +48,7 @@ from evalkit.store.shared.compaction import (
     first_published,
     maintain_table,
 )
-from evalkit.store.shared.local_rows import local_batches, local_rows
+from evalkit.store.shared.local_rows import local_batches, local_rows, seal_local
 from evalkit.store.shared.pulling import STREAMED, copy_run, stage_run
 from evalkit.store.shared.seals import SealBuilder
 from evalkit.store.shared.staging import RunStage
@@ -128,6 +128,9 @@ class Pushed:
     batches: dict[str, int] = field(default_factory=dict)
     #: The most rows the push held at once, of a run's large tables: one batch's.
     largest_batch: int = 0
+    #: Rows of the run's large tables the push read from the local store and sealed: those
+    #: of the run and scorings the shared store did not publish yet (0: it had them all).
+    sealed_rows: int = 0
 
     @property
     def rows(self) -> int:
@@ -284,12 +287,20 @@ class SharedStore:
                 wanted = pa.array(exams["exam_id"].to_pylist(), pa.string())
                 rows = rows.filter(pc.is_in(rows["exam_id"], value_set=wanted))
             small[name] = rows
+        scoring_ids = set(small["scorings"].column("scoring_id").to_pylist())
         groups = {
-            "cases": {run_id}, "outputs": {run_id},
-            "scores": set(small["scorings"].column("scoring_id").to_pylist()),
-            "scoring_cases": set(small["scorings"].column("scoring_id").to_pylist()),
+            "cases": {run_id}, "outputs": {run_id}, "scores": scoring_ids,
+            "scoring_cases": scoring_ids,
         }  # fmt: skip
-        seals, counts = self._seal_streamed(local, run_id, batch_rows)
+        # A seal goes into the runs or scorings row that publishes its rows; one the shared
+        # store holds already is never appended again (append_new), so only the groups whose
+        # sealing row is new are read and sealed: a push of a run the store has reads none.
+        unsealed = self._unpublished(run_id, scoring_ids)
+        small["runs"] = small["runs"].filter(pc.is_in(small["runs"]["run_id"], unsealed))
+        small["scorings"] = small["scorings"].filter(
+            pc.is_in(small["scorings"]["scoring_id"], unsealed)
+        )
+        seals, counts = seal_local(local, run_id, STREAMED, unsealed, batch_rows)
         with SealBuilder(SEAL_GROUP["exam_files"]) as files:
             files.add(small["exam_files"])
             seals["exam_files"] = files.seals()
@@ -311,22 +322,17 @@ class SharedStore:
             added[name] = result.added
             conflicts += result.conflicts
             maintain_table(table, TABLES[name])  # compaction.py: compact, expire old snapshots
-        return Pushed(run_id, added, conflicts, batches, largest)
+        sealed_rows = sum(counts.values())
+        return Pushed(run_id, added, conflicts, batches, largest, sealed_rows=sealed_rows)
 
-    @staticmethod
-    def _seal_streamed(
-        local: Store, run_id: str, batch_rows: int
-    ) -> tuple[dict[str, dict[Any, dict[str, Any]]], dict[str, int]]:
-        """The seals of the run's rows of each :data:`STREAMED` table (per group: the run,
-        each scoring) and their row counts, read batch by batch."""
-        seals: dict[str, dict[Any, dict[str, Any]]] = {}
-        counts: dict[str, int] = {}
-        for name in STREAMED:
-            with SealBuilder(SEAL_GROUP[name]) as builder:
-                for batch in local_batches(local, name, run_id, batch_rows):
-                    builder.add(batch)
-                seals[name], counts[name] = builder.seals(), builder.rows
-        return seals, counts
+    def _unpublished(self, run_id: str, scoring_ids: set[str]) -> pa.Array:
+        """Of the run and its scorings, the ids whose sealing row (``runs``, ``scorings``) the
+        shared store lacks: those a push seals."""
+        import pyarrow as pa
+
+        held = self.run_ids([run_id])
+        held |= set(self._read("scorings", "scoring_id", scoring_ids)["scoring_id"].to_pylist())
+        return pa.array(sorted(({run_id} | scoring_ids) - held), pa.string())
 
     @_unreachable_is_one_line
     def promote(

@@ -1,0 +1,56 @@
+"""A push of a run the team store already holds reads none of the run's rows, and a pull of a
+run the local store already holds stages none: what their first push or pull sealed and
+verified is compared, not re-read. A run whose content differs is still refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic_runs import seed000_runs, write_store
+from test_shared_store import _shared_rows, _uri
+
+from evalkit.store import open_store
+from evalkit.store.shared import open_shared_store
+
+#: Rows of base-run's large tables: 600 cases, 600 outputs, 1,200 scores, 600 scoring cases.
+BASE_ROWS = {"cases": 600, "outputs": 600, "scores": 1200}
+
+
+def test_a_second_push_of_a_run_reads_and_seals_none_of_its_rows(tmp_path: Path) -> None:
+    base, _ = seed000_runs()
+    write_store(tmp_path / "a.duckdb", [base])
+    uri = _uri(tmp_path)
+    shared = open_shared_store(uri)
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        first = shared.push_run(store, "base-run")
+        again = shared.push_run(store, "base-run")
+    assert first.sealed_rows >= sum(BASE_ROWS.values())
+    assert {n: first.added[n] for n in BASE_ROWS} == BASE_ROWS
+    assert again.sealed_rows == 0 and again.rows == 0
+    # the seal the first push recorded is still the one the team store holds
+    (published,) = _shared_rows(uri, "runs")["published"].to_list()
+    assert json.loads(published)["outputs"]["rows"] == 600
+
+
+def test_a_push_seals_only_the_scoring_the_team_store_lacks(tmp_path: Path) -> None:
+    """A scoring published on its own before its run (a push killed between the two) is not
+    re-sealed: the run's cases and outputs are."""
+    base, _ = seed000_runs()
+    write_store(tmp_path / "a.duckdb", [base])
+    uri = _uri(tmp_path)
+    shared = open_shared_store(uri)
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        shared.push_run(store, "base-run")
+    runs = shared._table("runs")
+    assert runs is not None
+    runs.delete("run_id == 'base-run'")  # as if the push stopped before the runs row
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        again = shared.push_run(store, "base-run")
+    assert again.added["runs"] == 1 and again.sealed_rows == 1200  # its cases and outputs
+    assert shared.run_ids(["base-run"]) == {"base-run"}
+    (published,) = _shared_rows(uri, "runs")["published"].to_list()
+    assert json.loads(published)["cases"]["rows"] == 600
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
+        pulled = shared.pull(store, "base-run")  # verified against that seal
+    assert pulled.added["outputs"] == 600
