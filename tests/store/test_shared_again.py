@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from synthetic_runs import seed000_runs, write_store
 from test_shared_store import _shared_rows, _uri
 
@@ -54,3 +55,28 @@ def test_a_push_seals_only_the_scoring_the_team_store_lacks(tmp_path: Path) -> N
     with open_store(tmp_path / "b.duckdb", write=True) as store:
         pulled = shared.pull(store, "base-run")  # verified against that seal
     assert pulled.added["outputs"] == 600
+
+
+def test_a_second_push_does_not_bless_rows_rewritten_in_the_team_store(tmp_path: Path) -> None:
+    """A push that finds the run there trusts none of its shared rows: a pull still checks
+    them against the first push's seal and refuses the run, as it did before that push."""
+    import pyarrow.compute as pc
+
+    from evalkit.store.shared.verify import UnverifiedRun
+
+    base, _ = seed000_runs()
+    write_store(tmp_path / "a.duckdb", [base])
+    shared = open_shared_store(_uri(tmp_path))
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        shared.push_run(store, "base-run")
+    scores = shared._table("scores")
+    assert scores is not None
+    rows = scores.scan().to_arrow()
+    flipped = pc.or_(rows["passed"], pc.equal(rows["case_id"], "general-400"))
+    scores.overwrite(rows.set_column(rows.schema.get_field_index("passed"), "passed", flipped))
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        assert shared.push_run(store, "base-run").sealed_rows == 0
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
+        with pytest.raises(UnverifiedRun, match="scores holds rows whose content differs"):
+            shared.pull(store, "base-run")
+        assert store.query("SELECT count(*) AS n FROM outputs")["n"][0] == 0
