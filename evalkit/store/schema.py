@@ -125,6 +125,15 @@ CREATE TABLE IF NOT EXISTS merged_parts (
 );
 """
 
+#: The seals of each run a pull verified and copied in (:mod:`evalkit.store.shared.pulling`),
+#: one JSON object per run (the ``runs`` row's seal, each scoring's): a later pull of the run
+#: whose shared seals are these stages none of its rows. Created by the first pull.
+PULLED_SEALS_DDL = """
+CREATE TABLE IF NOT EXISTS pulled_seals (
+    run_id VARCHAR, seals VARCHAR, pulled_at TIMESTAMPTZ
+);
+"""
+
 #: Each complete run's history counts (:mod:`evalkit.store.history_queries`), written when the
 #: run finishes or is rescored, so `evalkit history` over a thousand runs reads a few thousand
 #: rows instead of re-deciding ten million outputs; derived data (a store without them, or a run
@@ -161,7 +170,7 @@ def known_tables() -> dict[str, tuple[dict[str, str], dict[str, str]]]:
         ('VARCHAR[]', {'case_group': 'VARCHAR'})
     """
     tables: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
-    for name, body in _CREATE.findall(DDL + MERGED_PARTS_DDL + HISTORY_DDL):
+    for name, body in _CREATE.findall(DDL + MERGED_PARTS_DDL + HISTORY_DDL + PULLED_SEALS_DDL):
         columns = (c.split() for c in body.split(","))  # "name TYPE", types without spaces
         tables[name] = ({c: _TYPE_NAMES.get(t, t) for c, t in columns}, {})
     for name, column, sql_type in _ALTER.findall(DDL):

@@ -80,3 +80,55 @@ def test_a_second_push_does_not_bless_rows_rewritten_in_the_team_store(tmp_path:
         with pytest.raises(UnverifiedRun, match="scores holds rows whose content differs"):
             shared.pull(store, "base-run")
         assert store.query("SELECT count(*) AS n FROM outputs")["n"][0] == 0
+
+
+def _pushed(tmp_path: Path) -> str:
+    base, _ = seed000_runs()
+    write_store(tmp_path / "a.duckdb", [base])
+    uri = _uri(tmp_path)
+    with open_store(tmp_path / "a.duckdb", read_only=True) as store:
+        open_shared_store(uri).push_run(store, "base-run")
+    return uri
+
+
+def test_a_second_pull_of_a_run_stages_none_of_its_rows(tmp_path: Path) -> None:
+    shared = open_shared_store(_pushed(tmp_path))
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
+        first = shared.pull(store, "base-run")
+        again = shared.pull(store, "base-run")
+        held = store.query("SELECT count(*) AS n FROM scores")["n"][0]
+    assert first.staged_rows >= sum(BASE_ROWS.values()) and first.added["scores"] == 1200
+    assert again.staged_rows == 0 and again.rows == 0 and held == 1200
+
+
+def test_a_pull_after_the_shared_rows_changed_checks_them_again_and_refuses(
+    tmp_path: Path,
+) -> None:
+    """Scores rewritten in place keep the run's seal but not its data files: the second pull
+    stages the run again and refuses it, as a first pull does."""
+    import pyarrow.compute as pc
+
+    from evalkit.store.shared.verify import UnverifiedRun
+
+    shared = open_shared_store(_pushed(tmp_path))
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
+        shared.pull(store, "base-run")
+    scores = shared._table("scores")
+    assert scores is not None
+    rows = scores.scan().to_arrow()
+    flipped = pc.or_(rows["passed"], pc.equal(rows["case_id"], "general-400"))
+    scores.overwrite(rows.set_column(rows.schema.get_field_index("passed"), "passed", flipped))
+    with open_store(tmp_path / "b.duckdb", write=True) as store:
+        with pytest.raises(UnverifiedRun, match="scores holds rows whose content differs"):
+            shared.pull(store, "base-run")
+        passed = store.query("SELECT count(*) AS n FROM scores WHERE passed")["n"][0]
+    assert passed == int(pc.sum(rows["passed"]).as_py())  # the local copy is untouched
+
+
+def test_a_run_the_local_store_made_itself_is_staged_and_checked(tmp_path: Path) -> None:
+    """No seal recorded for a run the local store did not pull: nothing to compare, so the
+    pull stages and checks it as before (and adds nothing)."""
+    shared = open_shared_store(_pushed(tmp_path))
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
+        pulled = shared.pull(store, "base-run")
+    assert pulled.staged_rows >= sum(BASE_ROWS.values()) and pulled.rows == 0

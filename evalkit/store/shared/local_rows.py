@@ -113,11 +113,12 @@ def insert_missing(
     *,
     staged: Path | None = None,
     groups: Mapping[str, str] | None = None,
+    record: pl.DataFrame | None = None,
 ) -> dict[str, int]:
     """Insert each frame's rows whose key ``local`` lacks (of human labels, the newer ones),
     and the rows staged in DuckDB file ``staged`` (table -> its group column in ``groups``:
-    a group the local store holds is skipped), all in one local transaction; returns rows
-    added per table.
+    a group the local store holds is skipped), with them the run's verified seals ``record``
+    (a ``pulled_seals`` row), all in one local transaction; returns rows added per table.
 
     The keys ``local`` holds are read first, then the rows it lacks go in together: a
     writing store holds its writer lock for its whole life, so nothing lands in between.
@@ -127,9 +128,13 @@ def insert_missing(
         new[name] = (
             _newest_labels(local, frame) if name == "human_labels" else _absent(local, name, frame)
         )
-    labels = {"human_labels": _LABEL_IDENTITY} if "human_labels" in new else None
+    labels: dict[str, Sequence[str]] | None = (
+        {"human_labels": _LABEL_IDENTITY} if "human_labels" in new else None
+    )
     if staged is None:
         return local.import_rows(new, replace_on=labels)
+    if record is not None:  # the run's seals, replacing those an earlier pull recorded
+        new["pulled_seals"], labels = record, {**(labels or {}), "pulled_seals": ("run_id",)}
     added = local.import_staged(staged, dict(groups or {}), new, replace_on=labels)
     return {name: added[name] for name in TABLES if name in added}
 

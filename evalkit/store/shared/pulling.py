@@ -6,8 +6,9 @@ whole (they are few), then everything inserted in one local transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evalkit.store.shared.local_rows import insert_missing
 from evalkit.store.shared.staging import RunStage, verify_staged
@@ -15,11 +16,12 @@ from evalkit.store.shared.tables import (
     SHARED_ONLY,
     TABLES,
     arrow_frame,
+    planned_files,
     scan_batches,
     with_columns,
 )
 from evalkit.store.shared.trust_rows import pulled_exams, trusted_promotions
-from evalkit.store.shared.verify import SEAL_GROUP, verify_promotions
+from evalkit.store.shared.verify import SEAL_COLUMN, SEAL_GROUP, verify_promotions
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -39,6 +41,7 @@ class SharedStore(Protocol):
     """What a copy reads of :class:`evalkit.store.shared.store.SharedStore`."""
 
     largest_batch: int
+    staged_rows: int
 
     def _table(self, name: str, *, create: bool = False) -> Table | None: ...
 
@@ -70,7 +73,8 @@ def stage_run(shared: SharedStore, run_id: str, stage: RunStage) -> dict[str, pl
             ("scoring_id", scorings) if name == "scoring_cases" else ("run_id", {run_id})
         )
         table = shared._table(name)
-        found = scan_batches(table, column, values) if table is not None else iter(())
+        planned = stage.files[name] = []
+        found = scan_batches(table, column, values, planned) if table is not None else iter(())
         spec = TABLES[name]
         batches = (with_columns(pa_table(b), spec).to_batches() for b in found)
         stage.add(name, (b for bs in batches for b in bs), spec.arrow, SEAL_GROUP[name])
@@ -83,12 +87,22 @@ def copy_run(
 ) -> dict[str, int]:
     """Copy published run ``run_id`` (``tables`` of it; with ``suite``, its promotion
     history) into ``local``: the run's large tables staged and checked batch by batch, the
-    rest read whole, then all in one local transaction; returns rows added per table."""
+    rest read whole, then all in one local transaction; returns rows added per table.
+
+    A run an earlier pull verified and copied in, whose shared seals are still the ones that
+    pull recorded (and whose rows the local store still holds, as many as sealed), stages
+    none of its large tables: they would add nothing, and nothing of them is taken."""
     import polars as pl
 
     with RunStage() as stage:
-        frames = stage_run(shared, run_id, stage)
+        frames = verified_before(shared, local, run_id)
+        if frames is None:
+            frames = stage_run(shared, run_id, stage)
+            rows_of: RowsOf = stage.rows
+        else:
+            rows_of = functools.partial(_local_rows_of, local)
         shared.largest_batch = stage.largest_batch
+        shared.staged_rows = sum(stage.counts.values())
         config_hashes = frames["runs"]["config_hash"].to_list()
         for name in tables:
             if name in frames or name in STREAMED or name in ("exams", "exam_files"):
@@ -99,7 +113,7 @@ def copy_run(
                     shared._read(name, "base_run_id", [run_id]),
                 )
             elif name == "human_labels":
-                rows = labels_of(shared, stage)
+                rows = labels_of(shared, rows_of, run_id)
             elif name == "flakes":
                 rows = shared._read(name, "config_hash", config_hashes)
             elif name == "baselines":
@@ -114,20 +128,133 @@ def copy_run(
         promotions = frames["baselines"]
         verify_promotions(promotions, shared.run_ids(promotions["run_id"].to_list()))
         trusted = trusted_promotions(promotions.filter(promotions["run_id"] == run_id))
+        # the seals are recorded where the run's rows are this pull's: staged, verified and
+        # new to the local store (a run it had already may differ from them)
+        new_run = not local.query("SELECT count(*) AS n FROM runs WHERE run_id = ?", [run_id])["n"][
+            0
+        ]
+        record = _seals_record(run_id, frames, stage.files) if new_run else None
         frames["exams"], frames["exam_files"] = pulled_exams(shared._read, trusted)
         for name, columns in SHARED_ONLY.items():
             if name in frames:
                 frames[name] = frames[name].drop(list(columns))
         small = {name: frames[name] for name in tables if name not in STREAMED}
-        added = insert_missing(
-            local, small, staged=stage.finish(), groups={n: SEAL_GROUP[n] for n in STREAMED}
+        if stage.counts:  # staged and verified: its seals recorded with its rows
+            added = insert_missing(
+                local, small, staged=stage.finish(), record=record,
+                groups={n: SEAL_GROUP[n] for n in STREAMED},
+            )  # fmt: skip
+        else:
+            added = insert_missing(local, small)
+    return {name: added.get(name, 0) for name in tables if name in added or name in STREAMED}
+
+
+#: A query over a run's cases and outputs (``$2``: the run id): of the stage, or the local store.
+RowsOf = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+
+
+def _local_rows_of(local: Store, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    return local.query(sql, list(params)).rows()
+
+
+def run_seals(runs: pl.DataFrame, scorings: pl.DataFrame) -> str | None:
+    """The seals of a published run (its ``runs`` row's, each scoring's) as one JSON text,
+    or None where it has no single ``runs`` row or a row without a seal (it cannot be
+    compared: a pull stages and checks it)."""
+    import json
+
+    if runs.height != 1 or SEAL_COLUMN not in runs.columns:
+        return None
+    found = {"": runs[SEAL_COLUMN][0]}
+    for scoring_id, seal in scorings.select("scoring_id", SEAL_COLUMN).iter_rows():
+        if scoring_id in found:
+            return None
+        found[scoring_id] = seal
+    if any(seal is None for seal in found.values()):
+        return None
+    return json.dumps(found, sort_keys=True)
+
+
+def _seals_record(
+    run_id: str, frames: dict[str, pl.DataFrame], files: dict[str, list[list[Any]]]
+) -> pl.DataFrame | None:
+    """The ``pulled_seals`` row of a run staged and verified: its seals and the shared data
+    files its rows were read from (None: a run without seals, not recorded)."""
+    import datetime as dt
+
+    import polars as pl
+
+    seals = _recorded(frames, files)
+    if seals is None:
+        return None
+    return pl.DataFrame(
+        {"run_id": [run_id], "seals": [seals], "pulled_at": [dt.datetime.now(dt.UTC)]},
+        schema={"run_id": pl.String, "seals": pl.String, "pulled_at": pl.Datetime("us", "UTC")},
+    )
+
+
+def _recorded(frames: dict[str, pl.DataFrame], files: dict[str, list[list[Any]]]) -> str | None:
+    import json
+
+    seals = run_seals(frames["runs"], frames["scorings"])
+    if seals is None:
+        return None
+    return json.dumps({"seals": json.loads(seals), "files": files}, sort_keys=True)
+
+
+def verified_before(
+    shared: SharedStore, local: Store, run_id: str
+) -> dict[str, pl.DataFrame] | None:
+    """The shared ``runs`` and ``scorings`` rows of ``run_id`` where an earlier pull into
+    ``local`` verified the run against these very seals and the local store still holds as
+    many of its rows as they seal; None otherwise (the pull stages and checks the run)."""
+    import json
+
+    import polars as pl
+
+    if not local.has_table("pulled_seals"):
+        return None
+    recorded = local.query(
+        "SELECT seals FROM pulled_seals WHERE run_id = ? ORDER BY pulled_at DESC LIMIT 1", [run_id]
+    )
+    if not recorded.height:
+        return None
+    frames: dict[str, pl.DataFrame] = {}
+    for name in ("runs", "scorings"):
+        frames[name] = pl.from_arrow(shared._read(name, "run_id", [run_id]))  # type: ignore[assignment]
+    scorings = set(frames["scorings"]["scoring_id"].drop_nulls().to_list())
+    files: dict[str, list[list[Any]]] = {}
+    for name in STREAMED:  # the files a staging would read now: the same, or it stages
+        column, values = (
+            ("scoring_id", scorings) if name == "scoring_cases" else ("run_id", {run_id})
         )
-    return {name: added[name] for name in tables if name in added}  # as a push lists them
+        table = shared._table(name)
+        files[name] = planned_files(table, column, values) if table is not None else []
+    now = _recorded(frames, files)
+    if now is None or json.loads(now) != json.loads(recorded["seals"][0]):
+        return None
+    sealed = json.loads(now)["seals"]
+    counts = local.query(
+        "SELECT 'cases' AS t, '' AS g, count(*) AS n FROM cases WHERE run_id = $1 "
+        "UNION ALL SELECT 'outputs', '', count(*) FROM outputs WHERE run_id = $1 "
+        "UNION ALL SELECT 'scores', scoring_id, count(*) FROM scores WHERE run_id = $1 "
+        "GROUP BY scoring_id UNION ALL SELECT 'scoring_cases', scoring_id, count(*) "
+        "FROM scoring_cases WHERE scoring_id IN (SELECT scoring_id FROM scorings "
+        "WHERE run_id = $1) GROUP BY scoring_id",
+        [run_id],
+    )
+    held = {(t, g): n for t, g, n in counts.rows()}
+    for group, seal in sealed.items():
+        for name, what in json.loads(seal).items():
+            if held.get((name, group), 0) != what.get("rows"):
+                return None
+    return frames
 
 
-def labels_of(shared: SharedStore, stage: RunStage) -> pa.Table:
-    """The shared human labels of a run (its cases and outputs staged in ``stage``): those
-    of its outputs' texts (``output_hash``) and those of its cases that name no output."""
+def labels_of(shared: SharedStore, rows_of: RowsOf, run_id: str) -> pa.Table:
+    """The shared human labels of run ``run_id`` (its cases and outputs queried by
+    ``rows_of``): those of its outputs' texts (``output_hash``) and those of its cases that
+    name no output."""
     import polars as pl
 
     spec = TABLES["human_labels"]
@@ -139,16 +266,17 @@ def labels_of(shared: SharedStore, stage: RunStage) -> pa.Table:
     found = pl.from_arrow(table.scan().to_arrow().select(list(spec.columns)).cast(spec.arrow))
     assert isinstance(found, pl.DataFrame)
     labelled = found["case_id"].drop_nulls().unique().to_list()
-    known = stage.rows(
-        "SELECT case_id FROM cases WHERE list_contains($1::VARCHAR[], case_id)", [labelled]
+    known = rows_of(
+        "SELECT case_id FROM cases WHERE list_contains($1::VARCHAR[], case_id) AND run_id = $2",
+        [labelled, run_id],
     )
     found = found.filter(pl.col("case_id").is_in([r[0] for r in known]))
     if not found.height:  # no label of the run's cases: no output text hashed
         return found.to_arrow()
-    hashes = stage.rows(  # sha256 of each output's UTF-8 text, in hex, as labels name it
+    hashes = rows_of(  # sha256 of each output's UTF-8 text, in hex, as labels name it
         "SELECT DISTINCT sha256(text) FROM outputs WHERE text IS NOT NULL "
-        "AND list_contains($1::VARCHAR[], case_id)",
-        [found["case_id"].unique().to_list()],
+        "AND list_contains($1::VARCHAR[], case_id) AND run_id = $2",
+        [found["case_id"].unique().to_list(), run_id],
     )
     kept = found.filter(
         pl.col("output_hash").is_null() | pl.col("output_hash").is_in([h[0] for h in hashes])

@@ -47,6 +47,8 @@ class RunStage:
         )
         self.seals: dict[str, dict[Any, dict[str, Any]]] = {}
         self.counts: dict[str, int] = {}
+        #: The shared data files each table was staged from (``tables.planned_files``).
+        self.files: dict[str, list[list[Any]]] = {}
         #: The most rows held at once while staging (one batch's).
         self.largest_batch = 0
 

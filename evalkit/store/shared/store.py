@@ -160,6 +160,9 @@ class Pulled:
     run_id: str
     added: dict[str, int]
     baseline_of: str | None  # the suite whose promoted baseline this is, if pulled as one
+    #: Rows of the run's large tables staged and checked (0: the local store had the run as
+    #: an earlier pull verified it, with the seals the shared store still holds).
+    staged_rows: int = 0
 
     @property
     def rows(self) -> int:
@@ -226,6 +229,9 @@ class SharedStore:
         self.lost: str | None = None
         #: The most rows the last pull held at once of a run's large tables (one batch's).
         self.largest_batch = 0
+        #: Rows of a run's large tables the last pull staged and checked (0: none, the run
+        #: being in the local store with the seals the shared store holds).
+        self.staged_rows = 0
 
     def _table(self, name: str, *, create: bool = False) -> Table | None:
         table = self._tables.get(name)
@@ -579,4 +585,4 @@ class SharedStore:
         else:
             run_id = self.resolve_run(ref)
         added = copy_run(self, local, run_id, suite, PULL_TABLES)
-        return Pulled(run_id, added, suite)
+        return Pulled(run_id, added, suite, staged_rows=self.staged_rows)

@@ -311,9 +311,28 @@ def append_batches(
     raise _kept_conflicting(spec)
 
 
-def scan_batches(table: Table, column: str, values: set[str]) -> Iterator[pa.RecordBatch]:
+def planned_files(table: Table, column: str, values: set[str]) -> list[list[Any]]:
+    """The files a scan of ``table``'s rows whose ``column`` is one of ``values`` reads, read
+    from its manifests alone: each data file's path and rows and its delete files' paths,
+    sorted. Data files are never rewritten in place: while this list is the same, so are the
+    rows the scan returns."""
+    if not values or table.current_snapshot() is None:
+        return []
+    found = table.scan(row_filter=_in_filter(column, values))
+    return sorted(_file_entry(task) for task in found.plan_files())
+
+
+def _file_entry(task: Any) -> list[Any]:
+    deletes = sorted(str(d.file_path) for d in task.delete_files)
+    return [str(task.file.file_path), int(task.file.record_count), deletes]
+
+
+def scan_batches(
+    table: Table, column: str, values: set[str], planned: list[list[Any]] | None = None
+) -> Iterator[pa.RecordBatch]:
     """The rows of ``table`` whose ``column`` is one of ``values`` (a few: a run's id, its
-    scorings'), as record batches read one data file at a time.
+    scorings'), as record batches read one data file at a time; ``planned`` (a list) gets
+    the files read, as :func:`planned_files` lists them.
 
     File by file here: pyiceberg's own batch reader hands every planned file to its thread
     pool at once and keeps each file's batches until they are read, so a consumer slower
@@ -328,7 +347,10 @@ def scan_batches(table: Table, column: str, values: set[str]) -> Iterator[pa.Rec
         found.table_metadata, found.io, found.projection(), found.row_filter,
         found.case_sensitive, found.limit,
     )  # fmt: skip
-    for task in found.plan_files():
+    tasks = list(found.plan_files())
+    if planned is not None:
+        planned.extend(sorted(_file_entry(task) for task in tasks))
+    for task in tasks:
         yield from reader.to_record_batches([task])
 
 
