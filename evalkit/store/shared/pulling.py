@@ -2,6 +2,11 @@
 tables (:data:`STREAMED`) read from the shared scans data file by data file into a scratch
 DuckDB file, sealed and checked there (:mod:`evalkit.store.shared.staging`), its other rows read
 whole (they are few), then everything inserted in one local transaction.
+
+A run staged, verified and new to the local store has its seals and the shared data files it
+was read from recorded with its rows (``pulled_seals``); pulled again while both are the same
+(the files read from the tables' manifests alone), it is not staged: nothing of it would be
+added, and nothing of the shared rows is taken.
 """
 
 from __future__ import annotations
