@@ -239,10 +239,11 @@ def _ungated_judge_paired(
     )
 
 
-#: Output columns no verdict, pairing or tier reads, only the report's shown cases: a thin
-#: load (the gate's) leaves them in the store, and `output_details` reads them for the cases
-#: shown (a million answers' text would be most of what a gate holds).
-DETAIL_COLUMNS = ("text", "tool_calls")
+#: Output columns no verdict, pairing or tier reads, only the report's shown cases (and the
+#: cache key, which nothing of a comparison reads): a thin load (the gate's) leaves them in the
+#: store, and `output_details` reads them for the cases shown (a million answers' text would
+#: be most of what a gate holds).
+DETAIL_COLUMNS = ("text", "tool_calls", "request_hash")
 #: The same for cases (`case_details_of`: the report shows the input of its shown cases) and
 #: scores (`score_details`: the scorers' reasons of the shown and failing cases).
 CASE_DETAIL_COLUMNS = ("input", "provenance")

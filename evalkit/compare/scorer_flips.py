@@ -50,7 +50,7 @@ def _per_case(scores: pl.DataFrame, case_ids: pl.Series) -> pl.DataFrame:
             (pl.col("passed").sum() > (~pl.col("passed")).sum()).alias("passed"),
             tier.alias("tier"),
         )
-        .collect()
+        .collect(engine="streaming")
     )
 
 
