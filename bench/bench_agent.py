@@ -22,14 +22,17 @@ bench_process's spawner (wall, CPU, peak RSS), in one invocation:
   same fixtures, a semaphore of c per request). On a loaded machine the limit is out of reach
   for anything (both sides wait for the CPU); the agent run over the bare loop is what evalkit
   itself costs.
+* ``openai``: the bare loop a user would write, the reference for "evalkit at most 1.0x the bare
+  loop": the official client's ``AsyncOpenAI`` doing the same tool loop (the same requests,
+  tools and fixtures, a semaphore of c per request), storing and scoring nothing.
 
 Where the time goes, per side: the client's CPU per request (the process, and its event loop
 alone: imports and set-up left out), its loop's lag (how late a 10 ms timer fires) and the
 loop's own wall over the limit; the server's CPU per request (its rusage) and its loop's lag;
 and both processes' CPU as a share of the cores.
 
-Checked, not assumed: the server's request count is 4N (1 x 4N, 5 x 4N; the bare loop's too),
-the store holds every output with 3 tool calls and a passing score for each scorer, and the
+Checked, not assumed: the server's request count is 4N (1 x 4N, 5 x 4N; the bare loops' too),
+the store holds every output with 3 tool calls and a passing score for each scorer, and each
 bare loop made 3N tool calls and parsed N final answers.
 
 Usage:
@@ -200,6 +203,56 @@ asyncio.run(main())
 """
 )
 
+#: ``python -c OPENAI_LOOP base_url cases concurrency tools.json``: the same tool loop through
+#: the official client's ``AsyncOpenAI`` (what a user's own loop would be); prints as
+#: :data:`BARE_LOOP` does.
+OPENAI_LOOP = (
+    loopback.PROBE
+    + """
+import asyncio, json, sys
+import openai
+
+base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+tools = json.loads(open(sys.argv[4], encoding="utf-8").read())
+FIXTURES = {"lookup_order": {"status": "delivered", "charges": 2},
+            "lookup_customer": {"verified": True},
+            "issue_refund": {"refund_id": "RF-1", "status": "issued"}}
+
+async def main():
+    probe = LoopProbe()
+    probe.reset()
+    slots = asyncio.Semaphore(concurrency)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=60)
+
+    async def one(i):
+        messages = [{"role": "user", "content": f"Refund the double charge on {i}."}]
+        calls = 0
+        while True:
+            async with slots:
+                response = await client.chat.completions.create(
+                    model="bench-agent-1", messages=messages, tools=tools, temperature=0
+                )
+            message = response.choices[0].message
+            if not message.tool_calls:
+                json.loads(message.content)
+                return calls
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                json.loads(call.function.arguments)
+                content = json.dumps(FIXTURES[call.function.name])
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                calls += 1
+
+    try:
+        done = await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        await client.close()
+    print(sum(done), len(done), json.dumps(probe.figures()))
+
+asyncio.run(main())
+"""
+)
+
 #: ``python -c CLIENT_PROBE probe.json module args...``: ``python -m module args`` with a
 #: :data:`loopback.PROBE` on the loop its ``asyncio.run`` runs; the probe's figures (the CPU
 #: and lag of the loop's lifetime, imports and setup before it excluded) go to probe.json.
@@ -332,11 +385,13 @@ def run_evalkit(
     return row
 
 
-def run_bare(server: Server, tools: Path, n_cases: int, concurrency: int) -> dict[str, Any]:
-    """The bare aiohttp tool loop (:data:`BARE_LOOP`): what the server served and spent, the
-    tool calls made, the final answers parsed and the loop's probe."""
+def run_bare(
+    server: Server, tools: Path, n_cases: int, concurrency: int, loop: str = BARE_LOOP
+) -> dict[str, Any]:
+    """A bare tool loop (:data:`BARE_LOOP`, aiohttp, or :data:`OPENAI_LOOP`): what the server
+    served and spent, the tool calls made, the final answers parsed and the loop's probe."""
     server.reset()
-    command = [sys.executable, "-c", BARE_LOOP, server.base_url, str(n_cases), str(concurrency)]
+    command = [sys.executable, "-c", loop, server.base_url, str(n_cases), str(concurrency)]
     proc = bench_process.measure([*command, str(tools)])
     calls, answers, probe = proc.stdout.strip().splitlines()[-1].split(" ", 2)
     row = {k: v for k, v in asdict(proc).items() if k not in ("stdout", "marks")}
@@ -392,6 +447,7 @@ def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             for kind, server in servers.items():  # interleaved: both see the same load drift
                 row = {
                     "bare": run_bare(server, tools, n, conc),
+                    "openai": run_bare(server, tools, n, conc, OPENAI_LOOP),
                     "agent": run_evalkit(server, agent, db, conc),
                     "single": run_evalkit(server, single, db, conc),
                     "replays": run_evalkit(server, agent, db, conc, replays=args.replays),
@@ -411,6 +467,8 @@ def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 row["ratio_to_limit"] = row["agent"]["wall_s"] / limit_s
                 row["bare_ratio_to_limit"] = row["bare"]["wall_s"] / limit_s
                 row["agent_vs_bare"] = row["agent"]["wall_s"] / row["bare"]["wall_s"]
+                row["agent_vs_openai"] = row["agent"]["wall_s"] / row["openai"]["wall_s"]
+                row["openai_ratio_to_limit"] = row["openai"]["wall_s"] / limit_s
                 row["cpu_per_request_vs_single"] = (
                     row["agent"]["cpu_ms_per_request"] / row["single"]["cpu_ms_per_request"]
                 )
@@ -445,11 +503,12 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, float]:
     summary = {
         f"median_{key}": statistics.median(r[key] for r in rounds)
         for key in (
-            "ratio_to_limit", "bare_ratio_to_limit", "agent_vs_bare",
-            "cpu_per_request_vs_single", "loop_cpu_per_request_vs_single", "rss_replays_vs_one",
+            "ratio_to_limit", "bare_ratio_to_limit", "agent_vs_bare", "agent_vs_openai",
+            "openai_ratio_to_limit", "cpu_per_request_vs_single",
+            "loop_cpu_per_request_vs_single", "rss_replays_vs_one",
         )
     }  # fmt: skip
-    for side in ("bare", "agent", "single", "replays"):
+    for side in ("bare", "openai", "agent", "single", "replays"):
         for key in _SIDE_FIGURES:
             summary[f"median_{key}_{side}"] = statistics.median(r[side][key] for r in rounds)
     return summary
@@ -468,7 +527,9 @@ def _print(f: dict[str, Any]) -> None:
             print(
                 f"  round {i}: agent {a['wall_s']:.2f} s ({r['ratio_to_limit']:.3f}x the limit, "
                 f"{r['agent_vs_bare']:.3f}x the bare loop's {b['wall_s']:.2f} s = "
-                f"{r['bare_ratio_to_limit']:.3f}x), served {a['served']}, {a['tool_calls']} "
+                f"{r['bare_ratio_to_limit']:.3f}x), {r['agent_vs_openai']:.3f}x the "
+                f"AsyncOpenAI loop's {r['openai']['wall_s']:.2f} s, served {a['served']}, "
+                f"{a['tool_calls']} "
                 f"tool calls, {a['passed_scores']}/{a['scores']} scores passed; "
                 f"x{f['replays']} replays peak RSS {r['replays']['peak_rss_mib']:.0f} vs "
                 f"{a['peak_rss_mib']:.0f} MiB"
@@ -478,7 +539,9 @@ def _print(f: dict[str, Any]) -> None:
             f"  median: agent {s['median_wall_s_agent']:.2f} s = "
             f"{s['median_ratio_to_limit']:.3f}x the limit, {s['median_agent_vs_bare']:.3f}x the "
             f"bare loop ({s['median_wall_s_bare']:.2f} s = {s['median_bare_ratio_to_limit']:.3f}x "
-            f"the limit); CPU/request {s['median_cpu_ms_per_request_agent']:.3f} ms = "
+            f"the limit), {s['median_agent_vs_openai']:.3f}x the bare AsyncOpenAI loop "
+            f"({s['median_wall_s_openai']:.2f} s = {s['median_openai_ratio_to_limit']:.3f}x the "
+            f"limit); CPU/request {s['median_cpu_ms_per_request_agent']:.3f} ms = "
             f"{s['median_cpu_per_request_vs_single']:.2f}x single-turn's "
             f"{s['median_cpu_ms_per_request_single']:.3f} ms (in the loop "
             f"{s['median_loop_cpu_ms_per_request_agent']:.3f} vs "
@@ -486,7 +549,7 @@ def _print(f: dict[str, Any]) -> None:
             f"{s['median_loop_cpu_per_request_vs_single']:.2f}x); peak RSS x{f['replays']} "
             f"replays {s['median_rss_replays_vs_one']:.2f}x one"
         )
-        for side in ("bare", "agent", "single"):
+        for side in ("bare", "openai", "agent", "single"):
             print(
                 f"    {side:>6}: wall {s[f'median_wall_s_{side}']:.2f} s, its loop "
                 f"{s[f'median_loop_wall_s_{side}']:.2f} s = "

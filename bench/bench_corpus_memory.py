@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import tracemalloc
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,18 +71,18 @@ def measure_load(root: Path, *, deferred: bool, whole_file: bool = False) -> Cor
     return CorpusMemory(len(corpus.cases), deferred, whole_file, kept - before, peak - before)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # the child's corpus
     parser.add_argument("--deferred", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--whole-file", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.root is not None:  # the child: one measurement, printed as JSON
         got = measure_load(args.root, deferred=args.deferred, whole_file=args.whole_file)
         print(json.dumps(asdict(got)))
-        return
+        return 0
     from bench_process import write_mix_corpus
 
     rows = []
@@ -110,7 +111,8 @@ def main() -> None:
     if args.json:
         figures = [{**asdict(r), "bytes_per_case": r.bytes_per_case} for r in rows]
         args.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

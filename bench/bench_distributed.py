@@ -272,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     figures: dict[str, Any] = {"cases": args.cases, "latency_ms": args.latency_ms}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-dist-") as tmp:
         root = Path(tmp)
         config = write_corpus(root / "corpus", args.cases, args.concurrency)
@@ -351,8 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             1e6 * figures["ray"]["wall_s"] / max(1, figures["ray"]["outputs"]), 1
         )
 
+    figures["loadavg_1min"] = [load_before, os.getloadavg()[0]]
+    figures["cores"] = os.cpu_count()
+    figures["ray_vs_local"] = round(figures["ray"]["wall_s"] / figures["local"]["wall_s"], 3)
     loc, ray_fig, merge = figures["local"], figures["ray"], figures["merge"]
-    print(f"{args.cases} cases, simulator latency {args.latency_ms:g} ms")
+    print(
+        f"{args.cases} cases, simulator latency {args.latency_ms:g} ms; load "
+        f"{load_before:.1f} -> {figures['loadavg_1min'][1]:.1f} on {figures['cores']} cores"
+    )
     print(
         f"  local runner : {loc['wall_s']:8.2f} s  {loc['requests']} requests  "
         f"{loc['outputs'] / loc['wall_s']:7.0f} outputs/s"
@@ -374,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"  ray per chunk: {ray_fig['ms_per_chunk']:.1f} ms, per row {ray_fig['us_per_row']:.0f} µs"
     )
+    print(f"  ray over the local runner: {figures['ray_vs_local']:.2f}x the wall")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0

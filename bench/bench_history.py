@@ -10,6 +10,11 @@ history counts every run from its outputs).
 
     .venv/bin/python bench/bench_history.py                    # 1,000 runs x 10k cases
     .venv/bin/python bench/bench_history.py --runs 50 --cases 1000 --json out.json
+    .venv/bin/python bench/bench_history.py --beside-counted   # both ways, one invocation
+
+``--beside-counted`` measures history counting every output first, on the same store before
+any run records its counts, then records them and measures again: the ratio of the two comes
+from one invocation, under the same load. The load average is printed with the figures.
 """
 
 from __future__ import annotations
@@ -115,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--counted", action="store_true", help="no recorded counts: history counts every run"
     )
+    parser.add_argument(
+        "--beside-counted",
+        action="store_true",
+        help="measure counting every run first, then with the recorded counts (the ratio)",
+    )
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-history-") as tmp:
         db = Path(tmp) / "history.duckdb"
         start = time.perf_counter()
@@ -126,12 +137,19 @@ def main(argv: list[str] | None = None) -> int:
             "fill_s": round(time.perf_counter() - start, 1),
             "db_mib": round(db.stat().st_size / 2**20, 1), "cpus": os.cpu_count(),
         }  # fmt: skip
+        if args.beside_counted:  # the same store before any run recorded its counts
+            figures["counted"] = measure(db, args.rounds)
         if args.counted:  # history counting every run from its outputs (no recorded counts)
             figures["recorded"] = False
         else:
             figures["record_cpu_ms_per_run"] = round(record(db, args.runs) * 1000, 1)
             figures["recorded"] = True
         figures |= measure(db, args.rounds)
+        if "counted" in figures and figures["recorded"] and figures["counted"]["label"]["wall_s"]:
+            figures["label_vs_counted"] = round(
+                figures["label"]["wall_s"] / figures["counted"]["label"]["wall_s"], 4
+            )
+    figures["loadavg_1min"] = [load_before, os.getloadavg()[0]]
     figures["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(figures, indent=2))
     if args.json:

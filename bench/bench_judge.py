@@ -99,7 +99,7 @@ rubric = {RUBRIC!r}
 judge_system = {{judge_system!r}}
 
 async def main():
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=60)
     calls, verdicts = asyncio.Semaphore(concurrency), asyncio.Semaphore(concurrency)
 
     async def one(i):

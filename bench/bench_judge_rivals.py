@@ -43,8 +43,18 @@ served, so one that makes more judge calls than N shows it.
 Rounds alternate the tools; figures are medians over rounds, ratios to the bare loop of the
 same round.
 
+Beside the judge-heavy workload, in the same invocation and the same rounds
+(``--workloads``, all three by default), evalkit against the bare ``AsyncOpenAI`` loop on the
+two other workloads (the other tools are not run on them):
+
+* ``single``: single-turn, bench_process's N one-turn cases (``json_valid``, ``max_words``)
+  against the demo simulator (fixed latency, no noise) and bench_process's bare loop;
+* ``agent``: bench_agent's N cases of 3 tool calls from fixtures (4 model requests a case)
+  against its raw agent server and its bare ``AsyncOpenAI`` tool loop (:data:`OPENAI_LOOP`).
+
 Usage:
     .venv/bin/python bench/bench_judge_rivals.py --cases 1000 --concurrency 32 --rounds 3
+    .venv/bin/python bench/bench_judge_rivals.py --workloads judge --only evalkit
     .venv/bin/python bench/bench_judge_rivals.py --cases 50 --rounds 1 --only deepeval,bare
     .venv/bin/python bench/bench_judge_rivals.py --only deepeval,deepeval-nowrite --skip-install
 """
@@ -52,6 +62,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -67,6 +78,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+import bench_agent  # noqa: E402  (the agent workload: its suite, server and AsyncOpenAI loop)
 import bench_judge  # noqa: E402  (the suite, the bare loop and the judge prompt evalkit sends)
 import bench_process  # noqa: E402  (the spawner and its rusage figures)
 import loopback  # noqa: E402  (the server script's tail and its process)
@@ -199,7 +211,7 @@ write_cache = sys.argv[4] == "write"  # DeepEval's default: True
 system = {bench_judge.SYSTEM_PROMPT!r}
 
 async def answers():
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=60)
     calls = asyncio.Semaphore(concurrency)
 
     async def one(i):
@@ -498,20 +510,81 @@ def measured(w: Workload, name: str) -> dict[str, Any]:
     return row | w.server.served()
 
 
+WORKLOADS = ("single", "judge", "agent")
+
+
+def _pair_runners(
+    workload: str, latency_ms: float, work: Path, n: int, conc: int, stack: contextlib.ExitStack
+) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The bare AsyncOpenAI loop and ``evalkit run`` of the single-turn or agent workload,
+    each against its own loopback server (started in ``stack``), as row makers."""
+    db = work / f"{workload}.duckdb"
+    if workload == "single":
+        config = bench_process.write_corpus(work / "single", n, conc)
+        demo = stack.enter_context(
+            bench_process.start_demo_server(noise=False, latency_ms=latency_ms)
+        )
+        return {
+            "bare": lambda: bench_process.run_bare(demo, n, conc),
+            "evalkit": lambda: bench_process.run_evalkit(demo, config, db, conc, None),
+        }
+    config = bench_agent.write_suite(work / "agent", n, conc, agent=True)
+    tools = config.parent / "tools" / "support.json"
+    agent = stack.enter_context(bench_agent.Server(latency_ms, "raw"))
+    return {
+        "bare": lambda: bench_agent.run_bare(agent, tools, n, conc, bench_agent.OPENAI_LOOP),
+        "evalkit": lambda: bench_agent.run_evalkit(agent, config, db, conc),
+    }
+
+
+def _pair_row(got: dict[str, Any], requests: int) -> dict[str, Any]:
+    """A pair's run as a row: its figures, and whether every request was served."""
+    row = {k: got[k] for k in ("wall_s", "cpu_s", "peak_rss_mib")}
+    return row | {"served": got["served"], "complete": got["served"] == requests}
+
+
 def bench(args: argparse.Namespace, names: list[str], work: Path) -> dict[str, Any]:
     n, conc = args.cases, args.concurrency
     evalkit_config = bench_judge.write_suite(work / "suite", n, conc)
     rounds: list[dict[str, dict[str, Any]]] = []
-    with Server(args.latency_ms) as server:
+    pairs: dict[str, list[dict[str, Any]]] = {}
+    with Server(args.latency_ms) as server, contextlib.ExitStack() as stack:
+        runners = {
+            workload: _pair_runners(workload, args.latency_ms, work, n, conc, stack)
+            for workload in args.workloads
+            if workload != "judge"
+        }
+        requests = {"single": n, "agent": bench_agent.STEPS * n}
         w = Workload(server, work, evalkit_config, n, conc)
         warm = Workload(server, work, evalkit_config, min(n, 32), conc)
         run_bare(warm)  # page cache, first sockets
         for index in range(args.rounds):
             # alternate the order so that no tool always runs first after the warm-up
             order = names if index % 2 == 0 else list(reversed(names))
-            rounds.append({name: measured(w, name) for name in order})
-            print(f"  round {index}: " + _round_line(rounds[-1]), flush=True)
-    return {"cases": n, "concurrency": conc, "rounds": rounds}
+            if "judge" in args.workloads:
+                rounds.append({name: measured(w, name) for name in order})
+                print(f"  round {index} judge: " + _round_line(rounds[-1]), flush=True)
+            for workload, pair in runners.items():
+                sides = ["bare", "evalkit"] if index % 2 == 0 else ["evalkit", "bare"]
+                row = {side: _pair_row(pair[side](), requests[workload]) for side in sides}
+                row["ratio"] = row["evalkit"]["wall_s"] / row["bare"]["wall_s"]
+                pairs.setdefault(workload, []).append(row)
+                print(
+                    f"  round {index} {workload}: bare {row['bare']['wall_s']:.2f} s, evalkit "
+                    f"{row['evalkit']['wall_s']:.2f} s = {row['ratio']:.3f}x",
+                    flush=True,
+                )
+    return {"cases": n, "concurrency": conc, "rounds": rounds, "pairs": pairs}
+
+
+def pair_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over rounds of a single-turn or agent pair: evalkit over the bare loop."""
+    out: dict[str, Any] = {"ratio": statistics.median(r["ratio"] for r in rows)}
+    for side in ("bare", "evalkit"):
+        for key in ("wall_s", "cpu_s", "peak_rss_mib"):
+            out[f"{key}_{side}"] = statistics.median(r[side][key] for r in rows)
+        out[f"complete_{side}"] = all(r[side]["complete"] for r in rows)
+    return out
 
 
 def _round_line(r: dict[str, dict[str, Any]]) -> str:
@@ -523,7 +596,9 @@ def _round_line(r: dict[str, dict[str, Any]]) -> str:
 
 def summary(figures: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
     """Per tool: medians over the rounds it completed, ratio to the same round's bare loop."""
-    rows = []
+    rows: list[dict[str, Any]] = []
+    if not figures["rounds"]:
+        return rows
     for name in names:
         done = [r for r in figures["rounds"] if "wall_s" in r[name]]
         row: dict[str, Any] = {"tool": name, "version": figures["versions"].get(name, "")}
@@ -559,6 +634,18 @@ def summary(figures: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
 
 def _print(figures: dict[str, Any]) -> None:
     n = figures["cases"]
+    for workload, pair in figures["pair_summary"].items():
+        requests = f"{bench_agent.STEPS} requests" if workload == "agent" else "1 request"
+        print(
+            f"{workload}: {n} cases x {requests}, c={figures['concurrency']}, "
+            f"{figures['latency_ms']:g} ms: evalkit {pair['ratio']:.3f}x the bare AsyncOpenAI "
+            f"loop (wall {pair['wall_s_evalkit']:.2f} s against {pair['wall_s_bare']:.2f} s; "
+            f"CPU {pair['cpu_s_evalkit']:.2f} s against {pair['cpu_s_bare']:.2f} s; peak RSS "
+            f"{pair['peak_rss_mib_evalkit']:.0f} against {pair['peak_rss_mib_bare']:.0f} MiB); "
+            f"every request served: {pair['complete_evalkit'] and pair['complete_bare']}"
+        )
+    if not figures["summary"]:
+        return
     print(
         f"judge rivals: {n} cases x (1 system + 1 judge call), c={figures['concurrency']}, "
         f"{figures['latency_ms']:g} ms; load {figures['loadavg_1min'][0]:.1f} -> "
@@ -599,8 +686,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--skip-install", action="store_true",
         help="use the tools already in bench/.rivals/; skip any that is not there",
     )  # fmt: skip
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS),
+        help="comma-separated, of single,judge,agent (only judge runs the other tools)",
+    )  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if set(args.workloads) - set(WORKLOADS) or not args.workloads:
+        parser.error(f"--workloads: of {','.join(WORKLOADS)}")
     asked = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = set(asked) - set(ALL_NAMES)
     if unknown:
@@ -608,6 +702,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = ["bare", *(name for name in ALL_NAMES if name in asked and name != "bare")]
 
     versions: dict[str, str] = {"bare": _openai_version(), "evalkit": _evalkit_version()}
+    if "judge" not in args.workloads:
+        names = ["bare", "evalkit"]  # the other tools run the judge workload only
     for tool in RIVAL_TOOLS:
         rows = [name for name in names if name.split("-")[0] == tool.name]  # deepeval-nowrite
         if not rows:
@@ -638,6 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "elapsed_s": time.time() - started,
     }
     figures["summary"] = summary(figures, names)
+    figures["pair_summary"] = {w: pair_summary(rows) for w, rows in figures["pairs"].items()}
     _print(figures)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")

@@ -102,7 +102,7 @@ system = {SYSTEM_PROMPT!r}
 sampling = {SAMPLING!r}
 
 async def main():
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=60)
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(i):
@@ -567,6 +567,7 @@ def bench_rss(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     r[side]["peak_rss_mib"] for r in rows
                 )
             by_size[str(n)] = entry
+            _progress(n, entry, ["bare", *args.transport], "median_rss_mib", " MiB")
     growth = {}
     if len(sizes) >= 2:
         small, large = by_size[str(sizes[0])], by_size[str(sizes[-1])]
@@ -602,6 +603,8 @@ def bench_curve(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             for t in args.transport:
                 entry[f"median_ratio_{t}"] = _median(rows, f"ratio_{t}")
             by_size[str(n)] = entry
+            _progress(n, entry, ["bare", *args.transport], "median_wall_s", " s")
+            _progress(n, entry, ["bare", *args.transport], "median_cpu_s", " s CPU")
     for side in ["bare", *args.transport]:
         _per_case_ratios(by_size, f"wall_ms_per_case_{side}")
         _per_case_ratios(by_size, f"cpu_ms_per_case_{side}")
@@ -715,6 +718,13 @@ def bench_timeline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def _loop_phases(row: dict[str, Any]) -> dict[str, float]:
     return phase_seconds(row["marks"], LOOP_PHASES)
+
+
+def _progress(n: int, entry: dict[str, Any], sides: list[str], key: str, unit: str) -> None:
+    """One line as each size is done (a 100k-case size takes minutes; the table comes last)."""
+    figures = ", ".join(f"{side} {entry[f'{key}_{side}']:.2f}{unit}" for side in sides)
+    load = os.getloadavg()[0]
+    print(f"  {n:,} cases done: {figures} (1-min load {load:.1f})", flush=True)
 
 
 def _per_case_ratios(by_size: dict[str, Any], key: str) -> None:

@@ -155,7 +155,9 @@ def run_bare(suite: Suite, corpus: Corpus, server: DemoServer, concurrency: int)
     messages = [render_messages(c, suite.system_prompt, None) for c in corpus.cases]
 
     async def loop() -> list[str | None]:
-        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="bench", max_retries=0)
+        client = openai.AsyncOpenAI(
+            base_url=server.base_url, api_key="bench", max_retries=0, timeout=60
+        )
         semaphore = asyncio.Semaphore(concurrency)
 
         async def one(msgs: list[dict[str, Any]]) -> str | None:

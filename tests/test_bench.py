@@ -19,6 +19,14 @@ from typing import Any
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _sandbox_problem() -> str | None:
+    from evalkit.scorers import sandbox
+
+    return sandbox.isolation_problem()
+
+
 ROUNDS_2 = ("--rounds", "2")
 MEM_ITERS = ("--mem-iters", "100", "1000", "--mem-iters-index", "10", "100")
 
@@ -303,7 +311,12 @@ def test_agent_bench_serves_every_tool_step_and_scores_every_replay(tmp_path: Pa
         assert bare["served"] == 4 * cases and bare["tool_calls"] == 3 * cases
         assert bare["outputs"] == cases
         assert r["agent_vs_bare"] == pytest.approx(r["agent"]["wall_s"] / bare["wall_s"])
-        for side in ("bare", "agent", "single", "replays"):  # both processes were probed
+        # so did the bare AsyncOpenAI loop, the reference a user would write
+        openai = r["openai"]
+        assert openai["served"] == 4 * cases and openai["tool_calls"] == 3 * cases
+        assert openai["outputs"] == cases
+        assert r["agent_vs_openai"] == pytest.approx(r["agent"]["wall_s"] / openai["wall_s"])
+        for side in ("bare", "openai", "agent", "single", "replays"):  # both processes probed
             run = r[side]
             assert run["server_cpu_s"] > 0 and 0 < run["loop_cpu_s"] <= run["cpu_s"]
             assert 0 < run["loop_wall_s"] <= run["wall_s"]
@@ -319,6 +332,24 @@ def test_memory_bench_runs_every_stage_and_each_stores_the_whole_run(tmp_path: P
         assert f[stage]["code"] == 0 and f[stage]["peak_mib"] > 0 and f[stage]["cpu_s"] > 0
     assert f["pull"]["outputs"] == n  # the pulled store holds the candidate's every output
     assert f["merge"]["outputs"] == n  # the merged parts (3 chunks) are the whole run
+
+
+def test_corpus_memory_loads_every_case_each_way(tmp_path: Path) -> None:
+    n = 40
+    rows = _run("bench_corpus_memory", ["--cases", str(n)], tmp_path)
+    ways = [(r["deferred"], r["whole_file"]) for r in rows]
+    assert ways == [(False, False), (True, False), (True, True)]
+    for r in rows:
+        assert r["cases"] == n  # each fresh process loaded the whole corpus
+        assert r["peak_bytes"] >= r["kept_bytes"] > 0
+        assert r["bytes_per_case"] == pytest.approx(r["kept_bytes"] / n)
+
+
+@pytest.mark.skipif(_sandbox_problem() is not None, reason=f"no isolation: {_sandbox_problem()}")
+def test_sandbox_bench_runs_both_modes_alternately(tmp_path: Path) -> None:
+    f = _run("bench_sandbox", ["--runs", "2"], tmp_path)
+    assert f["runs"] == 2
+    assert f["ratio"] == pytest.approx(f["isolated_s"] / f["unsafe_local_s"])
 
 
 def test_cold_shards_count_what_each_shard_read_and_built(tmp_path: Path) -> None:

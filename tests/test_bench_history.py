@@ -29,3 +29,19 @@ def test_bench_history_counts(tmp_path: Path) -> None:
     assert fig["label_last_30"]["points"] == 20
     # the served model changes at run 15 (three quarters of the way)
     assert "history:served_model_change:nightly:run-00015" in label["findings"]
+
+
+def test_bench_history_beside_counted_gives_the_same_history_both_ways(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("evalkit_bench_history_beside", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "figures.json"
+    args = ["--runs", "12", "--cases", "200", "--rounds", "1", "--beside-counted"]
+    assert module.main([*args, "--json", str(out)]) == 0
+    fig = json.loads(out.read_text())
+    counted, recorded = fig["counted"]["label"], fig["label"]
+    for key in ("points", "newest_cases", "newest_passed", "newest_unstable", "findings"):
+        assert counted[key] == recorded[key]  # recorded counts answer what counting answers
+    assert fig["label_vs_counted"] == round(recorded["wall_s"] / counted["wall_s"], 4)

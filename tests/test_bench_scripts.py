@@ -13,11 +13,9 @@ REPO = Path(__file__).resolve().parents[1]
 #: a test may not reach, so it stays.
 NOT_RUN_BY_A_TEST = frozenset(
     {
-        "bench_corpus_memory",
         "bench_judge_rivals",
         "bench_large_import",
         "bench_pr_gate",
-        "bench_sandbox",
         "bench_shared_store",
         "bench_table_formats",
         "bench_transfer",
