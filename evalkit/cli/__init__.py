@@ -23,6 +23,12 @@ from evalkit.version import __version__
 
 mark("cli")  # the interpreter is up and argparse loaded: before this is Python's start-up
 
+#: Polars' allocator (its own jemalloc) hands freed pages back at once instead of keeping them
+#: for reuse: a gate, push or merge reads frame after frame through DuckDB, whose allocator
+#: cannot reuse them, so the kept pages only added to the peak (issue 48 item 4). Read once,
+#: when Polars first loads: set before any command imports it; a value the user set is kept.
+os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+
 
 #: The modules that register subcommands, in ``evalkit --help`` order: the daily loop's verbs
 #: first, then the nouns whose verbs follow them (``evalkit runs list``). Each module is named

@@ -239,10 +239,15 @@ def _ungated_judge_paired(
     )
 
 
-#: Output columns no verdict, pairing or tier reads, only the report's shown cases: a thin
-#: load (the gate's) leaves them in the store, and `output_details` reads them for the cases
-#: shown (a million answers' text would be most of what a gate holds).
-DETAIL_COLUMNS = ("text", "tool_calls")
+#: Output columns no verdict, pairing or tier reads, only the report's shown cases (and the
+#: cache key, which nothing of a comparison reads): a thin load (the gate's) leaves them in the
+#: store, and `output_details` reads them for the cases shown (a million answers' text would
+#: be most of what a gate holds).
+DETAIL_COLUMNS = ("text", "tool_calls", "request_hash")
+#: The same for cases (`case_details_of`: the report shows the input of its shown cases) and
+#: scores (`score_details`: the scorers' reasons of the shown and failing cases).
+CASE_DETAIL_COLUMNS = ("input", "provenance")
+SCORE_DETAIL_COLUMNS = ("reason", "scoring_id")
 
 
 def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
@@ -264,10 +269,50 @@ def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
         return store.outputs(run.run_id, ordered=False, case_ids=list(case_ids))
 
 
+def case_details_of(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
+    """``run``'s cases of ``case_ids``, every column (the input a thin load left in the store
+    read back for these cases alone), ordered by case id.
+
+    Examples:
+        >>> run = RunData(run_id="r", label="r", manifest={}, outputs=pl.DataFrame(),
+        ...     cases=pl.DataFrame({"case_id": ["a", "b"], "input": ["{}", "[]"]}),
+        ...     scores=pl.DataFrame())
+        >>> case_details_of(run, ["b"])["input"].to_list()
+        ['[]']
+    """
+    if run.details_db is None or all(c in run.cases.columns for c in CASE_DETAIL_COLUMNS):
+        return run.cases.filter(pl.col("case_id").is_in(list(case_ids)))
+    from evalkit.store import open_store
+
+    with open_store(run.details_db, read_only=True) as store:
+        return store.cases(run.run_id, case_ids=list(case_ids))
+
+
+def score_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
+    """``run``'s scores of ``case_ids``, every column (the reasons a thin load left in the
+    store read back for these cases alone).
+
+    Examples:
+        >>> run = RunData(run_id="r", label="r", manifest={}, outputs=pl.DataFrame(),
+        ...     cases=pl.DataFrame(), scores=pl.DataFrame({"case_id": ["a", "b"],
+        ...     "reason": ["ok", "missing 'refund'"]}))
+        >>> score_details(run, ["b"])["reason"].to_list()
+        ["missing 'refund'"]
+    """
+    if run.details_db is None or all(c in run.scores.columns for c in SCORE_DETAIL_COLUMNS):
+        return run.scores.filter(pl.col("case_id").is_in(list(case_ids)))
+    from evalkit.store import open_store
+
+    with open_store(run.details_db, read_only=True) as store:
+        return store.scores(run.run_id, ordered=False, case_ids=list(case_ids))
+
+
 def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label.
     ``thin`` (a read-only store only): the outputs without `DETAIL_COLUMNS`, read per case
-    through `output_details` (what the gate's decision holds stays bounded by its figures).
+    through `output_details` (what the gate's decision holds stays bounded by its figures),
+    the cases without `CASE_DETAIL_COLUMNS` (`case_details_of`) and the scores without
+    `SCORE_DETAIL_COLUMNS` (`score_details`).
 
     When the newest scoring is a rescore that recorded its scorer sources, the manifest's
     ``scorer_files`` are those (what the scores were made with), the run's own are kept under
@@ -284,7 +329,8 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
     without = DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
-    scores = store.scores(run_id, ordered=False)
+    score_without = SCORE_DETAIL_COLUMNS if thin else ()
+    scores = store.scores(run_id, ordered=False, without=score_without)
     manifest = store.manifest(run_id)
     scoring_id = store.latest_scoring(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
@@ -300,7 +346,7 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         run_id=run_id,
         label=label,
         manifest=manifest,
-        cases=store.cases(run_id),
+        cases=store.cases(run_id, without=CASE_DETAIL_COLUMNS if thin else ()),
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),

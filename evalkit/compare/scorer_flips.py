@@ -32,18 +32,25 @@ _SCHEMA = {
 }  # fmt: skip
 
 
-def _per_case(scores: pl.DataFrame, case_ids: Sequence[str]) -> pl.DataFrame:
+def _per_case(scores: pl.DataFrame, case_ids: pl.Series) -> pl.DataFrame:
+    """Each (scorer, case)'s verdict: lazily, from the five columns it reads (a filter of the
+    whole frame would copy every column of every score row first)."""
     if scores.is_empty() or not {"scorer", "case_id", "passed"} <= set(scores.columns):
         schema = {"scorer": pl.String, "case_id": pl.String, "passed": pl.Boolean}
         return pl.DataFrame(schema=schema | {"tier": pl.Int64})  # a run with nothing scored
-    decided = scores.filter(
-        pl.col("case_id").is_in(list(case_ids))
-        & ~pl.col("error").fill_null(False)
-        & pl.col("passed").is_not_null()
-    )
+    error = pl.col("error").fill_null(False) if "error" in scores.columns else pl.lit(False)
     tier = pl.col("tier").min() if "tier" in scores.columns else pl.lit(None, pl.Int64)
-    return decided.group_by("scorer", "case_id").agg(
-        (pl.col("passed").sum() > (~pl.col("passed")).sum()).alias("passed"), tier.alias("tier")
+    return (
+        scores.lazy()
+        .filter(
+            pl.col("case_id").is_in(case_ids.implode()) & ~error & pl.col("passed").is_not_null()
+        )
+        .group_by("scorer", "case_id")
+        .agg(
+            (pl.col("passed").sum() > (~pl.col("passed")).sum()).alias("passed"),
+            tier.alias("tier"),
+        )
+        .collect(engine="streaming")
     )
 
 
@@ -52,7 +59,8 @@ def scorer_flips(
 ) -> pl.DataFrame:
     """One row per scorer over ``case_ids`` (the paired, unsealed cases): ``n`` cases decided by
     it on both sides, each side's pass rate, broken, fixed and the one-sided exact p."""
-    base, cand = _per_case(base_scores, case_ids), _per_case(cand_scores, case_ids)
+    ids = pl.Series("case_id", case_ids, pl.String)
+    base, cand = _per_case(base_scores, ids), _per_case(cand_scores, ids)
     both = base.join(cand, on=["scorer", "case_id"], suffix="_cand")
     if both.is_empty():
         return pl.DataFrame(schema=_SCHEMA)

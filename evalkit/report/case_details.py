@@ -73,12 +73,11 @@ def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | 
 def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str | None, tuple]]:
     if not ids or not run.scores.columns:
         return {}
-    from evalkit.compare.analysis import output_details  # not at import: a report read back
-    # from a file (the gate notebook's kernel) needs no store
+    # not at import: a report read back from a file (the gate notebook's kernel) needs no store
+    from evalkit.compare.analysis import output_details, score_details
 
-    mine = pl.col("case_id").is_in(ids)
     out = output_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
-    sc = run.scores.filter(mine).with_columns(pl.col("replay").cast(pl.Int64))
+    sc = score_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
     agrees = (pl.col("passed") == pl.col("verdict")) | pl.col("verdict").is_null()
     pick = (
         replay_verdicts(out, sc)
@@ -103,10 +102,10 @@ def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str
 def case_details(
     cmp: Comparison, frame: pl.DataFrame, blocking: set[str]
 ) -> tuple[CaseDetail, ...]:
+    from evalkit.compare.analysis import case_details_of  # not at import, as in `_shown_run`
+
     ids = frame["case_id"].to_list()
-    inputs = dict(
-        cmp.cand.cases.filter(pl.col("case_id").is_in(ids)).select("case_id", "input").rows()
-    )
+    inputs = dict(case_details_of(cmp.cand, ids).select("case_id", "input").rows())
     base, cand = _shown(cmp, "base", ids), _shown(cmp, "cand", ids)
     out = []
     for case, tags, crit in frame.select("case_id", "tags", "criticality").iter_rows():
@@ -132,9 +131,11 @@ def case_details(
 def failure_reasons(run: Any, ids: list[str]) -> dict[str, str]:
     """Per case: what failed it in ``run`` (failing or undecided scorers, the runner, the
     provider), each distinct reason once, in scorer order."""
+    from evalkit.compare.analysis import score_details  # not at import, as in `_shown_run`
+
     mine = pl.col("case_id").is_in(ids)
-    failing = mine & ((pl.col("passed") == False) | pl.col("error").fill_null(False))  # noqa: E712
-    scored = run.scores.filter(failing).sort("case_id", "replay", "scorer_index")
+    failing = (pl.col("passed") == False) | pl.col("error").fill_null(False)  # noqa: E712
+    scored = score_details(run, ids).filter(failing).sort("case_id", "replay", "scorer_index")
     said = [scored.select("case_id", pl.format("{}: {}", "scorer", pl.col("reason").fill_null("")))]
     out = run.outputs.filter(mine)
     for col, fmt in (("error", "provider error: {}"), ("fail_reason", "runner: {}")):

@@ -81,14 +81,19 @@ def delta_cases(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> dict[str,
         >>> delta_cases(b, c)
         {'b': '9', 'c': '3'}
     """
-    base = dict(
-        zip(base_cases["case_id"].to_list(), base_cases["case_hash"].to_list(), strict=True)
+    cand = cand_cases.select(
+        "case_id", "case_hash", *(["sealed"] if "sealed" in cand_cases.columns else [])
     )
-    cand = cand_cases
     if "sealed" in cand.columns:
         cand = cand.filter(~pl.col("sealed").fill_null(False))
-    pairs = zip(cand["case_id"].to_list(), cand["case_hash"].to_list(), strict=True)
-    return {case_id: digest for case_id, digest in sorted(pairs) if base.get(case_id) != digest}
+    # joined in Polars, not as a dict per side: a million cases' ids as Python strings
+    base = base_cases.select("case_id", pl.col("case_hash").alias("_base"))
+    changed = (
+        cand.join(base, on="case_id", how="left")
+        .filter(pl.col("_base").ne_missing(pl.col("case_hash")))
+        .sort("case_id", "case_hash")
+    )
+    return dict(changed.select("case_id", "case_hash").iter_rows())
 
 
 def baseline_suite(suite: Suite, base_manifest: RunManifest) -> Suite | str:

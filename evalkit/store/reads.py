@@ -103,17 +103,31 @@ class RunReads:
             raise StoreError(f"{self.path}: no run {run_id!r}")
         return rows[0][0]
 
-    def cases(self, run_id: str) -> pl.DataFrame:
+    def cases(
+        self,
+        run_id: str,
+        *,
+        without: Sequence[str] = (),
+        case_ids: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
         """The cases a run executed. After a rescore against edited expectations, ``case_hash``
         is the hash the newest scoring scored against (the stored outputs are unchanged).
-        ``run_id`` may be a label (`resolve_run`), as for every per-run frame."""
+        ``run_id`` may be a label (`resolve_run`), as for every per-run frame. ``without``:
+        columns left out (the gate leaves each case's ``input`` in the store); ``case_ids``:
+        only these cases."""
         run_id = self.resolve_run(run_id)
         scoring_id = self.latest_scoring(run_id)
+        columns = _columns("c.*", without, {"input", "provenance"})
+        params: list[Any] = [scoring_id, run_id]
+        where = ""
+        if case_ids is not None:
+            where = " AND c.case_id IN (SELECT UNNEST(?::VARCHAR[]))"
+            params.append(list(case_ids))
         return self._frame(
-            "SELECT c.* REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) FROM cases c "
-            "LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
-            "WHERE c.run_id = ? ORDER BY c.case_id",
-            [scoring_id, run_id],
+            f"SELECT {columns} REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) "
+            "FROM cases c LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
+            f"WHERE c.run_id = ?{where} ORDER BY c.case_id",
+            params,
         )
 
     def outputs(
@@ -132,9 +146,7 @@ class RunReads:
         run_id = self.resolve_run(run_id)
         order = " ORDER BY case_id, replay" if ordered else ""
         known = {"text", "tool_calls", "request_hash", "model", "fail_reason", "error"}
-        if not set(without) <= known:  # named in SQL: only known column names
-            raise ValueError(f"unknown output columns {sorted(set(without) - known)}")
-        columns = f"* EXCLUDE ({', '.join(without)})" if without else "*"
+        columns = _columns("*", without, known)
         params: list[Any] = [run_id]
         where = ""
         if case_ids is not None:
@@ -143,16 +155,30 @@ class RunReads:
         return self._frame(f"SELECT {columns} FROM outputs WHERE run_id = ?{where}{order}", params)
 
     def scores(
-        self, run_id: str, scoring_id: str | None = None, *, ordered: bool = True
+        self,
+        run_id: str,
+        scoring_id: str | None = None,
+        *,
+        ordered: bool = True,
+        without: Sequence[str] = (),
+        case_ids: Sequence[str] | None = None,
     ) -> pl.DataFrame:
         """Long scores of a run: the newest scoring unless ``scoring_id`` is given, by
-        (case_id, replay, scorer_index); ``ordered=False``: in the order they were written."""
+        (case_id, replay, scorer_index); ``ordered=False``: in the order they were written.
+        ``without``: columns left out (the gate leaves the scorers' reasons in the store);
+        ``case_ids``: only these cases' rows."""
         run_id = self.resolve_run(run_id)
         scoring_id = scoring_id or self.latest_scoring(run_id)
         order = " ORDER BY case_id, replay, scorer_index" if ordered else ""
+        columns = _columns("*", without, {"reason", "scoring_id"})
+        params: list[Any] = [run_id, scoring_id]
+        where = ""
+        if case_ids is not None:
+            where = " AND case_id IN (SELECT UNNEST(?::VARCHAR[]))"
+            params.append(list(case_ids))
         return self._frame(
-            f"SELECT * FROM scores WHERE run_id = ? AND scoring_id = ?{order}",
-            [run_id, scoring_id],
+            f"SELECT {columns} FROM scores WHERE run_id = ? AND scoring_id = ?{where}{order}",
+            params,
         )
 
     def latest_scoring(self, run_id: str) -> str:
@@ -208,3 +234,16 @@ class RunReads:
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
         ).fetchall()
         return bool(rows[0][0])
+
+
+def _columns(star: str, without: Sequence[str], known: set[str]) -> str:
+    """``star`` less the ``without`` columns, each one of ``known`` (named in SQL: only known
+    column names).
+
+    Examples:
+        >>> _columns("c.*", ["input"], {"input"})
+        'c.* EXCLUDE (input)'
+    """
+    if not set(without) <= known:
+        raise ValueError(f"unknown columns {sorted(set(without) - known)}")
+    return f"{star} EXCLUDE ({', '.join(without)})" if without else star

@@ -1,7 +1,8 @@
 """The gate holds a run's figures, not its answers (issue 48, item 4): it reads the outputs
-without their text (read back for the cases the report shows) and decides verdicts a range of
-case ids at a time. On a seeded pair with replays, slices and every kind of error, the
-decision, every frame it rests on and the report are the same as the whole-run path's."""
+without their text, the cases without their input and the scores without their reasons (each
+read back for the cases the report shows) and decides verdicts a range of case ids at a time.
+On a seeded pair with replays, slices and every kind of error, the decision, every frame it
+rests on and the report are the same as the whole-run path's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import pytest
 from synthetic_runs import MANIFEST, C, make_run, write_store
 
 from evalkit.compare import pin, verdicts
-from evalkit.compare.analysis import DETAIL_COLUMNS, load_comparison
+from evalkit.compare.analysis import (
+    CASE_DETAIL_COLUMNS,
+    DETAIL_COLUMNS,
+    SCORE_DETAIL_COLUMNS,
+    load_comparison,
+)
 from evalkit.report.build import build_report, to_json
 from evalkit.store import open_store
 
@@ -61,14 +67,17 @@ def test_the_bounded_gate_decides_exactly_as_the_whole_run_path(
 ) -> None:
     db, config = store_path
     whole_cmp, whole, whole_report = _decided(db, config)  # a single pass: 240 < VERDICT_CASES
-    assert all(c in whole_cmp.cand.outputs.columns for c in DETAIL_COLUMNS) is False  # thin
+    thin = whole_cmp.cand
+    for frame, columns in _DETAILS:
+        assert not set(columns) & set(getattr(thin, frame).columns)  # thin: left in the store
 
     def full(*args, **kwargs):  # type: ignore[no-untyped-def]
         return load_comparison(*args, **{**kwargs, "thin": False})
 
     monkeypatch.setattr(pin, "load_comparison", full)
     old_cmp, old, old_report = _decided(db, config)  # the whole-run path: every column, one pass
-    assert all(c in old_cmp.cand.outputs.columns for c in DETAIL_COLUMNS)
+    for frame, columns in _DETAILS:
+        assert set(columns) <= set(getattr(old_cmp.cand, frame).columns)
     monkeypatch.undo()
 
     monkeypatch.setattr(verdicts, "VERDICT_CASES", 17)  # 15 ranges of case ids
@@ -83,6 +92,16 @@ def test_the_bounded_gate_decides_exactly_as_the_whole_run_path(
         assert cmp.paired.equals(old_cmp.paired)
         assert report == old_report  # the shown cases' answers read back per case
     assert "says" in new_report  # the report does show answers' text (make_run's "... says p")
+    assert "question billing-" in new_report  # ... the shown cases' input
+    assert "missing 'refund'" in new_report  # ... and the scorers' reasons
+
+
+#: The frames a thin load reads without their detail columns.
+_DETAILS = (
+    ("outputs", DETAIL_COLUMNS),
+    ("cases", CASE_DETAIL_COLUMNS),
+    ("scores", SCORE_DETAIL_COLUMNS),
+)
 
 
 def test_verdicts_in_ranges_of_case_ids_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
