@@ -154,19 +154,24 @@ def route(method, path, body):
 SERVERS = {"raw": RAW_SERVER, "aiohttp": AIOHTTP_SERVER}
 
 
-#: ``python -c BARE_LOOP base_url cases concurrency tools.json``: the same tool loop, no
-#: evalkit; prints the tool calls made, the final answers parsed and its loop's probe (JSON).
-BARE_LOOP = (
-    loopback.PROBE
-    + """
+#: What both bare tool loops start with: their arguments and the tools' fixed answers.
+_LOOP_START = """
 import asyncio, json, sys
-import aiohttp
 
 base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 tools = json.loads(open(sys.argv[4], encoding="utf-8").read())
 FIXTURES = {"lookup_order": {"status": "delivered", "charges": 2},
             "lookup_customer": {"verified": True},
             "issue_refund": {"refund_id": "RF-1", "status": "issued"}}
+"""
+
+#: ``python -c BARE_LOOP base_url cases concurrency tools.json``: the same tool loop, no
+#: evalkit; prints the tool calls made, the final answers parsed and its loop's probe (JSON).
+BARE_LOOP = (
+    loopback.PROBE
+    + _LOOP_START
+    + """
+import aiohttp
 
 async def main():
     probe = LoopProbe()
@@ -208,15 +213,9 @@ asyncio.run(main())
 #: :data:`BARE_LOOP` does.
 OPENAI_LOOP = (
     loopback.PROBE
+    + _LOOP_START
     + """
-import asyncio, json, sys
 import openai
-
-base_url, n, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-tools = json.loads(open(sys.argv[4], encoding="utf-8").read())
-FIXTURES = {"lookup_order": {"status": "delivered", "charges": 2},
-            "lookup_customer": {"verified": True},
-            "issue_refund": {"refund_id": "RF-1", "status": "issued"}}
 
 async def main():
     probe = LoopProbe()

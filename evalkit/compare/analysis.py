@@ -8,7 +8,7 @@ frame (:mod:`evalkit.compare.paired`) -> slices (:mod:`evalkit.compare.slices`) 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -261,12 +261,13 @@ def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
         >>> output_details(run, ["b"])["text"].to_list()
         ['no']
     """
-    if run.details_db is None or all(c in run.outputs.columns for c in DETAIL_COLUMNS):
-        return run.outputs.filter(pl.col("case_id").is_in(list(case_ids)))
-    from evalkit.store import open_store
-
-    with open_store(run.details_db, read_only=True) as store:
-        return store.outputs(run.run_id, ordered=False, case_ids=list(case_ids))
+    return _read_back(
+        run,
+        run.outputs,
+        DETAIL_COLUMNS,
+        case_ids,
+        lambda store, ids: store.outputs(run.run_id, ordered=False, case_ids=ids),
+    )
 
 
 def case_details_of(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
@@ -280,12 +281,13 @@ def case_details_of(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
         >>> case_details_of(run, ["b"])["input"].to_list()
         ['[]']
     """
-    if run.details_db is None or all(c in run.cases.columns for c in CASE_DETAIL_COLUMNS):
-        return run.cases.filter(pl.col("case_id").is_in(list(case_ids)))
-    from evalkit.store import open_store
-
-    with open_store(run.details_db, read_only=True) as store:
-        return store.cases(run.run_id, case_ids=list(case_ids))
+    return _read_back(
+        run,
+        run.cases,
+        CASE_DETAIL_COLUMNS,
+        case_ids,
+        lambda store, ids: store.cases(run.run_id, case_ids=ids),
+    )
 
 
 def score_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
@@ -299,12 +301,30 @@ def score_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
         >>> score_details(run, ["b"])["reason"].to_list()
         ["missing 'refund'"]
     """
-    if run.details_db is None or all(c in run.scores.columns for c in SCORE_DETAIL_COLUMNS):
-        return run.scores.filter(pl.col("case_id").is_in(list(case_ids)))
+    return _read_back(
+        run,
+        run.scores,
+        SCORE_DETAIL_COLUMNS,
+        case_ids,
+        lambda store, ids: store.scores(run.run_id, ordered=False, case_ids=ids),
+    )
+
+
+def _read_back(
+    run: RunData,
+    held: pl.DataFrame,
+    detail_columns: Sequence[str],
+    case_ids: Sequence[str],
+    read: Callable[[Store, list[str]], pl.DataFrame],
+) -> pl.DataFrame:
+    """``held``'s rows of ``case_ids`` when it has ``detail_columns`` (a whole load), else the
+    same rows read again from the run's store with every column (a thin load)."""
+    if run.details_db is None or all(c in held.columns for c in detail_columns):
+        return held.filter(pl.col("case_id").is_in(list(case_ids)))
     from evalkit.store import open_store
 
     with open_store(run.details_db, read_only=True) as store:
-        return store.scores(run.run_id, ordered=False, case_ids=list(case_ids))
+        return read(store, list(case_ids))
 
 
 def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:

@@ -119,10 +119,7 @@ class RunReads:
         scoring_id = self.latest_scoring(run_id)
         columns = _columns("c.*", without, {"input", "provenance"})
         params: list[Any] = [scoring_id, run_id]
-        where = ""
-        if case_ids is not None:
-            where = " AND c.case_id IN (SELECT UNNEST(?::VARCHAR[]))"
-            params.append(list(case_ids))
+        where = _only_cases("c.case_id", case_ids, params)
         return self._frame(
             f"SELECT {columns} REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) "
             "FROM cases c LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
@@ -148,10 +145,7 @@ class RunReads:
         known = {"text", "tool_calls", "request_hash", "model", "fail_reason", "error"}
         columns = _columns("*", without, known)
         params: list[Any] = [run_id]
-        where = ""
-        if case_ids is not None:
-            where = " AND case_id IN (SELECT UNNEST(?::VARCHAR[]))"
-            params.append(list(case_ids))
+        where = _only_cases("case_id", case_ids, params)
         return self._frame(f"SELECT {columns} FROM outputs WHERE run_id = ?{where}{order}", params)
 
     def scores(
@@ -172,10 +166,7 @@ class RunReads:
         order = " ORDER BY case_id, replay, scorer_index" if ordered else ""
         columns = _columns("*", without, {"reason", "scoring_id"})
         params: list[Any] = [run_id, scoring_id]
-        where = ""
-        if case_ids is not None:
-            where = " AND case_id IN (SELECT UNNEST(?::VARCHAR[]))"
-            params.append(list(case_ids))
+        where = _only_cases("case_id", case_ids, params)
         return self._frame(
             f"SELECT {columns} FROM scores WHERE run_id = ? AND scoring_id = ?{where}{order}",
             params,
@@ -234,6 +225,15 @@ class RunReads:
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
         ).fetchall()
         return bool(rows[0][0])
+
+
+def _only_cases(column: str, case_ids: Sequence[str] | None, params: list[Any]) -> str:
+    """The ``AND`` clause keeping only ``case_ids`` (none: every case), its parameter appended
+    to ``params``."""
+    if case_ids is None:
+        return ""
+    params.append(list(case_ids))
+    return f" AND {column} IN (SELECT UNNEST(?::VARCHAR[]))"
 
 
 def _columns(star: str, without: Sequence[str], known: set[str]) -> str:

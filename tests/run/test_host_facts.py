@@ -30,6 +30,12 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def _commit_all(root: Path) -> None:
+    """``root`` made a git repository with everything in it committed (a clean work tree)."""
+    for args in (("init", "-q"), ("add", "-A"), ("commit", "-q", "-m", "cases")):
+        _git(root, *args)
+
+
 @pytest.fixture()
 def git_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The name of the thread of every ``git`` command run from here on."""
@@ -54,9 +60,7 @@ def test_the_command_line_reads_the_git_state_while_the_store_opens(
     project_factory: Callable[..., Project], git_threads: list[str]
 ) -> None:
     project = project_factory(server=True)
-    _git(project.root, "init", "-q")
-    _git(project.root, "add", "-A")
-    _git(project.root, "commit", "-q", "-m", "cases")
+    _commit_all(project.root)
     head = _git(project.root, "rev-parse", "HEAD")
 
     assert project.cli("run", *project.args, "--no-progress") == 0
@@ -75,9 +79,7 @@ def test_a_run_from_python_reads_the_same_git_state_itself(
     project_factory: Callable[..., Project], git_threads: list[str]
 ) -> None:
     project = project_factory(server=True)
-    _git(project.root, "init", "-q")
-    _git(project.root, "add", "-A")
-    _git(project.root, "commit", "-q", "-m", "cases")
+    _commit_all(project.root)
     suite = load_suite(project.config, overrides=[f"system.base_url={project.base_url}"])
     corpus = load_corpus(suite.root)
     with open_store(project.db, write=True) as store:

@@ -17,25 +17,14 @@ import pytest
 
 from evalkit import Project
 from evalkit.cli import main
+from tests.replay_app import replay_app
 
 #: Per case, what its three replays answer ("answer" passes the `contains` check).
 PATTERNS = {"a": "ppp", "b": "ppf", "c": "ppf", "d": "fff"}
 OUTPUTS_PASSED = sum(p.count("p") for p in PATTERNS.values())  # 7 of 12
 CASES_PASSED = sum(p.count("p") * 2 > len(p) for p in PATTERNS.values())  # 3 of 4
 
-APP = f"""
-import collections
-
-PATTERNS = {PATTERNS!r}
-CALLS = collections.Counter()
-
-
-def answer(messages, **context):
-    case = messages[-1]["content"]
-    verdict = PATTERNS[case][CALLS[case] % 3]
-    CALLS[case] += 1
-    return "the answer" if verdict == "p" else "no idea"
-"""
+APP = replay_app(PATTERNS)
 
 
 @pytest.fixture()

@@ -25,23 +25,12 @@ from evalkit.compare.policy import GatePolicy
 from evalkit.report.build import build_report
 from evalkit.store import open_store
 from evalkit.store.history_queries import case_counts
+from tests.replay_app import replay_app
 
 #: Per case, what its three replays answer ("answer" passes the `contains` check).
 PATTERNS = {"a": "ppp", "b": "ppf", "c": "pff", "d": "fff", "e": "pfp"}
 
-APP = f"""
-import collections
-
-PATTERNS = {PATTERNS!r}
-CALLS = collections.Counter()
-
-
-def answer(messages, **context):
-    case = messages[-1]["content"]
-    verdict = PATTERNS[case][CALLS[case] % 3]
-    CALLS[case] += 1
-    return "the answer" if verdict == "p" else "no idea"
-"""
+APP = replay_app(PATTERNS)
 
 #: rule as written -> (cases passed of 5, the basis every surface states)
 RULES = {
