@@ -154,21 +154,24 @@ def write_parts(folder: Path, n: int, chunk: int) -> tuple[Path, str]:
     return folder / "parts", run_id
 
 
-#: Runs a command as a child and prints its exit code, CPU and peak RSS as JSON: ``wait4``
-#: reads one child's own figures (``communicate`` would reap it first).
+#: Runs a command as a child and prints its exit code, CPU, peak RSS and start (epoch seconds,
+#: taken just before the child is started) as JSON: ``wait4`` reads one child's own figures
+#: (``communicate`` would reap it first).
 _WRAPPER = """
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
+started_at = time.time()
 proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 err = proc.stderr.read()
 _, status, usage = os.wait4(proc.pid, 0)
 print(json.dumps({"code": os.waitstatus_to_exitcode(status),
                   "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024,
-                  "stderr": err.decode(errors="replace")[-600:]}))
+                  "started_at": started_at, "stderr": err.decode(errors="replace")[-600:]}))
 """
 
 
 def run_stage(command: Sequence[str], cwd: Path) -> dict[str, Any]:
-    """One stage's process: wall and CPU seconds, peak RSS in MiB, exit code."""
+    """One stage's process: wall and CPU seconds, peak RSS in MiB, exit code and when it
+    started (``started_at``, epoch seconds); a non-zero exit raises."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     wall = time.perf_counter()
     done = subprocess.run(
@@ -196,20 +199,20 @@ def bench_size(folder: Path, n: int, stages: Sequence[str], chunk: int) -> dict[
         figures["pull"] = run_stage(
             [*evalkit, "pull", cand, "--db", str(pulled), "--store", store], folder
         )
-        figures["pull"]["outputs"] = _count(pulled, "outputs", cand)
+        figures["pull"]["outputs"] = count_rows(pulled, "outputs", cand)
     if "merge" in stages:
         parts, run_id = write_parts(folder, n, chunk)
         merged = folder / "merged.duckdb"
         figures["merge"] = run_stage(
             [*evalkit, "runs", "merge", run_id, "--parts", str(parts), "--db", str(merged)], folder
         )
-        figures["merge"]["outputs"] = _count(merged, "outputs", run_id)
+        figures["merge"]["outputs"] = count_rows(merged, "outputs", run_id)
     if "gate" in stages:
         figures["gate"] = run_stage([*evalkit, "compare", base, cand, "--db", str(db)], folder)
     return figures
 
 
-def _count(db: Path, table: str, run_id: str) -> int:
+def count_rows(db: Path, table: str, run_id: str) -> int:
     """Rows of ``run_id`` in ``table`` of store ``db``: what a stage stored."""
     from evalkit.store import open_store
 

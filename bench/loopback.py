@@ -12,14 +12,26 @@ not the server) starts with :data:`RAW_HEAD`, defines ``route(method, path, body
 and ends with :data:`RAW_SERVE`: a bare ``asyncio.Protocol`` HTTP/1.1 keep-alive responder (no
 web framework, no task per request: the answer is written by a timer ``delay_s`` later).
 :data:`PROBE` measures either kind from inside: its own CPU (rusage) and its event loop's lag.
+
+:class:`RayLoopbackCluster` is the distributed guide's two-node Ray cluster on 127.0.0.2
+(``docs/guides/distributed.md``), with a temp dir of its own: its processes' CPU and peak RSS
+are read before it is stopped, by the process ids of those naming that directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 #: The end of every bench server script: the app on a free loopback port, its port printed,
@@ -195,3 +207,92 @@ class LoopbackServer:
     def reset(self) -> None:
         request = urllib.request.Request(self.root + "/reset", method="POST", data=b"")
         urllib.request.urlopen(request, timeout=10).close()
+
+
+#: A loopback address other than 127.0.0.1: Ray rewrites 127.0.0.1 to the machine's network
+#: address and refuses a second node on it; Linux routes all of 127.0.0.0/8 to ``lo``.
+RAY_LOOPBACK = "127.0.0.2"
+
+
+class RayLoopbackCluster:
+    """The guide's ``ray start`` lines (a head and a second node of one CPU each, no dashboard)
+    on :data:`RAY_LOOPBACK` with a free port and a temp dir of its own; ``address`` is what
+    ``evalkit run --engine ray --address`` takes. Ray's socket paths must stay short: the temp
+    dir is under /tmp. ``~/.ray/auth_token`` (left by another Ray) is removed first, as a
+    stale token refuses the new cluster's clients."""
+
+    def __init__(self, nodes: int = 2) -> None:
+        (Path.home() / ".ray" / "auth_token").unlink(missing_ok=True)
+        self.temp_dir = tempfile.mkdtemp(prefix="ek-ray-", dir="/tmp")
+        with socket.socket() as sock:
+            sock.bind((RAY_LOOPBACK, 0))
+            port = sock.getsockname()[1]
+        self.address = f"{RAY_LOOPBACK}:{port}"
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        ray = str(Path(sys.executable).with_name("ray"))
+        node = [f"--node-ip-address={RAY_LOOPBACK}", "--num-cpus=1"]
+        head = [ray, "start", "--head", f"--port={port}", "--include-dashboard=false",
+                f"--temp-dir={self.temp_dir}", *node]  # fmt: skip
+        started = time.perf_counter()
+        try:
+            for command in [head] + [[ray, "start", f"--address={self.address}", *node]] * (
+                nodes - 1
+            ):
+                done = subprocess.run(
+                    command, cwd=self.temp_dir, env=env, capture_output=True, text=True,
+                    timeout=300,
+                )  # fmt: skip
+                if done.returncode:
+                    raise RuntimeError(f"ray start failed: {done.stderr[-800:]}")
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.perf_counter() - started
+
+    def __enter__(self) -> RayLoopbackCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def pids(self) -> set[int]:
+        """Every process whose command line names this cluster's temp dir, and their
+        descendants."""
+        import psutil
+
+        found: set[int] = set()
+        for proc in psutil.process_iter(["cmdline"]):
+            if proc.pid != os.getpid() and self.temp_dir in " ".join(proc.info["cmdline"] or ()):
+                found.add(proc.pid)
+                with contextlib.suppress(psutil.Error):
+                    found |= {child.pid for child in proc.children(recursive=True)}
+        return found
+
+    def usage(self) -> dict[str, float]:
+        """The cluster's processes now: CPU seconds (their own and their reaped children's)
+        summed, the largest peak RSS (``VmHWM``) in MiB, how many."""
+        import psutil
+
+        cpu, peak, count = 0.0, 0.0, 0
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error, OSError, ValueError):
+                times = psutil.Process(pid).cpu_times()
+                status = Path(f"/proc/{pid}/status").read_text()
+                hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+                cpu += times.user + times.system + times.children_user + times.children_system
+                peak = max(peak, int(hwm.split()[1]) / 1024)
+                count += 1
+        return {"cpu_s": cpu, "peak_mib": peak, "processes": count}
+
+    def stop(self) -> None:
+        """SIGTERM to the cluster's processes (by id), then SIGKILL to what is left; its temp
+        dir removed. Never ``ray stop``: that stops every Ray process of the user."""
+        for sig, grace_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 15.0)):
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace_s
+            while self.pids() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
