@@ -138,8 +138,9 @@ def _shards(
         )  # fmt: skip
         served = server.stats()
         fig["requests"] = served["requests"]
+        # a shard that asked nothing (an empty share) has no first request: infinite
         fig["first_request_s"] = (
-            served["first_at"] - fig["started_at"] if served["first_at"] else None
+            served["first_at"] - fig["started_at"] if served["first_at"] else float("inf")
         )
         each.append(fig)
     return {
@@ -147,7 +148,7 @@ def _shards(
         "cpu_s": sum(f["cpu_s"] for f in each),
         "peak_mib": max(f["peak_mib"] for f in each),
         "requests": sum(f["requests"] for f in each),
-        "first_request_s": max(f["first_request_s"] or float("inf") for f in each),
+        "first_request_s": max(f["first_request_s"] for f in each),
         "each": each,
     }
 
@@ -177,8 +178,10 @@ def bench_size(
     latency_ms: float,
     concurrency: int,
     say: Callable[[str, dict[str, Any]], None],
+    got: dict[str, Any],
 ) -> dict[str, Any]:
-    """Every stage of ``stages`` (and what they need) at ``cases`` cases of ``replays``."""
+    """Every stage of ``stages`` (and what they need) at ``cases`` cases of ``replays``, into
+    ``got`` (``say`` is told of each as it ends)."""
     wanted = set(stages)
     grew = True
     while grew:
@@ -188,7 +191,6 @@ def bench_size(
     config = write_corpus(folder / "corpus", cases, concurrency, WRITTEN_FILE_CASES)
     store = f"sqlite:///{folder}/catalog.db?warehouse={folder}/warehouse"
     base_db, ci_db = folder / "base.duckdb", folder / "ci.duckdb"
-    got: dict[str, Any] = {}
 
     def stage(name: str, run: Callable[[], dict[str, Any]]) -> None:
         """Run one stage unless it was not asked for or a stage it needs failed (a failure is
@@ -306,23 +308,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     print(f"{os.cpu_count()} CPUs; stages in order, then the table", flush=True)
     for cases in args.sizes:
-        load = [os.getloadavg()[0]]
+        result: dict[str, Any] = {"cases": cases, "replays": args.replays, "stages": {}}
+        result["load"] = [os.getloadavg()[0]]
+        results.append(result)
 
         def say(stage: str, fig: dict[str, Any], cases: int = cases) -> None:
+            head = f"  {cases:,} x{args.replays} {stage:<12}"
             if "error" in fig:
-                print(f"  {cases:,} x{args.replays} {stage:<12} FAILED: {fig['error']}",
-                      flush=True)  # fmt: skip
-                return
-            print(f"  {cases:,} x{args.replays} {stage:<12} wall {fig['wall_s']:8.1f} s  CPU "
-                  f"{fig['cpu_s']:8.1f} s  peak {fig['peak_mib']:6.0f} MiB  load "
-                  f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+                print(f"{head} FAILED: {fig['error']}", flush=True)
+            else:
+                shards = [f["first_request_s"] for f in fig.get("each", ())]
+                first = f"  first request at {', '.join(f'{s:.1f}' for s in shards)} s"
+                print(f"{head} wall {fig['wall_s']:8.1f} s  CPU {fig['cpu_s']:8.1f} s  peak "
+                      f"{fig['peak_mib']:6.0f} MiB  load {os.getloadavg()[0]:.1f}"
+                      f"{first if shards else ''}", flush=True)  # fmt: skip
+            if args.json:  # after each stage: a long run's finished stages outlive its end
+                Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
 
         with tempfile.TemporaryDirectory(prefix="evalkit-bench-million-") as tmp:
-            got = bench_size(Path(tmp), cases, args.replays, stages, args.latency_ms,
-                             args.concurrency, say)  # fmt: skip
-        load.append(os.getloadavg()[0])
-        results.append({"cases": cases, "replays": args.replays, "load": load, "stages": got})
-        if args.json:  # after each size: a long run's finished sizes survive its end
+            bench_size(Path(tmp), cases, args.replays, stages, args.latency_ms,
+                       args.concurrency, say, result["stages"])  # fmt: skip
+        result["load"].append(os.getloadavg()[0])
+        if args.json:
             Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
     loads = [x for r in results for x in r["load"]]
     print(f"\nload average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs")

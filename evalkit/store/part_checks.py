@@ -69,12 +69,30 @@ class RunKeys:
     #: A set, or a Series (a merge's million case ids stay in Polars, not Python strings).
     case_ids: frozenset[str] | pl.Series
     replays: int
-    _cases: pl.DataFrame = field(init=False, repr=False, compare=False)
+    _sorted: pl.Series = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:  # the case ids as a frame, to anti-join rows against
+    def __post_init__(self) -> None:
+        # the case ids sorted once, each part's ids looked up by binary search: a join per part
+        # would hash every case id of the run again for every part (parts x cases in all)
         ids = self.case_ids if isinstance(self.case_ids, pl.Series) else list(self.case_ids)
-        cases = pl.DataFrame({"case_id": ids}, schema={"case_id": pl.String})
-        object.__setattr__(self, "_cases", cases)
+        known = pl.Series("case_id", ids, dtype=pl.String).drop_nulls().unique().sort()
+        object.__setattr__(self, "_sorted", known)
+
+    def unknown(self, case_ids: pl.Series) -> pl.Series:
+        """Those of ``case_ids`` that are not the run's (nulls among them), in their order.
+
+        Examples:
+            >>> keys = RunKeys("r1", frozenset({"a", "c"}), replays=1)
+            >>> keys.unknown(pl.Series(["c", "b", None, "z", "a"])).to_list()
+            ['b', None, 'z']
+        """
+        known = self._sorted
+        if known.is_empty():
+            return case_ids
+        ids = case_ids.cast(pl.String)
+        at = known.search_sorted(ids, side="left").clip(0, known.len() - 1)
+        found = (known.gather(at) == ids).fill_null(False)
+        return case_ids.filter(~found)
 
     def refusal(self, table: str, rows: pl.DataFrame) -> str | None:
         """Why ``rows`` (a part of ``table``, with its :data:`KEY_COLUMNS`) are not all the
@@ -91,8 +109,7 @@ class RunKeys:
             wrong = _distinct(rows.filter(pl.col("scoring_id") != scoring)["scoring_id"])
             if wrong:
                 return f"scores of scoring {_listed(wrong)}, not of the run's own {scoring}"
-        outside = rows.join(self._cases, on="case_id", how="anti", maintain_order="left")
-        ghosts = _distinct(outside["case_id"])
+        ghosts = _distinct(self.unknown(rows["case_id"]))
         if ghosts:
             return f"rows of case ids run {self.run_id} does not have: {_listed(ghosts)}"
         replays = rows["replay"].filter((rows["replay"] < 0) | (rows["replay"] >= self.replays))
