@@ -1,0 +1,157 @@
+"""A candidate that did not run some of the baseline's cases is incomplete, not a pull request
+that removed them (`evalkit.compare.not_run`): the gate checks the cases the candidate lacks
+against the corpus checked out where it runs.
+
+Each test is a small pinned-exam suite (`exam_support`): the baseline run and promoted through
+the CLI (which pins the exam), then a candidate that leaves cases out, or a pull request that
+deletes them, then the gate — `gate_pair` in this process, or the real ``evalkit gate``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from exam_support import Project, gate_flow, move_cases, run_candidate, write_project
+
+from evalkit.cli import main
+from evalkit.compare.not_run import checked_out_cases
+from evalkit.compare.pin import gate_pair
+from evalkit.scorers.registry import SCORERS
+from evalkit.store import open_store
+
+#: Ordinary cases (tag ``policy``, not critical, not must_pass): leaving them out can never
+#: block on its own, so only the not-run rule can stop the gate.
+LEFT_OUT = frozenset({"policy-1", "policy-2"})
+
+
+@pytest.fixture
+def registry():
+    """Each suite registers its custom scorer; the registry is put back after."""
+    before = dict(SCORERS)
+    yield
+    SCORERS.clear()
+    SCORERS.update(before)
+
+
+@pytest.fixture
+def project(tmp_path: Path, registry, monkeypatch) -> Project:
+    monkeypatch.chdir(tmp_path)
+    made = write_project(tmp_path / "suite", "contains")
+    run_candidate(made, "base", "v1")
+    promote = ["baseline", "promote", "base", "--db", made.db, "--who", "ana", "--reason", "v1"]
+    assert main(promote) == 0
+    return made
+
+
+def _gate(project: Project, config: str | None):
+    with open_store(project.db, read_only=True) as store:
+        return gate_pair(store, None, "cand", config, ("prompt",))
+
+
+def test_a_candidate_that_left_out_cases_still_in_the_corpus_is_unverified(project):
+    run_candidate(project, "cand", "v1b", skip=LEFT_OUT)
+    comparison, decision = _gate(project, project.config)
+    assert decision.status == "UNVERIFIED", decision.summary()
+    assert decision.exit_code == 1
+    (found,) = [f for f in decision.blocking() if f.kind == "not-run"]
+    assert set(found.case_ids) == LEFT_OUT
+    assert "did not run 2 of the baseline's cases still in the corpus checked out at" in (
+        found.message
+    )
+    assert "policy-1, policy-2" in found.message and "--rebaseline" in found.message
+    # the first screen says so, and no longer calls them removed by the pull request
+    assert decision.exam_line is not None
+    assert "removes 0" in decision.exam_line
+    assert "did not run 2 pinned cases still in the corpus (policy-1, policy-2)" in (
+        decision.exam_line
+    )
+    assert comparison.exam.not_run == ("policy-1", "policy-2")
+
+
+def test_the_same_cases_deleted_by_the_pull_request_are_a_removal_as_before(project):
+    move_cases(project.root, set(LEFT_OUT), "")
+    run_candidate(project, "cand", "v1b")
+    comparison, decision = _gate(project, project.config)
+    assert decision.status == "PASSED", decision.summary()
+    assert not [f for f in decision.findings if f.kind == "not-run"]
+    assert "removes 2 (evidence missing: policy-1, policy-2)" in (decision.exam_line or "")
+    assert comparison.exam.not_run == ()
+
+
+def test_a_deleted_must_pass_case_is_still_unverified(project):
+    move_cases(project.root, {"mp-0"}, "")
+    run_candidate(project, "cand", "v1b")
+    _, decision = _gate(project, project.config)
+    assert decision.status == "UNVERIFIED", decision.summary()
+    assert not [f for f in decision.findings if f.kind == "not-run"]
+    assert any("mp-0" in f.case_ids for f in decision.blocking())
+
+
+def test_without_a_checked_out_corpus_no_missing_case_passes_as_removed(project):
+    move_cases(project.root, set(LEFT_OUT), "")  # removed, but the gate cannot see it
+    run_candidate(project, "cand", "v1b")
+    _, decision = _gate(project, None)
+    assert decision.status == "UNVERIFIED", decision.summary()
+    (found,) = [f for f in decision.blocking() if f.kind == "not-run"]
+    assert set(found.case_ids) == LEFT_OUT
+    assert "no corpus checked out where the gate ran" in found.message
+    assert "none can be told removed by the pull request" in found.message
+
+
+def test_answering_the_left_out_cases_in_their_pinned_version_verifies_them(project):
+    run_candidate(project, "cand", "v1b", skip=LEFT_OUT)
+    comparison, decision = gate_flow(project, "cand")  # what `evalkit gate --rebaseline` does
+    assert decision.status == "PASSED", decision.summary()
+    assert set(LEFT_OUT) <= set(comparison.exam.answered)
+
+
+def test_removing_more_than_max_changed_share_without_evidence_is_unverified(project):
+    project_config = Path(project.config)
+    text = project_config.read_text().replace(
+        "gate: {bootstrap_iters: 200}", "gate: {bootstrap_iters: 200, max_changed_share: 0.03}"
+    )
+    project_config.write_text(text)  # stricter than the pin: applies at once
+    move_cases(project.root, set(LEFT_OUT), "")
+    run_candidate(project, "cand", "v1b")
+    _, decision = _gate(project, project.config)
+    assert decision.status == "UNVERIFIED", decision.summary()
+    (found,) = [f for f in decision.blocking() if f.kind == "removed-share"]
+    assert set(found.case_ids) == LEFT_OUT
+    assert "removes 2 of the baseline's 54 cases (4% > gate.max_changed_share 3%)" in (
+        found.message
+    )
+
+
+def test_the_reference_follows_the_baselines_selection_and_leaves_drafts_out(tmp_path):
+    made = write_project(tmp_path / "suite", "contains")
+    text = (made.root / "cases" / "policy.yaml").read_text()
+    marked = text.replace("- id: policy-3\n", "- id: policy-3\n  review: draft\n")
+    (made.root / "cases" / "policy.yaml").write_text(marked)
+    everything = checked_out_cases(made.config, {"tier": None, "tags": []})
+    assert everything.case_ids is not None and len(everything.case_ids) == 53
+    assert "policy-3" not in everything.case_ids
+    policy = checked_out_cases(made.config, {"tags": ["policy"]})
+    assert policy.case_ids == {"mp-0", "policy-1", "policy-2"}
+    assert policy.selection == "--tag policy"
+    assert checked_out_cases(None, {}).case_ids is None
+
+
+@pytest.mark.timeout(600)
+def test_the_gate_command_says_which_cases_were_not_run(project, tmp_path, capsys):
+    run_candidate(project, "cand", "v1b", skip=LEFT_OUT)
+    out_dir = tmp_path / "reports"
+    gate = ["gate", "cand", "--db", project.db, "--config", project.config,
+            "--allow-diff", "prompt", "--out", str(out_dir)]  # fmt: skip
+    assert main(gate) == 1
+    printed = capsys.readouterr().out
+    assert "gate UNVERIFIED" in printed
+    assert "did not run 2 pinned cases still in the corpus (policy-1, policy-2)" in printed
+    assert "UNVERIFIED tier 0: the candidate did not run 2 of the baseline's cases" in printed
+    report = json.loads(next(out_dir.rglob("report.json")).read_text(encoding="utf-8"))
+    kinds = {f["kind"]: f for f in report["decision"]["findings"]}
+    assert kinds["not-run"]["case_ids"] == ["policy-1", "policy-2"]
+    assert kinds["not-run"]["severity"] == "unverified"
+    html = next(out_dir.rglob("gate.html")).read_text(encoding="utf-8")
+    assert "did not run 2 of the baseline" in html
