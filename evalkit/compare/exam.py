@@ -71,6 +71,7 @@ class ExamSummary:
     # Of those, the ones still in the corpus the gate checked out, with no evidence: not
     # removed, not run (`evalkit.compare.not_run`; set by `evalkit.compare.pin.gate_pair`).
     not_run: tuple[str, ...] = ()
+    not_run_answered: tuple[str, ...] = ()  # not run, but answered by the exam run
 
     def line(self) -> str:
         """The first screen's one line.
@@ -88,8 +89,9 @@ class ExamSummary:
             the candidate did not run 1 pinned case still in the corpus (m2): unverified
         """
         edits = f"edits {len(self.edited)}" + (f" ({_named(self.edited)})" if self.edited else "")
-        removed = [c for c in self.removed if c not in self.not_run]
-        missing = [c for c in self.missing if c not in self.not_run]
+        here = {*self.not_run, *self.not_run_answered}
+        removed = [c for c in self.removed if c not in here]
+        missing = [c for c in self.missing if c not in here]
         removes = f"removes {len(removed)}"
         if missing:
             removes += f" (evidence missing: {_named(missing)})"
@@ -100,12 +102,13 @@ class ExamSummary:
             f"judged on the exam promoted {self.promoted_at} by {self.who}; this PR {adds}, "
             f"{edits}, {removes}"
         )
-        if self.not_run:
-            n = len(self.not_run)
-            line += (
-                f"; the candidate did not run {n} pinned case{'s' if n != 1 else ''} still in "
-                f"the corpus ({_named(self.not_run)}): unverified"
-            )
+        for ids, what in ((self.not_run, "unverified"),
+                          (self.not_run_answered, "answered in their pinned version")):  # fmt: skip
+            if ids:
+                line += (
+                    f"; the candidate did not run {len(ids)} pinned case"
+                    f"{'s' if len(ids) != 1 else ''} still in the corpus ({_named(ids)}): {what}"
+                )
         return line
 
 

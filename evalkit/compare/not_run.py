@@ -47,6 +47,7 @@ __all__ = [
     "checked_out_cases",
     "find_not_run",
     "not_run_finding",
+    "relabel_changes",
     "removed_share_finding",
 ]
 
@@ -69,13 +70,19 @@ class CaseReference:
 @dataclass(frozen=True, kw_only=True)
 class NotRun:
     """What the gate found about the baseline's cases the candidate holds no case for:
-    ``not_run`` (still in the reference: the candidate is incomplete) and ``removed`` (gone
-    from it: the pull request's removal, accounted as before), each with no evidence."""
+    ``not_run`` (still in the reference, no evidence: the candidate is incomplete),
+    ``answered`` (still in the reference, answered in their pinned version by an exam run:
+    evidence, but not the pull request's removal either) and ``removed`` (gone from the
+    reference, no evidence: the pull request's removal, accounted as before)."""
 
     not_run: tuple[str, ...]
     removed: tuple[str, ...]
     reference: CaseReference
     considered: int  # the baseline's gated (unsealed) cases: what ``removed`` is a share of
+    answered: tuple[str, ...] = ()
+    # The candidate run's status: "complete" (it selected fewer cases) or not (stopped early,
+    # shards not merged), for the command that fixes it.
+    cand_status: str = "complete"
 
 
 def _selection_text(selection: Mapping[str, Any] | None) -> str:
@@ -145,36 +152,64 @@ def checked_out_cases(
     )
 
 
-def find_not_run(comparison: Comparison, reference: CaseReference) -> NotRun:
-    """The baseline's unsealed cases the candidate's run holds no case for and no evidence
-    (an exam run's answer counts) of, split by ``reference`` into not run and removed."""
+def find_not_run(
+    comparison: Comparison, reference: CaseReference, cand_status: str = "complete"
+) -> NotRun:
+    """The baseline's unsealed cases the candidate's run holds no case for, split by
+    ``reference`` and by evidence (an exam run's answer counts) into not run, answered and
+    removed (`NotRun`)."""
     base = comparison.base.cases
     sealed = pl.col("sealed").fill_null(False) if "sealed" in base.columns else pl.lit(False)
     live = set(base.filter(~sealed)["case_id"].to_list())
     lacking = comparison.changes.filter(pl.col("change") == "removed")["case_id"].to_list()
-    exam = comparison.exam
-    if exam is not None:  # answered in their pinned version by an exam run: evidence
-        without = set(exam.missing)
-        lacking = [c for c in lacking if c in without]
     lacking = sorted(c for c in lacking if c in live)
+    exam = comparison.exam
+    # without a pinned exam nothing answers a case the candidate lacks
+    without = set(exam.missing) if exam is not None else set(lacking)
+    here = [c for c in lacking if reference.holds(c)]
     return NotRun(
-        not_run=tuple(c for c in lacking if reference.holds(c)),
-        removed=tuple(c for c in lacking if not reference.holds(c)),
+        not_run=tuple(c for c in here if c in without),
+        removed=tuple(c for c in lacking if not reference.holds(c) and c in without),
         reference=reference,
         considered=len(live),
+        answered=tuple(c for c in here if c not in without),
+        cand_status=cand_status,
     )
 
 
-def _fix(base_run_id: str, cand_run_id: str, exam: bool) -> str:
-    answer = (
-        f", or have the candidate's configuration answer them in their pinned version: "
-        f"`evalkit gate {base_run_id} {cand_run_id} --rebaseline`"
-        if exam
-        else ""
+def relabel_changes(changes: pl.DataFrame, found: NotRun) -> pl.DataFrame:
+    """``changes`` (`evalkit.compare.paired.case_changes`) with the cases the candidate did
+    not run, though still in the corpus, as ``not run`` rather than ``removed``.
+
+    Examples:
+        >>> ref = CaseReference(where="here", case_ids=frozenset({"a"}))
+        >>> found = NotRun(not_run=("a",), removed=("b",), reference=ref, considered=3)
+        >>> frame = pl.DataFrame({"case_id": ["a", "b"], "change": ["removed", "removed"]})
+        >>> relabel_changes(frame, found)["change"].to_list()
+        ['not run', 'removed']
+    """
+    ids = [*found.not_run, *found.answered]
+    if not ids:
+        return changes
+    here = pl.col("case_id").is_in(ids) & (pl.col("change") == "removed")
+    return changes.with_columns(
+        change=pl.when(here).then(pl.lit("not run")).otherwise(pl.col("change"))
     )
+
+
+def _fix(found: NotRun, base_run_id: str, cand_run_id: str, exam: bool) -> str:
+    if found.cand_status != "complete":
+        run = (
+            f"finish the candidate (`evalkit run --resume {cand_run_id}`; a sharded run: run its "
+            f"missing shards, then `evalkit runs merge {cand_run_id}`)"
+        )
+    else:
+        run = "run the candidate again from this checkout and gate that run"
+    if not exam:
+        return run
     return (
-        f"run them (a complete `evalkit run` of the baseline's selection; `evalkit run --resume "
-        f"{cand_run_id}` for a run stopped early, `evalkit runs merge` for shards){answer}"
+        f"{run}, or have its configuration answer them in their pinned version: `evalkit gate "
+        f"{base_run_id} {cand_run_id} --rebaseline`"
     )
 
 
@@ -193,13 +228,13 @@ def not_run_finding(found: NotRun, base_run_id: str, cand_run_id: str, exam: boo
         return []
     ref = found.reference
     if ref.case_ids is not None:
-        where = f"still in {ref.where} ({ref.selection})"
+        where = f"still in {ref.where} (selection: {ref.selection})"
     else:  # nothing to tell a removal by: every case the baseline ran must have evidence
-        where = f"({ref.where}: none can be told removed by the pull request; {ref.selection})"
+        where = f"({ref.where}: none can be told removed by the pull request)"
     message = (
         f"the candidate did not run {len(ids)} of the baseline's cases {where}: "
         f"{named_ids(list(ids))}. An incomplete candidate is unverified, not a removal: "
-        + _fix(base_run_id, cand_run_id, exam)
+        + _fix(found, base_run_id, cand_run_id, exam)
     )
     stat = {"not_run": len(ids), "checked_out": found.reference.case_ids is not None}
     return [Finding(0, "evidence", ids, stat, message, severity="unverified", kind="not-run")]

@@ -24,7 +24,12 @@ import polars as pl
 
 from evalkit.compare.analysis import load_comparison
 from evalkit.compare.gate import gate_comparison
-from evalkit.compare.not_run import CaseReference, checked_out_cases, find_not_run
+from evalkit.compare.not_run import (
+    CaseReference,
+    checked_out_cases,
+    find_not_run,
+    relabel_changes,
+)
 from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
 from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict
 from evalkit.compare.trust import trusted_pinned_policy
@@ -178,9 +183,13 @@ def gate_pair(
     policy.validate_against(comparison.cand.cases, comparison.cand.manifest.selection)
     if reference is None:
         reference = checked_out_cases(config_path, comparison.base.manifest.selection)
-    not_run = find_not_run(comparison, reference)
-    if comparison.exam is not None and not_run.not_run:
-        comparison = replace(comparison, exam=replace(comparison.exam, not_run=not_run.not_run))
+    not_run = find_not_run(comparison, reference, store.run_status(cand))
+    if not_run.not_run or not_run.answered:  # shown as not run, never as removed
+        exam = comparison.exam
+        if exam is not None:
+            exam = replace(exam, not_run=not_run.not_run, not_run_answered=not_run.answered)
+        changes = relabel_changes(comparison.changes, not_run)
+        comparison = replace(comparison, exam=exam, changes=changes)
     found: list[tuple[str, str]] = []
     for run_id in siblings(store, comparison) if with_siblings else ():
         try:

@@ -10,13 +10,14 @@ deletes them, then the gate — `gate_pair` in this process, or the real ``evalk
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from exam_support import Project, gate_flow, move_cases, run_candidate, write_project
 
 from evalkit.cli import main
-from evalkit.compare.not_run import checked_out_cases
+from evalkit.compare.not_run import CaseReference, NotRun, checked_out_cases, not_run_finding
 from evalkit.compare.pin import gate_pair
 from evalkit.scorers.registry import SCORERS
 from evalkit.store import open_store
@@ -68,6 +69,10 @@ def test_a_candidate_that_left_out_cases_still_in_the_corpus_is_unverified(proje
         decision.exam_line
     )
     assert comparison.exam.not_run == ("policy-1", "policy-2")
+    shown = dict(comparison.changes.select("case_id", "change").iter_rows())
+    assert shown == {"policy-1": "not run", "policy-2": "not run"}
+    assert "(selection: the full suite)" in found.message
+    assert "run the candidate again from this checkout" in found.message
 
 
 def test_the_same_cases_deleted_by_the_pull_request_are_a_removal_as_before(project):
@@ -105,6 +110,11 @@ def test_answering_the_left_out_cases_in_their_pinned_version_verifies_them(proj
     comparison, decision = gate_flow(project, "cand")  # what `evalkit gate --rebaseline` does
     assert decision.status == "PASSED", decision.summary()
     assert set(LEFT_OUT) <= set(comparison.exam.answered)
+    # answered, but still not the pull request's removal: the first screen says what happened
+    assert "removes 0" in (decision.exam_line or "")
+    assert "did not run 2 pinned cases still in the corpus (policy-1, policy-2): answered in " in (
+        decision.exam_line or ""
+    )
 
 
 def test_removing_more_than_max_changed_share_without_evidence_is_unverified(project):
@@ -155,3 +165,29 @@ def test_the_gate_command_says_which_cases_were_not_run(project, tmp_path, capsy
     assert kinds["not-run"]["severity"] == "unverified"
     html = next(out_dir.rglob("gate.html")).read_text(encoding="utf-8")
     assert "did not run 2 of the baseline" in html
+
+
+def test_without_a_pinned_exam_the_baselines_cases_are_the_reference(tmp_path, registry):
+    made = write_project(tmp_path / "suite", "contains")
+    run_candidate(made, "base", "v1")  # never promoted: no exam is pinned
+    run_candidate(made, "cand", "v1b", skip=LEFT_OUT)
+    with open_store(made.db, read_only=True) as store:
+        comparison, decision = gate_pair(store, "base", "cand", made.config, ("prompt",))
+    assert comparison.exam is None
+    assert decision.status == "UNVERIFIED", decision.summary()
+    (found,) = [f for f in decision.blocking() if f.kind == "not-run"]
+    assert set(found.case_ids) == LEFT_OUT
+    assert "--rebaseline" not in found.message  # nothing answers a case without a pinned exam
+
+
+def test_an_unfinished_candidate_is_told_to_finish():
+    reference = CaseReference(where="the corpus checked out at /s", case_ids=frozenset({"a"}))
+    found = NotRun(not_run=("a",), removed=(), reference=reference, considered=4,
+                   cand_status="incomplete")  # fmt: skip
+    (finding,) = not_run_finding(found, "B", "C", exam=True)
+    assert "finish the candidate (`evalkit run --resume C`" in finding.message
+    assert "`evalkit runs merge C`" in finding.message
+    assert finding.message.endswith("`evalkit gate B C --rebaseline`")
+    done = not_run_finding(replace(found, cand_status="complete"), "B", "C", exam=False)
+    assert "run the candidate again from this checkout and gate that run" in done[0].message
+    assert not not_run_finding(replace(found, not_run=()), "B", "C", exam=True)
