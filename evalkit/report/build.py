@@ -506,7 +506,7 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
         return [_ids("Unstable (replays disagree)", r.unstable),
                 _ids("Failing in both runs (label-error candidates)", r.failing_both),
                 _ids("Always passing (saturated)", r.always_passing, 5),
-                _ids("Not paired (edited, added, removed)", changes),
+                _ids("Not paired (edited, added, removed, not run)", changes),
                 _table("Cost and latency, mean per case", _USAGE_COLS, usage),
                 *_growth_tables(r)]  # fmt: skip
     if name == "aggregate" and (a := r.aggregate):

@@ -191,3 +191,27 @@ def test_an_unfinished_candidate_is_told_to_finish():
     done = not_run_finding(replace(found, cand_status="complete"), "B", "C", exam=False)
     assert "run the candidate again from this checkout and gate that run" in done[0].message
     assert not not_run_finding(replace(found, not_run=()), "B", "C", exam=True)
+
+
+def test_a_shard_never_merged_is_not_run_not_removed(project, tmp_path, capsys):
+    parts = ["--parts", str(tmp_path / "parts")]
+    run = ["run", "--config", project.config, "--db", project.db, "--prompt",
+           project.prompt("v1b"), "--no-progress", "--label", "cand", *parts]  # fmt: skip
+    assert main([*run, "--shard", "1/2", "--run-id", "sharded"]) == 0
+    assert main(["runs", "merge", "sharded", "--db", project.db, *parts]) == 0
+    capsys.readouterr()
+    gate = ["compare", "sharded", "--db", project.db, "--config", project.config,
+            "--allow-diff", "prompt"]  # fmt: skip
+    assert main(gate) == 1  # refused: the run says how much of it is missing
+    assert "(status incomplete, 27 of 54 outputs stored)" in capsys.readouterr().err
+    with open_store(project.db, read_only=True) as store:
+        held = store.cases("sharded").height
+        _, decision = gate_pair(
+            store, None, "sharded", project.config, ("prompt",), allow_incomplete=True
+        )
+    assert held == 27
+    assert decision.status == "UNVERIFIED", decision.summary()
+    (found,) = [f for f in decision.blocking() if f.kind == "not-run"]
+    assert len(found.case_ids) == 54 - held
+    assert "finish the candidate (`evalkit run --resume sharded`" in found.message
+    assert "removes 0" in (decision.exam_line or "")
