@@ -215,3 +215,26 @@ def test_a_shard_never_merged_is_not_run_not_removed(project, tmp_path, capsys):
     assert len(found.case_ids) == 54 - held
     assert "finish the candidate (`evalkit run --resume sharded`" in found.message
     assert "removes 0" in (decision.exam_line or "")
+
+
+def test_the_notebook_api_says_the_same_with_and_without_a_checkout(project, tmp_path):
+    import evalkit
+
+    run_candidate(project, "cand", "v1b", skip=LEFT_OUT)
+    here = evalkit.Project(project.root, db=project.db)
+    decision = here.gate(None, "cand", allow_diff=["prompt"])
+    assert decision.status == "UNVERIFIED" and decision.exit_code == 1
+    (found,) = [f for f in decision.blocking() if f.kind == "not-run"]
+    assert f"still in the corpus checked out at {project.root.resolve()}" in found.message
+    assert "did not run 2 of the baseline" in decision._repr_html_()
+    store_only = tmp_path / "reader"
+    store_only.mkdir()
+    elsewhere = evalkit.Project(store_only, db=project.db)  # a notebook on the store alone
+    assert elsewhere.config is None
+    result = elsewhere.compare(None, "cand", allow_diff=["prompt"])
+    assert result.decision.status == "UNVERIFIED"
+    (found,) = [f for f in result.decision.blocking() if f.kind == "not-run"]
+    assert "no corpus checked out where the gate ran" in found.message
+    assert dict(result.comparison.changes.select("case_id", "change").iter_rows()) == {
+        "policy-1": "not run", "policy-2": "not run"
+    }  # fmt: skip
