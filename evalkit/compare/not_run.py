@@ -49,6 +49,7 @@ __all__ = [
     "not_run_finding",
     "relabel_changes",
     "removed_share_finding",
+    "shown_as_not_run",
 ]
 
 
@@ -175,6 +176,25 @@ def find_not_run(
         answered=tuple(c for c in here if c not in without),
         cand_status=cand_status,
     )
+
+
+def shown_as_not_run(comparison: Comparison, found: NotRun) -> Comparison:
+    """``comparison`` with the cases the candidate did not run told apart from removals: its
+    ``changes`` say ``not run`` (`relabel_changes`), its exam summary lists them, and its
+    corpus delta leaves them out — they are not the pull request's change, so neither a
+    critical tag's changed share nor a must_pass "removed" finding counts them; the
+    `not_run_finding` alone accounts for them."""
+    from dataclasses import replace
+
+    if not (found.not_run or found.answered):
+        return comparison
+    exam, delta = comparison.exam, comparison.delta
+    if exam is not None:
+        exam = replace(exam, not_run=found.not_run, not_run_answered=found.answered)
+    if delta is not None:
+        delta = delta.filter(~pl.col("case_id").is_in(list(found.not_run)))
+    changes = relabel_changes(comparison.changes, found)
+    return replace(comparison, exam=exam, delta=delta, changes=changes)
 
 
 def relabel_changes(changes: pl.DataFrame, found: NotRun) -> pl.DataFrame:

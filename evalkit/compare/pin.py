@@ -17,7 +17,6 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -28,7 +27,7 @@ from evalkit.compare.not_run import (
     CaseReference,
     checked_out_cases,
     find_not_run,
-    relabel_changes,
+    shown_as_not_run,
 )
 from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
 from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict
@@ -184,12 +183,7 @@ def gate_pair(
     if reference is None:
         reference = checked_out_cases(config_path, comparison.base.manifest.selection)
     not_run = find_not_run(comparison, reference, store.run_status(cand))
-    if not_run.not_run or not_run.answered:  # shown as not run, never as removed
-        exam = comparison.exam
-        if exam is not None:
-            exam = replace(exam, not_run=not_run.not_run, not_run_answered=not_run.answered)
-        changes = relabel_changes(comparison.changes, not_run)
-        comparison = replace(comparison, exam=exam, changes=changes)
+    comparison = shown_as_not_run(comparison, not_run)  # never as the pull request's removal
     found: list[tuple[str, str]] = []
     for run_id in siblings(store, comparison) if with_siblings else ():
         try:

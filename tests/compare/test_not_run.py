@@ -238,3 +238,17 @@ def test_the_notebook_api_says_the_same_with_and_without_a_checkout(project, tmp
     assert dict(result.comparison.changes.select("case_id", "change").iter_rows()) == {
         "policy-1": "not run", "policy-2": "not run"
     }  # fmt: skip
+
+
+def test_critical_and_must_pass_cases_not_run_are_not_called_removed(project):
+    skipped = frozenset({f"billing-{i:02d}" for i in range(10, 20)} | {"mp-0"})
+    run_candidate(project, "cand", "v1b", skip=skipped)
+    comparison, decision = _gate(project, project.config)
+    assert decision.status == "UNVERIFIED", decision.summary()
+    (stopping,) = decision.blocking()  # one finding accounts for them: not run
+    assert stopping.kind == "not-run" and set(stopping.case_ids) == skipped
+    assert "removed" not in decision.summary()
+    assert comparison.delta is not None
+    assert not set(comparison.delta["case_id"].to_list()) & skipped
+    billing = {row["tag"]: row for row in decision.corpus_delta}["billing"]
+    assert billing["removed"] == 0 and billing["unaccounted"] == 0
