@@ -164,7 +164,9 @@ def test_the_gate_command_says_which_cases_were_not_run(project, tmp_path, capsy
     assert kinds["not-run"]["case_ids"] == ["policy-1", "policy-2"]
     assert kinds["not-run"]["severity"] == "unverified"
     html = next(out_dir.rglob("gate.html")).read_text(encoding="utf-8")
-    assert "did not run 2 of the baseline" in html
+    assert "did not run 2 of the baseline" in html and "policy-1 (not run)" in html
+    markdown = next(out_dir.rglob("gate.md")).read_text(encoding="utf-8")
+    assert "did not run 2 of the baseline" in markdown
 
 
 def test_without_a_pinned_exam_the_baselines_cases_are_the_reference(tmp_path, registry):
