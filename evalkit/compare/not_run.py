@@ -27,7 +27,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,31 +154,36 @@ def checked_out_cases(
 
 
 def find_not_run(
-    comparison: Comparison, reference: CaseReference, cand_status: str = "complete"
-) -> NotRun:
+    comparison: Comparison,
+    reference: Callable[[], CaseReference],
+    cand_status: str = "complete",
+) -> NotRun | None:
     """The baseline's unsealed cases the candidate's run holds no case for, split by
-    ``reference`` and by evidence (an exam run's answer counts) into not run, answered and
-    removed (`NotRun`)."""
+    ``reference()`` and by evidence (an exam run's answer counts) into not run, answered and
+    removed (`NotRun`); None, and nothing read, when the candidate holds every case."""
     base = comparison.base.cases
     sealed = pl.col("sealed").fill_null(False) if "sealed" in base.columns else pl.lit(False)
     live = set(base.filter(~sealed)["case_id"].to_list())
     lacking = comparison.changes.filter(pl.col("change") == "removed")["case_id"].to_list()
     lacking = sorted(c for c in lacking if c in live)
+    if not lacking:  # the common case: no corpus to read
+        return None
+    checked = reference()
     exam = comparison.exam
     # without a pinned exam nothing answers a case the candidate lacks
     without = set(exam.missing) if exam is not None else set(lacking)
-    here = [c for c in lacking if reference.holds(c)]
+    here = [c for c in lacking if checked.holds(c)]
     return NotRun(
         not_run=tuple(c for c in here if c in without),
-        removed=tuple(c for c in lacking if not reference.holds(c) and c in without),
-        reference=reference,
+        removed=tuple(c for c in lacking if not checked.holds(c) and c in without),
+        reference=checked,
         considered=len(live),
         answered=tuple(c for c in here if c not in without),
         cand_status=cand_status,
     )
 
 
-def shown_as_not_run(comparison: Comparison, found: NotRun) -> Comparison:
+def shown_as_not_run(comparison: Comparison, found: NotRun | None) -> Comparison:
     """``comparison`` with the cases the candidate did not run told apart from removals: its
     ``changes`` say ``not run`` (`relabel_changes`), its exam summary lists them, and its
     corpus delta leaves them out — they are not the pull request's change, so neither a
@@ -186,7 +191,7 @@ def shown_as_not_run(comparison: Comparison, found: NotRun) -> Comparison:
     `not_run_finding` alone accounts for them."""
     from dataclasses import replace
 
-    if not (found.not_run or found.answered):
+    if found is None or not (found.not_run or found.answered):
         return comparison
     exam, delta = comparison.exam, comparison.delta
     if exam is not None:

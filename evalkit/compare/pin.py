@@ -16,7 +16,8 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -159,14 +160,15 @@ def gate_pair(
     allow_incomplete: bool = False,
     db: str | None = None,
     with_siblings: bool = True,
-    reference: CaseReference | None = None,
+    reference: Callable[[], CaseReference] | None = None,
 ) -> tuple[Comparison, GateDecision]:
     """The checked pair's comparison and the gate's decision against the pin.
 
     The baseline's cases the candidate holds none of are checked against the corpus checked
-    out beside ``config_path`` (``reference``, default `checked_out_cases` under the
-    baseline's selection): one still there was not run, and the gate is UNVERIFIED
-    (`evalkit.compare.not_run`); without ``config_path`` none can be told removed.
+    out beside ``config_path`` (read only when there are such cases: ``reference``, default
+    `checked_out_cases` under the baseline's selection, read once for the siblings too): one
+    still there was not run, and the gate is UNVERIFIED (`evalkit.compare.not_run`); without
+    ``config_path`` none can be told removed.
 
     Raises:
         ConfigError: no promoted baseline, a run compared with itself, selections that differ.
@@ -181,7 +183,8 @@ def gate_pair(
     comparison = _exam_or_plain_comparison(store, base, cand, allow_diff, policy)
     policy.validate_against(comparison.cand.cases, comparison.cand.manifest.selection)
     if reference is None:
-        reference = checked_out_cases(config_path, comparison.base.manifest.selection)
+        selection = comparison.base.manifest.selection
+        reference = functools.cache(lambda: checked_out_cases(config_path, selection))
     not_run = find_not_run(comparison, reference, store.run_status(cand))
     comparison = shown_as_not_run(comparison, not_run)  # never as the pull request's removal
     found: list[tuple[str, str]] = []

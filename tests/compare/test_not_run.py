@@ -254,3 +254,16 @@ def test_critical_and_must_pass_cases_not_run_are_not_called_removed(project):
     assert not set(comparison.delta["case_id"].to_list()) & skipped
     billing = {row["tag"]: row for row in decision.corpus_delta}["billing"]
     assert billing["removed"] == 0 and billing["unaccounted"] == 0
+
+
+def test_the_corpus_is_read_only_when_the_candidate_lacks_cases(project):
+    from evalkit.errors import CorpusError
+
+    run_candidate(project, "cand", "v1b")
+    run_candidate(project, "part", "v1b", skip=LEFT_OUT)
+    (project.root / "cases" / "zz.yaml").write_text("- id: [unclosed\n", encoding="utf-8")
+    _, decision = _gate(project, project.config)  # holds every case: nothing read
+    assert decision.status == "PASSED", decision.summary()
+    with open_store(project.db, read_only=True) as store, pytest.raises(CorpusError) as raised:
+        gate_pair(store, None, "part", project.config, ("prompt",), with_siblings=False)
+    assert "zz.yaml" in str(raised.value)
