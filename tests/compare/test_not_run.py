@@ -167,6 +167,8 @@ def test_the_gate_command_says_which_cases_were_not_run(project, tmp_path, capsy
     assert "did not run 2 of the baseline" in html and "policy-1 (not run)" in html
     markdown = next(out_dir.rglob("gate.md")).read_text(encoding="utf-8")
     assert "did not run 2 of the baseline" in markdown
+    junit = next(out_dir.rglob("junit.xml")).read_text(encoding="utf-8")
+    assert junit.count("in the corpus; the candidate did not run it") == 2
 
 
 def test_without_a_pinned_exam_the_baselines_cases_are_the_reference(tmp_path, registry):
