@@ -49,6 +49,7 @@ from evalkit.corpus.cases import Case
 from evalkit.records import Output, Score
 from evalkit.redact import redact_secrets
 from evalkit.store import OUTPUT_COLUMNS, REOPEN_WAIT_S, SCORE_COLUMNS, Store
+from evalkit.store.history_tally import ReplayTally, replay_verdict
 
 _Batch = tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]
 
@@ -74,9 +75,18 @@ class WrittenCounts:
     first_replays: int = 0
     # cause -> outputs, with the store's wording and the store's redaction of key-shaped text
     error_causes: Counter[str] = field(default_factory=Counter)
+    # each case's replays as the history counts decide them (a fresh run's finish records
+    # those counts from here, not from a query; a large run's tally stops)
+    replays: ReplayTally = field(default_factory=ReplayTally)
 
-    def count(self, replay: int, output: Output, scores: list[Score], cost: float) -> None:
+    def count(
+        self, case_id: str, replay: int, output: Output, scores: list[Score], cost: float
+    ) -> None:
         """One answer and its scores."""
+        self.replays.add(
+            case_id,
+            replay_verdict(output.error, output.fail_reason, ((s.passed, s.error) for s in scores)),
+        )
         self.outputs += 1
         self.first_replays += replay == 0
         scorer_errored = False
@@ -195,7 +205,7 @@ class BatchWriter:
                 col["details"].append(details)
             self.pending += 1
             self._arrived()
-        self.counts.count(replay, output, scores, cost)
+        self.counts.count(case.id, replay, output, scores, cost)
 
     def cache(self, key: str, response: str) -> None:
         with self._cond:
