@@ -14,7 +14,7 @@ import json
 import random
 import time
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.corpus.cases import Case
 from evalkit.corpus.messages import render_messages
@@ -31,9 +31,11 @@ from evalkit.run.summary import SessionCounts
 from evalkit.run.timeline import mark
 from evalkit.run.writer import BatchWriter
 from evalkit.run_manifest import RunManifest
-from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import EXECUTABLE
 from evalkit.store import Store, initial_scoring_id
+
+if TYPE_CHECKING:  # a judged run's (evalkit.run.judging imports it to build one)
+    from evalkit.scorers.judge_client import JudgeClient
 
 
 class Execution:
