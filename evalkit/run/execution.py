@@ -91,7 +91,9 @@ class Execution:
             self.cache = self.store.cache_get(
                 self._cache_key(self._first_request(case), replay) for case, replay in work
             )
-        self.store.release()  # readers may open the file between batches from now on
+        # readers may open the file between batches from the first batch, or the writer's
+        # interval, on (a run done sooner keeps it open to its finish)
+        self.writer.hold_open()
         progress = Progress(len(work), enabled=self.options.progress)
         with progress:
             flusher = asyncio.create_task(self.writer.run_periodic())
