@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalkit.errors import StoreError
 from evalkit.run_manifest import RunManifest
+from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.schema import initial_scoring_id
 
 if TYPE_CHECKING:
@@ -193,6 +194,25 @@ class RunReads:
     def query(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
         """Run a read-only SQL query and return a Polars frame (for notebooks)."""
         return self._frame(sql, list(params))
+
+    def query_with(
+        self, sql: str, params: Sequence[Any] = (), **frames: pl.DataFrame
+    ) -> pl.DataFrame:
+        """`query` with ``frames`` readable as tables by their names: DuckDB scans them through
+        their Arrow C stream (no Python list of their values, no pyarrow). The gate joins a
+        million case ids so; a name shadows a store table for this query alone.
+
+        Examples:
+            >>> ids = pl.DataFrame({"case_id": ["a", "b"]})                # doctest: +SKIP
+            >>> store.query_with("SELECT count(*) AS n FROM ids", ids=ids)  # doctest: +SKIP
+        """
+        for name, frame in frames.items():
+            self._con.register(name, ArrowStream(frame))
+        try:
+            return self._frame(sql, list(params))
+        finally:
+            for name in frames:
+                self._con.unregister(name)
 
     def records(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Run a read-only SQL query and return its rows as dicts, without Polars (the run
