@@ -56,6 +56,9 @@ class RunData:
     # them (`load_run(thin=True)`: the gate's); `output_details` reads them per case. A path,
     # not the store: the comparison is handed to the gate's notebook kernel as a pickle.
     details_db: str | None = field(default=None, repr=False, compare=False)
+    # The scoring ``scores`` are (`load_run`: the newest when loaded), so the details read back
+    # later are that scoring's even after a rescore; None: frames not read from a store.
+    scoring_id: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "manifest", as_manifest(self.manifest))
@@ -286,13 +289,14 @@ def case_details_of(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
         run.cases,
         CASE_DETAIL_COLUMNS,
         case_ids,
-        lambda store, ids: store.cases(run.run_id, case_ids=ids),
+        lambda store, ids: store.cases(run.run_id, case_ids=ids, scoring_id=run.scoring_id),
     )
 
 
 def score_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
     """``run``'s scores of ``case_ids``, every column (the reasons a thin load left in the
-    store read back for these cases alone).
+    store read back for these cases alone), of the scoring ``run`` was loaded with
+    (``run.scoring_id``), never a newer rescore's.
 
     Examples:
         >>> run = RunData(run_id="r", label="r", manifest={}, outputs=pl.DataFrame(),
@@ -306,7 +310,7 @@ def score_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
         run.scores,
         SCORE_DETAIL_COLUMNS,
         case_ids,
-        lambda store, ids: store.scores(run.run_id, ordered=False, case_ids=ids),
+        lambda store, ids: store.scores(run.run_id, run.scoring_id, ordered=False, case_ids=ids),
     )
 
 
@@ -349,10 +353,11 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
     without = DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
-    score_without = SCORE_DETAIL_COLUMNS if thin else ()
-    scores = store.scores(run_id, ordered=False, without=score_without)
-    manifest = store.manifest(run_id)
+    # one scoring for every read of this run, the details read back later included
     scoring_id = store.latest_scoring(run_id)
+    score_without = SCORE_DETAIL_COLUMNS if thin else ()
+    scores = store.scores(run_id, scoring_id, ordered=False, without=score_without)
+    manifest = store.manifest(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
     if scoring.height and recorded is not None:  # NULL: a run's own scoring, or an older one
@@ -366,12 +371,15 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         run_id=run_id,
         label=label,
         manifest=manifest,
-        cases=store.cases(run_id, without=CASE_DETAIL_COLUMNS if thin else ()),
+        cases=store.cases(
+            run_id, without=CASE_DETAIL_COLUMNS if thin else (), scoring_id=scoring_id
+        ),
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),
         case_counts=case_counts(store, [run_id]).get(run_id),
         details_db=str(store.path) if thin else None,
+        scoring_id=scoring_id,
     )
 
 

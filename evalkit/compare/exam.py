@@ -198,6 +198,7 @@ def judge_on_exam(
         scores=score_frame,
         summary=cand.summary,
         case_counts=cand.case_counts,
+        scoring_id=cand.scoring_id,
     )  # its own run's figures
     parts = {"rescored": tuple(rescore), "answered": tuple(from_exam), "missing": tuple(missing)}
     return exam_cand, parts

@@ -110,14 +110,15 @@ class RunReads:
         *,
         without: Sequence[str] = (),
         case_ids: Sequence[str] | None = None,
+        scoring_id: str | None = None,
     ) -> pl.DataFrame:
         """The cases a run executed. After a rescore against edited expectations, ``case_hash``
-        is the hash the newest scoring scored against (the stored outputs are unchanged).
-        ``run_id`` may be a label (`resolve_run`), as for every per-run frame. ``without``:
-        columns left out (the gate leaves each case's ``input`` in the store); ``case_ids``:
-        only these cases."""
+        is the hash the newest scoring (or ``scoring_id``) scored against (the stored outputs
+        are unchanged). ``run_id`` may be a label (`resolve_run`), as for every per-run frame.
+        ``without``: columns left out (the gate leaves each case's ``input`` in the store);
+        ``case_ids``: only these cases."""
         run_id = self.resolve_run(run_id)
-        scoring_id = self.latest_scoring(run_id)
+        scoring_id = scoring_id or self.latest_scoring(run_id)
         columns = _columns("c.*", without, {"input", "provenance"})
         params: list[Any] = [scoring_id, run_id]
         where = _only_cases("c.case_id", case_ids, params)
