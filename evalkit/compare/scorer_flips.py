@@ -20,6 +20,7 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -125,10 +126,12 @@ def stored_scorer_flips(
     bounds: list[str | None] = [None, *ids.gather_every(VERDICT_CASES).to_list()[1:], None]
     parts = [
         store.query_with(_STORED, [*runs, low, high], _flip_ids=ids.to_frame())
-        for low, high in zip(bounds, bounds[1:], strict=False)
+        for low, high in itertools.pairwise(bounds)
     ]
-    counts = pl.concat(parts).group_by("scorer").agg(
-        pl.col("tier").min(), pl.col("n", "base_n", "cand_n", "broken", "fixed").sum()
+    counts = (
+        pl.concat(parts)
+        .group_by("scorer")
+        .agg(pl.col("tier").min(), pl.col("n", "base_n", "cand_n", "broken", "fixed").sum())
     )
     if counts.is_empty():
         return pl.DataFrame(schema=_SCHEMA)

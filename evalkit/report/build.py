@@ -325,7 +325,8 @@ def build_report(
         usage_deltas=usage_table(live, decision.policy if decision else None),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=trajectories(
-            cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live).implode())), "steps")
+            cmp,
+            grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live).implode())), "steps"),
         ),
         **_replay_fields(cmp, decision),
         level=level,

@@ -158,17 +158,26 @@ class RunReads:
         ordered: bool = True,
         without: Sequence[str] = (),
         case_ids: Sequence[str] | None = None,
+        tier: int | None = None,
+        case_range: tuple[str | None, str | None] = (None, None),
     ) -> pl.DataFrame:
         """Long scores of a run: the newest scoring unless ``scoring_id`` is given, by
         (case_id, replay, scorer_index); ``ordered=False``: in the order they were written.
         ``without``: columns left out (the gate leaves the scorers' reasons in the store);
-        ``case_ids``: only these cases' rows."""
+        ``case_ids``: only these cases' rows; ``tier``: only this tier's rows (the gate holds
+        the judges' alone); ``case_range``: only case ids from its first (inclusive) up to its
+        second (exclusive), None: unbounded (the gate decides a range of cases at a time)."""
         run_id = self.resolve_run(run_id)
         scoring_id = scoring_id or self.latest_scoring(run_id)
         order = " ORDER BY case_id, replay, scorer_index" if ordered else ""
         columns = _columns("*", without, {"reason", "scoring_id"})
         params: list[Any] = [run_id, scoring_id]
         where = _only_cases("case_id", case_ids, params)
+        bounds = zip((tier, *case_range), ("tier =", "case_id >=", "case_id <"), strict=True)
+        for value, clause in bounds:
+            if value is not None:
+                where += f" AND {clause} ?"
+                params.append(value)
         return self._frame(
             f"SELECT {columns} FROM scores WHERE run_id = ? AND scoring_id = ?{where}{order}",
             params,
