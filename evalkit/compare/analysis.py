@@ -408,12 +408,15 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
     without = DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
+    # thin: held to the end of the gate, without the spare capacity of DuckDB's Arrow buffers
+    outputs = outputs.shrink_to_fit() if thin else outputs
     # one scoring for every read of this run, the details read back later included
     scoring_id = store.latest_scoring(run_id)
     score_without = SCORE_DETAIL_COLUMNS if thin else ()
     # thin: the judges' rows alone (the judge gating's); `verdicts_of` reads the rest by ranges
     judges = JUDGE if thin else None
     scores = store.scores(run_id, scoring_id, ordered=False, without=score_without, tier=judges)
+    cases = store.cases(run_id, without=CASE_DETAIL_COLUMNS if thin else (), scoring_id=scoring_id)
     manifest = store.manifest(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
@@ -428,9 +431,7 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         run_id=run_id,
         label=label,
         manifest=manifest,
-        cases=store.cases(
-            run_id, without=CASE_DETAIL_COLUMNS if thin else (), scoring_id=scoring_id
-        ),
+        cases=cases.shrink_to_fit() if thin else cases,
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),
