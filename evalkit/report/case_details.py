@@ -81,9 +81,10 @@ def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str
     out = output_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
     sc = score_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
     agrees = (pl.col("passed") == pl.col("verdict")) | pl.col("verdict").is_null()
+    mine = v.filter(pl.col("case_id").is_in(ids))  # not a join against a million verdicts
     pick = (
         replay_verdicts(out, sc)
-        .join(v.select("case_id", pl.col("passed").alias("verdict")), on="case_id")
+        .join(mine.select("case_id", pl.col("passed").alias("verdict")), on="case_id")
         .filter(agrees)
         .group_by("case_id")
         .agg(pl.col("replay").min())
