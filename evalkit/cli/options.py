@@ -54,7 +54,12 @@ def pair_args(parser: argparse.ArgumentParser) -> None:
         help="run ids or labels (label@latest for the newest of several); with the candidate "
         "alone, the baseline promoted for its suite (`evalkit baseline promote`)",
     )
-    parser.add_argument("--config", default=None, help=_CONFIG_HELP + "; its gate policy")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help=_CONFIG_HELP + "; its gate policy, and its corpus: the cases the candidate must have "
+        "run (without one, no case counts as removed)",
+    )
     parser.add_argument(
         "--tier",
         help="the named selection (tiers: in evalkit.yaml) both runs executed, e.g. smoke",

@@ -130,5 +130,27 @@ def _require_store(db: str) -> None:
         raise ConfigError(f"{db}: no evalkit store here (run `evalkit run --db {db}` first)")
 
 
+#: How a count of a table's rows reads: (one, many), where the table's name does not say it.
+_ROW_NAMES = {
+    "response_cache": ("response-cache entry", "response-cache entries"),
+    "exam_files": ("exam file", "exam files"),
+    "human_labels": ("human label", "human labels"),
+    "scoring_cases": ("scored case", "scored cases"),
+    "gates": ("gate decision", "gate decisions"),
+    "baselines": ("promotion", "promotions"),
+}
+
+
 def _counts(added: dict[str, int]) -> str:
-    return ", ".join(f"{n} {table}" for table, n in added.items() if n)
+    """Rows added per table, as a line reads them.
+
+    Examples:
+        >>> _counts({"cases": 91, "runs": 1, "flakes": 0, "gates": 1, "response_cache": 2})
+        '91 cases, 1 run, 1 gate decision, 2 response-cache entries'
+    """
+    parts = []
+    for table, n in added.items():
+        if n:
+            one, many = _ROW_NAMES.get(table, (table.removesuffix("s"), table))
+            parts.append(f"{n} {one if n == 1 else many}")
+    return ", ".join(parts)

@@ -126,6 +126,9 @@ class PairContext:
     additions: Any = None
     # Set when the candidate's answers are not evidence of what ran: `UnreadTree`.
     unread_tree: UnreadTree | None = None
+    # The baseline's cases the candidate holds no case and no evidence for, split into not
+    # run and removed against the checked-out corpus (`evalkit.compare.not_run.NotRun`).
+    not_run: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)

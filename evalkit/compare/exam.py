@@ -68,6 +68,10 @@ class ExamSummary:
     # Edited cases the candidate passes in the pull request's version and fails in the pinned
     loosened: tuple[str, ...] = ()
     removed: tuple[str, ...] = field(default=())  # cases the pull request's run did not hold
+    # Of those, the ones still in the corpus the gate checked out, with no evidence: not
+    # removed, not run (`evalkit.compare.not_run`; set by `evalkit.compare.pin.gate_pair`).
+    not_run: tuple[str, ...] = ()
+    not_run_answered: tuple[str, ...] = ()  # not run, but answered by the exam run
 
     def line(self) -> str:
         """The first screen's one line.
@@ -79,18 +83,33 @@ class ExamSummary:
             ...     print(part)
             judged on the exam promoted 2026-12-07 04:31 by ana
             this PR adds 1 case, edits 1 (e1), removes 1 (evidence missing: m1)
+            >>> ran_less = replace(summary, missing=("m1", "m2"), removed=("m1", "m2"),
+            ...     not_run=("m2",))
+            >>> print(ran_less.line().split("; ", 2)[2])
+            the candidate did not run 1 pinned case still in the corpus (m2): unverified
         """
         edits = f"edits {len(self.edited)}" + (f" ({_named(self.edited)})" if self.edited else "")
-        removes = f"removes {len(self.removed)}"
-        if self.missing:
-            removes += f" (evidence missing: {_named(self.missing)})"
-        elif self.removed:
+        here = {*self.not_run, *self.not_run_answered}
+        removed = [c for c in self.removed if c not in here]
+        missing = [c for c in self.missing if c not in here]
+        removes = f"removes {len(removed)}"
+        if missing:
+            removes += f" (evidence missing: {_named(missing)})"
+        elif removed:
             removes += " (answered in their pinned version)"
         adds = f"adds {len(self.added)} case{'s' if len(self.added) != 1 else ''}"
-        return (
+        line = (
             f"judged on the exam promoted {self.promoted_at} by {self.who}; this PR {adds}, "
             f"{edits}, {removes}"
         )
+        for ids, what in ((self.not_run, "unverified"),
+                          (self.not_run_answered, "answered in their pinned version")):  # fmt: skip
+            if ids:
+                line += (
+                    f"; the candidate did not run {len(ids)} pinned case"
+                    f"{'s' if len(ids) != 1 else ''} still in the corpus ({_named(ids)}): {what}"
+                )
+        return line
 
 
 def _named(ids: Sequence[str], limit: int = 5) -> str:

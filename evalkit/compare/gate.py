@@ -68,6 +68,7 @@ from evalkit.compare.verdicts import usage_means
 
 if TYPE_CHECKING:
     from evalkit.compare.analysis import Comparison
+    from evalkit.compare.not_run import NotRun
     from evalkit.store import Store
 
 
@@ -257,6 +258,7 @@ def decide(
         *served_findings(policy, context.served),
         *exam_findings(policy, paired, context, counts, critical),
         *_unread_tree_findings(context),
+        *_not_run_findings(policy, context),
     ]
     accepted = _as_overrides(overrides)
     stopping = [f for f in findings if f.severity in STOPPING]
@@ -296,6 +298,22 @@ def _unread_tree_findings(context: PairContext) -> list[Finding]:
     return [unreadable_tree_finding(context.unread_tree)]
 
 
+def _not_run_findings(policy: GatePolicy, context: PairContext) -> list[Finding]:
+    """Missing evidence when the candidate did not run cases still in the checked-out corpus,
+    and when the pull request removed more than ``gate.max_changed_share`` of the baseline's
+    cases without evidence (`evalkit.compare.not_run`)."""
+    if context.not_run is None:
+        return []
+    from evalkit.compare.not_run import not_run_finding, removed_share_finding
+
+    exam = context.exam is not None
+    found = context.not_run
+    return [
+        *not_run_finding(found, context.base_run_id, context.cand_run_id, exam),
+        *removed_share_finding(found, policy, exam),
+    ]
+
+
 def gate_comparison(
     store: Store,
     comparison: Comparison,
@@ -305,6 +323,7 @@ def gate_comparison(
     siblings: Sequence[tuple[str, str]] = (),
     *,
     reasks: bool = False,
+    not_run: NotRun | None = None,
 ) -> GateDecision:
     """`decide` with what the store knows beyond the pair: the flake list measured on the
     baseline's configuration (`evalkit.compare.flakes.excusing_flakes`), recorded overrides, both
@@ -312,7 +331,8 @@ def gate_comparison(
     pinned policy), ``policy_source`` and ``siblings`` come from `evalkit.compare.pin.gate_pair`.
     Flake lists and overrides count only when a writer the policy trusts recorded them
     (`evalkit.compare.trust`); with ``reasks`` (the gate flow) a flake list excuses a case only
-    once the gate job re-asked it (`evalkit.compare.reask`).
+    once the gate job re-asked it (`evalkit.compare.reask`). ``not_run``
+    (`evalkit.compare.not_run.find_not_run`): the baseline's cases the candidate did not run.
     """
     from evalkit.compare.flakes import excusing_flakes, shown_flakes
     from evalkit.compare.reask import reask_findings
@@ -358,6 +378,7 @@ def gate_comparison(
         exam=comparison.exam,
         additions=comparison.additions,
         unread_tree=unread_tree(comparison),
+        not_run=not_run,
     )
     selection = comparison.cand.manifest.selection
     decision = decide(

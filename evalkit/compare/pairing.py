@@ -44,7 +44,8 @@ class Completeness:
 
 def completeness(store: Store, run_id: str) -> Completeness:
     """What ``run_id`` holds against what it was asked to run."""
-    replays = store.manifest(run_id).replays
+    manifest = store.manifest(run_id)
+    replays = manifest.replays
     resolved = store.resolve_run(run_id)
     # counted in the store: a million cases and (case, replay) keys never come into Python
     (counts,) = store.records(
@@ -52,9 +53,9 @@ def completeness(store: Store, run_id: str) -> Completeness:
         "FROM (SELECT DISTINCT case_id, replay FROM outputs WHERE run_id = $1)) AS stored",
         [resolved],
     )
-    return Completeness(
-        run_id, store.run_status(run_id), int(counts["cases"]), replays, int(counts["stored"])
-    )
+    # a sharded run's cases arrive with its shards: the manifest says how many it selected
+    cases = max(int(counts["cases"]), manifest.corpus.n_cases)
+    return Completeness(run_id, store.run_status(run_id), cases, replays, int(counts["stored"]))
 
 
 def require_complete(

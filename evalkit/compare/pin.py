@@ -16,13 +16,20 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from evalkit.compare.analysis import load_comparison
 from evalkit.compare.gate import gate_comparison
+from evalkit.compare.not_run import (
+    CaseReference,
+    checked_out_cases,
+    find_not_run,
+    shown_as_not_run,
+)
 from evalkit.compare.pairing import require_complete, require_tier, resolve_pair
 from evalkit.compare.policy import GatePolicy, effective_policy, load_policy_dict
 from evalkit.compare.trust import trusted_pinned_policy
@@ -153,8 +160,15 @@ def gate_pair(
     allow_incomplete: bool = False,
     db: str | None = None,
     with_siblings: bool = True,
+    reference: Callable[[], CaseReference] | None = None,
 ) -> tuple[Comparison, GateDecision]:
     """The checked pair's comparison and the gate's decision against the pin.
+
+    The baseline's cases the candidate holds none of are checked against the corpus checked
+    out beside ``config_path`` (read only when there are such cases: ``reference``, default
+    `checked_out_cases` under the baseline's selection, read once for the siblings too): one
+    still there was not run, and the gate is UNVERIFIED (`evalkit.compare.not_run`); without
+    ``config_path`` none can be told removed.
 
     Raises:
         ConfigError: no promoted baseline, a run compared with itself, selections that differ.
@@ -168,16 +182,24 @@ def gate_pair(
     policy, looser, source = resolve_policy(store, base, config_path)
     comparison = _exam_or_plain_comparison(store, base, cand, allow_diff, policy)
     policy.validate_against(comparison.cand.cases, comparison.cand.manifest.selection)
+    if reference is None:
+        selection = comparison.base.manifest.selection
+        reference = functools.cache(lambda: checked_out_cases(config_path, selection))
+    not_run = find_not_run(comparison, reference, store.run_status(cand))
+    comparison = shown_as_not_run(comparison, not_run)  # never as the pull request's removal
     found: list[tuple[str, str]] = []
     for run_id in siblings(store, comparison) if with_siblings else ():
         try:
             _, other = gate_pair(
-                store, base, run_id, config_path, allow_diff, tier=tier, with_siblings=False
-            )
+                store, base, run_id, config_path, allow_diff, tier=tier, with_siblings=False,
+                reference=reference,
+            )  # fmt: skip
             found.append((run_id, other.status))
         except EvalkitError as exc:  # shown, not hidden: it could not be gated against the pin
             found.append((run_id, f"not gated ({str(exc)[:80]})"))
-    decision = gate_comparison(store, comparison, policy, looser, source, tuple(found), reasks=True)
+    decision = gate_comparison(
+        store, comparison, policy, looser, source, tuple(found), reasks=True, not_run=not_run
+    )
     if with_siblings:
         _count_decision()
     return comparison, decision

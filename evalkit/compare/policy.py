@@ -49,7 +49,8 @@ class _Gate(BaseModel):  # the ``gate:`` section of evalkit.yaml
     # sign test on the level changes at alpha. null turns that rule off.
     judge_tolerance_levels: float | None = Field(0.5, ge=0)
     # A critical tag whose cases were edited/added without being rebaselined, or removed, beyond
-    # this share of its cases is UNVERIFIED (its evidence is no longer the baseline's).
+    # this share of its cases is UNVERIFIED (its evidence is no longer the baseline's); so are
+    # cases removed without evidence beyond this share of all the baseline's cases.
     max_changed_share: float = Field(0.1, ge=0, le=1)
     # Whether a BLOCKED sibling run of the candidate's configuration blocks (the default:
     # every run of one configuration identity, whatever corpus, is evidence; "report" only

@@ -217,10 +217,11 @@ class Report:
         ok = ~pl.col("base_error") & ~pl.col("cand_error") & ~pl.col("sealed").fill_null(False)
         n, gaps = self.paired.filter(ok).height, self.paired.filter(~ok).height
         missing = f" (+{gaps} with an errored side)" if gaps else ""
+        not_run = self.changes.filter(pl.col("change") == "not run").height  # compare.not_run
         return (
             f"{n} paired cases{missing} · {self.n_broken} broken · {self.n_fixed} fixed · "
-            f"{self.changes.height} edited/added/removed"
-        )
+            f"{self.changes.height - not_run} edited/added/removed"
+        ) + (f" · {not_run} not run" if not_run else "")
 
     def served_line(self) -> str | None:
         """The served-model drift a first screen names even when it only warns, or None.
@@ -506,7 +507,7 @@ def _section(r: Report, name: str, max_cases: int) -> list[Any]:
         return [_ids("Unstable (replays disagree)", r.unstable),
                 _ids("Failing in both runs (label-error candidates)", r.failing_both),
                 _ids("Always passing (saturated)", r.always_passing, 5),
-                _ids("Not paired (edited, added, removed)", changes),
+                _ids("Not paired (edited, added, removed, not run)", changes),
                 _table("Cost and latency, mean per case", _USAGE_COLS, usage),
                 *_growth_tables(r)]  # fmt: skip
     if name == "aggregate" and (a := r.aggregate):

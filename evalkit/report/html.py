@@ -445,7 +445,7 @@ def _suite(r: Report) -> str:
         ("Unstable (replays disagree)", r.unstable),
         ("Failing in both runs (label-error candidates)", r.failing_both),
         ("Always passing (saturated)", r.always_passing),
-        ("Not paired (edited, added, removed)", changes),
+        ("Not paired (edited, added, removed, not run)", changes),
     ]
     rows = "".join(
         f"<tr><th>{label} ({len(ids)})</th><td>{_ids(ids)}</td></tr>" for label, ids in items

@@ -81,9 +81,12 @@ def to_junit(report: Report) -> str:
         count(kind)
     for case_id, change in r.changes.select("case_id", "change").iter_rows():
         case = _case(suite, case_id, f"{r.suite}.unpaired")
-        why = {"edited": "edited between the runs: its verdicts are not comparable",
-               "added": "added in the candidate: no baseline to compare with",
-               "removed": "removed from the candidate: not run"}.get(change, change)  # fmt: skip
+        why = {
+            "edited": "edited between the runs: its verdicts are not comparable",
+            "added": "added in the candidate: no baseline to compare with",
+            "removed": "removed from the candidate: not run",
+            "not run": "in the corpus; the candidate did not run it",
+        }.get(change, change)
         _outcome(case, "skipped", why)
         count("skipped")
     case = _case(suite, "decision", f"{r.suite}.gate")

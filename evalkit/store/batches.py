@@ -119,7 +119,7 @@ class BatchIO:
         """
         import duckdb
 
-        from evalkit.store.schema import PULLED_SEALS_DDL, known_tables
+        from evalkit.store.schema import known_tables
 
         if self.read_only:
             raise StoreError("importing rows needs the store opened for writing")
@@ -148,8 +148,6 @@ class BatchIO:
                         [present],
                     ).fetchone()
                     added[name] = int(row[0]) if row else 0
-                if "pulled_seals" in checked:  # created by the first pull that records one
-                    con.execute(PULLED_SEALS_DDL)
                 added.update(self._insert_frames(checked, replace_on))
         except duckdb.Error as exc:  # a value its column refuses: rolled back whole
             raise StoreError(f"cannot import rows: {str(exc).splitlines()[0]}") from None

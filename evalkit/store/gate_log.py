@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import astuple, dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from evalkit.store.schema import GATES_DDL
+
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from pathlib import Path
@@ -39,13 +41,6 @@ if TYPE_CHECKING:
     import duckdb
     import polars as pl
 
-GATES_DDL = """
-CREATE TABLE IF NOT EXISTS gates (
-    gate_id VARCHAR, decided_at TIMESTAMPTZ, command VARCHAR, base_run_id VARCHAR,
-    cand_run_id VARCHAR, exam_id VARCHAR, corpus_hash VARCHAR, sealed BOOLEAN, status VARCHAR,
-    n_paired BIGINT, n_verified BIGINT, n_findings BIGINT, n_stopping BIGINT
-);
-"""
 
 #: The commands that take a gate decision, as the log names them.
 COMMANDS = ("gate", "compare", "project.gate", "project.compare")

@@ -15,6 +15,7 @@ import duckdb
 
 from evalkit.errors import StoreError
 from evalkit.store.arrow_stream import ArrowStream
+from evalkit.store.schema import LAZY_DDL
 from evalkit.store.transaction import serialized
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class RowImports:
             imported[name] = frame.height
             if not frame.height:
                 continue
+            if name in LAZY_DDL:  # made by its first write (a first pull's seals or gates)
+                self._con.execute(LAZY_DDL[name])
             if replace_on.get(name):
                 self._delete_matching(name, frame, replace_on[name])
             self._append(name, frame)

@@ -134,6 +134,21 @@ CREATE TABLE IF NOT EXISTS pulled_seals (
 );
 """
 
+#: The gate log (:mod:`evalkit.store.gate_log`): one row per gate decision taken or pulled,
+#: created by the first decision a store logs or a pull brings.
+GATES_DDL = """
+CREATE TABLE IF NOT EXISTS gates (
+    gate_id VARCHAR, decided_at TIMESTAMPTZ, command VARCHAR, base_run_id VARCHAR,
+    cand_run_id VARCHAR, exam_id VARCHAR, corpus_hash VARCHAR, sealed BOOLEAN, status VARCHAR,
+    n_paired BIGINT, n_verified BIGINT, n_findings BIGINT, n_stopping BIGINT
+);
+"""
+
+#: The tables made by their first write rather than when a store opens to write, each with
+#: its DDL, run in the transaction of that write: a store that never merged, pulled or gated
+#: has none of them, and a read-only store stays as it is.
+LAZY_DDL = {"merged_parts": MERGED_PARTS_DDL, "pulled_seals": PULLED_SEALS_DDL, "gates": GATES_DDL}
+
 #: Each complete run's history counts (:mod:`evalkit.store.history_queries`), written when the
 #: run finishes or is rescored, so `evalkit history` over a thousand runs reads a few thousand
 #: rows instead of re-deciding ten million outputs; derived data (a store without them, or a run
@@ -170,7 +185,7 @@ def known_tables() -> dict[str, tuple[dict[str, str], dict[str, str]]]:
         ('VARCHAR[]', {'case_group': 'VARCHAR'})
     """
     tables: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
-    for name, body in _CREATE.findall(DDL + MERGED_PARTS_DDL + HISTORY_DDL + PULLED_SEALS_DDL):
+    for name, body in _CREATE.findall(DDL + HISTORY_DDL + "".join(LAZY_DDL.values())):
         columns = (c.split() for c in body.split(","))  # "name TYPE", types without spaces
         tables[name] = ({c: _TYPE_NAMES.get(t, t) for c, t in columns}, {})
     for name, column, sql_type in _ALTER.findall(DDL):

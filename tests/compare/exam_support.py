@@ -149,15 +149,24 @@ def write_project(root: Path, kind: str) -> Project:
 
 
 def run_candidate(
-    project: Project, label: str, prompt: str, *, sealed: bool = False, drop_drafts: bool = False
+    project: Project,
+    label: str,
+    prompt: str,
+    *,
+    sealed: bool = False,
+    drop_drafts: bool = False,
+    skip: frozenset[str] = frozenset(),
 ) -> str:
     """Run the suite in this process with ``prompt`` (``--prompt``), as `evalkit run` would:
     ``sealed`` loads sealed/ too (``--sealed``); ``drop_drafts`` leaves drafts out (a run
-    refuses them, so a pull request that drafts cases must leave them out)."""
+    refuses them, so a pull request that drafts cases must leave them out); ``skip``: cases
+    the run leaves out though they are in the corpus (a run of part of it)."""
     suite = load_suite(project.config, prompt=project.prompt(prompt))
     corpus = load_corpus(suite.root, sealed=sealed)
     if drop_drafts:
         corpus = corpus.select(ids=[c.id for c in corpus.cases if c.review != "draft"])
+    if skip:
+        corpus = corpus.select(ids=[c.id for c in corpus.cases if c.id not in skip])
     selection = Selection(sealed=sealed)
     corpus = selection.apply(corpus)
     options = RunOptions(label=label, progress=False, selection=selection.to_manifest())

@@ -223,6 +223,13 @@ for c in range(16):
     done = shared.cache_put(batch)
     added, conflicts = added + done.added, conflicts + done.conflicts
     files.append(data_files(shared._table("response_cache")))
+    if c == 7:
+        # halfway, wait for a compaction to land between two of our commits: left to timing,
+        # a loaded machine's compactor can lose to every one of them
+        Path(go + ".wanted").touch()
+        deadline = time.monotonic() + 120
+        while not Path(go + ".compacted").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
     # room for a compaction's read, write and commit between two of ours (~0.1-0.3 s): back
     # to back, ours land every ~0.15 s and the compactor only ever loses and retries
     time.sleep(0.3)
@@ -243,9 +250,12 @@ while not Path(go).exists():
     time.sleep(0.002)
 compactions = conflicts = 0
 while not Path(go + ".published").exists():
+    wanted = Path(go + ".wanted").exists()  # asked before this compaction began
     done = shared.compact_cache()
     compactions += done.compacted
     conflicts += done.conflicts
+    if wanted and done.compacted:
+        Path(go + ".compacted").touch()
     time.sleep(0.05)  # a table of one file is read again at once otherwise
 print(json.dumps({"compactions": compactions, "conflicts": conflicts}))
 """
@@ -275,9 +285,9 @@ def _stop(procs: dict[str, subprocess.Popen[str]]) -> None:
 
 
 def test_a_compaction_racing_a_publish_loses_and_doubles_no_row(tmp_path: Path) -> None:
-    # Every attempt must lose and double no row; at least one of three must really race (a
-    # compaction landing between two of the publisher's commits). Only the timing of two
-    # processes puts it there, and on a loaded machine one attempt sometimes missed.
+    # Every attempt must lose and double no row, and really race: a compaction landing
+    # between two of the publisher's commits. The publisher waits for one halfway (the
+    # other commits race by timing alone, which on a loaded machine the compactor may lose).
     raced = []
     for attempt in range(3):
         files, published, compacted = _race_once(tmp_path / f"attempt{attempt}")

@@ -33,6 +33,8 @@ _WHERE = {
     "OR created_at BETWEEN (SELECT created_at FROM runs WHERE run_id = $1) AND "
     "(SELECT coalesce(finished_at, now()) FROM runs WHERE run_id = $1)",
     "overrides": "cand_run_id = $1 OR base_run_id = $1",
+    # the gate decisions that looked at the run, as candidate or as baseline
+    "gates": "cand_run_id = $1 OR base_run_id = $1",
     "exam_files": "exam_id IN (SELECT exam_id FROM exams WHERE run_id = $1)",
     # the labels of the run's outputs (by the sha256 of their text, as labelling names
     # them) and those of its cases that name no output
@@ -143,6 +145,9 @@ def _absent(local: Store, name: str, frame: pl.DataFrame) -> pl.DataFrame:
     """The rows of ``frame`` whose key local table ``name`` lacks, each unique key once."""
     spec = TABLES[name]
     key = list(spec.key)
+    if not local.has_table(name):  # made by its first write (schema.LAZY_DDL): none held
+        new = frame.unique(key, keep="first", maintain_order=True) if spec.unique else frame
+        return new.select([c for c in spec.columns if c in frame.columns])
     values = frame[key[0]].drop_nulls().unique().to_list()
     present = local.query(
         f"SELECT DISTINCT {', '.join(key)} FROM {name} "

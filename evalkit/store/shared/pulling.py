@@ -112,7 +112,7 @@ def copy_run(
         for name in tables:
             if name in frames or name in STREAMED or name in ("exams", "exam_files"):
                 continue  # exams: those of the trusted promotions, read below
-            if name == "overrides":
+            if name in ("overrides", "gates"):
                 rows = pa_concat(
                     shared._read(name, "cand_run_id", [run_id]),
                     shared._read(name, "base_run_id", [run_id]),

@@ -3,9 +3,10 @@ back (a run, or a suite's promoted baseline) into another local store, both idem
 
 A push commits one table at a time (Iceberg has no multi-table commit) in an order that makes
 a half-finished push harmless: a run's cases, outputs, scorings, scores, flakes and response
-cache entries first, its ``runs`` row after them, then the gate overrides naming the run (as
-base or candidate) and the human labels of its outputs, then the pinned exams of its promotions
-(each exam's files, then its row sealing them), its promotions last. A run is *published*
+cache entries first, its ``runs`` row after them, then the gate overrides and the gate
+decisions naming the run (as base or candidate) and the human labels of its outputs, then the
+pinned exams of its promotions (each exam's files, then its row sealing them), its promotions
+last. A run is *published*
 once its ``runs`` row is there, so a reader never sees a run whose rows are still coming, a
 promotion never names a run that is not all there nor comes before its exam, and a push
 killed midway is finished by pushing again (each table skips the rows it already holds:
@@ -13,8 +14,8 @@ killed midway is finished by pushing again (each table skips the rows it already
 
 A pull first verifies the run as one unit against the seal its push recorded
 (:mod:`evalkit.store.shared.verify`), and refuses it in one line naming the run and the table
-when rows were added or changed since; then it copies the run's rows, its overrides and the
-human labels of its outputs, and
+when rows were added or changed since; then it copies the run's rows, its overrides, the gate
+decisions taken on it and the human labels of its outputs, and
 with a baseline its suite's promotion history and the pinned exams of its trusted promotions
 (verified against their seals: :func:`~evalkit.store.shared.verify.verify_exams`), into the
 local store in one DuckDB
@@ -97,6 +98,7 @@ PUSH_ORDER = (
     "response_cache",
     "runs",
     "overrides",
+    "gates",
     "human_labels",
     "exam_files",
     "exams",

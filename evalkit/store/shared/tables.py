@@ -72,9 +72,21 @@ _KEYS: dict[str, tuple[str, ...]] = {
     # a promotion's pinned exam: its row, and its files (which land in one commit)
     "exams": ("exam_id",),
     "exam_files": ("exam_id",),
+    # one row per gate decision taken against a run (evalkit.store.gate_log): the looks
+    # at a baseline's exam that `evalkit history` counts, from whichever job took them
+    "gates": ("gate_id",),
 }
 _UNIQUE = frozenset(
-    {"runs", "scorings", "baselines", "response_cache", "overrides", "human_labels", "exams"}
+    {
+        "runs",
+        "scorings",
+        "baselines",
+        "response_cache",
+        "overrides",
+        "human_labels",
+        "exams",
+        "gates",
+    }
 )
 #: Columns only the shared tables have: the seal a push records with the rows that publish a
 #: run or a scoring (:mod:`evalkit.store.shared.verify`), which a pull checks and drops, and
