@@ -50,7 +50,9 @@ _JUDGE = {"judge_model": "judge-m", "rubric": "tone.md", "rubric_hash": "ab12"}
 
 
 def _judged(run, seed: int):  # type: ignore[no-untyped-def]
-    """``run`` with a tier-3 judge check on every scored replay (no calibration: not gated)."""
+    """``run`` with a tier-3 judge check on every scored replay (no calibration: not gated).
+    Its scores are quarters: a case's mean over replays is exact, whatever order Polars' threads
+    add them in (with fifths, the two paths' means differed in their last bit in some runs)."""
     rng = random.Random(seed)
     rows = run.scores.filter(pl.col("scorer") == "contains")
     level = [rng.choice([1, 2, 3, 4, 5]) for _ in range(rows.height)]
@@ -58,7 +60,7 @@ def _judged(run, seed: int):  # type: ignore[no-untyped-def]
     judge = rows.with_columns(
         scorer=pl.lit("judge:tone"), scorer_index=pl.lit(2, rows["scorer_index"].dtype),
         tier=pl.lit(3, rows["tier"].dtype), passed=pl.Series(level) >= 3,
-        score=pl.Series(level, dtype=pl.Float64) / 5, reason=pl.lit("tone"),
+        score=pl.Series(level, dtype=pl.Float64) / 4, reason=pl.lit("tone"),
         details=pl.Series(details),
     )  # fmt: skip
     return dataclasses.replace(run, scores=pl.concat([run.scores, judge], how="diagonal_relaxed"))
