@@ -78,11 +78,12 @@ def load_run_corpus(
     share at a time, :mod:`evalkit.run.engines.ray_plan`), else every case loaded, its scorers
     built when selected. Either way what is checked before the run (tags, drafts, policy)
     reads the same."""
-    from evalkit.corpus.case_facts import scan_corpus
     from evalkit.corpus.cases import load_corpus
 
     sealed, template = selection.sealed, suite.config.system.user_template
     if getattr(args, "shard", None) or getattr(args, "engine", "local") == "ray":
+        from evalkit.corpus.case_facts import scan_corpus  # the index reader: a sharded run's
+
         # index_only: a cold index is made (once between shards started together), the
         # cases not kept: this process builds only the share it runs
         return scan_corpus(suite.root, sealed=sealed, user_template=template, index_only=True)

@@ -21,13 +21,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from evalkit.corpus.case_index import (
-    CaseFacts,
-)
 from evalkit.corpus.case_scorers import DeferredScorers, PendingScorers, ScorerBinder, SharedExpect
 from evalkit.corpus.case_spec import CaseSpec, describe_validation
 from evalkit.corpus.expect_forms import check_expect, expand_short_forms, quoted, suggest
@@ -44,6 +41,9 @@ from evalkit.corpus.yaml_nodes import (
 from evalkit.errors import CorpusError
 from evalkit.records import canonical_json
 from evalkit.scorers import SCORERS, Scorer
+
+if TYPE_CHECKING:  # the index's facts: read through it by case_facts, not by a plain load
+    from evalkit.corpus.case_index import CaseFacts
 
 CASE_GLOBS = ("*.yaml", "*.yml")
 #: Refused before parsing (a YAML loader holds many times a file's size in nodes, so a large

@@ -18,9 +18,8 @@ import subprocess
 import threading
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
 from evalkit.corpus.repo_tree import env_digests, repo_tree
@@ -29,8 +28,10 @@ from evalkit.corpus.suite import Suite
 from evalkit.records import canonical_json
 from evalkit.redact import strip_userinfo
 from evalkit.run_manifest import COMPARABLE_FIELDS, MANIFEST_VERSION, RunManifest, as_manifest
-from evalkit.scorers.judge_client import model_family
 from evalkit.version import __version__
+
+if TYPE_CHECKING:  # a plain run records loaded cases: the index reader stays unimported
+    from evalkit.corpus.case_facts import CorpusFacts
 
 
 def _sha(text: str | None) -> str | None:
@@ -220,6 +221,8 @@ def _warnings(suite: Suite) -> list[str]:
     judge = suite.config.judge
     if judge is None:
         return live
+    from evalkit.scorers.judge_client import model_family  # a judged suite's alone
+
     family = model_family(judge.model)
     if family == model_family(suite.config.system.model):
         return [

@@ -19,14 +19,16 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Corpus
 from evalkit.errors import ConfigError
 from evalkit.scorers.registry import DETERMINISTIC, EXECUTABLE, JUDGE, SCORERS, SIMILARITY
+
+if TYPE_CHECKING:  # a plain run selects loaded cases: the index reader stays unimported
+    from evalkit.corpus.case_facts import CorpusFacts
 
 #: Scorer kinds a tier may skip, by the tier the registry gives them.
 SCORER_KINDS = {
@@ -37,7 +39,7 @@ SCORER_KINDS = {
 }
 #: What a selection applies to: loaded cases, or the facts of a corpus read through its index
 #: (a shard selects on facts, then builds only its share).
-CorpusT = TypeVar("CorpusT", Corpus, CorpusFacts)
+CorpusT = TypeVar("CorpusT", Corpus, "CorpusFacts")
 
 
 class TierConfig(BaseModel):

@@ -14,7 +14,7 @@ import json
 import random
 import time
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.corpus.cases import Case
 from evalkit.corpus.messages import render_messages
@@ -31,9 +31,11 @@ from evalkit.run.summary import SessionCounts
 from evalkit.run.timeline import mark
 from evalkit.run.writer import BatchWriter
 from evalkit.run_manifest import RunManifest
-from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import EXECUTABLE
 from evalkit.store import Store, initial_scoring_id
+
+if TYPE_CHECKING:  # a judged run's (evalkit.run.judging imports it to build one)
+    from evalkit.scorers.judge_client import JudgeClient
 
 
 class Execution:
@@ -89,7 +91,9 @@ class Execution:
             self.cache = self.store.cache_get(
                 self._cache_key(self._first_request(case), replay) for case, replay in work
             )
-        self.store.release()  # readers may open the file between batches from now on
+        # readers may open the file between batches from the first batch, or the writer's
+        # interval, on (a run done sooner keeps it open to its finish)
+        self.writer.hold_open()
         progress = Progress(len(work), enabled=self.options.progress)
         with progress:
             flusher = asyncio.create_task(self.writer.run_periodic())

@@ -3,16 +3,18 @@ same retries and bounded waits as the system under test."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.suite import Suite
 from evalkit.errors import ConfigError
 from evalkit.run.cache import CachedProvider
 from evalkit.run.providers import make_provider
-from evalkit.scorers.judge_client import JudgeClient
 from evalkit.scorers.registry import JUDGE
 from evalkit.store import Store
+
+if TYPE_CHECKING:  # imported when a case is judged (judge_client), not by every run
+    from evalkit.scorers.judge_client import JudgeClient
 
 __all__ = ["judge_client", "make_judge"]
 
@@ -70,6 +72,8 @@ def judge_client(suite: Suite, store: Store, use_cache: bool = True) -> JudgeCli
     provider = CachedProvider(
         make_provider(config), store, identity, enabled=use_cache, max_in_flight=in_flight
     )
+    from evalkit.scorers.judge_client import JudgeClient
+
     return JudgeClient(
         provider,
         config.model,

@@ -48,6 +48,7 @@ from evalkit.run.summary import (
 from evalkit.run.timeline import mark
 from evalkit.run_manifest import RunManifest
 from evalkit.store import Store, new_run_id
+from evalkit.store.history_tally import TalliedHistory, pinned_rules, tag_rows
 
 __all__ = [
     "RunOptions",
@@ -213,7 +214,15 @@ async def run_suite_async(
     warnings = [*before, *result_warnings(summary.outputs, summary.cached_outputs, expected)]
     summary = replace(summary, warnings=tuple(warnings), replays=config.replays)
     status = "complete" if summary.complete else "incomplete"
-    recorded = store.finish_run(run_id, status, summary.to_dict(), warnings=warnings)
+    recorded = store.finish_run(
+        run_id,
+        status,
+        summary.to_dict(),
+        # the manifest is written again only when its warnings changed since it was recorded
+        warnings=None if tuple(warnings) == manifest.warnings else warnings,
+        # a fresh run's history counts as its writer tallied them (a resume's are counted)
+        tallied=None if options.resume else _tallied(execution, corpus, manifest),
+    )
     # a complete run's case counts as its finish recorded them (no query reads them back);
     # else counted from the stored rows
     summary = (
@@ -270,6 +279,17 @@ def _resumed_cases(store: Store, run_id: str, corpus: Corpus) -> Corpus:
             f"({shown}); resume with the selection the run started with"
         )
     return corpus.select(ids=stored)
+
+
+def _tallied(execution: Execution, corpus: Corpus, manifest: RunManifest) -> TalliedHistory | None:
+    """The history counts of a fresh run from what its writer tallied (None: it stopped
+    tallying, a large run), under the pass rules its manifest pinned."""
+    tally = execution.writer.counts.replays.cases
+    if tally is None:
+        return None
+    rules = pinned_rules(manifest.gate_policy)
+    rows = tag_rows(((case.id, case.tags) for case in corpus.cases), tally, rules)
+    return TalliedHistory(execution.scoring_id, rules, tuple(rows))
 
 
 def _mark_stopped(store: Store, run_id: str, exc: BaseException) -> None:

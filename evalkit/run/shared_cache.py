@@ -26,6 +26,7 @@ from evalkit.store import Store
 if TYPE_CHECKING:
     from evalkit.run.summary import RunSummary
     from evalkit.store.history_queries import CaseCounts
+    from evalkit.store.history_tally import TalliedHistory
     from evalkit.store.shared import SharedStore
 
 
@@ -277,6 +278,7 @@ class SharedCacheStore:
         summary: dict[str, Any],
         *,
         warnings: Sequence[str] | None = None,
+        tallied: TalliedHistory | None = None,
     ) -> CaseCounts | None:
         """The local store's finish, with this wrapper's caveats (an unreachable store, the
         answers another machine's cache served) added to the run's manifest warnings and
@@ -294,7 +296,7 @@ class SharedCacheStore:
             if warnings is None:
                 warnings = list(self.local.manifest(run_id).warnings)
             warnings = [*warnings, *(c for c in self.caveats if c not in warnings)]
-        return self.local.finish_run(run_id, status, summary, warnings=warnings)
+        return self.local.finish_run(run_id, status, summary, warnings=warnings, tallied=tallied)
 
     def _lose(self, caveat: str) -> None:
         """Stop asking the shared store (this wrapper, and later ones over the same store

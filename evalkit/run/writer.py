@@ -3,7 +3,8 @@
 Rows are collected column-wise on the event loop and written by the writer's own thread, one
 transaction per batch. The thread keeps the schedule, so neither a busy event loop nor a thread
 pool full of sandboxed scorers delays a batch; between batches the file is released so readers
-(a notebook) can open it.
+(a notebook) can open it, from the first batch or one interval after the requests start
+(:meth:`BatchWriter.hold_open`), whichever is first.
 
 What a kill can lose. An answer is *pending* from the moment the runner hands it over
 (:meth:`BatchWriter.put`) until the transaction holding it commits (the batch being written is
@@ -49,6 +50,7 @@ from evalkit.corpus.cases import Case
 from evalkit.records import Output, Score
 from evalkit.redact import redact_secrets
 from evalkit.store import OUTPUT_COLUMNS, REOPEN_WAIT_S, SCORE_COLUMNS, Store
+from evalkit.store.history_tally import ReplayTally, replay_verdict
 
 _Batch = tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]
 
@@ -74,9 +76,18 @@ class WrittenCounts:
     first_replays: int = 0
     # cause -> outputs, with the store's wording and the store's redaction of key-shaped text
     error_causes: Counter[str] = field(default_factory=Counter)
+    # each case's replays as the history counts decide them (a fresh run's finish records
+    # those counts from here, not from a query; a large run's tally stops)
+    replays: ReplayTally = field(default_factory=ReplayTally)
 
-    def count(self, replay: int, output: Output, scores: list[Score], cost: float) -> None:
+    def count(
+        self, case_id: str, replay: int, output: Output, scores: list[Score], cost: float
+    ) -> None:
         """One answer and its scores."""
+        self.replays.add(
+            case_id,
+            replay_verdict(output.error, output.fail_reason, ((s.passed, s.error) for s in scores)),
+        )
         self.outputs += 1
         self.first_replays += replay == 0
         scorer_errored = False
@@ -121,6 +132,17 @@ class BatchWriter:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None  # why a write failed: the run stops
+        self._release_at: float | None = None  # see hold_open
+
+    def hold_open(self) -> None:
+        """Keep the store's file open (readers out) until the first batch is written or
+        ``interval_s`` has passed, whichever comes first; then, as after every batch, it is
+        released for readers. A run whose answers are all in sooner never closes and reopens
+        the file before its finish (a short run's fixed cost); a reader waits at most the
+        interval for it, as it waits for a batch being written."""
+        with self._cond:
+            self._release_at = time.monotonic() + self.interval_s
+            self._cond.notify()
 
     async def put(
         self,
@@ -195,7 +217,7 @@ class BatchWriter:
                 col["details"].append(details)
             self.pending += 1
             self._arrived()
-        self.counts.count(replay, output, scores, cost)
+        self.counts.count(case.id, replay, output, scores, cost)
 
     def cache(self, key: str, response: str) -> None:
         with self._cond:
@@ -251,10 +273,14 @@ class BatchWriter:
     def _next_batch(self) -> bool:
         """Wait until a batch is due, then write it; False once asked to stop."""
         with self._cond:
-            while not self._stopping and not self._due():
+            while not self._stopping and not self._due() and not self._hold_over():
                 self._cond.wait(self._wait_s())
             if self._stopping:
                 return False
+            due = self._due()
+        if not due:  # the hold is over before any batch: readers may open the file now
+            self._release()
+            return True
         opened = self.store.reopen(0.0)
         if not opened and self.pending >= self.flush_rows:
             # Workers are waiting: wait for the reader as the final flush does (a store raises
@@ -278,10 +304,21 @@ class BatchWriter:
             return False
         return self.pending >= self.flush_rows or time.monotonic() >= self._oldest + self.interval_s
 
+    def _hold_over(self) -> bool:
+        return self._release_at is not None and time.monotonic() >= self._release_at
+
     def _wait_s(self) -> float | None:
-        if self._oldest is None:
-            return None  # nothing pending: ``_arrived`` wakes the thread
-        return max(0.0, self._oldest + self.interval_s - time.monotonic())
+        deadlines = [t for t in (self._release_at,) if t is not None]
+        if self._oldest is not None:
+            deadlines.append(self._oldest + self.interval_s)
+        if not deadlines:
+            return None  # nothing pending, nothing held: ``_arrived`` wakes the thread
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def _release(self) -> None:
+        """Let readers open the file (the hold, if any, is over)."""
+        self._release_at = None
+        self.store.release()
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -325,7 +362,7 @@ class BatchWriter:
         self.store.cache_put(entries)
         self.store.write_results(outputs, scores)
         if release:
-            self.store.release()
+            self._release()
 
 
 def _columns() -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:

@@ -82,6 +82,8 @@ from evalkit.store.transaction import Transaction, serialized
 if TYPE_CHECKING:
     import polars as pl
 
+    from evalkit.store.history_tally import TalliedHistory
+
 DEFAULT_DB = Path("data/evalkit.duckdb")
 #: A read-only open retries this long at least: a running writer holds the file only while it
 #: appends a batch (a fraction of a second).
@@ -221,6 +223,7 @@ class Store(
         self._calls = 0  # public calls in progress (a read-only store lets go at zero)
         self._opened = 0  # times the file was opened (tests count it)
         con.execute("SET TimeZone = 'UTC'")
+        self._history_tables = not read_only  # made below, or there already (current)
         if not read_only and not schema_current:  # current: every table and column is there
             # One transaction, not a commit per statement: each commit writes and syncs the
             # WAL, so creating a new store's tables one by one cost several times as much. The
@@ -406,11 +409,14 @@ class Store(
         summary: dict[str, Any],
         *,
         warnings: Sequence[str] | None = None,
+        tallied: TalliedHistory | None = None,
     ) -> CaseCounts | None:
         """Record a run's status and summary; with ``warnings``, also replace its manifest's
         (:meth:`set_warnings`) in the same statement. A complete run's history counts are
         recorded in the same transaction (one commit); when they cannot be (derived data),
-        the finish is recorded alone.
+        the finish is recorded alone. ``tallied``: those counts as the run's writer tallied
+        them (:mod:`evalkit.store.history_tally`), used when they are of the run's latest
+        scoring; else counted from the stored rows.
 
         Returns:
             The run's :class:`~evalkit.store.history_sql.CaseCounts` as its history
@@ -421,7 +427,7 @@ class Store(
             try:
                 with self._transaction():
                     self._record_finish(run_id, status, summary, warnings)
-                    recorded = self._record_history(run_id)
+                    recorded = self._record_history(run_id, tallied)
             except (duckdb.Error, StoreError):
                 pass  # rolled back whole: record the finish without the history counts
             else:
@@ -457,10 +463,17 @@ class Store(
         with contextlib.suppress(duckdb.Error, StoreError), self._transaction():
             self._record_history(run_id)
 
-    def _record_history(self, run_id: str) -> CaseCounts | None:
+    def _record_history(
+        self, run_id: str, tallied: TalliedHistory | None = None
+    ) -> CaseCounts | None:
         from evalkit.store.history_sql import record_history
 
-        return record_history(self._con, run_id, self.latest_scoring(run_id))
+        scoring_id = self.latest_scoring(run_id)
+        if tallied is not None and tallied.scoring_id != scoring_id:
+            tallied = None  # rescored since: those rows are not of its latest scoring
+        return record_history(
+            self._con, run_id, scoring_id, tallied=tallied, tables=self._history_tables
+        )
 
     def set_warnings(self, run_id: str, warnings: Sequence[str]) -> None:
         """Replace the ``warnings`` of a run's manifest (the config hash does not cover them)."""

@@ -15,10 +15,8 @@ if TYPE_CHECKING:
     import duckdb
 
 from evalkit.replay_rules import PassRules
+from evalkit.store.history_tally import ALL, TagRow, TalliedHistory, pinned_rules
 from evalkit.store.schema import HISTORY_DDL
-
-#: The slice every case belongs to (as `evalkit.compare.slices` names it).
-ALL = "ALL"
 
 SELECTED = "sel AS (SELECT DISTINCT UNNEST(?::VARCHAR[]) AS run_id)"
 
@@ -129,7 +127,12 @@ _COUNTED = ("cases", "decided", "passed", "errored", "unstable")
 
 
 def record_history(
-    con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    scoring_id: str,
+    *,
+    tallied: TalliedHistory | None = None,
+    tables: bool = False,
 ) -> CaseCounts | None:
     """Record a finished run's counts (every tag) and usage, for ``scoring_id``, replacing
     what it recorded before: what :func:`tag_counts` and :func:`usage_by_model` read instead of
@@ -137,19 +140,28 @@ def record_history(
     (`run_rules`), recorded beside them in ``history_rules`` (a run recorded before had none:
     its counts are by majority). Plain DuckDB (no Polars): it runs at the end of a lean run.
 
+    ``tallied``: the rows a fresh run's writer tallied for this scoring
+    (:mod:`evalkit.store.history_tally`), recorded as they are instead of counted again;
+    ``tables``: the history tables are known to be there (the store made or checked them).
+
     Returns:
         The counts of its ``ALL`` row as recorded (with those rules), so the run's own summary
         need not read them back; None for a run without cases.
     """
-    con.execute(HISTORY_DDL)
-    rules = run_rules(con, [run_id]).get(run_id, PassRules())
-    counts = TAG_COUNTS.format(where="", tag_where="", passes=rules.sql("tags", "case_id"))
+    if not tables:
+        con.execute(HISTORY_DDL)
     con.execute("DELETE FROM history_counts WHERE run_id = ?", [run_id])
-    recorded = con.execute(
-        f"INSERT INTO history_counts SELECT run_id, ? AS scoring_id, tag, cases, decided, passed, "
-        f"errored, unstable FROM ({counts}) RETURNING tag, {', '.join(_COUNTED)}",
-        [scoring_id, [run_id]],
-    ).fetchall()
+    if tallied is not None:
+        rules = tallied.rules
+        recorded = _insert_rows(con, run_id, scoring_id, tallied.rows)
+    else:
+        rules = run_rules(con, [run_id]).get(run_id, PassRules())
+        counts = TAG_COUNTS.format(where="", tag_where="", passes=rules.sql("tags", "case_id"))
+        recorded = con.execute(
+            f"INSERT INTO history_counts SELECT run_id, ? AS scoring_id, tag, cases, decided, "
+            f"passed, errored, unstable FROM ({counts}) RETURNING tag, {', '.join(_COUNTED)}",
+            [scoring_id, [run_id]],
+        ).fetchall()
     con.execute("DELETE FROM history_rules WHERE run_id = ?", [run_id])
     con.execute(
         "INSERT INTO history_rules VALUES (?, ?, ?)",
@@ -162,6 +174,20 @@ def record_history(
         return None
     numbers = dict(zip(_COUNTED, map(int, every[0]), strict=True))
     return CaseCounts(run_id=run_id, pass_rules=rules, **numbers)
+
+
+def _insert_rows(
+    con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str, rows: Sequence[TagRow]
+) -> list[TagRow]:
+    """``rows`` into ``history_counts`` in one statement (a column of each); returns them."""
+    if rows:
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        con.execute(
+            "INSERT INTO history_counts SELECT ?, ?, UNNEST(?::VARCHAR[]), "
+            + ", ".join("UNNEST(?::BIGINT[])" for _ in _COUNTED),
+            [run_id, scoring_id, *columns],
+        )
+    return list(rows)
 
 
 #: Each selected run's manifest: where its replay pass rules are pinned.
@@ -177,13 +203,11 @@ def run_rules(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[st
 
 def manifest_rules(manifest: str | None) -> PassRules:
     """The pass rules of a stored manifest's JSON (majority: none, or unreadable)."""
-    from evalkit.errors import ConfigError
-
     try:
-        policy = (json.loads(manifest or "{}") or {}).get("gate_policy") or {}
-        return PassRules.from_config(policy.get("pass_rules"))
-    except (ValueError, AttributeError, ConfigError):  # not JSON, not a mapping, not a rule
+        policy = (json.loads(manifest or "{}") or {}).get("gate_policy")
+    except (ValueError, AttributeError):  # not JSON, not a mapping
         return PassRules()
+    return pinned_rules(policy)
 
 
 def stored_rules(config: str | None) -> PassRules:

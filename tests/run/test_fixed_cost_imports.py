@@ -1,7 +1,8 @@
 """What ``evalkit run`` imports, and which thread imports it: a run of ``json_valid`` and
-``max_words`` cases never imports the scorer modules it does not use, and the lean transport's
-client (aiohttp) is imported by the prefetch thread while the corpus loads and the run is
-recorded, not by the first request; the prefetch asks the server nothing."""
+``max_words`` cases never imports the scorer modules it does not use (nor the case index's
+reader, nor the judge's client), and the lean transport's client (aiohttp) is imported by the
+prefetch thread while the corpus loads and the run is recorded, not by the first request; the
+prefetch asks the server nothing."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ NOT_ON_THE_RUN_PATH = (
     "evalkit.scorers.sandbox", "evalkit.scorers.judge", "evalkit.scorers.trajectory",
     "regex",  # the regex engine: imported by the first regex scorer built, not before
     "multiprocessing",  # only a corpus scan in several processes (evalkit.corpus.case_facts)
+    # the case index's reader: a sharded or Ray run reads the corpus through it, a plain run
+    # loads its cases
+    "evalkit.corpus.case_facts", "evalkit.corpus.case_index", "evalkit.corpus.index_trust",
+    "evalkit.scorers.judge_client",  # a judged run's judge: built only when a case has one
 )  # fmt: skip
 
 #: Runs ``evalkit run`` in this interpreter and reports the modules loaded and which thread

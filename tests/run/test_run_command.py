@@ -43,8 +43,14 @@ def answer(messages, **context):
     if "flaky" in text and FAIL.exists():
         raise ConnectionError("connection refused")
     if "hold" in text and FAIL.with_name("hold").exists():
+        import time
         import duckdb  # a reader holding the file (evalkit's own read-only store lets go)
-        HOLD.append(duckdb.connect(FAIL.with_name("hold").read_text(), read_only=True))
+        for _ in range(400):  # as a reader does, it waits while the run holds the file
+            try:
+                HOLD.append(duckdb.connect(FAIL.with_name("hold").read_text(), read_only=True))
+                break
+            except duckdb.Error:
+                time.sleep(0.05)
     return json.dumps({"answer": "fine " + text})
 """
 

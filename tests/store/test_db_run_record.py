@@ -62,7 +62,7 @@ def test_a_finish_whose_history_cannot_be_recorded_is_recorded_alone(
 ) -> None:
     import evalkit.store.history_sql as history_sql
 
-    def broken(con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str) -> None:
+    def broken(con: duckdb.DuckDBPyConnection, run_id: str, scoring_id: str, **_: object) -> None:
         con.execute("INSERT INTO history_usage (run_id) VALUES (?)", [run_id])  # then fails
         raise duckdb.InvalidInputException("history broke")
 
