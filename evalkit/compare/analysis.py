@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -29,6 +30,7 @@ from evalkit.judges.gating import (
 )
 from evalkit.renderers import html_for
 from evalkit.run_manifest import RunManifest, as_manifest
+from evalkit.scorers.registry import JUDGE
 from evalkit.store.history_queries import CaseCounts, case_counts
 
 if TYPE_CHECKING:
@@ -59,6 +61,9 @@ class RunData:
     # The scoring ``scores`` are (`load_run`: the newest when loaded), so the details read back
     # later are that scoring's even after a rescore; None: frames not read from a store.
     scoring_id: str | None = None
+    # True when ``scores`` holds the judges' rows alone (`load_run(thin=True)`): the rest stay
+    # in the store, and `verdicts_of` reads them a range of cases at a time.
+    scores_in_store: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "manifest", as_manifest(self.manifest))
@@ -128,24 +133,19 @@ def compare(
     its verdict on every side; None: majority.
     """
     differing = check_comparable(base.manifest, cand.manifest, allow_diff)
-    base_scores, cand_scores = base.scores, cand.scores
-    rb_scores = rebaseline.scores if rebaseline is not None else None
+    keep: Callable[[pl.DataFrame], pl.DataFrame] | None = None
     judge_paired = None
     if gating is not None and not all(check.gating for check in gating.checks):
-        base_scores, cand_scores = (
-            gated_scores(base_scores, gating),
-            gated_scores(cand_scores, gating),
-        )
-        rb_scores = gated_scores(rb_scores, gating) if rb_scores is not None else None
+        keep = partial(gated_scores, gating=gating)
         judge_paired = _ungated_judge_paired(base, cand, gating, pass_rules)
-    bv = verdicts(base.outputs, base_scores, base.cases, pass_rules)
-    cv = verdicts(cand.outputs, cand_scores, cand.cases, pass_rules)
+    bv = verdicts_of(base, pass_rules, keep)
+    cv = verdicts_of(cand, pass_rules, keep)
     changes = case_changes(base.cases, cand.cases)
     paired = paired_frame(bv, cv, base.cases, cand.cases)
     rebaselined: frozenset[str] = frozenset()
-    if rebaseline is not None and rb_scores is not None:
+    if rebaseline is not None:
         wanted = changes.filter(pl.col("change") != "removed")["case_id"].implode()
-        rv = verdicts(rebaseline.outputs, rb_scores, rebaseline.cases, pass_rules)
+        rv = verdicts_of(rebaseline, pass_rules, keep)
         extra = paired_frame(rv, cv, rebaseline.cases, cand.cases)
         extra = extra.filter(pl.col("case_id").is_in(wanted)).with_columns(
             origin=pl.lit("rebaselined")
@@ -165,8 +165,7 @@ def compare(
         # A case whose every check is an ungated judge has nothing that may gate: it is not
         # errored (its outputs exist); it leaves the gated pairing and is reported instead.
         runs = [base, cand] + ([rebaseline] if rebaseline is not None else [])
-        kept = [base_scores, cand_scores] + ([rb_scores] if rb_scores is not None else [])
-        scored = pl.concat([s["case_id"] for s in kept]).unique()
+        scored = pl.concat([scored_cases(run, keep) for run in runs]).unique()
         failed = pl.concat(
             [r.outputs.filter(pl.col("error").is_not_null())["case_id"] for r in runs]
         )
@@ -227,6 +226,62 @@ def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -
             "candidate's: its configuration cannot be rebuilt from this checkout"
         )
     return None
+
+
+def verdicts_of(
+    run: RunData,
+    rules: PassRules | None = None,
+    keep: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+) -> pl.DataFrame:
+    """`verdicts` of ``run`` from its score rows ``keep`` keeps (None: every row; the judge
+    gating's `gated_scores`). A thin run's rows are read from its store a range of cases at a
+    time (``run.scores_in_store``): what is held at once is one range's rows, not the run's.
+
+    Examples:
+        >>> out = pl.DataFrame({"run_id": ["r"], "case_id": ["a"], "replay": [0],
+        ...     "error": [None], "fail_reason": [None]})
+        >>> sc = out.select("run_id", "case_id", "replay").with_columns(scorer=pl.lit("s"),
+        ...     score=pl.lit(1.0), passed=pl.lit(True), error=pl.lit(False))
+        >>> run = RunData(run_id="r", label="r", manifest={}, cases=None, outputs=out, scores=sc)
+        >>> verdicts_of(run)["passed"].to_list()
+        [True]
+    """
+    keep = keep or (lambda frame: frame)
+    if not run.scores_in_store:
+        return verdicts(run.outputs, keep(run.scores), run.cases, rules)
+
+    def scores_of(low: str | None, high: str | None) -> pl.DataFrame:
+        with _details_store(run) as store:
+            rows = store.scores(run.run_id, run.scoring_id, ordered=False,
+                                without=SCORE_DETAIL_COLUMNS, case_range=(low, high))  # fmt: skip
+        return keep(rows)
+
+    return verdicts(run.outputs, run.scores, run.cases, rules, scores_of=scores_of)
+
+
+def scored_cases(
+    run: RunData, keep: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+) -> pl.Series:
+    """The ids of ``run``'s cases with a score row ``keep`` keeps (repeated per row); a thin
+    run's other rows than its judges' are asked of its store."""
+    held = (keep or (lambda frame: frame))(run.scores)["case_id"]
+    if not run.scores_in_store:
+        return held
+    with _details_store(run) as store:
+        rest = store.query(
+            f"SELECT DISTINCT case_id FROM scores WHERE run_id = ? AND scoring_id = ? "
+            f"AND tier <> {JUDGE}",
+            [run.run_id, run.scoring_id],
+        )["case_id"]
+    return pl.concat([held, rest])
+
+
+def _details_store(run: RunData) -> Store:
+    """The store a thin run was read from, opened read-only."""
+    from evalkit.store import open_store
+
+    assert run.details_db is not None, "a thin run names its store"
+    return open_store(run.details_db, read_only=True)
 
 
 def _ungated_judge_paired(
@@ -353,10 +408,15 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
     without = DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
+    # thin: held to the end of the gate, without the spare capacity of DuckDB's Arrow buffers
+    outputs = outputs.shrink_to_fit() if thin else outputs
     # one scoring for every read of this run, the details read back later included
     scoring_id = store.latest_scoring(run_id)
     score_without = SCORE_DETAIL_COLUMNS if thin else ()
-    scores = store.scores(run_id, scoring_id, ordered=False, without=score_without)
+    # thin: the judges' rows alone (the judge gating's); `verdicts_of` reads the rest by ranges
+    judges = JUDGE if thin else None
+    scores = store.scores(run_id, scoring_id, ordered=False, without=score_without, tier=judges)
+    cases = store.cases(run_id, without=CASE_DETAIL_COLUMNS if thin else (), scoring_id=scoring_id)
     manifest = store.manifest(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
@@ -371,15 +431,14 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         run_id=run_id,
         label=label,
         manifest=manifest,
-        cases=store.cases(
-            run_id, without=CASE_DETAIL_COLUMNS if thin else (), scoring_id=scoring_id
-        ),
+        cases=cases.shrink_to_fit() if thin else cases,
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),
         case_counts=case_counts(store, [run_id]).get(run_id),
         details_db=str(store.path) if thin else None,
         scoring_id=scoring_id,
+        scores_in_store=thin,
     )
 
 

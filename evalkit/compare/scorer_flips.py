@@ -20,11 +20,17 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from evalkit import stats
+
+if TYPE_CHECKING:
+    from evalkit.compare.analysis import RunData
+    from evalkit.store import Store
 
 _SCHEMA = {
     "scorer": pl.String, "tier": pl.Int64, "n": pl.Int64, "base_pass": pl.Float64,
@@ -55,7 +61,7 @@ def _per_case(scores: pl.DataFrame, case_ids: pl.Series) -> pl.DataFrame:
 
 
 def scorer_flips(
-    base_scores: pl.DataFrame, cand_scores: pl.DataFrame, case_ids: Sequence[str]
+    base_scores: pl.DataFrame, cand_scores: pl.DataFrame, case_ids: Sequence[str] | pl.Series
 ) -> pl.DataFrame:
     """One row per scorer over ``case_ids`` (the paired, unsealed cases): ``n`` cases decided by
     it on both sides, each side's pass rate, broken, fixed and the one-sided exact p."""
@@ -64,17 +70,88 @@ def scorer_flips(
     both = base.join(cand, on=["scorer", "case_id"], suffix="_cand")
     if both.is_empty():
         return pl.DataFrame(schema=_SCHEMA)
-    table = (
-        both.group_by("scorer")
-        .agg(
-            pl.col("tier").min().cast(pl.Int64),
-            pl.len().cast(pl.Int64).alias("n"),
-            pl.col("passed").mean().alias("base_pass"),
-            pl.col("passed_cand").mean().alias("cand_pass"),
-            (pl.col("passed") & ~pl.col("passed_cand")).sum().cast(pl.Int64).alias("broken"),
-            (~pl.col("passed") & pl.col("passed_cand")).sum().cast(pl.Int64).alias("fixed"),
-        )
-        .sort(["tier", "scorer"])
+    table = both.group_by("scorer").agg(
+        pl.col("tier").min().cast(pl.Int64),
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("passed").mean().alias("base_pass"),
+        pl.col("passed_cand").mean().alias("cand_pass"),
+        (pl.col("passed") & ~pl.col("passed_cand")).sum().cast(pl.Int64).alias("broken"),
+        (~pl.col("passed") & pl.col("passed_cand")).sum().cast(pl.Int64).alias("fixed"),
     )
+    return _with_p(table)
+
+
+def _with_p(table: pl.DataFrame) -> pl.DataFrame:
+    """The table sorted (deterministic checks first) with each scorer's one-sided exact p."""
+    table = table.sort(["tier", "scorer"])
     p = [stats.mcnemar_exact(b, f) for b, f in table.select("broken", "fixed").iter_rows()]
     return table.with_columns(pl.Series("p_broken", p, pl.Float64)).select(list(_SCHEMA))
+
+
+#: `scorer_flips` in the store, over one range of case ids: each (scorer, case)'s verdict on
+#: both sides in one grouping, counted per scorer over the cases both sides decided.
+_STORED = """
+WITH per_case AS (
+    SELECT scorer, case_id, min(tier) FILTER (WHERE run_id = $1) AS tier,
+           count_if(run_id = $1) > 0 AS in_base, count_if(run_id = $3) > 0 AS in_cand,
+           count_if(run_id = $1 AND passed) > count_if(run_id = $1 AND NOT passed) AS base,
+           count_if(run_id = $3 AND passed) > count_if(run_id = $3 AND NOT passed) AS cand
+    FROM scores
+    WHERE ((run_id = $1 AND scoring_id = $2) OR (run_id = $3 AND scoring_id = $4))
+      AND NOT coalesce(error, false) AND passed IS NOT NULL
+      AND ($5 IS NULL OR case_id >= $5) AND ($6 IS NULL OR case_id < $6)
+      AND case_id IN (SELECT case_id FROM _flip_ids
+                      WHERE ($5 IS NULL OR case_id >= $5) AND ($6 IS NULL OR case_id < $6))
+    GROUP BY scorer, case_id
+)
+SELECT scorer, min(tier)::BIGINT AS tier, count(*)::BIGINT AS n,
+       count_if(base)::BIGINT AS base_n, count_if(cand)::BIGINT AS cand_n,
+       count_if(base AND NOT cand)::BIGINT AS broken, count_if(NOT base AND cand)::BIGINT AS fixed
+FROM per_case WHERE in_base AND in_cand
+GROUP BY scorer
+"""
+
+
+def stored_scorer_flips(
+    store: Store, base_run: str, cand_run: str, case_ids: Sequence[str] | pl.Series
+) -> pl.DataFrame:
+    """`scorer_flips` of two stored runs' newest scorings, counted in the store a range of
+    :data:`~evalkit.compare.verdicts.VERDICT_CASES` case ids at a time: the same table, and
+    what is held at once is bounded by the range (grouping a million cases' score rows at
+    once, in Polars or in DuckDB, held several times those rows)."""
+    from evalkit.compare.verdicts import VERDICT_CASES
+
+    ids = pl.Series("case_id", case_ids, pl.String).unique().sort()
+    runs = [base_run, store.latest_scoring(base_run), cand_run, store.latest_scoring(cand_run)]
+    bounds: list[str | None] = [None, *ids.gather_every(VERDICT_CASES).to_list()[1:], None]
+    parts = [
+        store.query_with(_STORED, [*runs, low, high], _flip_ids=ids.to_frame())
+        for low, high in itertools.pairwise(bounds)
+    ]
+    counts = (
+        pl.concat(parts)
+        .group_by("scorer")
+        .agg(pl.col("tier").min(), pl.col("n", "base_n", "cand_n", "broken", "fixed").sum())
+    )
+    if counts.is_empty():
+        return pl.DataFrame(schema=_SCHEMA)
+    # a boolean's mean is its count over n: the same float as `scorer_flips`' mean
+    return _with_p(
+        counts.with_columns(
+            (pl.col("base_n") / pl.col("n")).alias("base_pass"),
+            (pl.col("cand_n") / pl.col("n")).alias("cand_pass"),
+        )
+    )
+
+
+def run_scorer_flips(
+    base: RunData, cand: RunData, case_ids: Sequence[str] | pl.Series
+) -> pl.DataFrame:
+    """`scorer_flips` of two runs: counted in their store when both were read thin from one
+    (`evalkit.compare.analysis.load_run`; the gate's), else from their score frames."""
+    if base.details_db is None or base.details_db != cand.details_db:
+        return scorer_flips(base.scores, cand.scores, case_ids)
+    from evalkit.store import open_store
+
+    with open_store(base.details_db, read_only=True) as store:
+        return stored_scorer_flips(store, base.run_id, cand.run_id, case_ids)

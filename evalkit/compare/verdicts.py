@@ -23,6 +23,7 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -156,6 +157,8 @@ def verdicts(
     scores: pl.DataFrame,
     cases: pl.DataFrame | None = None,
     rules: PassRules | None = None,
+    *,
+    scores_of: Callable[[str | None, str | None], pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     """One verdict per (run, case): majority over decided replays, ties fail, unless ``rules``
     (`evalkit.compare.pass_rules.PassRules`, the suite's ``replays:`` rules) say otherwise for
@@ -168,7 +171,10 @@ def verdicts(
 
     A case's verdict reads only its own rows: past :data:`VERDICT_CASES` cases, they are
     decided a range of case ids at a time, so what the grouping holds at once is bounded by
-    the range, not the run (the same figures, case by case).
+    the range, not the run (the same figures, case by case). ``scores_of(low, high)``, when
+    given, reads the score rows of the case ids from ``low`` (inclusive) up to ``high``
+    (exclusive; None: unbounded) in their stored order, in place of ``scores`` (a thin run's
+    scores stay in the store: `evalkit.compare.analysis.run_verdicts`).
 
     Examples:
         >>> out = pl.DataFrame({"run_id": ["r"] * 2, "case_id": ["a"] * 2, "replay": [0, 1],
@@ -182,15 +188,18 @@ def verdicts(
     if ids.len() <= VERDICT_CASES:
         # one chunk, however Polars' sort left it: a mean over the frame (budgets) sums it in
         # one order, whether it was decided in one pass or in ranges
+        scores = scores if scores_of is None else scores_of(None, None)
         return _verdicts(outputs, scores, cases, rules).rechunk()
     bounds = ids.gather_every(VERDICT_CASES).to_list()
     parts = []
     for i, low in enumerate(bounds):
+        high = bounds[i + 1] if i + 1 < len(bounds) else None
         share = pl.col("case_id") >= low
-        if i + 1 < len(bounds):
-            share = share & (pl.col("case_id") < bounds[i + 1])
+        if high is not None:
+            share = share & (pl.col("case_id") < high)
         mine = None if cases is None else cases.filter(share)
-        parts.append(_verdicts(outputs.filter(share), scores.filter(share), mine, rules))
+        held = scores.filter(share) if scores_of is None else scores_of(low, high)
+        parts.append(_verdicts(outputs.filter(share), held, mine, rules))
     return pl.concat(parts, how="vertical").sort("run_id", "case_id").rechunk()
 
 

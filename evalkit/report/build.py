@@ -35,7 +35,7 @@ from evalkit.compare.decision import GateDecision
 from evalkit.compare.gate import usage_table
 from evalkit.compare.paired import flips
 from evalkit.compare.pass_rules import replay_table
-from evalkit.compare.scorer_flips import scorer_flips
+from evalkit.compare.scorer_flips import run_scorer_flips
 from evalkit.compare.slices import slices
 from evalkit.compare.usage_deltas import grew_most, usage_tail
 from evalkit.compare.verdicts import usage_means
@@ -322,11 +322,12 @@ def build_report(
         suite=str(cmp.cand.manifest.suite or "evalkit"),
         cand_reasons=failure_reasons(cmp.cand, failing),
         manifest_changes=_manifest_changes(cmp),
-        scorer_flips=scorer_flips(cmp.base.scores, cmp.cand.scores, _original_ids(live)),
+        scorer_flips=run_scorer_flips(cmp.base, cmp.cand, _original_ids(live)),
         usage_deltas=usage_table(live, decision.policy if decision else None),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
         grew_most=trajectories(
-            cmp, grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live))), "steps")
+            cmp,
+            grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live).implode())), "steps"),
         ),
         **_replay_fields(cmp, decision),
         level=level,
@@ -358,11 +359,11 @@ def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, 
     return {"replays": replays, "pass_rule": rule, "replay_slices": table}
 
 
-def _original_ids(live: pl.DataFrame) -> list[str]:
+def _original_ids(live: pl.DataFrame) -> pl.Series:
     """Paired cases whose baseline side is the baseline run itself (not rebaselined)."""
     if "origin" in live.columns:
         live = live.filter(pl.col("origin").fill_null("paired") == "paired")
-    return live["case_id"].to_list()
+    return live["case_id"]  # a Series: a million ids held as Python strings grew the report
 
 
 # --- terminal (rich) ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from evalkit.compare.verdicts import replay_verdicts, verdicts
+from evalkit.compare.verdicts import replay_verdicts
 
 if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus or store
     from evalkit.compare.analysis import Comparison
@@ -62,8 +62,10 @@ def _shown(cmp: Comparison, side: str, ids: list[str]) -> dict[str, tuple[str | 
     run, v = (cmp.base, cmp.base_verdicts) if side == "base" else (cmp.cand, cmp.cand_verdicts)
     if side == "base" and cmp.rebaseline is not None:
         again = set(cmp.paired.filter(pl.col("origin") == "rebaselined")["case_id"])
+        from evalkit.compare.analysis import verdicts_of  # not at import, as in `_shown_run`
+
         rb = cmp.rebaseline
-        rv = verdicts(rb.outputs, rb.scores, rb.cases)
+        rv = verdicts_of(rb)  # a thin run's scores stay in its store
         return _shown_run(run, v, [i for i in ids if i not in again]) | _shown_run(
             rb, rv, [i for i in ids if i in again]
         )
@@ -79,9 +81,10 @@ def _shown_run(run: Any, v: pl.DataFrame, ids: list[str]) -> dict[str, tuple[str
     out = output_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
     sc = score_details(run, ids).with_columns(pl.col("replay").cast(pl.Int64))
     agrees = (pl.col("passed") == pl.col("verdict")) | pl.col("verdict").is_null()
+    mine = v.filter(pl.col("case_id").is_in(ids))  # not a join against a million verdicts
     pick = (
         replay_verdicts(out, sc)
-        .join(v.select("case_id", pl.col("passed").alias("verdict")), on="case_id")
+        .join(mine.select("case_id", pl.col("passed").alias("verdict")), on="case_id")
         .filter(agrees)
         .group_by("case_id")
         .agg(pl.col("replay").min())

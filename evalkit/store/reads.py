@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalkit.errors import StoreError
 from evalkit.run_manifest import RunManifest
+from evalkit.store.arrow_stream import ArrowStream
 from evalkit.store.schema import initial_scoring_id
 
 if TYPE_CHECKING:
@@ -157,17 +158,26 @@ class RunReads:
         ordered: bool = True,
         without: Sequence[str] = (),
         case_ids: Sequence[str] | None = None,
+        tier: int | None = None,
+        case_range: tuple[str | None, str | None] = (None, None),
     ) -> pl.DataFrame:
         """Long scores of a run: the newest scoring unless ``scoring_id`` is given, by
         (case_id, replay, scorer_index); ``ordered=False``: in the order they were written.
         ``without``: columns left out (the gate leaves the scorers' reasons in the store);
-        ``case_ids``: only these cases' rows."""
+        ``case_ids``: only these cases' rows; ``tier``: only this tier's rows (the gate holds
+        the judges' alone); ``case_range``: only case ids from its first (inclusive) up to its
+        second (exclusive), None: unbounded (the gate decides a range of cases at a time)."""
         run_id = self.resolve_run(run_id)
         scoring_id = scoring_id or self.latest_scoring(run_id)
         order = " ORDER BY case_id, replay, scorer_index" if ordered else ""
         columns = _columns("*", without, {"reason", "scoring_id"})
         params: list[Any] = [run_id, scoring_id]
         where = _only_cases("case_id", case_ids, params)
+        bounds = zip((tier, *case_range), ("tier =", "case_id >=", "case_id <"), strict=True)
+        for value, clause in bounds:
+            if value is not None:
+                where += f" AND {clause} ?"
+                params.append(value)
         return self._frame(
             f"SELECT {columns} FROM scores WHERE run_id = ? AND scoring_id = ?{where}{order}",
             params,
@@ -194,6 +204,25 @@ class RunReads:
     def query(self, sql: str, params: Sequence[Any] = ()) -> pl.DataFrame:
         """Run a read-only SQL query and return a Polars frame (for notebooks)."""
         return self._frame(sql, list(params))
+
+    def query_with(
+        self, sql: str, params: Sequence[Any] = (), **frames: pl.DataFrame
+    ) -> pl.DataFrame:
+        """`query` with ``frames`` readable as tables by their names: DuckDB scans them through
+        their Arrow C stream (no Python list of their values, no pyarrow). The gate joins a
+        million case ids so; a name shadows a store table for this query alone.
+
+        Examples:
+            >>> ids = pl.DataFrame({"case_id": ["a", "b"]})                # doctest: +SKIP
+            >>> store.query_with("SELECT count(*) AS n FROM ids", ids=ids)  # doctest: +SKIP
+        """
+        for name, frame in frames.items():
+            self._con.register(name, ArrowStream(frame))
+        try:
+            return self._frame(sql, list(params))
+        finally:
+            for name in frames:
+                self._con.unregister(name)
 
     def records(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Run a read-only SQL query and return its rows as dicts, without Polars (the run

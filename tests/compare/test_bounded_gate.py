@@ -2,13 +2,17 @@
 without their text, the cases without their input and the scores without their reasons (each
 read back for the cases the report shows) and decides verdicts a range of case ids at a time.
 On a seeded pair with replays, slices and every kind of error, the decision, every frame it
-rests on and the report are the same as the whole-run path's."""
+rests on and the report are the same as the whole-run path's. A thin run holds its judges'
+score rows alone: verdicts read the rest from the store a range of cases at a time."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 from pathlib import Path
 
+import polars as pl
 import pytest
 from synthetic_runs import MANIFEST, C, make_run, write_store
 
@@ -20,7 +24,7 @@ from evalkit.compare.analysis import (
     load_comparison,
 )
 from evalkit.report.build import build_report, to_json
-from evalkit.store import open_store
+from evalkit.store import Store, open_store
 
 TAGS = ("billing", "policy", "general")
 
@@ -41,18 +45,46 @@ def _seeded_pair(seed: int = 48) -> tuple[list[C], list[C]]:
     return base, cand
 
 
-@pytest.fixture
-def store_path(tmp_path: Path) -> tuple[Path, Path]:
+#: A judge check's identity as a judge scorer records it (`evalkit.judges.gating`).
+_JUDGE = {"judge_model": "judge-m", "rubric": "tone.md", "rubric_hash": "ab12"}
+
+
+def _judged(run, seed: int):  # type: ignore[no-untyped-def]
+    """``run`` with a tier-3 judge check on every scored replay (no calibration: not gated).
+    Its scores are quarters: a case's mean over replays is exact, whatever order Polars' threads
+    add them in (with fifths, the two paths' means differed in their last bit in some runs)."""
+    rng = random.Random(seed)
+    rows = run.scores.filter(pl.col("scorer") == "contains")
+    level = [rng.choice([1, 2, 3, 4, 5]) for _ in range(rows.height)]
+    details = [json.dumps({**_JUDGE, "judge_score": x}) for x in level]
+    judge = rows.with_columns(
+        scorer=pl.lit("judge:tone"), scorer_index=pl.lit(2, rows["scorer_index"].dtype),
+        tier=pl.lit(3, rows["tier"].dtype), passed=pl.Series(level) >= 3,
+        score=pl.Series(level, dtype=pl.Float64) / 4, reason=pl.lit("tone"),
+        details=pl.Series(details),
+    )  # fmt: skip
+    return dataclasses.replace(run, scores=pl.concat([run.scores, judge], how="diagonal_relaxed"))
+
+
+def _write_pair(folder: Path, judged: bool = False) -> tuple[Path, Path]:
     manifest = {**MANIFEST, "replays": 3}
     base_cases, cand_cases = _seeded_pair()
     base = make_run("base-run", base_cases, manifest, "base")
     cand = make_run("cand-run", cand_cases, manifest, "cand")
+    if judged:
+        base, cand = _judged(base, 1), _judged(cand, 2)
+    tmp_path = folder
     db = tmp_path / "e.duckdb"
     write_store(db, [base, cand])
     config = tmp_path / "evalkit.yaml"
     lines = ["suite: demo", "system:", "  model: demo-model", "  base_url: http://127.0.0.1:9/v1"]
     config.write_text("\n".join([*lines, "critical_tags: [billing]", ""]), encoding="utf-8")
     return db, config
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> tuple[Path, Path]:
+    return _write_pair(tmp_path)
 
 
 def _decided(db: Path, config: Path):  # type: ignore[no-untyped-def]
@@ -115,3 +147,63 @@ def test_verdicts_in_ranges_of_case_ids_equal_one_pass(monkeypatch: pytest.Monke
     without_cases = verdicts.verdicts(run.outputs, run.scores)
     monkeypatch.setattr(verdicts, "VERDICT_CASES", 1_000_000)
     assert without_cases.equals(verdicts.verdicts(run.outputs, run.scores))
+
+
+def _score_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of every read of a run's score rows that is not a read-back of named cases
+    (the report's shown and failing cases): what a gate holds of a run's scores at once."""
+    heights: list[int] = []
+    read = Store.scores
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        frame = read(self, *args, **kwargs)
+        if kwargs.get("case_ids") is None:
+            heights.append(frame.height)
+        return frame
+
+    monkeypatch.setattr(Store, "scores", counted)
+    return heights
+
+
+def test_the_gate_never_holds_a_run_s_score_rows_whole(
+    store_path: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, config = store_path
+    with open_store(db, read_only=True) as store:
+        stored = store.query("SELECT count(*) AS n FROM scores WHERE run_id = 'cand-run'")
+    per_run = int(stored["n"][0])  # 240 cases x 3 replays x 2 scorers, less the errored
+    monkeypatch.setattr(verdicts, "VERDICT_CASES", 17)
+    heights = _score_reads(monkeypatch)
+    comparison, _, _ = _decided(db, config)
+    assert comparison.cand.scores.height == comparison.base.scores.height == 0  # no judges
+    per_range = 17 * 3 * 2  # a range of 17 cases: 3 replays, 2 scorers each
+    assert len(heights) > 2 * 240 // 17 and max(heights) <= per_range < per_run / 10
+    assert sum(heights) >= 2 * per_run  # ... and every row was read, range by range
+
+    heights.clear()
+    monkeypatch.setattr(
+        pin, "load_comparison", lambda *a, **k: load_comparison(*a, **{**k, "thin": False})
+    )
+    _decided(db, config)  # the whole-run path: the counter sees each run's rows at once
+    assert max(heights) == per_run
+
+
+def test_an_ungated_judge_leaves_the_bounded_gate_as_the_whole_run_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, config = _write_pair(tmp_path, judged=True)
+    monkeypatch.setattr(verdicts, "VERDICT_CASES", 17)
+    thin_cmp, thin, thin_report = _decided(db, config)
+    assert set(thin_cmp.cand.scores["scorer"]) == {"judge:tone"}  # the judges' rows alone
+    monkeypatch.setattr(
+        pin, "load_comparison", lambda *a, **k: load_comparison(*a, **{**k, "thin": False})
+    )
+    whole_cmp, whole, whole_report = _decided(db, config)
+    assert whole_cmp.judge_paired is not None and whole_cmp.judge_paired.height > 0
+    assert thin_cmp.judge_paired is not None and thin_cmp.judge_paired.equals(
+        whole_cmp.judge_paired
+    )
+    assert thin.to_dict() == whole.to_dict() and thin_report == whole_report
+    assert thin_cmp.paired.equals(whole_cmp.paired)
+    assert thin_cmp.cand_verdicts.equals(whole_cmp.cand_verdicts)
+    assert any("judge not calibrated" in f.message for f in whole.findings)
