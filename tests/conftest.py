@@ -170,6 +170,18 @@ def _no_ci_context(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+@pytest.fixture
+def registry() -> Iterator[None]:
+    """Scorers a test registers (a suite's custom module, a scorer of its own) are removed
+    again after it, so no other test sees them."""
+    from evalkit.scorers.registry import SCORERS
+
+    before = dict(SCORERS)
+    yield
+    SCORERS.clear()
+    SCORERS.update(before)
+
+
 @pytest.fixture(scope="session")
 def demo_server() -> Iterator[DemoServer]:
     """A noise-free demo simulator on a free loopback port, shared by the session (each xdist

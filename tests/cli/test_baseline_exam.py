@@ -7,9 +7,6 @@ import json
 import uuid
 
 import duckdb
-import pytest
-
-from evalkit.scorers.registry import SCORERS
 
 MODULE = '''
 from evalkit.scorers.registry import check, scorer
@@ -22,14 +19,6 @@ def {name}():
         return check(bool(output.text), "{verdict}")
     return score
 '''
-
-
-@pytest.fixture
-def registry():
-    before = dict(SCORERS)
-    yield
-    SCORERS.clear()
-    SCORERS.update(before)
 
 
 def test_a_scorer_module_edited_since_the_run_pins_no_exam(project_factory, registry, capsys):

@@ -31,7 +31,6 @@ from exam_support import (
 )
 
 from evalkit.cli import main
-from evalkit.scorers.registry import SCORERS
 
 BILLING = {f"billing-{i:02d}" for i in range(FRAGILE)}
 MUST_PASS = {"mp-0"}
@@ -121,15 +120,6 @@ EDITS = [
     Edit("demote must_pass", _demote, targets=frozenset(MUST_PASS), regressed_prompt="v2mp"),
     Edit("add trivially passing cases", _add_passing),
 ]  # fmt: skip
-
-
-@pytest.fixture
-def registry():
-    """Each cell registers its suite's custom scorer; the registry is put back after."""
-    before = dict(SCORERS)
-    yield
-    SCORERS.clear()
-    SCORERS.update(before)
 
 
 def _promoted(tmp_path: Path, kind: str) -> Project:

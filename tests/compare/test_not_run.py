@@ -19,21 +19,11 @@ from exam_support import Project, gate_flow, move_cases, run_candidate, write_pr
 from evalkit.cli import main
 from evalkit.compare.not_run import CaseReference, NotRun, checked_out_cases, not_run_finding
 from evalkit.compare.pin import gate_pair
-from evalkit.scorers.registry import SCORERS
 from evalkit.store import open_store
 
 #: Ordinary cases (tag ``policy``, not critical, not must_pass): leaving them out can never
 #: block on its own, so only the not-run rule can stop the gate.
 LEFT_OUT = frozenset({"policy-1", "policy-2"})
-
-
-@pytest.fixture
-def registry():
-    """Each suite registers its custom scorer; the registry is put back after."""
-    before = dict(SCORERS)
-    yield
-    SCORERS.clear()
-    SCORERS.update(before)
 
 
 @pytest.fixture

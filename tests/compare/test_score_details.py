@@ -5,21 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from exam_support import edit_case, run_candidate, write_project
 
 from evalkit.cli import main
 from evalkit.compare.analysis import case_details_of, load_comparison, score_details
-from evalkit.scorers.registry import SCORERS
 from evalkit.store import open_store
-
-
-@pytest.fixture
-def registry():
-    before = dict(SCORERS)
-    yield
-    SCORERS.clear()
-    SCORERS.update(before)
 
 
 def test_details_are_the_loaded_scorings_after_a_rescore(tmp_path: Path, registry, monkeypatch):

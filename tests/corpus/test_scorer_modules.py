@@ -7,7 +7,6 @@ import hashlib
 import itertools
 import json
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,15 +38,6 @@ def answer(messages, **context):
 """
 
 _names = itertools.count()
-
-
-@pytest.fixture
-def registry() -> Iterator[None]:
-    """Scorers a test's modules register are removed again after it."""
-    before = dict(SCORERS)
-    yield
-    SCORERS.clear()
-    SCORERS.update(before)
 
 
 def _project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import json
 import random
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,15 +77,6 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(case_scorers, "build_scorer", counting)
     return seen
-
-
-@pytest.fixture
-def registry() -> Iterator[None]:
-    """Scorers a test registers are removed again after it."""
-    before = dict(SCORERS)
-    yield
-    SCORERS.clear()
-    SCORERS.update(before)
 
 
 def test_a_schema_named_by_500_cases_is_compiled_and_checked_once(
