@@ -132,6 +132,10 @@ class PartsRoot:
     def __repr__(self) -> str:
         return f"PartsRoot({_shown(self.location)!r})"
 
+    def __str__(self) -> str:
+        """The location as messages name it (credentials stripped), as ``--parts`` took it."""
+        return _shown(self.location)
+
     # -- paths ------------------------------------------------------------------------------
 
     def run_dir(self, run_id: str) -> str:

@@ -229,3 +229,15 @@ def test_the_corpus_hash_the_merge_checks_is_the_corpus_hash() -> None:
 
     corpus = load_corpus(REPO / "corpus")
     assert corpus_digest((c.id, c.hash) for c in corpus.cases) == corpus.hash
+
+
+def test_a_merge_with_no_parts_names_the_folder_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal names ``--parts`` as the user wrote it, never the object's repr."""
+    (tmp_path / "parts").mkdir()
+    db = str(tmp_path / "e.duckdb")
+    assert main(["runs", "merge", "nope", "--parts", str(tmp_path / "parts"), "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'parts'}: no parts of run nope" in err
+    assert "PartsRoot(" not in err and err.count("\n") == 1
