@@ -418,7 +418,8 @@ def preflight(
         with open_store(db_path, read_only=True) as store:
             base, cand = store.resolve_run(baseline), store.resolve_run(candidate)
             check_comparable(store.manifest(base), store.manifest(cand), allow_diff)
-            policy.validate_against(store.cases(cand), store.manifest(cand).selection)
+            selection = store.manifest(cand).selection
+            policy.validate_pair(store.cases(base), store.cases(cand), selection, cand)
     except EvalkitError as exc:
         return str(exc)
     return None

@@ -181,7 +181,9 @@ def gate_pair(
         require_complete(store, run_id, role, allow_incomplete, db)
     policy, looser, source = resolve_policy(store, base, config_path)
     comparison = _exam_or_plain_comparison(store, base, cand, allow_diff, policy)
-    policy.validate_against(comparison.cand.cases, comparison.cand.manifest.selection)
+    policy.validate_pair(
+        comparison.base.cases, comparison.cand.cases, comparison.cand.manifest.selection, cand
+    )
     if reference is None:
         selection = comparison.base.manifest.selection
         reference = functools.cache(lambda: checked_out_cases(config_path, selection))

@@ -233,6 +233,38 @@ class GatePolicy:
                     "cases or drop it from critical_tags"
                 )
 
+    def validate_pair(
+        self,
+        base_cases: pl.DataFrame,
+        cand_cases: pl.DataFrame,
+        selection: Mapping[str, Any] | None,
+        candidate: str,
+    ) -> None:
+        """`validate_against` the candidate's cases; a critical tag short only because the
+        candidate lacks cases the baseline ran is refused as that, not with "add cases".
+
+        Examples:
+            >>> import polars as pl
+            >>> tags = lambda n: pl.DataFrame({"tags": [["billing"]] * n})
+            >>> GatePolicy(critical_tags=("billing",)).validate_pair(tags(10), tags(5), None, "c1")
+            Traceback (most recent call last):
+            evalkit.errors.ConfigError: critical tag 'billing' has 10 cases in the baseline but ...
+        """
+        try:
+            self.validate_against(cand_cases, selection)
+        except ConfigError:
+            base_n, cand_n = tag_counts(base_cases), tag_counts(cand_cases)
+            short = [t for t in self.critical_tags
+                     if cand_n.get(t, 0) < self.min_cases() <= base_n.get(t, 0)]  # fmt: skip
+            if not short:
+                raise
+            tag = short[0]
+            raise ConfigError(
+                f"critical tag {tag!r} has {base_n[tag]} cases in the baseline but "
+                f"{cand_n.get(tag, 0)} in candidate {candidate}: the candidate did not run them "
+                "all (a shard not merged, a partial or stopped run); run them and gate again"
+            ) from None
+
 
 def is_partial(selection: Mapping[str, Any] | None) -> bool:
     """Whether a run manifest's ``selection`` ran only part of the suite (a tier or tags).

@@ -60,3 +60,27 @@ def test_a_tier_run_warns_about_critical_tags_it_cannot_gate(
 def test_the_demo_corpus_policy_passes_lint(capsys) -> None:
     args = ["cases", "lint", "--config", str(REPO / "corpus" / "evalkit.yaml")]
     assert main(args) == 0, capsys.readouterr().err
+
+
+def test_a_critical_tag_short_only_in_an_incomplete_candidate_says_so() -> None:
+    """A candidate holding 5 of the baseline's 10 cases of a critical tag (a shard not merged)
+    is refused as incomplete, not told to add cases; a tag the baseline is short of too keeps
+    the sizing refusal."""
+    import polars as pl
+    import pytest
+
+    from evalkit.compare.policy import GatePolicy
+    from evalkit.errors import ConfigError
+
+    def tagged(n: int) -> pl.DataFrame:
+        return pl.DataFrame({"tags": [["billing"]] * n})
+
+    policy = GatePolicy(critical_tags=("billing",))
+    with pytest.raises(ConfigError) as short:
+        policy.validate_pair(tagged(10), tagged(5), None, "cand-7")
+    assert "10 cases in the baseline but 5 in candidate cand-7" in str(short.value)
+    assert "did not run them all" in str(short.value) and "add cases" not in str(short.value)
+    with pytest.raises(ConfigError, match="add cases or drop it"):
+        policy.validate_pair(tagged(5), tagged(5), None, "cand-7")
+    policy.validate_pair(tagged(10), tagged(10), None, "cand-7")  # sized: no refusal
+    policy.validate_pair(tagged(10), tagged(5), {"tier": "smoke"}, "cand-7")  # partial: none
