@@ -84,10 +84,9 @@ class WrittenCounts:
         self, case_id: str, replay: int, output: Output, scores: list[Score], cost: float
     ) -> None:
         """One answer and its scores."""
-        self.replays.add(
-            case_id,
-            replay_verdict(output.error, output.fail_reason, ((s.passed, s.error) for s in scores)),
-        )
+        if self.replays.cases is not None:  # a stopped tally (a large run) decides nothing more
+            verdicts = ((s.passed, s.error) for s in scores)
+            self.replays.add(case_id, replay_verdict(output.error, output.fail_reason, verdicts))
         self.outputs += 1
         self.first_replays += replay == 0
         scorer_errored = False
