@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from synthetic_runs import seed000_runs, write_store
@@ -13,6 +14,11 @@ from test_shared_store import _shared_rows, _uri
 
 from evalkit.store import open_store
 from evalkit.store.shared import open_shared_store
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from evalkit.store.shared import SharedStore
 
 #: Rows of base-run's large tables: 600 cases, 600 outputs, 1,200 scores, 600 scoring cases.
 BASE_ROWS = {"cases": 600, "outputs": 600, "scores": 1200}
@@ -60,7 +66,6 @@ def test_a_push_seals_only_the_scoring_the_team_store_lacks(tmp_path: Path) -> N
 def test_a_second_push_does_not_bless_rows_rewritten_in_the_team_store(tmp_path: Path) -> None:
     """A push that finds the run there trusts none of its shared rows: a pull still checks
     them against the first push's seal and refuses the run, as it did before that push."""
-    import pyarrow.compute as pc
 
     from evalkit.store.shared.verify import UnverifiedRun
 
@@ -69,17 +74,25 @@ def test_a_second_push_does_not_bless_rows_rewritten_in_the_team_store(tmp_path:
     shared = open_shared_store(_uri(tmp_path))
     with open_store(tmp_path / "a.duckdb", read_only=True) as store:
         shared.push_run(store, "base-run")
-    scores = shared._table("scores")
-    assert scores is not None
-    rows = scores.scan().to_arrow()
-    flipped = pc.or_(rows["passed"], pc.equal(rows["case_id"], "general-400"))
-    scores.overwrite(rows.set_column(rows.schema.get_field_index("passed"), "passed", flipped))
+    _flip_a_shared_score(shared)
     with open_store(tmp_path / "a.duckdb", read_only=True) as store:
         assert shared.push_run(store, "base-run").sealed_rows == 0
     with open_store(tmp_path / "b.duckdb", write=True) as store:
         with pytest.raises(UnverifiedRun, match="scores holds rows whose content differs"):
             shared.pull(store, "base-run")
         assert store.query("SELECT count(*) AS n FROM outputs")["n"][0] == 0
+
+
+def _flip_a_shared_score(shared: SharedStore) -> pa.Table:
+    """Rewrite the team store's scores in place with one failing score passed; the rows before."""
+    import pyarrow.compute as pc
+
+    scores = shared._table("scores")
+    assert scores is not None
+    rows = scores.scan().to_arrow()
+    flipped = pc.or_(rows["passed"], pc.equal(rows["case_id"], "general-400"))
+    scores.overwrite(rows.set_column(rows.schema.get_field_index("passed"), "passed", flipped))
+    return rows
 
 
 def _pushed(tmp_path: Path) -> str:
@@ -113,11 +126,7 @@ def test_a_pull_after_the_shared_rows_changed_checks_them_again_and_refuses(
     shared = open_shared_store(_pushed(tmp_path))
     with open_store(tmp_path / "b.duckdb", write=True) as store:
         shared.pull(store, "base-run")
-    scores = shared._table("scores")
-    assert scores is not None
-    rows = scores.scan().to_arrow()
-    flipped = pc.or_(rows["passed"], pc.equal(rows["case_id"], "general-400"))
-    scores.overwrite(rows.set_column(rows.schema.get_field_index("passed"), "passed", flipped))
+    rows = _flip_a_shared_score(shared)
     with open_store(tmp_path / "b.duckdb", write=True) as store:
         with pytest.raises(UnverifiedRun, match="scores holds rows whose content differs"):
             shared.pull(store, "base-run")
