@@ -113,16 +113,23 @@ GROUP BY scorer
 
 
 def stored_scorer_flips(
-    store: Store, base_run: str, cand_run: str, case_ids: Sequence[str] | pl.Series
+    store: Store,
+    base_run: str,
+    cand_run: str,
+    case_ids: Sequence[str] | pl.Series,
+    scorings: tuple[str | None, str | None] = (None, None),
 ) -> pl.DataFrame:
-    """`scorer_flips` of two stored runs' newest scorings, counted in the store a range of
-    :data:`~evalkit.compare.verdicts.VERDICT_CASES` case ids at a time: the same table, and
+    """`scorer_flips` of two stored runs' ``scorings`` (None: the newest), counted in the
+    store a range of :data:`~evalkit.compare.verdicts.VERDICT_CASES` case ids at a time: the
+    same table, and
     what is held at once is bounded by the range (grouping a million cases' score rows at
     once, in Polars or in DuckDB, held several times those rows)."""
     from evalkit.compare.verdicts import VERDICT_CASES
 
     ids = pl.Series("case_id", case_ids, pl.String).unique().sort()
-    runs = [base_run, store.latest_scoring(base_run), cand_run, store.latest_scoring(cand_run)]
+    base_scoring = scorings[0] or store.latest_scoring(base_run)
+    cand_scoring = scorings[1] or store.latest_scoring(cand_run)
+    runs = [base_run, base_scoring, cand_run, cand_scoring]
     bounds: list[str | None] = [None, *ids.gather_every(VERDICT_CASES).to_list()[1:], None]
     parts = [
         store.query_with(_STORED, [*runs, low, high], _flip_ids=ids.to_frame())
@@ -148,10 +155,12 @@ def run_scorer_flips(
     base: RunData, cand: RunData, case_ids: Sequence[str] | pl.Series
 ) -> pl.DataFrame:
     """`scorer_flips` of two runs: counted in their store when both were read thin from one
-    (`evalkit.compare.analysis.load_run`; the gate's), else from their score frames."""
+    (`evalkit.compare.analysis.load_run`; the gate's), of the scorings they were loaded with,
+    else from their score frames."""
     if base.details_db is None or base.details_db != cand.details_db:
         return scorer_flips(base.scores, cand.scores, case_ids)
     from evalkit.store import open_store
 
     with open_store(base.details_db, read_only=True) as store:
-        return stored_scorer_flips(store, base.run_id, cand.run_id, case_ids)
+        scorings = (base.scoring_id, cand.scoring_id)
+        return stored_scorer_flips(store, base.run_id, cand.run_id, case_ids, scorings)
