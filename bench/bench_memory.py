@@ -12,7 +12,11 @@ from the kernel (``wait4``):
 ``pull``   ``evalkit pull CAND`` from it into a fresh local store;
 ``merge``  ``evalkit runs merge`` of the parts into a fresh local store;
 ``gate``   ``evalkit compare BASE CAND``: the gate's decision (``gate_pair``: both runs read,
-           verdicts, pairing, every tier) and the terminal report, without the notebook.
+           verdicts, pairing, every tier) and the terminal report, without the notebook;
+``exam``   with ``--promoted``: the same command once the baseline is promoted with
+           ``evalkit baseline promote``, which pins its exam (the runs' cases are then those of
+           a real corpus of case files of 2,000 cases), so the gate judges the candidate on the
+           pinned exam (`evalkit.compare.exam`): the usual gate of a promoted baseline.
 
 Figures are printed (and written with ``--json``), never asserted; ``peak/100k`` reads each
 stage's peak RSS against the 100k one (the target: 1M within 1.5x of 100k).
@@ -21,6 +25,7 @@ Usage:
     .venv/bin/python bench/bench_memory.py --sizes 10000 100000
     .venv/bin/python bench/bench_memory.py --sizes 10000 100000 1000000 --json memory.json
     .venv/bin/python bench/bench_memory.py --sizes 2000 --stages push pull
+    .venv/bin/python bench/bench_memory.py --sizes 10000 100000 --stages gate --promoted
 """
 
 from __future__ import annotations
@@ -94,9 +99,65 @@ def _digest(con: Any, run: str, n: int) -> str:
     return corpus_digest((r[1], r[2]) for r in rows)
 
 
-def write_runs(folder: Path, n: int) -> tuple[Path, str, str]:
+def _stored_digest(con: Any, run: str) -> str:
+    from evalkit.store.part_checks import corpus_digest
+
+    rows = con.execute("SELECT case_id, case_hash FROM cases WHERE run_id = ?", [run]).fetchall()
+    return corpus_digest((r[0], r[1]) for r in rows)
+
+
+#: One case of `write_corpus`, as the rows of ``_CASES`` describe it (its id, tags, input).
+_CASE_YAML = """- id: case-{i:07d}
+  tags: [general, slice-{slice}]
+  input: {{messages: [{{role: user, content: 'question {i}'}}]}}
+  expect: [{{contains: refund}}, {{max_words: 200}}]
+"""
+
+
+def write_corpus(root: Path, n: int, per_file: int = 2_000) -> Path:
+    """The corpus of the runs' ``n`` cases (``per_file`` to a case file, as importers write
+    them) and a suite config naming it; returns the config."""
+    (root / "cases").mkdir(parents=True)
+    for first in range(0, n, per_file):
+        cases = range(first, min(n, first + per_file))
+        text = "".join(_CASE_YAML.format(i=i, slice=i % 7) for i in cases)
+        (root / "cases" / f"bench-{first // per_file:04d}.yaml").write_text(text, encoding="utf-8")
+    config = root / "evalkit.yaml"
+    config.write_text(
+        "suite: bench-memory\nsystem:\n  model: demo-model\n  base_url: http://127.0.0.1:9/v1\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def _as_corpus(con: Any, run: str, root: Path, n: int) -> None:
+    """The run's cases given the hashes, inputs and sources of the corpus at ``root``."""
+    import polars as pl
+
+    from evalkit.corpus.case_facts import scan_corpus
+
+    facts = scan_corpus(root, index_dir=root / ".index", workers=None)
+    assert len(facts.cases) == n, "the corpus is the runs' cases"
+    pinned = pl.DataFrame(  # noqa: F841  (read by the SQL below)
+        {
+            "case_id": [c.id for c in facts.cases],
+            "case_hash": [c.hash for c in facts.cases],
+            "source": [c.source for c in facts.cases],
+        }
+    )
+    con.execute(
+        "UPDATE cases SET case_hash = p.case_hash, source = p.source, "
+        'input = printf(\'{"messages": [{"content": "question %d", "role": '
+        '"user"}]}\', CAST(substr(cases.case_id, 6) AS INTEGER)) '
+        "FROM pinned p WHERE cases.run_id = ? AND cases.case_id = p.case_id",
+        [run],
+    )
+
+
+def write_runs(folder: Path, n: int, config: Path | None = None) -> tuple[Path, str, str]:
     """A store holding a complete baseline and candidate run of ``n`` cases each; returns the
-    store and the two run ids."""
+    store and the two run ids. With ``config`` (`write_corpus`'s), the runs' cases are its
+    corpus's: their hashes and inputs, and the config recorded as the one they ran."""
     import duckdb
 
     from evalkit.store import open_store
@@ -112,8 +173,13 @@ def write_runs(folder: Path, n: int) -> tuple[Path, str, str]:
         con.execute(f"INSERT INTO cases BY NAME {_sql(_CASES, run_id, 0, n)}")
         con.execute(f"INSERT INTO outputs BY NAME {_sql(_OUTPUTS, run_id, 0, n)}")
         con.execute(f"INSERT INTO scores BY NAME {_sql(_SCORES, run_id, 0, n, fail_every)}")
-        digest = _digest(con, run_id, n)
-        manifest = json.dumps(_manifest(run_id, n, digest))
+        if config is not None:
+            _as_corpus(con, run_id, config.parent, n)
+        digest = _stored_digest(con, run_id)
+        recorded = _manifest(run_id, n, digest)
+        if config is not None:
+            recorded["run"]["config"] = str(config)
+        manifest = json.dumps(recorded)
         summary = json.dumps({"cases": n, "outputs": n})
         con.execute(
             "UPDATE runs SET status = 'complete', finished_at = now(), manifest = ?, "
@@ -185,10 +251,14 @@ def run_stage(command: Sequence[str], cwd: Path) -> dict[str, Any]:
     return figures
 
 
-def bench_size(folder: Path, n: int, stages: Sequence[str], chunk: int) -> dict[str, Any]:
-    """Every stage of ``stages`` at ``n`` outputs per run."""
+def bench_size(
+    folder: Path, n: int, stages: Sequence[str], chunk: int, promoted: bool = False
+) -> dict[str, Any]:
+    """Every stage of ``stages`` at ``n`` outputs per run (and the gate of the promoted
+    baseline, ``exam``, when ``promoted``)."""
     evalkit = [sys.executable, "-m", "evalkit.cli"]
-    db, base, cand = write_runs(folder, n)
+    config = write_corpus(folder / "corpus", n) if promoted else None
+    db, base, cand = write_runs(folder, n, config)
     store = f"sqlite:///{folder}/catalog.db?warehouse={folder}/warehouse"
     figures: dict[str, Any] = {"outputs": n}
     if "push" in stages or "pull" in stages:
@@ -209,6 +279,12 @@ def bench_size(folder: Path, n: int, stages: Sequence[str], chunk: int) -> dict[
         figures["merge"]["outputs"] = count_rows(merged, "outputs", run_id)
     if "gate" in stages:
         figures["gate"] = run_stage([*evalkit, "compare", base, cand, "--db", str(db)], folder)
+    if promoted:
+        promote = [*evalkit, "baseline", "promote", base, "--who", "bench", "--reason", "bench",
+                   "--config", str(config), "--db", str(db)]  # fmt: skip
+        subprocess.run(promote, cwd=folder, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       check=True, capture_output=True)  # fmt: skip
+        figures["exam"] = run_stage([*evalkit, "compare", base, cand, "--db", str(db)], folder)
     return figures
 
 
@@ -252,14 +328,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--chunk", type=int, default=2_000, help="cases per merged part")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    parser.add_argument(
+        "--promoted", action="store_true",
+        help="also gate once the baseline is promoted (its pinned exam: the exam stage)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    shown = [*args.stages, *(["exam"] if args.promoted else [])]
     results = []
     for n in args.sizes:
         with tempfile.TemporaryDirectory(prefix="evalkit-bench-memory-") as tmp:
-            results.append(bench_size(Path(tmp), n, args.stages, args.chunk))
-        print(report(results[-1:], args.stages), flush=True)
+            results.append(bench_size(Path(tmp), n, args.stages, args.chunk, args.promoted))
+        print(report(results[-1:], shown), flush=True)
     print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(report(results, args.stages))
+    print(report(results, shown))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
     return 0

@@ -64,6 +64,10 @@ class RunData:
     # True when ``scores`` holds the judges' rows alone (`load_run(thin=True)`): the rest stay
     # in the store, and `verdicts_of` reads them a range of cases at a time.
     scores_in_store: bool = field(default=False, repr=False, compare=False)
+    # A thin run's cases whose rows are held here in place of the store's (a candidate judged
+    # on a pinned exam: its rescored and exam-answered cases, `evalkit.compare.exam_thin`):
+    # their outputs, cases and scores with every column; the store's rows of them are not read.
+    overlay: RunData | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "manifest", as_manifest(self.manifest))
@@ -254,6 +258,13 @@ def verdicts_of(
         with _details_store(run) as store:
             rows = store.scores(run.run_id, run.scoring_id, ordered=False,
                                 without=SCORE_DETAIL_COLUMNS, case_range=(low, high))  # fmt: skip
+        if run.overlay is not None:  # its held cases' rows in place of the store's
+            share = pl.col("case_id") >= low if low is not None else pl.lit(True)
+            share = share & (pl.col("case_id") < high) if high is not None else share
+            held = run.overlay.scores.filter(share).select(
+                [c for c in rows.columns if c in run.overlay.scores.columns]
+            )
+            rows = pl.concat([_not_overlaid(run, rows), held], how="diagonal_relaxed")
         return keep(rows)
 
     return verdicts(run.outputs, run.scores, run.cases, rules, scores_of=scores_of)
@@ -272,8 +283,15 @@ def scored_cases(
             f"SELECT DISTINCT case_id FROM scores WHERE run_id = ? AND scoring_id = ? "
             f"AND tier <> {JUDGE}",
             [run.run_id, run.scoring_id],
-        )["case_id"]
-    return pl.concat([held, rest])
+        )
+    return pl.concat([held, _not_overlaid(run, rest)["case_id"]])
+
+
+def _not_overlaid(run: RunData, rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` read from ``run``'s store but those of the cases its overlay holds."""
+    if run.overlay is None or rows.is_empty():
+        return rows
+    return rows.filter(~pl.col("case_id").is_in(run.overlay.cases["case_id"].implode()))
 
 
 def _details_store(run: RunData) -> Store:
@@ -321,7 +339,7 @@ def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
     """
     return _read_back(
         run,
-        run.outputs,
+        "outputs",
         DETAIL_COLUMNS,
         case_ids,
         lambda store, ids: store.outputs(run.run_id, ordered=False, case_ids=ids),
@@ -341,7 +359,7 @@ def case_details_of(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
     """
     return _read_back(
         run,
-        run.cases,
+        "cases",
         CASE_DETAIL_COLUMNS,
         case_ids,
         lambda store, ids: store.cases(run.run_id, case_ids=ids, scoring_id=run.scoring_id),
@@ -362,7 +380,7 @@ def score_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
     """
     return _read_back(
         run,
-        run.scores,
+        "scores",
         SCORE_DETAIL_COLUMNS,
         case_ids,
         lambda store, ids: store.scores(run.run_id, run.scoring_id, ordered=False, case_ids=ids),
@@ -371,19 +389,29 @@ def score_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
 
 def _read_back(
     run: RunData,
-    held: pl.DataFrame,
+    kind: str,
     detail_columns: Sequence[str],
     case_ids: Sequence[str],
     read: Callable[[Store, list[str]], pl.DataFrame],
 ) -> pl.DataFrame:
-    """``held``'s rows of ``case_ids`` when it has ``detail_columns`` (a whole load), else the
-    same rows read again from the run's store with every column (a thin load)."""
+    """``run``'s ``kind`` frame's rows of ``case_ids`` when it has ``detail_columns`` (a whole
+    load), else the same rows read again from the run's store with every column (a thin load;
+    those of its overlay's cases from the overlay)."""
+    held: pl.DataFrame = getattr(run, kind)
     if run.details_db is None or all(c in held.columns for c in detail_columns):
         return held.filter(pl.col("case_id").is_in(list(case_ids)))
     from evalkit.store import open_store
 
+    overlay = run.overlay
+    mine = set(overlay.cases["case_id"]) if overlay is not None else set()
     with open_store(run.details_db, read_only=True) as store:
-        return read(store, list(case_ids))
+        rows = read(store, [c for c in case_ids if c not in mine])
+    if overlay is None or not mine & set(case_ids):
+        return rows
+    frame: pl.DataFrame = getattr(overlay, kind)
+    ours = frame.filter(pl.col("case_id").is_in(list(mine & set(case_ids))))
+    return pl.concat([rows, ours.select([c for c in rows.columns if c in ours.columns])],
+                     how="diagonal_relaxed")  # fmt: skip
 
 
 def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:

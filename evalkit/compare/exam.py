@@ -279,13 +279,15 @@ def additive_exam(pr: Comparison) -> pl.DataFrame:
     ).cast(schema)  # fmt: skip
 
 
-def find_exam_run(store: Store, base_run_id: str, cand: RunData) -> RunData | None:
+def find_exam_run(
+    store: Store, base_run_id: str, cand: RunData, thin: bool = False
+) -> RunData | None:
     """The newest complete exam run of the candidate's configuration for this baseline
     (`evalkit.run.rebaseline.answer_pinned`), or None."""
     from evalkit.run.exam_run import find_exam_run as find
 
     run_id = find(store, base_run_id, cand.manifest)
-    return load_run(store, run_id) if run_id else None
+    return load_run(store, run_id, thin=thin) if run_id else None
 
 
 def trusted_exam(store: Store, baseline: str) -> StoredExam | None:
@@ -309,9 +311,14 @@ def load_exam_comparison(
     judge_kappa_min: float = 0.6,
     judge_min_labels: int = 100,
     pass_rules: PassRules | None = None,
+    *,
+    thin: bool = False,
 ) -> Comparison | None:
     """The comparison of the baseline with the candidate judged on the baseline's pinned exam;
     None when no exam was pinned with its promotion (the caller compares as before).
+    ``thin`` (the gate's; a read-only store only): the runs read thin (`load_run`) and judged
+    by `evalkit.compare.exam_thin`: the same comparison, what is held bounded as the plain
+    gate's.
 
     The returned comparison's ``exam`` is the `ExamSummary`, its ``additions`` the additive
     exam (`additive_exam`) of the pull request, compared as before (`compare`, its own
@@ -322,12 +329,17 @@ def load_exam_comparison(
     exam = trusted_exam(store, baseline)
     if exam is None:
         return None
-    base, cand = load_run(store, baseline), load_run(store, candidate)
+    from evalkit.compare import exam_thin
+
+    thin = thin and store.read_only
+    base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
+    judge = exam_thin.judge_on_exam_thin if thin else judge_on_exam
     with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
         corpus = load_pinned_corpus(exam.files, Path(scratch))
         pinned_files = _pinned_scorer_files(corpus, exam)
-        exam_run = find_exam_run(store, baseline, cand)
-        exam_cand, parts = judge_on_exam(corpus, pinned_files, base, cand, exam_run)
+        exam_run = find_exam_run(store, baseline, cand, thin)
+        exam_cand, parts = judge(corpus, pinned_files, base, cand, exam_run)
+        del corpus  # its cases: what an edit rescored is held by now
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, exam_cand)]
     calibrations = store.calibrations()
     gating = judge_gating(judged[0], calibrations, judge_kappa_min, judge_min_labels,
@@ -339,11 +351,14 @@ def load_exam_comparison(
         others = [f for f in manifest_diff(base.manifest, cand.manifest) if f != "scorer_files"]
         if len(others) == 1:
             pr_allow = (*pr_allow, others[0])
-    rebaseline = _rebaseline_run(store, base, cand)
+    rebaseline = _rebaseline_run(store, base, cand, thin)
     pr_judged = cand.scores.filter(judge_rows(cand.scores))
     pr_gating = judge_gating(judged[0], calibrations, judge_kappa_min, judge_min_labels,
                              candidate=pr_judged)  # fmt: skip
-    pr = compare(base, cand, pr_allow, pr_gating, rebaseline, pass_rules)
+    # thin: its added, edited and removed cases alone (all its additive exam reads)
+    pr = (exam_thin.changed_comparison if thin else compare)(
+        base, cand, pr_allow, pr_gating, rebaseline, pass_rules
+    )
     main = compare(base, exam_cand, allow_diff, gating, None, pass_rules)
     additions = additive_exam(pr)
     edited = additions.filter(pl.col("change") == "edited")

@@ -142,7 +142,7 @@ def _exam_or_plain_comparison(
     from evalkit.compare.exam import load_exam_comparison
 
     args = (allow_diff, policy.judge_kappa_min, policy.judge_min_labels, policy.pass_rules)
-    on_exam = load_exam_comparison(store, base, cand, *args)
+    on_exam = load_exam_comparison(store, base, cand, *args, thin=True)
     if on_exam is not None:
         return on_exam
     # thin: the answers' text stays in the store (the report reads its shown cases' text)

@@ -118,12 +118,16 @@ def stored_scorer_flips(
     cand_run: str,
     case_ids: Sequence[str] | pl.Series,
     scorings: tuple[str | None, str | None] = (None, None),
+    held: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """`scorer_flips` of two stored runs' ``scorings`` (None: the newest), counted in the
     store a range of :data:`~evalkit.compare.verdicts.VERDICT_CASES` case ids at a time: the
     same table, and
     what is held at once is bounded by the range (grouping a million cases' score rows at
-    once, in Polars or in DuckDB, held several times those rows)."""
+    once, in Polars or in DuckDB, held several times those rows).
+
+    ``held``: the per-scorer counts (``scorer, tier, n, base_n, cand_n, broken, fixed``) of
+    more cases, counted elsewhere (`run_scorer_flips`: a candidate's overlaid cases), added."""
     from evalkit.compare.verdicts import VERDICT_CASES
 
     ids = pl.Series("case_id", case_ids, pl.String).unique().sort()
@@ -135,6 +139,8 @@ def stored_scorer_flips(
         store.query_with(_STORED, [*runs, low, high], _flip_ids=ids.to_frame())
         for low, high in itertools.pairwise(bounds)
     ]
+    if held is not None and held.height:
+        parts.append(held.select(parts[0].columns).cast(parts[0].schema))
     counts = (
         pl.concat(parts)
         .group_by("scorer")
@@ -161,6 +167,28 @@ def run_scorer_flips(
         return scorer_flips(base.scores, cand.scores, case_ids)
     from evalkit.store import open_store
 
+    held = None
+    if cand.overlay is not None:  # its overlaid cases' rows are its own, not the store's
+        from evalkit.compare.analysis import score_details
+
+        ids = pl.Series("case_id", case_ids, pl.String)
+        mine = ids.is_in(cand.overlay.cases["case_id"].implode())
+        case_ids, overlaid = ids.filter(~mine), ids.filter(mine)
+        held = _counts(score_details(base, overlaid.to_list()), cand.overlay.scores, overlaid)
     with open_store(base.details_db, read_only=True) as store:
         scorings = (base.scoring_id, cand.scoring_id)
-        return stored_scorer_flips(store, base.run_id, cand.run_id, case_ids, scorings)
+        return stored_scorer_flips(store, base.run_id, cand.run_id, case_ids, scorings, held)
+
+
+def _counts(base_scores: pl.DataFrame, cand_scores: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
+    """`scorer_flips`' counts per scorer, as `stored_scorer_flips` sums them."""
+    base, cand = _per_case(base_scores, ids), _per_case(cand_scores, ids)
+    both = base.join(cand, on=["scorer", "case_id"], suffix="_cand")
+    return both.group_by("scorer").agg(
+        pl.col("tier").min().cast(pl.Int64),
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("passed").sum().cast(pl.Int64).alias("base_n"),
+        pl.col("passed_cand").sum().cast(pl.Int64).alias("cand_n"),
+        (pl.col("passed") & ~pl.col("passed_cand")).sum().cast(pl.Int64).alias("broken"),
+        (~pl.col("passed") & pl.col("passed_cand")).sum().cast(pl.Int64).alias("fixed"),
+    )
