@@ -290,17 +290,19 @@ def find_exam_run(
     return load_run(store, run_id, thin=thin) if run_id else None
 
 
-def trusted_exam(store: Store, baseline: str) -> StoredExam | None:
+def trusted_exam(store: Store, baseline: str, contents: bool = True) -> StoredExam | None:
     """The exam pinned with the newest *trusted* promotion of ``baseline``
     (`evalkit.compare.trust.promotions`): an exam a pull-request job pinned with its own
-    promotion judges nothing."""
+    promotion judges nothing. ``contents`` False: its files' hashes alone."""
     from evalkit.compare.trust import promotions
 
     manifest = store.manifest(baseline)
     rows = promotions(store, manifest.suite or "", manifest.tier).filter(
         (pl.col("run_id") == baseline) & pl.col("why_not").is_null()
     )
-    return store.exam(baseline, rows["promoted_at"].to_list()) if rows.height else None
+    if not rows.height:
+        return None
+    return store.exam(baseline, rows["promoted_at"].to_list(), contents=contents)
 
 
 def load_exam_comparison(
@@ -324,22 +326,22 @@ def load_exam_comparison(
     exam (`additive_exam`) of the pull request, compared as before (`compare`, its own
     scorers, rebaselined where a rebaseline run exists).
     """
+    from evalkit.compare import exam_thin
     from evalkit.compare.analysis import _rebaseline_run
 
-    exam = trusted_exam(store, baseline)
+    thin = thin and store.read_only
+    exam = trusted_exam(store, baseline, contents=not thin)  # thin: its files read as needed
     if exam is None:
         return None
-    from evalkit.compare import exam_thin
-
-    thin = thin and store.read_only
     base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
-    judge = exam_thin.judge_on_exam_thin if thin else judge_on_exam
-    with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
-        corpus = load_pinned_corpus(exam.files, Path(scratch))
-        pinned_files = _pinned_scorer_files(corpus, exam)
-        exam_run = find_exam_run(store, baseline, cand, thin)
-        exam_cand, parts = judge(corpus, pinned_files, base, cand, exam_run)
-        del corpus  # its cases: what an edit rescored is held by now
+    exam_run = find_exam_run(store, baseline, cand, thin)
+    if thin:
+        exam_cand, parts = exam_thin.judge_pinned_thin(store, exam, base, cand, exam_run)
+    else:
+        with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
+            corpus = load_pinned_corpus(exam.files, Path(scratch))
+            pinned_files = _pinned_scorer_files(corpus, exam)
+            exam_cand, parts = judge_on_exam(corpus, pinned_files, base, cand, exam_run)
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, exam_cand)]
     calibrations = store.calibrations()
     gating = judge_gating(judged[0], calibrations, judge_kappa_min, judge_min_labels,

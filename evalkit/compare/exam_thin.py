@@ -20,16 +20,18 @@ edited and removed cases: `changed_comparison` compares those alone, their score
 id (`score_details`), not the runs twice.
 
 Examples:
-    >>> exam_cand, parts = judge_on_exam_thin(corpus, files, base, cand)  # doctest: +SKIP
+    >>> exam_cand, parts = judge_pinned_thin(store, exam, base, cand)  # doctest: +SKIP
     >>> exam_cand.overlay.cases.height == len(parts["rescored"])         # doctest: +SKIP
     True
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -44,57 +46,141 @@ from evalkit.compare.analysis import (
 )
 from evalkit.compare.paired import case_changes
 from evalkit.compare.pass_rules import PassRules
-from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.cases import Case
+from evalkit.corpus.pinned import CASE_DIRS, load_pinned_corpus
+from evalkit.corpus.scorer_modules import MODULE_PREFIX
 from evalkit.judges.gating import JudgeGating
 
-__all__ = ["changed_comparison", "judge_on_exam_thin"]
+if TYPE_CHECKING:
+    from evalkit.store import Store
+    from evalkit.store.exams import StoredExam
+
+__all__ = ["changed_comparison", "judge_pinned_thin"]
 
 
-def judge_on_exam_thin(
-    corpus: Corpus,
-    pinned_files: Mapping[str, str],
+def judge_pinned_thin(
+    store: Store,
+    exam: StoredExam,
     base: RunData,
     cand: RunData,
     exam_run: RunData | None = None,
 ) -> tuple[RunData, dict[str, tuple[str, ...]]]:
-    """`evalkit.compare.exam.judge_on_exam` of thin runs (see the module docstring): the same
-    cases, verdicts and parts, the candidate's side a thin run with an overlay."""
-    from evalkit.compare.exam import _scored_as_pinned
+    """`evalkit.compare.exam.judge_on_exam` of thin runs on ``exam`` (read without its files'
+    contents: ``store.exam(..., contents=False)``): the same cases, verdicts and parts, the
+    candidate's side a thin run with an overlay (see the module docstring).
 
-    pinned = {case.id: case for case in corpus.cases}
-    ran = base.cases.select("case_id").filter(pl.col("case_id").is_in(list(pinned)))
+    The pinned cases are built only where they are read: when no file a scorer reads differs
+    from the pin, the cases whose hash the candidate kept need no pinned case (a promotion
+    pins an exam only when every case its run ran has the pinned hash: `evalkit.cli.baseline`),
+    and only the files holding the others are loaded; else, or when one of those is not in the
+    file its baseline row names, the whole pinned corpus.
+    """
+    hashes = exam.file_hashes()
+    pinned_files = _pinned_scorer_files(hashes)
+    with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
+        if _all_scored_as_pinned(cand.manifest.scorer_files, pinned_files):
+            pin = base.cases.select(
+                "case_id", pl.col("case_hash").alias("pinned_hash"), "sealed", "source"
+            )
+            split = _split(pin, cand)
+            named = pin.filter(pl.col("case_id").is_in(split.others))["source"]
+            wanted = {source.rpartition(":")[0] for source in named}
+            shared = [p for p in hashes if not _case_file(p)]
+            files = store.exam_contents(exam.exam_id, [*shared, *sorted(wanted & set(hashes))])
+            where = Path(scratch) / "some"
+            where.mkdir()
+            some = {c.id: c for c in load_pinned_corpus(files, where).cases} if wanted else {}
+            if set(split.others) <= set(some):
+                return _judged(pin, some, split, pinned_files, cand, exam_run)
+        # a scorer's file changed (or a case moved): every pinned case is read
+        files = store.exam_contents(exam.exam_id, list(hashes))
+        (Path(scratch) / "all").mkdir()
+        corpus = {c.id: c for c in load_pinned_corpus(files, Path(scratch) / "all").cases}
+        del files
+    ran = base.cases.select("case_id").filter(pl.col("case_id").is_in(list(corpus)))
+    ids = ran["case_id"].to_list()
     pin = ran.with_columns(
-        pinned_hash=pl.col("case_id").replace_strict({c: pinned[c].hash for c in pinned}),
+        pinned_hash=pl.Series([corpus[c].hash for c in ids], dtype=pl.String),
+        sealed=pl.Series([corpus[c].sealed for c in ids], dtype=pl.Boolean),
+        source=pl.Series([corpus[c].source for c in ids], dtype=pl.String),
     )
+    return _judged(pin, corpus, _split(pin, cand), pinned_files, cand, exam_run)
+
+
+def _case_file(path: str) -> bool:
+    """Whether a pinned file is a case file (`evalkit.corpus.pinned.exam_files`)."""
+    top, _, rest = path.partition("/")
+    return top in CASE_DIRS and bool(rest) and path.endswith((".yaml", ".yml"))
+
+
+def _pinned_scorer_files(hashes: Mapping[str, str]) -> dict[str, str]:
+    """The pinned ``scorer_files`` (as `evalkit.compare.exam._pinned_scorer_files` reads them
+    from the loaded corpus): every file a case references, then every scorer module."""
+    files = {p: d for p, d in hashes.items()
+             if not _case_file(p) and not p.startswith(MODULE_PREFIX)}  # fmt: skip
+    modules = {p: d for p, d in hashes.items() if p.startswith(MODULE_PREFIX)}
+    return {**dict(sorted(files.items())), **modules}
+
+
+@dataclass(frozen=True)
+class _Split:
+    """The pinned cases the candidate answered with the pinned hash (``alike``), the others,
+    and which it answered at all."""
+
+    alike: list[str]
+    others: list[str]
+    answered: set[str]
+
+
+def _split(pin: pl.DataFrame, cand: RunData) -> _Split:
     answered = cand.outputs.select(pl.col("case_id").unique(), answered=pl.lit(True))
     frame = (
-        pin.join(cand.cases.select("case_id", "case_hash"), on="case_id", how="left")
+        pin.select("case_id", "pinned_hash")
+        .join(cand.cases.select("case_id", "case_hash"), on="case_id", how="left")
         .join(answered, on="case_id", how="left")
         .with_columns(pl.col("answered").fill_null(False))
         .sort("case_id")
     )
     same = (pl.col("case_hash") == pl.col("pinned_hash")) & pl.col("answered")
-    hashed_alike = frame.filter(same)["case_id"].to_list()
-    others = frame.filter(~same.fill_null(False))["case_id"].to_list()
+    return _Split(
+        frame.filter(same)["case_id"].to_list(),
+        frame.filter(~same.fill_null(False))["case_id"].to_list(),
+        set(frame.filter(pl.col("answered"))["case_id"].to_list()),
+    )
+
+
+def _judged(
+    pin: pl.DataFrame,
+    pinned: Mapping[str, Case],
+    split: _Split,
+    pinned_files: Mapping[str, str],
+    cand: RunData,
+    exam_run: RunData | None,
+) -> tuple[RunData, dict[str, tuple[str, ...]]]:
+    """The candidate's side of the exam, from ``pin`` (``case_id, pinned_hash, sealed,
+    source`` of every pinned case the baseline ran) and the pinned cases ``pinned`` (those of
+    ``split.others`` at least; every one when a scorer's file differs)."""
+    from evalkit.compare.exam import _scored_as_pinned
+
     cand_files = cand.manifest.scorer_files
     as_stored: list[str] = []
     rescore: list[str] = []
     if _all_scored_as_pinned(cand_files, pinned_files):
-        as_stored = hashed_alike
+        as_stored = split.alike
     else:  # a file some scorers read changed: those cases are rescored
-        for case_id in hashed_alike:
+        for case_id in split.alike:
             keep = _scored_as_pinned(pinned[case_id], cand_files, pinned_files)
             (as_stored if keep else rescore).append(case_id)
     # the others: the pinned input answered (an edited expectation) is rescored
+    others = split.others
     stored = case_details_of(cand, others) if others else cand.cases.clear()
     cand_rows = {r["case_id"]: r for r in stored.iter_rows(named=True)}
-    answered_ids = set(frame.filter(pl.col("answered"))["case_id"].to_list())
-    exam_ids = _exam_answered(exam_run, pinned)
+    exam_ids = _exam_answered(exam_run, pin)
     from_exam: list[str] = []
     missing: list[str] = []
     for case_id in others:
         case, row = pinned[case_id], cand_rows.get(case_id)
-        if row is not None and row["input"] == case.input_json() and case_id in answered_ids:
+        if row is not None and row["input"] == case.input_json() and case_id in split.answered:
             rescore.append(case_id)  # its hash differs: never as stored
         elif case_id in exam_ids:
             from_exam.append(case_id)
@@ -117,10 +203,11 @@ def judge_on_exam_thin(
         how="diagonal_relaxed",
     )
     thin_cases = overlay.cases.drop(CASE_DETAIL_COLUMNS)
+    # a case hashed alike is the pinned case (tags, criticality, group); its place the pin's
     stored_cases = (
         cand.cases.filter(pl.col("case_id").is_in(as_stored))
         .drop("sealed", "source")
-        .join(_pinned_places(pinned, as_stored), on="case_id", how="left")
+        .join(pin.select("case_id", "sealed", "source"), on="case_id", how="left")
         .select(thin_cases.columns)
         .cast(dict(thin_cases.schema))  # type: ignore[arg-type]
     )
@@ -144,22 +231,14 @@ def _all_scored_as_pinned(cand_files: Mapping[str, str], pinned: Mapping[str, st
     return all(cand_files.get(k) == pinned.get(k) for k in (*cand_files, *pinned))
 
 
-def _exam_answered(exam_run: RunData | None, pinned: Mapping[str, Case]) -> set[str]:
+def _exam_answered(exam_run: RunData | None, pin: pl.DataFrame) -> set[str]:
     """The pinned cases the exam run answered in their pinned version."""
     if exam_run is None or not exam_run.outputs.height:
         return set()
-    hashes = dict(exam_run.cases.select("case_id", "case_hash").iter_rows())
-    return {c for c in exam_run.outputs["case_id"].unique().to_list()
-            if c in pinned and hashes.get(c) == pinned[c].hash}  # fmt: skip
-
-
-def _pinned_places(pinned: Mapping[str, Case], ids: Sequence[str]) -> pl.DataFrame:
-    """The pinned ``sealed`` and ``source`` of ``ids`` (what the case hash does not cover)."""
-    return pl.DataFrame(
-        {"case_id": list(ids), "sealed": [pinned[c].sealed for c in ids],
-         "source": [pinned[c].source for c in ids]},
-        schema={"case_id": pl.String, "sealed": pl.Boolean, "source": pl.String},
-    )  # fmt: skip
+    answered = exam_run.outputs.select(pl.col("case_id").unique())
+    hashes = exam_run.cases.select("case_id", "case_hash").join(answered, on="case_id")
+    alike = hashes.join(pin, on="case_id").filter(pl.col("case_hash") == pl.col("pinned_hash"))
+    return set(alike["case_id"].to_list())
 
 
 def _overlay(

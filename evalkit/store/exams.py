@@ -34,9 +34,14 @@ class StoredExam:
     promoted_at: dt.datetime | None
     root: str
     files: dict[str, bytes] = field(repr=False)
+    # ``{path: sha256}`` as stored, when ``files`` was read without its contents (``exam(...,
+    # contents=False)``: `exam_contents` reads the files wanted).
+    hashes: dict[str, str] | None = field(default=None, repr=False)
 
     def file_hashes(self) -> dict[str, str]:
         """``{path: sha256}`` of every pinned file."""
+        if self.hashes is not None:
+            return dict(sorted(self.hashes.items()))
         return {p: hashlib.sha256(c).hexdigest() for p, c in sorted(self.files.items())}
 
 
@@ -75,11 +80,16 @@ class ExamRecords:
         return exam_id
 
     def exam(
-        self, run_id: str, promotions: Sequence[dt.datetime] | None = None
+        self,
+        run_id: str,
+        promotions: Sequence[dt.datetime] | None = None,
+        *,
+        contents: bool = True,
     ) -> StoredExam | None:
         """The newest exam pinned with a promotion of ``run_id`` — with one of ``promotions``
         (their times: the trusted ones, `evalkit.compare.trust`) when given; None when none was
-        (a store from before exams, a promotion that could not read the run's corpus)."""
+        (a store from before exams, a promotion that could not read the run's corpus).
+        ``contents`` False: its files' hashes alone (``hashes``; `exam_contents` reads files)."""
         if not self._has_exams():
             return None
         rows = self._con.execute(
@@ -93,6 +103,14 @@ class ExamRecords:
         if not rows:
             return None
         exam_id, run, suite, tier, who, promoted_at, root = rows[0]
+        if not contents:
+            hashes = self._con.execute(
+                "SELECT path, sha256 FROM exam_files WHERE exam_id = ? ORDER BY path", [exam_id]
+            ).fetchall()
+            return StoredExam(
+                exam_id=exam_id, run_id=run, suite=suite, tier=tier, who=who,
+                promoted_at=promoted_at, root=root, files={}, hashes=dict(hashes),
+            )  # fmt: skip
         files = self._con.execute(
             "SELECT path, content FROM exam_files WHERE exam_id = ? ORDER BY path", [exam_id]
         ).fetchall()
@@ -106,6 +124,16 @@ class ExamRecords:
             root=root,
             files={path: bytes(content) for path, content in files},
         )
+
+    def exam_contents(self, exam_id: str, paths: Sequence[str]) -> dict[str, bytes]:
+        """``{path: content}`` of the pinned files ``paths`` of exam ``exam_id``."""
+        if not paths:
+            return {}
+        rows = self._con.execute(
+            "SELECT path, content FROM exam_files WHERE exam_id = ? AND list_contains(?, path)",
+            [exam_id, list(paths)],
+        ).fetchall()
+        return {path: bytes(content) for path, content in rows}
 
     def _has_exams(self) -> bool:
         """False for a store made before exams were pinned, opened read-only."""

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 from exam_support import (
     LOOSE_EXPECT,
+    LOOSE_SCHEMA,
     Project,
     edit_case,
     gate_flow,
@@ -149,6 +150,28 @@ def test_the_thin_exam_path_decides_as_the_whole_one(
     assert thin_report == whole_report
     assert "Please answer" not in thin_report  # the pinned input is what the report shows
     assert "question billing-00" in thin_report and "missing 'refund'" in thin_report
+
+
+def test_a_changed_schema_rescores_every_case_as_the_whole_path_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = write_project(tmp_path / "suite", "schema")
+    run_candidate(project, "base", "v1")
+    promote = ["baseline", "promote", "base", "--db", project.db, "--who", "ana", "--reason", "v1",
+               "--config", project.config]  # fmt: skip
+    assert main(promote) == 0
+    (project.root / "schemas" / "reply.json").write_text(json.dumps(LOOSE_SCHEMA))
+    cand = run_candidate(project, "cand", "v2")  # breaks five billing cases, the schema hides it
+    monkeypatch.setattr(verdicts, "VERDICT_CASES", 7)
+    with open_store(project.db, read_only=True) as store:
+        thin_cmp, thin = gate_pair(store, None, cand, project.config, ("prompt", "scorers"))
+        thin_report = to_json(build_report(thin_cmp, thin))
+        _whole(monkeypatch)
+        whole_cmp, whole = gate_pair(store, None, cand, project.config, ("prompt", "scorers"))
+        whole_report = to_json(build_report(whole_cmp, whole))
+    assert len(whole_cmp.exam.rescored) == 54 and whole.status == "BLOCKED"  # the pinned schema
+    assert thin_cmp.exam == whole_cmp.exam and thin.to_dict() == whole.to_dict()
+    assert thin_cmp.paired.equals(whole_cmp.paired) and thin_report == whole_report
 
 
 def _score_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
