@@ -28,18 +28,24 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from evalkit.compare.analysis import Comparison, RunData, compare, load_run
+from evalkit.compare.exam_thin import (
+    changed_comparison,
+    judge_pinned_thin,
+    pinned_cases_frame,
+    scored_as_pinned,
+    with_output_columns,
+)
 from evalkit.compare.pass_rules import PassRules
-from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.cases import Corpus
 from evalkit.corpus.pinned import load_pinned_corpus
 from evalkit.corpus.scorer_modules import MODULE_PREFIX
 from evalkit.judges.gating import judge_gating, judge_rows
@@ -127,27 +133,6 @@ def _pinned_scorer_files(corpus: Corpus, exam: StoredExam) -> dict[str, str]:
     return {**corpus.file_hashes, **modules}
 
 
-def _scored_as_pinned(case: Case, cand_files: Mapping[str, str], pinned: Mapping[str, str]) -> bool:
-    """Whether a run scored with ``cand_files`` scored ``case`` exactly as the pin does: every
-    file its scorers read, and every custom scorer module, the pinned one."""
-    for scorer in case.scorers:
-        for path in scorer.file_hashes:
-            if cand_files.get(path) != pinned.get(path):
-                return False
-    modules = {k for k in (*cand_files, *pinned) if k.startswith(MODULE_PREFIX)}
-    return all(cand_files.get(k) == pinned.get(k) for k in modules)
-
-
-def _with_output_columns(outputs: pl.DataFrame) -> pl.DataFrame:
-    """Stored outputs with every column scoring reads (a synthetic frame may lack some)."""
-    wanted = {"text": pl.String, "tool_calls": pl.String, "steps": pl.Int64,
-              "error": pl.String, "fail_reason": pl.String, "latency_ms": pl.Float64,
-              "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "model": pl.String,
-              "cached": pl.Boolean}  # fmt: skip
-    missing = [pl.lit(None, t).alias(c) for c, t in wanted.items() if c not in outputs.columns]
-    return outputs.with_columns(missing) if missing else outputs
-
-
 def judge_on_exam(
     corpus: Corpus,
     pinned_files: Mapping[str, str],
@@ -179,7 +164,7 @@ def judge_on_exam(
     for case_id in sorted(ran & set(pinned)):
         case, row = pinned[case_id], cand_rows.get(case_id)
         if row is not None and row["input"] == case.input_json() and case_id in answered_ids:
-            same = row["case_hash"] == case.hash and _scored_as_pinned(
+            same = row["case_hash"] == case.hash and scored_as_pinned(
                 case, cand_files, pinned_files
             )
             (as_stored if same else rescore).append(case_id)
@@ -190,17 +175,17 @@ def judge_on_exam(
     outputs = [cand.outputs.filter(pl.col("case_id").is_in(as_stored + rescore))]
     scores = [cand.scores.filter(pl.col("case_id").is_in(as_stored))]
     if rescore:
-        mine = _with_output_columns(cand.outputs.filter(pl.col("case_id").is_in(rescore)))
+        mine = with_output_columns(cand.outputs.filter(pl.col("case_id").is_in(rescore)))
         scores.append(score_in_memory(mine, {c: pinned[c] for c in rescore}, cand.run_id))
     if from_exam and exam_run is not None:
         theirs = exam_run.outputs.filter(pl.col("case_id").is_in(from_exam)).with_columns(
             run_id=pl.lit(cand.run_id)
         )
         outputs.append(theirs)
-        theirs = _with_output_columns(theirs)
+        theirs = with_output_columns(theirs)
         scores.append(score_in_memory(theirs, {c: pinned[c] for c in from_exam}, cand.run_id))
     kept = [*as_stored, *rescore, *from_exam]
-    cases = _pinned_cases(cand, [pinned[c] for c in sorted(kept)], cand_rows)
+    cases = pinned_cases_frame(cand, [pinned[c] for c in sorted(kept)], cand_rows)
     common = [c for c in scores[0].columns]
     frames = [s.select([c for c in common if c in s.columns]) for s in scores]
     score_frame = pl.concat(
@@ -221,31 +206,6 @@ def judge_on_exam(
     )  # its own run's figures
     parts = {"rescored": tuple(rescore), "answered": tuple(from_exam), "missing": tuple(missing)}
     return exam_cand, parts
-
-
-def _pinned_cases(
-    cand: RunData, cases: Sequence[Case], cand_rows: Mapping[str, dict[str, Any]]
-) -> pl.DataFrame:
-    """The cases frame of the candidate's side: the pinned version's hash, input and metadata;
-    the pull request may only add (a tag, must_pass)."""
-    rows = []
-    for case in cases:
-        mine = cand_rows.get(case.id) or {}
-        tags = list(dict.fromkeys([*case.tags, *(mine.get("tags") or [])]))
-        must = case.must_pass or mine.get("criticality") == "must_pass"
-        rows.append({
-            "run_id": cand.run_id, "case_id": case.id, "case_hash": case.hash, "tags": tags,
-            "criticality": "must_pass" if must else case.criticality, "sealed": case.sealed,
-            "input": case.input_json(), "provenance": json.dumps(case.provenance, default=str),
-            "source": case.source, "case_group": case.group,
-        })  # fmt: skip
-    schema: dict[str, pl.DataType] = {
-        "run_id": pl.String(), "case_id": pl.String(), "case_hash": pl.String(),
-        "tags": pl.List(pl.String), "criticality": pl.String(), "sealed": pl.Boolean(),
-        "input": pl.String(), "provenance": pl.String(), "source": pl.String(),
-        "case_group": pl.String(),
-    }  # fmt: skip
-    return pl.DataFrame(rows, schema=schema)
 
 
 def additive_exam(pr: Comparison) -> pl.DataFrame:
@@ -326,7 +286,6 @@ def load_exam_comparison(
     exam (`additive_exam`) of the pull request, compared as before (`compare`, its own
     scorers, rebaselined where a rebaseline run exists).
     """
-    from evalkit.compare import exam_thin
     from evalkit.compare.analysis import _rebaseline_run
 
     thin = thin and store.read_only
@@ -336,7 +295,7 @@ def load_exam_comparison(
     base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
     exam_run = find_exam_run(store, baseline, cand, thin)
     if thin:
-        exam_cand, parts = exam_thin.judge_pinned_thin(store, exam, base, cand, exam_run)
+        exam_cand, parts = judge_pinned_thin(store, exam, base, cand, exam_run)
     else:
         with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
             corpus = load_pinned_corpus(exam.files, Path(scratch))
@@ -358,7 +317,7 @@ def load_exam_comparison(
     pr_gating = judge_gating(judged[0], calibrations, judge_kappa_min, judge_min_labels,
                              candidate=pr_judged)  # fmt: skip
     # thin: its added, edited and removed cases alone (all its additive exam reads)
-    pr = (exam_thin.changed_comparison if thin else compare)(
+    pr = (changed_comparison if thin else compare)(
         base, cand, pr_allow, pr_gating, rebaseline, pass_rules
     )
     main = compare(base, exam_cand, allow_diff, gating, None, pass_rules)

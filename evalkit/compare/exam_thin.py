@@ -17,7 +17,9 @@ and decides the same, case by pinned case:
 
 The pull request's own comparison (its additive exam, `additive_exam`) needs only its added,
 edited and removed cases: `changed_comparison` compares those alone, their score rows read by
-id (`score_details`), not the runs twice.
+id (`score_details`), not the runs twice. The cases frame of a candidate's side
+(`pinned_cases_frame`), the check of its scoring (`scored_as_pinned`) and the columns scoring reads
+(`with_output_columns`) are here, and the whole-run path reads them too.
 
 Examples:
     >>> exam_cand, parts = judge_pinned_thin(store, exam, base, cand)  # doctest: +SKIP
@@ -27,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -160,8 +163,6 @@ def _judged(
     """The candidate's side of the exam, from ``pin`` (``case_id, pinned_hash, sealed,
     source`` of every pinned case the baseline ran) and the pinned cases ``pinned`` (those of
     ``split.others`` at least; every one when a scorer's file differs)."""
-    from evalkit.compare.exam import _scored_as_pinned
-
     cand_files = cand.manifest.scorer_files
     as_stored: list[str] = []
     rescore: list[str] = []
@@ -169,7 +170,7 @@ def _judged(
         as_stored = split.alike
     else:  # a file some scorers read changed: those cases are rescored
         for case_id in split.alike:
-            keep = _scored_as_pinned(pinned[case_id], cand_files, pinned_files)
+            keep = scored_as_pinned(pinned[case_id], cand_files, pinned_files)
             (as_stored if keep else rescore).append(case_id)
     # the others: the pinned input answered (an edited expectation) is rescored
     others = split.others
@@ -225,8 +226,54 @@ def _judged(
     return exam_cand, parts
 
 
+def scored_as_pinned(case: Case, cand_files: Mapping[str, str], pinned: Mapping[str, str]) -> bool:
+    """Whether a run scored with ``cand_files`` scored ``case`` exactly as the pin does: every
+    file its scorers read, and every custom scorer module, the pinned one."""
+    for scorer in case.scorers:
+        for path in scorer.file_hashes:
+            if cand_files.get(path) != pinned.get(path):
+                return False
+    modules = {k for k in (*cand_files, *pinned) if k.startswith(MODULE_PREFIX)}
+    return all(cand_files.get(k) == pinned.get(k) for k in modules)
+
+
+def with_output_columns(outputs: pl.DataFrame) -> pl.DataFrame:
+    """Stored outputs with every column scoring reads (a synthetic frame may lack some)."""
+    wanted = {"text": pl.String, "tool_calls": pl.String, "steps": pl.Int64,
+              "error": pl.String, "fail_reason": pl.String, "latency_ms": pl.Float64,
+              "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "model": pl.String,
+              "cached": pl.Boolean}  # fmt: skip
+    missing = [pl.lit(None, t).alias(c) for c, t in wanted.items() if c not in outputs.columns]
+    return outputs.with_columns(missing) if missing else outputs
+
+
+def pinned_cases_frame(
+    cand: RunData, cases: Sequence[Case], cand_rows: Mapping[str, dict[str, Any]]
+) -> pl.DataFrame:
+    """The cases frame of the candidate's side: the pinned version's hash, input and metadata;
+    the pull request may only add (a tag, must_pass)."""
+    rows = []
+    for case in cases:
+        mine = cand_rows.get(case.id) or {}
+        tags = list(dict.fromkeys([*case.tags, *(mine.get("tags") or [])]))
+        must = case.must_pass or mine.get("criticality") == "must_pass"
+        rows.append({
+            "run_id": cand.run_id, "case_id": case.id, "case_hash": case.hash, "tags": tags,
+            "criticality": "must_pass" if must else case.criticality, "sealed": case.sealed,
+            "input": case.input_json(), "provenance": json.dumps(case.provenance, default=str),
+            "source": case.source, "case_group": case.group,
+        })  # fmt: skip
+    schema: dict[str, pl.DataType] = {
+        "run_id": pl.String(), "case_id": pl.String(), "case_hash": pl.String(),
+        "tags": pl.List(pl.String), "criticality": pl.String(), "sealed": pl.Boolean(),
+        "input": pl.String(), "provenance": pl.String(), "source": pl.String(),
+        "case_group": pl.String(),
+    }  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)
+
+
 def _all_scored_as_pinned(cand_files: Mapping[str, str], pinned: Mapping[str, str]) -> bool:
-    """Whether every case is scored as pinned (`_scored_as_pinned`), whatever files its
+    """Whether every case is scored as pinned (`scored_as_pinned`), whatever files its
     scorers read: no file differs between the two, and no scorer module."""
     return all(cand_files.get(k) == pinned.get(k) for k in (*cand_files, *pinned))
 
@@ -250,7 +297,6 @@ def _overlay(
 ) -> RunData:
     """The candidate's side's held cases: the rescored ones' outputs and the exam run's,
     read back by id with every column, scored in memory under their pinned versions."""
-    from evalkit.compare.exam import _pinned_cases, _with_output_columns
     from evalkit.run.rescore import score_in_memory as score
 
     outputs, scores = [], []
@@ -259,9 +305,9 @@ def _overlay(
             continue
         mine = output_details(run, [c.id for c in cases]).with_columns(run_id=pl.lit(cand.run_id))
         outputs.append(mine)
-        scores.append(score(_with_output_columns(mine), {c.id: c for c in cases}, cand.run_id))
+        scores.append(score(with_output_columns(mine), {c.id: c for c in cases}, cand.run_id))
     empty = cand.outputs.clear()
-    frames = _pinned_cases(cand, sorted([*rescore, *from_exam], key=lambda c: c.id), cand_rows)
+    frames = pinned_cases_frame(cand, sorted([*rescore, *from_exam], key=lambda c: c.id), cand_rows)
     return RunData(
         run_id=cand.run_id,
         label=cand.label,
