@@ -127,10 +127,10 @@ def _pinned_scorer_files(hashes: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class _Split:
-    """The pinned cases the candidate answered with the pinned hash (``alike``), the others,
-    and which it answered at all."""
+    """The pinned cases the candidate answered with the pinned hash (``alike``: a series, a
+    million of them held as one column), the others, and which of those it answered."""
 
-    alike: list[str]
+    alike: pl.Series
     others: list[str]
     answered: set[str]
 
@@ -145,10 +145,11 @@ def _split(pin: pl.DataFrame, cand: RunData) -> _Split:
         .sort("case_id")
     )
     same = (pl.col("case_hash") == pl.col("pinned_hash")) & pl.col("answered")
+    others = frame.filter(~same.fill_null(False))
     return _Split(
-        frame.filter(same)["case_id"].to_list(),
-        frame.filter(~same.fill_null(False))["case_id"].to_list(),
-        set(frame.filter(pl.col("answered"))["case_id"].to_list()),
+        frame.filter(same)["case_id"],
+        others["case_id"].to_list(),
+        set(others.filter(pl.col("answered"))["case_id"].to_list()),
     )
 
 
@@ -164,14 +165,12 @@ def _judged(
     source`` of every pinned case the baseline ran) and the pinned cases ``pinned`` (those of
     ``split.others`` at least; every one when a scorer's file differs)."""
     cand_files = cand.manifest.scorer_files
-    as_stored: list[str] = []
+    as_stored = split.alike
     rescore: list[str] = []
-    if _all_scored_as_pinned(cand_files, pinned_files):
-        as_stored = split.alike
-    else:  # a file some scorers read changed: those cases are rescored
-        for case_id in split.alike:
-            keep = scored_as_pinned(pinned[case_id], cand_files, pinned_files)
-            (as_stored if keep else rescore).append(case_id)
+    if not _all_scored_as_pinned(cand_files, pinned_files):  # those whose scorers' files changed
+        rescore = [c for c in split.alike if not scored_as_pinned(pinned[c], cand_files,
+                                                                   pinned_files)]  # fmt: skip
+        as_stored = as_stored.filter(~as_stored.is_in(rescore))
     # the others: the pinned input answered (an edited expectation) is rescored
     others = split.others
     stored = case_details_of(cand, others) if others else cand.cases.clear()
@@ -190,12 +189,12 @@ def _judged(
     rescore.sort()
     held = [pinned[c] for c in rescore], [pinned[c] for c in from_exam]
     overlay = _overlay(cand, exam_run, *held, cand_rows)
-    kept = set(as_stored) | set(rescore)
-    outputs = [cand.outputs.filter(pl.col("case_id").is_in(list(kept)))]
+    kept = pl.concat([as_stored, pl.Series("case_id", rescore, pl.String)])
+    outputs = [cand.outputs.filter(pl.col("case_id").is_in(kept.implode()))]
     if from_exam and exam_run is not None:
         theirs = exam_run.outputs.filter(pl.col("case_id").is_in(from_exam))
         outputs.append(theirs.with_columns(run_id=pl.lit(cand.run_id)))
-    held_scores = cand.scores.filter(pl.col("case_id").is_in(as_stored))
+    held_scores = cand.scores.filter(pl.col("case_id").is_in(as_stored.implode()))
     scores = pl.concat(
         [
             held_scores.with_columns(pl.col("run_id").cast(pl.String)),
@@ -206,7 +205,7 @@ def _judged(
     thin_cases = overlay.cases.drop(CASE_DETAIL_COLUMNS)
     # a case hashed alike is the pinned case (tags, criticality, group); its place the pin's
     stored_cases = (
-        cand.cases.filter(pl.col("case_id").is_in(as_stored))
+        cand.cases.filter(pl.col("case_id").is_in(as_stored.implode()))
         .drop("sealed", "source")
         .join(pin.select("case_id", "sealed", "source"), on="case_id", how="left")
         .select(thin_cases.columns)
