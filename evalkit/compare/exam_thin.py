@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from evalkit.compare.analysis import (
-    CASE_DETAIL_COLUMNS,
     Comparison,
     RunData,
     case_details_of,
@@ -82,12 +81,13 @@ def judge_pinned_thin(
     pinned_files = _pinned_scorer_files(hashes)
     with tempfile.TemporaryDirectory(prefix="evalkit-exam-") as scratch:
         if _all_scored_as_pinned(cand.manifest.scorer_files, pinned_files):
-            pin = base.cases.select(
-                "case_id", pl.col("case_hash").alias("pinned_hash"), "sealed", "source"
-            )
+            kept = [c for c in ("sealed", "source") if c in base.cases.columns]
+            pin = base.cases.select("case_id", pl.col("case_hash").alias("pinned_hash"), *kept)
             split = _split(pin, cand)
-            named = pin.filter(pl.col("case_id").is_in(split.others))["source"]
-            wanted = {source.rpartition(":")[0] for source in named}
+            wanted: set[str] = set()  # the files of the others (their rows name them)
+            if split.others:
+                named = case_details_of(base, split.others)["source"]
+                wanted = {str(source).rpartition(":")[0] for source in named}
             shared = [p for p in hashes if not _case_file(p)]
             files = store.exam_contents(exam.exam_id, [*shared, *sorted(wanted & set(hashes))])
             where = Path(scratch) / "some"
@@ -202,14 +202,16 @@ def _judged(
         ],
         how="diagonal_relaxed",
     )
-    thin_cases = overlay.cases.drop(CASE_DETAIL_COLUMNS)
+    # the columns a thin load holds, of the types it holds them in
+    columns = [c for c in overlay.cases.columns if c in cand.cases.columns]
+    thin_cases = overlay.cases.select(columns).cast({c: cand.cases.schema[c] for c in columns})
     # a case hashed alike is the pinned case (tags, criticality, group); its place the pin's
+    place = [c for c in ("sealed", "source") if c in columns]
     stored_cases = (
         cand.cases.filter(pl.col("case_id").is_in(as_stored.implode()))
-        .drop("sealed", "source")
-        .join(pin.select("case_id", "sealed", "source"), on="case_id", how="left")
-        .select(thin_cases.columns)
-        .cast(dict(thin_cases.schema))  # type: ignore[arg-type]
+        .drop(place)
+        .join(pin.select("case_id", *place), on="case_id", how="left")
+        .select(columns)
     )
     cases = pl.concat([stored_cases, thin_cases]).sort("case_id")
     manifest = replace(cand.manifest, scorer_files=dict(pinned_files), rescoring=None)
