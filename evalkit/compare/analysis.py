@@ -249,14 +249,22 @@ def verdicts_of(
     keep = keep or (lambda frame: frame)
     if not run.scores_in_store:
         return verdicts(run.outputs, keep(run.scores), run.cases, rules)
-
-    def scores_of(low: str | None, high: str | None) -> pl.DataFrame:
-        with _details_store(run) as store:
+    with _details_store(run) as store:
+        # a thin run's score rows and its outputs' usage figures stay in the store: read a
+        # range of cases at a time
+        def scores_of(low: str | None, high: str | None) -> pl.DataFrame:
             rows = store.scores(run.run_id, run.scoring_id, ordered=False,
                                 without=SCORE_DETAIL_COLUMNS, case_range=(low, high))  # fmt: skip
-        return keep(rows)
+            return keep(rows)
 
-    return verdicts(run.outputs, run.scores, run.cases, rules, scores_of=scores_of)
+        def outputs_of(low: str | None, high: str | None) -> pl.DataFrame:
+            rows = store.outputs(run.run_id, ordered=False, without=DETAIL_COLUMNS,
+                                 case_range=(low, high))  # fmt: skip
+            return compact_strings(rows)
+
+        return verdicts(
+            run.outputs, run.scores, run.cases, rules, scores_of=scores_of, outputs_of=outputs_of
+        )
 
 
 def scored_cases(
@@ -289,8 +297,8 @@ def _ungated_judge_paired(
 ) -> pl.DataFrame:
     """The paired frame of the judge checks that may not gate, on the cases they scored."""
     judged = [ungated_scores(run.scores, gating) for run in (base, cand)]
-    runs = zip((base, cand), judged, strict=True)
-    base_side, cand_side = (verdicts(r.outputs, s, r.cases, rules) for r, s in runs)
+    ungated = partial(ungated_scores, gating=gating)
+    base_side, cand_side = (verdicts_of(run, rules, ungated) for run in (base, cand))
     frame = paired_frame(base_side, cand_side, base.cases, cand.cases)
     return frame.filter(
         pl.col("case_id").is_in(pl.concat([s["case_id"] for s in judged]).implode())
@@ -306,6 +314,32 @@ DETAIL_COLUMNS = ("text", "tool_calls", "request_hash")
 #: scores (`score_details`: the scorers' reasons of the shown and failing cases).
 CASE_DETAIL_COLUMNS = ("input", "provenance")
 SCORE_DETAIL_COLUMNS = ("reason", "scoring_id")
+#: Output columns only verdicts read (the usage figures; and when an answer was stored, which
+#: nothing of a comparison reads): a thin load leaves them in the store too, and `verdicts_of`
+#: reads them a range of cases at a time with the score rows.
+USAGE_DETAIL_COLUMNS = (
+    "steps", "latency_ms", "prompt_tokens", "completion_tokens", "cost_usd", "created_at",
+)  # fmt: skip
+#: String columns of a run's frames with few distinct values: a thin load holds them as
+#: categoricals (a code per row, each string once), and so do the verdicts and the paired
+#: frame built from them (every comparison and join with strings reads them as strings).
+REPEATED_STRING_COLUMNS = ("run_id", "criticality", "model")
+
+
+def compact_strings(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its `REPEATED_STRING_COLUMNS` categorical: what a million rows of a few
+    distinct strings hold is a code each, not a string each. (Tags stay strings: each tag
+    becomes a slice's name, concatenated with literal names such as "all".)
+
+    Examples:
+        >>> frame = pl.DataFrame({"criticality": ["normal", "must_pass"], "tags": [["a"], []]})
+        >>> compact_strings(frame).dtypes
+        [Categorical, List(String)]
+        >>> compact_strings(frame).equals(frame)
+        True
+    """
+    cast = [pl.col(c).cast(pl.Categorical) for c in REPEATED_STRING_COLUMNS if c in frame.columns]
+    return frame.with_columns(cast) if cast else frame
 
 
 def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
@@ -390,6 +424,8 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label.
     ``thin`` (a read-only store only): the outputs without `DETAIL_COLUMNS`, read per case
     through `output_details` (what the gate's decision holds stays bounded by its figures),
+    and without `USAGE_DETAIL_COLUMNS` (`verdicts_of` reads them by ranges of cases), their
+    and the cases' repeated strings categorical (`compact_strings`),
     the cases without `CASE_DETAIL_COLUMNS` (`case_details_of`) and the scores without
     `SCORE_DETAIL_COLUMNS` (`score_details`).
 
@@ -406,10 +442,10 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     stored = json.loads(runs["summary"][0] or "null") if runs.height else None
     # In storage order: verdicts group the rows themselves, faster than the store can sort them.
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
-    without = DETAIL_COLUMNS if thin else ()
+    without = DETAIL_COLUMNS + USAGE_DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
-    # thin: held to the end of the gate, without the spare capacity of DuckDB's Arrow buffers
-    outputs = outputs.shrink_to_fit() if thin else outputs
+    # thin: held to the end of the gate, its repeated strings as codes
+    outputs = compact_strings(outputs) if thin else outputs
     # one scoring for every read of this run, the details read back later included
     scoring_id = store.latest_scoring(run_id)
     score_without = SCORE_DETAIL_COLUMNS if thin else ()
@@ -431,7 +467,7 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         run_id=run_id,
         label=label,
         manifest=manifest,
-        cases=cases.shrink_to_fit() if thin else cases,
+        cases=compact_strings(cases) if thin else cases,
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),
