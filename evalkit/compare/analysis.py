@@ -323,7 +323,7 @@ USAGE_DETAIL_COLUMNS = (
 #: String columns of a run's frames with few distinct values: a thin load holds them as
 #: categoricals (a code per row, each string once), and so do the verdicts and the paired
 #: frame built from them (every comparison and join with strings reads them as strings).
-REPEATED_STRING_COLUMNS = ("run_id", "criticality", "model")
+REPEATED_STRING_COLUMNS = ("run_id", "criticality", "model", "case_group")
 
 
 def compact_strings(frame: pl.DataFrame) -> pl.DataFrame:
