@@ -140,7 +140,7 @@ def compare(
         judge_paired = _ungated_judge_paired(base, cand, gating, pass_rules)
     bv = verdicts_of(base, pass_rules, keep)
     cv = verdicts_of(cand, pass_rules, keep)
-    changes = case_changes(base.cases, cand.cases)
+    changes = _with_sources(case_changes(base.cases, cand.cases), base, cand)
     paired = paired_frame(bv, cv, base.cases, cand.cases)
     rebaselined: frozenset[str] = frozenset()
     if rebaseline is not None:
@@ -202,6 +202,21 @@ def compare(
         rebaseline=rebaseline,
         rebaseline_blocker=rebaseline_blocker(base.manifest, cand.manifest),
     )
+
+
+def _with_sources(changes: pl.DataFrame, base: RunData, cand: RunData) -> pl.DataFrame:
+    """``changes`` with each changed case's source (the candidate's, else the baseline's) read
+    back from the store when its runs were read without it (a thin load)."""
+    if changes.is_empty() or all(SOURCE in r.cases.columns for r in (base, cand)):
+        return changes
+    ids = changes["case_id"].to_list()
+    sides = [
+        case_details_of(run, ids).select("case_id", pl.col(SOURCE).alias(f"_{side}"))
+        for side, run in (("cand", cand), ("base", base))
+    ]
+    found = changes.join(sides[0], on="case_id", how="left", maintain_order="left")
+    found = found.join(sides[1], on="case_id", how="left", maintain_order="left")
+    return found.with_columns(pl.coalesce("_cand", "_base").alias(SOURCE)).select(changes.columns)
 
 
 def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -> str | None:
@@ -313,6 +328,9 @@ DETAIL_COLUMNS = ("text", "tool_calls", "request_hash")
 #: The same for cases (`case_details_of`: the report shows the input of its shown cases) and
 #: scores (`score_details`: the scorers' reasons of the shown and failing cases).
 CASE_DETAIL_COLUMNS = ("input", "provenance")
+#: Where each case was read from: shown for the changed cases alone (`case_changes`), so a thin
+#: load leaves it in the store too, read back for those.
+SOURCE = "source"
 SCORE_DETAIL_COLUMNS = ("reason", "scoring_id")
 #: Output columns only verdicts read (the usage figures; and when an answer was stored, which
 #: nothing of a comparison reads): a thin load leaves them in the store too, and `verdicts_of`
@@ -425,8 +443,8 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     ``thin`` (a read-only store only): the outputs without `DETAIL_COLUMNS`, read per case
     through `output_details` (what the gate's decision holds stays bounded by its figures),
     and without `USAGE_DETAIL_COLUMNS` (`verdicts_of` reads them by ranges of cases), their
-    and the cases' repeated strings categorical (`compact_strings`),
-    the cases without `CASE_DETAIL_COLUMNS` (`case_details_of`) and the scores without
+    and the cases' repeated strings categorical (`compact_strings`), the cases without
+    `CASE_DETAIL_COLUMNS` and `SOURCE` (`case_details_of`) and the scores without
     `SCORE_DETAIL_COLUMNS` (`score_details`).
 
     When the newest scoring is a rescore that recorded its scorer sources, the manifest's
@@ -452,7 +470,8 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     # thin: the judges' rows alone (the judge gating's); `verdicts_of` reads the rest by ranges
     judges = JUDGE if thin else None
     scores = store.scores(run_id, scoring_id, ordered=False, without=score_without, tier=judges)
-    cases = store.cases(run_id, without=CASE_DETAIL_COLUMNS if thin else (), scoring_id=scoring_id)
+    case_without = (*CASE_DETAIL_COLUMNS, SOURCE) if thin else ()
+    cases = store.cases(run_id, without=case_without, scoring_id=scoring_id)
     manifest = store.manifest(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None

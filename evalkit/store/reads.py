@@ -119,7 +119,7 @@ class RunReads:
         ``case_ids``: only these cases."""
         run_id = self.resolve_run(run_id)
         scoring_id = scoring_id or self.latest_scoring(run_id)
-        columns = _columns("c.*", without, {"input", "provenance"})
+        columns = _columns("c.*", without, {"input", "provenance", "source"})
         params: list[Any] = [scoring_id, run_id]
         where = _only_cases("c.case_id", case_ids, params)
         return self._frame(

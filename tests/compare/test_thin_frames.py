@@ -9,7 +9,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from test_bounded_gate import _decided, _write_pair
+from synthetic_runs import MANIFEST, C, make_run, write_store
+from test_bounded_gate import _decided, _seeded_pair, _write_pair
 
 from evalkit.compare import pin, verdicts
 from evalkit.compare.analysis import (
@@ -78,6 +79,31 @@ def test_a_thin_gate_reads_usage_figures_a_range_of_cases_at_a_time(
         assert thin_cmp.judge_paired is not None and thin_cmp.judge_paired.height
         assert thin_cmp.judge_paired.equals(whole_cmp.judge_paired)
         assert thin_cmp.judge_paired["base_latency_ms"].null_count() == 0
+
+
+def test_a_thin_gate_reads_the_changed_cases_sources_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_cases, cand_cases = _seeded_pair()
+    cand_cases[3] = C(cand_cases[3].id, "ppp", cand_cases[3].tags, hash="edited")
+    cand_cases.insert(0, C("added-000", "ppp", ["billing"]))  # every source shifts by one
+    del cand_cases[-1]  # removed: the baseline's source
+    manifest = {**MANIFEST, "replays": 3}
+    db = tmp_path / "e.duckdb"
+    runs = [make_run("base-run", base_cases, manifest, "base")]
+    write_store(db, [*runs, make_run("cand-run", cand_cases, manifest, "cand")])
+    config = tmp_path / "evalkit.yaml"
+    config.write_text("suite: demo\nsystem:\n  model: demo-model\n", encoding="utf-8")
+
+    thin_cmp, thin, thin_report = _decided(db, config)
+    assert "source" not in thin_cmp.cand.cases.columns  # left in the store
+    _whole(monkeypatch)
+    whole_cmp, whole, whole_report = _decided(db, config)
+    changes = thin_cmp.changes
+    assert sorted(changes["change"]) == ["added", "edited", "removed"]
+    assert changes["source"].null_count() == 0
+    assert changes.equals(whole_cmp.changes)  # the candidate's source, else the baseline's
+    assert thin.to_dict() == whole.to_dict() and thin_report == whole_report
 
 
 def test_compact_strings_keeps_every_value_and_join() -> None:
