@@ -470,7 +470,8 @@ class _FactsBuilder:
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() == entry.sha256 and entry.sliceable:
             try:
-                return self._slices(data.decode("utf-8"), entry, wanted)
+                text = data.decode("utf-8")
+                return self._slices(lambda f: text[f.span[0] : f.span[1]], entry, wanted)
             except _SliceRefused:
                 return self._rebuilt(path, entry, wanted, sliceable=False)
         return self._rebuilt(path, entry, wanted)
@@ -485,10 +486,9 @@ class _FactsBuilder:
             raise IndexMismatch(f"{entry.rel}: its case index entry was stale; made again")
         return [self.whole[entry.rel][fact.id] for fact in wanted]
 
-    def _slices(self, text: str, entry: FileFacts, wanted: Sequence[CaseFacts]) -> list[Case]:
-        """The wanted cases parsed from their items' text alone, a few hundred at a time: each
-        run of items led by newlines in place of the items left out, so every mark (line,
-        column) is the file's. Each built case is checked against its facts.
+    def _slices(self, item: Any, entry: FileFacts, wanted: Sequence[CaseFacts]) -> list[Case]:
+        """The wanted cases parsed from their items' text (``item(fact)``), a few hundred at a
+        time, led by newlines for the items left out (every mark is the file's); each checked.
 
         Raises:
             _SliceRefused: a run that does not read as the facts say.
@@ -500,9 +500,9 @@ class _FactsBuilder:
             group = wanted[first : first + step]
             pieces, line = [], 1
             for fact in group:
-                start, end, item_line = fact.span or (0, 0, line)
-                pieces += ["\n" * (item_line - line), text[start:end]]
-                line = item_line + text.count("\n", start, end)
+                text, item_line = item(fact), fact.span[2] if fact.span else line
+                pieces += ["\n" * (item_line - line), text]
+                line = item_line + text.count("\n")
             chunk = "".join(pieces)
             try:
                 data, node = parse_yaml(chunk)

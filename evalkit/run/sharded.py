@@ -47,6 +47,7 @@ import polars as pl
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.manifest import build_manifest
+from evalkit.corpus.share_builder import ShareBuilder
 from evalkit.corpus.suite import Suite
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
@@ -73,6 +74,7 @@ from evalkit.run.shared_cache import (
 from evalkit.run.summary import SessionCounts
 from evalkit.run_manifest import RunManifest
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
+from evalkit.store.case_pieces import piece_problem, piece_shard
 from evalkit.store.part_checks import RunKeys, corpus_problem
 from evalkit.store.parts import PartInfo, PartRefused, PartsRoot
 from evalkit.store.schema import corpus_digest
@@ -329,12 +331,12 @@ def run_shard(
     # again writes no second cases part of the whole corpus when its first one stands
     done = committed_keys(root, manifest, keys, report or _to_stderr)
     writer = f"shard-{shard.index}-of-{shard.count}"
-    written = any(part.chunk_id == writer for part in root.parts(run_id, "cases"))
-    share = share_cases(corpus, {unit.case_id for unit in mine})
-    record_run(root, manifest, writer, share, with_cases=not written)
-    todo = remaining(make_chunks(mine, chunk_size), done)
-    skipped = len(mine) - sum(len(c.units) for c in todo)
-    by_id = {case.id: case for case in share}
+    recorded = {part.chunk_id for part in root.parts(run_id, "cases")}
+    share = ShareCases(corpus, {unit.case_id for unit in mine})
+    record_run(root, manifest, writer, (), with_cases=False)
+    chunks = make_chunks(mine, chunk_size)
+    todo = {chunk.chunk_id: chunk for chunk in remaining(chunks, done)}
+    skipped = len(mine) - sum(len(c.units) for c in todo.values())
     paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
     shared = team_cache(suite, manifest.run.cache) if todo else None
     outbox = (
@@ -348,13 +350,23 @@ def run_shard(
         )
     )
     results = []
-    for chunk in todo:
+    for whole in chunks:  # its cases built, recorded (a piece), then its requests: chunk-wise
+        piece = piece_name(writer, whole.chunk_id)
+        if whole.chunk_id not in todo and (writer in recorded or piece in recorded):
+            continue
+        cases = share.build(dict.fromkeys(unit.case_id for unit in whole.units))
+        if writer not in recorded and piece not in recorded:
+            root.write_cases(run_id, piece, cases)
+        if (chunk := todo.get(whole.chunk_id)) is None:
+            continue  # done earlier: only its cases piece was missing
+        by_id = {case.id: case for case in cases}
         results.append(
             asyncio.run(
                 run_chunk(paced, by_id, manifest, chunk, root, options, shared=shared,
                           outbox=outbox)
             )
         )  # fmt: skip
+        del cases, by_id
         if outbox is not None and outbox.asked >= _batch_rows():
             _publish(outbox, run_id)
     if outbox is not None:
@@ -370,7 +382,7 @@ def run_shard(
         wall_s=round(time.perf_counter() - started, 3),
         rate_note=rate.note,
         shared_hits=sum(r.shared_hits for r in results),
-        cases=len(share),
+        cases=share.size,
         corpus_cases=len(corpus.cases),
         built=corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
         indexed=corpus.counts.cases_indexed if isinstance(corpus, CorpusFacts) else 0,
@@ -392,10 +404,38 @@ def _batch_rows() -> int:
 
 def share_cases(corpus: Corpus | CorpusFacts, ids: set[str]) -> tuple[Case, ...]:
     """The cases of ``ids``: built from their files for facts (nothing else is), picked from
-    loaded cases, in corpus order either way."""
+    loaded cases, in corpus order either way (a Ray plan's, built whole)."""
     if isinstance(corpus, CorpusFacts):
         return corpus.load(ids).cases
     return tuple(case for case in corpus.cases if case.id in ids)
+
+
+class ShareCases:
+    """A shard's share of the corpus, built a chunk at a time (:meth:`build`): from their files
+    for facts (:class:`~evalkit.corpus.share_builder.ShareBuilder`: nothing else is built),
+    picked from loaded cases otherwise."""
+
+    def __init__(self, corpus: Corpus | CorpusFacts, ids: set[str]) -> None:
+        self.size = len(ids)
+        self._builder = ShareBuilder(corpus, ids) if isinstance(corpus, CorpusFacts) else None
+        loaded = () if isinstance(corpus, CorpusFacts) else corpus.cases
+        self._loaded = {case.id: case for case in loaded if case.id in ids}
+
+    def build(self, ids: Iterable[str]) -> tuple[Case, ...]:
+        if self._builder is not None:
+            return self._builder.build(ids)
+        return tuple(self._loaded[case_id] for case_id in ids)
+
+
+def piece_name(writer: str, chunk_id: str) -> str:
+    """The name of the cases part a shard writes for one chunk (a piece of its share), read
+    back by the merge (:func:`evalkit.store.case_pieces.piece_shard`).
+
+    Examples:
+        >>> piece_name("shard-2-of-4", "00ab-ff01")
+        'shard-2-of-4.00ab-ff01'
+    """
+    return f"{writer}.{chunk_id}"
 
 
 def corpus_shares(cases: Sequence[Any], units: Sequence[Unit], count: int) -> dict[str, Any]:
@@ -446,7 +486,11 @@ def committed_keys(
         problem = None
         try:
             cases = root.read_frame(part)
-            problem = keys.refusal("cases", cases) or corpus_problem(cases, manifest.corpus)
+            problem = keys.refusal("cases", cases) or (
+                piece_problem(cases)
+                if piece_shard(part.chunk_id)
+                else corpus_problem(cases, manifest.corpus)
+            )
         except PartRefused as refused:
             problem = refused.reason
         if problem:
