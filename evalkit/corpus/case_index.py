@@ -151,6 +151,22 @@ class IndexCounts:
     cases_built: int = 0  # cases built from their files (whole or one by one) and kept
     cases_indexed: int = 0  # cases built only to make their file's entry, not kept
     claims_waited: int = 0  # files whose claim another process held when first asked
+    cases_read: int = 0  # cases whose facts a scan read and checked (kept or not)
+
+
+class NamesOnly(dict[str, Any]):
+    """A dict that keeps its keys alone (each value stored as None): the case files a scan
+    that keeps no facts has read (:func:`~evalkit.corpus.case_facts.scan_corpus`).
+
+    Examples:
+        >>> seen = NamesOnly()
+        >>> seen["cases/a.yaml"] = object()
+        >>> seen
+        {'cases/a.yaml': None}
+    """
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, None)
 
 
 #: The evalkit package's directory: a module name resolves to a file under it.
