@@ -506,8 +506,8 @@ def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) ->
             id=case_id,
             hash=case_hash,
             tags=tag_sets[tag],
-            criticality=crit,
-            review=state,
+            criticality=_WORDS.setdefault(crit, crit),  # one string for each word, not each case
+            review=_WORDS.setdefault(state, state),
             source=f"{rel}:{line}",
             sealed=sealed,
             var_names=None if var_names is None else _strings(var_names),
@@ -521,6 +521,9 @@ def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) ->
     return FileFacts(rel, sha256, sealed, sliceable, tuple(cases))
 
 
+#: The criticality and review words read so far, each held once (a million cases' facts would
+#: otherwise hold two strings each of a handful of words).
+_WORDS: dict[str, str] = {}
 _COLUMNS = ("id", "hash", "tags", "criticality", "review", "line", "vars", "scorers", "span")
 _HEX = re.compile(r"[0-9a-f]*")
 _ENTRY_NAME = re.compile(r"[0-9a-f]{40}\.(json|lock)")

@@ -21,11 +21,14 @@ served go into the chunk's cache part, so the merge keeps them in the local stor
 
 A shard builds only its share of the corpus: given :class:`~evalkit.corpus.case_facts.CorpusFacts`
 (the corpus read through its case index, :func:`~evalkit.corpus.case_facts.scan_corpus`) it orders
-the units from the facts' ids, builds the cases its units name and writes a cases part of those
-alone. Its manifest records, beside the corpus hash, the hash of each of the N shares
-(``corpus.shares``), so the merge takes a share's cases part exactly when it is one of them
-(:func:`evalkit.store.part_checks.corpus_problem`), and checks the run's cases against the
-corpus hash once every share is in (:func:`evalkit.run.merging.merge_run`).
+the units from the facts' ids and runs its share a chunk at a time: a chunk's cases built
+(:class:`~evalkit.corpus.share_builder.ShareBuilder`), written as a cases part of their own (a
+piece of the share, :func:`piece_name`: the run is recorded chunk by chunk, before the chunk's
+requests), then run; it never holds more than a chunk's cases. Its manifest records, beside
+the corpus hash, the hash of each of the N shares (``corpus.shares``), so the merge takes a
+shard's pieces exactly when together they are its share (:mod:`evalkit.store.case_pieces`),
+and checks the run's cases against the corpus hash once every share is in
+(:func:`evalkit.run.merging.merge_run`).
 
 Examples:
     >>> root = PartsRoot("data/parts")
@@ -326,10 +329,11 @@ def run_shard(
                 f"{str(manifest.corpus.hash)[:12]}, {manifest.replays}): the cases changed "
                 "since; use a new --run-id"
             )
-    keys = RunKeys(run_id, frozenset(c.id for c in corpus.cases), replays)
     # earlier parts checked first (a bad one set aside), then the run recorded: a shard run
-    # again writes no second cases part of the whole corpus when its first one stands
-    done = committed_keys(root, manifest, keys, report or _to_stderr)
+    # again writes no second cases piece when its first one stands
+    ids = pl.Series("case_id", [c.id for c in corpus.cases], pl.String)
+    done = committed_keys(root, manifest, RunKeys(run_id, ids, replays), report or _to_stderr)
+    del ids, units  # a million of each at 1M cases: the shard needs its own units alone
     writer = f"shard-{shard.index}-of-{shard.count}"
     recorded = {part.chunk_id for part in root.parts(run_id, "cases")}
     share = ShareCases(corpus, {unit.case_id for unit in mine})
