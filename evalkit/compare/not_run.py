@@ -114,16 +114,14 @@ def checked_out_cases(
 
     Read through the case index (`evalkit.corpus.case_facts.scan_corpus` with
     ``index_only``): facts only, no case built, an index entry used only for its file's exact
-    bytes. A scorer skipped by kind keeps a case whose scorer this process does not know
-    (a custom module's): it then counts as selected, the side that cannot pass unseen.
+    bytes. The selection is applied as `evalkit run` applies it (`Selection.apply`).
 
     Raises:
         CorpusError: the checked-out corpus cannot be read (as ``evalkit run`` would say).
     """
     from evalkit.corpus.case_facts import scan_corpus
     from evalkit.corpus.config_files import resolve_config
-    from evalkit.corpus.selection import SCORER_KINDS
-    from evalkit.scorers import SCORERS
+    from evalkit.corpus.selection import Selection
 
     chosen = _selection_text(selection)
     if config_path is None:
@@ -132,22 +130,10 @@ def checked_out_cases(
             case_ids=None,
             selection=chosen,
         )
-    picked = dict(selection or {})
+    picked = Selection.from_manifest(selection or {})
     root = resolve_config(config_path).resolve().parent
-    facts = scan_corpus(root, sealed=bool(picked.get("sealed")), index_only=True)
-    facts = facts.select(picked.get("tags") or (), picked.get("exclude_tags") or ())
-    skips = set(picked.get("skip_scorers") or ())
-    kinds = {SCORER_KINDS[s] for s in skips if s in SCORER_KINDS}
-    kept: set[str] = set()
-    for case in facts.cases:
-        if case.review == "draft":
-            continue
-        scorers = [
-            s for s in case.scorers
-            if s.name not in skips and (s.name not in SCORERS or SCORERS[s.name].tier not in kinds)
-        ]  # fmt: skip
-        if scorers or not case.scorers:
-            kept.add(case.id)
+    facts = picked.apply(scan_corpus(root, sealed=picked.sealed, index_only=True))
+    kept = {case.id for case in facts.cases if case.review != "draft"}
     return CaseReference(
         where=f"the corpus checked out at {root}", case_ids=frozenset(kept), selection=chosen
     )
