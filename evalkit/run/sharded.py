@@ -21,10 +21,10 @@ served go into the chunk's cache part, so the merge keeps them in the local stor
 
 A shard builds only its share of the corpus: given :class:`~evalkit.corpus.case_facts.CorpusFacts`
 (the corpus read through its case index, :func:`~evalkit.corpus.case_facts.scan_corpus`) it orders
-the units from the facts' ids and runs its share a chunk at a time: a chunk's cases built
-(:class:`~evalkit.corpus.share_builder.ShareBuilder`), written as a cases part of their own (a
-piece of the share, :func:`piece_name`: the run is recorded chunk by chunk, before the chunk's
-requests), then run; it never holds more than a chunk's cases. Its manifest records, beside
+the units from the facts' ids and runs its share a chunk at a time
+(:mod:`evalkit.run.share_chunks`): a chunk's cases built, written as a cases part of their own
+(a piece of the share: the run is recorded chunk by chunk, before the chunk's requests), then
+run; it never holds more than a chunk's cases. Its manifest records, beside
 the corpus hash, the hash of each of the N shares (``corpus.shares``), so the merge takes a
 shard's pieces exactly when together they are its share (:mod:`evalkit.store.case_pieces`),
 and checks the run's cases against the corpus hash once every share is in
@@ -50,8 +50,8 @@ import polars as pl
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.manifest import build_manifest
-from evalkit.corpus.share_builder import ShareBuilder
 from evalkit.corpus.suite import Suite
+from evalkit.corpus.yaml_input import paused_gc
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
 from evalkit.run.judging import make_judge
@@ -68,6 +68,7 @@ from evalkit.run.shards import (
     remaining,
     shard_units,
 )
+from evalkit.run.share_chunks import OwnParts, ShareCases, piece_name
 from evalkit.run.shared_cache import (
     EntryBuffer,
     SharedCacheStore,
@@ -302,11 +303,9 @@ def run_shard(
             entry is made again): read the corpus again and call again.
     """
     started = time.perf_counter()
-    manifest = run_manifest(suite, corpus, options, run_id)
+    manifest, units = _planned(suite, corpus, options, run_id, shard.count)
     replays = manifest.replays
-    units = order_units((c.id for c in corpus.cases), replays)
     mine = shard_units(units, shard)
-    manifest = manifest.with_corpus(shares=corpus_shares(corpus.cases, units, shard.count))
     for other in root.manifests(run_id):
         theirs = other.corpus.shares or {}
         if theirs.get("count") != shard.count:
@@ -332,8 +331,9 @@ def run_shard(
     # earlier parts checked first (a bad one set aside), then the run recorded: a shard run
     # again writes no second cases piece when its first one stands
     ids = pl.Series("case_id", [c.id for c in corpus.cases], pl.String)
-    done = committed_keys(root, manifest, RunKeys(run_id, ids, replays), report or _to_stderr)
-    del ids, units  # a million of each at 1M cases: the shard needs its own units alone
+    keys = RunKeys(run_id, ids, replays)
+    done = committed_keys(root, manifest, keys, report or _to_stderr, mine, shard)
+    del ids, keys, units  # a million of each at 1M cases: the shard needs its own units alone
     writer = f"shard-{shard.index}-of-{shard.count}"
     recorded = {part.chunk_id for part in root.parts(run_id, "cases")}
     share = ShareCases(corpus, {unit.case_id for unit in mine})
@@ -393,6 +393,16 @@ def run_shard(
     )
 
 
+@paused_gc()  # a million units and pairs made, none freed: each collection would walk them all
+def _planned(
+    suite: Suite, corpus: Corpus | CorpusFacts, options: RunOptions, run_id: str, count: int
+) -> tuple[RunManifest, list[Unit]]:
+    """The run's manifest (with its ``count`` shares) and every unit of the run, ordered."""
+    manifest = run_manifest(suite, corpus, options, run_id)
+    units = order_units((c.id for c in corpus.cases), manifest.replays)
+    return manifest.with_corpus(shares=corpus_shares(corpus.cases, units, count)), units
+
+
 def _publish(outbox: SharedCacheStore, run_id: str) -> None:
     """Publish what the outbox holds (warned, never raised, on failure) and empty it."""
     report_publish(outbox.publish(run_id))
@@ -412,34 +422,6 @@ def share_cases(corpus: Corpus | CorpusFacts, ids: set[str]) -> tuple[Case, ...]
     if isinstance(corpus, CorpusFacts):
         return corpus.load(ids).cases
     return tuple(case for case in corpus.cases if case.id in ids)
-
-
-class ShareCases:
-    """A shard's share of the corpus, built a chunk at a time (:meth:`build`): from their files
-    for facts (:class:`~evalkit.corpus.share_builder.ShareBuilder`: nothing else is built),
-    picked from loaded cases otherwise."""
-
-    def __init__(self, corpus: Corpus | CorpusFacts, ids: set[str]) -> None:
-        self.size = len(ids)
-        self._builder = ShareBuilder(corpus, ids) if isinstance(corpus, CorpusFacts) else None
-        loaded = () if isinstance(corpus, CorpusFacts) else corpus.cases
-        self._loaded = {case.id: case for case in loaded if case.id in ids}
-
-    def build(self, ids: Iterable[str]) -> tuple[Case, ...]:
-        if self._builder is not None:
-            return self._builder.build(ids)
-        return tuple(self._loaded[case_id] for case_id in ids)
-
-
-def piece_name(writer: str, chunk_id: str) -> str:
-    """The name of the cases part a shard writes for one chunk (a piece of its share), read
-    back by the merge (:func:`evalkit.store.case_pieces.piece_shard`).
-
-    Examples:
-        >>> piece_name("shard-2-of-4", "00ab-ff01")
-        'shard-2-of-4.00ab-ff01'
-    """
-    return f"{writer}.{chunk_id}"
 
 
 def corpus_shares(cases: Sequence[Any], units: Sequence[Unit], count: int) -> dict[str, Any]:
@@ -480,13 +462,26 @@ def _shard_share(suite: Suite, shard: Shard, split: bool) -> tuple[Suite, ShardR
 
 
 def committed_keys(
-    root: PartsRoot, manifest: RunManifest, keys: RunKeys, report: Callable[[str], None]
+    root: PartsRoot,
+    manifest: RunManifest,
+    keys: RunKeys,
+    report: Callable[[str], None],
+    mine: Sequence[Unit] | None = None,
+    shard: Shard | None = None,
 ) -> set[tuple[str, int]]:
     """(case_id, replay) of every committed chunk attempt of the run that the merge would
     take. Any other (and any cases part that is not the run's corpus) is set aside, each part
-    reported in one line, so its chunk counts as not done and runs again."""
+    reported in one line, so its chunk counts as not done and runs again.
+
+    ``mine``: shard ``shard``'s own units (ordered): only parts that may hold some of them are
+    read (chunks whose key range meets theirs, pieces of no other shard), not every other
+    shard's (the merge checks those).
+    """
     run_id = keys.run_id
+    own = OwnParts(mine, shard)
     for part in root.parts(run_id, "cases"):
+        if not own.cases(part.chunk_id):
+            continue
         problem = None
         try:
             cases = root.read_frame(part)
@@ -505,6 +500,8 @@ def committed_keys(
     }
     done: set[tuple[str, int]] = set()
     for part in root.parts(run_id, "outputs"):
+        if not own.chunk(part.chunk_id):
+            continue
         attempt = (part.chunk_id, part.attempt)
         scores, cache = side["scores"].get(attempt), side["cache"].get(attempt)
         try:
