@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -158,13 +159,24 @@ def test_a_shard_stopped_part_way_resumes_and_merges_as_one_never_stopped(
     assert len(root.parts("stopped", "cases")) == 3  # the third chunk's piece went first
     assert len(root.parts("stopped", "outputs")) == 2
 
+    checked: list[str] = []  # the outputs attempts a shard reads before its first chunk
+    check_attempt = PartsRoot.check_attempt
+
+    def counted(self: PartsRoot, part: Any, *args: Any) -> Any:
+        checked.append(part.chunk_id)
+        return check_attempt(self, part, *args)
+
+    monkeypatch.setattr(PartsRoot, "check_attempt", counted)
     resumed = _shard(config, scan_corpus(config.parent, index_dir=tmp_path / "index"), 1,
                      "stopped", tmp_path / "parts")  # fmt: skip
     assert resumed.skipped == 2 * CHUNK and resumed.requests == 60 - 2 * CHUNK
+    assert len(checked) == 2  # its own two done chunks, and the "whole" run's are another's
     pieces = root.parts("stopped", "cases")
     assert len(pieces) == 60 // CHUNK and {p.attempt for p in pieces} == {1}  # none again
+    checked.clear()
     _shard(config, scan_corpus(config.parent, index_dir=tmp_path / "index"), 2, "stopped",
            tmp_path / "parts")  # fmt: skip
+    assert checked == []  # shard 1's six committed chunks are not its own: none read
 
     db = tmp_path / "s.duckdb"
     with open_store(db, write=True) as store:
