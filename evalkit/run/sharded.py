@@ -39,6 +39,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -63,8 +64,8 @@ from evalkit.run.shards import (
     Shard,
     ShardRate,
     Unit,
+    case_digest,
     make_chunks,
-    order_units,
     remaining,
     shard_units,
 )
@@ -303,9 +304,8 @@ def run_shard(
             entry is made again): read the corpus again and call again.
     """
     started = time.perf_counter()
-    manifest, units = _planned(suite, corpus, options, run_id, shard.count)
+    manifest, mine = _planned(suite, corpus, options, run_id, shard)
     replays = manifest.replays
-    mine = shard_units(units, shard)
     for other in root.manifests(run_id):
         theirs = other.corpus.shares or {}
         if theirs.get("count") != shard.count:
@@ -333,7 +333,7 @@ def run_shard(
     ids = pl.Series("case_id", [c.id for c in corpus.cases], pl.String)
     keys = RunKeys(run_id, ids, replays)
     done = committed_keys(root, manifest, keys, report or _to_stderr, mine, shard)
-    del ids, keys, units  # a million of each at 1M cases: the shard needs its own units alone
+    del ids, keys  # a million ids at 1M cases: the shard needs its own units alone
     writer = f"shard-{shard.index}-of-{shard.count}"
     recorded = {part.chunk_id for part in root.parts(run_id, "cases")}
     share = ShareCases(corpus, {unit.case_id for unit in mine})
@@ -393,14 +393,36 @@ def run_shard(
     )
 
 
-@paused_gc()  # a million units and pairs made, none freed: each collection would walk them all
+@paused_gc()  # a million pairs made, none freed: each collection would walk them all
 def _planned(
-    suite: Suite, corpus: Corpus | CorpusFacts, options: RunOptions, run_id: str, count: int
+    suite: Suite, corpus: Corpus | CorpusFacts, options: RunOptions, run_id: str, shard: Shard
 ) -> tuple[RunManifest, list[Unit]]:
-    """The run's manifest (with its ``count`` shares) and every unit of the run, ordered."""
+    """The run's manifest (with its shares) and this shard's units, ordered: every unit of the
+    run ordered and cut in a Polars frame (the same order as :func:`order_units`: digests and
+    ids compare alike as code points and as UTF-8 bytes), only the shard's own made units."""
     manifest = run_manifest(suite, corpus, options, run_id)
-    units = order_units((c.id for c in corpus.cases), manifest.replays)
-    return manifest.with_corpus(shares=corpus_shares(corpus.cases, units, count)), units
+    ids = list(dict.fromkeys(c.id for c in corpus.cases))
+    replays = pl.DataFrame({"replay": list(range(manifest.replays))}, schema={"replay": pl.Int64})
+    ordered = (
+        pl.DataFrame({"digest": [case_digest(i) for i in ids], "case_id": ids})
+        .join(replays, how="cross")
+        .sort("digest", "replay", "case_id")
+    )
+    hashes = pl.DataFrame({"case_id": [c.id for c in corpus.cases],
+                           "hash": [c.hash for c in corpus.cases]}).unique("case_id")  # fmt: skip
+    total, count = ordered.height, shard.count
+    digests, sizes, mine = [], [], []
+    for k in range(1, count + 1):
+        start, stop = (k - 1) * total // count, k * total // count
+        part = ordered.slice(start, stop - start)
+        if k == shard.index:
+            mine = [Unit(d, r, c) for d, r, c in part.select("digest", "replay", "case_id").rows()]
+        pairs = part.select("case_id").unique().join(hashes, on="case_id").sort("case_id")
+        text = pairs.select(pl.concat_str("case_id", pl.lit("\0"), "hash", pl.lit("\n")))
+        digests.append(hashlib.sha256("".join(text.to_series()).encode()).hexdigest())
+        sizes.append(pairs.height)
+    shares = {"count": count, "hashes": digests, "n_cases": sizes}
+    return manifest.with_corpus(shares=shares), mine
 
 
 def _publish(outbox: SharedCacheStore, run_id: str) -> None:
