@@ -217,3 +217,36 @@ def test_the_merge_checks_a_shards_pieces_as_its_share(
     with open_store(tmp_path / "b.duckdb", write=True) as store, pytest.raises(StoreError) as bad:
         merge_run(store, root, "p")
     assert "pieces hold" in str(bad.value) and "not its share" in str(bad.value)
+
+
+@pytest.mark.parametrize("replays", [1, 3])
+def test_a_shard_plans_the_units_and_shares_order_units_gives(
+    monkeypatch: pytest.MonkeyPatch, replays: int
+) -> None:
+    """The frame a shard orders its units in agrees with :func:`order_units`, the slices with
+    :func:`shard_units` and the shares with :func:`corpus_shares` (what the Ray plan records),
+    for ids outside ASCII too."""
+    from types import SimpleNamespace
+
+    from evalkit.run.shards import order_units, shard_units
+
+    ids = [f"case-{i}" for i in range(301)] + ["é-1", "z", "Ω"]
+    cases = [SimpleNamespace(id=i, hash=f"{abs(hash(i)):064x}"[-64:]) for i in ids]
+    units = order_units(ids, replays)
+
+    class Planned:
+        def __init__(self) -> None:
+            self.replays, self.shares = replays, None
+
+        def with_corpus(self, shares: Any) -> Planned:
+            self.shares = shares
+            return self
+
+    monkeypatch.setattr(sharded, "run_manifest", lambda *args: Planned())
+    for count in (1, 4, 7):
+        for k in range(1, count + 1):
+            manifest, mine = sharded._planned(  # type: ignore[arg-type]
+                None, SimpleNamespace(cases=cases), None, "r", Shard(k, count)
+            )
+            assert mine == shard_units(units, Shard(k, count))
+            assert manifest.shares == sharded.corpus_shares(cases, units, count)
