@@ -243,10 +243,9 @@ def test_a_shard_plans_the_units_and_shares_order_units_gives(
             return self
 
     monkeypatch.setattr(sharded, "run_manifest", lambda *args: Planned())
+    plan: Any = sharded._planned  # given stand-ins for the suite, facts and options
     for count in (1, 4, 7):
         for k in range(1, count + 1):
-            manifest, mine = sharded._planned(  # type: ignore[arg-type]
-                None, SimpleNamespace(cases=cases), None, "r", Shard(k, count)
-            )
+            manifest, mine = plan(None, SimpleNamespace(cases=cases), None, "r", Shard(k, count))
             assert mine == shard_units(units, Shard(k, count))
             assert manifest.shares == sharded.corpus_shares(cases, units, count)
