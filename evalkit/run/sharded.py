@@ -453,6 +453,7 @@ def corpus_shares(cases: Sequence[Any], units: Sequence[Unit], count: int) -> di
 
     Examples:
         >>> from types import SimpleNamespace as Fact
+        >>> from evalkit.run.shards import order_units
         >>> cases = [Fact(id=i, hash="h" + i) for i in "abcd"]
         >>> shares = corpus_shares(cases, order_units("abcd", 1), 2)
         >>> shares["count"], shares["n_cases"]
