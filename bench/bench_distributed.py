@@ -179,7 +179,7 @@ def _index_cost(config: Path, index: Path, workers: int | None) -> dict[str, Any
     import resource
     import shutil
 
-    from evalkit.corpus.case_facts import refresh_index
+    from evalkit.corpus.index_refresh import refresh_index
 
     shutil.rmtree(index, ignore_errors=True)
     here, workers_cpu = resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN
@@ -191,7 +191,7 @@ def _index_cost(config: Path, index: Path, workers: int | None) -> dict[str, Any
     pairs = zip(after, before, strict=True)
     cpu = [max(0.0, a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime) for a, b in pairs]
     return {"s": round(wall, 2), "cpu_s": round(cpu[0], 2), "workers_cpu_s": round(cpu[1], 2),
-            "apart": done.facts.counts.files_in_workers, "load": os.getloadavg()[0]}  # fmt: skip
+            "apart": done.counts.files_in_workers, "load": os.getloadavg()[0]}  # fmt: skip
 
 
 def shard_figures(cases: int, rounds: int, per_file: int) -> dict[str, Any]:

@@ -11,7 +11,8 @@ are evalkit's, not the server's; it logs when the first request arrives). Then, 
 ``shards``       ``evalkit run --shard K/4`` for K = 1..4, one after another (each as on a CI
                  machine of its own), into Parquet parts: CPU and wall summed, the largest peak
                  RSS, and each warm shard's seconds from its start to its first request
-                 (``first req``: the slowest of the four);
+                 (``first req``: the slowest of the four) with the CPU it had used by then
+                 (read from ``/proc`` when the mock first answers: not stretched by load);
 ``merge``        ``evalkit runs merge`` of the parts into the baseline's store;
 ``push``         ``evalkit push`` of that run to a team store (SQLite catalog, directory
                  warehouse);
@@ -130,6 +131,7 @@ def _shards(
     each = []
     for k in range(1, SHARDS + 1):
         server.reset()
+        watch = _FirstRequestCPU(server, f"{k}/{SHARDS}", run_id)
         fig = run_stage(
             [*EVALKIT, "run", *common, "--shard", f"{k}/{SHARDS}", "--run-id", run_id,
              "--parts", str(folder / "parts"), "--db", str(folder / f"shard-{k}.duckdb"),
@@ -137,6 +139,7 @@ def _shards(
             folder,
         )  # fmt: skip
         served = server.stats()
+        fig["first_request_cpu_s"] = watch.result()
         fig["requests"] = served["requests"]
         # a shard that asked nothing (an empty share) has no first request: infinite
         fig["first_request_s"] = (
@@ -151,6 +154,54 @@ def _shards(
         "first_request_s": max(f["first_request_s"] for f in each),
         "each": each,
     }
+
+
+class _FirstRequestCPU:
+    """The CPU seconds the shard ``--shard K/N`` of ``run_id`` had used when the mock saw its
+    first request (polled every 0.1 s: at most that late; from ``/proc``, so Linux only,
+    else None): unlike the wall to the first request, not stretched by the machine's load."""
+
+    def __init__(self, server: loopback.LoopbackServer, shard: str, run_id: str) -> None:
+        import threading
+
+        self._marks = ("--shard", shard, "--run-id", run_id)
+        self._cpu: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(server,), daemon=True)
+        self._thread.start()
+
+    def result(self) -> float | None:
+        self._stop.set()
+        self._thread.join(10)
+        return self._cpu
+
+    def _watch(self, server: loopback.LoopbackServer) -> None:
+        while not self._stop.wait(0.1):
+            if server.stats()["first_at"]:
+                self._cpu = self._shard_cpu()
+                return
+
+    def _shard_cpu(self) -> float | None:
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                words = (proc / "cmdline").read_bytes().split(b"\0")
+                if b"run" not in words or not all(m.encode() in words for m in self._marks):
+                    continue
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if words[1:2] != [b"-m"] or _parent(int(fields[1])) != os.getpid():
+                continue  # the wait4 wrapper (``python -c``), or another bench's shard
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of process ``pid`` (None: gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _ray(common: list[str], folder: Path) -> dict[str, Any]:
@@ -317,8 +368,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "error" in fig:
                 print(f"{head} FAILED: {fig['error']}", flush=True)
             else:
-                shards = [f["first_request_s"] for f in fig.get("each", ())]
-                first = f"  first request at {', '.join(f'{s:.1f}' for s in shards)} s"
+                each = fig.get("each", ())
+                shards = [f["first_request_s"] for f in each]
+                cpu = ", ".join(f"{f.get('first_request_cpu_s') or 0:.1f}" for f in each)
+                peaks = ", ".join(f"{f['peak_mib']:.0f}" for f in each)
+                first = (f"  first request at {', '.join(f'{s:.1f}' for s in shards)} s"
+                         f" (CPU by then {cpu} s), peaks {peaks} MiB")  # fmt: skip
                 print(f"{head} wall {fig['wall_s']:8.1f} s  CPU {fig['cpu_s']:8.1f} s  peak "
                       f"{fig['peak_mib']:6.0f} MiB  load {os.getloadavg()[0]:.1f}"
                       f"{first if shards else ''}", flush=True)  # fmt: skip

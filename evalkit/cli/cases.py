@@ -206,7 +206,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
     then a rename)."""
     import time
 
-    from evalkit.corpus.case_facts import refresh_index
+    from evalkit.corpus.index_refresh import refresh_index
     from evalkit.corpus.suite import load_suite
 
     if args.workers is not None and args.workers < 1:
@@ -216,9 +216,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
     done = refresh_index(
         suite.root, user_template=suite.config.system.user_template, workers=args.workers
     )
-    counts = done.facts.counts
+    counts = done.counts
     print(
-        f"case index: {done.files} files, {len(done.facts.cases)} cases: "
+        f"case index: {done.files} files, {done.cases} cases: "
         f"{counts.entries_used} entries reused, {counts.entries_written} written, "
         f"{done.removed} removed, in {time.perf_counter() - started:.2f} s → {done.directory}",
         flush=True,

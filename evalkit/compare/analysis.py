@@ -144,7 +144,7 @@ def compare(
         judge_paired = _ungated_judge_paired(base, cand, gating, pass_rules)
     bv = verdicts_of(base, pass_rules, keep)
     cv = verdicts_of(cand, pass_rules, keep)
-    changes = case_changes(base.cases, cand.cases)
+    changes = _with_sources(case_changes(base.cases, cand.cases), base, cand)
     paired = paired_frame(bv, cv, base.cases, cand.cases)
     rebaselined: frozenset[str] = frozenset()
     if rebaseline is not None:
@@ -208,6 +208,21 @@ def compare(
     )
 
 
+def _with_sources(changes: pl.DataFrame, base: RunData, cand: RunData) -> pl.DataFrame:
+    """``changes`` with each changed case's source (the candidate's, else the baseline's) read
+    back from the store when its runs were read without it (a thin load)."""
+    if changes.is_empty() or all(SOURCE in r.cases.columns for r in (base, cand)):
+        return changes
+    ids = changes["case_id"].to_list()
+    sides = [
+        case_details_of(run, ids).select("case_id", pl.col(SOURCE).alias(f"_{side}"))
+        for side, run in (("cand", cand), ("base", base))
+    ]
+    found = changes.join(sides[0], on="case_id", how="left", maintain_order="left")
+    found = found.join(sides[1], on="case_id", how="left", maintain_order="left")
+    return found.with_columns(pl.coalesce("_cand", "_base").alias(SOURCE)).select(changes.columns)
+
+
 def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -> str | None:
     """Why the baseline's configuration cannot be run again on new cases, or None.
 
@@ -253,21 +268,24 @@ def verdicts_of(
     keep = keep or (lambda frame: frame)
     if not run.scores_in_store:
         return verdicts(run.outputs, keep(run.scores), run.cases, rules)
-
-    def scores_of(low: str | None, high: str | None) -> pl.DataFrame:
-        with _details_store(run) as store:
+    with _details_store(run) as store:
+        # a thin run's score rows and its outputs' usage figures stay in the store: read a
+        # range of cases at a time
+        def scores_of(low: str | None, high: str | None) -> pl.DataFrame:
             rows = store.scores(run.run_id, run.scoring_id, ordered=False,
                                 without=SCORE_DETAIL_COLUMNS, case_range=(low, high))  # fmt: skip
-        if run.overlay is not None:  # its held cases' rows in place of the store's
-            share = pl.col("case_id") >= low if low is not None else pl.lit(True)
-            share = share & (pl.col("case_id") < high) if high is not None else share
-            held = run.overlay.scores.filter(share).select(
-                [c for c in rows.columns if c in run.overlay.scores.columns]
-            )
-            rows = pl.concat([_not_overlaid(run, rows), held], how="diagonal_relaxed")
-        return keep(rows)
+            overlay = run.overlay.scores if run.overlay else None
+            return keep(_overlaid(run, rows, overlay, low, high))
 
-    return verdicts(run.outputs, run.scores, run.cases, rules, scores_of=scores_of)
+        def outputs_of(low: str | None, high: str | None) -> pl.DataFrame:
+            rows = store.outputs(run.run_id, ordered=False, without=DETAIL_COLUMNS,
+                                 case_range=(low, high))  # fmt: skip
+            overlay = run.overlay.outputs if run.overlay else None  # an exam run's answers
+            return compact_strings(_overlaid(run, rows, overlay, low, high))
+
+        return verdicts(
+            run.outputs, run.scores, run.cases, rules, scores_of=scores_of, outputs_of=outputs_of
+        )
 
 
 def scored_cases(
@@ -285,6 +303,19 @@ def scored_cases(
             [run.run_id, run.scoring_id],
         )
     return pl.concat([held, _not_overlaid(run, rest)["case_id"]])
+
+
+def _overlaid(
+    run: RunData, rows: pl.DataFrame, held: pl.DataFrame | None, low: str | None, high: str | None
+) -> pl.DataFrame:
+    """``rows`` of the case ids from ``low`` up to ``high`` read from ``run``'s store, those of
+    the cases its overlay holds replaced by the overlay's (``held``, a frame of the same kind)."""
+    if held is None:
+        return rows
+    share = pl.col("case_id") >= low if low is not None else pl.lit(True)
+    share = share & (pl.col("case_id") < high) if high is not None else share
+    ours = held.filter(share).select([c for c in rows.columns if c in held.columns])
+    return pl.concat([_not_overlaid(run, rows), ours], how="diagonal_relaxed")
 
 
 def _not_overlaid(run: RunData, rows: pl.DataFrame) -> pl.DataFrame:
@@ -307,8 +338,8 @@ def _ungated_judge_paired(
 ) -> pl.DataFrame:
     """The paired frame of the judge checks that may not gate, on the cases they scored."""
     judged = [ungated_scores(run.scores, gating) for run in (base, cand)]
-    runs = zip((base, cand), judged, strict=True)
-    base_side, cand_side = (verdicts(r.outputs, s, r.cases, rules) for r, s in runs)
+    ungated = partial(ungated_scores, gating=gating)
+    base_side, cand_side = (verdicts_of(run, rules, ungated) for run in (base, cand))
     frame = paired_frame(base_side, cand_side, base.cases, cand.cases)
     return frame.filter(
         pl.col("case_id").is_in(pl.concat([s["case_id"] for s in judged]).implode())
@@ -323,7 +354,36 @@ DETAIL_COLUMNS = ("text", "tool_calls", "request_hash")
 #: The same for cases (`case_details_of`: the report shows the input of its shown cases) and
 #: scores (`score_details`: the scorers' reasons of the shown and failing cases).
 CASE_DETAIL_COLUMNS = ("input", "provenance")
+#: Where each case was read from: shown for the changed cases alone (`case_changes`), so a thin
+#: load leaves it in the store too, read back for those.
+SOURCE = "source"
 SCORE_DETAIL_COLUMNS = ("reason", "scoring_id")
+#: Output columns only verdicts read (the usage figures; and when an answer was stored, which
+#: nothing of a comparison reads): a thin load leaves them in the store too, and `verdicts_of`
+#: reads them a range of cases at a time with the score rows.
+USAGE_DETAIL_COLUMNS = (
+    "steps", "latency_ms", "prompt_tokens", "completion_tokens", "cost_usd", "created_at",
+)  # fmt: skip
+#: String columns of a run's frames with few distinct values: a thin load holds them as
+#: categoricals (a code per row, each string once), and so do the verdicts and the paired
+#: frame built from them (every comparison and join with strings reads them as strings).
+REPEATED_STRING_COLUMNS = ("run_id", "criticality", "model", "case_group")
+
+
+def compact_strings(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its `REPEATED_STRING_COLUMNS` categorical: what a million rows of a few
+    distinct strings hold is a code each, not a string each. (Tags stay strings: each tag
+    becomes a slice's name, concatenated with literal names such as "all".)
+
+    Examples:
+        >>> frame = pl.DataFrame({"criticality": ["normal", "must_pass"], "tags": [["a"], []]})
+        >>> compact_strings(frame).dtypes
+        [Categorical, List(String)]
+        >>> compact_strings(frame).equals(frame)
+        True
+    """
+    cast = [pl.col(c).cast(pl.Categorical) for c in REPEATED_STRING_COLUMNS if c in frame.columns]
+    return frame.with_columns(cast) if cast else frame
 
 
 def output_details(run: RunData, case_ids: Sequence[str]) -> pl.DataFrame:
@@ -418,7 +478,9 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label.
     ``thin`` (a read-only store only): the outputs without `DETAIL_COLUMNS`, read per case
     through `output_details` (what the gate's decision holds stays bounded by its figures),
-    the cases without `CASE_DETAIL_COLUMNS` (`case_details_of`) and the scores without
+    and without `USAGE_DETAIL_COLUMNS` (`verdicts_of` reads them by ranges of cases), their
+    and the cases' repeated strings categorical (`compact_strings`), the cases without
+    `CASE_DETAIL_COLUMNS` and `SOURCE` (`case_details_of`) and the scores without
     `SCORE_DETAIL_COLUMNS` (`score_details`).
 
     When the newest scoring is a rescore that recorded its scorer sources, the manifest's
@@ -434,17 +496,18 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     stored = json.loads(runs["summary"][0] or "null") if runs.height else None
     # In storage order: verdicts group the rows themselves, faster than the store can sort them.
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
-    without = DETAIL_COLUMNS if thin else ()
+    without = DETAIL_COLUMNS + USAGE_DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
-    # thin: held to the end of the gate, without the spare capacity of DuckDB's Arrow buffers
-    outputs = outputs.shrink_to_fit() if thin else outputs
+    # thin: held to the end of the gate, its repeated strings as codes
+    outputs = compact_strings(outputs) if thin else outputs
     # one scoring for every read of this run, the details read back later included
     scoring_id = store.latest_scoring(run_id)
     score_without = SCORE_DETAIL_COLUMNS if thin else ()
     # thin: the judges' rows alone (the judge gating's); `verdicts_of` reads the rest by ranges
     judges = JUDGE if thin else None
     scores = store.scores(run_id, scoring_id, ordered=False, without=score_without, tier=judges)
-    cases = store.cases(run_id, without=CASE_DETAIL_COLUMNS if thin else (), scoring_id=scoring_id)
+    case_without = (*CASE_DETAIL_COLUMNS, SOURCE) if thin else ()
+    cases = store.cases(run_id, without=case_without, scoring_id=scoring_id)
     manifest = store.manifest(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
@@ -459,7 +522,7 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         run_id=run_id,
         label=label,
         manifest=manifest,
-        cases=cases.shrink_to_fit() if thin else cases,
+        cases=compact_strings(cases) if thin else cases,
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),

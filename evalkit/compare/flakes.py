@@ -240,12 +240,16 @@ def _judged(
                 .otherwise(distrust)
             )
     started = _created_at(store, cand)
-    versions = pl.DataFrame(
-        {"case_id": cand.cases["case_id"], "cand_hash": cand.cases["case_hash"]}
-    ).join(
-        base.cases.select("case_id", pl.col("case_hash").alias("base_hash")),
-        on="case_id",
-        how="left",
+    # the measured cases' versions alone: not a million cases joined for a few measurements
+    measured = pl.col("case_id").is_in(rows["case_id"].unique().implode())
+    versions = (
+        cand.cases.filter(measured)
+        .select("case_id", pl.col("case_hash").alias("cand_hash"))
+        .join(
+            base.cases.filter(measured).select("case_id", pl.col("case_hash").alias("base_hash")),
+            on="case_id",
+            how="left",
+        )
     )
     rows = rows.join(versions, on="case_id", how="left")
     after = pl.lit(True) if started is None else pl.col("measured_at") >= pl.lit(started)

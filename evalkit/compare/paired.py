@@ -18,8 +18,8 @@ def case_changes(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> pl.DataF
         >>> case_changes(b, c).select("case_id", "change").rows()
         [('a', 'removed'), ('b', 'edited'), ('c', 'added')]
     """
-    b = base_cases.select("case_id", pl.col("case_hash").alias("base_hash"), "source")
-    c = cand_cases.select("case_id", pl.col("case_hash").alias("cand_hash"), "source")
+    b = base_cases.select("case_id", pl.col("case_hash").alias("base_hash"), _source(base_cases))
+    c = cand_cases.select("case_id", pl.col("case_hash").alias("cand_hash"), _source(cand_cases))
     both = b.join(c, on="case_id", how="full", coalesce=True, suffix="_cand")
     bh, ch = pl.col("base_hash"), pl.col("cand_hash")
     one_side = (
@@ -32,6 +32,14 @@ def case_changes(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> pl.DataF
         .select("case_id", "change", "base_hash", "cand_hash", "source")
         .sort("case_id")
     )
+
+
+def _source(cases: pl.DataFrame) -> pl.Expr:
+    """The cases' ``source``, null when they were read without it (a thin load's: read back
+    for the changed cases alone, `evalkit.compare.analysis.compare`)."""
+    if "source" in cases.columns:
+        return pl.col("source")
+    return pl.lit(None, pl.String).alias("source")
 
 
 def paired_frame(

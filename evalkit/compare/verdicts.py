@@ -159,6 +159,7 @@ def verdicts(
     rules: PassRules | None = None,
     *,
     scores_of: Callable[[str | None, str | None], pl.DataFrame] | None = None,
+    outputs_of: Callable[[str | None, str | None], pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     """One verdict per (run, case): majority over decided replays, ties fail, unless ``rules``
     (`evalkit.compare.pass_rules.PassRules`, the suite's ``replays:`` rules) say otherwise for
@@ -174,7 +175,9 @@ def verdicts(
     the range, not the run (the same figures, case by case). ``scores_of(low, high)``, when
     given, reads the score rows of the case ids from ``low`` (inclusive) up to ``high``
     (exclusive; None: unbounded) in their stored order, in place of ``scores`` (a thin run's
-    scores stay in the store: `evalkit.compare.analysis.run_verdicts`).
+    scores stay in the store: `evalkit.compare.analysis.verdicts_of`); ``outputs_of`` the same
+    for the output rows (``outputs`` then only names the run's case ids: a thin run holds its
+    outputs without the usage figures, which only verdicts read).
 
     Examples:
         >>> out = pl.DataFrame({"run_id": ["r"] * 2, "case_id": ["a"] * 2, "replay": [0, 1],
@@ -189,6 +192,7 @@ def verdicts(
         # one chunk, however Polars' sort left it: a mean over the frame (budgets) sums it in
         # one order, whether it was decided in one pass or in ranges
         scores = scores if scores_of is None else scores_of(None, None)
+        outputs = outputs if outputs_of is None else outputs_of(None, None)
         return _verdicts(outputs, scores, cases, rules).rechunk()
     bounds = ids.gather_every(VERDICT_CASES).to_list()
     parts = []
@@ -199,8 +203,14 @@ def verdicts(
             share = share & (pl.col("case_id") < high)
         mine = None if cases is None else cases.filter(share)
         held = scores.filter(share) if scores_of is None else scores_of(low, high)
-        parts.append(_verdicts(outputs.filter(share), held, mine, rules))
-    return pl.concat(parts, how="vertical").sort("run_id", "case_id").rechunk()
+        answered = outputs.filter(share) if outputs_of is None else outputs_of(low, high)
+        parts.append(_verdicts(answered, held, mine, rules))
+    # each range sorted, the ranges in order: one run's verdicts are in order as they are
+    # (a sort of the whole would hold a second copy of them); several runs' are sorted
+    joined = pl.concat(parts, how="vertical", rechunk=False)
+    if not _one_run(joined):
+        joined = joined.sort("run_id", "case_id")
+    return joined.rechunk()
 
 
 def _case_ids(outputs: pl.DataFrame, cases: pl.DataFrame | None) -> pl.Series:

@@ -31,6 +31,7 @@ from evalkit.corpus.case_index import (
     FileFacts,
     IndexCounts,
     IndexMismatch,
+    NamesOnly,
     ScorerFacts,
     claim_each,
     loader_modules,
@@ -132,6 +133,7 @@ def scan_corpus(
     index_dir: str | Path | None = None,
     workers: int | None = 1,
     index_only: bool = False,
+    keep_facts: bool = True,
 ) -> CorpusFacts:
     """Every case's facts: a file's from its entry in the case index when the entry is of the
     file's exact bytes (:mod:`evalkit.corpus.case_index`), else from the file loaded whole
@@ -153,6 +155,9 @@ def scan_corpus(
     claim (:func:`~evalkit.corpus.case_index.claim_each`; ``workers`` not used): scans of one
     index directory at once load each file once between them.
 
+    ``keep_facts`` False: each file's facts checked, counted (``counts.cases_read``) and let go
+    (``cases`` empty, nothing to build): a refresh of the index holds one file's at a time.
+
     Raises:
         CorpusError: the first problem, as :func:`load_corpus` (``max_errors=1``) reports it.
     """
@@ -160,7 +165,8 @@ def scan_corpus(
     if not root_path.is_dir():
         raise CorpusError("corpus root is not a directory", path=root)
     directory = trusted_index_directory(root_path, index_dir)
-    builder = _FactsBuilder(root_path, CaseIndex(directory, _reader_fingerprint()), index_only)
+    index = CaseIndex(directory, _reader_fingerprint())
+    builder = _FactsBuilder(root_path, index, index_only, keep_facts)
     needed = template_vars(user_template) - {"documents"} if user_template is not None else set()
     facts: list[CaseFacts] = []
     seen: dict[str, str] = {}
@@ -170,6 +176,7 @@ def scan_corpus(
         files = [(path, _relative(path, root_path), folder == "sealed") for path in paths]
         with closing(builder.scan_files(files, workers)) as scanned:  # a raise stops the pool
             for rel, entry in scanned:
+                builder.counts.cases_read += len(entry.cases)
                 if not entry.cases:
                     warnings.append(
                         f"{rel}: no cases in this file; add cases (a YAML list, each starting "
@@ -190,7 +197,8 @@ def scan_corpus(
                             "user_template",
                             path=where, line=int(line), case_id=case.id,
                         )  # fmt: skip
-                    facts.append(case)
+                    if keep_facts:
+                        facts.append(case)
     hashes = dict(sorted(builder.binder.file_hashes.items()))
     return CorpusFacts(root_path, tuple(facts), hashes, tuple(warnings), builder)
 
@@ -228,45 +236,6 @@ def load_chosen(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-@dataclass(frozen=True)
-class IndexRefresh:
-    """What :func:`refresh_index` did: the corpus's facts (``facts.counts``: entries reused
-    and written), how many case files it has, how many stale entries were removed, and where
-    the entries are."""
-
-    facts: CorpusFacts
-    files: int
-    removed: int
-    directory: Path
-
-
-def refresh_index(
-    root: str | Path,
-    *,
-    case_dirs: Sequence[str] = ("cases",),
-    user_template: str | None = None,
-    index_dir: str | Path | None = None,
-    workers: int | None = None,
-) -> IndexRefresh:
-    """The case index of the whole corpus (sealed cases too) made current: every file's entry
-    kept when it is of the file's bytes, else made again (:func:`scan_corpus`; ``workers``
-    None: the files without an entry spread over the cores, as nothing is built here), and
-    the entries of files no longer in the corpus removed. What ``evalkit cases index`` runs.
-
-    Raises:
-        CorpusError: the first bad case, as :func:`scan_corpus` reports it (the entries made
-            before it are whole: each is written to a temporary file, then renamed).
-    """
-    facts = scan_corpus(
-        root, sealed=True, case_dirs=case_dirs, user_template=user_template,
-        index_dir=index_dir, workers=workers,
-    )  # fmt: skip
-    builder = facts.builder
-    assert builder is not None
-    removed = builder.index.prune(builder.files)
-    return IndexRefresh(facts, len(builder.files), removed, builder.index.directory)
-
-
 def _reader_fingerprint() -> str:
     """What an index entry must have been written under (see :func:`reader_fingerprint`): this
     loader's modules (found from its imports: :func:`loader_modules`) and its limits as set
@@ -286,14 +255,15 @@ class _FactsBuilder:
     for :meth:`build`), and the building of the cases a caller asks for, one by one, from the
     text of their items (each checked against its facts)."""
 
-    def __init__(self, root: Path, index: CaseIndex, index_only: bool = False) -> None:
+    def __init__(self, root: Path, index: CaseIndex, index_only: bool = False, keep: bool = True):
         self.root = root
         self.index = index
         self.index_only = index_only
         self.counts = index.counts
         self.binder = ScorerBinder(root)
         self.shared = _LoadShared()
-        self.files: dict[str, FileFacts] = {}
+        self.files: dict[str, FileFacts] = {} if keep else NamesOnly()
+        self.keep = keep  # False: no file's facts or cases held past its scan
         self.whole: dict[str, dict[str, Case]] = {}  # the files this scan loaded whole
         self._scorers: dict[tuple[str, tuple[str, ...]], ScorerFacts] = {}
 
@@ -323,14 +293,14 @@ class _FactsBuilder:
                        for i in cold}  # fmt: skip
         try:
             for i, (path, rel, sealed) in enumerate(files):
-                entry, data = read[i]
+                (entry, data), read[i] = read[i], (None, None)  # let go as it is taken
                 if entry is not None:
                     self.counts.entries_used += rel not in self.files  # not one made here
                     self.files[rel] = entry
                 elif i in pending:
                     entry = self._taken(pending.pop(i).result(), path, rel, sealed, data)
                 else:
-                    entry = self._load_whole(path, rel, sealed, data)
+                    entry = self._load_whole(path, rel, sealed, data, keep=self.keep)
                 yield rel, entry
         finally:
             if pool is not None:
@@ -470,7 +440,8 @@ class _FactsBuilder:
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() == entry.sha256 and entry.sliceable:
             try:
-                return self._slices(data.decode("utf-8"), entry, wanted)
+                text = data.decode("utf-8")
+                return self._slices(lambda f: text[f.span[0] : f.span[1]], entry, wanted)
             except _SliceRefused:
                 return self._rebuilt(path, entry, wanted, sliceable=False)
         return self._rebuilt(path, entry, wanted)
@@ -485,10 +456,9 @@ class _FactsBuilder:
             raise IndexMismatch(f"{entry.rel}: its case index entry was stale; made again")
         return [self.whole[entry.rel][fact.id] for fact in wanted]
 
-    def _slices(self, text: str, entry: FileFacts, wanted: Sequence[CaseFacts]) -> list[Case]:
-        """The wanted cases parsed from their items' text alone, a few hundred at a time: each
-        run of items led by newlines in place of the items left out, so every mark (line,
-        column) is the file's. Each built case is checked against its facts.
+    def _slices(self, item: Any, entry: FileFacts, wanted: Sequence[CaseFacts]) -> list[Case]:
+        """The wanted cases parsed from their items' text (``item(fact)``), a few hundred at a
+        time, led by newlines for the items left out (every mark is the file's); each checked.
 
         Raises:
             _SliceRefused: a run that does not read as the facts say.
@@ -500,9 +470,9 @@ class _FactsBuilder:
             group = wanted[first : first + step]
             pieces, line = [], 1
             for fact in group:
-                start, end, item_line = fact.span or (0, 0, line)
-                pieces += ["\n" * (item_line - line), text[start:end]]
-                line = item_line + text.count("\n", start, end)
+                text, item_line = item(fact), fact.span[2] if fact.span else line
+                pieces += ["\n" * (item_line - line), text]
+                line = item_line + text.count("\n")
             chunk = "".join(pieces)
             try:
                 data, node = parse_yaml(chunk)

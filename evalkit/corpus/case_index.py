@@ -151,6 +151,22 @@ class IndexCounts:
     cases_built: int = 0  # cases built from their files (whole or one by one) and kept
     cases_indexed: int = 0  # cases built only to make their file's entry, not kept
     claims_waited: int = 0  # files whose claim another process held when first asked
+    cases_read: int = 0  # cases whose facts a scan read and checked (kept or not)
+
+
+class NamesOnly(dict[str, Any]):
+    """A dict that keeps its keys alone (each value stored as None): the case files a scan
+    that keeps no facts has read (:func:`~evalkit.corpus.case_facts.scan_corpus`).
+
+    Examples:
+        >>> seen = NamesOnly()
+        >>> seen["cases/a.yaml"] = object()
+        >>> seen
+        {'cases/a.yaml': None}
+    """
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, None)
 
 
 #: The evalkit package's directory: a module name resolves to a file under it.
@@ -490,8 +506,8 @@ def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) ->
             id=case_id,
             hash=case_hash,
             tags=tag_sets[tag],
-            criticality=crit,
-            review=state,
+            criticality=_WORDS.setdefault(crit, crit),  # one string for each word, not each case
+            review=_WORDS.setdefault(state, state),
             source=f"{rel}:{line}",
             sealed=sealed,
             var_names=None if var_names is None else _strings(var_names),
@@ -505,6 +521,9 @@ def _decode_cases(entry: dict[str, Any], rel: str, sha256: str, sealed: bool) ->
     return FileFacts(rel, sha256, sealed, sliceable, tuple(cases))
 
 
+#: The criticality and review words read so far, each held once (a million cases' facts would
+#: otherwise hold two strings each of a handful of words).
+_WORDS: dict[str, str] = {}
 _COLUMNS = ("id", "hash", "tags", "criticality", "review", "line", "vars", "scorers", "span")
 _HEX = re.compile(r"[0-9a-f]*")
 _ENTRY_NAME = re.compile(r"[0-9a-f]{40}\.(json|lock)")

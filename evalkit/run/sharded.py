@@ -21,11 +21,14 @@ served go into the chunk's cache part, so the merge keeps them in the local stor
 
 A shard builds only its share of the corpus: given :class:`~evalkit.corpus.case_facts.CorpusFacts`
 (the corpus read through its case index, :func:`~evalkit.corpus.case_facts.scan_corpus`) it orders
-the units from the facts' ids, builds the cases its units name and writes a cases part of those
-alone. Its manifest records, beside the corpus hash, the hash of each of the N shares
-(``corpus.shares``), so the merge takes a share's cases part exactly when it is one of them
-(:func:`evalkit.store.part_checks.corpus_problem`), and checks the run's cases against the
-corpus hash once every share is in (:func:`evalkit.run.merging.merge_run`).
+the units from the facts' ids and runs its share a chunk at a time
+(:mod:`evalkit.run.share_chunks`): a chunk's cases built, written as a cases part of their own
+(a piece of the share: the run is recorded chunk by chunk, before the chunk's requests), then
+run; it never holds more than a chunk's cases. Its manifest records, beside
+the corpus hash, the hash of each of the N shares (``corpus.shares``), so the merge takes a
+shard's pieces exactly when together they are its share (:mod:`evalkit.store.case_pieces`),
+and checks the run's cases against the corpus hash once every share is in
+(:func:`evalkit.run.merging.merge_run`).
 
 Examples:
     >>> root = PartsRoot("data/parts")
@@ -36,6 +39,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +52,7 @@ from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
+from evalkit.corpus.yaml_input import paused_gc
 from evalkit.errors import EvalkitError
 from evalkit.records import Provider
 from evalkit.run.judging import make_judge
@@ -59,11 +64,12 @@ from evalkit.run.shards import (
     Shard,
     ShardRate,
     Unit,
+    case_digest,
     make_chunks,
-    order_units,
     remaining,
     shard_units,
 )
+from evalkit.run.share_chunks import OwnParts, ShareCases, piece_name
 from evalkit.run.shared_cache import (
     EntryBuffer,
     SharedCacheStore,
@@ -73,6 +79,7 @@ from evalkit.run.shared_cache import (
 from evalkit.run.summary import SessionCounts
 from evalkit.run_manifest import RunManifest
 from evalkit.store import OUTPUT_SCHEMA, SCORE_SCHEMA
+from evalkit.store.case_pieces import piece_problem, piece_shard
 from evalkit.store.part_checks import RunKeys, corpus_problem
 from evalkit.store.parts import PartInfo, PartRefused, PartsRoot
 from evalkit.store.schema import corpus_digest
@@ -297,11 +304,8 @@ def run_shard(
             entry is made again): read the corpus again and call again.
     """
     started = time.perf_counter()
-    manifest = run_manifest(suite, corpus, options, run_id)
+    manifest, mine = _planned(suite, corpus, options, run_id, shard)
     replays = manifest.replays
-    units = order_units((c.id for c in corpus.cases), replays)
-    mine = shard_units(units, shard)
-    manifest = manifest.with_corpus(shares=corpus_shares(corpus.cases, units, shard.count))
     for other in root.manifests(run_id):
         theirs = other.corpus.shares or {}
         if theirs.get("count") != shard.count:
@@ -324,17 +328,19 @@ def run_shard(
                 f"{str(manifest.corpus.hash)[:12]}, {manifest.replays}): the cases changed "
                 "since; use a new --run-id"
             )
-    keys = RunKeys(run_id, frozenset(c.id for c in corpus.cases), replays)
     # earlier parts checked first (a bad one set aside), then the run recorded: a shard run
-    # again writes no second cases part of the whole corpus when its first one stands
-    done = committed_keys(root, manifest, keys, report or _to_stderr)
+    # again writes no second cases piece when its first one stands
+    ids = pl.Series("case_id", [c.id for c in corpus.cases], pl.String)
+    keys = RunKeys(run_id, ids, replays)
+    done = committed_keys(root, manifest, keys, report or _to_stderr, mine, shard)
+    del ids, keys  # a million ids at 1M cases: the shard needs its own units alone
     writer = f"shard-{shard.index}-of-{shard.count}"
-    written = any(part.chunk_id == writer for part in root.parts(run_id, "cases"))
-    share = share_cases(corpus, {unit.case_id for unit in mine})
-    record_run(root, manifest, writer, share, with_cases=not written)
-    todo = remaining(make_chunks(mine, chunk_size), done)
-    skipped = len(mine) - sum(len(c.units) for c in todo)
-    by_id = {case.id: case for case in share}
+    recorded = {part.chunk_id for part in root.parts(run_id, "cases")}
+    share = ShareCases(corpus, {unit.case_id for unit in mine})
+    record_run(root, manifest, writer, (), with_cases=False)
+    chunks = make_chunks(mine, chunk_size)
+    todo = {chunk.chunk_id: chunk for chunk in remaining(chunks, done)}
+    skipped = len(mine) - sum(len(c.units) for c in todo.values())
     paced, rate = _shard_share(suite, shard, split_rate)  # the manifest keeps the whole limit
     shared = team_cache(suite, manifest.run.cache) if todo else None
     outbox = (
@@ -348,13 +354,23 @@ def run_shard(
         )
     )
     results = []
-    for chunk in todo:
+    for whole in chunks:  # its cases built, recorded (a piece), then its requests: chunk-wise
+        piece = piece_name(writer, whole.chunk_id)
+        if whole.chunk_id not in todo and (writer in recorded or piece in recorded):
+            continue
+        cases = share.build(dict.fromkeys(unit.case_id for unit in whole.units))
+        if writer not in recorded and piece not in recorded:
+            root.write_cases(run_id, piece, cases)
+        if (chunk := todo.get(whole.chunk_id)) is None:
+            continue  # done earlier: only its cases piece was missing
+        by_id = {case.id: case for case in cases}
         results.append(
             asyncio.run(
                 run_chunk(paced, by_id, manifest, chunk, root, options, shared=shared,
                           outbox=outbox)
             )
         )  # fmt: skip
+        del cases, by_id
         if outbox is not None and outbox.asked >= _batch_rows():
             _publish(outbox, run_id)
     if outbox is not None:
@@ -370,11 +386,43 @@ def run_shard(
         wall_s=round(time.perf_counter() - started, 3),
         rate_note=rate.note,
         shared_hits=sum(r.shared_hits for r in results),
-        cases=len(share),
+        cases=share.size,
         corpus_cases=len(corpus.cases),
         built=corpus.counts.cases_built if isinstance(corpus, CorpusFacts) else len(corpus.cases),
         indexed=corpus.counts.cases_indexed if isinstance(corpus, CorpusFacts) else 0,
     )
+
+
+@paused_gc()  # a million pairs made, none freed: each collection would walk them all
+def _planned(
+    suite: Suite, corpus: Corpus | CorpusFacts, options: RunOptions, run_id: str, shard: Shard
+) -> tuple[RunManifest, list[Unit]]:
+    """The run's manifest (with its shares) and this shard's units, ordered: every unit of the
+    run ordered and cut in a Polars frame (the same order as :func:`order_units`: digests and
+    ids compare alike as code points and as UTF-8 bytes), only the shard's own made units."""
+    manifest = run_manifest(suite, corpus, options, run_id)
+    ids = list(dict.fromkeys(c.id for c in corpus.cases))
+    replays = pl.DataFrame({"replay": list(range(manifest.replays))}, schema={"replay": pl.Int64})
+    ordered = (
+        pl.DataFrame({"digest": [case_digest(i) for i in ids], "case_id": ids})
+        .join(replays, how="cross")
+        .sort("digest", "replay", "case_id")
+    )
+    hashes = pl.DataFrame({"case_id": [c.id for c in corpus.cases],
+                           "hash": [c.hash for c in corpus.cases]}).unique("case_id")  # fmt: skip
+    total, count = ordered.height, shard.count
+    digests, sizes, mine = [], [], []
+    for k in range(1, count + 1):
+        start, stop = (k - 1) * total // count, k * total // count
+        part = ordered.slice(start, stop - start)
+        if k == shard.index:
+            mine = [Unit(d, r, c) for d, r, c in part.select("digest", "replay", "case_id").rows()]
+        pairs = part.select("case_id").unique().join(hashes, on="case_id").sort("case_id")
+        text = pairs.select(pl.concat_str("case_id", pl.lit("\0"), "hash", pl.lit("\n")))
+        digests.append(hashlib.sha256("".join(text.to_series()).encode()).hexdigest())
+        sizes.append(pairs.height)
+    shares = {"count": count, "hashes": digests, "n_cases": sizes}
+    return manifest.with_corpus(shares=shares), mine
 
 
 def _publish(outbox: SharedCacheStore, run_id: str) -> None:
@@ -392,7 +440,7 @@ def _batch_rows() -> int:
 
 def share_cases(corpus: Corpus | CorpusFacts, ids: set[str]) -> tuple[Case, ...]:
     """The cases of ``ids``: built from their files for facts (nothing else is), picked from
-    loaded cases, in corpus order either way."""
+    loaded cases, in corpus order either way (a Ray plan's, built whole)."""
     if isinstance(corpus, CorpusFacts):
         return corpus.load(ids).cases
     return tuple(case for case in corpus.cases if case.id in ids)
@@ -405,6 +453,7 @@ def corpus_shares(cases: Sequence[Any], units: Sequence[Unit], count: int) -> di
 
     Examples:
         >>> from types import SimpleNamespace as Fact
+        >>> from evalkit.run.shards import order_units
         >>> cases = [Fact(id=i, hash="h" + i) for i in "abcd"]
         >>> shares = corpus_shares(cases, order_units("abcd", 1), 2)
         >>> shares["count"], shares["n_cases"]
@@ -436,17 +485,34 @@ def _shard_share(suite: Suite, shard: Shard, split: bool) -> tuple[Suite, ShardR
 
 
 def committed_keys(
-    root: PartsRoot, manifest: RunManifest, keys: RunKeys, report: Callable[[str], None]
+    root: PartsRoot,
+    manifest: RunManifest,
+    keys: RunKeys,
+    report: Callable[[str], None],
+    mine: Sequence[Unit] | None = None,
+    shard: Shard | None = None,
 ) -> set[tuple[str, int]]:
     """(case_id, replay) of every committed chunk attempt of the run that the merge would
     take. Any other (and any cases part that is not the run's corpus) is set aside, each part
-    reported in one line, so its chunk counts as not done and runs again."""
+    reported in one line, so its chunk counts as not done and runs again.
+
+    ``mine``: shard ``shard``'s own units (ordered): only parts that may hold some of them are
+    read (chunks whose key range meets theirs, pieces of no other shard), not every other
+    shard's (the merge checks those).
+    """
     run_id = keys.run_id
+    own = OwnParts(mine, shard)
     for part in root.parts(run_id, "cases"):
+        if not own.cases(part.chunk_id):
+            continue
         problem = None
         try:
             cases = root.read_frame(part)
-            problem = keys.refusal("cases", cases) or corpus_problem(cases, manifest.corpus)
+            problem = keys.refusal("cases", cases) or (
+                piece_problem(cases)
+                if piece_shard(part.chunk_id)
+                else corpus_problem(cases, manifest.corpus)
+            )
         except PartRefused as refused:
             problem = refused.reason
         if problem:
@@ -457,6 +523,8 @@ def committed_keys(
     }
     done: set[tuple[str, int]] = set()
     for part in root.parts(run_id, "outputs"):
+        if not own.chunk(part.chunk_id):
+            continue
         attempt = (part.chunk_id, part.attempt)
         scores, cache = side["scores"].get(attempt), side["cache"].get(attempt)
         try:

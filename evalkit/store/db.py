@@ -192,6 +192,14 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+#: Every connection's settings: UTC timestamps, and strings handed to Polars (`Store._frame`) as
+#: Arrow string views, Polars' own string layout, which it takes as they are; plain Arrow
+#: strings it converts, holding both layouts (twice a million strings' memory).
+_SESSION = (
+    "SET TimeZone = 'UTC'; SET arrow_output_version = '1.4'; SET produce_arrow_string_view = true"
+)
+
+
 class Store(
     RunReads,
     RowImports,
@@ -222,7 +230,7 @@ class Store(
         self._read_wait_s = READ_RETRY_S  # a read-only store's retry on each reopen
         self._calls = 0  # public calls in progress (a read-only store lets go at zero)
         self._opened = 0  # times the file was opened (tests count it)
-        con.execute("SET TimeZone = 'UTC'")
+        con.execute(_SESSION)
         self._history_tables = not read_only  # made below, or there already (current)
         if not read_only and not schema_current:  # current: every table and column is there
             # One transaction, not a commit per statement: each commit writes and syncs the
@@ -271,7 +279,7 @@ class Store(
             if wait_s > 0:
                 raise
             return False
-        con.execute("SET TimeZone = 'UTC'")
+        con.execute(_SESSION)
         self._conn = con
         self._opened += 1
         return True

@@ -41,6 +41,7 @@ from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.run_manifest import RunManifest
 from evalkit.store.batches import STAGE_MEMORY
+from evalkit.store.case_pieces import piece_shard, pieces_problem
 from evalkit.store.db import Store
 from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, digest_problem
 from evalkit.store.parts import ROW_GROUP_ROWS, PartInfo, PartsRoot
@@ -371,6 +372,7 @@ class _Merger:
             "_part, 0::BIGINT AS _row FROM cases LIMIT 0"
         )
         run_only = RunKeys(run_id, frozenset(), replays)
+        pieces: dict[tuple[int, int], list[int]] = {}  # a shard's share in pieces: checked whole
         for index, part in enumerate(parts):
             rows = 0
             for frame in root.read_batches(part, ROW_GROUP_ROWS):
@@ -385,9 +387,14 @@ class _Merger:
                     ),
                 )
                 rows += frame.height
-            problem = self._staged_corpus_problem(index, manifest.corpus)
-            if problem:
+            if (shard := piece_shard(part.chunk_id)) is not None:
+                pieces.setdefault(shard, []).append(index)
+            elif problem := self._staged_corpus_problem(index, manifest.corpus):
                 raise root.refused(part, problem)
+        for shard, indexes in pieces.items():
+            problem = pieces_problem(self._con, "_merge_cases", indexes, shard, manifest.corpus)
+            if problem:
+                raise root.refused(parts[indexes[0]], problem)
         # first written wins among the parts, and a case the run has already wins over both
         not_stored = "WHERE case_id NOT IN (SELECT case_id FROM cases WHERE run_id = ?) "
         self._con.execute(

@@ -119,7 +119,7 @@ class RunReads:
         ``case_ids``: only these cases."""
         run_id = self.resolve_run(run_id)
         scoring_id = scoring_id or self.latest_scoring(run_id)
-        columns = _columns("c.*", without, {"input", "provenance"})
+        columns = _columns("c.*", without, {"input", "provenance", "source"})
         params: list[Any] = [scoring_id, run_id]
         where = _only_cases("c.case_id", case_ids, params)
         return self._frame(
@@ -136,18 +136,26 @@ class RunReads:
         ordered: bool = True,
         without: Sequence[str] = (),
         case_ids: Sequence[str] | None = None,
+        case_range: tuple[str | None, str | None] = (None, None),
     ) -> pl.DataFrame:
         """A run's outputs by (case_id, replay); ``ordered=False``: in the order they were
         written, skipping a sort that costs more than the read at a million rows (the
         analysis groups them itself). ``without``: columns left out (the gate leaves the
-        answers' text in the store); ``case_ids``: only these cases' rows. ``run_id`` may be
-        a label: an unknown one is an error, never an empty frame."""
+        answers' text in the store); ``case_ids``: only these cases' rows; ``case_range``: only
+        case ids from its first (inclusive) up to its second (exclusive), None: unbounded (the
+        gate reads the usage figures a range of cases at a time, as it does `scores`).
+        ``run_id`` may be a label: an unknown one is an error, never an empty frame."""
         run_id = self.resolve_run(run_id)
         order = " ORDER BY case_id, replay" if ordered else ""
         known = {"text", "tool_calls", "request_hash", "model", "fail_reason", "error"}
-        columns = _columns("*", without, known)
+        known |= {"steps", "latency_ms", "prompt_tokens", "completion_tokens", "cost_usd"}
+        columns = _columns("*", without, known | {"created_at"})
         params: list[Any] = [run_id]
         where = _only_cases("case_id", case_ids, params)
+        for value, clause in zip(case_range, ("case_id >=", "case_id <"), strict=True):
+            if value is not None:
+                where += f" AND {clause} ?"
+                params.append(value)
         return self._frame(f"SELECT {columns} FROM outputs WHERE run_id = ?{where}{order}", params)
 
     def scores(

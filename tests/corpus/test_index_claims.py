@@ -10,22 +10,27 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_case_index import _generated, _same_case
 
 from evalkit.corpus import case_index
-from evalkit.corpus.case_facts import CorpusFacts, refresh_index, scan_corpus
+from evalkit.corpus.case_facts import CorpusFacts, scan_corpus
 from evalkit.corpus.case_index import CaseIndex
 from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.index_refresh import refresh_index
 from evalkit.run.shards import Shard, order_units, shard_units
 
 #: One cold shard in a process of its own: it waits for the ``go`` file (so all start
 #: together), reads the corpus through the shared index, builds its share and prints counts.
 _SHARD = """
 import json, sys, time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from evalkit.corpus.case_facts import scan_corpus
 from evalkit.run.shards import Shard, order_units, shard_units
 root, index, go, k, n = sys.argv[1:]
@@ -167,3 +172,44 @@ def test_the_claims_of_files_gone_are_pruned(tmp_path: Path) -> None:
     done = refresh_index(root, index_dir=index)
     assert done.removed == 1
     assert len(list(index.glob("*.lock"))) == len(list(index.glob("*.json"))) == 2
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_refreshing_the_index_holds_one_files_facts_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: bool
+) -> None:
+    """``evalkit cases index`` (a cold index, then a warm one) counts every case but lets each
+    file's facts go once checked; a scan that keeps them (a shard's) holds every file's. A warm
+    refresh still decodes every entry before its checks (they run in file order)."""
+    import weakref
+
+    from evalkit.corpus import case_facts
+
+    root = tmp_path / "eight"
+    (root / "cases").mkdir(parents=True)
+    item = "- id: c{}-{}\n  input: {{messages: [{{role: user, content: hi}}]}}\n"
+    item += "  expect: [json_valid]\n"
+    for f in range(8):
+        text = "".join(item.format(f, i) for i in range(5))
+        (root / "cases" / f"f{f}.yaml").write_text(text)
+    alive: list[int] = []
+    scan_files = case_facts._FactsBuilder.scan_files
+
+    def watched(self: case_facts._FactsBuilder, *args: Any) -> Iterator[tuple[str, Any]]:
+        held: list[weakref.ref[Any]] = []
+        for rel, entry in scan_files(self, *args):
+            held.append(weakref.ref(entry))
+            alive.append(sum(ref() is not None for ref in held))
+            yield rel, entry
+            del entry
+
+    monkeypatch.setattr(case_facts._FactsBuilder, "scan_files", watched)
+    whole = load_corpus(root)
+    for _ in ("cold", "warm"):
+        if keep:
+            assert len(scan_corpus(root, index_dir=tmp_path / "index").cases) == len(whole.cases)
+        else:
+            done = refresh_index(root, index_dir=tmp_path / "index", workers=1)
+            assert (done.files, done.cases) == (8, len(whole.cases)) == (8, 40)
+    # one file's facts checked while the next is read: two at most, or all eight when kept
+    assert max(alive) == (8 if keep else 2), alive

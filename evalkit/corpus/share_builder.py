@@ -1,0 +1,151 @@
+"""A shard's share of the corpus built a chunk at a time: the cases a chunk names, from the
+text of their items alone, so a shard builds its first chunk (and starts its requests) before
+the rest of its share, and holds one chunk's cases at a time.
+
+The share of a ``--shard K/N`` is spread over every case file (units are ordered by the digest
+of their case id), so each chunk names cases of many files. Each file is read whole once, the
+first time a chunk needs it: its bytes checked against its index entry (sha256) and where the
+share's items are in them noted as byte spans; a later chunk reads just its items' bytes
+(``os.pread``), after checking by ``fstat`` that the file is the one read (same size,
+modification time and inode). Every case built is checked against its facts, as
+:meth:`~evalkit.corpus.case_facts.CorpusFacts.load` checks it, so a file changed since reads
+as :class:`~evalkit.corpus.case_index.IndexMismatch`, never as another case.
+
+Examples:
+    >>> facts = scan_corpus("corpus")                                    # doctest: +SKIP
+    >>> share = ShareBuilder(facts, {"refund-017", "refund-018"})        # doctest: +SKIP
+    >>> [case.id for case in share.build(["refund-018"])]                # doctest: +SKIP
+    ['refund-018']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
+
+from evalkit.corpus.case_facts import CorpusFacts, _SliceRefused
+from evalkit.corpus.case_index import CaseFacts, IndexCounts
+from evalkit.corpus.cases import Case
+
+#: A file as it was read: size, modification time (ns) and inode.
+_Identity = tuple[int, int, int]
+
+
+class ShareBuilder:
+    """The cases of ``ids`` (a share of ``facts``), built by :meth:`build` a chunk at a time.
+
+    ``files_read`` counts the case files read whole here (each at most once, tests count
+    with it); the facts' own counters (``counts``) keep counting cases built and files parsed.
+    """
+
+    def __init__(self, facts: CorpusFacts, ids: Collection[str]) -> None:
+        if facts.builder is None:
+            raise ValueError("these facts were not read by scan_corpus: nothing to build from")
+        self._facts = facts
+        self._builder = facts.builder
+        self._wanted: dict[str, CaseFacts] = {f.id: f for f in facts.cases if f.id in ids}
+        self._of_file: dict[str, list[CaseFacts]] = {}
+        for fact in self._wanted.values():  # in corpus order: file order within a file
+            self._of_file.setdefault(_file_of(fact), []).append(fact)
+        self._spans: dict[str, tuple[int, int]] = {}  # case id -> its item's bytes
+        self._read: dict[str, _Identity] = {}  # files read whole here, as they were
+        self.files_read = 0
+
+    @property
+    def counts(self) -> IndexCounts:
+        return self._facts.counts
+
+    def build(self, ids: Iterable[str]) -> tuple[Case, ...]:
+        """The cases of ``ids`` (of the share), built from their files, in the order asked,
+        each with the scorers its facts keep (as :meth:`CorpusFacts.load` builds them).
+
+        Raises:
+            IndexMismatch: a case did not read as its entry says (the entry is made again).
+            CorpusError: a case's scorer arguments, as a full load reports them.
+        """
+        order = list(dict.fromkeys(ids))
+        by_file: dict[str, list[CaseFacts]] = {}
+        for case_id in order:
+            fact = self._wanted[case_id]
+            by_file.setdefault(_file_of(fact), []).append(fact)
+        built: dict[str, Case] = {}
+        for rel, facts in by_file.items():
+            facts.sort(key=_line_of)
+            for fact, case in zip(facts, self._file_cases(rel, facts), strict=True):
+                keep = {s.name for s in fact.scorers}
+                kept = tuple(s for s in case.scorers if s.name in keep)
+                built[fact.id] = (
+                    case if len(kept) == len(case.scorers) else replace(case, scorers=kept)
+                )
+        return tuple(built[case_id] for case_id in order)
+
+    def _file_cases(self, rel: str, facts: Sequence[CaseFacts]) -> list[Case]:
+        """``facts``' cases (of file ``rel``, in file order): from the items' bytes when the
+        file is the one read, else as :meth:`CorpusFacts.load` builds them (the file loaded
+        whole when it is not sliceable or has changed: then it says why)."""
+        builder = self._builder
+        entry = builder.files[rel]
+        if rel in builder.whole or not entry.sliceable:
+            return builder.build(rel, facts)
+        path = builder.root / rel
+        try:
+            with open(path, "rb") as file:
+                identity = _identity(os.fstat(file.fileno()))
+                if rel not in self._read:
+                    items = self._first_read(rel, file.read(), identity)
+                elif self._read[rel] == identity:
+                    fd = file.fileno()
+                    items = {}
+                    for fact in facts:
+                        start, end = self._spans[fact.id]
+                        items[fact.id] = os.pread(fd, end - start, start).decode("utf-8")
+                else:
+                    items = None
+        except (OSError, UnicodeDecodeError):
+            items = None
+        if items is None:  # changed or unreadable since: the whole file, which says why
+            return builder.build(rel, facts)
+        texts = items
+        try:
+            return builder._slices(lambda fact: texts[fact.id], entry, facts)
+        except _SliceRefused:
+            return builder._rebuilt(path, entry, facts, sliceable=False)
+
+    def _first_read(self, rel: str, data: bytes, identity: _Identity) -> dict[str, str] | None:
+        """The file's bytes checked against its entry and the byte spans of the share's items
+        in it noted; the text of every share item of the file (None: not the entry's bytes)."""
+        self.files_read += 1
+        if hashlib.sha256(data).hexdigest() != self._builder.files[rel].sha256:
+            return None
+        text = data.decode("utf-8")
+        share = self._of_file.get(rel, [])
+        items: dict[str, str] = {}
+        at_char = at_byte = 0
+        for fact in sorted(share, key=_line_of):
+            assert fact.span is not None  # a sliceable entry has every span
+            start, end, _ = fact.span
+            item = text[start:end]
+            if len(text) != len(data):  # not ASCII: characters and bytes differ
+                at_byte += len(text[at_char:start].encode("utf-8"))
+                at_char = end
+                first, at_byte = at_byte, at_byte + len(item.encode("utf-8"))
+                self._spans[fact.id] = (first, at_byte)
+            else:
+                self._spans[fact.id] = (start, end)
+            items[fact.id] = item
+        self._read[rel] = identity
+        return items
+
+
+def _identity(stat: os.stat_result) -> _Identity:
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def _file_of(fact: CaseFacts) -> str:
+    return fact.source.rpartition(":")[0]
+
+
+def _line_of(fact: CaseFacts) -> int:
+    return int(fact.source.rpartition(":")[2])

@@ -1,0 +1,251 @@
+"""A shard through a warm case index builds and records its share a chunk at a time
+(evalkit.run.sharded, evalkit.corpus.share_builder, evalkit.store.case_pieces): its first
+request goes out once one chunk's cases are built, each share case is built once and each case
+file read whole once however many chunks need it, a shard stopped part way resumes without
+redoing its done chunks, and the merge takes its cases pieces only as its recorded share."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from aiohttp import web
+from loopback_support import serving
+
+from evalkit.corpus.case_facts import CorpusFacts, scan_corpus
+from evalkit.corpus.share_builder import ShareBuilder
+from evalkit.corpus.suite import load_suite
+from evalkit.errors import StoreError
+from evalkit.run import sharded
+from evalkit.run.merging import merge_run
+from evalkit.run.runner import RunOptions
+from evalkit.run.shards import Shard
+from evalkit.store import open_store
+from evalkit.store.parts import PartsRoot
+
+FILES, PER_FILE, CHUNK = 6, 20, 10  # 120 cases; a 1/2 share of 60 in 6 chunks of 10
+
+
+class Endpoint:
+    """A loopback chat endpoint that notes, at each request, how many cases the shard's facts
+    had built by then (``facts`` set by the test before the shard starts)."""
+
+    def __init__(self) -> None:
+        self.facts: CorpusFacts | None = None
+        self.built_at: list[int] = []
+
+    def app(self) -> web.Application:
+        async def chat(request: web.Request) -> web.Response:
+            await request.read()
+            assert self.facts is not None
+            self.built_at.append(self.facts.counts.cases_built)
+            reply = {"message": {"role": "assistant", "content": '{"ok": true}'},
+                     "index": 0, "finish_reason": "stop"}  # fmt: skip
+            usage = {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+            body = {"id": "c", "object": "chat.completion", "choices": [reply], "usage": usage}
+            return web.json_response(body)
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        return app
+
+
+@pytest.fixture
+def endpoint() -> Iterator[tuple[Endpoint, str]]:
+    mock = Endpoint()
+    with serving(mock.app()) as base_url:
+        yield mock, base_url
+
+
+def _suite(root: Path, base_url: str) -> Path:
+    """FILES case files of PER_FILE one-turn cases (non-ASCII text in every item, so byte and
+    character offsets differ) and a suite pointed at ``base_url``."""
+    (root / "cases").mkdir(parents=True)
+    for f in range(FILES):
+        items = "".join(
+            f"- id: c-{f}-{i:02d}\n"
+            f"  input: {{messages: [{{role: user, content: 'où est ma commande {f}{i} ?'}}]}}\n"
+            "  expect: [json_valid]\n"
+            for i in range(PER_FILE)
+        )
+        (root / "cases" / f"part-{f}.yaml").write_text(items, encoding="utf-8")
+    config = root / "evalkit.yaml"
+    config.write_text(
+        f"suite: chunks\nsystem: {{model: m, base_url: '{base_url}', transport: lean}}\n"
+        "concurrency: 2\ncache: false\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def _warm(root: Path, index: Path) -> CorpusFacts:
+    scan_corpus(root, index_dir=index, index_only=True)  # the index made (as `cases index`)
+    facts = scan_corpus(root, index_dir=index, index_only=True)
+    assert facts.counts.files_parsed == 0 and facts.counts.cases_built == 0
+    return facts
+
+
+def _shard(
+    config: Path, facts: CorpusFacts, k: int, run_id: str, parts: Path
+) -> sharded.ShardSummary:
+    return sharded.run_shard(
+        load_suite(config), facts, RunOptions(label=run_id, progress=False),
+        shard=Shard(k, 2), run_id=run_id, root=PartsRoot(parts), chunk_size=CHUNK,
+    )  # fmt: skip
+
+
+def test_a_warm_shard_requests_its_first_chunk_before_building_the_rest(
+    tmp_path: Path, endpoint: tuple[Endpoint, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mock, base_url = endpoint
+    config = _suite(tmp_path / "suite", base_url)
+    facts = mock.facts = _warm(tmp_path / "suite", tmp_path / "index")
+    reads: Counter[str] = Counter()
+    first_read = ShareBuilder._first_read
+
+    def counted(self: ShareBuilder, rel: str, *args: object) -> object:
+        reads[rel] += 1
+        return first_read(self, rel, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ShareBuilder, "_first_read", counted)
+    summary = _shard(config, facts, 1, "r", tmp_path / "parts")
+
+    assert summary.chunks == 60 // CHUNK and summary.requests == summary.units == 60
+    assert 0 < mock.built_at[0] <= CHUNK  # one chunk's cases built when its requests began
+    assert facts.counts.cases_built == summary.cases  # each share case built once, no more
+    assert facts.counts.files_parsed == 0  # no file parsed whole ...
+    assert set(reads) == {f"cases/part-{f}.yaml" for f in range(FILES)}
+    assert set(reads.values()) == {1}  # ... and each read whole once over the six chunks
+    pieces = PartsRoot(tmp_path / "parts").parts("r", "cases")
+    assert len(pieces) == summary.chunks  # a cases piece per chunk, written before its requests
+    inputs = pl.concat([pl.read_parquet(p.path) for p in pieces])["input"].to_list()
+    assert sum("où est ma commande" in json.loads(text)["messages"][0]["content"]
+               for text in inputs) == summary.cases  # fmt: skip
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_shard_stopped_part_way_resumes_and_merges_as_one_never_stopped(
+    tmp_path: Path, endpoint: tuple[Endpoint, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mock, base_url = endpoint
+    config = _suite(tmp_path / "suite", base_url)
+    mock.facts = _warm(tmp_path / "suite", tmp_path / "index")
+    for k in (1, 2):  # the run never stopped
+        _shard(config, scan_corpus(config.parent, index_dir=tmp_path / "index"), k, "whole",
+               tmp_path / "parts")  # fmt: skip
+    real_chunk = sharded.run_chunk
+    started: list[str] = []
+
+    async def stopping(*args: object, **kwargs: object) -> sharded.ChunkResult:
+        if len(started) == 2:
+            raise Stop  # the third chunk: the shard dies there
+        started.append("chunk")
+        return await real_chunk(*args, **kwargs)  # type: ignore[arg-type]
+
+    facts = scan_corpus(config.parent, index_dir=tmp_path / "index")
+    with monkeypatch.context() as patch:
+        patch.setattr(sharded, "run_chunk", stopping)
+        with pytest.raises(Stop):
+            _shard(config, facts, 1, "stopped", tmp_path / "parts")
+    root = PartsRoot(tmp_path / "parts")
+    assert len(root.parts("stopped", "cases")) == 3  # the third chunk's piece went first
+    assert len(root.parts("stopped", "outputs")) == 2
+
+    checked: list[str] = []  # the outputs attempts a shard reads before its first chunk
+    check_attempt = PartsRoot.check_attempt
+
+    def counted(self: PartsRoot, part: Any, *args: Any) -> Any:
+        checked.append(part.chunk_id)
+        return check_attempt(self, part, *args)
+
+    monkeypatch.setattr(PartsRoot, "check_attempt", counted)
+    resumed = _shard(config, scan_corpus(config.parent, index_dir=tmp_path / "index"), 1,
+                     "stopped", tmp_path / "parts")  # fmt: skip
+    assert resumed.skipped == 2 * CHUNK and resumed.requests == 60 - 2 * CHUNK
+    assert len(checked) == 2  # its own two done chunks, and the "whole" run's are another's
+    pieces = root.parts("stopped", "cases")
+    assert len(pieces) == 60 // CHUNK and {p.attempt for p in pieces} == {1}  # none again
+    checked.clear()
+    _shard(config, scan_corpus(config.parent, index_dir=tmp_path / "index"), 2, "stopped",
+           tmp_path / "parts")  # fmt: skip
+    assert checked == []  # shard 1's six committed chunks are not its own: none read
+
+    db = tmp_path / "s.duckdb"
+    with open_store(db, write=True) as store:
+        for run_id in ("whole", "stopped"):
+            assert merge_run(store, root, run_id).result.complete
+        sql = "SELECT case_id, case_hash, input, source FROM cases WHERE run_id = ? ORDER BY 1"
+        assert store.query(sql, ["stopped"]).equals(store.query(sql, ["whole"]))
+        keys = "SELECT case_id, replay, text FROM outputs WHERE run_id = ? ORDER BY 1, 2"
+        assert store.query(keys, ["stopped"]).equals(store.query(keys, ["whole"]))
+        assert store.query(keys, ["whole"]).height == FILES * PER_FILE
+
+
+def test_the_merge_checks_a_shards_pieces_as_its_share(
+    tmp_path: Path, endpoint: tuple[Endpoint, str]
+) -> None:
+    """A piece missing leaves outputs of cases the merge does not have: refused. A piece with
+    a case hash changed makes the shard's pieces another share than recorded: refused."""
+    mock, base_url = endpoint
+    config = _suite(tmp_path / "suite", base_url)
+    mock.facts = _warm(tmp_path / "suite", tmp_path / "index")
+    for k in (1, 2):
+        _shard(config, scan_corpus(config.parent, index_dir=tmp_path / "index"), k, "p",
+               tmp_path / "parts")  # fmt: skip
+    root = PartsRoot(tmp_path / "parts")
+    first, second, *_ = root.parts("p", "cases")
+    Path(first.path).unlink()
+    with open_store(tmp_path / "a.duckdb", write=True) as store, pytest.raises(StoreError) as gone:
+        merge_run(store, root, "p")
+    assert "rows of case ids run p does not have" in str(gone.value)
+    frame = pl.read_parquet(second.path)
+    frame.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("0" * 64)).otherwise("case_hash")
+        .alias("case_hash")
+    ).write_parquet(second.path)  # fmt: skip
+    # the shard run again writes the missing piece back (its chunk done): only the edit is wrong
+    _shard(config, scan_corpus(config.parent, index_dir=tmp_path / "index"), 1, "p",
+           tmp_path / "parts")  # fmt: skip
+    with open_store(tmp_path / "b.duckdb", write=True) as store, pytest.raises(StoreError) as bad:
+        merge_run(store, root, "p")
+    assert "pieces hold" in str(bad.value) and "not its share" in str(bad.value)
+
+
+@pytest.mark.parametrize("replays", [1, 3])
+def test_a_shard_plans_the_units_and_shares_order_units_gives(
+    monkeypatch: pytest.MonkeyPatch, replays: int
+) -> None:
+    """The frame a shard orders its units in agrees with :func:`order_units`, the slices with
+    :func:`shard_units` and the shares with :func:`corpus_shares` (what the Ray plan records),
+    for ids outside ASCII too."""
+    from types import SimpleNamespace
+
+    from evalkit.run.shards import order_units, shard_units
+
+    ids = [f"case-{i}" for i in range(301)] + ["é-1", "z", "Ω"]
+    cases = [SimpleNamespace(id=i, hash=f"{abs(hash(i)):064x}"[-64:]) for i in ids]
+    units = order_units(ids, replays)
+
+    class Planned:
+        def __init__(self) -> None:
+            self.replays, self.shares = replays, None
+
+        def with_corpus(self, shares: Any) -> Planned:
+            self.shares = shares
+            return self
+
+    monkeypatch.setattr(sharded, "run_manifest", lambda *args: Planned())
+    plan: Any = sharded._planned  # given stand-ins for the suite, facts and options
+    for count in (1, 4, 7):
+        for k in range(1, count + 1):
+            manifest, mine = plan(None, SimpleNamespace(cases=cases), None, "r", Shard(k, count))
+            assert mine == shard_units(units, Shard(k, count))
+            assert manifest.shares == sharded.corpus_shares(cases, units, count)
