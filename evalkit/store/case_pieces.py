@@ -5,11 +5,14 @@ pieces of its shard (:func:`pieces_problem`): once they hold as many cases as th
 must be exactly the share (its hash); fewer (a shard stopped part way) are checked with the
 run's corpus once the run is complete (:func:`evalkit.store.part_checks.cases_problem`), as the
 union of whole shares is. A piece that goes missing leaves its chunk's outputs naming cases the
-merge does not have, which it refuses.
+merge does not have, which it refuses. The Ray driver records a share the same way, its
+pieces named ``driver-K-of-N.<chunk id>``.
 
 Examples:
     >>> piece_shard("shard-2-of-4.00ab-ff01"), piece_shard("shard-2-of-4"), piece_shard("driver")
     ((2, 4), None, None)
+    >>> piece_shard("driver-3-of-5.00ab-ff01"), piece_shard("driver-3-of-5")
+    ((3, 5), None)
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from evalkit.store.schema import sorted_corpus_digest
 if TYPE_CHECKING:
     import duckdb
 
-_PIECE = re.compile(r"shard-(\d+)-of-(\d+)\.(.+)")
+_PIECE = re.compile(r"(?:shard|driver)-(\d+)-of-(\d+)\.(.+)")
 #: Pairs hashed per record batch read back from the staged pieces.
 _BATCH_ROWS = 50_000
 
 
 def piece_shard(chunk_id: str) -> tuple[int, int] | None:
-    """(K, N) of a cases part named as a piece of ``--shard K/N``'s share, else None."""
+    """(K, N) of a cases part named as a piece of share K of N (a ``--shard K/N``'s or the
+    Ray driver's), else None."""
     match = _PIECE.fullmatch(chunk_id)
     return (int(match.group(1)), int(match.group(2))) if match else None
 

@@ -1,20 +1,23 @@
 """The Ray driver plans from the case index and never holds every case: its chunks go out share
-by share, each share's cases built when its first chunk does (and recorded as that share's
-cases part, which the merge takes), let go after its last. Counters, not timers."""
+by share, each chunk's cases built when it goes out (and recorded first as a piece of its
+share, which the merge takes), let go when it is done. Counters, not timers."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from evalkit.corpus.case_facts import scan_corpus
 from evalkit.corpus.cases import load_corpus
 from evalkit.run.engines import ray_plan
 from evalkit.run.engines.ray_plan import ShareFeed, plan_shares, stored_share_count
-from evalkit.run.shards import order_units
+from evalkit.run.sharded import record_run, share_cases
+from evalkit.run.shards import Shard, order_units, shard_units
 from evalkit.run_manifest import CorpusInfo, RunInfo, RunManifest
+from evalkit.store.case_pieces import piece_shard
 from evalkit.store.part_checks import corpus_problem
 from evalkit.store.parts import PartsRoot
 from evalkit.store.schema import corpus_digest
@@ -46,64 +49,139 @@ def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1, col
 
 
 @pytest.mark.parametrize(("replays", "cold"), [(1, False), (3, False), (1, True)])
-def test_the_driver_builds_one_share_at_a_time(
+def test_the_driver_builds_one_chunk_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int, cold: bool
 ) -> None:
     """With the index warm or with none prepared (the driver makes it, keeping no case)."""
     root, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch, replays, cold)
     assert count == 5 == stored_share_count(manifest)  # 300 cases, at most 70 a share
-    feed = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=count)
+    feed = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=units, count=count, chunk_size=16
+    )
     feed.record()
-    assert facts.counts.cases_built == feed.peak <= 70  # the manifest and the first share
-    assert [p.chunk_id for p in parts.parts("r1", "cases")] == ["driver-1-of-5"]
-    feed.plan(chunk_size=16, done=set())
+    first = facts.counts.cases_built
+    assert 0 < first <= 16 and feed.peak == 0  # the manifest and the first chunk's piece
+    (piece,) = parts.parts("r1", "cases")
+    assert piece_shard(piece.chunk_id) == (1, 5) and piece.chunk_id.startswith("driver-1-of-5.")
+    feed.plan(done=set())
     seen: dict[str, int] = {}
     sent = 0
+    chunks: list = []
     while feed:
+        before = facts.counts.cases_built
         chunk, cases = feed.take()
+        chunk_cases = {unit.case_id for unit in chunk.units}
+        assert set(cases) == chunk_cases  # the chunk's cases, no other case of its share
+        assert facts.counts.cases_built - before <= len(chunk_cases)  # built for it alone
         for unit in chunk.units:
             assert cases[unit.case_id].id == unit.case_id
             seen[unit.case_id] = seen.get(unit.case_id, 0) + 1
         sent += len(chunk.units)
-        assert len(cases) <= 70 and facts.counts.cases_built <= 300
+        chunks.append(chunk.units)
+        feed.release(chunk)
     assert sent == len(units) and set(seen) == {c.id for c in facts.cases}
     assert all(n == replays for n in seen.values())
-    assert feed.peak <= 70 < len(facts.cases)  # never every case at once
-    assert facts.counts.cases_built == feed.built == 300  # each case built once
+    assert feed.peak <= 16 and feed.held == 0  # one chunk's cases, never a share's
+    # each case built once; with replays, a case whose replays two chunks share, for each
+    split = sum(len({u.case_id for u in c}) for c in chunks) - 300
+    assert facts.counts.cases_built == feed.built == 300 + split
+    assert split == 0 if replays == 1 else split < len(chunks)
     written = parts.parts("r1", "cases")
-    assert sorted(p.chunk_id for p in written) == [f"driver-{k}-of-5" for k in range(1, 6)]
+    assert {piece_shard(p.chunk_id) for p in written} == {(k, 5) for k in range(1, 6)}
     frames = [parts.read_frame(p) for p in written]
-    assert all(corpus_problem(frame, manifest.corpus) is None for frame in frames)  # each a share
     pairs = sorted(
-        (row["case_id"], row["case_hash"]) for f in frames for row in f.iter_rows(named=True)
-    )
+        {(row["case_id"], row["case_hash"]) for f in frames for row in f.iter_rows(named=True)}
+    )  # a case split between two chunks is in both their pieces
     full = load_corpus(root)
     assert corpus_digest(sorted((c.id, c.hash) for c in full.cases)) == corpus_digest(pairs)
+    for k in range(1, 6):  # each share's pieces together are its recorded share
+        mine = [f for p, f in zip(written, frames, strict=True) if piece_shard(p.chunk_id)[0] == k]
+        assert corpus_problem(pl.concat(mine).unique(), manifest.corpus) is None
 
 
-def test_a_resumed_run_builds_only_the_shares_with_work_left(
+def test_the_driver_holds_at_most_the_chunks_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks released as they finish (oldest first, as Ray answers them in any order): the
+    cases held are the in-flight chunks' alone, and the facts build no case before its chunk
+    is taken."""
+    _, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch)
+    feed = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=units, count=count, chunk_size=16
+    )
+    feed.record()
+    feed.plan(done=set())
+    in_flight: list = []
+    taken: set[str] = set()
+    while feed or in_flight:
+        while feed and len(in_flight) < 3:
+            chunk, cases = feed.take()
+            in_flight.append(chunk)
+            taken |= set(cases)
+            assert facts.counts.cases_built <= len(taken) + 16  # + the piece record() wrote
+            assert feed.held == sum(len({u.case_id for u in c.units}) for c in in_flight)
+        feed.release(in_flight.pop(len(in_flight) // 2))
+    assert 16 < feed.peak <= 3 * 16 and feed.held == 0
+    assert feed.built == 300
+
+
+def test_a_resumed_run_builds_only_the_chunks_with_work_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch)
-    first = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=count)
+    first = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=units, count=count, chunk_size=16
+    )
     first.record()
-    first.plan(chunk_size=16, done=set())
+    first.plan(done=set())
     done = set()
-    while first:  # the first three shares' chunks went out and finished
+    recorded = 0
+    while first:  # the first three shares' chunks went out and finished, a 4th's was taken
         chunk, _ = first.take()
+        recorded += 1
         if first._share > 3:
             break
         done |= {unit.key for unit in chunk.units}
+        first.release(chunk)
+    assert len(parts.parts("r1", "cases")) == recorded  # each piece before its chunk went out
     before = facts.counts.cases_built
     again = ShareFeed(
-        corpus=facts, root=parts, manifest=manifest, units=units, count=stored_share_count(manifest)
-    )
-    again.plan(chunk_size=16, done=done)
+        corpus=facts, root=parts, manifest=manifest, units=units,
+        count=stored_share_count(manifest), chunk_size=16,
+    )  # fmt: skip
+    again.plan(done=done)
     while again:
-        again.take()
+        chunk, _ = again.take()
+        again.release(chunk)
     assert 0 < again.built <= 2 * 70  # shares 4 and 5 only (its 4th chunk was not done)
     assert facts.counts.cases_built - before == again.built
-    assert len(parts.parts("r1", "cases")) == 5  # no share's cases part written twice
+    written = parts.parts("r1", "cases")
+    assert len({p.chunk_id for p in written}) == len(written)  # no piece written twice
+    ids = [row for p in written for row in parts.read_frame(p)["case_id"].to_list()]
+    assert sorted(ids) == sorted(c.id for c in facts.cases)  # every case in one piece
+
+
+def test_a_run_recorded_in_whole_shares_resumes_without_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run an earlier driver recorded a whole share at a time (``driver-K-of-N``) writes no
+    piece of a share it has whole."""
+    _, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch)
+    record_run(parts, manifest, "driver", (), with_cases=False)
+    share_1 = shard_units(units, Shard(1, count))
+    parts.write_cases(
+        "r1", f"driver-1-of-{count}", share_cases(facts, {u.case_id for u in share_1})
+    )
+    feed = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=units, count=count, chunk_size=16
+    )
+    feed.plan(done=set())
+    while feed:
+        chunk, _ = feed.take()
+        feed.release(chunk)
+    names = [p.chunk_id for p in parts.parts("r1", "cases")]
+    assert "driver-1-of-5" in names
+    assert {piece_shard(n) for n in names} == {None, *((k, 5) for k in range(2, 6))}
 
 
 def test_one_share_records_every_case_as_before(
@@ -114,9 +192,11 @@ def test_one_share_records_every_case_as_before(
     manifest = _manifest("r2", facts)
     planned, count = plan_shares(manifest, facts, units)
     assert count == 1 and planned.corpus.shares is None
-    feed = ShareFeed(corpus=facts, root=parts, manifest=manifest, units=units, count=1)
+    feed = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=units, count=1, chunk_size=64
+    )
     feed.record()
-    feed.plan(chunk_size=64, done=set())
+    feed.plan(done=set())
     while feed:
         feed.take()
     assert feed.built == 300  # built once, for the cases part and the chunks alike

@@ -279,8 +279,8 @@ def run_on_ray(
     ray_options: RayOptions = RayOptions(),
 ) -> RunSummary:
     """Run ``corpus`` as Ray tasks, merging their parts into ``store``; the run's summary.
-    ``corpus`` may be facts read through the case index: the driver then builds one share of
-    the cases at a time (:class:`~evalkit.run.engines.ray_plan.ShareFeed`)."""
+    ``corpus`` may be facts read through the case index: the driver then builds the cases of
+    a chunk as it goes out (:class:`~evalkit.run.engines.ray_plan.ShareFeed`)."""
     ray = connect(ray_options.address)
     started = time.perf_counter()
     # The cache as it is now answers this session's first requests, as a local run's prefetch
@@ -301,18 +301,21 @@ def run_on_ray(
         run_id = ray_options.run_id or new_run_id()
         manifest = run_manifest(suite, corpus, options, run_id)
     use_cache = manifest.run.cache
-    # planned from the ids alone; each share's cases built when its first chunk goes out
+    # planned from the ids alone; each chunk's cases built when it goes out
     units = order_units((c.id for c in corpus.cases), manifest.replays)
     if options.resume:
         shares = stored_share_count(manifest)
     else:
         manifest, shares = plan_shares(manifest, corpus, units)
-    feed = ShareFeed(corpus=corpus, root=root, manifest=manifest, units=units, count=shares)
+    feed = ShareFeed(
+        corpus=corpus, root=root, manifest=manifest, units=units, count=shares,
+        chunk_size=ray_options.chunk_size,
+    )  # fmt: skip
     if not options.resume:
         feed.record()
         merge_run(store, root, run_id, in_progress=True)  # the run is in the store from now on
     done = store.completed(run_id) | root.completed_keys(run_id)
-    feed.plan(ray_options.chunk_size, done)
+    feed.plan(done)
     skipped = feed.skipped
     budgets = start_budgets(ray, suite, holder=f"{run_id}-{secrets.token_hex(4)}")
     notes = dict.fromkeys(budgets.notes)  # every budget note of the run, in order, once
@@ -355,9 +358,11 @@ def run_on_ray(
                     source, manifest, chunk, location, shipped, cache, budgets.names, mine
                 )
                 running[ref] = chunk
+                del by_id, mine, cache  # the task has them: the driver keeps none
             ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
             for ref in ready:
                 chunk = running.pop(ref)
+                feed.release(chunk)
                 try:
                     results.append(ray.get(ref))
                 except ray.exceptions.RayError as exc:

@@ -4,10 +4,12 @@ Given the corpus as facts read through the case index
 (:class:`~evalkit.corpus.case_facts.CorpusFacts`), the driver orders the units from the ids
 alone and cuts them into shares of at most ``SHARE_UNITS`` units, as ``--shard K/N`` cuts a
 run (:func:`~evalkit.run.shards.shard_units`): the manifest records each share's hash
-(``corpus.shares``), and a share's cases are built from their files when its first chunk goes
-out, written as that share's cases part, and dropped once its last chunk is out. The driver's
-memory is one share's cases, whatever the corpus. A run of one share (or loaded cases) records
-its cases as before: one part of them all.
+(``corpus.shares``). A chunk's cases are built from their files when it goes out (a
+:class:`~evalkit.run.share_chunks.ShareCases` per share, as a ``--shard`` builds its share),
+written first as a piece of its share (``driver-K-of-N.<chunk id>``, checked by the merge as
+a shard's pieces are: :mod:`evalkit.store.case_pieces`), and let go when the chunk is done:
+the driver holds the cases of its chunks in flight, whatever the corpus. A run of one share
+(or loaded cases) records its cases as before: one part of them all, held while it runs.
 
 Examples:
     >>> share_count(45_000), share_count(0)
@@ -17,7 +19,7 @@ Examples:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from evalkit.corpus.case_facts import CorpusFacts
@@ -25,7 +27,16 @@ from evalkit.corpus.case_index import IndexMismatch
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.errors import EvalkitError
 from evalkit.run.sharded import corpus_shares, record_run, share_cases
-from evalkit.run.shards import Chunk, Shard, Unit, make_chunks, remaining, shard_units
+from evalkit.run.shards import (
+    DEFAULT_CHUNK_SIZE,
+    Chunk,
+    Shard,
+    Unit,
+    make_chunks,
+    remaining,
+    shard_units,
+)
+from evalkit.run.share_chunks import ShareCases, piece_name
 from evalkit.run_manifest import RunManifest
 from evalkit.store.parts import PartsRoot
 
@@ -51,52 +62,54 @@ def plan_shares(
 
 @dataclass(kw_only=True)
 class ShareFeed:
-    """The run's chunks in share order, each with its cases (:meth:`take`): a share's cases
-    are built and recorded when its first chunk is taken, and let go with its last.
+    """The run's chunks in share order, each with its cases (:meth:`take`). With several
+    shares, a chunk's cases are built when it is taken (from their files: a
+    :class:`~evalkit.run.share_chunks.ShareCases` per share) and written as a piece of its
+    share before it is handed out; the driver lets them go when the chunk is done
+    (:meth:`release`). With one share, its cases are built and recorded whole, as before.
 
-    ``built`` counts the cases built (or picked from loaded cases) here, ``peak`` the most
-    held at once: counters for the tests, not timers."""
+    ``built`` counts the cases built (or picked from loaded cases) here, ``held`` the cases
+    of the chunks taken and not released, ``peak`` the most held at once: counters for the
+    tests, not timers."""
 
     corpus: Corpus | CorpusFacts
     root: PartsRoot
     manifest: RunManifest
     units: Sequence[Unit]
     count: int
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     built: int = 0
+    held: int = 0
     peak: int = 0
     skipped: int = 0
     _pending: deque[tuple[int, Chunk]] = field(default_factory=deque)
     _share: int = 0
-    _cases: dict[str, Case] = field(default_factory=dict)
+    _share_cases: ShareCases | None = None
+    _cases: dict[str, Case] = field(default_factory=dict)  # one share's, with one share
+    _out: dict[str, int] = field(default_factory=dict)  # chunk id -> its cases held
+    _recorded: set[str] | None = None  # cases parts under the run (listed once)
+    _early: tuple[str, tuple[Case, ...]] | None = None  # the piece record() wrote
 
     def record(self) -> None:
-        """Write the run's manifest and the cases part of the first share (with one share: of
-        all the cases, as a run without shares does; the merge wants a cases part from the
-        start); a run of several shares records each other share's cases when its first chunk
-        goes out."""
+        """Write the run's manifest and a first cases part (the merge wants one from the
+        start): with one share, all the cases, as a run without shares records them; with
+        several, the piece of the first chunk of the first share (the other pieces are
+        written as their chunks go out)."""
         if self.count == 1:
             cases = self._load(set(_ids(self.units)))
             record_run(self.root, self.manifest, "driver", cases)
             self._hold(1, cases)
             return
         record_run(self.root, self.manifest, "driver", (), with_cases=False)
-        self._open_share(1)
+        first = make_chunks(self._share_units(1), self.chunk_size)[0]
+        self._early = (first.chunk_id, self._piece(1, first))  # handed out by its take
 
-    def _open_share(self, k: int) -> None:
-        """Share ``k``'s cases built, recorded as its cases part (once) and held."""
-        self._cases = {}  # the share before it is all out: its cases go first
-        cases = self._load(set(_ids(self._share_units(k))))
-        writer = f"driver-{k}-of-{self.count}"
-        run_id = self.manifest.run.run_id
-        if not any(p.chunk_id == writer for p in self.root.parts(run_id, "cases")):
-            self.root.write_cases(run_id, writer, cases)
-        self._hold(k, cases)
-
-    def plan(self, chunk_size: int, done: set[tuple[str, int]]) -> None:
-        """Cut each share's units into chunks, without the units in ``done``."""
+    def plan(self, done: set[tuple[str, int]]) -> None:
+        """Cut each share's units into chunks of ``chunk_size``, without the units in
+        ``done``."""
         for k in range(1, self.count + 1):
             share = self._share_units(k)
-            todo = remaining(make_chunks(share, chunk_size), done)
+            todo = remaining(make_chunks(share, self.chunk_size), done)
             self.skipped += len(share) - sum(len(c.units) for c in todo)
             self._pending.extend((k, chunk) for chunk in todo)
 
@@ -104,14 +117,43 @@ class ShareFeed:
         return bool(self._pending)
 
     def take(self) -> tuple[Chunk, dict[str, Case]]:
-        """The next chunk and the cases of its share (built and recorded when it is new)."""
+        """The next chunk and its cases (with several shares: built, and recorded as a piece
+        of its share unless the share or the piece is already recorded); held until
+        :meth:`release`."""
         k, chunk = self._pending.popleft()
-        if k != self._share:
-            if self.count > 1:
-                self._open_share(k)
-            else:
+        if self.count == 1:
+            if k != self._share:
                 self._hold(k, self._load(set(_ids(self.units))))
-        return chunk, self._cases
+            return chunk, self._cases
+        cases = self._piece(k, chunk)
+        self._out[chunk.chunk_id] = len(cases)
+        self.held += len(cases)
+        self.peak = max(self.peak, self.held)
+        return chunk, {case.id: case for case in cases}
+
+    def release(self, chunk: Chunk) -> None:
+        """``chunk`` is done: its cases are no longer held for it."""
+        self.held -= self._out.pop(chunk.chunk_id, 0)
+
+    def _piece(self, k: int, chunk: Chunk) -> tuple[Case, ...]:
+        """The cases of ``chunk`` (of share ``k``), built and recorded as a piece of the
+        share unless the share (a run recorded whole shares before) or the piece is."""
+        if k != self._share or self._share_cases is None:
+            self._share, self._share_cases = k, None  # the share before: its builder goes
+            self._share_cases = ShareCases(self.corpus, set(_ids(self._share_units(k))))
+        if self._early is not None and self._early[0] == chunk.chunk_id:
+            cases, self._early = self._early[1], None
+        else:
+            cases = self._build(self._share_cases, _ids(chunk.units))
+        run_id = self.manifest.run.run_id
+        if self._recorded is None:
+            self._recorded = {part.chunk_id for part in self.root.parts(run_id, "cases")}
+        writer = f"driver-{k}-of-{self.count}"
+        piece = piece_name(writer, chunk.chunk_id)
+        if writer not in self._recorded and piece not in self._recorded:
+            self.root.write_cases(run_id, piece, cases)
+            self._recorded.add(piece)
+        return cases
 
     def _share_units(self, k: int) -> Sequence[Unit]:
         return shard_units(self.units, Shard(k, self.count)) if self.count > 1 else self.units
@@ -119,11 +161,15 @@ class ShareFeed:
     def _hold(self, k: int, cases: Sequence[Case]) -> None:
         self._share = k
         self._cases = {case.id: case for case in cases}
-        self.peak = max(self.peak, len(self._cases))
+        self.held = len(self._cases)
+        self.peak = max(self.peak, self.held)
 
     def _load(self, ids: set[str]) -> tuple[Case, ...]:
+        return self._build(None, ids)
+
+    def _build(self, share: ShareCases | None, ids: Iterable[str]) -> tuple[Case, ...]:
         try:
-            cases = share_cases(self.corpus, ids)
+            cases = share_cases(self.corpus, set(ids)) if share is None else share.build(ids)
         except IndexMismatch as stale:
             run_id = self.manifest.run.run_id
             raise EvalkitError(
