@@ -75,7 +75,7 @@ def pieces_problem(
     ).fetchall()
     if ids != pairs:
         return f"shard {k}/{n}'s pieces give a case two hashes"
-    share = _share(corpus.shares, k, n)
+    share = _share(corpus, k, n)
     if share is None:
         return f"a piece of shard {k}/{n}, but the run's manifest records no such shares"
     digest, size = share
@@ -99,8 +99,12 @@ def pieces_problem(
     )
 
 
-def _share(shares: Any, k: int, n: int) -> tuple[str, int] | None:
-    """(hash, size) of share ``k`` of ``n`` as the manifest recorded it, or None."""
+def _share(corpus: CorpusInfo, k: int, n: int) -> tuple[str, int] | None:
+    """(hash, size) of share ``k`` of ``n`` as the manifest recorded it (the one share of a run
+    not cut: its corpus), or None."""
+    shares: Any = corpus.shares
+    if shares is None and k == n == 1 and corpus.hash is not None:
+        return corpus.hash, corpus.n_cases
     if not isinstance(shares, dict) or shares.get("count") != n:
         return None
     hashes, sizes = shares.get("hashes"), shares.get("n_cases")

@@ -12,11 +12,14 @@ import pytest
 
 from evalkit.corpus.case_facts import scan_corpus
 from evalkit.corpus.cases import load_corpus
+from evalkit.errors import StoreError
 from evalkit.run.engines import ray_plan
 from evalkit.run.engines.ray_plan import ShareFeed, plan_shares, stored_share_count
+from evalkit.run.merging import merge_run
 from evalkit.run.sharded import record_run, share_cases
 from evalkit.run.shards import Shard, order_units, shard_units
 from evalkit.run_manifest import CorpusInfo, RunInfo, RunManifest
+from evalkit.store import open_store
 from evalkit.store.case_pieces import piece_shard
 from evalkit.store.part_checks import corpus_problem
 from evalkit.store.parts import PartsRoot
@@ -184,9 +187,11 @@ def test_a_run_recorded_in_whole_shares_resumes_without_pieces(
     assert {piece_shard(n) for n in names} == {None, *((k, 5) for k in range(2, 6))}
 
 
-def test_one_share_records_every_case_as_before(
+def test_one_share_is_recorded_in_pieces_the_merge_checks_against_the_corpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A run of one share records no shares in its manifest: its pieces together are its
+    corpus (a case hash edited in one makes them another corpus: refused)."""
     _, facts, units, manifest, _, parts = _feed(tmp_path, monkeypatch)
     monkeypatch.setattr(ray_plan, "SHARE_UNITS", 10_000)
     manifest = _manifest("r2", facts)
@@ -198,10 +203,20 @@ def test_one_share_records_every_case_as_before(
     feed.record()
     feed.plan(done=set())
     while feed:
-        feed.take()
-    assert feed.built == 300  # built once, for the cases part and the chunks alike
-    (part,) = parts.parts("r2", "cases")
-    assert (
-        part.chunk_id == "driver"
-        and corpus_problem(parts.read_frame(part), manifest.corpus) is None
-    )
+        chunk, _ = feed.take()
+        feed.release(chunk)
+    assert feed.built == facts.counts.cases_built == 300  # each case built once
+    assert feed.peak <= 64  # one chunk's cases, never the run's
+    written = parts.parts("r2", "cases")
+    assert len(written) == 5 and {piece_shard(p.chunk_id) for p in written} == {(1, 1)}
+    with open_store(tmp_path / "a.duckdb", write=True) as store:
+        merge_run(store, parts, "r2", in_progress=True)  # the pieces are the corpus
+        assert store.records("SELECT count(*) AS n FROM cases")[0]["n"] == 300
+    frame = pl.read_parquet(written[1].path)
+    frame.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("0" * 64)).otherwise("case_hash")
+        .alias("case_hash")
+    ).write_parquet(written[1].path)  # fmt: skip
+    with open_store(tmp_path / "b.duckdb", write=True) as store, pytest.raises(StoreError) as bad:
+        merge_run(store, parts, "r2", in_progress=True)
+    assert "pieces hold 300 cases" in str(bad.value) and "not its share" in str(bad.value)

@@ -9,7 +9,9 @@ run (:func:`~evalkit.run.shards.shard_units`): the manifest records each share's
 written first as a piece of its share (``driver-K-of-N.<chunk id>``, checked by the merge as
 a shard's pieces are: :mod:`evalkit.store.case_pieces`), and let go when the chunk is done:
 the driver holds the cases of its chunks in flight, whatever the corpus. A run of one share
-(or loaded cases) records its cases as before: one part of them all, held while it runs.
+records no shares: its pieces (``driver-1-of-1.<chunk id>``) are checked against the corpus.
+An earlier driver recorded whole shares (``driver-K-of-N``, ``driver``): a run of those
+resumed writes no piece of them.
 
 Examples:
     >>> share_count(45_000), share_count(0)
@@ -26,7 +28,7 @@ from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.case_index import IndexMismatch
 from evalkit.corpus.cases import Case, Corpus
 from evalkit.errors import EvalkitError
-from evalkit.run.sharded import corpus_shares, record_run, share_cases
+from evalkit.run.sharded import corpus_shares, record_run
 from evalkit.run.shards import (
     DEFAULT_CHUNK_SIZE,
     Chunk,
@@ -62,11 +64,10 @@ def plan_shares(
 
 @dataclass(kw_only=True)
 class ShareFeed:
-    """The run's chunks in share order, each with its cases (:meth:`take`). With several
-    shares, a chunk's cases are built when it is taken (from their files: a
-    :class:`~evalkit.run.share_chunks.ShareCases` per share) and written as a piece of its
-    share before it is handed out; the driver lets them go when the chunk is done
-    (:meth:`release`). With one share, its cases are built and recorded whole, as before.
+    """The run's chunks in share order, each with its cases (:meth:`take`): built when it is
+    taken (from their files: a :class:`~evalkit.run.share_chunks.ShareCases` per share) and
+    written as a piece of its share before it is handed out; the driver lets them go when
+    the chunk is done (:meth:`release`). A run of one share is one share of one.
 
     ``built`` counts the cases built (or picked from loaded cases) here, ``held`` the cases
     of the chunks taken and not released, ``peak`` the most held at once: counters for the
@@ -85,21 +86,14 @@ class ShareFeed:
     _pending: deque[tuple[int, Chunk]] = field(default_factory=deque)
     _share: int = 0
     _share_cases: ShareCases | None = None
-    _cases: dict[str, Case] = field(default_factory=dict)  # one share's, with one share
     _out: dict[str, int] = field(default_factory=dict)  # chunk id -> its cases held
     _recorded: set[str] | None = None  # cases parts under the run (listed once)
     _early: tuple[str, tuple[Case, ...]] | None = None  # the piece record() wrote
 
     def record(self) -> None:
         """Write the run's manifest and a first cases part (the merge wants one from the
-        start): with one share, all the cases, as a run without shares records them; with
-        several, the piece of the first chunk of the first share (the other pieces are
-        written as their chunks go out)."""
-        if self.count == 1:
-            cases = self._load(set(_ids(self.units)))
-            record_run(self.root, self.manifest, "driver", cases)
-            self._hold(1, cases)
-            return
+        start): the piece of the first chunk of the first share (the other pieces are written
+        as their chunks go out)."""
         record_run(self.root, self.manifest, "driver", (), with_cases=False)
         first = make_chunks(self._share_units(1), self.chunk_size)[0]
         self._early = (first.chunk_id, self._piece(1, first))  # handed out by its take
@@ -121,10 +115,6 @@ class ShareFeed:
         of its share unless the share or the piece is already recorded); held until
         :meth:`release`."""
         k, chunk = self._pending.popleft()
-        if self.count == 1:
-            if k != self._share:
-                self._hold(k, self._load(set(_ids(self.units))))
-            return chunk, self._cases
         cases = self._piece(k, chunk)
         self._out[chunk.chunk_id] = len(cases)
         self.held += len(cases)
@@ -148,8 +138,8 @@ class ShareFeed:
         run_id = self.manifest.run.run_id
         if self._recorded is None:
             self._recorded = {part.chunk_id for part in self.root.parts(run_id, "cases")}
-        writer = f"driver-{k}-of-{self.count}"
-        piece = piece_name(writer, chunk.chunk_id)
+        writer = f"driver-{k}-of-{self.count}" if self.count > 1 else "driver"
+        piece = piece_name(f"driver-{k}-of-{self.count}", chunk.chunk_id)
         if writer not in self._recorded and piece not in self._recorded:
             self.root.write_cases(run_id, piece, cases)
             self._recorded.add(piece)
@@ -158,18 +148,9 @@ class ShareFeed:
     def _share_units(self, k: int) -> Sequence[Unit]:
         return shard_units(self.units, Shard(k, self.count)) if self.count > 1 else self.units
 
-    def _hold(self, k: int, cases: Sequence[Case]) -> None:
-        self._share = k
-        self._cases = {case.id: case for case in cases}
-        self.held = len(self._cases)
-        self.peak = max(self.peak, self.held)
-
-    def _load(self, ids: set[str]) -> tuple[Case, ...]:
-        return self._build(None, ids)
-
-    def _build(self, share: ShareCases | None, ids: Iterable[str]) -> tuple[Case, ...]:
+    def _build(self, share: ShareCases, ids: Iterable[str]) -> tuple[Case, ...]:
         try:
-            cases = share_cases(self.corpus, set(ids)) if share is None else share.build(ids)
+            cases = share.build(ids)
         except IndexMismatch as stale:
             run_id = self.manifest.run.run_id
             raise EvalkitError(
