@@ -44,6 +44,7 @@ def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1, col
     assert facts.counts.cases_built == 0
     assert facts.counts.cases_indexed == (300 if cold else 0)  # cold: made, nothing kept
     monkeypatch.setattr(ray_plan, "SHARE_UNITS", 70 * replays)
+    monkeypatch.setattr(ray_plan, "PIECE_UNITS", 32)  # two chunks of 16 a piece
     units = order_units((c.id for c in facts.cases), replays)
     manifest = _manifest("r1", facts)
     manifest, count = plan_shares(manifest, facts, units)
@@ -52,7 +53,7 @@ def _feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int = 1, col
 
 
 @pytest.mark.parametrize(("replays", "cold"), [(1, False), (3, False), (1, True)])
-def test_the_driver_builds_one_chunk_at_a_time(
+def test_the_driver_builds_a_piece_of_its_share_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int, cold: bool
 ) -> None:
     """With the index warm or with none prepared (the driver makes it, keeping no case)."""
@@ -63,7 +64,7 @@ def test_the_driver_builds_one_chunk_at_a_time(
     )
     feed.record()
     first = facts.counts.cases_built
-    assert 0 < first <= 16 and feed.peak == 0  # the manifest and the first chunk's piece
+    assert 0 < first == feed.peak <= 32  # the manifest and the first piece: two chunks'
     (piece,) = parts.parts("r1", "cases")
     assert piece_shard(piece.chunk_id) == (1, 5) and piece.chunk_id.startswith("driver-1-of-5.")
     feed.plan(done=set())
@@ -75,7 +76,9 @@ def test_the_driver_builds_one_chunk_at_a_time(
         chunk, cases = feed.take()
         chunk_cases = {unit.case_id for unit in chunk.units}
         assert set(cases) == chunk_cases  # the chunk's cases, no other case of its share
-        assert facts.counts.cases_built - before <= len(chunk_cases)  # built for it alone
+        assert facts.counts.cases_built - before <= 32  # at most its piece built for it
+        recorded = {i for p in parts.parts("r1", "cases") for i in parts.read_frame(p)["case_id"]}
+        assert chunk_cases <= recorded  # recorded before the chunk is handed out
         for unit in chunk.units:
             assert cases[unit.case_id].id == unit.case_id
             seen[unit.case_id] = seen.get(unit.case_id, 0) + 1
@@ -84,11 +87,12 @@ def test_the_driver_builds_one_chunk_at_a_time(
         feed.release(chunk)
     assert sent == len(units) and set(seen) == {c.id for c in facts.cases}
     assert all(n == replays for n in seen.values())
-    assert feed.peak <= 16 and feed.held == 0  # one chunk's cases, never a share's
-    # each case built once; with replays, a case whose replays two chunks share, for each
-    split = sum(len({u.case_id for u in c}) for c in chunks) - 300
+    assert feed.peak <= 32 + 16 and feed.held == 0  # a piece and a chunk, never a share
+    # each case built once; with replays, a case whose replays two pieces share, for each
+    pieces = [[u for c in chunks[i : i + 2] for u in c] for i in range(0, len(chunks), 2)]
+    split = sum(len({u.case_id for u in p}) for p in pieces) - 300
     assert facts.counts.cases_built == feed.built == 300 + split
-    assert split == 0 if replays == 1 else split < len(chunks)
+    assert split == 0 if replays == 1 else split < len(pieces)
     written = parts.parts("r1", "cases")
     assert {piece_shard(p.chunk_id) for p in written} == {(k, 5) for k in range(1, 6)}
     frames = [parts.read_frame(p) for p in written]
@@ -102,12 +106,12 @@ def test_the_driver_builds_one_chunk_at_a_time(
         assert corpus_problem(pl.concat(mine).unique(), manifest.corpus) is None
 
 
-def test_the_driver_holds_at_most_the_chunks_in_flight(
+def test_the_driver_holds_a_piece_and_the_chunks_in_flight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Chunks released as they finish (oldest first, as Ray answers them in any order): the
-    cases held are the in-flight chunks' alone, and the facts build no case before its chunk
-    is taken."""
+    """Chunks released as they finish (in any order, as Ray answers them): the cases held are
+    the open piece's and the in-flight chunks', and the facts build no case before its piece
+    is opened."""
     _, facts, units, manifest, count, parts = _feed(tmp_path, monkeypatch)
     feed = ShareFeed(
         corpus=facts, root=parts, manifest=manifest, units=units, count=count, chunk_size=16
@@ -121,10 +125,11 @@ def test_the_driver_holds_at_most_the_chunks_in_flight(
             chunk, cases = feed.take()
             in_flight.append(chunk)
             taken |= set(cases)
-            assert facts.counts.cases_built <= len(taken) + 16  # + the piece record() wrote
-            assert feed.held == sum(len({u.case_id for u in c.units}) for c in in_flight)
+            assert facts.counts.cases_built <= len(taken) + 32  # + the open piece's
+            out = sum(len({u.case_id for u in c.units}) for c in in_flight)
+            assert out <= feed.held <= out + 32
         feed.release(in_flight.pop(len(in_flight) // 2))
-    assert 16 < feed.peak <= 3 * 16 and feed.held == 0
+    assert 3 * 16 < feed.peak <= 32 + 3 * 16 and feed.held == 0
     assert feed.built == 300
 
 
@@ -138,15 +143,13 @@ def test_a_resumed_run_builds_only_the_chunks_with_work_left(
     first.record()
     first.plan(done=set())
     done = set()
-    recorded = 0
     while first:  # the first three shares' chunks went out and finished, a 4th's was taken
         chunk, _ = first.take()
-        recorded += 1
         if first._share > 3:
             break
         done |= {unit.key for unit in chunk.units}
         first.release(chunk)
-    assert len(parts.parts("r1", "cases")) == recorded  # each piece before its chunk went out
+    pieces = len(parts.parts("r1", "cases"))
     before = facts.counts.cases_built
     again = ShareFeed(
         corpus=facts, root=parts, manifest=manifest, units=units,
@@ -160,6 +163,7 @@ def test_a_resumed_run_builds_only_the_chunks_with_work_left(
     assert facts.counts.cases_built - before == again.built
     written = parts.parts("r1", "cases")
     assert len({p.chunk_id for p in written}) == len(written)  # no piece written twice
+    assert len(written) > pieces  # the 4th share's second piece on, written by the resume
     ids = [row for p in written for row in parts.read_frame(p)["case_id"].to_list()]
     assert sorted(ids) == sorted(c.id for c in facts.cases)  # every case in one piece
 

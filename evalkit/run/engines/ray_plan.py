@@ -44,6 +44,9 @@ from evalkit.store.parts import PartsRoot
 
 #: At most this many (case, replay) units in one share of a Ray run (a module setting).
 SHARE_UNITS = 20_000
+#: About this many units' cases in one cases part (a piece) of a Ray run: whole chunks, at
+#: least one (a module setting). Each part costs every later merge a file to list and read.
+PIECE_UNITS = 2_000
 
 
 def share_count(units: int) -> int:
@@ -64,14 +67,16 @@ def plan_shares(
 
 @dataclass(kw_only=True)
 class ShareFeed:
-    """The run's chunks in share order, each with its cases (:meth:`take`): built when it is
-    taken (from their files: a :class:`~evalkit.run.share_chunks.ShareCases` per share) and
-    written as a piece of its share before it is handed out; the driver lets them go when
-    the chunk is done (:meth:`release`). A run of one share is one share of one.
+    """The run's chunks in share order, each with its cases (:meth:`take`). A share's chunks
+    go in pieces of ``PIECE_UNITS`` units (whole chunks, cut from the share's full chunk list,
+    so a resumed run finds the same pieces): the cases of a piece are built from their files
+    when its first chunk is taken (a :class:`~evalkit.run.share_chunks.ShareCases` per share),
+    written as a piece of its share, and let go when its last is; a chunk's cases are held
+    until it is done (:meth:`release`). A run of one share is one share of one.
 
-    ``built`` counts the cases built (or picked from loaded cases) here, ``held`` the cases
-    of the chunks taken and not released, ``peak`` the most held at once: counters for the
-    tests, not timers."""
+    ``built`` counts the cases built here, ``held`` the cases of the open piece and of the
+    chunks taken and not released, ``peak`` the most held at once: counters for the tests,
+    not timers."""
 
     corpus: Corpus | CorpusFacts
     root: PartsRoot
@@ -83,67 +88,96 @@ class ShareFeed:
     held: int = 0
     peak: int = 0
     skipped: int = 0
-    _pending: deque[tuple[int, Chunk]] = field(default_factory=deque)
+    _pending: deque[tuple[int, _Piece, Chunk]] = field(default_factory=deque)
     _share: int = 0
     _share_cases: ShareCases | None = None
+    _piece: _Piece | None = None  # the piece of the chunks being taken
+    _piece_cases: dict[str, Case] | None = None  # its cases, when it was built whole here
     _out: dict[str, int] = field(default_factory=dict)  # chunk id -> its cases held
     _recorded: set[str] | None = None  # cases parts under the run (listed once)
-    _early: tuple[str, tuple[Case, ...]] | None = None  # the piece record() wrote
 
     def record(self) -> None:
         """Write the run's manifest and a first cases part (the merge wants one from the
-        start): the piece of the first chunk of the first share (the other pieces are written
-        as their chunks go out)."""
+        start): the first piece of the first share (the others are written as their first
+        chunks go out)."""
         record_run(self.root, self.manifest, "driver", (), with_cases=False)
-        first = make_chunks(self._share_units(1), self.chunk_size)[0]
-        self._early = (first.chunk_id, self._piece(1, first))  # handed out by its take
+        self._open(1, self._pieces(1)[0])
 
     def plan(self, done: set[tuple[str, int]]) -> None:
         """Cut each share's units into chunks of ``chunk_size``, without the units in
         ``done``."""
         for k in range(1, self.count + 1):
-            share = self._share_units(k)
-            todo = remaining(make_chunks(share, self.chunk_size), done)
-            self.skipped += len(share) - sum(len(c.units) for c in todo)
-            self._pending.extend((k, chunk) for chunk in todo)
+            for piece in self._pieces(k):
+                todo = remaining(piece.chunks, done)
+                self.skipped += sum(len(c.units) for c in piece.chunks)
+                self.skipped -= sum(len(c.units) for c in todo)
+                piece.left = len(todo)
+                self._pending.extend((k, piece, chunk) for chunk in todo)
 
     def __bool__(self) -> bool:
         return bool(self._pending)
 
     def take(self) -> tuple[Chunk, dict[str, Case]]:
-        """The next chunk and its cases (with several shares: built, and recorded as a piece
-        of its share unless the share or the piece is already recorded); held until
-        :meth:`release`."""
-        k, chunk = self._pending.popleft()
-        cases = self._piece(k, chunk)
+        """The next chunk and its cases (its piece built and recorded first when it is new
+        and not already recorded); held until :meth:`release`."""
+        k, piece, chunk = self._pending.popleft()
+        if self._piece is None or piece.name != self._piece.name:
+            self._open(k, piece)
+        ids = _ids(chunk.units)
+        if self._piece_cases is not None:
+            cases = {case_id: self._piece_cases[case_id] for case_id in ids}
+        else:  # its piece was recorded before: the chunk's cases alone
+            assert self._share_cases is not None
+            cases = {case.id: case for case in self._build(self._share_cases, ids)}
+        piece.left -= 1
+        if piece.left == 0:
+            self._close()
         self._out[chunk.chunk_id] = len(cases)
         self.held += len(cases)
         self.peak = max(self.peak, self.held)
-        return chunk, {case.id: case for case in cases}
+        return chunk, cases
 
     def release(self, chunk: Chunk) -> None:
         """``chunk`` is done: its cases are no longer held for it."""
         self.held -= self._out.pop(chunk.chunk_id, 0)
 
-    def _piece(self, k: int, chunk: Chunk) -> tuple[Case, ...]:
-        """The cases of ``chunk`` (of share ``k``), built and recorded as a piece of the
-        share unless the share (a run recorded whole shares before) or the piece is."""
+    def _pieces(self, k: int) -> list[_Piece]:
+        """Share ``k``'s full chunks in pieces of about ``PIECE_UNITS`` units."""
+        chunks = make_chunks(self._share_units(k), self.chunk_size)
+        per = max(1, PIECE_UNITS // self.chunk_size)
+        writer = f"driver-{k}-of-{self.count}"
+        return [
+            _Piece(piece_name(writer, chunks[at].chunk_id), tuple(chunks[at : at + per]))
+            for at in range(0, len(chunks), per)
+        ]
+
+    def _open(self, k: int, piece: _Piece) -> None:
+        """``piece`` (of share ``k``) is the one chunks are taken from: built and recorded
+        unless it (or its whole share, recorded by an earlier driver) is."""
+        self._close()
         if k != self._share or self._share_cases is None:
             self._share, self._share_cases = k, None  # the share before: its builder goes
             self._share_cases = ShareCases(self.corpus, set(_ids(self._share_units(k))))
-        if self._early is not None and self._early[0] == chunk.chunk_id:
-            cases, self._early = self._early[1], None
-        else:
-            cases = self._build(self._share_cases, _ids(chunk.units))
+        self._piece = piece
         run_id = self.manifest.run.run_id
         if self._recorded is None:
             self._recorded = {part.chunk_id for part in self.root.parts(run_id, "cases")}
-        writer = f"driver-{k}-of-{self.count}" if self.count > 1 else "driver"
-        piece = piece_name(f"driver-{k}-of-{self.count}", chunk.chunk_id)
-        if writer not in self._recorded and piece not in self._recorded:
-            self.root.write_cases(run_id, piece, cases)
-            self._recorded.add(piece)
-        return cases
+        whole = f"driver-{k}-of-{self.count}" if self.count > 1 else "driver"
+        if whole in self._recorded or piece.name in self._recorded:
+            return
+        units = [unit for chunk in piece.chunks for unit in chunk.units]
+        cases = self._build(self._share_cases, _ids(units))
+        self.root.write_cases(run_id, piece.name, cases)
+        self._recorded.add(piece.name)
+        self._piece_cases = {case.id: case for case in cases}
+        self.held += len(cases)
+        self.peak = max(self.peak, self.held)
+
+    def _close(self) -> None:
+        """The open piece's cases let go (its chunks taken hold their own)."""
+        if self._piece_cases is not None:
+            self.held -= len(self._piece_cases)
+        self._piece, self._piece_cases = None, None
 
     def _share_units(self, k: int) -> Sequence[Unit]:
         return shard_units(self.units, Shard(k, self.count)) if self.count > 1 else self.units
@@ -159,6 +193,16 @@ class ShareFeed:
             ) from None
         self.built += len(cases)
         return cases
+
+
+@dataclass
+class _Piece:
+    """Consecutive chunks of a share recorded as one cases part (``name``); ``left``: how many
+    of them are still to be taken."""
+
+    name: str
+    chunks: tuple[Chunk, ...]
+    left: int = 0
 
 
 def stored_share_count(manifest: RunManifest) -> int:
