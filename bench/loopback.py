@@ -279,7 +279,10 @@ class RayLoopbackCluster:
             with contextlib.suppress(psutil.Error, OSError, ValueError):
                 times = psutil.Process(pid).cpu_times()
                 status = Path(f"/proc/{pid}/status").read_text()
-                hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+                # an exited process not yet reaped (a zombie) has no memory lines
+                hwm = next((ln for ln in status.splitlines() if ln.startswith("VmHWM:")), None)
+                if hwm is None:
+                    continue
                 cpu += times.user + times.system + times.children_user + times.children_system
                 peak = max(peak, int(hwm.split()[1]) / 1024)
                 count += 1
