@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from evalkit.run_manifest import CorpusInfo
-from evalkit.store.schema import sorted_corpus_digest
+from evalkit.store.schema import batch_pairs, sorted_corpus_digest
 
 if TYPE_CHECKING:
     import duckdb
@@ -85,12 +85,7 @@ def pieces_problem(
         f"SELECT DISTINCT case_id, case_hash {where} ORDER BY case_id, case_hash",
         params=list(parts),
     ).to_arrow_reader(_BATCH_ROWS)
-    pairs_read = (
-        pair
-        for batch in reader
-        for pair in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
-    )
-    found, count = sorted_corpus_digest(pairs_read)
+    found, count = sorted_corpus_digest(batch_pairs(reader))
     if count == size and found == digest:
         return None
     return (

@@ -49,6 +49,7 @@ from evalkit.store.schema import (
     MERGED_PARTS_DDL,
     OUTPUT_SCHEMA,
     SCORE_SCHEMA,
+    batch_pairs,
     initial_scoring_id,
     sorted_corpus_digest,
 )
@@ -426,12 +427,7 @@ class _Merger:
             "ORDER BY case_id, case_hash",
             params=[index],
         ).to_arrow_reader(BATCH_ROWS)
-        pairs = (
-            pair
-            for batch in reader
-            for pair in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
-        )
-        digest, _ = sorted_corpus_digest(pairs)
+        digest, _ = sorted_corpus_digest(batch_pairs(reader))
         return digest_problem(digest, int(count), corpus)
 
     def _insert_new_cases(self) -> None:

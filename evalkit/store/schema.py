@@ -17,7 +17,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -302,6 +302,13 @@ def sorted_corpus_digest(cases: Iterable[tuple[str, str]]) -> tuple[str, int]:
         digest.update(f"{pair[0]}\0{pair[1]}\n".encode())
         last, count = pair, count + 1
     return digest.hexdigest(), count
+
+
+def batch_pairs(batches: Iterable[Any]) -> Iterator[tuple[str, str]]:
+    """The rows of Arrow record batches of two columns (an ``ORDER BY case_id, case_hash``
+    read), one pair at a time, for :func:`sorted_corpus_digest`."""
+    for batch in batches:
+        yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
 
 
 #: ``json.dumps(x, sort_keys=True)`` without building an encoder per call (a third faster).
