@@ -34,6 +34,7 @@ from typing import Any
 
 from evalkit.errors import StoreError
 from evalkit.run.caveats import result_warnings
+from evalkit.run.merge_tally import MergeTally
 from evalkit.run.replicas import ReplicaCounts
 from evalkit.run.summary import (
     ErrorCause,
@@ -46,6 +47,7 @@ from evalkit.store import Store
 from evalkit.store.merge import MergeResult, merge_parts
 from evalkit.store.part_checks import cases_problem
 from evalkit.store.parts import PartsRoot
+from evalkit.store.schema import initial_scoring_id
 
 
 @dataclass(frozen=True)
@@ -63,28 +65,36 @@ def merge_run(
     session: SessionCounts | None = None,
 ) -> MergedRun:
     """Merge ``run_id``'s parts and record its status and summary (``in_progress``: a driver's
-    periodic merge while work is still running: the status stays ``running``)."""
-    result = merge_parts(store, root, run_id)
+    periodic merge while work is still running: the status stays ``running``, the summary
+    grows by what the merge added and has no case counts: counting them reads the whole
+    run)."""
+    tally = MergeTally(initial_scoring_id(run_id)) if in_progress and session is None else None
+    result = merge_parts(store, root, run_id, on_batch=tally.add if tally else None)
     if not result.changed and session is None:
         status = "running" if in_progress else ("complete" if result.complete else "incomplete")
         if store.run_status(run_id) == status and (kept := stored_summary(store, run_id)):
-            return MergedRun(result, with_case_counts(store, kept))
+            return MergedRun(result, kept if in_progress else with_case_counts(store, kept))
     manifest = store.manifest(run_id)
-    if not in_progress and result.complete:
-        problem = cases_problem(_stored_pairs(store, run_id), manifest.corpus, presorted=True)
-        if problem:
-            raise StoreError(
-                f"{root}: run {run_id}: {problem}; its shards' shares do not add up to it: run "
-                "its shards again into a new --run-id"
-            )
-    summary = summarize(
-        store,
-        run_id,
-        result.label,
-        result.config_hash,
-        expected_outputs=result.expected,
-        session=session or SessionCounts(),
-    )
+    base = _running_summary(store, run_id, result) if tally is not None else None
+    if tally is not None and base is not None:
+        summary = tally.onto(base, expected_outputs=result.expected)
+    else:
+        if not in_progress and result.complete:
+            pairs = _stored_pairs(store, run_id)
+            problem = cases_problem(pairs, manifest.corpus, presorted=True)
+            if problem:
+                raise StoreError(
+                    f"{root}: run {run_id}: {problem}; its shards' shares do not add up to it: "
+                    "run its shards again into a new --run-id"
+                )
+        summary = summarize(
+            store,
+            run_id,
+            result.label,
+            result.config_hash,
+            expected_outputs=result.expected,
+            session=session or SessionCounts(),
+        )
     before = tuple(  # what an earlier merge concluded is concluded again below
         w
         for w in manifest.warnings
@@ -104,7 +114,18 @@ def merge_run(
     # complete by the run's real (case, replay) keys, not by a count of rows (see MergeResult)
     status = "running" if in_progress else ("complete" if result.complete else "incomplete")
     store.finish_run(run_id, status, summary.to_dict())
-    return MergedRun(result, with_case_counts(store, summary))
+    return MergedRun(result, summary if in_progress else with_case_counts(store, summary))
+
+
+def _running_summary(store: Store, run_id: str, result: MergeResult) -> RunSummary | None:
+    """The running run's stored summary when it counts exactly the rows the run had before
+    this merge (its rows all came from merges: :attr:`MergeResult.rows_before`), so adding
+    what the merge added makes it the run's; else None (the run is summarized from the
+    store: a new run, a driver resumed after a failure, rows a local run wrote)."""
+    if result.rows_before is None or store.run_status(run_id) != "running":
+        return None
+    stored = stored_summary(store, run_id)
+    return stored if stored is not None and stored.outputs == result.rows_before else None
 
 
 def _stored_pairs(store: Store, run_id: str) -> Iterator[tuple[str, str]]:

@@ -41,17 +41,15 @@ from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.run_manifest import RunManifest
 from evalkit.store.batches import STAGE_MEMORY
-from evalkit.store.case_pieces import piece_shard, pieces_problem
 from evalkit.store.db import Store
-from evalkit.store.part_checks import CACHE_SCHEMA, CASE_SCHEMA, RunKeys, digest_problem
-from evalkit.store.parts import ROW_GROUP_ROWS, PartInfo, PartsRoot
+from evalkit.store.merge_cases import CaseStaging, drop_staged
+from evalkit.store.part_checks import CACHE_SCHEMA
+from evalkit.store.parts import PartInfo, PartsRoot
 from evalkit.store.schema import (
     MERGED_PARTS_DDL,
     OUTPUT_SCHEMA,
     SCORE_SCHEMA,
-    batch_pairs,
     initial_scoring_id,
-    sorted_corpus_digest,
 )
 from evalkit.store.scrub import scrub_json, scrub_outputs, scrub_scores
 
@@ -89,6 +87,9 @@ class MergeResult:
     config_hash: str
     label: str
     cases_added: int = 0  # cases the merge added to the store (a new run's, or a late shard's)
+    # the run's rows in ``outputs`` before the merge, when every one of them is known to have
+    # come from merges (its watermark held); None: not known
+    rows_before: int | None = None
 
     @property
     def complete(self) -> bool:
@@ -100,8 +101,26 @@ class MergeResult:
         return self.run_created or bool(self.parts_merged or self.cases_added)
 
 
-def merge_parts(store: Store, root: PartsRoot, run_id: str) -> MergeResult:
-    """Merge every committed, not yet merged part of ``run_id`` under ``root`` into ``store``.
+@dataclass(frozen=True)
+class MergedBatch:
+    """One batch of a merge as it was written: the output rows that won (new keys of the run)
+    with their scores, and how many of their case ids had no output stored before."""
+
+    outputs: pl.DataFrame
+    scores: pl.DataFrame
+    new_cases: int
+
+
+def merge_parts(
+    store: Store,
+    root: PartsRoot,
+    run_id: str,
+    *,
+    on_batch: Callable[[MergedBatch], None] | None = None,
+) -> MergeResult:
+    """Merge every committed, not yet merged part of ``run_id`` under ``root`` into ``store``;
+    ``on_batch`` is handed each batch once it is written (what a driver's periodic merge adds
+    to the run's running figures, without reading the run back).
 
     Raises:
         StoreError: the store is read-only; no part or manifest of the run exists; the parts'
@@ -110,17 +129,27 @@ def merge_parts(store: Store, root: PartsRoot, run_id: str) -> MergeResult:
     """
     if store.read_only:
         raise StoreError("merging needs the store opened for writing (its single writer)")
-    return _Merger(store).merge(root, run_id)
+    return _Merger(store, on_batch).merge(root, run_id)
+
+
+@dataclass(frozen=True)
+class _Watermark:
+    """What the last merge left: the run's real keys and its rows in ``outputs``."""
+
+    keys: int
+    rows: int
 
 
 class _Merger:
     """One merge into one store (the store's connection, appends and transactions)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, on_batch: Callable[[MergedBatch], None] | None) -> None:
         self._con: duckdb.DuckDBPyConnection = store._con
         self._append: Callable[[str, pl.DataFrame], None] = store._append
         self._transaction: Callable[[], Any] = store._transaction
         self._has_table: Callable[[str], bool] = store._has_table
+        self._on_batch = on_batch
+        self._cases = CaseStaging(self._con, self._append)
 
     def merge(self, root: PartsRoot, run_id: str) -> MergeResult:
         # DuckDB's buffer pool keeps the blocks a merge writes up to its limit (most of the
@@ -129,10 +158,8 @@ class _Merger:
         try:
             return self._merge(root, run_id)
         finally:
-            self._con.execute(
-                "DROP TABLE IF EXISTS _merge_cases; DROP TABLE IF EXISTS _merge_new; "
-                "RESET memory_limit"
-            )
+            drop_staged(self._con)
+            self._con.execute("RESET memory_limit")
 
     def _merge(self, root: PartsRoot, run_id: str) -> MergeResult:
         manifest, stored_run = self._manifest(root, run_id)
@@ -153,18 +180,21 @@ class _Merger:
                 scores_added=0,
                 cache_added=0,
                 duplicates=0,
-                stored=watermark,
+                stored=watermark.keys,
                 expected=expected,
                 config_hash=manifest.config_hash,
                 label=manifest.run.label,
                 cases_added=0,
+                rows_before=watermark.rows,
             )
         side = self._side_parts(root, run_id, pending)
         # the stored cases are looked up by the ids the pending rows name, and only when the
         # store has the run: a new run's cases all come from its parts
         named = [*pending, *side["scores"].values()]
         mentioned = _case_ids_of(root, named) if stored_run else set()
-        cases_added, keys = self._cases(root, run_id, manifest, stored_run, new_cases, mentioned)
+        cases_added, keys = self._cases.stage(
+            root, run_id, manifest, stored_run, new_cases, mentioned
+        )
         for part in pending:  # all of them before anything is written
             attempt = (part.chunk_id, part.attempt)
             root.check_attempt(part, side["scores"].get(attempt), side["cache"].get(attempt), keys)
@@ -175,8 +205,15 @@ class _Merger:
         elif new_cases:
             with self._transaction():
                 if cases_added:
-                    self._insert_new_cases()
+                    self._cases.insert_new()
                 self._append("merged_parts", case_records)
+        # rows stored before their case (a local run's) are real keys once it is: counted by
+        # the ids just added, before this merge's own rows land
+        revived = (
+            self._cases.revived_keys(run_id, replays)
+            if watermark is not None and cases_added
+            else 0
+        )
         added = scores_added = cache_added = duplicates = 0
         for batch, read in _output_batches(root, pending):
             outputs = scrub_outputs(read)
@@ -185,12 +222,10 @@ class _Merger:
                 ["case_id", "replay"], keep="first", maintain_order=True
             )
             # a key stored already (by an earlier batch or merge, or a local run) wins: only the
-            # batch's own keys are looked up, never the run's whole key set
+            # batch's own cases are looked up, never the run's whole key set
+            stored = self._stored_of(run_id, first.select("case_id").unique())
             winners = first.join(
-                self._stored_of(run_id, first.select("case_id", "replay")),
-                on=["case_id", "replay"],
-                how="anti",
-                maintain_order="left",
+                stored, on=["case_id", "replay"], how="anti", maintain_order="left"
             )
             duplicates += outputs.height - winners.height
             score_parts = [
@@ -228,14 +263,24 @@ class _Merger:
                 self._append("merged_parts", records)
             added += winners.height
             scores_added += scores.height
+            if self._on_batch is not None:
+                had = stored.select("case_id").unique()
+                fresh = winners.select("case_id").unique().join(had, on="case_id", how="anti")
+                self._on_batch(
+                    MergedBatch(
+                        outputs=winners.select(list(OUTPUT_SCHEMA)),
+                        scores=scores.select(list(SCORE_SCHEMA)),
+                        new_cases=fresh.height,
+                    )
+                )
         # every winner is a new key of the run's own cases and replays (checked above), so a
-        # valid watermark grows by the winners; only without one are the real keys counted
-        real = (
-            watermark + added
-            if watermark is not None and not cases_added
-            else self._real_keys(run_id, replays)
-        )
-        self._set_watermark(run_id, real)
+        # valid watermark grows by the winners (and the revived keys); only without one are
+        # the real keys and rows counted, over the whole run
+        if watermark is not None:
+            after = _Watermark(watermark.keys + revived + added, watermark.rows + added)
+        else:
+            after = _Watermark(self._real_keys(run_id, replays), self._output_rows(run_id))
+        self._set_watermark(run_id, after)
         return MergeResult(
             run_id=run_id,
             run_created=not stored_run,
@@ -244,20 +289,22 @@ class _Merger:
             scores_added=scores_added,
             cache_added=cache_added,
             duplicates=duplicates,
-            stored=real,
+            stored=after.keys,
             expected=expected,
             config_hash=manifest.config_hash,
             label=manifest.run.label,
             cases_added=cases_added,
+            rows_before=watermark.rows if watermark is not None else None,
         )
 
-    def _stored_of(self, run_id: str, keys: pl.DataFrame) -> pl.DataFrame:
-        """Which of ``keys`` (case_id, replay) the run has in ``outputs`` already."""
-        self._con.register("_batch_keys", keys.to_arrow())
+    def _stored_of(self, run_id: str, case_ids: pl.DataFrame) -> pl.DataFrame:
+        """The (case_id, replay) keys the run has in ``outputs`` of ``case_ids`` (every replay
+        of those cases: which of a batch's keys are stored, and which of its cases are)."""
+        self._con.register("_batch_keys", case_ids.to_arrow())
         try:
             return self._frame_of(
                 "SELECT DISTINCT case_id, replay FROM outputs o SEMI JOIN _batch_keys k "
-                "USING (case_id, replay) WHERE o.run_id = ?",
+                "USING (case_id) WHERE o.run_id = ?",
                 [run_id],
                 {"case_id": pl.String(), "replay": pl.Int32()},
             )
@@ -281,29 +328,31 @@ class _Merger:
             for table in ("scores", "cache")
         }
 
-    def _watermark(self, run_id: str, merged: dict[str, int]) -> int | None:
-        """The run's stored real keys as the last merge counted them, when the outputs table
-        still holds as many of the run's rows as it did then (a local ``--resume`` that added
-        rows since makes it stale: None, and the keys are counted again)."""
+    def _watermark(self, run_id: str, merged: dict[str, int]) -> _Watermark | None:
+        """The run's stored real keys and rows as the last merge left them, when the outputs
+        table still holds as many of the run's rows as it did then (a local ``--resume`` that
+        added rows since makes it stale: None, and the keys are counted again)."""
         keys, rows = merged.get(_REAL_KEYS), merged.get(_OUTPUT_ROWS)
         if keys is None or rows is None:
             return None
+        return _Watermark(keys, rows) if self._output_rows(run_id) == rows else None
+
+    def _output_rows(self, run_id: str) -> int:
+        """The run's rows in ``outputs`` (a count of one column: no row is held)."""
         (now,) = self._con.execute(
             "SELECT count(*) FROM outputs WHERE run_id = ?", [run_id]
         ).fetchall()[0]
-        return keys if int(now) == rows else None
+        return int(now)
 
-    def _set_watermark(self, run_id: str, real_keys: int) -> None:
-        (rows,) = self._con.execute(
-            "SELECT count(*) FROM outputs WHERE run_id = ?", [run_id]
-        ).fetchall()[0]
+    def _set_watermark(self, run_id: str, mark: _Watermark) -> None:
         with self._transaction():
             self._con.execute(
                 "DELETE FROM merged_parts WHERE run_id = ? AND part IN (?, ?)",
                 [run_id, _REAL_KEYS, _OUTPUT_ROWS],
             )
             self._append(
-                "merged_parts", _records(run_id, [(_REAL_KEYS, real_keys), (_OUTPUT_ROWS, rows)])
+                "merged_parts",
+                _records(run_id, [(_REAL_KEYS, mark.keys), (_OUTPUT_ROWS, mark.rows)]),
             )
 
     def _manifest(self, root: PartsRoot, run_id: str) -> tuple[RunManifest, bool]:
@@ -343,109 +392,6 @@ class _Merger:
             )
         return manifests[0], False
 
-    def _cases(
-        self,
-        root: PartsRoot,
-        run_id: str,
-        manifest: RunManifest,
-        stored_run: bool,
-        parts: Sequence[PartInfo],
-        mentioned: set[str],
-    ) -> tuple[int, RunKeys]:
-        """Stage the cases the not yet merged cases ``parts`` add to the store in the temporary
-        table ``_merge_new`` (each part checked to be the run's corpus or one of its shares,
-        first written wins); returns how many, and the keys the pending rows must have: the
-        run's case ids among ``mentioned`` (the case ids of the pending parts) and the parts'
-        cases. Only those ids are looked up in the store, never the run's whole case list.
-
-        A part goes through DuckDB a batch at a time (``_merge_cases``, spilled to disk past
-        the merge's memory limit): its ids are counted and hashed there, in order, as a stream;
-        its rows never come into Python whole."""
-        replays = manifest.replays
-        if not parts and not stored_run:
-            raise StoreError(
-                f"{root}: run {run_id} has no cases part (expected under "
-                f"{root.run_dir(run_id)}/parts/cases/): run one of its shards again"
-            )
-        columns = ", ".join(CASE_SCHEMA)
-        self._con.execute(
-            f"CREATE OR REPLACE TEMP TABLE _merge_cases AS SELECT {columns}, 0::INTEGER AS "
-            "_part, 0::BIGINT AS _row FROM cases LIMIT 0"
-        )
-        run_only = RunKeys(run_id, frozenset(), replays)
-        pieces: dict[tuple[int, int], list[int]] = {}  # a shard's share in pieces: checked whole
-        for index, part in enumerate(parts):
-            rows = 0
-            for frame in root.read_batches(part, ROW_GROUP_ROWS):
-                problem = run_only.refusal("cases", frame)
-                if problem:
-                    raise root.refused(part, problem)
-                self._append(
-                    "_merge_cases",
-                    frame.with_columns(
-                        pl.lit(index, pl.Int32).alias("_part"),
-                        pl.int_range(rows, rows + frame.height, dtype=pl.Int64).alias("_row"),
-                    ),
-                )
-                rows += frame.height
-            if (shard := piece_shard(part.chunk_id)) is not None:
-                pieces.setdefault(shard, []).append(index)
-            elif problem := self._staged_corpus_problem(index, manifest.corpus):
-                raise root.refused(part, problem)
-        for shard, indexes in pieces.items():
-            problem = pieces_problem(self._con, "_merge_cases", indexes, shard, manifest.corpus)
-            if problem:
-                raise root.refused(parts[indexes[0]], problem)
-        # first written wins among the parts, and a case the run has already wins over both
-        not_stored = "WHERE case_id NOT IN (SELECT case_id FROM cases WHERE run_id = ?) "
-        self._con.execute(
-            f"CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT {columns} FROM _merge_cases "
-            f"{not_stored if stored_run else ''}QUALIFY row_number() OVER (PARTITION BY case_id "
-            "ORDER BY _part, _row) = 1 ORDER BY _part, _row",
-            [run_id] if stored_run else [],
-        )
-        ((added,),) = self._con.execute("SELECT count(*) FROM _merge_new").fetchall()
-        new_ids = self._frame_of(
-            "SELECT DISTINCT case_id FROM _merge_cases", [], {"case_id": pl.String()}
-        )["case_id"]  # a Series: a million ids as Python strings would not be bounded
-        if not stored_run:
-            return int(added), RunKeys(run_id, new_ids, replays)
-        stored = self._stored_cases(run_id, mentioned)
-        known = pl.concat([pl.Series("case_id", sorted(stored), pl.String), new_ids]).unique()
-        return int(added), RunKeys(run_id, known, replays)
-
-    def _staged_corpus_problem(self, index: int, corpus: Any) -> str | None:
-        """`corpus_problem` of the staged part ``index``: its ids counted, and hashed in
-        ascending order a record batch at a time."""
-        ((count, distinct),) = self._con.execute(
-            "SELECT count(*), count(DISTINCT case_id) FROM _merge_cases WHERE _part = ?", [index]
-        ).fetchall()
-        if count != distinct:
-            return "a case id appears twice"
-        reader = self._con.sql(
-            "SELECT case_id, case_hash FROM _merge_cases WHERE _part = ? "
-            "ORDER BY case_id, case_hash",
-            params=[index],
-        ).to_arrow_reader(BATCH_ROWS)
-        digest, _ = sorted_corpus_digest(batch_pairs(reader))
-        return digest_problem(digest, int(count), corpus)
-
-    def _insert_new_cases(self) -> None:
-        """The cases :meth:`_cases` staged, into the store (inside the caller's transaction)."""
-        columns = ", ".join(CASE_SCHEMA)
-        self._con.execute(f"INSERT INTO cases ({columns}) SELECT {columns} FROM _merge_new")
-
-    def _stored_cases(self, run_id: str, case_ids: set[str]) -> set[str]:
-        """Which of ``case_ids`` the stored run has."""
-        if not case_ids:
-            return set()
-        rows = self._con.execute(
-            "SELECT DISTINCT case_id FROM cases WHERE run_id = ? AND case_id IN "
-            "(SELECT UNNEST(?::VARCHAR[]))",
-            [run_id, sorted(case_ids)],
-        ).fetchall()
-        return {row[0] for row in rows}
-
     def _record_run(
         self, run_id: str, manifest: RunManifest, cases_added: int, merged: pl.DataFrame
     ) -> None:
@@ -468,7 +414,7 @@ class _Merger:
                 [initial_scoring_id(run_id), run_id, _now()],
             )
             if cases_added:
-                self._insert_new_cases()
+                self._cases.insert_new()
             self._append("merged_parts", merged)
 
     def _merged(self, run_id: str) -> dict[str, int]:
