@@ -156,7 +156,10 @@ class _Merger:
         # machine's memory by default): held lower, it writes them out instead
         self._con.execute(f"SET memory_limit = '{STAGE_MEMORY}'")
         try:
-            return self._merge(root, run_id)
+            # a merge that fits one batch (a driver's periodic one) reads each part once for
+            # its checks and its writes; a larger one reads the key columns, then each batch
+            with root.holding(BATCH_ROWS):
+                return self._merge(root, run_id)
         finally:
             drop_staged(self._con)
             self._con.execute("RESET memory_limit")

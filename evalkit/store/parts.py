@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -128,6 +129,10 @@ class PartsRoot:
         # not one per chunk commit (a hint: a name taken meanwhile is still never overwritten)
         self._attempts: dict[str, dict[str, int]] = {}
         self.listings = 0  # directory listings made (tests count them)
+        self.reads = 0  # part files read (tests count them)
+        # parts read whole and kept while `holding` (path -> rows), and how many rows more fit
+        self._held: dict[str, pl.DataFrame] | None = None
+        self._room = 0
 
     def __repr__(self) -> str:
         return f"PartsRoot({_shown(self.location)!r})"
@@ -295,6 +300,18 @@ class PartsRoot:
                 )
         return sorted(found, key=lambda p: (p.mtime_ns, p.chunk_id, p.attempt))
 
+    @contextlib.contextmanager
+    def holding(self, max_rows: int) -> Iterator[None]:
+        """Within it, a part :meth:`read_frame` reads is read whole and kept, while the parts
+        kept hold at most ``max_rows`` rows together: a merge that checks its parts and then
+        writes them reads each once when they fit one batch (a driver's periodic merge). The
+        first part that does not fit lets every kept part go, and parts are read as asked."""
+        self._held, self._room = {}, max_rows
+        try:
+            yield
+        finally:
+            self._held, self._room = None, 0
+
     def read_frame(self, part: PartInfo, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """The rows of ``part`` in its table's schema (only ``columns`` of it, when given; the
         whole file's schema is checked either way).
@@ -303,6 +320,19 @@ class PartsRoot:
             StoreError: naming the file, when it is not Parquet (truncated, another file), or a
                 column of its table is missing, of another type, or null where a key must be.
         """
+        if self._held is None:
+            return self._read_frame(part, columns)
+        whole = self._held.get(part.path)
+        if whole is None:
+            whole = self._read_frame(part, None)
+            if whole.height <= self._room:
+                self._held[part.path], self._room = whole, self._room - whole.height
+            else:  # more than a batch: kept parts would only add to what the merge holds
+                self._held, self._room = None, 0
+        return whole if columns is None else whole.select(columns)
+
+    def _read_frame(self, part: PartInfo, columns: Sequence[str] | None) -> pl.DataFrame:
+        self.reads += 1
         schema = PART_SCHEMAS[part.table]
         try:
             found = pl.from_arrow(pq.read_schema(part.path, filesystem=self.fs).empty_table())
@@ -327,6 +357,7 @@ class PartsRoot:
         """The rows of ``part`` as :meth:`read_frame` reads them, at most ``batch_rows`` at a
         time (a cases part of a million cases is never held whole); refused, naming the file,
         as :meth:`read_frame` refuses it, at the batch that fails."""
+        self.reads += 1
         schema = PART_SCHEMAS[part.table]
         try:
             source = self.fs.open_input_file(part.path)
