@@ -9,9 +9,11 @@ driver still has chunks in flight).
 A merge that added nothing (no new part, no new case) leaves the run as it was: its stored
 status and summary stand and nothing is recomputed, so a re-merge with nothing new costs the
 listing of the parts and a few small reads, however big the run. A driver's periodic merge
-that did add parts recomputes the summary (one aggregate over the run's rows in DuckDB: 0.1 s
-at 200k outputs, measured in bench/bench_distributed.py, against periodic merges at least 10 s
-apart).
+that did add parts grows the stored summary by the rows it wrote (:mod:`evalkit.run.merge_tally`)
+when that summary counts exactly the rows the run had before it; otherwise (the run's first
+merge, a driver resumed after a failure, rows a local run wrote) it summarizes the run from the
+store once. It counts no case counts (a pass rate per case reads the whole run): the final
+merge counts everything from the store.
 
 A sharded run's cases come in shares (each shard writes the cases its units name, each part
 checked to be one share its manifest recorded); once the run is complete, its stored cases are

@@ -22,9 +22,18 @@ the existing tables change. It names every part a merge took (outputs parts and 
 and holds the merge's watermark (the run's stored real keys and output rows after it). A merge
 lists the run's outputs and cases parts once (names only: on S3 one LIST request per thousand
 parts) and reads only the parts not named there: a part written late by a straggler attempt
-is a name not merged yet, whenever it was written. With nothing new and the run's output rows
-as the watermark recorded them, it reads no part and counts no key (O(new parts)); the scores
-and cache parts are listed only when outputs parts are pending.
+is a name not merged yet, whenever it was written, and a chunk Ray ran again after a lost node
+is written under the next attempt number, so its name is new too. With nothing new and the
+run's output rows as the watermark recorded them, it reads no part and counts no key.
+
+What a merge costs is what it adds, so a driver merging every few seconds does not pay for its
+run again at each merge: the watermark grows by the keys the merge wrote (and those of rows
+stored before their case, once their case comes), the stored keys and cases are probed with
+the merge's own ids, a merge that fits one batch reads each part file once
+(:meth:`PartsRoot.holding`), and each written batch is handed to ``on_batch`` (the driver's
+running summary grows by it: :mod:`evalkit.run.merge_tally`). Only a merge whose watermark is
+stale (rows the merges did not write) counts the run's keys again. What stays proportional to
+the run is the listing of part names and a scan of a few key columns, in bounded memory.
 """
 
 from __future__ import annotations

@@ -302,10 +302,11 @@ class PartsRoot:
 
     @contextlib.contextmanager
     def holding(self, max_rows: int) -> Iterator[None]:
-        """Within it, a part :meth:`read_frame` reads is read whole and kept, while the parts
-        kept hold at most ``max_rows`` rows together: a merge that checks its parts and then
-        writes them reads each once when they fit one batch (a driver's periodic merge). The
-        first part that does not fit lets every kept part go, and parts are read as asked."""
+        """Within it, a part :meth:`read_frame` reads is read whole and kept, while the outputs
+        parts kept hold at most ``max_rows`` rows together (the scores and cache parts of their
+        chunks come with them): a merge that checks its parts and then writes them reads each
+        once when they fit one batch (a driver's periodic merge). The first outputs part that
+        does not fit lets every kept part go, and parts are read as asked."""
         self._held, self._room = {}, max_rows
         try:
             yield
@@ -325,8 +326,9 @@ class PartsRoot:
         whole = self._held.get(part.path)
         if whole is None:
             whole = self._read_frame(part, None)
-            if whole.height <= self._room:
-                self._held[part.path], self._room = whole, self._room - whole.height
+            rows = whole.height if part.table == "outputs" else 0
+            if rows <= self._room:
+                self._held[part.path], self._room = whole, self._room - rows
             else:  # more than a batch: kept parts would only add to what the merge holds
                 self._held, self._room = None, 0
         return whole if columns is None else whole.select(columns)

@@ -289,14 +289,15 @@ def test_parts_are_held_only_while_they_fit_the_bound(tmp_path: Path) -> None:
     root = PartsRoot(tmp_path / "parts")
     _start(root, CASES)
     parts = [_chunk(root, f"h{j}", CASES[j : j + 2]) for j in range(0, 6, 2)]  # 4 rows each
+    scores = [p for p in root.parts(RUN, "scores") if p.chunk_id == "h0"]
     with root.holding(8):
         for _ in range(2):
-            for part in parts[:2]:
+            for part in [*parts[:2], *scores]:
                 root.read_frame(part, ["case_id"])
                 root.read_frame(part)
-        assert root.reads == 2  # two parts fit: each read once, whole
+        assert root.reads == 3  # two outputs parts fit (a scores part rides along): read once
         root.read_frame(parts[2], ["case_id"])  # a third does not: every part is let go
         root.read_frame(parts[0], ["case_id"])
-        assert root.reads == 4
+        assert root.reads == 5
     root.read_frame(parts[0])
-    assert root.reads == 5  # nothing is held outside
+    assert root.reads == 6  # nothing is held outside

@@ -7,9 +7,10 @@ merges their Parquet parts into the store every ``merge_every_s`` seconds and at
 is the store's only writer. Each task gets its chunk's cases from the driver and loads the
 suite from the same files (the cluster's nodes must see them, and the prompt, schema and tool
 files they name: a shared directory, or a Ray ``working_dir``), runs its chunk through the
-runner's own loop and writes the chunk's parts (:mod:`evalkit.run.sharded`). The driver's
-periodic merge waits at least ten times as long as the last one took, so merging while the run
-goes on costs a bounded share of the run, however many parts it has.
+runner's own loop and writes the chunk's parts (:mod:`evalkit.run.sharded`). A periodic merge
+costs what it adds (the parts written since the last one: :mod:`evalkit.store.merge`), and
+waits at least ten times as long as the last one took, so merging while the run goes on stays
+a bounded share of it.
 
 With a shared store in the suite (``store: {shared: URI}``) and the cache on, each worker
 opens it once and its chunks ask the team's response cache for what the driver's prefetch
@@ -377,7 +378,8 @@ def run_on_ray(
                 merge_started = time.monotonic()
                 merge_run(store, root, run_id, in_progress=True)
                 last_merge = time.monotonic()
-                # each merge costs more as parts pile up: space them so it stays a share
+                # a merge costs what it adds, but a slow disk or a burst of parts can make one
+                # long: space them so merging stays a share of the run
                 merge_every = max(
                     ray_options.merge_every_s, MERGE_SHARE * (last_merge - merge_started)
                 )
