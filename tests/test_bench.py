@@ -365,3 +365,12 @@ def test_cold_shards_count_what_each_shard_read_and_built(tmp_path: Path) -> Non
     assert [s["built"] for s in together] == [s["share"] for s in together] == [50] * 4
     assert (warm["built"], warm["indexed"], warm["files_parsed"]) == (50, 0, 0)
     assert [(s["built"], s["files_parsed"]) for s in f["together_kept"]] == [(200, 8)] * 4
+
+
+def test_periodic_merge_bench_reads_each_part_once_and_stores_every_output(
+    tmp_path: Path,
+) -> None:
+    figures = _run("bench_periodic_merge", ["--sizes", "2400", "--every", "3"], tmp_path)
+    small = figures["2400"]
+    assert small["merges"] == 4 and small["complete"] and small["stored"] == 2400
+    assert small["files_read"] == small["part_files"] == 3 * 12 + 2
