@@ -82,11 +82,12 @@ def load_run_corpus(
 
     sealed, template = selection.sealed, suite.config.system.user_template
     if getattr(args, "shard", None) or getattr(args, "engine", "local") == "ray":
-        from evalkit.corpus.case_facts import scan_corpus  # the index reader: a sharded run's
+        from evalkit.corpus.case_summary import read_run_facts  # a sharded run's reader
 
-        # index_only: a cold index is made (once between shards started together), the
-        # cases not kept: this process builds only the share it runs
-        return scan_corpus(suite.root, sealed=sealed, user_template=template, index_only=True)
+        # the corpus summary's columns (made from the index when stale, once between shards
+        # started together, a cold index's entries made as they are): no case is kept, this
+        # process makes the facts of the share it runs and builds its cases
+        return read_run_facts(suite.root, sealed=sealed, user_template=template)
     return load_corpus(suite.root, defer_scorers=True, sealed=sealed, user_template=template)
 
 

@@ -42,8 +42,10 @@ def refresh_index(
 ) -> IndexRefresh:
     """The case index of the whole corpus (sealed cases too) made current: every file's entry
     kept when it is of the file's bytes, else made again (``workers`` None: the files without
-    an entry spread over the cores, as nothing is built here), and the entries of files no
-    longer in the corpus removed. What ``evalkit cases index`` runs.
+    an entry spread over the cores, as nothing is built here), the entries of files no
+    longer in the corpus removed, and the corpus summary made current
+    (:mod:`evalkit.corpus.case_summary`: the columns a shard reads). What ``evalkit cases
+    index`` runs.
 
     Raises:
         CorpusError: the first bad case, as :func:`scan_corpus` reports it (the entries made
@@ -57,5 +59,10 @@ def refresh_index(
     assert builder is not None
     removed = builder.index.prune(builder.files)
     counts = builder.counts
+    from evalkit.corpus.case_summary import read_run_facts  # the columns shards read
+
+    summary = read_run_facts(root, sealed=True, case_dirs=case_dirs, index_dir=index_dir)
+    for name in ("summary_used", "summary_refused", "summary_written"):
+        setattr(counts, name, getattr(summary.counts, name))
     return IndexRefresh(counts, len(builder.files), counts.cases_read, removed,
                         builder.index.directory)  # fmt: skip

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.case_index import IndexMismatch
 from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.errors import EvalkitError
 from evalkit.run.sharded import corpus_shares, record_run
 from evalkit.run.shards import (
@@ -35,6 +36,7 @@ from evalkit.run.shards import (
     Shard,
     Unit,
     make_chunks,
+    order_units,
     remaining,
     shard_units,
 )
@@ -52,6 +54,19 @@ PIECE_UNITS = 2_000
 def share_count(units: int) -> int:
     """How many shares a run of ``units`` units is cut into (at least one)."""
     return max(1, -(-units // SHARE_UNITS))
+
+
+def order_corpus_units(corpus: Corpus | CorpusFacts, replays: int) -> list[Unit]:
+    """Every unit of the run, ordered as :func:`~evalkit.run.shards.order_units` orders them:
+    from the ids and their digests as columns when the facts are (no fact made)."""
+    if not isinstance(corpus.cases, FactRows):
+        return order_units((case.id for case in corpus.cases), replays)
+    pairs = corpus.cases.frame.select("digest", "id").unique("id").sort("digest", "id")
+    return sorted(
+        Unit(digest, replay, case_id)
+        for digest, case_id in pairs.iter_rows()
+        for replay in range(replays)
+    )
 
 
 def plan_shares(
