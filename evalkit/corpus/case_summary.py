@@ -161,10 +161,11 @@ def _read(
     """The summary's rows and header when it is intact and of ``key``, else None (counted as
     refused when a file was there and ``count``)."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as file:  # read in parts: a million cases' columns copied once
+            head, text, table = file.readline(), file.readline(), file.read()
     except OSError:
         return None
-    found = _decode(data, key)
+    found = _decode(head, text, table, key)
     if found is None:
         index.counts.summary_refused += count
     else:
@@ -172,16 +173,20 @@ def _read(
     return found
 
 
-def _decode(data: bytes, key: str) -> tuple[pl.DataFrame, dict[str, Any]] | None:
-    head, _, body = data.partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode() != head:
+def _decode(
+    head: bytes, text: bytes, table: bytes, key: str
+) -> tuple[pl.DataFrame, dict[str, Any]] | None:
+    """The rows and header of a summary's three parts: the sha256 of the rest (a line), the
+    header (a line of JSON) and the Parquet table; None unless intact and of ``key``."""
+    digest = hashlib.sha256(text)
+    digest.update(table)
+    if digest.hexdigest().encode() + b"\n" != head:
         return None
     try:
-        text, _, table = body.partition(b"\n")
         header = json.loads(text)
         if header.get("format") != SUMMARY_FORMAT or header.get("key") != key:
             return None
-        frame = pl.read_parquet(io.BytesIO(table))
+        frame = pl.read_parquet(table)
         if frame.schema != pl.Schema(schema()) or frame.height != header["rows"]:
             return None
         sizes = {"tags": len(header["tag_sets"]), "vars": len(header["var_sets"]),
@@ -294,7 +299,10 @@ class _Columns:
             self.frames.append(pl.DataFrame(rows, schema=schema()))
 
     def frame(self) -> pl.DataFrame:
-        return pl.concat([pl.DataFrame(schema=schema()), *self.frames], rechunk=True)
+        # not rechunked: the files' chunks kept as they are (a copy of a million rows saved)
+        frame = pl.concat([pl.DataFrame(schema=schema()), *self.frames], rechunk=False)
+        self.frames.clear()
+        return frame
 
     def header(self, key: str, frame: pl.DataFrame) -> dict[str, Any]:
         tables = FactTables(tag_sets=tuple(self.tag_sets))
@@ -313,13 +321,17 @@ class _Columns:
 
 def _write(path: Path, header: dict[str, Any], frame: pl.DataFrame, index: CaseIndex) -> None:
     """Written atomically (a temporary file, then a rename); never fails a run."""
-    table = io.BytesIO()
-    frame.write_parquet(table, compression="lz4", statistics=False)
-    body = json.dumps(header, separators=(",", ":")).encode() + b"\n" + table.getvalue()
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer, compression="lz4", statistics=False)
+    text = json.dumps(header, separators=(",", ":")).encode() + b"\n"
+    table = buffer.getbuffer()  # written in parts, never joined: one copy of the table held
+    digest = hashlib.sha256(text)
+    digest.update(table)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         index._prepare()
-        temp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        with open(temp, "wb") as file:
+            file.writelines([digest.hexdigest().encode() + b"\n", text, table])
         os.replace(temp, path)
     except OSError:
         with contextlib.suppress(OSError):

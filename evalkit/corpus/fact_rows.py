@@ -168,13 +168,13 @@ class FactRows(Sequence[CaseFacts]):
         if self._digest is None:
             import polars as pl
 
-            lines = self.frame.lazy().select(
-                pl.concat_str("id", pl.lit("\0"), "hash", pl.lit("\n")).alias("line"),
-                pl.col("id"),
-            ).sort("id").select("line").collect().get_column("line")  # fmt: skip
+            order = self.frame.get_column("id").arg_sort()  # the order alone, then batches
+            pairs = self.frame.select("id", "hash")
             digest = hashlib.sha256()
-            for start in range(0, len(lines), 100_000):
-                digest.update("".join(lines.slice(start, 100_000).to_list()).encode())
+            for start in range(0, len(order), _BATCH):
+                batch = pairs[order.slice(start, _BATCH)]
+                lines = batch.select(pl.concat_str("id", pl.lit("\0"), "hash", pl.lit("\n")))
+                digest.update("".join(lines.to_series().to_list()).encode())
             self._digest = digest.hexdigest()
         return self._digest
 

@@ -337,7 +337,9 @@ def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
             common = ["--run-id", "indexed", "--parts", parts, "--label", "indexed"]
             assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
             built.append(_built(capsys.readouterr().out))
-    assert [indexed for *_, indexed in built] == [91, 0, 0]  # the index made once, cold
+    # the index made once, cold: the 91 cases and the 7 sealed ones (the corpus summary
+    # covers sealed/ too, so one summary serves a run with --sealed and one without)
+    assert [indexed for *_, indexed in built] == [98, 0, 0]
     assert all(share == made < 91 for share, made, _ in built)  # the share alone, cold or warm
     root = PartsRoot(parts)
     heights = {k: 0 for k in (1, 2, 3)}  # each shard's pieces (a piece per chunk): its share
@@ -422,7 +424,7 @@ def test_a_shard_reads_the_corpus_through_the_index(
 
     from evalkit.cli.shard import load_run_corpus
     from evalkit.corpus.case_facts import CorpusFacts
-    from evalkit.corpus.cases import Corpus
+    from evalkit.corpus.cases import Corpus, load_corpus
     from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import load_suite
 
@@ -434,5 +436,8 @@ def test_a_shard_reads_the_corpus_through_the_index(
     whole = load_run_corpus(local, suite, Selection())
     assert isinstance(cold, CorpusFacts) and isinstance(warm, CorpusFacts)
     assert isinstance(whole, Corpus) and warm.hash == whole.hash
-    assert cold.counts.files_parsed == warm.counts.entries_used > 0 == warm.counts.files_parsed
-    assert cold.counts.cases_indexed == len(whole.cases) and cold.counts.cases_built == 0
+    # cold: every file's entry made, then the corpus summary; warm: the summary alone read
+    assert (cold.counts.summary_written, warm.counts.summary_used) == (1, 1)
+    assert cold.counts.files_parsed > 0 == warm.counts.entries_used == warm.counts.files_parsed
+    with_sealed = load_corpus(suite.root, sealed=True)  # the summary covers sealed/ too
+    assert cold.counts.cases_indexed == len(with_sealed.cases) and cold.counts.cases_built == 0
