@@ -182,7 +182,10 @@ def _shard(
             chunk_size=chunk_size, split_rate=args.shard_rate == "split",
         )  # fmt: skip
     except IndexMismatch as stale:  # an index entry proved stale: read the corpus again, once
+        from evalkit.corpus.case_summary import drop_summary
+
         print(f"evalkit: {stale}; reading the corpus again", file=sys.stderr, flush=True)
+        drop_summary(suite.root)  # made again from the entries, the stale one made again
         corpus = _reselect(args, suite, options)
         summary = run_shard(
             suite, corpus, options, shard=shard, run_id=args.run_id, root=root,

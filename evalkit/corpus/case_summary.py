@@ -74,6 +74,18 @@ def summary_path(directory: Path, case_dirs: Sequence[str]) -> Path:
     return Path(directory) / f"corpus-{named}.facts"
 
 
+def drop_summary(
+    root: str | Path, *, case_dirs: Sequence[str] = ("cases",), index_dir: str | Path | None = None
+) -> None:
+    """Remove the corpus summary: a case built from it proved an entry wrong (the entry is
+    made again), so the next read makes the summary again from the entries even when no case
+    file changed."""
+    root_path = Path(root).resolve()
+    directory = trusted_index_directory(root_path, index_dir)
+    with contextlib.suppress(OSError):
+        summary_path(directory, case_dirs).unlink()
+
+
 def read_run_facts(
     root: str | Path,
     *,

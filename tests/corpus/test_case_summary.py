@@ -169,11 +169,8 @@ print(json.dumps({"hash": facts.hash, "written": c.summary_written, "used": c.su
 def test_shards_started_together_make_the_summary_once(tmp_path: Path) -> None:
     root = _generated(tmp_path / "gen", n=1500)
     index, go = tmp_path / "index", tmp_path / "go"
-    shards = [
-        subprocess.Popen([sys.executable, "-c", _SHARD, str(root), str(index), str(go)],
-                         stdout=subprocess.PIPE, text=True)  # fmt: skip
-        for _ in range(3)
-    ]
+    command = [sys.executable, "-c", _SHARD, str(root), str(index), str(go)]
+    shards = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(3)]
     time.sleep(0.5)
     go.touch()
     found = [json.loads(shard.communicate(timeout=300)[0]) for shard in shards]

@@ -13,10 +13,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 from distributed_support import (
+    CONFIG,
     CANDIDATE_PROMPT,
     demo_args,
     exactly_once,
@@ -441,3 +443,35 @@ def test_a_shard_reads_the_corpus_through_the_index(
     assert cold.counts.files_parsed > 0 == warm.counts.entries_used == warm.counts.files_parsed
     with_sealed = load_corpus(suite.root, sealed=True)  # the summary covers sealed/ too
     assert cold.counts.cases_indexed == len(with_sealed.cases) and cold.counts.cases_built == 0
+
+
+def test_a_warm_shard_makes_the_facts_of_its_share_alone(
+    noisy_server: DemoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """After ``evalkit cases index`` (entries and the corpus summary), a shard reads the
+    summary alone (no entry, no case file parsed whole) and makes a case's facts only for the
+    cases of its share, as it builds them."""
+    from evalkit.cli import shard as sharding
+    from evalkit.corpus.case_index import IndexCounts
+
+    _through_the_index(monkeypatch, tmp_path / "index")
+    assert main(["cases", "index", "--config", CONFIG]) == 0
+    read = sharding.load_run_corpus
+    counts: list[IndexCounts] = []
+
+    def counted(*args: Any) -> Any:
+        corpus = read(*args)
+        counts.append(corpus.counts)
+        return corpus
+
+    monkeypatch.setattr(sharding, "load_run_corpus", counted)
+    capsys.readouterr()
+    args = demo_args(noisy_server, "--shard", "2/3")
+    common = ["--run-id", "warm", "--parts", str(tmp_path / "parts"), "--label", "warm"]
+    assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
+    share, built, indexed = _built(capsys.readouterr().out)
+    (made,) = counts
+    assert (made.summary_used, made.summary_written, made.entries_used) == (1, 0, 0)
+    assert made.files_parsed == 0 and indexed == 0
+    assert made.facts_made == built == share < 91
