@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 import pytest
 from distributed_support import (
-    CONFIG,
     CANDIDATE_PROMPT,
+    CONFIG,
     demo_args,
     exactly_once,
     gate_signature,
