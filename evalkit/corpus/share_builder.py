@@ -24,6 +24,7 @@ import hashlib
 import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from evalkit.corpus.case_facts import CorpusFacts, _SliceRefused
 from evalkit.corpus.case_index import CaseFacts, FileFacts, IndexCounts
@@ -52,13 +53,14 @@ class ShareBuilder:
         if isinstance(facts.cases, FactRows):  # the share's facts made a chunk at a time
             self._rows = facts.cases.of_ids(ids)
             self._at = {case_id: i for i, case_id in enumerate(self._rows.ids().to_list())}
-            self._of_file = self._rows.share_spans()
+            self._of_file: _Spans = _ShareSpans(self._rows)
         else:
             self._wanted = {f.id: f for f in facts.cases if f.id in ids}
-            self._of_file = {}
+            spans: dict[str, list[tuple[str, int, int]]] = {}
+            self._of_file = spans
             for fact in sorted(self._wanted.values(), key=_line_of):  # file order in a file
                 start, end, _ = fact.span or (0, 0, 0)  # read only in a sliceable file
-                self._of_file.setdefault(_file_of(fact), []).append((fact.id, start, end))
+                spans.setdefault(_file_of(fact), []).append((fact.id, start, end))
         self._spans: dict[str, tuple[int, int]] = {}  # case id -> its item's bytes
         self._read: dict[str, _Identity] = {}  # files read whole here, as they were
         self.files_read = 0
@@ -153,6 +155,28 @@ class ShareBuilder:
         if self._rows is not None and rel not in self._builder.whole:
             return self._rows.file_info(rel)
         return self._builder.files[rel]
+
+
+class _Spans(Protocol):
+    def get(self, rel: str, default: list[tuple[str, int, int]], /) -> list[tuple[str, int, int]]:
+        """(id, start, end) of the share's items in file ``rel``, in line order."""
+        ...
+
+
+class _ShareSpans:
+    """The share's items by file (id and span), kept as columns and made into tuples when the
+    file is first read (a quarter of a million tuples held from the start cost more)."""
+
+    def __init__(self, rows: FactRows) -> None:
+        self._at = {f.rel: i for i, f in enumerate(rows.tables.files)}
+        columns = rows.frame.select("file", "line", "id", "span_start", "span_end")
+        self._frames = columns.partition_by("file", as_dict=True)
+
+    def get(self, rel: str, default: list[tuple[str, int, int]], /) -> list[tuple[str, int, int]]:
+        frame = self._frames.pop((self._at.get(rel),), None)  # read once: let go then
+        if frame is None:
+            return default
+        return frame.sort("line").select("id", "span_start", "span_end").rows()
 
 
 def _identity(stat: os.stat_result) -> _Identity:

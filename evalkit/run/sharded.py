@@ -401,36 +401,44 @@ def _planned(
     run ordered and cut in a Polars frame (the same order as :func:`order_units`: digests and
     ids compare alike as code points and as UTF-8 bytes), only the shard's own made units."""
     manifest = run_manifest(suite, corpus, options, run_id)
-    cases = _case_ids(corpus)
     replays = pl.DataFrame({"replay": list(range(manifest.replays))}, schema={"replay": pl.Int64})
-    ordered = (
-        cases.select("digest", "case_id")
-        .join(replays, how="cross")
-        .sort("digest", "replay", "case_id")
-    )
-    hashes = cases.select("case_id", "hash")
-    del cases
+    # a digest is one case's (sha256 of its id): (digest, replay) orders as order_units does
+    ordered = _case_ids(corpus).join(replays, how="cross").sort("digest", "replay")
     total, count = ordered.height, shard.count
     digests, sizes, mine = [], [], []
     for k in range(1, count + 1):
         start, stop = (k - 1) * total // count, k * total // count
         part = ordered.slice(start, stop - start)
         if k == shard.index:
-            mine = [Unit(d, r, c) for d, r, c in part.select("digest", "replay", "case_id").rows()]
-        pairs = part.select("case_id").unique().join(hashes, on="case_id").sort("case_id")
-        text = pairs.select(pl.concat_str("case_id", pl.lit("\0"), "hash", pl.lit("\n")))
-        digests.append(hashlib.sha256("".join(text.to_series()).encode()).hexdigest())
+            columns = [part.get_column(name).to_list() for name in ("digest", "replay", "case_id")]
+            mine = list(map(Unit, *columns))
+            del columns
+        pairs = part.select("case_id", "hash")
+        if manifest.replays > 1:  # a case whose replays straddle two shares is in both
+            pairs = pairs.unique("case_id")
+        digests.append(_pairs_digest(pairs))
         sizes.append(pairs.height)
     shares = {"count": count, "hashes": digests, "n_cases": sizes}
     return manifest.with_corpus(shares=shares), mine
 
 
+def _pairs_digest(pairs: pl.DataFrame) -> str:
+    """sha256 over ``case_id\0hash\n`` of each pair in id order (a share's hash, as
+    :func:`~evalkit.store.schema.corpus_digest` makes it), a batch of lines at a time: the
+    text of a quarter of a million cases is never held whole."""
+    line = pl.concat_str("case_id", pl.lit("\0"), "hash", pl.lit("\n"))
+    lines = pairs.sort("case_id").select(line).to_series()
+    digest = hashlib.sha256()
+    for start in range(0, len(lines), 20_000):
+        digest.update("".join(lines.slice(start, 20_000).to_list()).encode())
+    return digest.hexdigest()
+
+
 def _case_ids(corpus: Corpus | CorpusFacts) -> pl.DataFrame:
     """Each case's id, hash and id digest (the units' order), once each, in corpus order: from
     the columns of facts read from the corpus summary (nothing made), else from the cases."""
-    if isinstance(corpus.cases, FactRows):
-        frame = corpus.cases.frame.select(pl.col("id").alias("case_id"), "hash", "digest")
-        return frame.unique("case_id", keep="first", maintain_order=True)
+    if isinstance(corpus.cases, FactRows):  # its ids are distinct (the summary's check)
+        return corpus.cases.frame.select(pl.col("id").alias("case_id"), "hash", "digest")
     ids = {c.id: c.hash for c in corpus.cases}
     return pl.DataFrame(
         {"case_id": list(ids), "hash": list(ids.values()),
