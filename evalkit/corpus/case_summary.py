@@ -48,6 +48,7 @@ from evalkit.corpus.case_index import (
     CLAIM_WAIT_S,
     CaseIndex,
     FileFacts,
+    IndexCounts,
     ScorerFacts,
     _flock,
     loader_modules,
@@ -114,6 +115,47 @@ def read_run_facts(
         root, sealed=sealed, case_dirs=case_dirs, user_template=user_template,
         index_dir=index_dir, index_only=True,
     )  # fmt: skip
+
+
+def refresh_summary(
+    root: str | Path, *, case_dirs: Sequence[str] = ("cases",), index_dir: str | Path | None = None
+) -> IndexCounts:
+    """The corpus summary made current (what ``evalkit cases index`` does after the entries):
+    a summary of these files' bytes is checked (its key and its sha256, read a block at a
+    time) and left as it is, never decoded; another one is made again. What was done, counted.
+    """
+    root_path = Path(root).resolve()
+    directory = trusted_index_directory(root_path, index_dir)
+    index = CaseIndex(directory, _reader_fingerprint())
+    try:
+        listed = _list_files(root_path, case_dirs)
+    except (CorpusError, OSError):
+        return index.counts
+    if listed is not None:
+        fingerprint = _summary_fingerprint(index.fingerprint)
+        key = _key(fingerprint, case_dirs, listed)
+        path = summary_path(directory, case_dirs)
+        if _intact(path, key):
+            index.counts.summary_used += 1
+        else:
+            index.counts.summary_refused += path.exists()
+            _made_once(root_path, index, path, key, fingerprint, case_dirs)
+    return index.counts
+
+
+def _intact(path: Path, key: str) -> bool:
+    """Whether the summary at ``path`` is whole and of ``key`` (its table never decoded)."""
+    try:
+        with open(path, "rb") as file:
+            head, text = file.readline(), file.readline()
+            if json.loads(text).get("key") != key:
+                return False
+            digest = hashlib.sha256(text)
+            while block := file.read(1 << 20):
+                digest.update(block)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return digest.hexdigest().encode() + b"\n" == head
 
 
 def _summary_facts(

@@ -59,10 +59,10 @@ def refresh_index(
     assert builder is not None
     removed = builder.index.prune(builder.files)
     counts = builder.counts
-    from evalkit.corpus.case_summary import read_run_facts  # the columns shards read
+    from evalkit.corpus.case_summary import refresh_summary  # the columns shards read
 
-    summary = read_run_facts(root, sealed=True, case_dirs=case_dirs, index_dir=index_dir)
+    summary = refresh_summary(root, case_dirs=case_dirs, index_dir=index_dir)
     for name in ("summary_used", "summary_refused", "summary_written"):
-        setattr(counts, name, getattr(summary.counts, name))
+        setattr(counts, name, getattr(summary, name))
     return IndexRefresh(counts, len(builder.files), counts.cases_read, removed,
                         builder.index.directory)  # fmt: skip

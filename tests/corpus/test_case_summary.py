@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from test_case_index import _generated, _same_case
 
+from evalkit.corpus import case_summary
 from evalkit.corpus.case_facts import scan_corpus
 from evalkit.corpus.case_summary import read_run_facts, summary_path
 from evalkit.corpus.cases import load_corpus
@@ -179,3 +180,22 @@ def test_shards_started_together_make_the_summary_once(tmp_path: Path) -> None:
     assert sum(f["used"] for f in found) == 2  # the others read what the first one made
     assert sum(f["entries_written"] for f in found) == 3  # each file's entry once
     assert {f["hash"] for f in found} == {load_corpus(root).hash}
+
+
+def test_refreshing_the_index_keeps_a_current_summary_and_remakes_a_bad_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _generated(tmp_path / "gen")
+    index = tmp_path / "index"
+    assert refresh_index(root, index_dir=index).counts.summary_written == 1
+    decoded: list[int] = []
+    decode = case_summary._decode
+    monkeypatch.setattr(case_summary, "_decode", lambda *a: decoded.append(1) or decode(*a))
+    again = refresh_index(root, index_dir=index).counts
+    assert (again.summary_used, again.summary_written, decoded) == (1, 0, [])  # checked only
+    path = summary_path(index, ("cases",))
+    data = path.read_bytes()
+    path.write_bytes(data[:-5] + bytes([data[-5] ^ 1]) + data[-4:])
+    bad = refresh_index(root, index_dir=index).counts
+    assert (bad.summary_used, bad.summary_refused, bad.summary_written) == (0, 1, 1)
+    assert read_run_facts(root, index_dir=index).hash == load_corpus(root).hash
