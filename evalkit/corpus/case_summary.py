@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import secrets
@@ -374,18 +373,22 @@ class _Columns:
 
 
 def _write(path: Path, header: dict[str, Any], frame: pl.DataFrame, index: CaseIndex) -> None:
-    """Written atomically (a temporary file, then a rename); never fails a run."""
-    buffer = io.BytesIO()
-    frame.write_parquet(buffer, compression="lz4", statistics=False)
+    """Written atomically (a temporary file, then a rename); never fails a run. The table goes
+    straight to the file and is hashed back from it a block at a time (never held in bytes);
+    the head line, of a fixed length, is written last."""
     text = json.dumps(header, separators=(",", ":")).encode() + b"\n"
-    table = buffer.getbuffer()  # written in parts, never joined: one copy of the table held
-    digest = hashlib.sha256(text)
-    digest.update(table)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         index._prepare()
-        with open(temp, "wb") as file:
-            file.writelines([digest.hexdigest().encode() + b"\n", text, table])
+        with open(temp, "w+b") as file:
+            file.write(b"0" * 64 + b"\n" + text)
+            frame.write_parquet(file, compression="lz4", statistics=False)
+            file.seek(65)
+            digest = hashlib.sha256()
+            while block := file.read(1 << 20):
+                digest.update(block)
+            file.seek(0)
+            file.write(digest.hexdigest().encode())
         os.replace(temp, path)
     except OSError:
         with contextlib.suppress(OSError):
