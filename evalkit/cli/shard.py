@@ -2,12 +2,14 @@
 ray``; ``evalkit runs merge`` (:mod:`evalkit.cli.runs`) then puts the parts into the store.
 
 A shard reads the corpus through its case index (:func:`load_run_corpus`): the facts of every
-case from the index, and only its own share's cases built (a warm index makes a shard of N
-cost about 1/N of the corpus's building). The index lives under the corpus root in
-``.evalkit/case-index/`` (or ``$EVALKIT_CASE_INDEX``); a cold shard makes the entries it lacks
-there, each case file once between the shards started together on that directory, and keeps
-none of their cases; a CI matrix keeps it warm by caching that directory between jobs. A
-directory git tracks a file in is never read (:mod:`evalkit.corpus.index_trust`)."""
+case as columns from the corpus summary beside the index
+(:mod:`evalkit.corpus.case_summary`), and only its own share's cases built, their facts made
+as it builds them (a warm index makes a shard of N cost about 1/N of the corpus's building).
+The index lives under the corpus root in ``.evalkit/case-index/`` (or
+``$EVALKIT_CASE_INDEX``); a cold shard makes the entries it lacks there, each case file once
+between the shards started together on that directory, and keeps none of their cases; a CI
+matrix keeps it warm by caching that directory between jobs. A directory git tracks a file in
+is never read (:mod:`evalkit.corpus.index_trust`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """What the Ray driver sends out, share by share: it never holds every case of a run.
 
 Given the corpus as facts read through the case index
-(:class:`~evalkit.corpus.case_facts.CorpusFacts`), the driver orders the units from the ids
-alone and cuts them into shares of at most ``SHARE_UNITS`` units, as ``--shard K/N`` cuts a
-run (:func:`~evalkit.run.shards.shard_units`): the manifest records each share's hash
+(:class:`~evalkit.corpus.case_facts.CorpusFacts`, as columns from the corpus summary:
+:class:`~evalkit.corpus.fact_rows.FactRows`), the driver orders the units from the ids and
+their digests alone (:func:`order_corpus_units`, no case's facts made) and cuts them into
+shares of at most ``SHARE_UNITS`` units, as ``--shard K/N`` cuts a run
+(:func:`~evalkit.run.shards.shard_units`): the manifest records each share's hash
 (``corpus.shares``). A chunk's cases are built from their files when it goes out (a
 :class:`~evalkit.run.share_chunks.ShareCases` per share, as a ``--shard`` builds its share),
 written first as a piece of its share (``driver-K-of-N.<chunk id>``, checked by the merge as
