@@ -35,10 +35,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
-from evalkit.corpus.case_index import CaseFacts, FileFacts, IndexCounts, ScorerFacts
-
-if TYPE_CHECKING:  # polars is imported by what makes the columns (the summary), not here
+if TYPE_CHECKING:  # polars and the index's records: imported by what makes the columns (the
+    # summary), not here: a plain run checks "is this FactRows?" and imports neither
     import polars as pl
+
+    from evalkit.corpus.case_index import CaseFacts, FileFacts, IndexCounts, ScorerFacts
 
 #: Rows made into facts at a time when the whole sequence is iterated.
 _BATCH = 10_000
@@ -74,7 +75,7 @@ COLUMNS = ("id", "hash", "digest", "tags", "criticality", "review", "file", "lin
            "vars", "scorers", "span_start", "span_end", "span_line")  # fmt: skip
 
 
-class FactRows(Sequence[CaseFacts]):
+class FactRows(Sequence["CaseFacts"]):
     """Cases' facts as columns (``frame``, one row a case, in corpus order) and the tables
     they name (``tables``); a sequence of :class:`CaseFacts`, each made when read."""
 
@@ -134,6 +135,8 @@ class FactRows(Sequence[CaseFacts]):
         return self._made(self.frame[list(positions)])
 
     def _made(self, frame: pl.DataFrame) -> list[CaseFacts]:
+        from evalkit.corpus.case_index import CaseFacts
+
         files, tags, var_sets, scorers = (
             self.tables.files, self.tables.tag_sets, self.tables.var_sets,
             self.tables.scorer_sets,
@@ -256,6 +259,8 @@ class FactRows(Sequence[CaseFacts]):
     def file_info(self, rel: str) -> FileFacts:
         """The entry of file ``rel`` without its cases' facts (what building a case from its
         item reads: path, sha256, sealed, sliceable)."""
+        from evalkit.corpus.case_index import FileFacts
+
         info = self._file_positions()[rel][1]
         return FileFacts(info.rel, info.sha256, info.sealed, info.sliceable, ())
 
@@ -264,20 +269,11 @@ class FactRows(Sequence[CaseFacts]):
         against it), made from the columns."""
         import polars as pl
 
+        from evalkit.corpus.case_index import FileFacts
+
         at, info = self._file_positions()[rel]
         cases = self._made(self.frame.filter(pl.col("file") == at))
         return FileFacts(info.rel, info.sha256, info.sealed, info.sliceable, tuple(cases))
-
-    def share_spans(self) -> dict[str, list[tuple[str, int, int]]]:
-        """For each file of these rows: (id, start, end) of each row's item, in line order."""
-        spans: dict[str, list[tuple[str, int, int]]] = {}
-        files = self.tables.files
-        rows = self.frame.select("file", "line", "id", "span_start", "span_end").sort(
-            "file", "line"
-        )
-        for file, _, case_id, start, end in rows.iter_rows():
-            spans.setdefault(files[file].rel, []).append((case_id, start, end))
-        return spans
 
     def _file_positions(self) -> dict[str, tuple[int, FileInfo]]:
         found = getattr(self, "_files", None)
@@ -286,7 +282,7 @@ class FactRows(Sequence[CaseFacts]):
         return found
 
 
-class LazyFiles(dict[str, FileFacts]):
+class LazyFiles(dict[str, "FileFacts"]):
     """A scan's entries by file made from the columns when first asked for (a shard's
     building asks for the few files it rebuilds; most are never made)."""
 
