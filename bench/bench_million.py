@@ -8,6 +8,11 @@ are evalkit's, not the server's; it logs when the first request arrives). Then, 
 ``evalkit`` CLI process whose CPU and peak RSS the kernel gives (``wait4``):
 
 ``index``        ``evalkit cases index``: the case index a CI matrix keeps warm;
+``first shard``  ``evalkit run --shard 1/4`` on the warm index up to its first request, then
+                 stopped (not in the default stages): its CPU and peak RSS by then (from
+                 ``/proc``, Linux only) and the seconds from its start: what a shard costs
+                 before it sends anything, without running the whole share (a 1M run's
+                 four shards take long on a loaded machine);
 ``shards``       ``evalkit run --shard K/4`` for K = 1..4, one after another (each as on a CI
                  machine of its own), into Parquet parts: CPU and wall summed, the largest peak
                  RSS, and each warm shard's seconds from its start to its first request
@@ -38,6 +43,7 @@ Usage:
     .venv/bin/python bench/bench_million.py --sizes 200000 --replays 5
     .venv/bin/python bench/bench_million.py --sizes 10000 --ray
     .venv/bin/python bench/bench_million.py --sizes 1000000 --stages merge --against m.json
+    .venv/bin/python bench/bench_million.py --sizes 100000 1000000 --stages "first shard"
 """
 
 from __future__ import annotations
@@ -62,11 +68,12 @@ from bench_memory import count_rows, run_stage  # noqa: E402  (a stage's wait4 f
 
 from evalkit.corpus.file_parts import WRITTEN_FILE_CASES  # noqa: E402
 
-STAGES = ("index", "shards", "merge", "push", "pull", "cand shards", "cand merge", "gate",
-          "ray driver", "ray cluster")  # fmt: skip
+STAGES = ("index", "first shard", "shards", "merge", "push", "pull", "cand shards",
+          "cand merge", "gate", "ray driver", "ray cluster")  # fmt: skip
 #: What each stage needs run before it (asking for ``gate`` alone runs the pipeline up to it).
 NEEDS = {
     "index": (),
+    "first shard": ("index",),
     "shards": ("index",),
     "merge": ("shards",),
     "push": ("merge",),
@@ -154,6 +161,52 @@ def _shards(
         "first_request_s": max(f["first_request_s"] for f in each),
         "each": each,
     }
+
+
+def _first_shard(
+    server: loopback.LoopbackServer, common: list[str], folder: Path
+) -> dict[str, Any]:
+    """``evalkit run --shard 1/4`` up to its first request, then killed: the seconds from its
+    start, and its CPU and peak RSS (``VmHWM``) read from ``/proc`` when the mock first
+    answers (polled every 0.05 s: at most that late)."""
+    import signal
+    import time
+
+    server.reset()
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    command = [*EVALKIT, "run", *common, "--shard", f"1/{SHARDS}", "--run-id", "first",
+               "--parts", str(folder / "parts-first"), "--db", str(folder / "first.duckdb"),
+               "--label", "first", "--no-progress"]  # fmt: skip
+    started = time.time()
+    shard = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)  # fmt: skip
+    figures: dict[str, Any] = {}
+    try:
+        while shard.poll() is None and not server.stats()["first_at"]:
+            time.sleep(0.05)
+        figures = _proc_figures(shard.pid)
+        first_at = server.stats()["first_at"]
+    finally:
+        if shard.poll() is None:
+            shard.send_signal(signal.SIGKILL)
+        _, err = shard.communicate()
+    if not first_at or not figures:
+        raise RuntimeError(f"the shard sent no request (exit {shard.returncode}): {err[-600:]}")
+    first = first_at - started
+    return {**figures, "wall_s": first, "first_request_s": first,
+            "first_request_cpu_s": figures["cpu_s"], "load": os.getloadavg()[0]}  # fmt: skip
+
+
+def _proc_figures(pid: int) -> dict[str, Any]:
+    """CPU seconds and peak RSS (MiB) of process ``pid`` so far ({}: gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    peak = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM"))
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return {"cpu_s": cpu, "peak_mib": peak / 1024}
 
 
 class _FirstRequestCPU:
@@ -264,6 +317,7 @@ def bench_size(
         prompt.write_text(CANDIDATE_PROMPT, encoding="utf-8")
         cand = [*common, "--prompt", str(prompt)]
         stage("index", lambda: run_stage([*EVALKIT, "cases", "index", *common[:4]], folder))
+        stage("first shard", lambda: _first_shard(server, common, folder))
         stage("shards", lambda: _shards(server, common, "base", folder / "base"))
         stage("merge", lambda: _merged("base", folder / "base", base_db))
         push = [*EVALKIT, "push", "base", "--db", str(base_db), "--store", store]
@@ -346,7 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--replays", type=int, default=1, help="runs of each case")
-    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES[:8]),
+    default = [stage for stage in STAGES[:9] if stage != "first shard"]
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=default,
                         help="what to run (and what it needs); default: all but Ray")  # fmt: skip
     parser.add_argument("--ray", action="store_true", help="add the Ray run")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="the mock's per reply")

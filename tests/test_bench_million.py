@@ -64,3 +64,13 @@ def test_the_table_gives_cpu_per_case_against_the_100k_size() -> None:
     other = table([_result(1_000_000, 120.0, replays=5)], reference=[_result(100_000, 10.0)])
     merge = next(line for line in other.splitlines() if line.startswith("merge"))
     assert merge.split()[-1] == "24.0"  # CPU us per output, no ratio column filled
+
+
+def test_the_first_shard_stage_stops_a_warm_shard_at_its_first_request(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    assert _script().main(["--sizes", "300", "--stages", "first shard", "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())
+    assert list(result["stages"]) == ["index", "first shard"]  # what it needs, then itself
+    first = result["stages"]["first shard"]
+    assert "error" not in first, first
+    assert first["cpu_s"] > 0 and first["peak_mib"] > 0 and first["first_request_s"] > 0

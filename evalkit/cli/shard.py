@@ -2,12 +2,14 @@
 ray``; ``evalkit runs merge`` (:mod:`evalkit.cli.runs`) then puts the parts into the store.
 
 A shard reads the corpus through its case index (:func:`load_run_corpus`): the facts of every
-case from the index, and only its own share's cases built (a warm index makes a shard of N
-cost about 1/N of the corpus's building). The index lives under the corpus root in
-``.evalkit/case-index/`` (or ``$EVALKIT_CASE_INDEX``); a cold shard makes the entries it lacks
-there, each case file once between the shards started together on that directory, and keeps
-none of their cases; a CI matrix keeps it warm by caching that directory between jobs. A
-directory git tracks a file in is never read (:mod:`evalkit.corpus.index_trust`)."""
+case as columns from the corpus summary beside the index
+(:mod:`evalkit.corpus.case_summary`), and only its own share's cases built, their facts made
+as it builds them (a warm index makes a shard of N cost about 1/N of the corpus's building).
+The index lives under the corpus root in ``.evalkit/case-index/`` (or
+``$EVALKIT_CASE_INDEX``); a cold shard makes the entries it lacks there, each case file once
+between the shards started together on that directory, and keeps none of their cases; a CI
+matrix keeps it warm by caching that directory between jobs. A directory git tracks a file in
+is never read (:mod:`evalkit.corpus.index_trust`)."""
 
 from __future__ import annotations
 
@@ -82,11 +84,12 @@ def load_run_corpus(
 
     sealed, template = selection.sealed, suite.config.system.user_template
     if getattr(args, "shard", None) or getattr(args, "engine", "local") == "ray":
-        from evalkit.corpus.case_facts import scan_corpus  # the index reader: a sharded run's
+        from evalkit.corpus.case_summary import read_run_facts  # a sharded run's reader
 
-        # index_only: a cold index is made (once between shards started together), the
-        # cases not kept: this process builds only the share it runs
-        return scan_corpus(suite.root, sealed=sealed, user_template=template, index_only=True)
+        # the corpus summary's columns (made from the index when stale, once between shards
+        # started together, a cold index's entries made as they are): no case is kept, this
+        # process makes the facts of the share it runs and builds its cases
+        return read_run_facts(suite.root, sealed=sealed, user_template=template)
     return load_corpus(suite.root, defer_scorers=True, sealed=sealed, user_template=template)
 
 
@@ -181,7 +184,10 @@ def _shard(
             chunk_size=chunk_size, split_rate=args.shard_rate == "split",
         )  # fmt: skip
     except IndexMismatch as stale:  # an index entry proved stale: read the corpus again, once
+        from evalkit.corpus.case_summary import drop_summary
+
         print(f"evalkit: {stale}; reading the corpus again", file=sys.stderr, flush=True)
+        drop_summary(suite.root)  # made again from the entries, the stale one made again
         corpus = _reselect(args, suite, options)
         summary = run_shard(
             suite, corpus, options, shard=shard, run_id=args.run_id, root=root,

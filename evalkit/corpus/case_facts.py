@@ -50,6 +50,7 @@ from evalkit.corpus.cases import (
     _Place,
     _relative,
 )
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.corpus.index_trust import trusted_index_directory
 from evalkit.corpus.messages import template_vars
 from evalkit.corpus.yaml_chunks import item_spans
@@ -68,13 +69,15 @@ class CorpusFacts:
     the cases asked for."""
 
     root: Path
-    cases: tuple[CaseFacts, ...]
+    cases: Sequence[CaseFacts]  # a tuple, or columns (FactRows: from the corpus summary)
     file_hashes: dict[str, str]
     warnings: tuple[str, ...] = ()
     builder: _FactsBuilder | None = field(default=None, repr=False, compare=False)
 
     @property
     def hash(self) -> str:
+        if isinstance(self.cases, FactRows):
+            return self.cases.digest()
         return _corpus_digest(self.cases)
 
     @property
@@ -89,6 +92,8 @@ class CorpusFacts:
         ids: Iterable[str] = (),
     ) -> CorpusFacts:
         """The facts :meth:`Corpus.select` would keep (no scorer is built here)."""
+        if isinstance(self.cases, FactRows):
+            return replace(self, cases=self.cases.select(tags, exclude_tags, ids), warnings=())
         chosen = _chosen(self.cases, tags, exclude_tags, ids)
         return replace(self, cases=chosen, warnings=())
 
@@ -106,8 +111,11 @@ class CorpusFacts:
         if self.builder is None:
             raise ValueError("these facts were not read by scan_corpus: nothing to build from")
         wanted = set(ids) if ids is not None else None
+        chosen = self.cases
+        if isinstance(chosen, FactRows) and wanted is not None:
+            chosen = chosen.of_ids(wanted)  # only these made into facts
         by_file: dict[str, list[CaseFacts]] = {}
-        for fact in self.cases:
+        for fact in chosen:
             if wanted is None or fact.id in wanted:
                 by_file.setdefault(fact.source.rpartition(":")[0], []).append(fact)
         cases: list[Case] = []

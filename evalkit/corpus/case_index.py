@@ -152,6 +152,10 @@ class IndexCounts:
     cases_indexed: int = 0  # cases built only to make their file's entry, not kept
     claims_waited: int = 0  # files whose claim another process held when first asked
     cases_read: int = 0  # cases whose facts a scan read and checked (kept or not)
+    summary_used: int = 0  # corpus summaries read and used (evalkit.corpus.case_summary)
+    summary_refused: int = 0  # corpus summaries present but not used (corrupt, stale, foreign)
+    summary_written: int = 0
+    facts_made: int = 0  # cases' facts made from a summary's columns
 
 
 class NamesOnly(dict[str, Any]):

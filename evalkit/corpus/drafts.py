@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal, Protocol, TypeVar
 
 from evalkit.corpus.cases import Case
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.errors import CorpusError
 
 #: The kinds of case ``policy.require_provenance`` can name.
@@ -61,6 +62,8 @@ def gated(cases: Iterable[CaseT], kind: str = "fixtures") -> list[CaseT]:
 
 def draft_errors(cases: Iterable[CaseSummary], kind: str = "fixtures") -> list[CorpusError]:
     """One error per draft among the gated ``cases``, each saying how to review it."""
+    if isinstance(cases, FactRows):  # columns: only the drafts made into facts
+        cases = [] if kind == "live" else cases.where_review("draft", sealed=False)
     return [
         _error(
             case,

@@ -11,6 +11,8 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +44,10 @@ def refresh_index(
 ) -> IndexRefresh:
     """The case index of the whole corpus (sealed cases too) made current: every file's entry
     kept when it is of the file's bytes, else made again (``workers`` None: the files without
-    an entry spread over the cores, as nothing is built here), and the entries of files no
-    longer in the corpus removed. What ``evalkit cases index`` runs.
+    an entry spread over the cores, as nothing is built here), the entries of files no
+    longer in the corpus removed, and the corpus summary made current
+    (:mod:`evalkit.corpus.case_summary`: the columns a shard reads). What ``evalkit cases
+    index`` runs.
 
     Raises:
         CorpusError: the first bad case, as :func:`scan_corpus` reports it (the entries made
@@ -56,6 +60,23 @@ def refresh_index(
     builder = facts.builder
     assert builder is not None
     removed = builder.index.prune(builder.files)
-    counts = builder.counts
-    return IndexRefresh(counts, len(builder.files), counts.cases_read, removed,
-                        builder.index.directory)  # fmt: skip
+    counts, files, directory = builder.counts, len(builder.files), builder.index.directory
+    del facts, builder
+    _give_back()  # the scan's memory returned before the summary is made: the peaks not added
+    from evalkit.corpus.case_summary import refresh_summary  # the columns shards read
+
+    summary = refresh_summary(root, case_dirs=case_dirs, index_dir=index_dir)
+    for name in ("summary_used", "summary_refused", "summary_written"):
+        setattr(counts, name, getattr(summary, name))
+    return IndexRefresh(counts, files, counts.cases_read, removed, directory)
+
+
+def _give_back() -> None:
+    """Free what the scan left and return the freed heap to the system (``malloc_trim``,
+    glibc only): a million entries' facts freed leave their pages held by the allocator,
+    where the summary made next would add its own on top."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -16,11 +16,13 @@ import hashlib
 import platform
 import subprocess
 import threading
+from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalkit.corpus.cases import Corpus
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.corpus.fingerprint import code_fingerprint, fingerprint_digest
 from evalkit.corpus.repo_tree import env_digests, repo_tree
 from evalkit.corpus.scorer_modules import scorer_module_hashes
@@ -56,8 +58,8 @@ def build_manifest(
     if judge_rubrics is None:
         judge_rubrics = {
             path: digest
-            for case in corpus.cases
-            for scorer in case.scorers
+            for scorers in _scorer_lists(corpus)
+            for scorer in scorers
             if scorer.tier == 3
             for path, digest in scorer.file_hashes.items()
         }
@@ -133,7 +135,7 @@ def build_manifest(
             **git,
         },
     }
-    if any(scorer.name == "python_tests" for case in corpus.cases for scorer in case.scorers):
+    if any(scorer.name == "python_tests" for s in _scorer_lists(corpus) for scorer in s):
         # What contained the model's code on this machine (recorded, not hashed): the
         # namespaces, the system-call filter, and which mechanism held the memory and process
         # budget (README "Executable scorers").
@@ -333,3 +335,11 @@ def _read_git_state(where: Path) -> dict[str, Any]:
     if sha.returncode != 0:
         return {"git_sha": None, "git_dirty": None}
     return {"git_sha": sha.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
+
+
+def _scorer_lists(corpus: Corpus | CorpusFacts) -> Iterable[Sequence[Any]]:
+    """Each case's scorers, or (facts as columns) each distinct list of them: the manifest
+    reads which scorers and files there are, never which case has them."""
+    if isinstance(corpus.cases, FactRows):
+        return corpus.cases.scorer_lists()
+    return (case.scorers for case in corpus.cases)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalkit.corpus.cases import Corpus
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.errors import ConfigError
 from evalkit.scorers.registry import DETERMINISTIC, EXECUTABLE, JUDGE, SCORERS, SIMILARITY
 
@@ -77,6 +78,9 @@ class Selection:
             return chosen
         kinds = {SCORER_KINDS[s] for s in self.skip_scorers if s in SCORER_KINDS}
         names = set(self.skip_scorers) - set(SCORER_KINDS)
+        if isinstance(chosen.cases, FactRows):  # columns: the same choice, per scorer list
+            rows = chosen.cases.keep_scorers(lambda s: s.tier not in kinds and s.name not in names)
+            return replace(chosen, cases=rows)
         kept = []
         for case in chosen.cases:
             scorers = tuple(s for s in case.scorers if s.tier not in kinds and s.name not in names)

@@ -24,10 +24,12 @@ import hashlib
 import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from evalkit.corpus.case_facts import CorpusFacts, _SliceRefused
-from evalkit.corpus.case_index import CaseFacts, IndexCounts
+from evalkit.corpus.case_index import CaseFacts, FileFacts, IndexCounts
 from evalkit.corpus.cases import Case
+from evalkit.corpus.fact_rows import FactRows
 
 #: A file as it was read: size, modification time (ns) and inode.
 _Identity = tuple[int, int, int]
@@ -45,10 +47,20 @@ class ShareBuilder:
             raise ValueError("these facts were not read by scan_corpus: nothing to build from")
         self._facts = facts
         self._builder = facts.builder
-        self._wanted: dict[str, CaseFacts] = {f.id: f for f in facts.cases if f.id in ids}
-        self._of_file: dict[str, list[CaseFacts]] = {}
-        for fact in self._wanted.values():  # in corpus order: file order within a file
-            self._of_file.setdefault(_file_of(fact), []).append(fact)
+        self._rows: FactRows | None = None
+        self._wanted: dict[str, CaseFacts] = {}
+        self._at: dict[str, int] = {}  # case id -> its row (facts as columns)
+        if isinstance(facts.cases, FactRows):  # the share's facts made a chunk at a time
+            self._rows = facts.cases.of_ids(ids)
+            self._at = {case_id: i for i, case_id in enumerate(self._rows.ids().to_list())}
+            self._of_file: _Spans = _ShareSpans(self._rows)
+        else:
+            self._wanted = {f.id: f for f in facts.cases if f.id in ids}
+            spans: dict[str, list[tuple[str, int, int]]] = {}
+            self._of_file = spans
+            for fact in sorted(self._wanted.values(), key=_line_of):  # file order in a file
+                start, end, _ = fact.span or (0, 0, 0)  # read only in a sliceable file
+                spans.setdefault(_file_of(fact), []).append((fact.id, start, end))
         self._spans: dict[str, tuple[int, int]] = {}  # case id -> its item's bytes
         self._read: dict[str, _Identity] = {}  # files read whole here, as they were
         self.files_read = 0
@@ -66,9 +78,12 @@ class ShareBuilder:
             CorpusError: a case's scorer arguments, as a full load reports them.
         """
         order = list(dict.fromkeys(ids))
+        if self._rows is not None:
+            facts = self._rows.at([self._at[case_id] for case_id in order])
+        else:
+            facts = [self._wanted[case_id] for case_id in order]
         by_file: dict[str, list[CaseFacts]] = {}
-        for case_id in order:
-            fact = self._wanted[case_id]
+        for fact in facts:
             by_file.setdefault(_file_of(fact), []).append(fact)
         built: dict[str, Case] = {}
         for rel, facts in by_file.items():
@@ -86,7 +101,7 @@ class ShareBuilder:
         file is the one read, else as :meth:`CorpusFacts.load` builds them (the file loaded
         whole when it is not sliceable or has changed: then it says why)."""
         builder = self._builder
-        entry = builder.files[rel]
+        entry = self._entry(rel)
         if rel in builder.whole or not entry.sliceable:
             return builder.build(rel, facts)
         path = builder.root / rel
@@ -110,33 +125,58 @@ class ShareBuilder:
         texts = items
         try:
             return builder._slices(lambda fact: texts[fact.id], entry, facts)
-        except _SliceRefused:
-            return builder._rebuilt(path, entry, facts, sliceable=False)
+        except _SliceRefused:  # checked against the whole entry (made from the columns)
+            return builder._rebuilt(path, builder.files[rel], facts, sliceable=False)
 
     def _first_read(self, rel: str, data: bytes, identity: _Identity) -> dict[str, str] | None:
         """The file's bytes checked against its entry and the byte spans of the share's items
         in it noted; the text of every share item of the file (None: not the entry's bytes)."""
         self.files_read += 1
-        if hashlib.sha256(data).hexdigest() != self._builder.files[rel].sha256:
+        if hashlib.sha256(data).hexdigest() != self._entry(rel).sha256:
             return None
         text = data.decode("utf-8")
-        share = self._of_file.get(rel, [])
         items: dict[str, str] = {}
         at_char = at_byte = 0
-        for fact in sorted(share, key=_line_of):
-            assert fact.span is not None  # a sliceable entry has every span
-            start, end, _ = fact.span
+        for case_id, start, end in self._of_file.get(rel, []):  # in line order
             item = text[start:end]
             if len(text) != len(data):  # not ASCII: characters and bytes differ
                 at_byte += len(text[at_char:start].encode("utf-8"))
                 at_char = end
                 first, at_byte = at_byte, at_byte + len(item.encode("utf-8"))
-                self._spans[fact.id] = (first, at_byte)
+                self._spans[case_id] = (first, at_byte)
             else:
-                self._spans[fact.id] = (start, end)
-            items[fact.id] = item
+                self._spans[case_id] = (start, end)
+            items[case_id] = item
         self._read[rel] = identity
         return items
+
+    def _entry(self, rel: str) -> FileFacts:
+        """File ``rel``'s entry as building reads it (from the columns: without its facts)."""
+        if self._rows is not None and rel not in self._builder.whole:
+            return self._rows.file_info(rel)
+        return self._builder.files[rel]
+
+
+class _Spans(Protocol):
+    def get(self, rel: str, default: list[tuple[str, int, int]], /) -> list[tuple[str, int, int]]:
+        """(id, start, end) of the share's items in file ``rel``, in line order."""
+        ...
+
+
+class _ShareSpans:
+    """The share's items by file (id and span), kept as columns and made into tuples when the
+    file is first read (a quarter of a million tuples held from the start cost more)."""
+
+    def __init__(self, rows: FactRows) -> None:
+        self._at = {f.rel: i for i, f in enumerate(rows.tables.files)}
+        columns = rows.frame.select("file", "line", "id", "span_start", "span_end")
+        self._frames = columns.partition_by("file", as_dict=True)
+
+    def get(self, rel: str, default: list[tuple[str, int, int]], /) -> list[tuple[str, int, int]]:
+        frame = self._frames.pop((self._at.get(rel),), None)  # read once: let go then
+        if frame is None:
+            return default
+        return frame.sort("line").select("id", "span_start", "span_end").rows()
 
 
 def _identity(stat: os.stat_result) -> _Identity:

@@ -196,6 +196,8 @@ def item_spans(text: str, lines: Sequence[int]) -> list[tuple[int, int, int]] | 
     starts += [match.start() + 1 for match in _ROOT_ITEM.finditer(text)]
     if len(starts) != len(lines):
         return None
+    if not lines:  # a file of no cases (comments alone): nothing to slice
+        return []
     spans, line, previous = [], 1, 0
     for case_line, start, end in zip(lines, starts, [*starts[1:], len(text)], strict=True):
         line += text.count("\n", previous, start)

@@ -96,7 +96,12 @@ def plan_run(
 def check_tags(cases: Sequence[CaseSummary], wanted: Sequence[str]) -> None:
     """An unknown tag to select or exclude is an error with a did-you-mean and the tags there
     are."""
-    known = sorted({tag for case in cases for tag in case.tags})
+    from evalkit.corpus.fact_rows import FactRows
+
+    if isinstance(cases, FactRows):  # columns: the tag lists, not every case
+        known = sorted(cases.known_tags())
+    else:
+        known = sorted({tag for case in cases for tag in case.tags})
     for tag in wanted:
         if tag not in known:
             close = difflib.get_close_matches(tag, known, n=1)
@@ -106,6 +111,10 @@ def check_tags(cases: Sequence[CaseSummary], wanted: Sequence[str]) -> None:
 
 def tag_counts(cases: Sequence[CaseSummary]) -> dict[str, int]:
     """Cases per tag, sealed cases left out (they never gate)."""
+    from evalkit.corpus.fact_rows import FactRows
+
+    if isinstance(cases, FactRows):
+        return cases.tag_counts()
     return dict(Counter(tag for case in cases if not case.sealed for tag in case.tags))
 
 

@@ -50,6 +50,7 @@ import polars as pl
 
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.corpus.manifest import build_manifest
 from evalkit.corpus.suite import Suite
 from evalkit.corpus.yaml_input import paused_gc
@@ -330,10 +331,9 @@ def run_shard(
             )
     # earlier parts checked first (a bad one set aside), then the run recorded: a shard run
     # again writes no second cases piece when its first one stands
-    ids = pl.Series("case_id", [c.id for c in corpus.cases], pl.String)
-    keys = RunKeys(run_id, ids, replays)
+    keys = RunKeys(run_id, _case_ids(corpus).get_column("case_id"), replays)
     done = committed_keys(root, manifest, keys, report or _to_stderr, mine, shard)
-    del ids, keys  # a million ids at 1M cases: the shard needs its own units alone
+    del keys  # a million ids at 1M cases: the shard needs its own units alone
     writer = f"shard-{shard.index}-of-{shard.count}"
     recorded = {part.chunk_id for part in root.parts(run_id, "cases")}
     share = ShareCases(corpus, {unit.case_id for unit in mine})
@@ -401,28 +401,50 @@ def _planned(
     run ordered and cut in a Polars frame (the same order as :func:`order_units`: digests and
     ids compare alike as code points and as UTF-8 bytes), only the shard's own made units."""
     manifest = run_manifest(suite, corpus, options, run_id)
-    ids = list(dict.fromkeys(c.id for c in corpus.cases))
     replays = pl.DataFrame({"replay": list(range(manifest.replays))}, schema={"replay": pl.Int64})
-    ordered = (
-        pl.DataFrame({"digest": [case_digest(i) for i in ids], "case_id": ids})
-        .join(replays, how="cross")
-        .sort("digest", "replay", "case_id")
-    )
-    hashes = pl.DataFrame({"case_id": [c.id for c in corpus.cases],
-                           "hash": [c.hash for c in corpus.cases]}).unique("case_id")  # fmt: skip
+    # a digest is one case's (sha256 of its id): (digest, replay) orders as order_units does
+    ordered = _case_ids(corpus).join(replays, how="cross").sort("digest", "replay")
     total, count = ordered.height, shard.count
     digests, sizes, mine = [], [], []
     for k in range(1, count + 1):
         start, stop = (k - 1) * total // count, k * total // count
         part = ordered.slice(start, stop - start)
         if k == shard.index:
-            mine = [Unit(d, r, c) for d, r, c in part.select("digest", "replay", "case_id").rows()]
-        pairs = part.select("case_id").unique().join(hashes, on="case_id").sort("case_id")
-        text = pairs.select(pl.concat_str("case_id", pl.lit("\0"), "hash", pl.lit("\n")))
-        digests.append(hashlib.sha256("".join(text.to_series()).encode()).hexdigest())
+            columns = [part.get_column(name).to_list() for name in ("digest", "replay", "case_id")]
+            mine = list(map(Unit, *columns))
+            del columns
+        pairs = part.select("case_id", "hash")
+        if manifest.replays > 1:  # a case whose replays straddle two shares is in both
+            pairs = pairs.unique("case_id")
+        digests.append(_pairs_digest(pairs))
         sizes.append(pairs.height)
     shares = {"count": count, "hashes": digests, "n_cases": sizes}
     return manifest.with_corpus(shares=shares), mine
+
+
+def _pairs_digest(pairs: pl.DataFrame) -> str:
+    """sha256 over ``case_id\0hash\n`` of each pair in id order (a share's hash, as
+    :func:`~evalkit.store.schema.corpus_digest` makes it), a batch of lines at a time: the
+    text of a quarter of a million cases is never held whole."""
+    line = pl.concat_str("case_id", pl.lit("\0"), "hash", pl.lit("\n"))
+    lines = pairs.sort("case_id").select(line).to_series()
+    digest = hashlib.sha256()
+    for start in range(0, len(lines), 20_000):
+        digest.update("".join(lines.slice(start, 20_000).to_list()).encode())
+    return digest.hexdigest()
+
+
+def _case_ids(corpus: Corpus | CorpusFacts) -> pl.DataFrame:
+    """Each case's id, hash and id digest (the units' order), once each, in corpus order: from
+    the columns of facts read from the corpus summary (nothing made), else from the cases."""
+    if isinstance(corpus.cases, FactRows):  # its ids are distinct (the summary's check)
+        return corpus.cases.frame.select(pl.col("id").alias("case_id"), "hash", "digest")
+    ids = {c.id: c.hash for c in corpus.cases}
+    return pl.DataFrame(
+        {"case_id": list(ids), "hash": list(ids.values()),
+         "digest": [case_digest(i) for i in ids]},
+        schema={"case_id": pl.String, "hash": pl.String, "digest": pl.String},
+    )  # fmt: skip
 
 
 def _publish(outbox: SharedCacheStore, run_id: str) -> None:
@@ -459,7 +481,10 @@ def corpus_shares(cases: Sequence[Any], units: Sequence[Unit], count: int) -> di
         >>> shares["count"], shares["n_cases"]
         (2, [2, 2])
     """
-    hashes = {case.id: case.hash for case in cases}
+    if isinstance(cases, FactRows):  # columns: the pairs alone, no facts made
+        hashes = dict(cases.frame.select("id", "hash").iter_rows())
+    else:
+        hashes = {case.id: case.hash for case in cases}
     digests, sizes = [], []
     for k in range(1, count + 1):
         ids = dict.fromkeys(unit.case_id for unit in shard_units(units, Shard(k, count)))

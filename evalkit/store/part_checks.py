@@ -12,8 +12,9 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -69,14 +70,14 @@ class RunKeys:
     #: A set, or a Series (a merge's million case ids stay in Polars, not Python strings).
     case_ids: frozenset[str] | pl.Series
     replays: int
-    _sorted: pl.Series = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
+    @functools.cached_property
+    def _sorted(self) -> pl.Series:
         # the case ids sorted once, each part's ids looked up by binary search: a join per part
-        # would hash every case id of the run again for every part (parts x cases in all)
+        # would hash every case id of the run again for every part (parts x cases in all);
+        # sorted when first asked (a shard with no earlier parts never asks)
         ids = self.case_ids if isinstance(self.case_ids, pl.Series) else list(self.case_ids)
-        known = pl.Series("case_id", ids, dtype=pl.String).drop_nulls().unique().sort()
-        object.__setattr__(self, "_sorted", known)
+        return pl.Series("case_id", ids, dtype=pl.String).drop_nulls().unique().sort()
 
     def unknown(self, case_ids: pl.Series) -> pl.Series:
         """Those of ``case_ids`` that are not the run's (nulls among them), in their order.

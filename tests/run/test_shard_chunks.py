@@ -18,10 +18,14 @@ from aiohttp import web
 from loopback_support import serving
 
 from evalkit.corpus.case_facts import CorpusFacts, scan_corpus
+from evalkit.corpus.case_index import IndexCounts
+from evalkit.corpus.case_summary import read_run_facts
+from evalkit.corpus.fact_rows import FactRows, FactTables, FileInfo
 from evalkit.corpus.share_builder import ShareBuilder
 from evalkit.corpus.suite import load_suite
 from evalkit.errors import StoreError
 from evalkit.run import sharded
+from evalkit.run.engines.ray_plan import order_corpus_units
 from evalkit.run.merging import merge_run
 from evalkit.run.runner import RunOptions
 from evalkit.run.shards import Shard
@@ -83,9 +87,14 @@ def _suite(root: Path, base_url: str) -> Path:
     return config
 
 
-def _warm(root: Path, index: Path) -> CorpusFacts:
+def _warm(root: Path, index: Path, summary: bool = False) -> CorpusFacts:
     scan_corpus(root, index_dir=index, index_only=True)  # the index made (as `cases index`)
-    facts = scan_corpus(root, index_dir=index, index_only=True)
+    if summary:  # the corpus summary made, then read (as a warm `--shard` reads it)
+        read_run_facts(root, index_dir=index)
+        facts = read_run_facts(root, index_dir=index)
+        assert isinstance(facts.cases, FactRows) and facts.counts.summary_used == 1
+    else:
+        facts = scan_corpus(root, index_dir=index, index_only=True)
     assert facts.counts.files_parsed == 0 and facts.counts.cases_built == 0
     return facts
 
@@ -99,12 +108,14 @@ def _shard(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("summary", [False, True], ids=["entries", "summary"])
 def test_a_warm_shard_requests_its_first_chunk_before_building_the_rest(
-    tmp_path: Path, endpoint: tuple[Endpoint, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+    tmp_path: Path, endpoint: tuple[Endpoint, str], monkeypatch: pytest.MonkeyPatch,
+    summary: bool,
+) -> None:  # fmt: skip
     mock, base_url = endpoint
     config = _suite(tmp_path / "suite", base_url)
-    facts = mock.facts = _warm(tmp_path / "suite", tmp_path / "index")
+    facts = mock.facts = _warm(tmp_path / "suite", tmp_path / "index", summary)
     reads: Counter[str] = Counter()
     first_read = ShareBuilder._first_read
 
@@ -113,19 +124,21 @@ def test_a_warm_shard_requests_its_first_chunk_before_building_the_rest(
         return first_read(self, rel, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ShareBuilder, "_first_read", counted)
-    summary = _shard(config, facts, 1, "r", tmp_path / "parts")
+    done = _shard(config, facts, 1, "r", tmp_path / "parts")
 
-    assert summary.chunks == 60 // CHUNK and summary.requests == summary.units == 60
+    assert done.chunks == 60 // CHUNK and done.requests == done.units == 60
     assert 0 < mock.built_at[0] <= CHUNK  # one chunk's cases built when its requests began
-    assert facts.counts.cases_built == summary.cases  # each share case built once, no more
+    assert facts.counts.cases_built == done.cases  # each share case built once, no more
+    # from the summary: a case's facts made only as it is built
+    assert facts.counts.facts_made == (done.cases if isinstance(facts.cases, FactRows) else 0)
     assert facts.counts.files_parsed == 0  # no file parsed whole ...
     assert set(reads) == {f"cases/part-{f}.yaml" for f in range(FILES)}
     assert set(reads.values()) == {1}  # ... and each read whole once over the six chunks
     pieces = PartsRoot(tmp_path / "parts").parts("r", "cases")
-    assert len(pieces) == summary.chunks  # a cases piece per chunk, written before its requests
+    assert len(pieces) == done.chunks  # a cases piece per chunk, written before its requests
     inputs = pl.concat([pl.read_parquet(p.path) for p in pieces])["input"].to_list()
     assert sum("où est ma commande" in json.loads(text)["messages"][0]["content"]
-               for text in inputs) == summary.cases  # fmt: skip
+               for text in inputs) == done.cases  # fmt: skip
 
 
 class Stop(Exception):
@@ -244,8 +257,17 @@ def test_a_shard_plans_the_units_and_shares_order_units_gives(
 
     monkeypatch.setattr(sharded, "run_manifest", lambda *args: Planned())
     plan: Any = sharded._planned  # given stand-ins for the suite, facts and options
+    tables = FactTables(files=(FileInfo("cases/a.yaml", "0", False, False, len(ids)),))
+    rows = FactRows.of_columns(
+        {"id": ids, "hash": [c.hash for c in cases]}, tables, IndexCounts()
+    )  # the same cases as the corpus summary's columns
     for count in (1, 4, 7):
         for k in range(1, count + 1):
             manifest, mine = plan(None, SimpleNamespace(cases=cases), None, "r", Shard(k, count))
             assert mine == shard_units(units, Shard(k, count))
             assert manifest.shares == sharded.corpus_shares(cases, units, count)
+            columns, theirs = plan(None, SimpleNamespace(cases=rows), None, "r", Shard(k, count))
+            assert (theirs, columns.shares) == (mine, manifest.shares)
+            assert sharded.corpus_shares(rows, units, count) == manifest.shares  # Ray's
+    assert order_corpus_units(SimpleNamespace(cases=rows), replays) == units  # Ray's order
+    assert rows.counts.facts_made == 0  # planned from the columns alone

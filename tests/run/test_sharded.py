@@ -13,11 +13,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 from distributed_support import (
     CANDIDATE_PROMPT,
+    CONFIG,
     demo_args,
     exactly_once,
     gate_signature,
@@ -337,7 +339,9 @@ def test_shards_through_the_case_index_merge_to_exactly_the_local_run(
             common = ["--run-id", "indexed", "--parts", parts, "--label", "indexed"]
             assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
             built.append(_built(capsys.readouterr().out))
-    assert [indexed for *_, indexed in built] == [91, 0, 0]  # the index made once, cold
+    # the index made once, cold: the 91 cases and the 7 sealed ones (the corpus summary
+    # covers sealed/ too, so one summary serves a run with --sealed and one without)
+    assert [indexed for *_, indexed in built] == [98, 0, 0]
     assert all(share == made < 91 for share, made, _ in built)  # the share alone, cold or warm
     root = PartsRoot(parts)
     heights = {k: 0 for k in (1, 2, 3)}  # each shard's pieces (a piece per chunk): its share
@@ -422,7 +426,7 @@ def test_a_shard_reads_the_corpus_through_the_index(
 
     from evalkit.cli.shard import load_run_corpus
     from evalkit.corpus.case_facts import CorpusFacts
-    from evalkit.corpus.cases import Corpus
+    from evalkit.corpus.cases import Corpus, load_corpus
     from evalkit.corpus.selection import Selection
     from evalkit.corpus.suite import load_suite
 
@@ -434,5 +438,40 @@ def test_a_shard_reads_the_corpus_through_the_index(
     whole = load_run_corpus(local, suite, Selection())
     assert isinstance(cold, CorpusFacts) and isinstance(warm, CorpusFacts)
     assert isinstance(whole, Corpus) and warm.hash == whole.hash
-    assert cold.counts.files_parsed == warm.counts.entries_used > 0 == warm.counts.files_parsed
-    assert cold.counts.cases_indexed == len(whole.cases) and cold.counts.cases_built == 0
+    # cold: every file's entry made, then the corpus summary; warm: the summary alone read
+    assert (cold.counts.summary_written, warm.counts.summary_used) == (1, 1)
+    assert cold.counts.files_parsed > 0 == warm.counts.entries_used == warm.counts.files_parsed
+    with_sealed = load_corpus(suite.root, sealed=True)  # the summary covers sealed/ too
+    assert cold.counts.cases_indexed == len(with_sealed.cases) and cold.counts.cases_built == 0
+
+
+def test_a_warm_shard_makes_the_facts_of_its_share_alone(
+    noisy_server: DemoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """After ``evalkit cases index`` (entries and the corpus summary), a shard reads the
+    summary alone (no entry, no case file parsed whole) and makes a case's facts only for the
+    cases of its share, as it builds them."""
+    from evalkit.cli import shard as sharding
+    from evalkit.corpus.case_index import IndexCounts
+
+    _through_the_index(monkeypatch, tmp_path / "index")
+    assert main(["cases", "index", "--config", CONFIG]) == 0
+    read = sharding.load_run_corpus
+    counts: list[IndexCounts] = []
+
+    def counted(*args: Any) -> Any:
+        corpus = read(*args)
+        counts.append(corpus.counts)
+        return corpus
+
+    monkeypatch.setattr(sharding, "load_run_corpus", counted)
+    capsys.readouterr()
+    args = demo_args(noisy_server, "--shard", "2/3")
+    common = ["--run-id", "warm", "--parts", str(tmp_path / "parts"), "--label", "warm"]
+    assert main(["run", *args, *common, "--no-cache", "--chunk-size", "7"]) == 0
+    share, built, indexed = _built(capsys.readouterr().out)
+    (made,) = counts
+    assert (made.summary_used, made.summary_written, made.entries_used) == (1, 0, 0)
+    assert made.files_parsed == 0 and indexed == 0
+    assert made.facts_made == built == share < 91

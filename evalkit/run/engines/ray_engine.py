@@ -65,7 +65,12 @@ from evalkit.run.engines.ray_budget import (
     start_budgets,
     stop_budgets,
 )
-from evalkit.run.engines.ray_plan import ShareFeed, plan_shares, stored_share_count
+from evalkit.run.engines.ray_plan import (
+    ShareFeed,
+    order_corpus_units,
+    plan_shares,
+    stored_share_count,
+)
 from evalkit.run.merging import merge_run
 from evalkit.run.providers import make_provider
 from evalkit.run.runner import RunOptions, RunStart, first_request_keys
@@ -76,7 +81,7 @@ from evalkit.run.sharded import (
     session_counts,
     team_cache,
 )
-from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk, order_units
+from evalkit.run.shards import DEFAULT_CHUNK_SIZE, Chunk
 from evalkit.run.shared_cache import publish_run_cache
 from evalkit.run.summary import RunSummary
 from evalkit.run_manifest import RunManifest
@@ -303,7 +308,7 @@ def run_on_ray(
         manifest = run_manifest(suite, corpus, options, run_id)
     use_cache = manifest.run.cache
     # planned from the ids alone; each chunk's cases built when it goes out
-    units = order_units((c.id for c in corpus.cases), manifest.replays)
+    units = order_corpus_units(corpus, manifest.replays)
     if options.resume:
         shares = stored_share_count(manifest)
     else:

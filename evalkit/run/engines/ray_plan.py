@@ -1,9 +1,11 @@
 """What the Ray driver sends out, share by share: it never holds every case of a run.
 
 Given the corpus as facts read through the case index
-(:class:`~evalkit.corpus.case_facts.CorpusFacts`), the driver orders the units from the ids
-alone and cuts them into shares of at most ``SHARE_UNITS`` units, as ``--shard K/N`` cuts a
-run (:func:`~evalkit.run.shards.shard_units`): the manifest records each share's hash
+(:class:`~evalkit.corpus.case_facts.CorpusFacts`, as columns from the corpus summary:
+:class:`~evalkit.corpus.fact_rows.FactRows`), the driver orders the units from the ids and
+their digests alone (:func:`order_corpus_units`, no case's facts made) and cuts them into
+shares of at most ``SHARE_UNITS`` units, as ``--shard K/N`` cuts a run
+(:func:`~evalkit.run.shards.shard_units`): the manifest records each share's hash
 (``corpus.shares``). A chunk's cases are built from their files when it goes out (a
 :class:`~evalkit.run.share_chunks.ShareCases` per share, as a ``--shard`` builds its share),
 written first as a piece of its share (``driver-K-of-N.<chunk id>``, checked by the merge as
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.case_index import IndexMismatch
 from evalkit.corpus.cases import Case, Corpus
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.errors import EvalkitError
 from evalkit.run.sharded import corpus_shares, record_run
 from evalkit.run.shards import (
@@ -35,6 +38,7 @@ from evalkit.run.shards import (
     Shard,
     Unit,
     make_chunks,
+    order_units,
     remaining,
     shard_units,
 )
@@ -52,6 +56,19 @@ PIECE_UNITS = 2_000
 def share_count(units: int) -> int:
     """How many shares a run of ``units`` units is cut into (at least one)."""
     return max(1, -(-units // SHARE_UNITS))
+
+
+def order_corpus_units(corpus: Corpus | CorpusFacts, replays: int) -> list[Unit]:
+    """Every unit of the run, ordered as :func:`~evalkit.run.shards.order_units` orders them:
+    from the ids and their digests as columns when the facts are (no fact made)."""
+    if not isinstance(corpus.cases, FactRows):
+        return order_units((case.id for case in corpus.cases), replays)
+    pairs = corpus.cases.frame.select("digest", "id").unique("id").sort("digest", "id")
+    return sorted(
+        Unit(digest, replay, case_id)
+        for digest, case_id in pairs.iter_rows()
+        for replay in range(replays)
+    )
 
 
 def plan_shares(
