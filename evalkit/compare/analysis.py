@@ -281,6 +281,9 @@ def verdicts_of(
             rows = store.outputs(run.run_id, ordered=False, without=DETAIL_COLUMNS,
                                  case_range=(low, high))  # fmt: skip
             overlay = run.overlay.outputs if run.overlay else None  # an exam run's answers
+            # the range's last read: the blocks DuckDB cached for it go with the connection
+            # (reopened for the next range), or they add up to the whole run's
+            store.release()
             return compact_strings(_overlaid(run, rows, overlay, low, high))
 
         return verdicts(
@@ -563,6 +566,10 @@ def load_comparison(
         judged[0], calibrations, judge_kappa_min, judge_min_labels, candidate=judged[1]
     )
     rebaseline = _rebaseline_run(store, base, cand, thin)
+    if thin and store.read_only:
+        # what DuckDB kept of these reads (the blocks it scanned, a sort's memory) goes with
+        # its connection; the verdicts read by ranges through their own (`verdicts_of`)
+        store.release()
     return compare(base, cand, allow_diff, gating, rebaseline, pass_rules)
 
 

@@ -65,21 +65,58 @@ def paired_frame(
         >>> p.select("base", "cand").row(0)
         (True, False)
     """
-    base_hashes = base_cases.select("case_id", pl.col("case_hash").alias("_bh"))
     group = pl.col("case_group") if "case_group" in cand_cases.columns else pl.lit(None)
     meta: list[str | pl.Expr] = [*CASE_META, group.cast(pl.String).alias("case_group")]
-    frame = cand_cases.select("case_id", *meta).join(base_hashes, on="case_id")
-    frame = frame.filter(pl.col("case_hash") == pl.col("_bh")).drop("_bh")
+    frame = cand_cases.select("case_id", *meta)
+    aligned = _aligned(base_verdicts, cand_verdicts, base_cases, cand_cases)
+    if not aligned:
+        base_hashes = base_cases.select("case_id", pl.col("case_hash").alias("_bh"))
+        frame = frame.join(base_hashes, on="case_id")
+        frame = frame.filter(pl.col("case_hash") == pl.col("_bh")).drop("_bh")
     for side, v in (("base", base_verdicts), ("cand", cand_verdicts)):
         usage = [pl.col(c).alias(f"{side}_{c}") for c in USAGE_COLUMNS if c in v.columns]
         named = [pl.col(c).alias(f"{side}_{c}") for c in ("score", "error", "unstable")]
         side_cols = v.select("case_id", pl.col("passed").alias(side), *named, *usage)
-        frame = frame.join(side_cols, on="case_id", how="left").with_columns(
-            pl.col(f"{side}_error").fill_null(True), pl.col(f"{side}_unstable").fill_null(False)
+        if aligned:  # row by row the same cases: the verdicts' columns themselves, not a copy
+            frame = frame.hstack(side_cols.drop("case_id").get_columns())
+        else:
+            frame = frame.join(side_cols, on="case_id", how="left")
+        filled = {f"{side}_error": True, f"{side}_unstable": False}
+        frame = frame.with_columns(
+            pl.col(c).fill_null(value) for c, value in filled.items() if frame[c].has_nulls()
         )
     first = ["case_id", "tags", "criticality", "sealed", "base", "cand"]
-    frame = frame.select(*first, pl.exclude(*first, "case_hash")).sort("case_id")
+    frame = frame.select(*first, pl.exclude(*first, "case_hash"))
+    frame = frame if aligned else frame.sort("case_id")
     return frame.with_columns(origin=pl.lit("paired"))  # "rebaselined": `corpus_delta` cases
+
+
+def _aligned(
+    base_verdicts: pl.DataFrame,
+    cand_verdicts: pl.DataFrame,
+    base_cases: pl.DataFrame,
+    cand_cases: pl.DataFrame,
+) -> bool:
+    """Whether both runs hold the same cases, unedited, in the same order of strictly
+    increasing ids, and each side's verdicts have one row per case in that order: then the
+    paired frame is their columns side by side, with no join over a million string ids (nor
+    a copy of every column it would make).
+
+    Examples:
+        >>> cases = pl.DataFrame({"case_id": ["a", "b"], "case_hash": ["1", "2"]})
+        >>> v = cases.select("case_id")
+        >>> _aligned(v, v, cases, cases), _aligned(v, v, cases, cases.reverse())
+        (True, False)
+    """
+    ids = cand_cases["case_id"]
+    frames = (base_verdicts, cand_verdicts, base_cases)
+    if ids.is_empty() or any(frame.height != ids.len() for frame in frames):
+        return False
+    if not (ids.head(-1) < ids.tail(-1)).all():  # strictly increasing: sorted, each id once
+        return False
+    if not all(frame["case_id"].equals(ids) for frame in frames):
+        return False
+    return bool(base_cases["case_hash"].equals(cand_cases["case_hash"]))
 
 
 class Flips(NamedTuple):

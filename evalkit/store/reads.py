@@ -122,12 +122,16 @@ class RunReads:
         columns = _columns("c.*", without, {"input", "provenance", "source"})
         params: list[Any] = [scoring_id, run_id]
         where = _only_cases("c.case_id", case_ids, params)
-        return self._frame(
+        frame = self._frame(
             f"SELECT {columns} REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) "
             "FROM cases c LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
-            f"WHERE c.run_id = ?{where} ORDER BY c.case_id",
+            f"WHERE c.run_id = ?{where}",
             params,
         )
+        # ordered by Polars, not DuckDB: what DuckDB's sort of a million rows took stayed in
+        # the process after the connection closed, Polars' is handed back
+        ids = frame["case_id"]
+        return frame if ids.is_sorted() else frame.sort("case_id", maintain_order=True)
 
     def outputs(
         self,
