@@ -55,11 +55,20 @@ def _col(
 
 
 def _code(name: str) -> pl.Expr:
-    """A string column's global categorical code: equal strings, equal codes."""
+    """A string column's global categorical code: equal strings, equal codes (for columns of
+    few distinct values: the global categories keep every string they saw)."""
     return pl.col(name).cast(pl.Categorical).to_physical()
 
 
-def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
+def _case_codes(*frames: pl.DataFrame) -> pl.Series:
+    """The case ids of ``frames``, sorted, once each: a case's code is its position here
+    (`_keys`), exact and local to these frames. (A categorical code kept every one of a
+    million ids in Polars' global categories for the rest of the process.)"""
+    ids = [frame["case_id"].cast(pl.String) for frame in frames if frame.height]
+    return pl.concat(ids).unique().sort() if ids else pl.Series("case_id", [], pl.String)
+
+
+def _per_replay(scores: pl.DataFrame, one_run: bool, codes: pl.Series) -> pl.LazyFrame:
     """Scorer counts per (run, case, replay), keyed by ``_run, _key`` (`_keys`): grouped by
     integers, so neither a million string keys are hashed nor the rows sorted (several times
     slower, and the store returns rows in the order they were written)."""
@@ -71,7 +80,7 @@ def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
     return (
         scores.lazy()
         .select(
-            *_keys(one_run),
+            *_keys(one_run, codes),
             err.alias("_err"),
             pl.col("passed").fill_null(False).alias("_pass"),
             pl.col("score").fill_null(0.0).alias("_value"),
@@ -87,11 +96,11 @@ def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
     )
 
 
-def _keys(one_run: bool) -> tuple[pl.Expr, pl.Expr]:
+def _keys(one_run: bool, codes: pl.Series) -> tuple[pl.Expr, pl.Expr]:
     """``_run`` (run_id's global categorical code; 0 when ``one_run``: every row has the same
-    run_id) and ``_key`` ((case_id, replay) as one integer): joins and group-bys hash integers,
-    not strings."""
-    code = _code("case_id").cast(pl.UInt64)
+    run_id) and ``_key`` ((case_id, replay) as one integer; the case's code its position in
+    ``codes``, `_case_codes`): joins and group-bys hash integers, not strings."""
+    code = pl.lit(codes).search_sorted(pl.col("case_id").cast(pl.String)).cast(pl.UInt64)
     key = (code * (1 << 20) + pl.col("replay").cast(pl.UInt64)).alias("_key")
     run = pl.lit(0, pl.UInt32) if one_run else _code("run_id")
     return run.alias("_run"), key
@@ -122,6 +131,7 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
     """
     usage = [_col(outputs, c, None, pl.Float64) for c in USAGE_COLUMNS if c != "total_tokens"]
     one_run = _one_run(outputs, scores)
+    codes = _case_codes(outputs, scores)
     out = (
         outputs.lazy()
         .select(
@@ -132,8 +142,11 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
             _col(outputs, "fail_reason", None, pl.String),
             *usage,
         )
-        .with_columns(*_keys(one_run))
-        .join(_per_replay(scores, one_run), on=["_run", "_key"], how="left", maintain_order="left")
+        .with_columns(*_keys(one_run, codes))
+        .join(
+            _per_replay(scores, one_run, codes), on=["_run", "_key"], how="left",
+            maintain_order="left",
+        )  # fmt: skip
         .with_columns(pl.col("n_scores", "n_scorer_errors", "n_scorer_fails").fill_null(0))
     )
     errored = pl.col("output_error").is_not_null() | (pl.col("n_scorer_errors") > 0)
