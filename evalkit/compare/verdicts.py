@@ -206,7 +206,7 @@ def verdicts(
         # one order, whether it was decided in one pass or in ranges
         scores = scores if scores_of is None else scores_of(None, None)
         outputs = outputs if outputs_of is None else outputs_of(None, None)
-        return _verdicts(outputs, scores, cases, rules).rechunk()
+        return _shared_meta(_verdicts(outputs, scores, cases, rules).rechunk(), cases)
     bounds = ids.gather_every(VERDICT_CASES).to_list()
     parts = []
     for i, low in enumerate(bounds):
@@ -220,16 +220,62 @@ def verdicts(
         parts.append(_verdicts(answered, held, mine, rules))
     # each range sorted, the ranges in order: one run's verdicts are in order as they are
     # (a sort of the whole would hold a second copy of them); several runs' are sorted
-    joined = pl.concat(parts, how="vertical", rechunk=False)
-    if not _one_run(joined):
-        joined = joined.sort("run_id", "case_id")
-    return joined.rechunk()
+    if not _one_run(*parts):
+        joined = pl.concat(parts, how="vertical", rechunk=False)
+        return _shared_meta(joined.sort("run_id", "case_id").rechunk(), cases)
+    return _shared_meta(_stacked(parts), cases)
+
+
+def _stacked(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """``parts`` one above the other, each column in one chunk (as ``rechunk`` leaves it),
+    copied a column at a time: the parts' copy of each column is let go once it is copied, so
+    what is held at once is the result and one column more, not twice the result. Empties
+    ``parts``.
+
+    Examples:
+        >>> parts = [pl.DataFrame({"a": [1], "b": ["x"]}), pl.DataFrame({"a": [2], "b": ["y"]})]
+        >>> _stacked(parts).rows(), parts
+        ([(1, 'x'), (2, 'y')], [])
+    """
+    columns = []
+    for name in parts[0].columns:
+        columns.append(pl.concat([part.get_column(name) for part in parts], rechunk=True))
+        parts[:] = [part.drop(name) for part in parts]
+    parts.clear()
+    return pl.DataFrame(columns)
+
+
+def _shared_meta(decided: pl.DataFrame, cases: pl.DataFrame | None) -> pl.DataFrame:
+    """``decided`` with its case columns (ids, hashes, tags, ...) those of ``cases`` itself
+    when both hold the same cases in the same order: one copy of a million cases' tags is
+    held, not one more per verdict frame.
+
+    Examples:
+        >>> cases = pl.DataFrame({"run_id": ["r"], "case_id": ["a"], "case_hash": ["h"],
+        ...     "tags": [["x"]], "criticality": ["normal"], "sealed": [False]})
+        >>> _shared_meta(cases.with_columns(passed=pl.lit(True)), cases).columns[-1]
+        'passed'
+    """
+    shared = ["run_id", "case_id", *CASE_META]
+    if cases is None or cases.height != decided.height or not set(shared) <= set(cases.columns):
+        return decided
+    if not all(decided[c].dtype == cases[c].dtype for c in shared):
+        return decided
+    ids = cases["case_id"]
+    if not (ids.head(-1) < ids.tail(-1)).all():  # each case once, in order
+        return decided
+    if not (decided["case_id"].equals(ids) and decided["run_id"].equals(cases["run_id"])):
+        return decided
+    return decided.with_columns(cases.get_column(c) for c in shared)
 
 
 def _case_ids(outputs: pl.DataFrame, cases: pl.DataFrame | None) -> pl.Series:
     """Every case id the verdicts will have, sorted (once each)."""
-    found = [outputs["case_id"]] + ([cases["case_id"]] if cases is not None else [])
-    return pl.concat(found).unique().sort()
+    if cases is not None:  # the verdicts are the cases' (an output of no case is left out)
+        ids = cases["case_id"]
+        # one run's cases in order: no hashing of a million ids to find them unique
+        return ids if (ids.head(-1) < ids.tail(-1)).all() else ids.unique().sort()
+    return outputs["case_id"].unique().sort()
 
 
 def _verdicts(
