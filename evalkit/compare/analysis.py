@@ -281,9 +281,6 @@ def verdicts_of(
             rows = store.outputs(run.run_id, ordered=False, without=DETAIL_COLUMNS,
                                  case_range=(low, high))  # fmt: skip
             overlay = run.overlay.outputs if run.overlay else None  # an exam run's answers
-            # the range's last read: the blocks DuckDB cached for it go with the connection
-            # (reopened for the next range), or they add up to the whole run's
-            store.release()
             return compact_strings(_overlaid(run, rows, overlay, low, high))
 
         return verdicts(

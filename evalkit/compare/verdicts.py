@@ -132,6 +132,7 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
     usage = [_col(outputs, c, None, pl.Float64) for c in USAGE_COLUMNS if c != "total_tokens"]
     one_run = _one_run(outputs, scores)
     codes = _case_codes(outputs, scores)
+    per_replay = _per_replay(scores, one_run, codes)
     out = (
         outputs.lazy()
         .select(
@@ -143,10 +144,7 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
             *usage,
         )
         .with_columns(*_keys(one_run, codes))
-        .join(
-            _per_replay(scores, one_run, codes), on=["_run", "_key"], how="left",
-            maintain_order="left",
-        )  # fmt: skip
+        .join(per_replay, on=["_run", "_key"], how="left", maintain_order="left")
         .with_columns(pl.col("n_scores", "n_scorer_errors", "n_scorer_fails").fill_null(0))
     )
     errored = pl.col("output_error").is_not_null() | (pl.col("n_scorer_errors") > 0)
