@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from evalkit.compare.verdicts import CASE_META, USAGE_COLUMNS
+from evalkit.compare.verdicts import CASE_META, USAGE_COLUMNS, strictly_increasing
 
 
 def case_changes(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> pl.DataFrame:
@@ -47,7 +47,10 @@ def same_cases(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> bool:
     """
     if base_cases.height != cand_cases.height or base_cases.is_empty():
         return False
-    return all(base_cases[c].equals(cand_cases[c]) for c in ("case_id", "case_hash"))
+    columns = ("case_id", "case_hash")
+    if any(cases[c].null_count() for cases in (base_cases, cand_cases) for c in columns):
+        return False  # a null id or hash never pairs, and is a change: the joins say so
+    return all(base_cases[c].equals(cand_cases[c]) for c in columns)
 
 
 def _source(cases: pl.DataFrame) -> pl.Expr:
@@ -128,7 +131,7 @@ def _aligned(
     frames = (base_verdicts, cand_verdicts, base_cases)
     if ids.is_empty() or any(frame.height != ids.len() for frame in frames):
         return False
-    if not (ids.head(-1) < ids.tail(-1)).all():  # strictly increasing: sorted, each id once
+    if not strictly_increasing(ids):
         return False
     if not all(frame["case_id"].equals(ids) for frame in frames[:2]):
         return False

@@ -260,11 +260,21 @@ def _shared_meta(decided: pl.DataFrame, cases: pl.DataFrame | None) -> pl.DataFr
     if not all(decided[c].dtype == cases[c].dtype for c in shared):
         return decided
     ids = cases["case_id"]
-    if not (ids.head(-1) < ids.tail(-1)).all():  # each case once, in order
+    if not strictly_increasing(ids):  # each case once, in order
         return decided
     if not (decided["case_id"].equals(ids) and decided["run_id"].equals(cases["run_id"])):
         return decided
     return decided.with_columns(cases.get_column(c) for c in shared)
+
+
+def strictly_increasing(ids: pl.Series) -> bool:
+    """Whether ``ids`` are sorted, each once and none null: one run's cases as read.
+
+    Examples:
+        >>> strictly_increasing(pl.Series(["a", "b"])), strictly_increasing(pl.Series(["a", "a"]))
+        (True, False)
+    """
+    return ids.null_count() == 0 and bool((ids.head(-1) < ids.tail(-1)).all())
 
 
 def _case_ids(outputs: pl.DataFrame, cases: pl.DataFrame | None) -> pl.Series:
@@ -272,7 +282,7 @@ def _case_ids(outputs: pl.DataFrame, cases: pl.DataFrame | None) -> pl.Series:
     if cases is not None:  # the verdicts are the cases' (an output of no case is left out)
         ids = cases["case_id"]
         # one run's cases in order: no hashing of a million ids to find them unique
-        return ids if (ids.head(-1) < ids.tail(-1)).all() else ids.unique().sort()
+        return ids if strictly_increasing(ids) else ids.unique().sort()
     return outputs["case_id"].unique().sort()
 
 
