@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from evalkit.compare.comparability import check_comparable, comparability_warnings
-from evalkit.compare.paired import case_changes, corpus_delta, paired_frame
+from evalkit.compare.paired import case_changes, corpus_delta, paired_frame, same_cases
 from evalkit.compare.pass_rules import PassRules
 from evalkit.compare.trust import trusted_calibrations
 from evalkit.compare.verdicts import verdicts
@@ -518,6 +518,9 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
             scorer_files=json.loads(recorded),
             rescoring={"scoring_id": scoring_id, "harness": scoring["harness"][0]},
         )
+    counts = case_counts(store, [run_id]).get(run_id)
+    if thin:  # what DuckDB kept of these reads goes with its connection, before the next run's
+        store.release()
     return RunData(
         run_id=run_id,
         label=label,
@@ -526,7 +529,7 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),
-        case_counts=case_counts(store, [run_id]).get(run_id),
+        case_counts=counts,
         details_db=str(store.path) if thin else None,
         scoring_id=scoring_id,
         scores_in_store=thin,
@@ -563,6 +566,10 @@ def load_comparison(
         judged[0], calibrations, judge_kappa_min, judge_min_labels, candidate=judged[1]
     )
     rebaseline = _rebaseline_run(store, base, cand, thin)
+    if thin and store.read_only:
+        # what DuckDB kept of these reads (the blocks it scanned, a sort's memory) goes with
+        # its connection; the verdicts read by ranges through their own (`verdicts_of`)
+        store.release()
     return compare(base, cand, allow_diff, gating, rebaseline, pass_rules)
 
 
@@ -573,6 +580,7 @@ def _rebaseline_run(
     edited cases (`evalkit gate --rebaseline`), if the store holds one."""
     from evalkit.run.rebaseline import delta_cases, find_rebaseline
 
-    wanted = delta_cases(base.cases, cand.cases)
+    # the usual pair holds the same cases: no join over a million ids to find none changed
+    wanted = {} if same_cases(base.cases, cand.cases) else delta_cases(base.cases, cand.cases)
     run_id = find_rebaseline(store, base.run_id, wanted) if wanted else None
     return load_run(store, run_id, thin=thin) if run_id else None

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from evalkit.compare.verdicts import CASE_META, USAGE_COLUMNS
+from evalkit.compare.verdicts import CASE_META, USAGE_COLUMNS, strictly_increasing
 
 
 def case_changes(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> pl.DataFrame:
@@ -18,6 +18,8 @@ def case_changes(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> pl.DataF
         >>> case_changes(b, c).select("case_id", "change").rows()
         [('a', 'removed'), ('b', 'edited'), ('c', 'added')]
     """
+    if same_cases(base_cases, cand_cases):  # none changed: no join over a million ids
+        base_cases, cand_cases = base_cases.head(0), cand_cases.head(0)
     b = base_cases.select("case_id", pl.col("case_hash").alias("base_hash"), _source(base_cases))
     c = cand_cases.select("case_id", pl.col("case_hash").alias("cand_hash"), _source(cand_cases))
     both = b.join(c, on="case_id", how="full", coalesce=True, suffix="_cand")
@@ -32,6 +34,23 @@ def case_changes(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> pl.DataF
         .select("case_id", "change", "base_hash", "cand_hash", "source")
         .sort("case_id")
     )
+
+
+def same_cases(base_cases: pl.DataFrame, cand_cases: pl.DataFrame) -> bool:
+    """Whether both runs hold the same cases with the same hashes, row by row (the usual pair:
+    then nothing was edited, added or removed, and no join needs to say so).
+
+    Examples:
+        >>> b = pl.DataFrame({"case_id": ["a", "b"], "case_hash": ["1", "2"]})
+        >>> same_cases(b, b), same_cases(b, b.with_columns(case_hash=pl.lit("9")))
+        (True, False)
+    """
+    if base_cases.height != cand_cases.height or base_cases.is_empty():
+        return False
+    columns = ("case_id", "case_hash")
+    if any(cases[c].null_count() for cases in (base_cases, cand_cases) for c in columns):
+        return False  # a null id or hash never pairs, and is a change: the joins say so
+    return all(base_cases[c].equals(cand_cases[c]) for c in columns)
 
 
 def _source(cases: pl.DataFrame) -> pl.Expr:
@@ -65,21 +84,58 @@ def paired_frame(
         >>> p.select("base", "cand").row(0)
         (True, False)
     """
-    base_hashes = base_cases.select("case_id", pl.col("case_hash").alias("_bh"))
     group = pl.col("case_group") if "case_group" in cand_cases.columns else pl.lit(None)
     meta: list[str | pl.Expr] = [*CASE_META, group.cast(pl.String).alias("case_group")]
-    frame = cand_cases.select("case_id", *meta).join(base_hashes, on="case_id")
-    frame = frame.filter(pl.col("case_hash") == pl.col("_bh")).drop("_bh")
+    frame = cand_cases.select("case_id", *meta)
+    aligned = _aligned(base_verdicts, cand_verdicts, base_cases, cand_cases)
+    if not aligned:
+        base_hashes = base_cases.select("case_id", pl.col("case_hash").alias("_bh"))
+        frame = frame.join(base_hashes, on="case_id")
+        frame = frame.filter(pl.col("case_hash") == pl.col("_bh")).drop("_bh")
     for side, v in (("base", base_verdicts), ("cand", cand_verdicts)):
         usage = [pl.col(c).alias(f"{side}_{c}") for c in USAGE_COLUMNS if c in v.columns]
         named = [pl.col(c).alias(f"{side}_{c}") for c in ("score", "error", "unstable")]
         side_cols = v.select("case_id", pl.col("passed").alias(side), *named, *usage)
-        frame = frame.join(side_cols, on="case_id", how="left").with_columns(
-            pl.col(f"{side}_error").fill_null(True), pl.col(f"{side}_unstable").fill_null(False)
+        if aligned:  # row by row the same cases: the verdicts' columns themselves, not a copy
+            frame = frame.hstack(side_cols.drop("case_id").get_columns())
+        else:
+            frame = frame.join(side_cols, on="case_id", how="left")
+        filled = {f"{side}_error": True, f"{side}_unstable": False}
+        frame = frame.with_columns(
+            pl.col(c).fill_null(value) for c, value in filled.items() if frame[c].has_nulls()
         )
     first = ["case_id", "tags", "criticality", "sealed", "base", "cand"]
-    frame = frame.select(*first, pl.exclude(*first, "case_hash")).sort("case_id")
+    frame = frame.select(*first, pl.exclude(*first, "case_hash"))
+    frame = frame if aligned else frame.sort("case_id")
     return frame.with_columns(origin=pl.lit("paired"))  # "rebaselined": `corpus_delta` cases
+
+
+def _aligned(
+    base_verdicts: pl.DataFrame,
+    cand_verdicts: pl.DataFrame,
+    base_cases: pl.DataFrame,
+    cand_cases: pl.DataFrame,
+) -> bool:
+    """Whether both runs hold the same cases, unedited, in the same order of strictly
+    increasing ids, and each side's verdicts have one row per case in that order: then the
+    paired frame is their columns side by side, with no join over a million string ids (nor
+    a copy of every column it would make).
+
+    Examples:
+        >>> cases = pl.DataFrame({"case_id": ["a", "b"], "case_hash": ["1", "2"]})
+        >>> v = cases.select("case_id")
+        >>> _aligned(v, v, cases, cases), _aligned(v, v, cases, cases.reverse())
+        (True, False)
+    """
+    ids = cand_cases["case_id"]
+    frames = (base_verdicts, cand_verdicts, base_cases)
+    if ids.is_empty() or any(frame.height != ids.len() for frame in frames):
+        return False
+    if not strictly_increasing(ids):
+        return False
+    if not all(frame["case_id"].equals(ids) for frame in frames[:2]):
+        return False
+    return same_cases(base_cases, cand_cases)
 
 
 class Flips(NamedTuple):
@@ -138,6 +194,9 @@ def corpus_delta(
         ('b', 'removed', 'normal', True, None)
         ('c', 'added', 'normal', None, True)
     """
+    if changes.is_empty():  # nothing to account for: no join over a million ids, same columns
+        sides = (base_cases, cand_cases, base_verdicts, cand_verdicts)
+        base_cases, cand_cases, base_verdicts, cand_verdicts = (f.head(0) for f in sides)
     live = pl.col("sealed").fill_null(False).not_()
     meta = ["case_id", "tags", "criticality"]
     b = base_cases.filter(live).select(meta).rename({"tags": "_bt", "criticality": "_bc"})

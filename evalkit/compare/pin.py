@@ -204,4 +204,8 @@ def gate_pair(
     )
     if with_siblings:
         _count_decision()
+    if with_siblings and store.read_only:
+        # DuckDB's memory of the gate's reads goes with the connection (the report reads its
+        # shown cases back through its own); a later use reopens it
+        store.release()
     return comparison, decision

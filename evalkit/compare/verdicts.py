@@ -55,11 +55,20 @@ def _col(
 
 
 def _code(name: str) -> pl.Expr:
-    """A string column's global categorical code: equal strings, equal codes."""
+    """A string column's global categorical code: equal strings, equal codes (for columns of
+    few distinct values: the global categories keep every string they saw)."""
     return pl.col(name).cast(pl.Categorical).to_physical()
 
 
-def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
+def _case_codes(*frames: pl.DataFrame) -> pl.Series:
+    """The case ids of ``frames``, sorted, once each: a case's code is its position here
+    (`_keys`), exact and local to these frames. (A categorical code kept every one of a
+    million ids in Polars' global categories for the rest of the process.)"""
+    ids = [frame["case_id"].cast(pl.String) for frame in frames if frame.height]
+    return pl.concat(ids).unique().sort() if ids else pl.Series("case_id", [], pl.String)
+
+
+def _per_replay(scores: pl.DataFrame, one_run: bool, codes: pl.Series) -> pl.LazyFrame:
     """Scorer counts per (run, case, replay), keyed by ``_run, _key`` (`_keys`): grouped by
     integers, so neither a million string keys are hashed nor the rows sorted (several times
     slower, and the store returns rows in the order they were written)."""
@@ -71,7 +80,7 @@ def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
     return (
         scores.lazy()
         .select(
-            *_keys(one_run),
+            *_keys(one_run, codes),
             err.alias("_err"),
             pl.col("passed").fill_null(False).alias("_pass"),
             pl.col("score").fill_null(0.0).alias("_value"),
@@ -87,11 +96,11 @@ def _per_replay(scores: pl.DataFrame, one_run: bool) -> pl.LazyFrame:
     )
 
 
-def _keys(one_run: bool) -> tuple[pl.Expr, pl.Expr]:
+def _keys(one_run: bool, codes: pl.Series) -> tuple[pl.Expr, pl.Expr]:
     """``_run`` (run_id's global categorical code; 0 when ``one_run``: every row has the same
-    run_id) and ``_key`` ((case_id, replay) as one integer): joins and group-bys hash integers,
-    not strings."""
-    code = _code("case_id").cast(pl.UInt64)
+    run_id) and ``_key`` ((case_id, replay) as one integer; the case's code its position in
+    ``codes``, `_case_codes`): joins and group-bys hash integers, not strings."""
+    code = pl.lit(codes).search_sorted(pl.col("case_id").cast(pl.String)).cast(pl.UInt64)
     key = (code * (1 << 20) + pl.col("replay").cast(pl.UInt64)).alias("_key")
     run = pl.lit(0, pl.UInt32) if one_run else _code("run_id")
     return run.alias("_run"), key
@@ -122,6 +131,8 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
     """
     usage = [_col(outputs, c, None, pl.Float64) for c in USAGE_COLUMNS if c != "total_tokens"]
     one_run = _one_run(outputs, scores)
+    codes = _case_codes(outputs, scores)
+    per_replay = _per_replay(scores, one_run, codes)
     out = (
         outputs.lazy()
         .select(
@@ -132,8 +143,8 @@ def replay_verdicts(outputs: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
             _col(outputs, "fail_reason", None, pl.String),
             *usage,
         )
-        .with_columns(*_keys(one_run))
-        .join(_per_replay(scores, one_run), on=["_run", "_key"], how="left", maintain_order="left")
+        .with_columns(*_keys(one_run, codes))
+        .join(per_replay, on=["_run", "_key"], how="left", maintain_order="left")
         .with_columns(pl.col("n_scores", "n_scorer_errors", "n_scorer_fails").fill_null(0))
     )
     errored = pl.col("output_error").is_not_null() | (pl.col("n_scorer_errors") > 0)
@@ -193,7 +204,7 @@ def verdicts(
         # one order, whether it was decided in one pass or in ranges
         scores = scores if scores_of is None else scores_of(None, None)
         outputs = outputs if outputs_of is None else outputs_of(None, None)
-        return _verdicts(outputs, scores, cases, rules).rechunk()
+        return _shared_meta(_verdicts(outputs, scores, cases, rules).rechunk(), cases)
     bounds = ids.gather_every(VERDICT_CASES).to_list()
     parts = []
     for i, low in enumerate(bounds):
@@ -207,16 +218,72 @@ def verdicts(
         parts.append(_verdicts(answered, held, mine, rules))
     # each range sorted, the ranges in order: one run's verdicts are in order as they are
     # (a sort of the whole would hold a second copy of them); several runs' are sorted
-    joined = pl.concat(parts, how="vertical", rechunk=False)
-    if not _one_run(joined):
-        joined = joined.sort("run_id", "case_id")
-    return joined.rechunk()
+    if not _one_run(*parts):
+        joined = pl.concat(parts, how="vertical", rechunk=False)
+        return _shared_meta(joined.sort("run_id", "case_id").rechunk(), cases)
+    return _shared_meta(_stacked(parts), cases)
+
+
+def _stacked(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """``parts`` one above the other, each column in one chunk (as ``rechunk`` leaves it),
+    copied a column at a time: the parts' copy of each column is let go once it is copied, so
+    what is held at once is the result and one column more, not twice the result. Empties
+    ``parts``.
+
+    Examples:
+        >>> parts = [pl.DataFrame({"a": [1], "b": ["x"]}), pl.DataFrame({"a": [2], "b": ["y"]})]
+        >>> _stacked(parts).rows(), parts
+        ([(1, 'x'), (2, 'y')], [])
+    """
+    columns = []
+    for name in parts[0].columns:
+        columns.append(pl.concat([part.get_column(name) for part in parts], rechunk=True))
+        parts[:] = [part.drop(name) for part in parts]
+    parts.clear()
+    return pl.DataFrame(columns)
+
+
+def _shared_meta(decided: pl.DataFrame, cases: pl.DataFrame | None) -> pl.DataFrame:
+    """``decided`` with its case columns (ids, hashes, tags, ...) those of ``cases`` itself
+    when both hold the same cases in the same order: one copy of a million cases' tags is
+    held, not one more per verdict frame.
+
+    Examples:
+        >>> cases = pl.DataFrame({"run_id": ["r"], "case_id": ["a"], "case_hash": ["h"],
+        ...     "tags": [["x"]], "criticality": ["normal"], "sealed": [False]})
+        >>> _shared_meta(cases.with_columns(passed=pl.lit(True)), cases).columns[-1]
+        'passed'
+    """
+    shared = ["run_id", "case_id", *CASE_META]
+    if cases is None or cases.height != decided.height or not set(shared) <= set(cases.columns):
+        return decided
+    if not all(decided[c].dtype == cases[c].dtype for c in shared):
+        return decided
+    ids = cases["case_id"]
+    if not strictly_increasing(ids):  # each case once, in order
+        return decided
+    if not (decided["case_id"].equals(ids) and decided["run_id"].equals(cases["run_id"])):
+        return decided
+    return decided.with_columns(cases.get_column(c) for c in shared)
+
+
+def strictly_increasing(ids: pl.Series) -> bool:
+    """Whether ``ids`` are sorted, each once and none null: one run's cases as read.
+
+    Examples:
+        >>> strictly_increasing(pl.Series(["a", "b"])), strictly_increasing(pl.Series(["a", "a"]))
+        (True, False)
+    """
+    return ids.null_count() == 0 and bool((ids.head(-1) < ids.tail(-1)).all())
 
 
 def _case_ids(outputs: pl.DataFrame, cases: pl.DataFrame | None) -> pl.Series:
     """Every case id the verdicts will have, sorted (once each)."""
-    found = [outputs["case_id"]] + ([cases["case_id"]] if cases is not None else [])
-    return pl.concat(found).unique().sort()
+    if cases is not None:  # the verdicts are the cases' (an output of no case is left out)
+        ids = cases["case_id"]
+        # one run's cases in order: no hashing of a million ids to find them unique
+        return ids if strictly_increasing(ids) else ids.unique().sort()
+    return outputs["case_id"].unique().sort()
 
 
 def _verdicts(

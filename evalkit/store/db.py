@@ -512,7 +512,7 @@ class Store(
         import polars as pl
 
         # Polars reads the relation's Arrow C stream; ``.pl()`` would go through pyarrow.
-        return pl.DataFrame(self._con.sql(sql, params=list(params or [])))
+        return pl.DataFrame(self._con.sql(sql, params=list(params or []))).rechunk()
 
     def _insert(self, table: str, rows: Columns, types: dict[str, str]) -> None:
         """Insert column lists: one list parameter per column, unnested side by side (DuckDB

@@ -122,12 +122,22 @@ class RunReads:
         columns = _columns("c.*", without, {"input", "provenance", "source"})
         params: list[Any] = [scoring_id, run_id]
         where = _only_cases("c.case_id", case_ids, params)
-        return self._frame(
-            f"SELECT {columns} REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) "
-            "FROM cases c LEFT JOIN scoring_cases s ON s.scoring_id = ? AND s.case_id = c.case_id "
-            f"WHERE c.run_id = ?{where} ORDER BY c.case_id",
-            params,
-        )
+        rescored = self._con.execute(
+            "SELECT count(*) FROM scoring_cases WHERE scoring_id = ?", [scoring_id]
+        ).fetchall()[0][0]
+        if rescored:
+            select = (
+                f"SELECT {columns} REPLACE (coalesce(s.case_hash, c.case_hash) AS case_hash) "
+                "FROM cases c LEFT JOIN scoring_cases s ON s.scoring_id = ? "
+                "AND s.case_id = c.case_id"
+            )
+        else:  # no hash of its own: the rows as stored, in the order they were written
+            select, params = f"SELECT {columns} FROM cases c", params[1:]
+        frame = self._frame(f"{select} WHERE c.run_id = ?{where}", params)
+        # ordered by Polars, not DuckDB, and only when the rows were not written in order:
+        # what DuckDB's sort of a million rows took stayed in the process
+        ids = frame["case_id"]
+        return frame if ids.is_sorted() else frame.sort("case_id", maintain_order=True)
 
     def outputs(
         self,
