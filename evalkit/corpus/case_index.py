@@ -349,6 +349,12 @@ class CaseIndex:
         False at once when another process holds it; with ``wait``, True once it is free or
         after :data:`CLAIM_WAIT_S` (then held by no one here: the caller makes the entry as
         if there were no claims). True, holding nothing, where no claim can be taken."""
+        with self.claim_file(self.entry_path(rel).with_suffix(".lock"), wait=wait) as held:
+            yield held
+
+    @contextlib.contextmanager
+    def claim_file(self, lock: Path, *, wait: bool) -> Iterator[bool]:
+        """:meth:`claim` on any lock file of this directory (the corpus summary's too)."""
         try:
             import fcntl
         except ImportError:  # pragma: no cover - Windows: every process makes its own entries
@@ -356,7 +362,7 @@ class CaseIndex:
             return
         try:
             self._prepare()
-            fd = os.open(self.entry_path(rel).with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:  # a directory that cannot be written: no entries will be either
             yield True
             return

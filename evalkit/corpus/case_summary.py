@@ -34,7 +34,7 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -44,12 +44,10 @@ import polars as pl
 from evalkit.corpus import cases as _cases
 from evalkit.corpus.case_facts import CorpusFacts, _FactsBuilder, _reader_fingerprint, scan_corpus
 from evalkit.corpus.case_index import (
-    CLAIM_WAIT_S,
     CaseIndex,
     FileFacts,
     IndexCounts,
     ScorerFacts,
-    _flock,
     loader_modules,
 )
 from evalkit.corpus.cases import CASE_GLOBS, _relative
@@ -264,33 +262,13 @@ def _made_once(
     """The summary made and written under its claim, or the one another process made while
     this one waited for the claim; None when it cannot be made (read the slow way)."""
     for wait in (False, True):
-        with _claim(index, path.with_name(path.name + ".lock"), wait) as held:
+        with index.claim_file(path.with_name(path.name + ".lock"), wait=wait) as held:
             if not held:
                 index.counts.claims_waited += 1
                 continue
             found = _read(path, key, index, count=False) if wait else None
             return found or _make(root, index, path, fingerprint, case_dirs)
     return None  # pragma: no cover - the second pass always holds (or waited out) the claim
-
-
-@contextlib.contextmanager
-def _claim(index: CaseIndex, lock: Path, wait: bool) -> Iterator[bool]:
-    """The summary's claim, as :meth:`CaseIndex.claim` takes a file's."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: every process makes its own summary
-        yield True
-        return
-    try:
-        index._prepare()
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        yield True
-        return
-    try:
-        yield _flock(fd, fcntl, CLAIM_WAIT_S if wait else 0.0)
-    finally:
-        os.close(fd)
 
 
 def _make(
