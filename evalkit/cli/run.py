@@ -178,13 +178,14 @@ def require_store(db: str) -> None:
         raise EvalkitError(f"{db}: no evalkit store here (run `evalkit run --db {db}` first)")
 
 
-def print_run_summary(summary: RunSummary, db: str) -> None:
+def print_run_summary(summary: RunSummary, db: str, *, asked_here: bool = True) -> None:
     """The run's summary on stdout: plain lines, bold/yellow/red only on a colour terminal
     (printed without Rich, whose import is about 20 ms of a short run's start-up); the lines
     are `evalkit.run.summary.summary_lines`, what a notebook's run result shows."""
     from evalkit.run.summary import summary_lines
 
-    print("\n".join(summary_lines(summary, db, _painter(sys.stdout))), flush=True)
+    lines = summary_lines(summary, db, _painter(sys.stdout), asked_here=asked_here)
+    print("\n".join(lines), flush=True)
 
 
 def _painter(stream: Any) -> Callable[[str, str], str]:

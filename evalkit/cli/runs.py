@@ -100,7 +100,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    print_run_summary(merged.summary, args.db)
+    print_run_summary(merged.summary, args.db, asked_here=False)
     if args.json:
         Path(args.json).write_text(json.dumps(merged.summary.to_dict(), indent=2))
     return 0

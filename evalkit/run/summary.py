@@ -264,10 +264,16 @@ def rate_text(counts: CaseCounts | None, replays: int | None) -> str:
 
 
 def summary_lines(
-    summary: RunSummary, db: str, paint: Callable[[str, str], str] = lambda text, _style: text
+    summary: RunSummary,
+    db: str,
+    paint: Callable[[str, str], str] = lambda text, _style: text,
+    *,
+    asked_here: bool = True,
 ) -> list[str]:
     """The run summary as ``evalkit run`` prints it, line by line (``paint(text, style)``
-    colours a word on a terminal; by default the text as it is)."""
+    colours a word on a terminal; by default the text as it is). ``asked_here`` False: this
+    process asked the model nothing (``evalkit runs merge``), so no session line of zeros
+    reads as if the run made no requests."""
     # an unlabelled run (label "run") or a merged run (label = id) reads "run ID", not "run run ID"
     named = "" if summary.label in ("run", summary.run_id, "") else f"{paint(summary.label, BOLD)} "
     lines = [
@@ -275,10 +281,14 @@ def summary_lines(
         f"{summary.outputs} outputs — outputs passed {summary.passed}, failed "
         f"{summary.failed}, errors {summary.errored}",
         f"  {rate_text(summary.case_counts, summary.replays)}",
-        f"  this session: requests {summary.requests} (retries {summary.retries}), cache hits "
-        f"{summary.cache_hits}, resumed-skipped {summary.resumed_skipped}"
-        + (f", errors asked again {summary.retried_errors}" if summary.retried_errors else "")
-        + f"; wall {summary.wall_s:.2f}s",
+        (
+            f"  this session: requests {summary.requests} (retries {summary.retries}), cache "
+            f"hits {summary.cache_hits}, resumed-skipped {summary.resumed_skipped}"
+            + (f", errors asked again {summary.retried_errors}" if summary.retried_errors else "")
+            + f"; wall {summary.wall_s:.2f}s"
+            if asked_here
+            else "  merged from its parts: the requests are counted in each shard's own summary"
+        ),
         f"  {summary.cached_outputs} of {summary.outputs} outputs from cache; "
         f"mean latency {summary.mean_latency_ms:.0f} ms, tokens {summary.prompt_tokens}+"
         f"{summary.completion_tokens}, cost spent ${summary.cost_spent_usd:.4f} "

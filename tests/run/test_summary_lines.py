@@ -40,3 +40,14 @@ def _summary(run_id: str, label: str) -> RunSummary:
 )
 def test_the_first_line_names_the_run_once(run_id: str, label: str, first: str) -> None:
     assert summary_lines(_summary(run_id, label), "db.duckdb")[0].startswith(first)
+
+
+def test_a_merge_prints_no_session_of_zero_requests() -> None:
+    """``evalkit runs merge`` asked nothing itself: its summary says the shards did, rather
+    than "this session: requests 0 ... wall 0.00s" beside a run of thousands of outputs."""
+    merged = summary_lines(_summary("nightly-41", "nightly-41"), "db.duckdb", asked_here=False)
+    ran = summary_lines(_summary("nightly-41", "nightly-41"), "db.duckdb")
+    assert not any("this session" in line for line in merged)
+    assert any("counted in each shard's own summary" in line for line in merged)
+    assert any("this session: requests 3" in line for line in ran)
+    assert len(merged) == len(ran)

@@ -307,7 +307,11 @@ def test_parts_on_s3_are_written_and_merged_through_pyarrow_fs(
 
 
 def test_a_sharded_run_writes_its_parts_to_s3(
-    tmp_path: Path, s3_endpoint: str, s3_env: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    s3_endpoint: str,
+    s3_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``evalkit run --shard K/N --parts s3://...`` for each shard, then ``evalkit runs merge``."""
     from evalkit.cli import main
@@ -320,7 +324,10 @@ def test_a_sharded_run_writes_its_parts_to_s3(
         args = ["run", "--config", config, "--shard", f"{k}/3", "--run-id", "ci-7"]
         assert main([*args, "--parts", location, "--chunk-size", "2", "--db", db]) == 0
     assert not os.path.exists(db)  # shards never open the store
+    capsys.readouterr()
     assert main(["runs", "merge", "ci-7", "--parts", location, "--db", db]) == 0
+    printed = capsys.readouterr().out
+    assert "run ci-7: 12 cases" in printed and "this session" not in printed
     with open_store(db, read_only=True) as store:
         assert store.run_status("ci-7") == "complete"
         assert store.outputs("ci-7").height == 12 and store.scores("ci-7").height == 12
