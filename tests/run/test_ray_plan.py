@@ -11,7 +11,9 @@ import polars as pl
 import pytest
 
 from evalkit.corpus.case_facts import scan_corpus
+from evalkit.corpus.case_summary import read_run_facts
 from evalkit.corpus.cases import load_corpus
+from evalkit.corpus.fact_rows import FactRows
 from evalkit.errors import StoreError
 from evalkit.run.engines import ray_plan
 from evalkit.run.engines.ray_plan import ShareFeed, plan_shares, stored_share_count
@@ -224,3 +226,38 @@ def test_one_share_is_recorded_in_pieces_the_merge_checks_against_the_corpus(
     with open_store(tmp_path / "b.duckdb", write=True) as store, pytest.raises(StoreError) as bad:
         merge_run(store, parts, "r2", in_progress=True)
     assert "pieces hold 300 cases" in str(bad.value) and "not its share" in str(bad.value)
+
+
+@pytest.mark.parametrize("replays", [1, 3])
+def test_the_driver_holds_the_runs_order_as_rows_and_cuts_a_share_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int
+) -> None:
+    """The order from the columns is ``order_units``' own and records the same shares; the
+    driver's units are made a share at a time (``made``, ``waiting_peak``), never the run's
+    at once, and go out in the run's order."""
+    root, _, units, manifest, count, parts = _feed(tmp_path, monkeypatch, replays)
+    facts = read_run_facts(root, index_dir=tmp_path / "index")  # as `evalkit run` reads it
+    assert isinstance(facts.cases, FactRows)
+    plan = ray_plan.order_corpus_units(facts, replays)
+    assert isinstance(plan, ray_plan.UnitPlan) and plan.made == 0  # planned, no unit made
+    assert len(plan) == len(units) and plan[len(units) - 1] == units[-1] == plan[-1]
+    assert list(plan) == units and plan[5:17] == units[5:17] and plan[3:9:2] == units[3:9:2]
+    assert plan.shares(count) == manifest.corpus.shares  # what corpus_shares records
+    made = plan.made
+    assert plan_shares(manifest, facts, plan)[0] == manifest and plan.made == made  # columns
+    feed = ShareFeed(
+        corpus=facts, root=parts, manifest=manifest, units=plan, count=count, chunk_size=16
+    )
+    feed.record()
+    plan.made = 0
+    feed.plan(done=set())
+    assert plan.made == 0 and feed.waiting_peak == 0  # nothing cut before it is taken
+    sent = []
+    while feed:
+        chunk, _ = feed.take()
+        sent.extend(chunk.units)
+        feed.release(chunk)
+    assert sent == units  # the run's order, each unit once
+    share = 70 * replays
+    assert 0 < feed.waiting_peak <= share  # one share's chunks waiting, never the run's
+    assert plan.made <= 2 * len(units)  # each share's units made to cut it and to open it

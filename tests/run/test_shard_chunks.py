@@ -269,5 +269,5 @@ def test_a_shard_plans_the_units_and_shares_order_units_gives(
             columns, theirs = plan(None, SimpleNamespace(cases=rows), None, "r", Shard(k, count))
             assert (theirs, columns.shares) == (mine, manifest.shares)
             assert sharded.corpus_shares(rows, units, count) == manifest.shares  # Ray's
-    assert order_corpus_units(SimpleNamespace(cases=rows), replays) == units  # Ray's order
+    assert list(order_corpus_units(SimpleNamespace(cases=rows), replays)) == units  # Ray's order
     assert rows.counts.facts_made == 0  # planned from the columns alone

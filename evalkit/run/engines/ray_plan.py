@@ -23,8 +23,9 @@ Examples:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, overload
 
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.case_index import IndexMismatch
@@ -45,6 +46,10 @@ from evalkit.run.shards import (
 from evalkit.run.share_chunks import ShareCases, piece_name
 from evalkit.run_manifest import RunManifest
 from evalkit.store.parts import PartsRoot
+from evalkit.store.schema import corpus_digest
+
+if TYPE_CHECKING:  # imported by what makes the columns (the corpus summary), not here
+    import polars as pl
 
 #: At most this many (case, replay) units in one share of a Ray run (a module setting).
 SHARE_UNITS = 20_000
@@ -58,17 +63,99 @@ def share_count(units: int) -> int:
     return max(1, -(-units // SHARE_UNITS))
 
 
-def order_corpus_units(corpus: Corpus | CorpusFacts, replays: int) -> list[Unit]:
+def order_corpus_units(corpus: Corpus | CorpusFacts, replays: int) -> Sequence[Unit]:
     """Every unit of the run, ordered as :func:`~evalkit.run.shards.order_units` orders them:
-    from the ids and their digests as columns when the facts are (no fact made)."""
+    from the ids and their digests as columns when the facts are (no fact made, no unit made
+    until it is read: a :class:`UnitPlan`)."""
     if not isinstance(corpus.cases, FactRows):
         return order_units((case.id for case in corpus.cases), replays)
-    pairs = corpus.cases.frame.select("digest", "id").unique("id").sort("digest", "id")
-    return sorted(
-        Unit(digest, replay, case_id)
-        for digest, case_id in pairs.iter_rows()
-        for replay in range(replays)
-    )
+    return UnitPlan.of(corpus.cases.frame, replays)
+
+
+class UnitPlan(Sequence[Unit]):
+    """A run's units in order, as the row positions (``rows``) of its cases in the corpus
+    columns sorted by their id's digest: unit ``p`` is replay ``p % replays`` of the case at
+    ``rows[p // replays]`` (a case's replays are neighbours, its digest being its own). A
+    :class:`~evalkit.run.shards.Unit` is made only when read (a slice makes a list of them):
+    the driver holds 4 bytes a case for the run's order, not a tuple a unit. ``made`` counts
+    the units made, for the tests.
+
+    Examples:
+        >>> import polars as pl
+        >>> frame = pl.DataFrame({"id": ["a", "b"], "digest": ["d2", "d1"], "hash": ["x", "y"]})
+        >>> plan = UnitPlan.of(frame, 2)
+        >>> len(plan), [(u.case_id, u.replay) for u in plan[1:3]], plan.made
+        (4, [('b', 1), ('a', 0)], 2)
+    """
+
+    def __init__(self, frame: pl.DataFrame, rows: pl.Series, replays: int) -> None:
+        # the corpus's own columns (no copy), gathered a slice at a time
+        self._ids, self._digests = frame.get_column("id"), frame.get_column("digest")
+        self._hashes = frame.get_column("hash")
+        self.rows, self.replays, self.made = rows, replays, 0
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame, replays: int) -> UnitPlan:
+        """The plan of ``replays`` runs of each case of ``frame`` (an id twice: its last row,
+        the one whose hash :func:`~evalkit.run.sharded.corpus_shares` takes)."""
+        if frame.get_column("id").n_unique() == frame.height:
+            rows = frame.get_column("digest").arg_sort()  # a digest per id: no tie to break
+        else:
+            pairs = frame.select("digest", "id").with_row_index("row")
+            rows = pairs.unique("id", keep="last").sort("digest", "id").get_column("row")
+        return cls(frame, rows, replays)
+
+    def __len__(self) -> int:
+        return len(self.rows) * self.replays
+
+    @overload
+    def __getitem__(self, at: int) -> Unit: ...
+    @overload
+    def __getitem__(self, at: slice) -> list[Unit]: ...
+    def __getitem__(self, at: int | slice) -> Unit | list[Unit]:
+        if isinstance(at, slice):
+            start, stop, step = at.indices(len(self))
+            if step != 1:
+                return [self[p] for p in range(start, stop, step)]
+            return self._units(start, stop)
+        if not -len(self) <= at < len(self):
+            raise IndexError(at)
+        at %= len(self)
+        return self._units(at, at + 1)[0]
+
+    def __iter__(self) -> Iterator[Unit]:
+        step = 10_000 * self.replays  # a batch of units made at a time, never the run's
+        for start in range(0, len(self), step):
+            yield from self._units(start, min(start + step, len(self)))
+
+    def _units(self, start: int, stop: int) -> list[Unit]:
+        if start >= stop:
+            return []
+        first, last = start // self.replays, (stop - 1) // self.replays + 1
+        rows = self.rows[first:last]
+        digests, ids = self._digests.gather(rows).to_list(), self._ids.gather(rows).to_list()
+        r = self.replays
+        self.made += stop - start
+        return [
+            Unit(digests[p // r - first], p % r, ids[p // r - first]) for p in range(start, stop)
+        ]
+
+    def shares(self, count: int) -> dict[str, object]:
+        """:func:`~evalkit.run.sharded.corpus_shares` of this plan cut in ``count``, from the
+        columns: each share's ids and hashes gathered, no unit made."""
+        digests, sizes = [], []
+        for k in range(1, count + 1):
+            start = (k - 1) * len(self) // count
+            stop = k * len(self) // count
+            if start >= stop:
+                digests.append(corpus_digest(()))
+                sizes.append(0)
+                continue
+            rows = self.rows[start // self.replays : (stop - 1) // self.replays + 1]
+            ids, hashes = self._ids.gather(rows).to_list(), self._hashes.gather(rows).to_list()
+            digests.append(corpus_digest(zip(ids, hashes, strict=True)))
+            sizes.append(len(rows))
+        return {"count": count, "hashes": digests, "n_cases": sizes}
 
 
 def plan_shares(
@@ -77,7 +164,9 @@ def plan_shares(
     """``manifest`` with the shares of a run of ``units`` recorded (``corpus.shares``, only
     when there are several), and how many there are."""
     count = share_count(len(units))
-    if count > 1:
+    if count > 1 and isinstance(units, UnitPlan):
+        manifest = manifest.with_corpus(shares=units.shares(count))
+    elif count > 1:
         manifest = manifest.with_corpus(shares=corpus_shares(corpus.cases, units, count))
     return manifest, count
 
@@ -91,9 +180,12 @@ class ShareFeed:
     written as a piece of its share, and let go when its last is; a chunk's cases are held
     until it is done (:meth:`release`). A run of one share is one share of one.
 
+    A share's chunks are cut when its first is taken (:meth:`plan` counts what is left of each
+    and keeps none), so the units made and waiting are one share's, whatever the run.
+
     ``built`` counts the cases built here, ``held`` the cases of the open piece and of the
-    chunks taken and not released, ``peak`` the most held at once: counters for the tests,
-    not timers."""
+    chunks taken and not released, ``peak`` the most held at once, ``waiting_peak`` the most
+    units cut into chunks and not yet taken: counters for the tests, not timers."""
 
     corpus: Corpus | CorpusFacts
     root: PartsRoot
@@ -105,7 +197,10 @@ class ShareFeed:
     held: int = 0
     peak: int = 0
     skipped: int = 0
+    waiting_peak: int = 0
     _pending: deque[tuple[int, _Piece, Chunk]] = field(default_factory=deque)
+    _done: set[tuple[str, int]] = field(default_factory=set)
+    _next: int = 0  # the share to cut next (0: not planned; past ``count``: none left)
     _share: int = 0
     _share_cases: ShareCases | None = None
     _piece: _Piece | None = None  # the piece of the chunks being taken
@@ -121,22 +216,33 @@ class ShareFeed:
         self._open(1, self._pieces(1)[0])
 
     def plan(self, done: set[tuple[str, int]]) -> None:
-        """Cut each share's units into chunks of ``chunk_size``, without the units in
-        ``done``."""
-        for k in range(1, self.count + 1):
+        """Count the units in ``done`` (``skipped``); each share's chunks of ``chunk_size``,
+        without the units in ``done``, are cut when the share comes up."""
+        for k in range(1, self.count + 1 if done else 1):  # a new run: none done, none cut
             for piece in self._pieces(k):
-                todo = remaining(piece.chunks, done)
-                self.skipped += sum(len(c.units) for c in piece.chunks)
-                self.skipped -= sum(len(c.units) for c in todo)
+                planned = sum(len(c.units) for c in piece.chunks)
+                self.skipped += planned - sum(len(c.units) for c in remaining(piece.chunks, done))
+        self._done, self._next = done, 1
+
+    def _cut(self) -> None:
+        """Cut the next shares with work left into chunks until one has (or none is left)."""
+        while not self._pending and 0 < self._next <= self.count:
+            k, self._next = self._next, self._next + 1
+            for piece in self._pieces(k):
+                todo = remaining(piece.chunks, self._done)
                 piece.left = len(todo)
                 self._pending.extend((k, piece, chunk) for chunk in todo)
+            waiting = sum(len(chunk.units) for _, _, chunk in self._pending)
+            self.waiting_peak = max(self.waiting_peak, waiting)
 
     def __bool__(self) -> bool:
+        self._cut()
         return bool(self._pending)
 
     def take(self) -> tuple[Chunk, dict[str, Case]]:
         """The next chunk and its cases (its piece built and recorded first when it is new
         and not already recorded); held until :meth:`release`."""
+        self._cut()
         k, piece, chunk = self._pending.popleft()
         if self._piece is None or piece.name != self._piece.name:
             self._open(k, piece)
