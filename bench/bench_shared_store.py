@@ -24,6 +24,12 @@ Each is timed (wall and CPU of this process) and divided by the rows moved.
               ``SharedStore.compact_cache`` (every file rewritten as one), and the
               compaction's own wall and CPU, per row of the cache.
 
+``pushes``    the team store as it fills: ``--pushes`` runs of ``--push-cases`` cases each
+              pushed one after another (every table compacted past its data-file limit and
+              its old snapshots expired after each push), with the wall and CPU of each push,
+              and at a few marks a pull of the first run into a fresh local store and the
+              snapshots each table keeps: flat figures mean the store does not slow as it fills.
+
 Figures are printed, never asserted; the load average is printed with them.
 
 Usage:
@@ -31,6 +37,7 @@ Usage:
     .venv/bin/python bench/bench_shared_store.py --cases 20000 --json figures.json
     .venv/bin/python bench/bench_shared_store.py --only publish --files 100
     .venv/bin/python bench/bench_shared_store.py --only compact --commits 16,200,1000
+    .venv/bin/python bench/bench_shared_store.py --only pushes --pushes 500 --push-cases 200
 """
 
 from __future__ import annotations
@@ -261,6 +268,64 @@ def _print_compact(figures: list[dict[str, Any]], per_commit: int) -> None:
         )
 
 
+def bench_pushes(root: Path, pushes: int, cases: int) -> list[dict[str, Any]]:
+    """Push ``pushes`` runs of ``cases`` cases one after another into one shared store; at
+    the first push, the last and a few between: that push's wall and CPU (the median of the
+    pushes since the previous mark too), a pull of the first run into a fresh local store,
+    and the most snapshots any table keeps."""
+    from evalkit.store.shared.tables import TABLES
+
+    shared = open_shared_store(f"sqlite:///{root / 'fill-catalog.db'}")
+    marks = sorted({1, *(m for m in (10, 50, 100, 250, 500, 1000) if m < pushes), pushes})
+    local = root / "fill.duckdb"
+    figures: list[dict[str, Any]] = []
+    since: list[tuple[float, float]] = []
+    for i in range(1, pushes + 1):
+        run_id = f"fill-{i:05d}"
+        _write_run(local, run_id, cases)
+        with open_store(local, read_only=True) as store:
+            pushed, wall, cpu = _timed(
+                lambda store=store, run_id=run_id: shared.push_run(store, run_id)
+            )
+        assert pushed.rows >= 4 * cases  # cases, outputs, two scores each (and the run)
+        since.append((wall, cpu))
+        if i not in marks:
+            continue
+        target = root / f"pull-{i}.duckdb"
+        with open_store(target, write=True) as other:
+            pulled, pull_wall, pull_cpu = _timed(
+                lambda other=other: shared.pull(other, "fill-00001")
+            )
+        assert pulled.rows >= 4 * cases
+        target.unlink()
+        figures.append({
+            "pushes": i, "push_wall_s": wall, "push_cpu_s": cpu,
+            "median_push_wall_s": statistics.median(w for w, _ in since),
+            "median_push_cpu_s": statistics.median(c for _, c in since),
+            "pull_wall_s": pull_wall, "pull_cpu_s": pull_cpu,
+            "most_snapshots": max(
+                len(table.metadata.snapshots)
+                for table in (shared._table(name) for name in TABLES)
+                if table is not None
+            ),
+            "load": _load(),
+        })  # fmt: skip
+        since = []
+    return figures
+
+
+def _print_pushes(figures: list[dict[str, Any]], cases: int) -> None:
+    print(f"pushes: runs of {cases:,} cases pushed one after another into one shared store")
+    for fig in figures:
+        print(
+            f"  push {fig['pushes']:>5}: {fig['push_wall_s']:6.2f} s wall {fig['push_cpu_s']:6.2f}"
+            f" s CPU (median since the last mark {fig['median_push_wall_s']:.2f} / "
+            f"{fig['median_push_cpu_s']:.2f} s); pull of the first run {fig['pull_wall_s']:.2f} s"
+            f" wall {fig['pull_cpu_s']:.2f} s CPU; at most {fig['most_snapshots']} snapshots a "
+            f"table [load {fig['load']}]"
+        )
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -269,7 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=200, help="publish: grow the cache to this")
-    parser.add_argument("--only", choices=["push-pull", "publish", "compact"], help="one part only")
+    parser.add_argument(
+        "--only", choices=["push-pull", "publish", "compact", "pushes"], help="one part only"
+    )
+    parser.add_argument("--pushes", type=int, default=500, help="pushes: runs pushed in turn")
+    parser.add_argument("--push-cases", type=int, default=200, help="pushes: cases a run")
     parser.add_argument(
         "--commits", default="16,200,1000", help="compact: data files to grow the cache to"
     )
@@ -279,6 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     figures: dict[str, Any] = {"cases": args.cases}
+    if args.only == "pushes":
+        with tempfile.TemporaryDirectory() as tmp:
+            figures["pushes"] = bench_pushes(Path(tmp), args.pushes, args.push_cases)
+        _print_pushes(figures["pushes"], args.push_cases)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+        return 0
     if args.only == "compact":
         marks = [int(m) for m in args.commits.split(",")]
         with tempfile.TemporaryDirectory() as tmp:

@@ -374,3 +374,18 @@ def test_periodic_merge_bench_reads_each_part_once_and_stores_every_output(
     small = figures["2400"]
     assert small["merges"] == 4 and small["complete"] and small["stored"] == 2400
     assert small["files_read"] == small["part_files"] == 3 * 12 + 2
+
+
+def test_shared_store_pushes_bench_pulls_every_mark_and_keeps_few_snapshots(
+    tmp_path: Path,
+) -> None:
+    from evalkit.store.shared.compaction import KEEP_SNAPSHOTS
+
+    figures = _run(
+        "bench_shared_store", ["--only", "pushes", "--pushes", "12", "--push-cases", "20"], tmp_path
+    )
+    marks = figures["pushes"]
+    assert [m["pushes"] for m in marks] == [1, 10, 12]
+    assert all(m["push_cpu_s"] > 0 and m["pull_cpu_s"] > 0 for m in marks)
+    # every table's old snapshots expired after each push: the count stops growing
+    assert all(m["most_snapshots"] <= KEEP_SNAPSHOTS for m in marks)

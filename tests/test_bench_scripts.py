@@ -16,7 +16,6 @@ NOT_RUN_BY_A_TEST = frozenset(
         "bench_judge_rivals",
         "bench_large_import",
         "bench_pr_gate",
-        "bench_shared_store",
         "bench_table_formats",
         "bench_transfer",
     }
