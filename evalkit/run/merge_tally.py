@@ -25,38 +25,30 @@ Examples:
     ...     for c, t in OUTPUT_SCHEMA.items())
     >>> tally = MergeTally("r1/s0")
     >>> tally.add(MergedBatch(outputs, pl.DataFrame(schema=SCORE_SCHEMA), new_cases=2))
-    >>> (tally.outputs, tally.passed, tally.errored, tally.causes)
+    >>> (tally.outputs, tally.passed, tally.errored, tally.error_causes)
     (2, 1, 1, Counter({'timeout': 1}))
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import polars as pl
 
-from evalkit.run.summary import TOP_CAUSES, ErrorCause, RunSummary
+from evalkit.run.summary import RunSummary, top_causes
+from evalkit.run.writer import OutputFigures
 from evalkit.store.merge import MergedBatch
 
 
 @dataclass
-class MergeTally:
-    """What one merge's batches add to a run's figures (outputs of the run's own scoring)."""
+class MergeTally(OutputFigures):
+    """What one merge's batches add to a run's figures (outputs of the run's own scoring;
+    ``latency_ms`` summed over the outputs that have one, ``timed`` of them)."""
 
     scoring_id: str
-    outputs: int = 0
     cases: int = 0  # case ids with no output before
-    errored: int = 0
-    passed: int = 0
-    cached: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    cost_cached_usd: float = 0.0
-    latency_ms: float = 0.0  # summed over the outputs that have one ...
-    timed: int = 0  # ... and how many do
-    causes: Counter[str] = field(default_factory=Counter)
+    timed: int = 0
 
     def add(self, batch: MergedBatch) -> None:
         """One written batch, counted as :func:`~evalkit.run.summary.summarize` counts it."""
@@ -97,9 +89,9 @@ class MergeTally:
         self.latency_ms += float(figures["latency"] or 0.0)
         self.timed += int(figures["timed"])
         # the store's wording of a cause (error_causes), of the rows as stored (scrubbed)
-        self.causes.update(e for e in batch.outputs["error"].to_list() if e is not None)
+        self.error_causes.update(e for e in batch.outputs["error"].to_list() if e is not None)
         failed = scores.filter(pl.col("error").fill_null(False))
-        self.causes.update(
+        self.error_causes.update(
             f"scorer {scorer}: {reason or ''}"
             for scorer, reason in failed.select("scorer", "reason").iter_rows()
         )
@@ -112,8 +104,7 @@ class MergeTally:
         cost_cached = summary.cost_cached_usd + self.cost_cached_usd
         timed = summary.outputs + self.timed
         latency = summary.mean_latency_ms * summary.outputs + self.latency_ms
-        causes = Counter({c.cause: c.count for c in summary.error_causes}) + self.causes
-        top = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_CAUSES]
+        causes = Counter({c.cause: c.count for c in summary.error_causes}) + self.error_causes
         return replace(
             summary,
             cases=summary.cases + self.cases,
@@ -129,6 +120,6 @@ class MergeTally:
             cached_outputs=summary.cached_outputs + self.cached,
             cost_spent_usd=cost - cost_cached,
             cost_cached_usd=cost_cached,
-            error_causes=tuple(ErrorCause(cause, n) for cause, n in top),
+            error_causes=top_causes(causes),
             case_counts=None,
         )

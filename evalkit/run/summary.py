@@ -22,6 +22,7 @@ Examples:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -173,6 +174,12 @@ def summarize(
     )
 
 
+def top_causes(causes: Counter[str]) -> tuple[ErrorCause, ...]:
+    """The :data:`TOP_CAUSES` most frequent causes, as :func:`error_causes` orders them."""
+    top = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_CAUSES]
+    return tuple(ErrorCause(cause, n) for cause, n in top)
+
+
 def summarize_written(
     counts: WrittenCounts,
     run_id: str,
@@ -186,7 +193,6 @@ def summarize_written(
     """:func:`summarize` of a run whose every output went through one writer (a fresh run):
     the same figures from what the writer counted as it wrote them, without a query."""
     outputs = counts.outputs
-    causes = sorted(counts.error_causes.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_CAUSES]
     return RunSummary(
         run_id=run_id,
         label=label,
@@ -210,7 +216,7 @@ def summarize_written(
         cost_spent_usd=counts.cost_usd - counts.cost_cached_usd,
         cost_cached_usd=counts.cost_cached_usd,
         retried_errors=session.retried_errors,
-        error_causes=tuple(ErrorCause(cause, n) for cause, n in causes),
+        error_causes=top_causes(counts.error_causes),
         warnings=warnings,
         replicas=session.replicas,
     )

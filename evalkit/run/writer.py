@@ -56,11 +56,11 @@ _Batch = tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, str]]
 
 
 @dataclass(kw_only=True)
-class WrittenCounts:
-    """What the answers handed to one writer add up to, counted as they come in: the figures
-    :func:`evalkit.run.summary.summarize` reads back from the store for the same rows (an
-    output is *errored* when the system or one of its scorers errored, *passed* when neither
-    did, it has no ``fail_reason`` and every scorer passed)."""
+class OutputFigures:
+    """The figures of a run's outputs that add up as outputs come in, counted as
+    :func:`evalkit.run.summary.summarize` reads them back from the store: by a writer an
+    answer at a time (:class:`WrittenCounts`) or by a driver's merge a batch at a time
+    (:class:`~evalkit.run.merge_tally.MergeTally`)."""
 
     outputs: int = 0
     errored: int = 0
@@ -70,12 +70,22 @@ class WrittenCounts:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     cost_cached_usd: float = 0.0
-    latency_ms: float = 0.0  # summed: the mean is latency_ms / outputs
+    latency_ms: float = 0.0  # summed
+    # cause -> outputs, with the store's wording and the store's redaction of key-shaped text
+    error_causes: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(kw_only=True)
+class WrittenCounts(OutputFigures):
+    """What the answers handed to one writer add up to, counted as they come in: the figures
+    :func:`evalkit.run.summary.summarize` reads back from the store for the same rows (an
+    output is *errored* when the system or one of its scorers errored, *passed* when neither
+    did, it has no ``fail_reason`` and every scorer passed; the mean latency is
+    ``latency_ms / outputs``)."""
+
     # Outputs of replay 0: the run's distinct cases, since a fresh run asks every case's
     # replay 0 (a count, not a set of the ids, which would grow with the corpus)
     first_replays: int = 0
-    # cause -> outputs, with the store's wording and the store's redaction of key-shaped text
-    error_causes: Counter[str] = field(default_factory=Counter)
     # each case's replays as the history counts decide them (a fresh run's finish records
     # those counts from here, not from a query; a large run's tally stops)
     replays: ReplayTally = field(default_factory=ReplayTally)
