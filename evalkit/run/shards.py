@@ -121,6 +121,8 @@ def make_chunks(units: Sequence[Unit], chunk_size: int = DEFAULT_CHUNK_SIZE) -> 
 def remaining(chunks: Sequence[Chunk], done: set[tuple[str, int]]) -> list[Chunk]:
     """The chunks with work left, each without its done units; ids stay those of the full
     chunk, so a resumed chunk keeps its name (its parts get the next attempt number)."""
+    if not done:  # a fresh run: nothing to look up for each of a share's units
+        return list(chunks)
     left = []
     for chunk in chunks:
         todo = tuple(u for u in chunk.units if u.key not in done)
