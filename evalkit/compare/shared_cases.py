@@ -22,12 +22,24 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import polars as pl
 
-if TYPE_CHECKING:
-    from evalkit.compare.analysis import RunData
+
+class _Frames(Protocol):
+    """What `share_cases` reads of a run (`evalkit.compare.analysis.RunData`, which imports
+    this module: named by its shape, not imported back), a dataclass."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def cases(self) -> pl.DataFrame: ...
+    @property
+    def outputs(self) -> pl.DataFrame: ...
+
+
+RunData = TypeVar("RunData", bound=_Frames)
 
 #: The case columns two runs of one corpus hold alike (not ``run_id``: each run's own).
 SHARED_CASE_COLUMNS = ("case_id", "case_hash", "tags", "criticality", "sealed", "case_group")
