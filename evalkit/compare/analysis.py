@@ -281,6 +281,7 @@ def verdicts_of(
         def outputs_of(low: str | None, high: str | None) -> pl.DataFrame:
             rows = store.outputs(run.run_id, ordered=False, without=DETAIL_COLUMNS,
                                  case_range=(low, high))  # fmt: skip
+            store.release()  # DuckDB's cache of the blocks read goes, range by range
             overlay = run.overlay.outputs if run.overlay else None  # an exam run's answers
             return compact_strings(_overlaid(run, rows, overlay, low, high))
 
