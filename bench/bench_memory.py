@@ -45,6 +45,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 STAGES = ("push", "pull", "merge", "gate")
+#: jemalloc's settings as this process was given them: importing polars here sets its own
+#: (freed pages kept for 0.5-1 s), which a stage's process would inherit in place of those it
+#: sets for itself when started from a shell (``evalkit.cli``: returned at once).
+_MALLOC_CONF = "_RJEM_MALLOC_CONF"
+_CALLERS_MALLOC_CONF = os.environ.get(_MALLOC_CONF)
 #: One answer's text: about the length of a support reply.
 ANSWER = "Thanks for reaching out: your refund was issued and should arrive within five days. " * 3
 
@@ -238,7 +243,10 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status),
 def run_stage(command: Sequence[str], cwd: Path) -> dict[str, Any]:
     """One stage's process: wall and CPU seconds, peak RSS in MiB, exit code and when it
     started (``started_at``, epoch seconds); a non-zero exit raises."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {k: v for k, v in os.environ.items() if k != _MALLOC_CONF}
+    env["PYTHONPATH"] = str(REPO)
+    if _CALLERS_MALLOC_CONF is not None:
+        env[_MALLOC_CONF] = _CALLERS_MALLOC_CONF
     wall = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _WRAPPER, *command],

@@ -334,6 +334,22 @@ def test_memory_bench_runs_every_stage_and_each_stores_the_whole_run(tmp_path: P
     assert f["merge"]["outputs"] == n  # the merged parts (3 chunks) are the whole run
 
 
+def test_memory_bench_stages_get_the_callers_allocator_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = _script("bench_memory")
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "dirty_decay_ms:500")  # as importing polars sets
+    said = tmp_path / "conf.txt"
+    show = f"import os, pathlib; pathlib.Path({str(said)!r}).write_text(repr(os.environ.get("
+    show += "'_RJEM_MALLOC_CONF')))"
+    monkeypatch.setattr(bench, "_CALLERS_MALLOC_CONF", None)  # a shell that set none
+    bench.run_stage([sys.executable, "-c", show], tmp_path)
+    assert said.read_text() == "None"  # evalkit.cli then sets its own (freed pages returned)
+    monkeypatch.setattr(bench, "_CALLERS_MALLOC_CONF", "narenas:1")
+    bench.run_stage([sys.executable, "-c", show], tmp_path)
+    assert said.read_text() == "'narenas:1'"
+
+
 def test_corpus_memory_loads_every_case_each_way(tmp_path: Path) -> None:
     n = 40
     rows = _run("bench_corpus_memory", ["--cases", str(n)], tmp_path)

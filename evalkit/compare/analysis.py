@@ -18,6 +18,7 @@ import polars as pl
 from evalkit.compare.comparability import check_comparable, comparability_warnings
 from evalkit.compare.paired import case_changes, corpus_delta, paired_frame, same_cases
 from evalkit.compare.pass_rules import PassRules
+from evalkit.compare.shared_cases import share_cases
 from evalkit.compare.trust import trusted_calibrations
 from evalkit.compare.verdicts import verdicts
 from evalkit.judges.gating import (
@@ -280,6 +281,7 @@ def verdicts_of(
         def outputs_of(low: str | None, high: str | None) -> pl.DataFrame:
             rows = store.outputs(run.run_id, ordered=False, without=DETAIL_COLUMNS,
                                  case_range=(low, high))  # fmt: skip
+            store.release()  # DuckDB's cache of the blocks read goes, range by range
             overlay = run.overlay.outputs if run.overlay else None  # an exam run's answers
             return compact_strings(_overlaid(run, rows, overlay, low, high))
 
@@ -496,6 +498,11 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     stored = json.loads(runs["summary"][0] or "null") if runs.height else None
     # In storage order: verdicts group the rows themselves, faster than the store can sort them.
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
+    # counted first, and DuckDB's memory of the count let go before the frames are read: its
+    # grouping of a million score rows is then not on top of them
+    counts = case_counts(store, [run_id]).get(run_id)
+    if thin:
+        store.release()
     without = DETAIL_COLUMNS + USAGE_DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
     # thin: held to the end of the gate, its repeated strings as codes
@@ -518,7 +525,6 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
             scorer_files=json.loads(recorded),
             rescoring={"scoring_id": scoring_id, "harness": scoring["harness"][0]},
         )
-    counts = case_counts(store, [run_id]).get(run_id)
     if thin:  # what DuckDB kept of these reads goes with its connection, before the next run's
         store.release()
     return RunData(
@@ -558,6 +564,7 @@ def load_comparison(
         12
     """
     base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
+    base, cand, _ = share_cases(base, cand)  # the usual pair's cases held once
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
     # Judge rows only (not 3M score rows), each side's own: a judge check gates only when both
     # sides were judged by the same calibrated identity.

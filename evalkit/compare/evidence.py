@@ -171,8 +171,12 @@ def side_errors(run: RunData, paired: pl.DataFrame) -> pl.DataFrame:
     outputs = run.outputs
     cols = [pl.col("case_id"), (pl.col("error") if "error" in outputs.columns
                                 else pl.lit(None, pl.String)).alias("error")]  # fmt: skip
-    present = outputs.select(cols).filter(pl.col("case_id").is_in(paired_ids.implode()))
     replays = run.manifest.replays
+    if replays == 1 and outputs["case_id"].equals(paired_ids, check_names=False):
+        # the usual pair: an output a paired case, in their order (no set of a million ids,
+        # nor a grouping of them, to find none missing)
+        return outputs.select(cols)
+    present = outputs.select(cols).filter(pl.col("case_id").is_in(paired_ids.implode()))
     seen = present.group_by("case_id").len()
     missing = (
         pl.DataFrame({"case_id": paired_ids}).join(seen, on="case_id", how="left")

@@ -45,6 +45,7 @@ from evalkit.compare.exam_thin import (
     with_output_columns,
 )
 from evalkit.compare.pass_rules import PassRules
+from evalkit.compare.shared_cases import share_cases
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.pinned import load_pinned_corpus
 from evalkit.corpus.scorer_modules import MODULE_PREFIX
@@ -293,6 +294,7 @@ def load_exam_comparison(
     if exam is None:
         return None
     base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
+    base, cand, _ = share_cases(base, cand)  # the usual pair's cases held once
     exam_run = find_exam_run(store, baseline, cand, thin)
     if thin:
         exam_cand, parts = judge_pinned_thin(store, exam, base, cand, exam_run)

@@ -48,6 +48,7 @@ from evalkit.compare.analysis import (
 )
 from evalkit.compare.paired import case_changes
 from evalkit.compare.pass_rules import PassRules
+from evalkit.compare.verdicts import strictly_increasing
 from evalkit.corpus.cases import Case
 from evalkit.corpus.pinned import CASE_DIRS, load_pinned_corpus
 from evalkit.corpus.scorer_modules import MODULE_PREFIX
@@ -190,7 +191,12 @@ def _judged(
     held = [pinned[c] for c in rescore], [pinned[c] for c in from_exam]
     overlay = _overlay(cand, exam_run, *held, cand_rows)
     kept = pl.concat([as_stored, pl.Series("case_id", rescore, pl.String)])
-    outputs = [cand.outputs.filter(pl.col("case_id").is_in(kept.implode()))]
+    ids = cand.cases["case_id"]
+    every = not rescore and overlay.cases.is_empty() and as_stored.equals(ids, check_names=False)
+    if every and cand.outputs["case_id"].equals(ids, check_names=False):
+        outputs = [cand.outputs]  # the usual exam: each case as stored, one output each
+    else:
+        outputs = [cand.outputs.filter(pl.col("case_id").is_in(kept.implode()))]
     if from_exam and exam_run is not None:
         theirs = exam_run.outputs.filter(pl.col("case_id").is_in(from_exam))
         outputs.append(theirs.with_columns(run_id=pl.lit(cand.run_id)))
@@ -207,24 +213,42 @@ def _judged(
     thin_cases = overlay.cases.select(columns).cast({c: cand.cases.schema[c] for c in columns})
     # a case hashed alike is the pinned case (tags, criticality, group); its place the pin's
     place = [c for c in ("sealed", "source") if c in columns]
-    stored_cases = (
-        cand.cases.filter(pl.col("case_id").is_in(as_stored.implode()))
-        .drop(place)
-        .join(pin.select("case_id", *place), on="case_id", how="left")
-        .select(columns)
-    )
-    cases = pl.concat([stored_cases, thin_cases]).sort("case_id")
+    if every and pin["case_id"].equals(ids, check_names=False) and strictly_increasing(ids):
+        # every case as stored, in the pin's order: the candidate's own columns (no copy of a
+        # million cases), their place the pin's
+        cases = cand.cases.with_columns(pin.get_column(c) for c in place).select(columns)
+    else:
+        cases = _as_pinned(cand.cases, as_stored, pin, place, columns, thin_cases)
     manifest = replace(cand.manifest, scorer_files=dict(pinned_files), rescoring=None)
     exam_cand = replace(
         cand,
         manifest=manifest,
         cases=cases,
-        outputs=pl.concat(outputs, how="diagonal_relaxed"),
+        outputs=outputs[0] if len(outputs) == 1 else pl.concat(outputs, how="diagonal_relaxed"),
         scores=scores,
         overlay=overlay,
     )  # its own run's figures, and the store of its as-stored cases' rows
     parts = {"rescored": tuple(rescore), "answered": tuple(from_exam), "missing": tuple(missing)}
     return exam_cand, parts
+
+
+def _as_pinned(
+    cases: pl.DataFrame,
+    as_stored: pl.Series,
+    pin: pl.DataFrame,
+    place: Sequence[str],
+    columns: Sequence[str],
+    thin_cases: pl.DataFrame,
+) -> pl.DataFrame:
+    """The candidate's side's cases: those hashed alike as stored (their place the pin's) and
+    the overlay's (``thin_cases``), sorted by id."""
+    stored_cases = (
+        cases.filter(pl.col("case_id").is_in(as_stored.implode()))
+        .drop(place)
+        .join(pin.select("case_id", *place), on="case_id", how="left")
+        .select(columns)
+    )
+    return pl.concat([stored_cases, thin_cases]).sort("case_id")
 
 
 def scored_as_pinned(case: Case, cand_files: Mapping[str, str], pinned: Mapping[str, str]) -> bool:

@@ -226,7 +226,7 @@ def decide(
     paired = paired.with_columns(
         pl.col("tags").cast(pl.List(pl.String)), pl.col("base", "cand").cast(pl.Boolean)
     )
-    if "sealed" in paired.columns:
+    if "sealed" in paired.columns and paired["sealed"].any():  # none: no copy of the frame
         paired = paired.filter(~pl.col("sealed").fill_null(False))
     counts_from = paired if corpus is None else corpus
     counts = counts_from if isinstance(counts_from, Mapping) else tag_counts(counts_from)

@@ -46,6 +46,7 @@ from evalkit.report.case_details import (
     failure_reasons,
     trajectories,
 )
+from evalkit.report.case_ids import CaseIds
 from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, growth_text, inert
 
 if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus models
@@ -75,9 +76,9 @@ class Report:
     slices: pl.DataFrame  # unsealed cases; the ALL row last
     sealed: pl.DataFrame  # sealed cases: reported, never gated
     paired: pl.DataFrame
-    unstable: tuple[str, ...]
-    failing_both: tuple[str, ...]
-    always_passing: tuple[str, ...]
+    unstable: Sequence[str]  # `CaseIds`: one column, read as the tuple of ids it once was
+    failing_both: Sequence[str]
+    always_passing: Sequence[str]
     changes: pl.DataFrame
     usage: dict[str, tuple[float | None, float | None]]
     manifest_diff: tuple[str, ...]
@@ -315,9 +316,9 @@ def build_report(
         paired=p.select(
             "case_id", "tags", "criticality", "sealed", "base", "cand", "base_error", "cand_error"
         ),
-        unstable=tuple(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
-        failing_both=tuple(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
-        always_passing=tuple(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
+        unstable=CaseIds(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
+        failing_both=CaseIds(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
+        always_passing=CaseIds(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
         changes=cmp.changes,
         usage={k: (base_use[k], cand_use[k]) for k in base_use},
         manifest_diff=cmp.manifest_diff,

@@ -53,7 +53,7 @@ import duckdb
 from evalkit.errors import StoreError
 from evalkit.redact import redact_known
 from evalkit.run_manifest import RunManifest, as_manifest
-from evalkit.store.arrow_stream import ArrowStream
+from evalkit.store.arrow_stream import ArrowStream, rechunked
 from evalkit.store.batches import BatchIO
 from evalkit.store.cache_records import CacheRecords
 from evalkit.store.decisions import DecisionRecords
@@ -512,7 +512,7 @@ class Store(
         import polars as pl
 
         # Polars reads the relation's Arrow C stream; ``.pl()`` would go through pyarrow.
-        return pl.DataFrame(self._con.sql(sql, params=list(params or []))).rechunk()
+        return rechunked(pl.DataFrame(self._con.sql(sql, params=list(params or []))))
 
     def _insert(self, table: str, rows: Columns, types: dict[str, str]) -> None:
         """Insert column lists: one list parameter per column, unnested side by side (DuckDB
