@@ -27,7 +27,14 @@ mark("cli")  # the interpreter is up and argparse loaded: before this is Python'
 #: for reuse: a gate, push or merge reads frame after frame through DuckDB, whose allocator
 #: cannot reuse them, so the kept pages only added to the peak (issue 48 item 4). Read once,
 #: when Polars first loads: set before any command imports it; a value the user set is kept.
-os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+#: Importing Polars writes its own value into the environment, which every child inherits (a
+#: notebook's ``!evalkit gate``, a Python CI script's subprocess): that one is not the user's.
+_FREED_AT_ONCE = "dirty_decay_ms:0,muzzy_decay_ms:0"
+_POLARS_OWN = ("dirty_decay_ms:500,muzzy_decay_ms:1000",
+               "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always")  # fmt: skip
+_conf = os.environ.get("_RJEM_MALLOC_CONF")
+if _conf is None or _conf in _POLARS_OWN:  # Polars' own then comes first: the later value wins
+    os.environ["_RJEM_MALLOC_CONF"] = _FREED_AT_ONCE
 
 
 #: The modules that register subcommands, in ``evalkit --help`` order: the daily loop's verbs

@@ -17,7 +17,12 @@ _SHOW = (
 
 @pytest.mark.parametrize(
     ("given", "seen"),
-    [(None, "dirty_decay_ms:0,muzzy_decay_ms:0"), ("narenas:1", "narenas:1")],
+    [
+        (None, "dirty_decay_ms:0,muzzy_decay_ms:0"),
+        ("narenas:1", "narenas:1"),
+        # inherited from a parent that imported Polars: Polars' own, not the user's
+        ("dirty_decay_ms:500,muzzy_decay_ms:1000", "dirty_decay_ms:0,muzzy_decay_ms:0"),
+    ],
 )
 def test_the_cli_sets_polars_allocator_before_polars_loads(given: str | None, seen: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
@@ -27,3 +32,15 @@ def test_the_cli_sets_polars_allocator_before_polars_loads(given: str | None, se
         [sys.executable, "-c", _SHOW], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == seen
+
+
+def test_polars_own_value_is_what_importing_polars_writes() -> None:
+    """The value the CLI treats as inherited from Polars is the one this Polars writes."""
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    show = "import os, polars; print(os.environ['_RJEM_MALLOC_CONF'])"
+    done = subprocess.run(
+        [sys.executable, "-c", show], env=env, capture_output=True, text=True, check=True
+    )
+    from evalkit.cli import _POLARS_OWN
+
+    assert done.stdout.strip() in _POLARS_OWN
