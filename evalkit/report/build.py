@@ -46,7 +46,7 @@ from evalkit.report.case_details import (
     failure_reasons,
     trajectories,
 )
-from evalkit.report.case_ids import CaseIds
+from evalkit.report.case_ids import ids_where
 from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, growth_text, inert
 
 if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus models
@@ -316,9 +316,9 @@ def build_report(
         paired=p.select(
             "case_id", "tags", "criticality", "sealed", "base", "cand", "base_error", "cand_error"
         ),
-        unstable=CaseIds(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
-        failing_both=CaseIds(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
-        always_passing=CaseIds(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
+        unstable=ids_where(live, pl.col("base_unstable") | pl.col("cand_unstable")),
+        failing_both=ids_where(live, ok & ~pl.col("base") & ~pl.col("cand")),
+        always_passing=ids_where(live, ok & pl.col("base") & pl.col("cand")),
         changes=cmp.changes,
         usage={k: (base_use[k], cand_use[k]) for k in base_use},
         manifest_diff=cmp.manifest_diff,
