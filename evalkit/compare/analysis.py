@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from evalkit.compare.case_columns import read_cases
 from evalkit.compare.comparability import check_comparable, comparability_warnings
 from evalkit.compare.paired import case_changes, corpus_delta, paired_frame, same_cases
 from evalkit.compare.pass_rules import PassRules
@@ -476,14 +477,16 @@ def _read_back(
                      how="diagonal_relaxed")  # fmt: skip
 
 
-def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
+def load_run(
+    store: Store, ref: str, *, thin: bool = False, like: pl.DataFrame | None = None
+) -> RunData:
     """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label.
     ``thin`` (a read-only store only): the outputs without `DETAIL_COLUMNS`, read per case
     through `output_details` (what the gate's decision holds stays bounded by its figures),
     and without `USAGE_DETAIL_COLUMNS` (`verdicts_of` reads them by ranges of cases), their
     and the cases' repeated strings categorical (`compact_strings`), the cases without
     `CASE_DETAIL_COLUMNS` and `SOURCE` (`case_details_of`) and the scores without
-    `SCORE_DETAIL_COLUMNS` (`score_details`).
+    `SCORE_DETAIL_COLUMNS` (`score_details`); beside ``like``, the cases as `read_cases` does.
 
     When the newest scoring is a rescore that recorded its scorer sources, the manifest's
     ``scorer_files`` are those (what the scores were made with), the run's own are kept under
@@ -514,7 +517,8 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
     judges = JUDGE if thin else None
     scores = store.scores(run_id, scoring_id, ordered=False, without=score_without, tier=judges)
     case_without = (*CASE_DETAIL_COLUMNS, SOURCE) if thin else ()
-    cases = store.cases(run_id, without=case_without, scoring_id=scoring_id)
+    cases = read_cases(store, run_id, without=case_without, scoring_id=scoring_id,
+                       like=like, compact=compact_strings if thin else None)  # fmt: skip
     manifest = store.manifest(run_id)
     scoring = store.scorings(run_id).filter(pl.col("scoring_id") == scoring_id)
     recorded = scoring["scorer_files"][0] if "scorer_files" in scoring.columns else None
@@ -531,7 +535,7 @@ def load_run(store: Store, ref: str, *, thin: bool = False) -> RunData:
         run_id=run_id,
         label=label,
         manifest=manifest,
-        cases=compact_strings(cases) if thin else cases,
+        cases=cases,
         outputs=outputs,
         scores=scores,
         summary=dict(stored or {}),
@@ -563,7 +567,8 @@ def load_comparison(
         >>> flips(cmp.paired).broken.height                              # doctest: +SKIP
         12
     """
-    base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
+    base = load_run(store, baseline, thin=thin)
+    cand = load_run(store, candidate, thin=thin, like=base.cases)
     base, cand, _ = share_cases(base, cand)  # the usual pair's cases held once
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
     # Judge rows only (not 3M score rows), each side's own: a judge check gates only when both

@@ -293,7 +293,8 @@ def load_exam_comparison(
     exam = trusted_exam(store, baseline, contents=not thin)  # thin: its files read as needed
     if exam is None:
         return None
-    base, cand = load_run(store, baseline, thin=thin), load_run(store, candidate, thin=thin)
+    base = load_run(store, baseline, thin=thin)
+    cand = load_run(store, candidate, thin=thin, like=base.cases)
     base, cand, _ = share_cases(base, cand)  # the usual pair's cases held once
     exam_run = find_exam_run(store, baseline, cand, thin)
     if thin:

@@ -128,16 +128,20 @@ def stored_scorer_flips(
 
     ``held``: the per-scorer counts (``scorer, tier, n, base_n, cand_n, broken, fixed``) of
     more cases, counted elsewhere (`run_scorer_flips`: a candidate's overlaid cases), added."""
-    from evalkit.compare.verdicts import VERDICT_CASES
+    from evalkit.compare.verdicts import VERDICT_CASES, strictly_increasing
 
-    ids = pl.Series("case_id", case_ids, pl.String).unique().sort()
+    ids = pl.Series("case_id", case_ids, pl.String)
+    # a pair's ids as paired, each once in order: no hashing and sorting of a copy of them
+    ids = ids if strictly_increasing(ids) else ids.unique().sort()
     base_scoring = scorings[0] or store.latest_scoring(base_run)
     cand_scoring = scorings[1] or store.latest_scoring(cand_run)
     runs = [base_run, base_scoring, cand_run, cand_scoring]
     bounds: list[str | None] = [None, *ids.gather_every(VERDICT_CASES).to_list()[1:], None]
+    # each range's own ids alone (sorted and unique: its slice), not a scan of all of them
+    shares = list(ids.to_frame().iter_slices(VERDICT_CASES)) or [ids.to_frame()]
     parts = [
-        store.query_with(_STORED, [*runs, low, high], _flip_ids=ids.to_frame())
-        for low, high in itertools.pairwise(bounds)
+        store.query_with(_STORED, [*runs, low, high], _flip_ids=share)
+        for (low, high), share in zip(itertools.pairwise(bounds), shares, strict=True)
     ]
     if held is not None and held.height:
         parts.append(held.select(parts[0].columns).cast(parts[0].schema))

@@ -206,6 +206,9 @@ def verdicts(
         outputs = outputs if outputs_of is None else outputs_of(None, None)
         return _shared_meta(_verdicts(outputs, scores, cases, rules).rechunk(), cases)
     bounds = ids.gather_every(VERDICT_CASES).to_list()
+    # one run's cases, each once in order: every range's case columns are those rows of
+    # ``cases``, attached once after stacking instead of held and copied range by range
+    lean = _one_run_in_order(cases)
     parts = []
     for i, low in enumerate(bounds):
         high = bounds[i + 1] if i + 1 < len(bounds) else None
@@ -215,13 +218,37 @@ def verdicts(
         mine = None if cases is None else cases.filter(share)
         held = scores.filter(share) if scores_of is None else scores_of(low, high)
         answered = outputs.filter(share) if outputs_of is None else outputs_of(low, high)
-        parts.append(_verdicts(answered, held, mine, rules))
+        part = _verdicts(answered, held, mine, rules)
+        parts.append(part.drop(CASE_META) if lean else part)
     # each range sorted, the ranges in order: one run's verdicts are in order as they are
     # (a sort of the whole would hold a second copy of them); several runs' are sorted
     if not _one_run(*parts):
         joined = pl.concat(parts, how="vertical", rechunk=False)
         return _shared_meta(joined.sort("run_id", "case_id").rechunk(), cases)
-    return _shared_meta(_stacked(parts), cases)
+    stacked = _stacked(parts)
+    if lean and cases is not None:
+        meta = [cases.get_column(c) for c in CASE_META]
+        stacked = stacked.insert_column(2, meta[0])
+        for at, column in enumerate(meta[1:], 3):
+            stacked = stacked.insert_column(at, column)
+    return _shared_meta(stacked, cases)
+
+
+def _one_run_in_order(cases: pl.DataFrame | None) -> bool:
+    """Whether ``cases`` are one run's, each case once in order, with every `CASE_META`
+    column: its verdicts' rows are its rows, in its order.
+
+    Examples:
+        >>> cases = pl.DataFrame({"run_id": ["r", "r"], "case_id": ["a", "b"],
+        ...     "case_hash": ["h"] * 2, "tags": [["x"]] * 2, "criticality": ["normal"] * 2,
+        ...     "sealed": [False] * 2})
+        >>> _one_run_in_order(cases), _one_run_in_order(cases.reverse())
+        (True, False)
+    """
+    if cases is None or not {"run_id", "case_id", *CASE_META} <= set(cases.columns):
+        return False
+    runs = cases.get_column("run_id")
+    return runs.null_count() == 0 and runs.n_unique() == 1 and strictly_increasing(cases["case_id"])
 
 
 def _stacked(parts: list[pl.DataFrame]) -> pl.DataFrame:

@@ -46,7 +46,7 @@ from evalkit.report.case_details import (
     failure_reasons,
     trajectories,
 )
-from evalkit.report.case_ids import CaseIds
+from evalkit.report.case_ids import ids_where
 from evalkit.report.formatting import ci_label, fmt_p, fmt_pct, fmt_pts, growth_text, inert
 
 if TYPE_CHECKING:  # a Report read back from a file (the gate notebook's) needs no corpus models
@@ -316,22 +316,19 @@ def build_report(
         paired=p.select(
             "case_id", "tags", "criticality", "sealed", "base", "cand", "base_error", "cand_error"
         ),
-        unstable=CaseIds(live.filter(pl.col("base_unstable") | pl.col("cand_unstable"))["case_id"]),
-        failing_both=CaseIds(live.filter(ok & ~pl.col("base") & ~pl.col("cand"))["case_id"]),
-        always_passing=CaseIds(live.filter(ok & pl.col("base") & pl.col("cand"))["case_id"]),
+        unstable=ids_where(live, pl.col("base_unstable") | pl.col("cand_unstable")),
+        failing_both=ids_where(live, ok & ~pl.col("base") & ~pl.col("cand")),
+        always_passing=ids_where(live, ok & pl.col("base") & pl.col("cand")),
         changes=cmp.changes,
         usage={k: (base_use[k], cand_use[k]) for k in base_use},
         manifest_diff=cmp.manifest_diff,
         suite=str(cmp.cand.manifest.suite or "evalkit"),
         cand_reasons=failure_reasons(cmp.cand, failing),
         manifest_changes=_manifest_changes(cmp),
-        scorer_flips=run_scorer_flips(cmp.base, cmp.cand, _original_ids(live)),
+        scorer_flips=run_scorer_flips(cmp.base, cmp.cand, _original(live)["case_id"]),
         usage_deltas=usage_table(live, decision.policy if decision else None),
         tokens_grew_most=tuple(usage_tail(live, "total_tokens")),
-        grew_most=trajectories(
-            cmp,
-            grew_most(live.filter(pl.col("case_id").is_in(_original_ids(live).implode())), "steps"),
-        ),
+        grew_most=trajectories(cmp, grew_most(_original(live), "steps")),
         **_replay_fields(cmp, decision),
         level=level,
         run_rates=(_run_rate(cmp.base), _run_rate(cmp.cand)),
@@ -362,11 +359,13 @@ def _replay_fields(cmp: Comparison, decision: GateDecision | None) -> dict[str, 
     return {"replays": replays, "pass_rule": rule, "replay_slices": table}
 
 
-def _original_ids(live: pl.DataFrame) -> pl.Series:
-    """Paired cases whose baseline side is the baseline run itself (not rebaselined)."""
-    if "origin" in live.columns:
-        live = live.filter(pl.col("origin").fill_null("paired") == "paired")
-    return live["case_id"]  # a Series: a million ids held as Python strings grew the report
+def _original(live: pl.DataFrame) -> pl.DataFrame:
+    """Paired cases whose baseline side is the baseline run itself (not rebaselined): ``live``
+    itself, not a copy, when every one is (a million-case pair's frame)."""
+    paired = pl.col("origin").fill_null("paired") == "paired"
+    if "origin" not in live.columns or live.select(paired.all()).item():
+        return live
+    return live.filter(paired)
 
 
 # --- terminal (rich) ---------------------------------------------------------------------------

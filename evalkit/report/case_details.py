@@ -131,6 +131,10 @@ def case_details(
     return tuple(out)
 
 
+#: Failing cases whose score rows `failure_reasons` reads back at once.
+_REASON_CASES = 20_000
+
+
 def failure_reasons(run: Any, ids: list[str]) -> dict[str, str]:
     """Per case: what failed it in ``run`` (failing or undecided scorers, the runner, the
     provider), each distinct reason once, in scorer order."""
@@ -138,8 +142,18 @@ def failure_reasons(run: Any, ids: list[str]) -> dict[str, str]:
 
     mine = pl.col("case_id").is_in(ids)
     failing = (pl.col("passed") == False) | pl.col("error").fill_null(False)  # noqa: E712
-    scored = score_details(run, ids).filter(failing).sort("case_id", "replay", "scorer_index")
-    said = [scored.select("case_id", pl.format("{}: {}", "scorer", pl.col("reason").fill_null("")))]
+    why = pl.format("{}: {}", "scorer", pl.col("reason").fill_null("")).alias("why")
+    # read back a share of the cases at a time, each share's failing rows' reasons alone kept:
+    # every score row of a hundred thousand failing cases, read at once, was held whole
+    scored = pl.concat(
+        [
+            score_details(run, ids[at : at + _REASON_CASES])
+            .filter(failing)
+            .select("case_id", "replay", "scorer_index", why)
+            for at in range(0, max(len(ids), 1), _REASON_CASES)
+        ]
+    ).sort("case_id", "replay", "scorer_index")
+    said = [scored.select("case_id", "why")]
     out = run.outputs.filter(mine)
     for col, fmt in (("error", "provider error: {}"), ("fail_reason", "runner: {}")):
         if col in out.columns:

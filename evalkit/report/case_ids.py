@@ -76,3 +76,16 @@ class CaseIds(Sequence[str]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (CaseIds, (self._ids,))
+
+
+def ids_where(frame: pl.DataFrame, condition: pl.Expr) -> CaseIds:
+    """The ``case_id`` of ``frame``'s rows where ``condition`` holds, as `CaseIds`: the ids
+    filtered alone (``frame.filter(...)["case_id"]`` copies every column of the rows kept, a
+    million-case pair's paired frame for the cases that always pass).
+
+    Examples:
+        >>> frame = pl.DataFrame({"case_id": ["a", "b"], "passed": [True, False]})
+        >>> list(ids_where(frame, pl.col("passed")))
+        ['a']
+    """
+    return CaseIds(frame.select(pl.col("case_id").filter(condition)).to_series())

@@ -111,12 +111,14 @@ class RunReads:
         without: Sequence[str] = (),
         case_ids: Sequence[str] | None = None,
         scoring_id: str | None = None,
+        column: str | None = None,
     ) -> pl.DataFrame:
         """The cases a run executed. After a rescore against edited expectations, ``case_hash``
         is the hash the newest scoring (or ``scoring_id``) scored against (the stored outputs
         are unchanged). ``run_id`` may be a label (`resolve_run`), as for every per-run frame.
         ``without``: columns left out (the gate leaves each case's ``input`` in the store);
-        ``case_ids``: only these cases."""
+        ``case_ids``: only these cases; ``column``: only ``case_id`` and this column (the gate
+        reads a run's cases a column at a time: `evalkit.compare.case_columns`)."""
         run_id = self.resolve_run(run_id)
         scoring_id = scoring_id or self.latest_scoring(run_id)
         columns = _columns("c.*", without, {"input", "provenance", "source"})
@@ -133,7 +135,13 @@ class RunReads:
             )
         else:  # no hash of its own: the rows as stored, in the order they were written
             select, params = f"SELECT {columns} FROM cases c", params[1:]
-        frame = self._frame(f"{select} WHERE c.run_id = ?{where}", params)
+        select = f"{select} WHERE c.run_id = ?{where}"
+        if column is not None:  # a name of the table's (the read's own columns): no injection
+            if column not in self._frame(f"SELECT * FROM ({select}) LIMIT 0", params).columns:
+                raise ValueError(f"no case column {column!r}")
+            read = "case_id" if column == "case_id" else f"case_id, {column}"
+            select = f"SELECT {read} FROM ({select})"
+        frame = self._frame(select, params)
         # ordered by Polars, not DuckDB, and only when the rows were not written in order:
         # what DuckDB's sort of a million rows took stayed in the process
         ids = frame["case_id"]

@@ -15,7 +15,7 @@ from evalkit.compare.analysis import compare
 from evalkit.compare.gate import decide
 from evalkit.compare.policy import GatePolicy
 from evalkit.report.build import build_report, to_dict, to_text
-from evalkit.report.case_ids import CaseIds
+from evalkit.report.case_ids import CaseIds, ids_where
 
 
 def test_the_report_holds_its_case_lists_as_columns() -> None:
@@ -47,3 +47,12 @@ def test_case_ids_read_as_a_tuple() -> None:
     one = make_run("b", [C("x", "p")])
     cmp = compare(one, make_run("c", [C("x", "p")]))
     assert build_report(cmp).always_passing == ("x",)
+
+
+def test_ids_where_keeps_the_ids_of_the_rows_kept() -> None:
+    """The report's id lists filter the ids alone (not a copy of every column of the rows
+    kept): the same ids, in the same order, as the filtered frame's."""
+    keep = [i % 3 == 0 for i in range(9)]
+    frame = pl.DataFrame({"case_id": [f"c{i}" for i in range(9)], "keep": keep, "x": range(9)})
+    got = ids_where(frame, pl.col("keep"))
+    assert list(got) == frame.filter(pl.col("keep"))["case_id"].to_list() == ["c0", "c3", "c6"]

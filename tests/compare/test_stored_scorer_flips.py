@@ -1,0 +1,38 @@
+"""The gate counts scorer flips in the store a range of case ids at a time, each range's query
+given that range's ids alone (issue 48, item 4): no query scans a million ids to keep a
+fifty-thousandth of them; the counts are those of the score frames."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from test_bounded_gate import _write_pair
+
+from evalkit.compare import verdicts
+from evalkit.compare.scorer_flips import scorer_flips, stored_scorer_flips
+from evalkit.store import Store, open_store
+
+
+def test_each_range_is_given_its_own_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db, _ = _write_pair(tmp_path)
+    given: list[int] = []
+    query_with = Store.query_with
+
+    def counted(self, sql, params=(), **frames):  # type: ignore[no-untyped-def]
+        given.append(frames["_flip_ids"].height)
+        return query_with(self, sql, params, **frames)
+
+    with open_store(db, read_only=True) as store:
+        ids = store.cases("base-run")["case_id"]
+        whole = stored_scorer_flips(store, "base-run", "cand-run", ids)
+        monkeypatch.setattr(verdicts, "VERDICT_CASES", 17)
+        monkeypatch.setattr(Store, "query_with", counted)
+        ranged = stored_scorer_flips(store, "base-run", "cand-run", ids.reverse())
+        expected = scorer_flips(store.scores("base-run"), store.scores("cand-run"), ids)
+    assert given == [17] * 14 + [240 - 17 * 14]  # 240 cases: each range its own ids
+    assert ranged.sort("scorer").equals(whole.sort("scorer"))
+    columns = ["scorer", "n", "broken", "fixed"]
+    assert ranged.sort("scorer").select(columns).equals(expected.sort("scorer").select(columns))
+    assert pl.Series(given).sum() == ids.len()
