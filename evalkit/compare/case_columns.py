@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from evalkit.compare.shared_cases import same_column
 from evalkit.compare.verdicts import strictly_increasing
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def cases_like(
     ids = read("case_id").get_column("case_id")
     if ids.len() != like.height or "case_id" not in like.columns:
         return None
-    if not (strictly_increasing(ids) and _equal(ids, like.get_column("case_id"))):
+    if not (strictly_increasing(ids) and same_column(ids, like.get_column("case_id"))):
         return None
     held = []
     for name in columns:
@@ -73,16 +74,11 @@ def cases_like(
             held.append(like.get_column("case_id"))
             continue
         piece = read(name)
-        if not _equal(piece.get_column("case_id"), ids):  # each once and sorted: cannot differ
+        if not same_column(piece.get_column("case_id"), ids):  # each once and sorted: cannot differ
             return None
         column = piece.get_column(name)
         del piece  # its ids go before the next column's are read
-        if name in like.columns and _equal(column, like.get_column(name)):
+        if name in like.columns and same_column(column, like.get_column(name)):
             column = like.get_column(name)
         held.append(column)
     return pl.DataFrame(held)
-
-
-def _equal(a: pl.Series, b: pl.Series) -> bool:
-    """The same values of the same type, row by row (nulls alike)."""
-    return a.dtype == b.dtype and a.len() == b.len() and a.equals(b, check_names=False)

@@ -52,10 +52,8 @@ def share_cases(base: RunData, cand: RunData) -> tuple[RunData, RunData, int]:
     shared = 0
     cases = cand.cases
     if _frame(base.cases) and _frame(cases) and base.cases.height == cases.height:
-        same = [
-            c for c in SHARED_CASE_COLUMNS
-            if c in base.cases.columns and c in cases.columns and _equal(base.cases[c], cases[c])
-        ]  # fmt: skip
+        both = [c for c in SHARED_CASE_COLUMNS if c in base.cases.columns and c in cases.columns]
+        same = [c for c in both if same_column(base.cases[c], cases[c])]
         if same:
             cases = cases.with_columns(base.cases.get_column(c) for c in same)
             shared += len(same)
@@ -79,9 +77,10 @@ def _ids_alike(outputs: pl.DataFrame, cases: pl.DataFrame) -> bool:
         return False
     if "case_id" not in outputs.columns or "case_id" not in cases.columns:
         return False
-    return _equal(outputs["case_id"], cases["case_id"])
+    return same_column(outputs["case_id"], cases["case_id"])
 
 
-def _equal(a: pl.Series, b: pl.Series) -> bool:
-    """The same values of the same type, row by row (nulls alike)."""
+def same_column(a: pl.Series, b: pl.Series) -> bool:
+    """The same values of the same type, row by row (nulls alike): a column another frame's
+    can stand in for."""
     return a.dtype == b.dtype and a.len() == b.len() and a.equals(b, check_names=False)

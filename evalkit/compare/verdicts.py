@@ -227,10 +227,8 @@ def verdicts(
         return _shared_meta(joined.sort("run_id", "case_id").rechunk(), cases)
     stacked = _stacked(parts)
     if lean and cases is not None:
-        meta = [cases.get_column(c) for c in CASE_META]
-        stacked = stacked.insert_column(2, meta[0])
-        for at, column in enumerate(meta[1:], 3):
-            stacked = stacked.insert_column(at, column)
+        for at, name in enumerate(CASE_META, 2):
+            stacked = stacked.insert_column(at, cases.get_column(name))
     return _shared_meta(stacked, cases)
 
 
