@@ -24,12 +24,15 @@ import hashlib
 import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evalkit.corpus.case_facts import CorpusFacts, _SliceRefused
 from evalkit.corpus.case_index import CaseFacts, FileFacts, IndexCounts
 from evalkit.corpus.cases import Case
 from evalkit.corpus.fact_rows import FactRows
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: A file as it was read: size, modification time (ns) and inode.
 _Identity = tuple[int, int, int]
@@ -42,7 +45,9 @@ class ShareBuilder:
     with it); the facts' own counters (``counts``) keep counting cases built and files parsed.
     """
 
-    def __init__(self, facts: CorpusFacts, ids: Collection[str]) -> None:
+    def __init__(
+        self, facts: CorpusFacts, ids: Collection[str], rows: pl.Series | None = None
+    ) -> None:
         if facts.builder is None:
             raise ValueError("these facts were not read by scan_corpus: nothing to build from")
         self._facts = facts
@@ -51,19 +56,27 @@ class ShareBuilder:
         self._wanted: dict[str, CaseFacts] = {}
         self._at: dict[str, int] = {}  # case id -> its row (facts as columns)
         if isinstance(facts.cases, FactRows):  # the share's facts made a chunk at a time
-            self._rows = facts.cases.of_ids(ids)
-            self._at = {case_id: i for i, case_id in enumerate(self._rows.ids().to_list())}
+            share = facts.cases
+            # the rows gathered (ascending: corpus order, as of_ids keeps them), or looked up
+            gathered = (
+                None if rows is None else FactRows(share.frame[rows], share.tables, share.counts)
+            )
+            self._rows = share.of_ids(ids) if gathered is None else gathered
+            share_ids = self._rows.ids().to_list()
+            self._at = dict(zip(share_ids, range(len(share_ids)), strict=True))
+            del share_ids
             self._of_file: _Spans = _ShareSpans(self._rows)
         else:
             self._wanted = {f.id: f for f in facts.cases if f.id in ids}
             spans: dict[str, list[tuple[str, int, int]]] = {}
             self._of_file = spans
             for fact in sorted(self._wanted.values(), key=_line_of):  # file order in a file
-                start, end, _ = fact.span or (0, 0, 0)  # read only in a sliceable file
-                spans.setdefault(_file_of(fact), []).append((fact.id, start, end))
+                spans.setdefault(_file_of(fact), []).append((fact.id, *_span_of(fact)))
         self._spans: dict[str, tuple[int, int]] = {}  # case id -> its item's bytes
         self._read: dict[str, _Identity] = {}  # files read whole here, as they were
+        self._ascii: set[str] = set()  # of those, files whose characters are their bytes
         self.files_read = 0
+        self.items_cut = 0  # items' texts cut from files read whole (tests count with it)
 
     @property
     def counts(self) -> IndexCounts:
@@ -109,12 +122,12 @@ class ShareBuilder:
             with open(path, "rb") as file:
                 identity = _identity(os.fstat(file.fileno()))
                 if rel not in self._read:
-                    items = self._first_read(rel, file.read(), identity)
+                    items = self._first_read(rel, file.read(), identity, facts)
                 elif self._read[rel] == identity:
-                    fd = file.fileno()
+                    fd, ascii_text = file.fileno(), rel in self._ascii
                     items = {}
                     for fact in facts:
-                        start, end = self._spans[fact.id]
+                        start, end = _span_of(fact) if ascii_text else self._spans[fact.id]
                         items[fact.id] = os.pread(fd, end - start, start).decode("utf-8")
                 else:
                     items = None
@@ -128,26 +141,32 @@ class ShareBuilder:
         except _SliceRefused:  # checked against the whole entry (made from the columns)
             return builder._rebuilt(path, builder.files[rel], facts, sliceable=False)
 
-    def _first_read(self, rel: str, data: bytes, identity: _Identity) -> dict[str, str] | None:
-        """The file's bytes checked against its entry and the byte spans of the share's items
-        in it noted; the text of every share item of the file (None: not the entry's bytes)."""
+    def _first_read(
+        self, rel: str, data: bytes, identity: _Identity, facts: Sequence[CaseFacts]
+    ) -> dict[str, str] | None:
+        """The file's bytes checked against its entry; the text of ``facts``' items (None: not
+        the entry's bytes). An ASCII file's items are later read at their facts' spans; in
+        another, where each share item's bytes are is noted now (characters and bytes differ).
+        """
         self.files_read += 1
         if hashlib.sha256(data).hexdigest() != self._entry(rel).sha256:
             return None
         text = data.decode("utf-8")
+        self._read[rel] = identity
+        if len(text) == len(data):  # ASCII: a span in characters is one in bytes
+            self._ascii.add(rel)
+            self.items_cut += len(facts)
+            return {fact.id: text[slice(*_span_of(fact))] for fact in facts}
         items: dict[str, str] = {}
         at_char = at_byte = 0
         for case_id, start, end in self._of_file.get(rel, []):  # in line order
             item = text[start:end]
-            if len(text) != len(data):  # not ASCII: characters and bytes differ
-                at_byte += len(text[at_char:start].encode("utf-8"))
-                at_char = end
-                first, at_byte = at_byte, at_byte + len(item.encode("utf-8"))
-                self._spans[case_id] = (first, at_byte)
-            else:
-                self._spans[case_id] = (start, end)
+            at_byte += len(text[at_char:start].encode("utf-8"))
+            at_char = end
+            first, at_byte = at_byte, at_byte + len(item.encode("utf-8"))
+            self._spans[case_id] = (first, at_byte)
             items[case_id] = item
-        self._read[rel] = identity
+        self.items_cut += len(items)
         return items
 
     def _entry(self, rel: str) -> FileFacts:
@@ -168,11 +187,16 @@ class _ShareSpans:
     file is first read (a quarter of a million tuples held from the start cost more)."""
 
     def __init__(self, rows: FactRows) -> None:
-        self._at = {f.rel: i for i, f in enumerate(rows.tables.files)}
-        columns = rows.frame.select("file", "line", "id", "span_start", "span_end")
-        self._frames = columns.partition_by("file", as_dict=True)
+        self._rows: FactRows | None = rows
+        self._at: dict[str, int] = {}
+        self._frames: dict[Any, pl.DataFrame] = {}
 
     def get(self, rel: str, default: list[tuple[str, int, int]], /) -> list[tuple[str, int, int]]:
+        if self._rows is not None:  # cut by file when first asked: an ASCII corpus never asks
+            rows, self._rows = self._rows, None
+            self._at = {f.rel: i for i, f in enumerate(rows.tables.files)}
+            columns = rows.frame.select("file", "line", "id", "span_start", "span_end")
+            self._frames = columns.partition_by("file", as_dict=True)
         frame = self._frames.pop((self._at.get(rel),), None)  # read once: let go then
         if frame is None:
             return default
@@ -181,6 +205,12 @@ class _ShareSpans:
 
 def _identity(stat: os.stat_result) -> _Identity:
     return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def _span_of(fact: CaseFacts) -> tuple[int, int]:
+    """Where a fact's item is in its file's text (read only in a sliceable file, which has it)."""
+    start, end, _ = fact.span or (0, 0, 0)
+    return start, end
 
 
 def _file_of(fact: CaseFacts) -> str:

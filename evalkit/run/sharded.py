@@ -39,7 +39,6 @@ Examples:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -71,6 +70,7 @@ from evalkit.run.shards import (
     shard_units,
 )
 from evalkit.run.share_chunks import OwnParts, ShareCases, piece_name
+from evalkit.run.share_plan import SharePlan, plan_shares
 from evalkit.run.shared_cache import (
     EntryBuffer,
     SharedCacheStore,
@@ -305,7 +305,8 @@ def run_shard(
             entry is made again): read the corpus again and call again.
     """
     started = time.perf_counter()
-    manifest, mine = _planned(suite, corpus, options, run_id, shard)
+    manifest, plan = _planned(suite, corpus, options, run_id, shard)
+    mine = plan.units
     replays = manifest.replays
     for other in root.manifests(run_id):
         theirs = other.corpus.shares or {}
@@ -336,7 +337,10 @@ def run_shard(
     del keys  # a million ids at 1M cases: the shard needs its own units alone
     writer = f"shard-{shard.index}-of-{shard.count}"
     recorded = {part.chunk_id for part in root.parts(run_id, "cases")}
-    share = ShareCases(corpus, {unit.case_id for unit in mine})
+    if isinstance(corpus.cases, FactRows):  # the share's rows gathered (no 250k ids looked up)
+        share = ShareCases(corpus, set(), rows=plan.rows)
+    else:
+        share = ShareCases(corpus, {unit.case_id for unit in mine})
     record_run(root, manifest, writer, (), with_cases=False)
     chunks = make_chunks(mine, chunk_size)
     todo = {chunk.chunk_id: chunk for chunk in remaining(chunks, done)}
@@ -393,45 +397,16 @@ def run_shard(
     )
 
 
-@paused_gc()  # a million pairs made, none freed: each collection would walk them all
+@paused_gc()  # a quarter of a million units made, none freed: a collection would walk them
 def _planned(
     suite: Suite, corpus: Corpus | CorpusFacts, options: RunOptions, run_id: str, shard: Shard
-) -> tuple[RunManifest, list[Unit]]:
-    """The run's manifest (with its shares) and this shard's units, ordered: every unit of the
-    run ordered and cut in a Polars frame (the same order as :func:`order_units`: digests and
-    ids compare alike as code points and as UTF-8 bytes), only the shard's own made units."""
+) -> tuple[RunManifest, SharePlan]:
+    """The run's manifest (with its shares) and this shard's plan: its units, ordered, and
+    its cases' rows (:func:`~evalkit.run.share_plan.plan_shares`: from the ids, hashes and
+    digests as columns, only the shard's own units made)."""
     manifest = run_manifest(suite, corpus, options, run_id)
-    replays = pl.DataFrame({"replay": list(range(manifest.replays))}, schema={"replay": pl.Int64})
-    # a digest is one case's (sha256 of its id): (digest, replay) orders as order_units does
-    ordered = _case_ids(corpus).join(replays, how="cross").sort("digest", "replay")
-    total, count = ordered.height, shard.count
-    digests, sizes, mine = [], [], []
-    for k in range(1, count + 1):
-        start, stop = (k - 1) * total // count, k * total // count
-        part = ordered.slice(start, stop - start)
-        if k == shard.index:
-            columns = [part.get_column(name).to_list() for name in ("digest", "replay", "case_id")]
-            mine = list(map(Unit, *columns))
-            del columns
-        pairs = part.select("case_id", "hash")
-        if manifest.replays > 1:  # a case whose replays straddle two shares is in both
-            pairs = pairs.unique("case_id")
-        digests.append(_pairs_digest(pairs))
-        sizes.append(pairs.height)
-    shares = {"count": count, "hashes": digests, "n_cases": sizes}
-    return manifest.with_corpus(shares=shares), mine
-
-
-def _pairs_digest(pairs: pl.DataFrame) -> str:
-    """sha256 over ``case_id\0hash\n`` of each pair in id order (a share's hash, as
-    :func:`~evalkit.store.schema.corpus_digest` makes it), a batch of lines at a time: the
-    text of a quarter of a million cases is never held whole."""
-    line = pl.concat_str("case_id", pl.lit("\0"), "hash", pl.lit("\n"))
-    lines = pairs.sort("case_id").select(line).to_series()
-    digest = hashlib.sha256()
-    for start in range(0, len(lines), 20_000):
-        digest.update("".join(lines.slice(start, 20_000).to_list()).encode())
-    return digest.hexdigest()
+    plan = plan_shares(_case_ids(corpus), manifest.replays, shard)
+    return manifest.with_corpus(shares=plan.shares), plan
 
 
 def _case_ids(corpus: Corpus | CorpusFacts) -> pl.DataFrame:

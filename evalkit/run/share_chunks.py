@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from evalkit.corpus.case_facts import CorpusFacts
 from evalkit.corpus.cases import Case, Corpus
@@ -18,15 +19,22 @@ from evalkit.corpus.share_builder import ShareBuilder
 from evalkit.run.shards import Shard, Unit
 from evalkit.store.case_pieces import piece_shard
 
+if TYPE_CHECKING:
+    import polars as pl
+
 
 class ShareCases:
     """A shard's share of the corpus, built a chunk at a time (:meth:`build`): from their files
     for facts (:class:`~evalkit.corpus.share_builder.ShareBuilder`: nothing else is built),
-    picked from loaded cases otherwise."""
+    picked from loaded cases otherwise. ``rows``: the share as rows of the facts' columns
+    (ascending), in place of ``ids`` (gathered, no id looked up)."""
 
-    def __init__(self, corpus: Corpus | CorpusFacts, ids: set[str]) -> None:
-        self.size = len(ids)
-        self._builder = ShareBuilder(corpus, ids) if isinstance(corpus, CorpusFacts) else None
+    def __init__(
+        self, corpus: Corpus | CorpusFacts, ids: set[str], rows: pl.Series | None = None
+    ) -> None:
+        self.size = len(ids) if rows is None else len(rows)
+        facts = isinstance(corpus, CorpusFacts)
+        self._builder = ShareBuilder(corpus, ids, rows) if facts else None
         loaded = () if isinstance(corpus, CorpusFacts) else corpus.cases
         self._loaded = {case.id: case for case in loaded if case.id in ids}
 

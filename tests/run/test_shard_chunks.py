@@ -264,10 +264,12 @@ def test_a_shard_plans_the_units_and_shares_order_units_gives(
     for count in (1, 4, 7):
         for k in range(1, count + 1):
             manifest, mine = plan(None, SimpleNamespace(cases=cases), None, "r", Shard(k, count))
-            assert mine == shard_units(units, Shard(k, count))
+            assert mine.units == shard_units(units, Shard(k, count))
             assert manifest.shares == sharded.corpus_shares(cases, units, count)
             columns, theirs = plan(None, SimpleNamespace(cases=rows), None, "r", Shard(k, count))
-            assert (theirs, columns.shares) == (mine, manifest.shares)
+            assert (theirs.units, columns.shares) == (mine.units, manifest.shares)
+            own = {unit.case_id for unit in mine.units}  # its cases' rows, in corpus order
+            assert theirs.rows.to_list() == [i for i, c in enumerate(ids) if c in own]
             assert sharded.corpus_shares(rows, units, count) == manifest.shares  # Ray's
     assert list(order_corpus_units(SimpleNamespace(cases=rows), replays)) == units  # Ray's order
     assert rows.counts.facts_made == 0  # planned from the columns alone
