@@ -33,8 +33,7 @@ class ShareCases:
         self, corpus: Corpus | CorpusFacts, ids: set[str], rows: pl.Series | None = None
     ) -> None:
         self.size = len(ids) if rows is None else len(rows)
-        facts = isinstance(corpus, CorpusFacts)
-        self._builder = ShareBuilder(corpus, ids, rows) if facts else None
+        self._builder = ShareBuilder(corpus, ids, rows) if isinstance(corpus, CorpusFacts) else None
         loaded = () if isinstance(corpus, CorpusFacts) else corpus.cases
         self._loaded = {case.id: case for case in loaded if case.id in ids}
 

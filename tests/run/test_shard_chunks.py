@@ -66,14 +66,15 @@ def endpoint() -> Iterator[tuple[Endpoint, str]]:
         yield mock, base_url
 
 
-def _suite(root: Path, base_url: str) -> Path:
+def _suite(root: Path, base_url: str, where: str = "où") -> Path:
     """FILES case files of PER_FILE one-turn cases (non-ASCII text in every item, so byte and
-    character offsets differ) and a suite pointed at ``base_url``."""
+    character offsets differ, unless ``where`` is ASCII) and a suite pointed at ``base_url``."""
     (root / "cases").mkdir(parents=True)
     for f in range(FILES):
         items = "".join(
             f"- id: c-{f}-{i:02d}\n"
-            f"  input: {{messages: [{{role: user, content: 'où est ma commande {f}{i} ?'}}]}}\n"
+            "  input: {messages: [{role: user, content: "
+            f"'{where} est ma commande {f}{i} ?'}}]}}\n"
             "  expect: [json_valid]\n"
             for i in range(PER_FILE)
         )
@@ -124,7 +125,13 @@ def test_a_warm_shard_requests_its_first_chunk_before_building_the_rest(
         return first_read(self, rel, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ShareBuilder, "_first_read", counted)
+    looked_up = []
+    of_ids = FactRows.of_ids
+    monkeypatch.setattr(
+        FactRows, "of_ids", lambda self, ids: looked_up.append(1) or of_ids(self, ids)
+    )
     done = _shard(config, facts, 1, "r", tmp_path / "parts")
+    assert not looked_up  # the share's rows gathered from the plan: no id looked up
 
     assert done.chunks == 60 // CHUNK and done.requests == done.units == 60
     assert 0 < mock.built_at[0] <= CHUNK  # one chunk's cases built when its requests began
@@ -273,3 +280,26 @@ def test_a_shard_plans_the_units_and_shares_order_units_gives(
             assert sharded.corpus_shares(rows, units, count) == manifest.shares  # Ray's
     assert list(order_corpus_units(SimpleNamespace(cases=rows), replays)) == units  # Ray's order
     assert rows.counts.facts_made == 0  # planned from the columns alone
+
+
+@pytest.mark.parametrize("where", ["où", "ou"], ids=["non-ascii", "ascii"])
+def test_a_files_first_read_cuts_only_the_chunks_items_when_its_text_is_ascii(
+    tmp_path: Path, where: str
+) -> None:
+    """An ASCII file's items are read at their facts' spans, so its first read cuts the
+    chunk's items alone; in another file each share item's bytes are found at once."""
+    root = tmp_path / "suite"
+    _suite(root, "http://127.0.0.1:9/v1", where)
+    facts = _warm(root, tmp_path / "index", summary=True)
+    share = {f"c-{f}-{i:02d}" for f in range(FILES) for i in range(0, PER_FILE, 2)}  # half
+    builder = ShareBuilder(facts, share)
+    first = sorted(share)[:5]  # 5 of the first file's 10 share cases: it is read whole now
+    assert [case.id for case in builder.build(first)] == first
+    share_items = PER_FILE // 2  # of the file read
+    assert builder.files_read == 1
+    assert builder.items_cut == (5 if where == "ou" else share_items)
+    rest = sorted(share)[5:]  # the rest, the first file's at their spans (no read whole)
+    built = builder.build(rest)
+    assert [case.id for case in built] == rest and builder.files_read == FILES
+    texts = [(case.messages or ({},))[0].get("content") for case in built[:2]]
+    assert texts == [f"{where} est ma commande 0{i} ?" for i in (10, 12)]

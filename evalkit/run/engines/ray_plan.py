@@ -44,6 +44,7 @@ from evalkit.run.shards import (
     shard_units,
 )
 from evalkit.run.share_chunks import ShareCases, piece_name
+from evalkit.run.share_plan import digest_order
 from evalkit.run_manifest import RunManifest
 from evalkit.store.parts import PartsRoot
 from evalkit.store.schema import corpus_digest
@@ -99,7 +100,7 @@ class UnitPlan(Sequence[Unit]):
         """The plan of ``replays`` runs of each case of ``frame`` (an id twice: its last row,
         the one whose hash :func:`~evalkit.run.sharded.corpus_shares` takes)."""
         if frame.get_column("id").n_unique() == frame.height:
-            rows = frame.get_column("digest").arg_sort()  # a digest per id: no tie to break
+            rows = digest_order(frame.get_column("digest"))  # a digest per id: no tie to break
         else:
             pairs = frame.select("digest", "id").with_row_index("row")
             rows = pairs.unique("id", keep="last").sort("digest", "id").get_column("row")
