@@ -54,7 +54,11 @@ class ShareBuilder:
         self._builder = facts.builder
         self._rows: FactRows | None = None
         self._wanted: dict[str, CaseFacts] = {}
-        self._at: dict[str, int] = {}  # case id -> its row (facts as columns)
+        # case id -> its row (facts as columns): made at the second chunk, the first's rows
+        # found by a scan, so the first chunk's requests wait for no lookup of the whole share
+        self._at: dict[str, int] | None = None
+        self.builds = 0  # chunks built (tests count with it, and with ``rows_indexed``)
+        self.rows_indexed = 0
         if isinstance(facts.cases, FactRows):  # the share's facts made a chunk at a time
             share = facts.cases
             # the rows gathered (ascending: corpus order, as of_ids keeps them), or looked up
@@ -62,9 +66,6 @@ class ShareBuilder:
                 None if rows is None else FactRows(share.frame[rows], share.tables, share.counts)
             )
             self._rows = share.of_ids(ids) if gathered is None else gathered
-            share_ids = self._rows.ids().to_list()
-            self._at = dict(zip(share_ids, range(len(share_ids)), strict=True))
-            del share_ids
             self._of_file: _Spans = _ShareSpans(self._rows)
         else:
             self._wanted = {f.id: f for f in facts.cases if f.id in ids}
@@ -92,9 +93,10 @@ class ShareBuilder:
         """
         order = list(dict.fromkeys(ids))
         if self._rows is not None:
-            facts = self._rows.at([self._at[case_id] for case_id in order])
+            facts = self._rows.at(self._positions(self._rows, order))
         else:
             facts = [self._wanted[case_id] for case_id in order]
+        self.builds += 1
         by_file: dict[str, list[CaseFacts]] = {}
         for fact in facts:
             by_file.setdefault(_file_of(fact), []).append(fact)
@@ -108,6 +110,22 @@ class ShareBuilder:
                     case if len(kept) == len(case.scorers) else replace(case, scorers=kept)
                 )
         return tuple(built[case_id] for case_id in order)
+
+    def _positions(self, rows: FactRows, ids: Sequence[str]) -> list[int]:
+        """The rows of ``ids`` in the share's columns: looked up, or for the first chunk found
+        by a scan of the ids (the lookup of every share id made at the next chunk)."""
+        if self._at is None and self.builds == 0:
+            import polars as pl
+
+            found = rows.frame.select("id").with_row_index("row").filter(pl.col("id").is_in(ids))
+            at = dict(zip(found.get_column("id").to_list(), found.get_column("row").to_list(),
+                          strict=True))  # fmt: skip
+            return [at[case_id] for case_id in ids]
+        if self._at is None:
+            share_ids = rows.ids().to_list()
+            self._at = dict(zip(share_ids, range(len(share_ids)), strict=True))
+            self.rows_indexed = len(share_ids)
+        return [self._at[case_id] for case_id in ids]
 
     def _file_cases(self, rel: str, facts: Sequence[CaseFacts]) -> list[Case]:
         """``facts``' cases (of file ``rel``, in file order): from the items' bytes when the

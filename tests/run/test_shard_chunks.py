@@ -298,8 +298,10 @@ def test_a_files_first_read_cuts_only_the_chunks_items_when_its_text_is_ascii(
     share_items = PER_FILE // 2  # of the file read
     assert builder.files_read == 1
     assert builder.items_cut == (5 if where == "ou" else share_items)
+    assert builder.rows_indexed == 0  # the first chunk's rows found by a scan, no lookup made
     rest = sorted(share)[5:]  # the rest, the first file's at their spans (no read whole)
     built = builder.build(rest)
     assert [case.id for case in built] == rest and builder.files_read == FILES
+    assert builder.rows_indexed == len(share)  # the share's lookup made for the later chunks
     texts = [(case.messages or ({},))[0].get("content") for case in built[:2]]
     assert texts == [f"{where} est ma commande 0{i} ?" for i in (10, 12)]
