@@ -21,7 +21,8 @@ served go into the chunk's cache part, so the merge keeps them in the local stor
 
 A shard builds only its share of the corpus: given :class:`~evalkit.corpus.case_facts.CorpusFacts`
 (the corpus read through its case index, :func:`~evalkit.corpus.case_facts.scan_corpus`) it orders
-the units from the facts' ids and runs its share a chunk at a time
+the units from the facts' id digests as columns (:mod:`evalkit.run.share_plan`: only its own
+units made) and runs its share a chunk at a time
 (:mod:`evalkit.run.share_chunks`): a chunk's cases built, written as a cases part of their own
 (a piece of the share: the run is recorded chunk by chunk, before the chunk's requests), then
 run; it never holds more than a chunk's cases. Its manifest records, beside
