@@ -2,9 +2,9 @@
 id's digest (:func:`digest_order`), cut into N shares, each share's hash, and this shard's own
 units and case rows (:func:`plan_shares`), with no case's facts made.
 
-Ordering a million 64-character hex strings costs most of a shard's start; the digests are
-ordered instead by an integer of their first 15 hex digits (60 bits: two of a million ids
-share one about once in a million corpora), and only when two do share it, or a digest is
+Sorting a million 64-character hex strings is slow beside sorting a million integers, so the
+digests are ordered by an integer of their first 15 hex digits (60 bits: two of a million ids
+share one about once in two million corpora), and only when two do share it, or a digest is
 not lowercase hex, are the strings themselves sorted. Either way the order is the strings'
 (:func:`~evalkit.run.shards.order_units`'s).
 
@@ -79,9 +79,11 @@ def plan_shares(pairs: pl.DataFrame, replays: int, shard: Shard) -> SharePlan:
             digests = pairs.get_column("digest").gather(rows).to_list()
             units = _units(digests, ids, replays, start - first * replays, stop - start)
             del ids, digests
-            own = rows.sort()
         # in corpus order first: a corpus kept in id order then sorts by id at once
-        share = pairs.select("case_id", "hash")[rows.sort()]
+        ascending = rows.sort()
+        if k == shard.index:
+            own = ascending
+        share = pairs.select("case_id", "hash")[ascending]
         hashes.append(pairs_digest(share))
         sizes.append(share.height)
     return SharePlan({"count": count, "hashes": hashes, "n_cases": sizes}, units, own)
@@ -102,8 +104,8 @@ def _units(digests: list[str], ids: list[str], replays: int, skip: int, n: int) 
 
 def pairs_digest(pairs: pl.DataFrame) -> str:
     """sha256 over ``case_id\\0hash\\n`` of each pair in id order (a share's hash, as
-    :func:`~evalkit.store.schema.corpus_digest` makes it), a batch of lines at a time: the
-    text of a quarter of a million cases is never held whole.
+    :func:`~evalkit.store.schema.corpus_digest` makes it): the lines' bytes hashed where Arrow
+    holds them, no Python string made a line (a batch of lines at a time otherwise).
 
     Examples:
         >>> from evalkit.store.schema import corpus_digest
