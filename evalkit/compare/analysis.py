@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from evalkit.compare.case_columns import read_cases
-from evalkit.compare.comparability import check_comparable, comparability_warnings
+from evalkit.compare.comparability import (
+    check_comparable,
+    comparability_warnings,
+    rebaseline_blocker,
+)
 from evalkit.compare.paired import case_changes, corpus_delta, paired_frame, same_cases
 from evalkit.compare.pass_rules import PassRules
 from evalkit.compare.shared_cases import share_cases
@@ -223,30 +227,6 @@ def _with_sources(changes: pl.DataFrame, base: RunData, cand: RunData) -> pl.Dat
     found = changes.join(sides[0], on="case_id", how="left", maintain_order="left")
     found = found.join(sides[1], on="case_id", how="left", maintain_order="left")
     return found.with_columns(pl.coalesce("_cand", "_base").alias(SOURCE)).select(changes.columns)
-
-
-def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -> str | None:
-    """Why the baseline's configuration cannot be run again on new cases, or None.
-
-    Examples:
-        >>> from evalkit.run_manifest import ProviderInfo
-        >>> openai = ProviderInfo(name="openai")
-        >>> rebaseline_blocker(RunManifest(rerun={}, provider=openai), RunManifest())
-        >>> rebaseline_blocker(RunManifest(provider=openai), RunManifest())[:40]
-        'the baseline run predates recorded re-ru'
-    """
-    if base_manifest.rerun is None:
-        return (
-            "the baseline run predates recorded re-run settings (prompt text, tool schemas): "
-            "run and promote a new baseline"
-        )
-    provider = base_manifest.provider.name if base_manifest.provider else None
-    if provider == "python" and base_manifest.system != cand_manifest.system:
-        return (
-            "the baseline is a Python system whose code (or version) differs from the "
-            "candidate's: its configuration cannot be rebuilt from this checkout"
-        )
-    return None
 
 
 def verdicts_of(
@@ -478,7 +458,12 @@ def _read_back(
 
 
 def load_run(
-    store: Store, ref: str, *, thin: bool = False, like: pl.DataFrame | None = None
+    store: Store,
+    ref: str,
+    *,
+    thin: bool = False,
+    like: pl.DataFrame | None = None,
+    counts: CaseCounts | None = None,
 ) -> RunData:
     """A run's frames from the store; ``ref`` is a run id, a unique prefix or a label.
     ``thin`` (a read-only store only): the outputs without `DETAIL_COLUMNS`, read per case
@@ -487,6 +472,7 @@ def load_run(
     and the cases' repeated strings categorical (`compact_strings`), the cases without
     `CASE_DETAIL_COLUMNS` and `SOURCE` (`case_details_of`) and the scores without
     `SCORE_DETAIL_COLUMNS` (`score_details`); beside ``like``, the cases as `read_cases` does.
+    ``counts``: the run's `case_counts`, when the caller counted them (`load_pair`).
 
     When the newest scoring is a rescore that recorded its scorer sources, the manifest's
     ``scorer_files`` are those (what the scores were made with), the run's own are kept under
@@ -503,9 +489,10 @@ def load_run(
     thin = thin and store.read_only  # a writer's store is not reopened after it closes
     # counted first, and DuckDB's memory of the count let go before the frames are read: its
     # grouping of a million score rows is then not on top of them
-    counts = case_counts(store, [run_id]).get(run_id)
-    if thin:
-        store.release()
+    if counts is None:
+        counts = case_counts(store, [run_id]).get(run_id)
+        if thin:
+            store.release()
     without = DETAIL_COLUMNS + USAGE_DETAIL_COLUMNS if thin else ()
     outputs = store.outputs(run_id, ordered=False, without=without)
     # thin: held to the end of the gate, its repeated strings as codes
@@ -567,9 +554,7 @@ def load_comparison(
         >>> flips(cmp.paired).broken.height                              # doctest: +SKIP
         12
     """
-    base = load_run(store, baseline, thin=thin)
-    cand = load_run(store, candidate, thin=thin, like=base.cases)
-    base, cand, _ = share_cases(base, cand)  # the usual pair's cases held once
+    base, cand = load_pair(store, baseline, candidate, thin=thin)
     judged = [run.scores.filter(judge_rows(run.scores)) for run in (base, cand)]
     # Judge rows only (not 3M score rows), each side's own: a judge check gates only when both
     # sides were judged by the same calibrated identity.
@@ -583,6 +568,22 @@ def load_comparison(
         # its connection; the verdicts read by ranges through their own (`verdicts_of`)
         store.release()
     return compare(base, cand, allow_diff, gating, rebaseline, pass_rules)
+
+
+def load_pair(
+    store: Store, baseline: str, candidate: str, *, thin: bool = False
+) -> tuple[RunData, RunData]:
+    """Both runs as `load_run` reads them, their cases held once (`share_cases`); thin, both
+    `case_counts` first, DuckDB's memory of each let go: neither on top of a run's frames."""
+    counted: dict[str, CaseCounts | None] = {}
+    for ref in (baseline, candidate) if thin and store.read_only else ():
+        run_id = store.resolve_run(ref)
+        counted[ref] = case_counts(store, [run_id]).get(run_id)
+        store.release()
+    base = load_run(store, baseline, thin=thin, counts=counted.get(baseline))
+    cand = load_run(store, candidate, thin=thin, like=base.cases, counts=counted.get(candidate))
+    base, cand, _ = share_cases(base, cand)  # the usual pair's cases held once
+    return base, cand
 
 
 def _rebaseline_run(

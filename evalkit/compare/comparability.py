@@ -168,3 +168,27 @@ def _scorer_refusal(base: RunManifest, cand: RunManifest, undeclared: Sequence[s
         else ""
     )
     return f"refusing to compare: {head}: {details}; {fix}, or declare --allow-diff scorers{also}"
+
+
+def rebaseline_blocker(base_manifest: RunManifest, cand_manifest: RunManifest) -> str | None:
+    """Why the baseline's configuration cannot be run again on new cases, or None.
+
+    Examples:
+        >>> from evalkit.run_manifest import ProviderInfo
+        >>> openai = ProviderInfo(name="openai")
+        >>> rebaseline_blocker(RunManifest(rerun={}, provider=openai), RunManifest())
+        >>> rebaseline_blocker(RunManifest(provider=openai), RunManifest())[:40]
+        'the baseline run predates recorded re-ru'
+    """
+    if base_manifest.rerun is None:
+        return (
+            "the baseline run predates recorded re-run settings (prompt text, tool schemas): "
+            "run and promote a new baseline"
+        )
+    provider = base_manifest.provider.name if base_manifest.provider else None
+    if provider == "python" and base_manifest.system != cand_manifest.system:
+        return (
+            "the baseline is a Python system whose code (or version) differs from the "
+            "candidate's: its configuration cannot be rebuilt from this checkout"
+        )
+    return None

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from evalkit.compare.analysis import Comparison, RunData, compare, load_run
+from evalkit.compare.analysis import Comparison, RunData, compare, load_pair, load_run
 from evalkit.compare.exam_thin import (
     changed_comparison,
     judge_pinned_thin,
@@ -45,7 +45,6 @@ from evalkit.compare.exam_thin import (
     with_output_columns,
 )
 from evalkit.compare.pass_rules import PassRules
-from evalkit.compare.shared_cases import share_cases
 from evalkit.corpus.cases import Corpus
 from evalkit.corpus.pinned import load_pinned_corpus
 from evalkit.corpus.scorer_modules import MODULE_PREFIX
@@ -293,9 +292,7 @@ def load_exam_comparison(
     exam = trusted_exam(store, baseline, contents=not thin)  # thin: its files read as needed
     if exam is None:
         return None
-    base = load_run(store, baseline, thin=thin)
-    cand = load_run(store, candidate, thin=thin, like=base.cases)
-    base, cand, _ = share_cases(base, cand)  # the usual pair's cases held once
+    base, cand = load_pair(store, baseline, candidate, thin=thin)
     exam_run = find_exam_run(store, baseline, cand, thin)
     if thin:
         exam_cand, parts = judge_pinned_thin(store, exam, base, cand, exam_run)

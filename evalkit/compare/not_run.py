@@ -149,10 +149,13 @@ def find_not_run(
     removed (`NotRun`); None, and nothing read, when the candidate holds every case."""
     base = comparison.base.cases
     sealed = pl.col("sealed").fill_null(False) if "sealed" in base.columns else pl.lit(False)
-    live = set(base.filter(~sealed)["case_id"].to_list())
-    lacking = comparison.changes.filter(pl.col("change") == "removed")["case_id"].to_list()
-    lacking = sorted(c for c in lacking if c in live)
-    if not lacking:  # the common case: no corpus to read
+    removed = comparison.changes.filter(pl.col("change") == "removed")["case_id"]
+    if removed.is_empty():  # the common case: no corpus to read, no set of a million ids
+        return None
+    live = base.filter(~sealed)["case_id"]
+    present = set(live.filter(live.is_in(removed.implode(), nulls_equal=True)).to_list())
+    lacking = sorted(c for c in removed.to_list() if c in present)
+    if not lacking:
         return None
     checked = reference()
     exam = comparison.exam
@@ -163,7 +166,7 @@ def find_not_run(
         not_run=tuple(c for c in here if c in without),
         removed=tuple(c for c in lacking if not checked.holds(c) and c in without),
         reference=checked,
-        considered=len(live),
+        considered=live.n_unique(),
         answered=tuple(c for c in here if c not in without),
         cand_status=cand_status,
     )

@@ -1,6 +1,7 @@
-"""The gate reads the candidate's cases a column at a time beside the baseline's (issue 48, item
-4): no read holds more than the ids and one column, each column equal to the baseline's is the
-baseline's own, and the frame, the decision and the report are those of the whole read."""
+"""The gate reads each run's cases a column at a time, the candidate's beside the baseline's
+(issue 48, item 4): no read holds more than the ids and one column, each column equal to the
+baseline's is the baseline's own, and the frames, the decision and the report are those of the
+whole read."""
 
 from __future__ import annotations
 
@@ -31,18 +32,19 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return widths
 
 
-def test_the_gate_reads_the_candidate_s_cases_a_column_at_a_time(
+def test_the_gate_reads_each_run_s_cases_a_column_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db, config = _write_pair(tmp_path)
+    with open_store(db, read_only=True) as store:
+        names = [c for c in store.cases("cand-run").columns if c not in ("input", "provenance")]
+    names.remove("source")
     reads = _reads(monkeypatch)
     cmp, decision, report = _decided(db, config)
-    # the baseline's read whole, then the candidate's ids and one column per read
-    whole = reads[0]
-    assert len(whole) > 2 and "case_hash" in whole
-    by_column = reads[1 : len(whole) + 1]
-    assert [r[-1] for r in by_column] == ["case_id", *[c for c in whole if c != "case_id"]]
-    assert max(len(r) for r in by_column) == 2
+    # each run's ids, then the ids and one column per read: the baseline's, then the candidate's
+    one_run = ["case_id", *[c for c in names if c != "case_id"]]
+    assert [r[-1] for r in reads[: 2 * len(one_run)]] == one_run * 2
+    assert max(len(r) for r in reads[: 2 * len(one_run)]) == 2
     monkeypatch.undo()
 
     def whole_read(store, run_id, *, without, scoring_id, like, compact):  # type: ignore[no-untyped-def]
@@ -51,8 +53,9 @@ def test_the_gate_reads_the_candidate_s_cases_a_column_at_a_time(
 
     monkeypatch.setattr("evalkit.compare.analysis.read_cases", whole_read)
     old_cmp, old, old_report = _decided(db, config)
-    assert cmp.cand.cases.equals(old_cmp.cand.cases)
-    assert cmp.cand.cases.schema == old_cmp.cand.cases.schema
+    for run, old_run in ((cmp.base, old_cmp.base), (cmp.cand, old_cmp.cand)):
+        assert run.cases.equals(old_run.cases)
+        assert run.cases.schema == old_run.cases.schema
     assert decision.to_dict() == old.to_dict()
     assert cmp.paired.equals(old_cmp.paired)
     assert report == old_report
@@ -86,3 +89,20 @@ def test_other_cases_are_read_whole() -> None:
     assert cases_like(read, frame.columns, other) is None
     assert reads == ["case_id"]  # the ids alone: nothing more read before the whole frame
     assert cases_like(read, frame.columns, frame.head(1)) is None
+
+
+def test_a_run_s_own_cases_read_a_column_at_a_time_are_the_whole_read() -> None:
+    frame = pl.DataFrame({"run_id": ["c"] * 3, "case_id": ["a", "b", "c"],
+                          "tags": [["x"], [], None]})  # fmt: skip
+    reads: list[str] = []
+
+    def read(column: str) -> pl.DataFrame:
+        reads.append(column)
+        return frame.select(list(dict.fromkeys(["case_id", column])))
+
+    assert cases_like(read, frame.columns, None).equals(frame)
+    assert reads == ["case_id", "run_id", "tags"]
+    reads.clear()
+    unsorted = frame.reverse()
+    assert cases_like(lambda c: unsorted.select(list(dict.fromkeys(["case_id", c]))),
+                      frame.columns, None) is None  # fmt: skip

@@ -259,3 +259,50 @@ def test_the_corpus_is_read_only_when_the_candidate_lacks_cases(project):
     with open_store(project.db, read_only=True) as store, pytest.raises(CorpusError) as raised:
         gate_pair(store, None, "part", project.config, ("prompt",), with_siblings=False)
     assert "zz.yaml" in str(raised.value)
+
+
+def _removed_pair(removed: list[str], sealed: frozenset[str] = frozenset()):  # type: ignore[no-untyped-def]
+    """A comparison as `find_not_run` reads it: the baseline's cases and the changes."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    ids = [f"case-{i:03d}" for i in range(200)] + [None]
+    cases = pl.DataFrame({"case_id": ids, "sealed": [c in sealed for c in ids]})
+    changes = pl.DataFrame(
+        {"case_id": [*removed, "case-010"], "change": ["removed"] * len(removed) + ["edited"]},
+        schema={"case_id": pl.String, "change": pl.String},
+    )
+    return SimpleNamespace(base=SimpleNamespace(cases=cases), changes=changes, exam=None)
+
+
+def test_not_run_cases_are_found_as_the_python_sets_found_them():
+    from evalkit.compare.not_run import find_not_run
+
+    removed = ["case-150", "case-007", "case-199", "case-007", "gone-1", "case-042"]
+    pair = _removed_pair(removed, sealed=frozenset({"case-042"}))
+    reference = CaseReference(where="here", case_ids=frozenset({"case-150", "case-199"}))
+    found = find_not_run(pair, lambda: reference)  # type: ignore[arg-type]
+    # the old formula: a set of the baseline's live ids, the removed ones in it, sorted
+    live = {
+        c
+        for c, s in zip(pair.base.cases["case_id"], pair.base.cases["sealed"], strict=True)
+        if not s
+    }
+    lacking = sorted(c for c in removed if c in live)
+    assert found is not None
+    assert found.not_run == tuple(c for c in lacking if reference.holds(c))
+    assert found.removed == tuple(c for c in lacking if not reference.holds(c))
+    assert found.considered == len(live) == 200
+    assert found.not_run == ("case-150", "case-199")
+    assert found.removed == ("case-007", "case-007")  # as listed, twice
+
+
+def test_with_no_case_removed_the_baseline_s_ids_are_not_read():
+    from evalkit.compare.not_run import find_not_run
+
+    asked: list[int] = []
+    pair = _removed_pair([])
+    pair.base.cases = pair.base.cases.drop("case_id")  # a read of the ids would fail
+    assert find_not_run(pair, lambda: asked.append(1)) is None  # type: ignore[arg-type, func-returns-value]
+    assert asked == []

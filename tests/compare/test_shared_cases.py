@@ -14,7 +14,7 @@ import pytest
 from synthetic_runs import MANIFEST, C, make_run, write_store
 from test_bounded_gate import _decided, _seeded_pair, _write_pair
 
-from evalkit.compare import analysis, exam
+from evalkit.compare import analysis
 from evalkit.compare.shared_cases import SHARED_CASE_COLUMNS, share_cases
 from evalkit.store.arrow_stream import rechunked
 
@@ -30,7 +30,6 @@ def _counted(monkeypatch: pytest.MonkeyPatch, share: bool = True) -> list[int]:
         return base, cand, n
 
     monkeypatch.setattr(analysis, "share_cases", counted)
-    monkeypatch.setattr(exam, "share_cases", counted)
     return counts
 
 
@@ -93,3 +92,30 @@ def test_a_read_is_copied_a_column_at_a_time() -> None:
     assert frame.equals(parts)
     one = pl.DataFrame({"a": [1]})
     assert rechunked(one) is one  # nothing to copy
+
+
+def test_a_string_column_of_nulls_alone_is_read_as_nulls_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import duckdb
+
+    made: list[tuple[int, object]] = []
+    repeat = pl.repeat
+
+    def counted(value, n, **kwargs):  # type: ignore[no-untyped-def]
+        made.append((n, kwargs.get("dtype")))
+        return repeat(value, n, **kwargs)
+
+    monkeypatch.setattr(pl, "repeat", counted)
+    read = pl.DataFrame(
+        duckdb.connect().sql(
+            "SELECT NULL::VARCHAR AS error, CASE WHEN i = 3 THEN 'x' END AS fail_reason, "
+            "NULL::DOUBLE AS cost, i FROM range(5000) t(i)"
+        )
+    )
+    frame = rechunked(read)
+    assert frame.equals(read) and frame.schema == read.schema
+    assert made == [(5000, pl.String)]  # the error column alone: no view of a null is held
+    assert frame.n_chunks("all") == [1, 1, 1, 1]
+    empty = read.head(0)
+    assert rechunked(empty).equals(empty) and made == [(5000, pl.String)]
