@@ -139,10 +139,11 @@ def stored_scorer_flips(
     bounds: list[str | None] = [None, *ids.gather_every(VERDICT_CASES).to_list()[1:], None]
     # each range's own ids alone (sorted and unique: its slice), not a scan of all of them
     shares = list(ids.to_frame().iter_slices(VERDICT_CASES)) or [ids.to_frame()]
-    parts = [
-        store.query_with(_STORED, [*runs, low, high], _flip_ids=share)
-        for (low, high), share in zip(itertools.pairwise(bounds), shares, strict=True)
-    ]
+    parts = []
+    for (low, high), share in zip(itertools.pairwise(bounds), shares, strict=True):
+        parts.append(store.query_with(_STORED, [*runs, low, high], _flip_ids=share))
+        if store.read_only:  # the blocks DuckDB read for this range go before the next's
+            store.release()
     if held is not None and held.height:
         parts.append(held.select(parts[0].columns).cast(parts[0].schema))
     counts = (

@@ -41,7 +41,6 @@ Examples:
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -164,8 +163,41 @@ def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float | No
         j -= 1
     if j < 0:
         return None, None
-    ordered = sorted(values.tolist())
+    ordered = _sorted(values)
     return float(ordered[j]), float(ordered[n - 1 - j])
+
+
+def _sorted(values: np.ndarray) -> Sequence[float] | np.ndarray:
+    """``values`` in ascending order: numpy's sort of the floats themselves (a million cases as
+    a Python list of floats held 40 MiB more), Python's where a NaN makes the order its own.
+
+    Examples:
+        >>> import numpy as np
+        >>> list(_sorted(np.array([3.0, -1.0, 2.0]))) == sorted([3.0, -1.0, 2.0])
+        True
+    """
+    import numpy as np
+
+    if np.isnan(values).any():
+        return sorted(values.tolist())
+    return np.sort(values, kind="stable")  # equal values keep their order, as in sorted()
+
+
+def _median(values: np.ndarray) -> float:
+    """`statistics.median` of ``values``, from their numpy sort (`_sorted`): the middle value,
+    or the mean of the two middle values as `statistics.median` computes it.
+
+    Examples:
+        >>> import numpy as np, statistics
+        >>> all(_median(np.array(v)) == statistics.median(v)
+        ...     for v in ([1.0], [2.0, 1.0], [0.1, 0.2, 0.7, 0.3]))
+        True
+    """
+    ordered = _sorted(values)
+    n = len(ordered)
+    if n % 2:
+        return float(ordered[n // 2])
+    return float((float(ordered[n // 2 - 1]) + float(ordered[n // 2])) / 2)
 
 
 def _row(
@@ -183,7 +215,7 @@ def _row(
         row |= {"estimate": totals.diff, "lo": totals.diff_lo, "hi": totals.diff_hi}
     elif kind == "median seconds":
         lo, hi = median_interval(cand - base, level=totals.level)
-        row |= {"estimate": float(statistics.median((cand - base).tolist())), "lo": lo, "hi": hi,
+        row |= {"estimate": _median(cand - base), "lo": lo, "hi": hi,
                 "interval": "order statistics"}  # fmt: skip
     return row
 

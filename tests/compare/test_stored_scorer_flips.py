@@ -18,20 +18,29 @@ from evalkit.store import Store, open_store
 def test_each_range_is_given_its_own_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db, _ = _write_pair(tmp_path)
     given: list[int] = []
-    query_with = Store.query_with
+    events: list[str] = []
+    query_with, release = Store.query_with, Store.release
 
     def counted(self, sql, params=(), **frames):  # type: ignore[no-untyped-def]
         given.append(frames["_flip_ids"].height)
+        events.append("query")
         return query_with(self, sql, params, **frames)
+
+    def released(self):  # type: ignore[no-untyped-def]
+        events.append("release")
+        return release(self)
 
     with open_store(db, read_only=True) as store:
         ids = store.cases("base-run")["case_id"]
         whole = stored_scorer_flips(store, "base-run", "cand-run", ids)
         monkeypatch.setattr(verdicts, "VERDICT_CASES", 17)
         monkeypatch.setattr(Store, "query_with", counted)
+        monkeypatch.setattr(Store, "release", released)
         ranged = stored_scorer_flips(store, "base-run", "cand-run", ids.reverse())
         expected = scorer_flips(store.scores("base-run"), store.scores("cand-run"), ids)
     assert given == [17] * 14 + [240 - 17 * 14]  # 240 cases: each range its own ids
+    # what DuckDB read for a range (its blocks) is let go before the next range's query
+    assert events == ["query", "release"] * 15
     assert ranged.sort("scorer").equals(whole.sort("scorer"))
     columns = ["scorer", "n", "broken", "fixed"]
     assert ranged.sort("scorer").select(columns).equals(expected.sort("scorer").select(columns))

@@ -239,3 +239,36 @@ def test_the_report_shows_the_gates_budgeted_row_and_marks_the_t_rows():
     assert not growth_text(shown).endswith("(t)") and growth_text(rows[("ALL", "steps")]).endswith(
         "(t)"
     )
+
+
+def test_the_median_and_its_interval_are_python_s_without_a_list_of_floats() -> None:
+    import statistics
+
+    import numpy as np
+
+    from evalkit.compare.usage_deltas import _median, _sorted, median_interval
+    from evalkit.stats._dist import half_lower, half_ppf
+
+    def old_interval(values: np.ndarray, level: float) -> tuple[float | None, float | None]:
+        n, tail = values.size, (1 - level) / 2
+        j = half_ppf(tail, n)
+        if half_lower(j, n) > tail:
+            j -= 1
+        if j < 0:
+            return None, None
+        ordered = sorted(values.tolist())
+        return float(ordered[j]), float(ordered[n - 1 - j])
+
+    rng = np.random.default_rng(48)
+    samples = [rng.normal(size=n) for n in (2, 3, 10, 11, 999, 1000)]
+    samples += [rng.integers(-3, 4, size=n).astype(float) for n in (2, 7, 500)]  # ties
+    samples += [np.array([0.0, -0.0, 0.0, -0.0]), np.array([1.0, float("nan"), 0.5, 2.0])]
+    for values in samples:
+        got, want = _median(values), statistics.median(values.tolist())
+        assert (got == want and np.signbit(got) == np.signbit(want)) or (
+            got != got and want != want
+        )
+        for level in (0.8, 0.95):
+            assert median_interval(values, level) == old_interval(values, level)
+    assert isinstance(_sorted(samples[0]), np.ndarray)  # numpy's sort, no Python floats
+    assert isinstance(_sorted(samples[-1]), list)  # a NaN: Python's own order
