@@ -44,6 +44,13 @@ Usage:
     .venv/bin/python bench/bench_million.py --sizes 10000 --ray
     .venv/bin/python bench/bench_million.py --sizes 1000000 --stages merge --against m.json
     .venv/bin/python bench/bench_million.py --sizes 100000 1000000 --stages "first shard"
+    .venv/bin/python bench/bench_million.py --sizes 1000000 --keep DIR
+    .venv/bin/python bench/bench_million.py --from DIR --stages gate
+
+``--keep DIR`` (one size) keeps that size's corpus, parts and stores in DIR (empty or new)
+rather than a temporary folder; ``--from DIR`` runs only the stages asked (default: the gate)
+on such a folder, at its size, taking the stages they need as done: the gate measured again
+without the shards' hour.
 """
 
 from __future__ import annotations
@@ -87,6 +94,8 @@ SHARDS = 4
 CANDIDATE_PROMPT = "Respond only with a JSON object, in under 30 words (bench-cand).\n"
 #: The reference size of the ``x100k`` column.
 REFERENCE = 100_000
+#: In a ``--keep`` folder: the size kept (``{"cases": N, "replays": R}``), for ``--from``.
+KEPT = "kept.json"
 
 #: ``python -c MOCK latency_ms``: one reply (bare JSON, passes both scorers) built once; the
 #: reply to the candidate's prompt has no JSON for orders ending in 77 (one case in 100).
@@ -283,16 +292,21 @@ def bench_size(
     concurrency: int,
     say: Callable[[str, dict[str, Any]], None],
     got: dict[str, Any],
+    kept: bool = False,
 ) -> dict[str, Any]:
     """Every stage of ``stages`` (and what they need) at ``cases`` cases of ``replays``, into
-    ``got`` (``say`` is told of each as it ends)."""
+    ``got`` (``say`` is told of each as it ends). ``kept``: ``folder`` holds a run kept
+    before (its corpus and stores): only ``stages`` run, what they need taken as done."""
     wanted = set(stages)
-    grew = True
+    grew = not kept
     while grew:
         more = {need for stage in wanted for need in NEEDS.get(stage, ())} - wanted
         wanted |= more
         grew = bool(more)
-    config = write_corpus(folder / "corpus", cases, concurrency, WRITTEN_FILE_CASES)
+    if kept:
+        config = folder / "corpus" / "evalkit.yaml"
+    else:
+        config = write_corpus(folder / "corpus", cases, concurrency, WRITTEN_FILE_CASES)
     store = f"sqlite:///{folder}/catalog.db?warehouse={folder}/warehouse"
     base_db, ci_db = folder / "base.duckdb", folder / "ci.duckdb"
 
@@ -401,15 +415,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--replays", type=int, default=1, help="runs of each case")
     default = [stage for stage in STAGES[:9] if stage != "first shard"]
-    parser.add_argument("--stages", nargs="+", choices=STAGES, default=default,
+    parser.add_argument("--stages", nargs="+", choices=STAGES,
                         help="what to run (and what it needs); default: all but Ray")  # fmt: skip
     parser.add_argument("--ray", action="store_true", help="add the Ray run")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="the mock's per reply")
     parser.add_argument("--concurrency", type=int, default=64, help="per process")
     parser.add_argument("--against", metavar="FILE", help="an earlier --json: its 100k figures")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    parser.add_argument("--keep", metavar="DIR", help="keep one size's corpus and stores here")
+    parser.add_argument("--from", dest="kept", metavar="DIR",
+                        help="run only --stages (default: gate) on a --keep folder")  # fmt: skip
     args = parser.parse_args(argv)
-    stages = [*args.stages, *(("ray driver", "ray cluster") if args.ray else ())]
+    if args.keep and len(args.sizes) != 1:
+        parser.error("--keep keeps one size: give one --sizes")
+    if args.keep and args.kept:
+        parser.error("--keep and --from: give one")
+    if args.keep and Path(args.keep).exists() and any(Path(args.keep).iterdir()):
+        parser.error(f"--keep {args.keep}: not empty")
+    if args.kept:  # the kept folder's size, not --sizes'
+        kept = json.loads((Path(args.kept) / KEPT).read_text(encoding="utf-8"))
+        args.sizes, args.replays = [kept["cases"]], kept["replays"]
+    asked = args.stages or (["gate"] if args.kept else default)
+    stages = [*asked, *(("ray driver", "ray cluster") if args.ray else ())]
     reference = json.loads(Path(args.against).read_text()) if args.against else []
     results: list[dict[str, Any]] = []
     print(f"{os.cpu_count()} CPUs; stages in order, then the table", flush=True)
@@ -435,9 +462,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.json:  # after each stage: a long run's finished stages outlive its end
                 Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
 
-        with tempfile.TemporaryDirectory(prefix="evalkit-bench-million-") as tmp:
-            bench_size(Path(tmp), cases, args.replays, stages, args.latency_ms,
-                       args.concurrency, say, result["stages"])  # fmt: skip
+        if args.keep or args.kept:
+            folder = Path(args.keep or args.kept)
+            if args.keep:
+                folder.mkdir(parents=True, exist_ok=True)
+                size = {"cases": cases, "replays": args.replays}
+                (folder / KEPT).write_text(json.dumps(size), encoding="utf-8")
+            bench_size(folder.resolve(), cases, args.replays, stages, args.latency_ms,
+                       args.concurrency, say, result["stages"], kept=bool(args.kept))  # fmt: skip
+        else:
+            with tempfile.TemporaryDirectory(prefix="evalkit-bench-million-") as tmp:
+                bench_size(Path(tmp), cases, args.replays, stages, args.latency_ms,
+                           args.concurrency, say, result["stages"])  # fmt: skip
         result["load"].append(os.getloadavg()[0])
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
