@@ -58,8 +58,9 @@ def decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, Gat
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from evalkit.compare.pairing import resolve_pair
-    from evalkit.report.build import build_report, render_terminal, to_json
+    from evalkit.report.build import build_report, render_terminal
     from evalkit.report.html import to_html
+    from evalkit.report.json_file import write_json
     from evalkit.report.junit import to_junit
     from evalkit.report.markdown import to_markdown
     from evalkit.store import open_store
@@ -82,7 +83,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.transfer:
         print_transfer(comparison, decision)
     link = Path(args.html).name if args.html else None
-    renderers = ((args.json, to_json), (args.junit, to_junit), (args.html, to_html),
+    if args.json:  # written as it is encoded: a million case ids never held as one text
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as out:
+            write_json(report, out)
+        print(f"wrote {args.json}")
+    renderers = ((args.junit, to_junit), (args.html, to_html),
                  (args.markdown, lambda r: to_markdown(r, link)))  # fmt: skip
     for path, render in renderers:
         if path:

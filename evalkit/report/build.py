@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -565,8 +565,9 @@ def to_text(report: Report, width: int = 110, max_cases: int = 20) -> str:
 # --- JSON -------------------------------------------------------------------------------------
 
 
-def to_dict(report: Report) -> dict[str, Any]:
-    """A JSON-ready dict of the whole report (``--json``)."""
+def to_dict(report: Report, case_ids: Callable[[Sequence[str]], Any] = list) -> dict[str, Any]:
+    """A JSON-ready dict of the whole report (``--json``); ``case_ids`` makes each list of
+    case ids (`evalkit.report.json_file` puts a marker there and writes the column later)."""
     r = report
     return {
         "baseline": {"run_id": r.base_run_id, "label": r.base_label},
@@ -576,8 +577,8 @@ def to_dict(report: Report) -> dict[str, Any]:
         "n_paired_rows": r.paired.height, "n_broken": r.n_broken, "n_fixed": r.n_fixed,
         "broken": [asdict(c) for c in r.broken], "fixed": [asdict(c) for c in r.fixed],
         "slices": r.slices.to_dicts(), "sealed_slices": r.sealed.to_dicts(),
-        "unstable": list(r.unstable), "failing_both": list(r.failing_both),
-        "always_passing": list(r.always_passing), "changes": r.changes.to_dicts(),
+        "unstable": case_ids(r.unstable), "failing_both": case_ids(r.failing_both),
+        "always_passing": case_ids(r.always_passing), "changes": r.changes.to_dicts(),
         "usage": {k: {"baseline": b, "candidate": c} for k, (b, c) in r.usage.items()},
         "manifest_diff": list(r.manifest_diff), "aggregate": r.aggregate,
         "scorers": r.scorer_rows(),
