@@ -2,17 +2,18 @@
 10k, 100k and 1M outputs, side by side: what each stage holds as a run grows.
 
 Per size N, two synthetic runs (baseline and candidate, N one-turn cases, one replay, two
-scorers, ~300-byte answers) are written straight into a DuckDB store with SQL (no run, no
-model), and the candidate's rows once more as Parquet parts (chunks of ``--chunk`` cases) of a
-third run id. Each stage is then its own ``evalkit`` process, whose peak RSS and CPU are read
+scorers, ~300-byte answers, each case's hash 64 hex characters as a corpus gives it) are
+written straight into a DuckDB store with SQL (no run, no model), and the candidate's rows once
+more as Parquet parts (chunks of ``--chunk`` cases) of a third run id. Each stage is then its own ``evalkit`` process, whose peak RSS and CPU are read
 from the kernel (``wait4``):
 
 ``push``   ``evalkit push CAND`` into an empty shared store (SQLite catalog, directory
            warehouse);
 ``pull``   ``evalkit pull CAND`` from it into a fresh local store;
 ``merge``  ``evalkit runs merge`` of the parts into a fresh local store;
-``gate``   ``evalkit compare BASE CAND``: the gate's decision (``gate_pair``: both runs read,
-           verdicts, pairing, every tier) and the terminal report, without the notebook;
+``gate``   ``evalkit compare BASE CAND --json FILE``: the gate's decision (``gate_pair``: both
+           runs read, verdicts, pairing, every tier), the terminal report and the JSON one, as
+           ``bench_million.py``'s gate on real runs, without the notebook;
 ``exam``   with ``--promoted``: the same command once the baseline is promoted with
            ``evalkit baseline promote``, which pins its exam (the runs' cases are then those of
            a real corpus of case files of 2,000 cases), so the gate judges the candidate on the
@@ -53,8 +54,11 @@ _CALLERS_MALLOC_CONF = os.environ.get(_MALLOC_CONF)
 #: One answer's text: about the length of a support reply.
 ANSWER = "Thanks for reaching out: your refund was issued and should arrive within five days. " * 3
 
+#: A case's hash is a SHA-256 as the corpus gives it: a short one is held inside Polars' string
+#: view, a real one beside it (61 MB a run at 1M), which real runs' gates hold.
 _CASES = """
-SELECT '{run}' AS run_id, printf('case-%07d', i) AS case_id, printf('h%d', i) AS case_hash,
+SELECT '{run}' AS run_id, printf('case-%07d', i) AS case_id,
+       sha256(printf('case-%07d', i)) AS case_hash,
        ['general', 'slice-' || (i % 7)] AS tags, 'normal' AS criticality, false AS sealed,
        printf('{{"messages": [{{"role": "user", "content": "question %d"}}]}}', i) AS input,
        '{{}}' AS provenance, 'cases/bench.yaml:' || (i + 1) AS source, NULL AS case_group
@@ -285,14 +289,15 @@ def bench_size(
             [*evalkit, "runs", "merge", run_id, "--parts", str(parts), "--db", str(merged)], folder
         )
         figures["merge"]["outputs"] = count_rows(merged, "outputs", run_id)
+    gate = [*evalkit, "compare", base, cand, "--db", str(db), "--json"]
     if "gate" in stages:
-        figures["gate"] = run_stage([*evalkit, "compare", base, cand, "--db", str(db)], folder)
+        figures["gate"] = run_stage([*gate, str(folder / "gate.json")], folder)
     if promoted:
         promote = [*evalkit, "baseline", "promote", base, "--who", "bench", "--reason", "bench",
                    "--config", str(config), "--db", str(db)]  # fmt: skip
         subprocess.run(promote, cwd=folder, env={**os.environ, "PYTHONPATH": str(REPO)},
                        check=True, capture_output=True)  # fmt: skip
-        figures["exam"] = run_stage([*evalkit, "compare", base, cand, "--db", str(db)], folder)
+        figures["exam"] = run_stage([*gate, str(folder / "exam.json")], folder)
     return figures
 
 
