@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_million.py"
 
 
@@ -23,8 +25,8 @@ def _script() -> ModuleType:
 
 def test_every_stage_of_the_pipeline_runs_and_stores_its_output(tmp_path: Path) -> None:
     n = 300
-    out = tmp_path / "figures.json"
-    assert _script().main(["--sizes", str(n), "--json", str(out)]) == 0
+    out, kept = tmp_path / "figures.json", tmp_path / "kept"
+    assert _script().main(["--sizes", str(n), "--json", str(out), "--keep", str(kept)]) == 0
     (result,) = json.loads(out.read_text())
     stages = result["stages"]
     assert list(stages) == ["index", "shards", "merge", "push", "pull", "cand shards",
@@ -45,6 +47,25 @@ def test_every_stage_of_the_pipeline_runs_and_stores_its_output(tmp_path: Path) 
     # orders 10077, 10177 and 10277 are answered without JSON for the candidate's prompt
     assert gate["paired"] == n and gate["broken"] == 3
     assert gate["verdict"]
+    # the kept stores: the gate again, alone, at their size (not --sizes')
+    again = tmp_path / "again.json"
+    assert _script().main(["--from", str(kept), "--sizes", "5", "--json", str(again)]) == 0
+    (alone,) = json.loads(again.read_text())
+    assert (alone["cases"], list(alone["stages"])) == (n, ["gate"])
+    assert {k: alone["stages"]["gate"][k] for k in ("paired", "broken", "verdict")} == {
+        k: gate[k] for k in ("paired", "broken", "verdict")
+    }
+
+
+def test_keep_takes_one_size_into_an_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    for args in (["--sizes", "10", "20", "--keep", str(tmp_path / "new")],
+                 ["--sizes", "10", "--keep", str(tmp_path / "full")]):  # fmt: skip
+        with pytest.raises(SystemExit) as exited:
+            _script().main(args)
+        assert exited.value.code == 2
+    assert not (tmp_path / "new").exists()
 
 
 def _result(cases: int, cpu_s: float, replays: int = 1) -> dict:
