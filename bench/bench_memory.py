@@ -4,8 +4,8 @@
 Per size N, two synthetic runs (baseline and candidate, N one-turn cases, one replay, two
 scorers, ~300-byte answers, each case's hash 64 hex characters as a corpus gives it) are
 written straight into a DuckDB store with SQL (no run, no model), and the candidate's rows once
-more as Parquet parts (chunks of ``--chunk`` cases) of a third run id. Each stage is then its own ``evalkit`` process, whose peak RSS and CPU are read
-from the kernel (``wait4``):
+more as Parquet parts (chunks of ``--chunk`` cases) of a third run id. Each stage is then its
+own ``evalkit`` process, whose peak RSS and CPU are read from the kernel (``wait4``):
 
 ``push``   ``evalkit push CAND`` into an empty shared store (SQLite catalog, directory
            warehouse);
