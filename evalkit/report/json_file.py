@@ -6,12 +6,9 @@ million encoded pieces, then the joined text and its UTF-8 bytes, all held at on
 the decision's frames. `write_json` writes each piece as it is encoded and reads those lists
 from their column (`evalkit.report.case_ids.CaseIds`) a slice at a time.
 
-Examples:
+Examples (a list of ids as `to_json` lays it out, one id a batch; tests/report/test_json_file.py
+checks whole reports against `to_json`):
     >>> import io
-    >>> out = io.StringIO()
-    >>> write_json(report, out)                                    # doctest: +SKIP
-    >>> out.getvalue() == to_json(report)                          # doctest: +SKIP
-    True
     >>> out = io.StringIO()
     >>> _write_ids(out, ["a", "b"], batch=1)
     >>> out.getvalue()
