@@ -57,6 +57,7 @@ def decide_pair(store: Store, args: argparse.Namespace) -> tuple[Comparison, Gat
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from evalkit.cli.report_files import write_report
     from evalkit.compare.pairing import resolve_pair
     from evalkit.report.build import build_report, render_terminal
     from evalkit.report.html import to_html
@@ -84,16 +85,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print_transfer(comparison, decision)
     link = Path(args.html).name if args.html else None
     if args.json:  # written as it is encoded: a million case ids never held as one text
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w", encoding="utf-8") as out:
-            write_json(report, out)
+        write_report(args.json, lambda out: write_json(report, out))
         print(f"wrote {args.json}")
     renderers = ((args.junit, to_junit), (args.html, to_html),
                  (args.markdown, lambda r: to_markdown(r, link)))  # fmt: skip
     for path, render in renderers:
         if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(render(report), encoding="utf-8")
+            write_report(path, render(report))
             print(f"wrote {path}")
     return 0
 

@@ -4,7 +4,6 @@ accepts a blocked pair's current blocking findings, with who and why)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from evalkit.cli.compare import decide_pair, gate_config, log_decision
 from evalkit.cli.options import pair_args, pair_refs
@@ -68,8 +67,9 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         print(f"  override by {inert(override['who'])}: {inert(override['reason'])}")
     markdown = run.notebook_path.with_name("gate.md")
     if args.markdown and markdown.is_file():
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(markdown.read_text(encoding="utf-8"), encoding="utf-8")
+        from evalkit.cli.report_files import write_report
+
+        write_report(args.markdown, markdown.read_text(encoding="utf-8"))
         print(f"wrote {args.markdown}")
     print(f"report: {run.html_path} (notebook {run.notebook_path})")
     return run.exit_code
