@@ -141,7 +141,9 @@ def stored_scorer_flips(
     shares = list(ids.to_frame().iter_slices(VERDICT_CASES)) or [ids.to_frame()]
     parts = []
     for (low, high), share in zip(itertools.pairwise(bounds), shares, strict=True):
-        parts.append(store.query_with(_STORED, [*runs, low, high], _flip_ids=share))
+        parts.append(
+            store.query_with(_STORED, [*runs, low, high], one_thread=True, _flip_ids=share)
+        )
         if store.read_only:  # the blocks DuckDB read for this range go before the next's
             store.release()
     if held is not None and held.height:

