@@ -48,8 +48,8 @@ def test_an_unknown_or_optional_first_word_builds_the_whole_parser() -> None:
 
 #: The modules of evalkit/cli/ that register no command: the parser's options and the helpers
 #: a command's module calls.
-SUPPORT_MODULES = {"__init__", "__main__", "aliases", "options", "reask", "rebaseline", "serve",
-                   "shard"}  # fmt: skip
+SUPPORT_MODULES = {"__init__", "__main__", "aliases", "options", "reask", "rebaseline",
+                   "report_files", "serve", "shard"}  # fmt: skip
 
 
 def test_each_module_of_the_cli_is_a_command_group_named_after_its_command() -> None:
