@@ -1,5 +1,5 @@
-"""A report file the CLI writes (``--json``, ``--junit``, ``--html``, ``--markdown``): whole or
-not at all, and a path it cannot write said in one line.
+"""A report file the CLI writes (``--json``, ``--junit``, ``--html``, ``--markdown``; a run's
+summary): whole or not at all, and a path it cannot write said in one line.
 
 Each is written beside its path under a temporary name and moved over it, so a reader (a CI
 step uploading ``report.json``) sees the last report or this one, never half of one, and a
@@ -28,9 +28,11 @@ from evalkit.errors import EvalkitError
 from evalkit.store.lock import os_reason
 
 
-def write_report(path: str | Path, content: str | Callable[[TextIO], object]) -> None:
+def write_report(
+    path: str | Path, content: str | Callable[[TextIO], object], what: str = "report"
+) -> None:
     """Write ``content`` (a text, or what a function writes into a file) to ``path`` (its
-    folders made), atomically.
+    folders made), atomically; ``what`` names it in the error (``summary``: a run's ``--json``).
 
     Raises:
         EvalkitError: naming the path, when it cannot be written (a folder, no permission,
@@ -51,4 +53,4 @@ def write_report(path: str | Path, content: str | Callable[[TextIO], object]) ->
     except OSError as exc:
         with contextlib.suppress(OSError):
             temp.unlink()
-        raise EvalkitError(f"{target}: cannot write the report: {os_reason(exc)}") from None
+        raise EvalkitError(f"{target}: cannot write the {what}: {os_reason(exc)}") from None

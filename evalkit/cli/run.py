@@ -147,7 +147,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print_run_summary(summary, args.db)
     mark("printed")
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
+        from evalkit.cli.report_files import write_report
+
+        write_report(args.json, json.dumps(summary.to_dict(), indent=2), "summary")
     if cache_store is store:  # a shared store's connection is left to the interpreter's exit
         from evalkit.cli import skip_teardown
 

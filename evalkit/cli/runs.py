@@ -102,7 +102,9 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     )
     print_run_summary(merged.summary, args.db, asked_here=False)
     if args.json:
-        Path(args.json).write_text(json.dumps(merged.summary.to_dict(), indent=2))
+        from evalkit.cli.report_files import write_report
+
+        write_report(args.json, json.dumps(merged.summary.to_dict(), indent=2), "summary")
     return 0
 
 

@@ -135,7 +135,9 @@ def run_distributed(
     print_summary(summary, args.db)
     print(f"  parts under {root.run_dir(summary.run_id)}", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2))
+        from evalkit.cli.report_files import write_report
+
+        write_report(args.json, json.dumps(summary.to_dict(), indent=2), "summary")
     return run_exit_code(summary)
 
 

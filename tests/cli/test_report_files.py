@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 from typing import TextIO
 
+import duckdb
 import pytest
 from synthetic_runs import seed000_runs, write_store
 
 from evalkit.cli import main
 from evalkit.cli.report_files import write_report
+from evalkit.demo.server import DemoServer
 from evalkit.errors import EvalkitError
 
 
@@ -56,3 +58,35 @@ def test_a_write_that_fails_half_way_keeps_the_last_report(tmp_path: Path) -> No
         write_report(target, half)
     assert target.read_text() == '{"last": true}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_a_run_whose_summary_cannot_be_written_keeps_its_run_and_says_so(
+    tmp_path: Path, demo_server: DemoServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "orders.yaml").write_text(
+        "".join(
+            f"- id: order-{i}\n"
+            f"  input: {{messages: [{{role: user, content: 'Where is order {i}?'}}]}}\n"
+            "  expect: [json_valid]\n"
+            for i in range(3)
+        ),
+        encoding="utf-8",
+    )
+    config = tmp_path / "evalkit.yaml"
+    config.write_text(
+        "suite: summary-path\nsystem: {model: demo-support-1, base_url: 'http://127.0.0.1:9/v1'}\n"
+        "cache: false\n",
+        encoding="utf-8",
+    )
+    folder, db = tmp_path / "summaries", tmp_path / "e.duckdb"
+    folder.mkdir()
+    code = main(["run", "--config", str(config), "--db", str(db), "--no-progress", "--json",
+                 str(folder), "--set", f"system.base_url={demo_server.base_url}"])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"evalkit: error: {folder}: cannot write the summary: Is a directory (EISDIR)"
+    )
+    with duckdb.connect(str(db), read_only=True) as con:  # the run itself is stored whole
+        assert con.execute("SELECT status FROM runs").fetchall() == [("complete",)]
+        assert con.execute("SELECT count(*) FROM outputs").fetchone() == (3,)
